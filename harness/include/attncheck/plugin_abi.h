@@ -1,0 +1,181 @@
+/*
+ * attncheck plugin ABI, version 1: the one public header a user's kernel needs.
+ *
+ * A plugin is a shared library that exports two C symbols:
+ *
+ *   uint32_t            attncheck_plugin_abi_version(void);  // must return AC_ABI_VERSION
+ *   const ac_plugin*    attncheck_plugin(void);              // subjects and their capabilities
+ *
+ * attncheck loads it with `attncheck check --plugin PATH`, checks the version first (a mismatch
+ * is refused before anything else in the library is read), then runs properties against every
+ * subject the plugin declares. The built-in kernels of kernels/ are registered through exactly
+ * this ABI, so a plugin is tested by the same code path as attncheck's own subjects.
+ *
+ * Conventions (every pointer below lives in the memory space the subject declares in
+ * ac_caps.memory: host memory for AC_MEMORY_HOST, CUDA device memory for AC_MEMORY_CUDA;
+ * the *_host fields are always host memory):
+ *   - Element types: AC_DTYPE_F32 (IEEE binary32), AC_DTYPE_F16 (binary16), AC_DTYPE_BF16.
+ *   - Strides are in elements, never bytes. The innermost (head_size) stride is always 1.
+ *   - LSE tensors are always fp32. Base and layout are declared by the subject (ac_caps).
+ *   - Q is [total_q, num_heads, head_size], K and V [total_k, num_kv_heads, head_size], O like Q;
+ *     sequences are packed back to back and delimited by cumulative offsets cu_seqlens_{q,k}.
+ *   - Query head i reads KV head i / (num_heads / num_kv_heads).
+ *   - Causal masking is bottom-right aligned: query t of a sequence with Tq queries and Tk keys
+ *     sees keys 0 .. t + Tk - Tq (chunked prefill's convention).
+ *   - A row that sees no key is "empty": O = 0 and LSE = the subject's declared sentinel.
+ *   - Return 0 on success, AC_ERR_* otherwise, with a one-line reason written to err.
+ */
+#ifndef ATTNCHECK_PLUGIN_ABI_H
+#define ATTNCHECK_PLUGIN_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AC_ABI_VERSION 1u
+
+typedef enum { AC_DTYPE_F32 = 0, AC_DTYPE_F16 = 1, AC_DTYPE_BF16 = 2 } ac_dtype;
+#define AC_DTYPE_BIT(d) (1u << (unsigned)(d))
+
+typedef enum {
+  AC_OP_MERGE = 1u,     /* merge two attention states (O, LSE) */
+  AC_OP_SOFTMAX = 2u,   /* row softmax */
+  AC_OP_ATTENTION = 4u, /* attention forward, O and LSE */
+  AC_OP_SPLITKV = 8u    /* attention forward with num_splits partials and a combine */
+} ac_op;
+
+typedef enum { AC_MEMORY_HOST = 0, AC_MEMORY_CUDA = 1 } ac_memory;
+
+/* [heads, tokens] (vLLM) or [tokens, heads] (SGLang). */
+typedef enum { AC_LSE_HEADS_TOKENS = 0, AC_LSE_TOKENS_HEADS = 1 } ac_lse_layout;
+
+/* Fold order of a split-KV combine. */
+typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
+#define AC_FOLD_BIT(f) (1u << (unsigned)(f))
+
+/* Optional features of an attention subject. */
+#define AC_FEAT_CAUSAL 1u
+#define AC_FEAT_MASK 2u   /* explicit boolean mask */
+#define AC_FEAT_VARLEN 4u /* more than one sequence, cu_seqlens */
+#define AC_FEAT_GQA 8u    /* num_kv_heads < num_heads */
+#define AC_FEAT_LSE 16u   /* writes LSE */
+
+/* Return codes. */
+#define AC_OK 0
+#define AC_ERR_UNSUPPORTED 1 /* refused before launch: dtype, head size, tiling, shape, alignment */
+#define AC_ERR_DEVICE 2      /* a CUDA call or launch failed, or the device faulted */
+#define AC_ERR_INTERNAL 3
+
+typedef struct {
+  int32_t br; /* query rows per tile */
+  int32_t bc; /* keys per tile */
+} ac_tiling;
+
+typedef struct {
+  uint32_t ops;           /* AC_OP_* bits */
+  uint32_t dtypes;        /* AC_DTYPE_BIT bits */
+  ac_memory memory;       /* where the tensors passed to this subject live */
+  int32_t head_size_min;  /* inclusive range of supported head sizes ... */
+  int32_t head_size_max;
+  const int32_t* head_sizes; /* ... or, when non-NULL, exactly these */
+  int32_t num_head_sizes;
+  int32_t lse_base;       /* 0: natural log; 2: base 2 */
+  ac_lse_layout lse_layout;
+  int32_t empty_lse_sign; /* -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2) */
+  uint32_t features;      /* AC_FEAT_* bits, attention and split-KV */
+  const ac_tiling* tilings; /* attention: the tilings selectable by ac_attention_args.tiling */
+  int32_t num_tilings;
+  int32_t max_splits;     /* split-KV: num_splits from 1 to max_splits */
+  uint32_t fold_orders;   /* split-KV: AC_FOLD_BIT bits */
+} ac_caps;
+
+/* out = merge((prefix_out, prefix_lse), (suffix_out, suffix_lse)), per (token, head).
+ * LSE element (t, h) lives at lse[t * lse_stride_token + h * lse_stride_head], the same strides
+ * for the two inputs and the output; LSEs are read in the subject's declared base. */
+typedef struct {
+  ac_dtype dtype;
+  int32_t num_tokens, num_heads, head_size;
+  void* out;
+  int64_t out_stride_token, out_stride_head;
+  float* out_lse; /* may be NULL */
+  const void* prefix_out;
+  int64_t prefix_stride_token, prefix_stride_head;
+  const float* prefix_lse;
+  const void* suffix_out;
+  int64_t suffix_stride_token, suffix_stride_head;
+  const float* suffix_lse;
+  int64_t lse_stride_token, lse_stride_head;
+  void* stream; /* cudaStream_t for AC_MEMORY_CUDA subjects */
+} ac_merge_args;
+
+/* y[r, :] = softmax(x[r, :]) for each of rows rows; x and y of the same dtype. */
+typedef struct {
+  ac_dtype dtype;
+  int32_t rows, cols;
+  const void* x;
+  void* y;
+  int64_t row_stride; /* elements between rows, for x and y */
+  void* stream;
+} ac_softmax_args;
+
+/* Attention forward (AC_OP_ATTENTION) or split-KV attention (AC_OP_SPLITKV). */
+typedef struct {
+  ac_dtype dtype;
+  int32_t num_seqs;
+  const int32_t* cu_seqlens_q;      /* num_seqs + 1 offsets, subject memory */
+  const int32_t* cu_seqlens_k;
+  const int32_t* cu_seqlens_q_host; /* the same, host memory */
+  const int32_t* cu_seqlens_k_host;
+  int32_t max_seqlen_q, max_seqlen_k;
+  int32_t num_heads, num_kv_heads, head_size;
+  const void* q; /* [total_q, num_heads, head_size] */
+  const void* k; /* [total_k, num_kv_heads, head_size] */
+  const void* v;
+  void* out;     /* [total_q, num_heads, head_size] */
+  float* lse;    /* per the declared layout, [num_heads, total_q] or [total_q, num_heads]; may be NULL */
+  float softmax_scale;
+  int32_t causal;
+  /* NULL, or per sequence a row-major [Tq_i, Tk_i] block of bytes (nonzero = visible), the blocks
+   * back to back; block i starts at element cu_mask_host[i] (cu_mask in subject memory). Shared
+   * by all heads; combined with causal by logical and. */
+  const uint8_t* mask;
+  const int64_t* cu_mask;
+  const int64_t* cu_mask_host;
+  int32_t tiling;      /* index into caps.tilings */
+  int32_t num_splits;  /* split-KV only */
+  ac_fold fold_order;  /* split-KV only */
+  void* stream;
+} ac_attention_args;
+
+typedef int (*ac_merge_fn)(void* self, const ac_merge_args* args, char* err, size_t err_len);
+typedef int (*ac_softmax_fn)(void* self, const ac_softmax_args* args, char* err, size_t err_len);
+typedef int (*ac_attention_fn)(void* self, const ac_attention_args* args, char* err, size_t err_len);
+
+typedef struct {
+  const char* name;        /* unique among loaded subjects: letters, digits, '-', '_', '.' */
+  const char* description; /* one line */
+  ac_caps caps;
+  ac_merge_fn merge;         /* NULL unless caps.ops has AC_OP_MERGE */
+  ac_softmax_fn softmax;     /* NULL unless caps.ops has AC_OP_SOFTMAX */
+  ac_attention_fn attention; /* NULL unless caps.ops has AC_OP_ATTENTION or AC_OP_SPLITKV */
+  void* self;                /* passed back as the first argument */
+} ac_subject;
+
+typedef struct {
+  uint32_t abi_version; /* AC_ABI_VERSION */
+  const char* name;
+  int32_t num_subjects;
+  const ac_subject* subjects;
+} ac_plugin;
+
+typedef uint32_t (*ac_plugin_abi_version_fn)(void);
+typedef const ac_plugin* (*ac_plugin_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNCHECK_PLUGIN_ABI_H */

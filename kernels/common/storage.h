@@ -1,0 +1,97 @@
+// Storage formats of kernel inputs and outputs, as bit patterns, shared by device and host code.
+// Conversions float -> fp16 / bf16 round to nearest, ties to even, with subnormals and overflow
+// to infinity: the same single rounding __float2half_rn / __float2bfloat16_rn perform, so a
+// host twin rounds exactly where and how its kernel does.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "hd.h"
+
+namespace attncheck::kern {
+
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2 };  // values match ac_dtype
+
+AC_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+AC_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+AC_HD float f16_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0x1f) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf, nan
+  if (exp == 0) {
+    if (mant == 0) return bits_float(sign);
+    // subnormal: value = mant * 2^-24, exact in float
+    float v = float(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+AC_HD uint16_t float_to_f16(float f) {
+  const uint32_t u = float_bits(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t au = u & 0x7fffffffu;
+  if (au > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((au >> 13) & 0x3ffu));  // nan, quiet
+  if (au >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520: rounds to infinity
+  const int e = int(au >> 23) - 127;
+  if (e >= -14) {  // normal fp16
+    uint32_t m = au & 0x7fffffu;
+    uint32_t r = ((uint32_t(e + 15)) << 10) | (m >> 13);
+    const uint32_t rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r += 1;  // carry may bump the exponent
+    return uint16_t(sign | r);
+  }
+  if (e < -25) return sign;  // below half the smallest subnormal (2^-25): zero
+  // subnormal: quantum 2^-24; value = (1.m) * 2^e, shift the 24-bit significand
+  const uint32_t sig = (au & 0x7fffffu) | 0x800000u;
+  const int shift = -e - 14 + 13;  // 14..25 - ... bits dropped
+  uint32_t r = sig >> shift;
+  const uint32_t rem = sig & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1u))) r += 1;
+  return uint16_t(sign | r);
+}
+
+AC_HD float bf16_to_float(uint16_t b) { return bits_float(uint32_t(b) << 16); }
+
+AC_HD uint16_t float_to_bf16(float f) {
+  const uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // nan, quiet
+  const uint32_t lsb = (u >> 16) & 1u;
+  return uint16_t((u + 0x7fffu + lsb) >> 16);  // ties to even; overflow carries into infinity
+}
+
+// Decode one stored element (bits in the low 16 or all 32 bits) to float.
+AC_HD float load_as_float(DType t, uint32_t bits) {
+  return t == DType::f32 ? bits_float(bits) : t == DType::f16 ? f16_to_float(uint16_t(bits))
+                                                               : bf16_to_float(uint16_t(bits));
+}
+// Round a float to the storage format, as the kernel's final store does.
+AC_HD uint32_t store_from_float(DType t, float f) {
+  return t == DType::f32 ? float_bits(f) : t == DType::f16 ? float_to_f16(f) : float_to_bf16(f);
+}
+// Round a float to the storage format and back: the value a kernel holds after rounding an
+// intermediate (for example P before P V) to its input type.
+AC_HD float round_through(DType t, float f) { return load_as_float(t, store_from_float(t, f)); }
+
+inline int dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+}  // namespace attncheck::kern

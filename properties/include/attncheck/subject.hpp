@@ -1,0 +1,96 @@
+// The subject interface properties run against: a kernel implementation seen through host-side
+// tensors. Every subject, built-in or plugin, CUDA or host twin, reaches the properties through
+// this class; the harness adapts ac_subject (plugin_abi.h) to it, staging tensors to and from
+// the device where the subject lives there. Properties never see CUDA.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attncheck/plugin_abi.h"
+
+namespace attncheck {
+
+// Tensors are kept as bit patterns, one uint32 per element (fp16 / bf16 in the low 16 bits),
+// so cases are stored, compared and replayed bit-exactly.
+using Bits = std::vector<uint32_t>;
+
+struct MergeInput {
+  ac_dtype dtype = AC_DTYPE_F32;
+  int32_t num_tokens = 0, num_heads = 0, head_size = 0;
+  Bits prefix_out, suffix_out;        // [num_tokens, num_heads, head_size], contiguous
+  std::vector<float> prefix_lse;      // logical [num_tokens, num_heads], in the subject's base
+  std::vector<float> suffix_lse;
+};
+struct MergeOutput {
+  Bits out;                  // [num_tokens, num_heads, head_size]
+  std::vector<float> lse;    // logical [num_tokens, num_heads]
+};
+
+struct SoftmaxInput {
+  ac_dtype dtype = AC_DTYPE_F32;
+  int32_t rows = 0, cols = 0;
+  Bits x;  // [rows, cols]
+};
+struct SoftmaxOutput {
+  Bits y;  // [rows, cols]
+};
+
+struct AttentionInput {
+  ac_dtype dtype = AC_DTYPE_F16;
+  int32_t num_heads = 1, num_kv_heads = 1, head_size = 0;
+  std::vector<int32_t> seqlens_q, seqlens_k;  // one entry per sequence
+  bool causal = false;                        // bottom-right aligned
+  std::vector<uint8_t> mask;                  // empty: none; else per sequence [Tq_i, Tk_i], back to back
+  float softmax_scale = 1.0f;
+  Bits q;  // [total_q, num_heads, head_size]
+  Bits k;  // [total_k, num_kv_heads, head_size]
+  Bits v;
+};
+struct AttentionOptions {
+  int32_t tiling = 0;      // index into caps().tilings
+  int32_t num_splits = 1;  // split-KV subjects
+  ac_fold fold_order = AC_FOLD_LEFT;
+};
+struct AttentionOutput {
+  Bits out;                // [total_q, num_heads, head_size]
+  std::vector<float> lse;  // logical [total_q, num_heads], read from the subject's declared layout
+};
+
+// A subject refused a case (unsupported shape, dtype...) or failed while running it.
+struct SubjectError : std::runtime_error {
+  enum class Kind { unsupported, device_fault, internal };
+  Kind kind;
+  SubjectError(Kind k, const std::string& what) : std::runtime_error(what), kind(k) {}
+};
+
+class Subject {
+ public:
+  virtual ~Subject() = default;
+  virtual const std::string& name() const = 0;
+  virtual const std::string& description() const = 0;
+  virtual const ac_caps& caps() const = 0;
+  // "host" or "cuda", and where it came from ("builtin" or the plugin path)
+  virtual std::string backend() const = 0;
+  virtual std::string origin() const = 0;
+
+  // Each throws SubjectError on refusal or failure.
+  virtual MergeOutput merge(const MergeInput& in) = 0;
+  virtual SoftmaxOutput softmax(const SoftmaxInput& in) = 0;
+  virtual AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) = 0;
+
+  bool has_op(uint32_t op) const { return (caps().ops & op) != 0; }
+  bool has_dtype(ac_dtype d) const { return (caps().dtypes & AC_DTYPE_BIT(d)) != 0; }
+  bool supports_head_size(int32_t d) const {
+    const ac_caps& c = caps();
+    if (c.head_sizes) {
+      for (int32_t i = 0; i < c.num_head_sizes; ++i)
+        if (c.head_sizes[i] == d) return true;
+      return false;
+    }
+    return d >= c.head_size_min && d <= c.head_size_max;
+  }
+};
+
+}  // namespace attncheck
