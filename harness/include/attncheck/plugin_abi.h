@@ -62,6 +62,10 @@ typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
 #define AC_FEAT_VARLEN 4u /* more than one sequence, cu_seqlens */
 #define AC_FEAT_GQA 8u    /* num_kv_heads < num_heads */
 #define AC_FEAT_LSE 16u   /* writes LSE */
+/* Declared hazard: exp(x) is taken without subtracting the row max and rounded to the storage
+ * type (a naive softmax). Such a subject is expected to overflow exactly where the exact
+ * exp(x) rounds to infinity in the storage format; properties check that it does. */
+#define AC_FEAT_NAIVE_EXP 32u
 
 /* Return codes. */
 #define AC_OK 0
