@@ -1,0 +1,88 @@
+// Exact (working-precision) logsumexp, softmax, online-softmax state, attention forward and merge.
+//
+// Conventions:
+//   - LSE in natural log by default; LseBase::two gives log2(sum e^x) = LSE / ln 2 (FlashInfer,
+//     TensorRT-LLM). Merge inputs given in base two are masses 2^lse.
+//   - Empty rows (no visible key) and all -inf logits: softmax all zero, O = 0, LSE = -inf.
+//   - Scores s_j = softmax_scale * dot(q, k_j): the products of fp16/bf16/fp32 inputs are exact,
+//     the dot product is rounded once (correctly) to working precision, the scale is the float value
+//     taken as given.
+//   - Causal is bottom-right aligned: query t (0-based within its sequence) sees key j when
+//     j <= t + Tk - Tq (chunked prefill). Query head i reads KV head i / (h / h_kv).
+//   - The mask, when present, is per sequence row-major [Tq_i, Tk_i] (nonzero = visible), the
+//     sequences back to back, shared by all heads, AND-ed with causal.
+//   - NaN and infinity (IEEE meaning of the exact expression, limits where it has one):
+//       a NaN logit/score among the visible ones: the whole row is NaN (every O element and LSE);
+//       a +inf score (no NaN): the softmax is uniform over the +inf keys, LSE = +inf;
+//       a -inf score: that key has weight zero (as if masked);
+//       an inf or NaN in a visible value with nonzero weight: that O element is +-inf or NaN
+//       (NaN when +inf and -inf meet). Invisible keys' values never matter.
+//     Scores follow IEEE products: inf * 0 = NaN, so a query with inf against a zero key is NaN.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attncheck/reference/format.hpp"
+
+namespace attncheck::ref {
+
+enum class LseBase { e, two };
+
+// -inf for empty or all -inf; +inf when any element is +inf (and none NaN); NaN when any is NaN.
+Real logsumexp(const std::vector<Real>& x, LseBase base = LseBase::e);
+// Empty input: empty; all -inf: all zero; NaN anywhere: all NaN; +inf entries share the mass.
+std::vector<Real> softmax(const std::vector<Real>& x);
+
+// The seed's online state (m, l, O~): m the running max, l = sum e^(x - m), O~ = sum e^(x - m) v
+// (unnormalised). Final output O = O~ / l, LSE = m + log l.
+struct OnlineState {
+  Real m;
+  Real l;
+  std::vector<Real> o;
+};
+OnlineState online_state_init(int head_size);  // m = -inf, l = 0, O~ = 0
+// Exact recurrence of the seed: m' = max(m, max x), alpha = e^(m - m') (0 when m = -inf: the base
+// case guard; nothing changes when m' = -inf), l' = alpha l + sum e^(x - m'), O' = alpha O + sum e^(x-m') v.
+// block_values[i] is the value vector of block_logits[i].
+void online_state_update(OnlineState&, const std::vector<Real>& block_logits,
+                         const std::vector<std::vector<Real>>& block_values);
+
+struct AttentionProblem {
+  Format dtype;
+  int32_t num_heads, num_kv_heads, head_size;
+  std::vector<int32_t> seqlens_q, seqlens_k;
+  bool causal;
+  std::vector<uint8_t> mask;
+  float softmax_scale;
+  std::vector<uint32_t> q, k, v;  // q [total_q, num_heads, head_size], k/v [total_k, num_kv_heads, head_size]
+};
+
+// Throws ReferenceError naming the problem: head counts/size <= 0, h % h_kv != 0, seqlens_q/k
+// sizes differ, negative lengths, q/k/v/mask sizes not matching the shape, fp16/bf16 bit patterns
+// above 16 bits, non-finite softmax_scale.
+void validate(const AttentionProblem&);
+
+struct ExactRow {
+  std::vector<Real> o;
+  Real lse;  // in the requested base (natural by default)
+  bool empty;  // no visible key: o = 0, lse = -inf
+};
+ExactRow exact_attention_row(const AttentionProblem&, int64_t token /*global index in [0,total_q)*/,
+                             int32_t head, LseBase base = LseBase::e);
+std::vector<ExactRow> exact_attention(const AttentionProblem&, LseBase base = LseBase::e);  // [total_q][num_heads]
+
+// A partial attention result: normalised output and its LSE (in `base`).
+struct ExactState {
+  std::vector<Real> o;
+  Real lse;
+};
+// Merge two or more states exactly: O = sum_i w_i O_i / sum_i w_i with w_i = e^(lse_i - M)
+// (2^(lse_i - M) in base two), LSE = M + log(sum w_i). +inf LSE is FlashAttention-2's empty
+// sentinel and is read as empty (-inf) when plus_inf_is_empty (default); otherwise a +inf state is
+// infinite mass: LSE = +inf and O = NaN (no defined convex combination). All empty: O = 0,
+// LSE = -inf. A NaN LSE makes the result NaN. Throws ReferenceError when states is empty or head
+// sizes differ.
+ExactState exact_merge(const std::vector<ExactState>& states, LseBase base = LseBase::e,
+                       bool plus_inf_is_empty = true);
+
+}  // namespace attncheck::ref
