@@ -21,6 +21,11 @@ struct MergeOptions {
   bool allow_vector = true;  // CUDA only: false forces the scalar path (tests of that path)
 };
 
+// The checks both launchers run before touching memory: dtype, lse_base, head size (1..512),
+// negative counts, null or element-misaligned pointers. AC_OK or AC_ERR_UNSUPPORTED with the
+// reason. Zero tokens or zero heads is a valid empty merge.
+int merge_check_args(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len);
+
 // Host twin: tensors in host memory.
 int merge_host(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len);
 

@@ -1,0 +1,174 @@
+// CUDA merge of two attention states (the seed's merge section; vLLM merge_attn_states,
+// SGLang merge_state): out[t, h, :] = p_scale * prefix_out[t, h, :] + s_scale * suffix_out[t, h, :].
+//
+// Numerics: the per-(token, head) weights and the per-element fma come from merge_math.h, shared
+// with the host twin. LSEs are fp32; outputs are widened to fp32 on load; scales and the
+// combination are fp32 (scale first, then multiply: a convex combination, no overflow); the one
+// rounding to the storage type is the store (cvt.rn, nearest-even, as storage.h on the host).
+// Conventions: LSE natural log (or base 2 via MergeOptions::lse_base), LSE layout by strides
+// ([heads, tokens] or [tokens, heads]); +inf read as empty; two empty states give out = 0 exactly
+// and out_lse = -inf.
+//
+// Layout of the work, built for bandwidth (the merge moves ~6 bytes per flop): one thread per
+// 16-byte pack of one (token, head) row (16 threads for d = 128 fp16), each loading the two LSEs
+// once and issuing 128-bit loads and stores; a grid-stride loop over tokens * heads * packs.
+// Where the head size or the pointers and strides do not allow 16-byte packs, the scalar path
+// runs one thread per element (every head size 1..512). Indices are 32-bit when the whole
+// problem fits in 2^31 work items, 64-bit otherwise; element offsets are always 64-bit.
+// Check: ctest -R kernels_basic_merge_gpu   (bandwidth: build/tests/kernels_basic/merge_bench)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "merge/merge.h"
+#include "merge/merge_math.h"
+
+namespace attncheck::kern {
+
+namespace {
+
+template <int DT>
+struct Elem;
+template <>
+struct Elem<AC_DTYPE_F32> {
+  using T = float;
+  static __device__ __forceinline__ float load(T v) { return v; }
+  static __device__ __forceinline__ T store(float f) { return f; }
+};
+template <>
+struct Elem<AC_DTYPE_F16> {
+  using T = __half;
+  static __device__ __forceinline__ float load(T v) { return __half2float(v); }
+  static __device__ __forceinline__ T store(float f) { return __float2half_rn(f); }
+};
+template <>
+struct Elem<AC_DTYPE_BF16> {
+  using T = __nv_bfloat16;
+  static __device__ __forceinline__ float load(T v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ T store(float f) { return __float2bfloat16_rn(f); }
+};
+
+constexpr int kThreads = 256;
+
+template <typename I>
+struct RowIndex {
+  I tok, head, sub;  // sub: pack (vector path) or element (scalar path) within the row
+};
+template <typename I>
+__device__ __forceinline__ RowIndex<I> split_index(I idx, I per_row, I num_heads) {
+  const I row = idx / per_row;
+  return RowIndex<I>{row / num_heads, row % num_heads, idx - row * per_row};
+}
+
+template <int DT, typename I>
+__global__ void __launch_bounds__(kThreads)
+    merge_vector_kernel(const ac_merge_args a, const int lse_base, const I packs_per_row,
+                        const I total) {
+  using E = Elem<DT>;
+  using T = typename E::T;
+  constexpr int kPack = 16 / int(sizeof(T));
+  const I num_heads = I(a.num_heads);
+  for (I idx = I(blockIdx.x) * kThreads + threadIdx.x; idx < total; idx += I(gridDim.x) * kThreads) {
+    const RowIndex<I> r = split_index(idx, packs_per_row, num_heads);
+    const int64_t tok = int64_t(r.tok), h = int64_t(r.head), e = int64_t(r.sub) * kPack;
+    const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
+    const MergeWeights w = merge_weights(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
+    const T* p = static_cast<const T*>(a.prefix_out) + tok * a.prefix_stride_token +
+                 h * a.prefix_stride_head + e;
+    const T* s = static_cast<const T*>(a.suffix_out) + tok * a.suffix_stride_token +
+                 h * a.suffix_stride_head + e;
+    T* o = static_cast<T*>(a.out) + tok * a.out_stride_token + h * a.out_stride_head + e;
+    const uint4 pv = __ldg(reinterpret_cast<const uint4*>(p));
+    const uint4 sv = __ldg(reinterpret_cast<const uint4*>(s));
+    const T* pe = reinterpret_cast<const T*>(&pv);
+    const T* se = reinterpret_cast<const T*>(&sv);
+    uint4 ov;
+    T* oe = reinterpret_cast<T*>(&ov);
+#pragma unroll
+    for (int i = 0; i < kPack; ++i) oe[i] = E::store(merge_element(E::load(pe[i]), E::load(se[i]), w));
+    *reinterpret_cast<uint4*>(o) = ov;
+    if (a.out_lse != nullptr && r.sub == 0) a.out_lse[li] = w.out_lse;
+  }
+}
+
+template <int DT, typename I>
+__global__ void __launch_bounds__(kThreads)
+    merge_scalar_kernel(const ac_merge_args a, const int lse_base, const I total) {
+  using E = Elem<DT>;
+  using T = typename E::T;
+  const I num_heads = I(a.num_heads), head_size = I(a.head_size);
+  for (I idx = I(blockIdx.x) * kThreads + threadIdx.x; idx < total; idx += I(gridDim.x) * kThreads) {
+    const RowIndex<I> r = split_index(idx, head_size, num_heads);
+    const int64_t tok = int64_t(r.tok), h = int64_t(r.head), e = int64_t(r.sub);
+    const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
+    const MergeWeights w = merge_weights(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
+    const T p = static_cast<const T*>(a.prefix_out)[tok * a.prefix_stride_token + h * a.prefix_stride_head + e];
+    const T s = static_cast<const T*>(a.suffix_out)[tok * a.suffix_stride_token + h * a.suffix_stride_head + e];
+    static_cast<T*>(a.out)[tok * a.out_stride_token + h * a.out_stride_head + e] =
+        E::store(merge_element(E::load(p), E::load(s), w));
+    if (a.out_lse != nullptr && r.sub == 0) a.out_lse[li] = w.out_lse;
+  }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+bool stride16(int64_t stride_elems, int64_t elem) { return ((stride_elems * elem) % 16) == 0; }
+
+unsigned grid_for(int64_t total) {
+  const int64_t blocks = (total + kThreads - 1) / kThreads;
+  constexpr int64_t kMaxBlocks = int64_t(1) << 22;  // grid-stride beyond this
+  return unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+template <int DT, typename I>
+void launch(const ac_merge_args& a, const MergeOptions& o, bool vector, int64_t total,
+            int64_t packs_per_row, cudaStream_t stream) {
+  if (vector)
+    merge_vector_kernel<DT, I><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(packs_per_row), I(total));
+  else
+    merge_scalar_kernel<DT, I><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(total));
+}
+
+template <int DT>
+void launch_dtype(const ac_merge_args& a, const MergeOptions& o, bool vector, int64_t total,
+                  int64_t packs_per_row, cudaStream_t stream) {
+  // 32-bit index arithmetic (cheap division) when every work item index and its grid-stride
+  // successor fit; 64-bit otherwise, so huge tensors never wrap (issue 6, mutant 13).
+  if (total < (int64_t(1) << 31) - int64_t(kThreads) * (int64_t(1) << 22))
+    launch<DT, uint32_t>(a, o, vector, total, packs_per_row, stream);
+  else
+    launch<DT, int64_t>(a, o, vector, total, packs_per_row, stream);
+}
+
+}  // namespace
+
+bool merge_cuda_uses_vector_path(const ac_merge_args& a, const MergeOptions& o) {
+  if (!o.allow_vector) return false;
+  const int64_t elem = a.dtype == AC_DTYPE_F32 ? 4 : 2;
+  return (int64_t(a.head_size) * elem) % 16 == 0 && aligned16(a.out) && aligned16(a.prefix_out) &&
+         aligned16(a.suffix_out) && stride16(a.out_stride_token, elem) &&
+         stride16(a.out_stride_head, elem) && stride16(a.prefix_stride_token, elem) &&
+         stride16(a.prefix_stride_head, elem) && stride16(a.suffix_stride_token, elem) &&
+         stride16(a.suffix_stride_head, elem);
+}
+
+int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len) {
+  if (const int rc = merge_check_args(a, o, err, err_len); rc != AC_OK) return rc;
+  if (a.num_tokens == 0 || a.num_heads == 0) return AC_OK;
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  const bool vector = merge_cuda_uses_vector_path(a, o);
+  const int64_t elem = a.dtype == AC_DTYPE_F32 ? 4 : 2;
+  const int64_t packs_per_row = vector ? int64_t(a.head_size) * elem / 16 : int64_t(a.head_size);
+  const int64_t total = int64_t(a.num_tokens) * a.num_heads * packs_per_row;
+  switch (a.dtype) {
+    case AC_DTYPE_F32: launch_dtype<AC_DTYPE_F32>(a, o, vector, total, packs_per_row, stream); break;
+    case AC_DTYPE_F16: launch_dtype<AC_DTYPE_F16>(a, o, vector, total, packs_per_row, stream); break;
+    case AC_DTYPE_BF16: launch_dtype<AC_DTYPE_BF16>(a, o, vector, total, packs_per_row, stream); break;
+  }
+  AC_CUDA_TRY_LAUNCH();
+  AC_CUDA_TRY(cudaStreamSynchronize(stream));
+  return AC_OK;
+}
+
+}  // namespace attncheck::kern

@@ -1,0 +1,87 @@
+// Per-element math of the attention-state merge, shared by the CUDA kernel (merge.cu) and its
+// host twin (merge_host.cpp), so the two cannot drift apart.
+//
+// What it computes (the seed's merge section, vLLM / SGLang arithmetic):
+//   M = max(p_lse, s_lse); p_se = e^(p_lse - M); s_se = e^(s_lse - M); out_se = p_se + s_se
+//   p_scale = p_se / out_se; s_scale = s_se / out_se          (scale first ...)
+//   out = fma(p, p_scale, s * s_scale)                         (... then multiply)
+//   out_lse = log(out_se) + M
+// Everything is fp32: the LSEs are fp32 by ABI, outputs are widened to fp32 on load, the scales
+// and the combination are fp32 and the only rounding to the storage type is the final store.
+// The combination is written as an explicit fmaf so host and device round it identically
+// (nvcc would contract p * p_scale + s * s_scale into this fma anyway; g++ would not).
+// Base: lse_base 0 uses expf/logf (natural log, vLLM, FlashAttention); 2 uses exp2f/log2f
+// (FlashInfer, TensorRT-LLM).
+// Guards, both from production incidents (FACTS.md):
+//   - an LSE of +inf is FlashAttention-2's empty-row sentinel and is read as -inf (empty);
+//   - both sides empty (M = -inf) would give (-inf) - (-inf) = NaN: the merge of two empty
+//     states is the identity (0, -inf), so the scales are 0 and out_lse is -inf, and the
+//     kernel writes out = 0 exactly (whatever the inputs hold).
+// A NaN LSE propagates (it is not a convention, it is a bug upstream, and must stay visible).
+// Check: ctest -R kernels_basic_merge
+#pragma once
+#include <cmath>
+
+#include "common/hd.h"
+
+namespace attncheck::kern {
+
+struct MergeWeights {
+  float p_scale;
+  float s_scale;
+  float out_lse;
+  bool both_empty;
+};
+
+AC_HD float merge_exp(float x, int lse_base) {
+#if defined(__CUDA_ARCH__)
+  return lse_base == 2 ? exp2f(x) : expf(x);
+#else
+  return lse_base == 2 ? std::exp2(x) : std::exp(x);
+#endif
+}
+AC_HD float merge_log(float x, int lse_base) {
+#if defined(__CUDA_ARCH__)
+  return lse_base == 2 ? log2f(x) : logf(x);
+#else
+  return lse_base == 2 ? std::log2(x) : std::log(x);
+#endif
+}
+AC_HD float merge_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return fmaf(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// FlashAttention-2 writes +inf for a row with no keys; every merge maps it to -inf first.
+AC_HD float empty_sentinel_to_neg_inf(float lse) { return lse == INFINITY ? -INFINITY : lse; }
+
+AC_HD MergeWeights merge_weights(float p_lse, float s_lse, int lse_base) {
+  p_lse = empty_sentinel_to_neg_inf(p_lse);
+  s_lse = empty_sentinel_to_neg_inf(s_lse);
+  if (p_lse != p_lse || s_lse != s_lse) {  // NaN: kept visible, never taken for "empty"
+    const float nan = p_lse + s_lse;
+    return MergeWeights{nan, nan, nan, false};
+  }
+  const float max_lse = p_lse > s_lse ? p_lse : s_lse;
+  if (max_lse == -INFINITY) return MergeWeights{0.0f, 0.0f, -INFINITY, true};
+  const float p_se = merge_exp(p_lse - max_lse, lse_base);
+  const float s_se = merge_exp(s_lse - max_lse, lse_base);
+  const float out_se = p_se + s_se;
+  MergeWeights w;
+  w.p_scale = p_se / out_se;
+  w.s_scale = s_se / out_se;
+  w.out_lse = merge_log(out_se, lse_base) + max_lse;
+  w.both_empty = false;
+  return w;
+}
+
+// One output element, in fp32, before the store rounds it to the storage type.
+AC_HD float merge_element(float p, float s, const MergeWeights& w) {
+  if (w.both_empty) return 0.0f;
+  return merge_fma(p, w.p_scale, s * w.s_scale);
+}
+
+}  // namespace attncheck::kern
