@@ -1,0 +1,424 @@
+// AbiSubject: stages a case's bit tensors into an ac_subject's memory space, calls it, and reads
+// the outputs back (see abi_subject.hpp). Elements are copied bit for bit; nothing is rounded.
+// CUDA staging exists only in a CUDA build (ATTNCHECK_HAVE_CUDA); a CUDA subject in a host-only
+// build refuses every call as unsupported.
+#include "attncheck/abi_subject.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#if defined(ATTNCHECK_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace attncheck {
+
+Backend parse_backend(const std::string& name) {
+  if (name == "auto") return Backend::automatic;
+  if (name == "cuda") return Backend::cuda;
+  if (name == "host") return Backend::host;
+  throw std::invalid_argument("unknown backend '" + name + "' (expected auto, cuda or host)");
+}
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::automatic: return "auto";
+    case Backend::cuda: return "cuda";
+    case Backend::host: return "host";
+  }
+  return "?";
+}
+
+uint32_t poison_bits(ac_dtype d) {
+  return d == AC_DTYPE_F32 ? kPoisonF32 : d == AC_DTYPE_F16 ? kPoisonF16 : kPoisonBf16;
+}
+
+namespace {
+
+size_t element_size(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
+
+// Bits (one uint32 per element) -> packed bytes of the element type.
+std::vector<unsigned char> pack(ac_dtype d, const Bits& bits) {
+  const size_t es = element_size(d);
+  std::vector<unsigned char> out(bits.size() * es);
+  for (size_t i = 0; i < bits.size(); ++i) {
+    if (es == 4) {
+      std::memcpy(&out[i * 4], &bits[i], 4);
+    } else {
+      const uint16_t h = uint16_t(bits[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+  }
+  return out;
+}
+
+Bits unpack(ac_dtype d, const std::vector<unsigned char>& bytes) {
+  const size_t es = element_size(d);
+  Bits out(bytes.size() / es);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (es == 4) {
+      std::memcpy(&out[i], &bytes[i * 4], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &bytes[i * 2], 2);
+      out[i] = h;
+    }
+  }
+  return out;
+}
+
+std::vector<unsigned char> poisoned(ac_dtype d, size_t elements) {
+  return pack(d, Bits(elements, poison_bits(d)));
+}
+
+template <class T>
+std::vector<unsigned char> as_bytes(const std::vector<T>& v) {
+  std::vector<unsigned char> out(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+std::vector<float> poisoned_lse(size_t n) {
+  float f;
+  std::memcpy(&f, &kPoisonF32, 4);
+  return std::vector<float>(n, f);
+}
+
+// LSE strides (token, head) of a [tokens, heads] tensor in the subject's declared layout.
+struct LseStrides {
+  int64_t token, head;
+};
+LseStrides lse_strides(ac_lse_layout layout, int64_t tokens, int64_t heads) {
+  if (layout == AC_LSE_HEADS_TOKENS) return {1, tokens};
+  return {heads, 1};
+}
+
+// Logical [tokens, heads] <-> declared layout.
+std::vector<float> to_layout(const std::vector<float>& logical, ac_lse_layout layout,
+                             int64_t tokens, int64_t heads) {
+  if (layout == AC_LSE_TOKENS_HEADS) return logical;
+  std::vector<float> out(logical.size());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h) out[size_t(h * tokens + t)] = logical[size_t(t * heads + h)];
+  return out;
+}
+std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout layout,
+                               int64_t tokens, int64_t heads) {
+  if (layout == AC_LSE_TOKENS_HEADS) return stored;
+  std::vector<float> out(stored.size());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h) out[size_t(t * heads + h)] = stored[size_t(h * tokens + t)];
+  return out;
+}
+
+// One buffer in the subject's memory space. Host subjects get host memory; CUDA subjects device
+// memory. Always at least one byte, so no subject sees a null pointer for an empty tensor.
+class Staged {
+ public:
+  Staged(ac_memory mem, const std::vector<unsigned char>& bytes) : mem_(mem), size_(bytes.size()) {
+    if (mem_ == AC_MEMORY_HOST) {
+      host_ = bytes;
+      host_.resize(std::max<size_t>(size_, 1));
+      return;
+    }
+#if defined(ATTNCHECK_HAVE_CUDA)
+    check(cudaMalloc(&device_, std::max<size_t>(size_, 1)), "cudaMalloc");
+    if (size_) check(cudaMemcpy(device_, bytes.data(), size_, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+#else
+    throw SubjectError(SubjectError::Kind::unsupported, "this attncheck build has no CUDA");
+#endif
+  }
+  Staged(const Staged&) = delete;
+  Staged& operator=(const Staged&) = delete;
+  ~Staged() {
+#if defined(ATTNCHECK_HAVE_CUDA)
+    if (device_) cudaFree(device_);
+#endif
+  }
+  void* get() { return mem_ == AC_MEMORY_HOST ? static_cast<void*>(host_.data()) : device_; }
+  std::vector<unsigned char> read() const {
+    if (mem_ == AC_MEMORY_HOST) return {host_.begin(), host_.begin() + ptrdiff_t(size_)};
+    std::vector<unsigned char> out(size_);
+#if defined(ATTNCHECK_HAVE_CUDA)
+    if (size_) check(cudaMemcpy(out.data(), device_, size_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+#endif
+    return out;
+  }
+
+ private:
+#if defined(ATTNCHECK_HAVE_CUDA)
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+      throw SubjectError(SubjectError::Kind::device_fault,
+                         std::string(what) + ": " + cudaGetErrorString(e));
+  }
+#endif
+  ac_memory mem_;
+  size_t size_;
+  std::vector<unsigned char> host_;
+  void* device_ = nullptr;
+};
+
+void require_tensor_size(const char* what, size_t got, size_t want) {
+  if (got != want)
+    throw SubjectError(SubjectError::Kind::internal, std::string("case tensor ") + what + " has " +
+                                                         std::to_string(got) + " elements, expected " +
+                                                         std::to_string(want));
+}
+
+// After a CUDA subject returns, surface asynchronous faults the subject did not report.
+void sync_device(ac_memory mem) {
+#if defined(ATTNCHECK_HAVE_CUDA)
+  if (mem != AC_MEMORY_CUDA) return;
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw SubjectError(SubjectError::Kind::device_fault,
+                       std::string("device fault after the call: ") + cudaGetErrorString(e));
+#else
+  (void)mem;
+#endif
+}
+
+void throw_on_error(int rc, const std::string& subject, const char* op, const char* err) {
+  if (rc == AC_OK) return;
+  std::string why = err[0] ? std::string(err) : std::string("no reason given");
+  std::string msg = subject + " " + op + ": " + why;
+  if (rc == AC_ERR_UNSUPPORTED) throw SubjectError(SubjectError::Kind::unsupported, msg);
+  if (rc == AC_ERR_DEVICE) throw SubjectError(SubjectError::Kind::device_fault, msg);
+  throw SubjectError(SubjectError::Kind::internal, msg + " (code " + std::to_string(rc) + ")");
+}
+
+}  // namespace
+
+AbiSubject::AbiSubject(const ac_subject& s, std::string origin, std::shared_ptr<void> keep_alive)
+    : subject_(s),
+      name_(s.name ? s.name : ""),
+      description_(s.description ? s.description : ""),
+      origin_(std::move(origin)),
+      keep_alive_(std::move(keep_alive)) {}
+
+std::string AbiSubject::backend() const {
+  return subject_.caps.memory == AC_MEMORY_CUDA ? "cuda" : "host";
+}
+
+MergeOutput AbiSubject::merge(const MergeInput& in) {
+  if (!has_op(AC_OP_MERGE) || !subject_.merge)
+    throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no merge");
+  const ac_memory mem = subject_.caps.memory;
+  const int64_t tokens = in.num_tokens, heads = in.num_heads;
+  const size_t n_out = size_t(tokens * heads * in.head_size), n_lse = size_t(tokens * heads);
+  require_tensor_size("prefix_out", in.prefix_out.size(), n_out);
+  require_tensor_size("suffix_out", in.suffix_out.size(), n_out);
+  require_tensor_size("prefix_lse", in.prefix_lse.size(), n_lse);
+  require_tensor_size("suffix_lse", in.suffix_lse.size(), n_lse);
+  const ac_lse_layout layout = subject_.caps.lse_layout;
+
+  Staged prefix(mem, pack(in.dtype, in.prefix_out)), suffix(mem, pack(in.dtype, in.suffix_out));
+  Staged prefix_lse(mem, as_bytes(to_layout(in.prefix_lse, layout, tokens, heads)));
+  Staged suffix_lse(mem, as_bytes(to_layout(in.suffix_lse, layout, tokens, heads)));
+  Staged out(mem, poisoned(in.dtype, n_out)), out_lse(mem, as_bytes(poisoned_lse(n_lse)));
+
+  const LseStrides ls = lse_strides(layout, tokens, heads);
+  ac_merge_args a{};
+  a.dtype = in.dtype;
+  a.num_tokens = in.num_tokens;
+  a.num_heads = in.num_heads;
+  a.head_size = in.head_size;
+  a.out = out.get();
+  a.out_stride_token = heads * in.head_size;
+  a.out_stride_head = in.head_size;
+  a.out_lse = static_cast<float*>(out_lse.get());
+  a.prefix_out = prefix.get();
+  a.prefix_stride_token = a.out_stride_token;
+  a.prefix_stride_head = a.out_stride_head;
+  a.prefix_lse = static_cast<const float*>(prefix_lse.get());
+  a.suffix_out = suffix.get();
+  a.suffix_stride_token = a.out_stride_token;
+  a.suffix_stride_head = a.out_stride_head;
+  a.suffix_lse = static_cast<const float*>(suffix_lse.get());
+  a.lse_stride_token = ls.token;
+  a.lse_stride_head = ls.head;
+  a.stream = nullptr;
+
+  if (before_call_) before_call_();
+  char err[512] = {0};
+  const int rc = subject_.merge(subject_.self, &a, err, sizeof err);
+  throw_on_error(rc, name_, "merge", err);
+  sync_device(mem);
+
+  MergeOutput result;
+  result.out = unpack(in.dtype, out.read());
+  const auto lse_bytes = out_lse.read();
+  std::vector<float> stored(n_lse);
+  if (n_lse) std::memcpy(stored.data(), lse_bytes.data(), n_lse * 4);
+  result.lse = from_layout(stored, layout, tokens, heads);
+  return result;
+}
+
+SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
+  if (!has_op(AC_OP_SOFTMAX) || !subject_.softmax)
+    throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no softmax");
+  const ac_memory mem = subject_.caps.memory;
+  const size_t n = size_t(int64_t(in.rows) * in.cols);
+  require_tensor_size("x", in.x.size(), n);
+  Staged x(mem, pack(in.dtype, in.x)), y(mem, poisoned(in.dtype, n));
+  ac_softmax_args a{};
+  a.dtype = in.dtype;
+  a.rows = in.rows;
+  a.cols = in.cols;
+  a.x = x.get();
+  a.y = y.get();
+  a.row_stride = in.cols;
+  a.stream = nullptr;
+  if (before_call_) before_call_();
+  char err[512] = {0};
+  const int rc = subject_.softmax(subject_.self, &a, err, sizeof err);
+  throw_on_error(rc, name_, "softmax", err);
+  sync_device(mem);
+  return SoftmaxOutput{unpack(in.dtype, y.read())};
+}
+
+AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionOptions& opt) {
+  if (!(has_op(AC_OP_ATTENTION) || has_op(AC_OP_SPLITKV)) || !subject_.attention)
+    throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no attention");
+  if (in.seqlens_q.size() != in.seqlens_k.size())
+    throw SubjectError(SubjectError::Kind::internal, "seqlens_q and seqlens_k differ in length");
+  const ac_memory mem = subject_.caps.memory;
+  const int32_t num_seqs = int32_t(in.seqlens_q.size());
+  std::vector<int32_t> cu_q(size_t(num_seqs) + 1, 0), cu_k(size_t(num_seqs) + 1, 0);
+  std::vector<int64_t> cu_mask(size_t(num_seqs) + 1, 0);
+  int32_t max_q = 0, max_k = 0;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    cu_q[size_t(s) + 1] = cu_q[size_t(s)] + in.seqlens_q[size_t(s)];
+    cu_k[size_t(s) + 1] = cu_k[size_t(s)] + in.seqlens_k[size_t(s)];
+    cu_mask[size_t(s) + 1] =
+        cu_mask[size_t(s)] + int64_t(in.seqlens_q[size_t(s)]) * in.seqlens_k[size_t(s)];
+    max_q = std::max(max_q, in.seqlens_q[size_t(s)]);
+    max_k = std::max(max_k, in.seqlens_k[size_t(s)]);
+  }
+  const int64_t total_q = cu_q.back(), total_k = cu_k.back();
+  const size_t n_q = size_t(total_q * in.num_heads * in.head_size);
+  const size_t n_kv = size_t(total_k * in.num_kv_heads * in.head_size);
+  require_tensor_size("q", in.q.size(), n_q);
+  require_tensor_size("k", in.k.size(), n_kv);
+  require_tensor_size("v", in.v.size(), n_kv);
+  const bool has_mask = !in.mask.empty();
+  if (has_mask) require_tensor_size("mask", in.mask.size(), size_t(cu_mask.back()));
+  const bool wants_lse = (subject_.caps.features & AC_FEAT_LSE) != 0;
+  const size_t n_lse = size_t(total_q * in.num_heads);
+  const ac_lse_layout layout = subject_.caps.lse_layout;
+
+  Staged q(mem, pack(in.dtype, in.q)), k(mem, pack(in.dtype, in.k)), v(mem, pack(in.dtype, in.v));
+  Staged cu_q_s(mem, as_bytes(cu_q)), cu_k_s(mem, as_bytes(cu_k));
+  Staged mask(mem, as_bytes(in.mask)), cu_mask_s(mem, as_bytes(cu_mask));
+  Staged out(mem, poisoned(in.dtype, n_q)), lse(mem, as_bytes(poisoned_lse(wants_lse ? n_lse : 0)));
+
+  ac_attention_args a{};
+  a.dtype = in.dtype;
+  a.num_seqs = num_seqs;
+  a.cu_seqlens_q = static_cast<const int32_t*>(cu_q_s.get());
+  a.cu_seqlens_k = static_cast<const int32_t*>(cu_k_s.get());
+  a.cu_seqlens_q_host = cu_q.data();
+  a.cu_seqlens_k_host = cu_k.data();
+  a.max_seqlen_q = max_q;
+  a.max_seqlen_k = max_k;
+  a.num_heads = in.num_heads;
+  a.num_kv_heads = in.num_kv_heads;
+  a.head_size = in.head_size;
+  a.q = q.get();
+  a.k = k.get();
+  a.v = v.get();
+  a.out = out.get();
+  a.lse = wants_lse ? static_cast<float*>(lse.get()) : nullptr;
+  a.softmax_scale = in.softmax_scale;
+  a.causal = in.causal ? 1 : 0;
+  a.mask = has_mask ? static_cast<const uint8_t*>(mask.get()) : nullptr;
+  a.cu_mask = has_mask ? static_cast<const int64_t*>(cu_mask_s.get()) : nullptr;
+  a.cu_mask_host = has_mask ? cu_mask.data() : nullptr;
+  a.tiling = opt.tiling;
+  a.num_splits = opt.num_splits;
+  a.fold_order = opt.fold_order;
+  a.stream = nullptr;
+
+  if (before_call_) before_call_();
+  char err[512] = {0};
+  const int rc = subject_.attention(subject_.self, &a, err, sizeof err);
+  throw_on_error(rc, name_, "attention", err);
+  sync_device(mem);
+
+  AttentionOutput result;
+  result.out = unpack(in.dtype, out.read());
+  if (wants_lse) {
+    const auto bytes = lse.read();
+    std::vector<float> stored(n_lse);
+    if (n_lse) std::memcpy(stored.data(), bytes.data(), n_lse * 4);
+    result.lse = from_layout(stored, layout, total_q, in.num_heads);
+  }
+  return result;
+}
+
+bool cuda_device_available() {
+#if defined(ATTNCHECK_HAVE_CUDA)
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+std::string cuda_device_name() {
+#if defined(ATTNCHECK_HAVE_CUDA)
+  if (!cuda_device_available()) return "";
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "";
+  return p.name;
+#else
+  return "";
+#endif
+}
+
+BackendResolution resolve_backend(Backend requested) {
+#if defined(ATTNCHECK_HAVE_CUDA)
+  const bool built = true;
+#else
+  const bool built = false;
+#endif
+  BackendResolution r;
+  switch (requested) {
+    case Backend::host:
+      r.backend = Backend::host;
+      r.note = "backend: host twins (as asked)";
+      break;
+    case Backend::cuda:
+      if (!built) throw std::runtime_error("--backend cuda: this attncheck was built without CUDA");
+      if (!cuda_device_available()) throw std::runtime_error("--backend cuda: no CUDA device visible");
+      r.backend = Backend::cuda;
+      r.note = "backend: cuda on " + cuda_device_name() + " (as asked)";
+      break;
+    case Backend::automatic:
+      if (built && cuda_device_available()) {
+        r.backend = Backend::cuda;
+        r.note = "backend: cuda on " + cuda_device_name() + " (auto: a GPU is visible)";
+      } else {
+        r.backend = Backend::host;
+        r.note = built ? "backend: host twins (auto: built with CUDA but no GPU visible)"
+                       : "backend: host twins (auto: this build has no CUDA)";
+      }
+      break;
+  }
+  return r;
+}
+
+std::vector<std::unique_ptr<Subject>> adapt_subjects(const std::vector<ac_subject>& subjects,
+                                                     const std::string& origin,
+                                                     std::shared_ptr<void> keep_alive) {
+  std::vector<std::unique_ptr<Subject>> out;
+  out.reserve(subjects.size());
+  for (const ac_subject& s : subjects) out.push_back(std::make_unique<AbiSubject>(s, origin, keep_alive));
+  return out;
+}
+
+}  // namespace attncheck
