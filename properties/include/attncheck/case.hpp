@@ -1,0 +1,71 @@
+// One self-contained, bit-exact test case: the unit the corpus stores, `attncheck replay` re-runs
+// and the properties shrink to. A case names its operation, the subject and property that produced
+// it, the options it ran with, and every input tensor as bit patterns. The file format (JSON, one
+// object per file, tensors as little-endian bytes in hex or base64) is documented in
+// corpus/README.md; case_to_json / case_from_json are its only writer and reader.
+//
+// Conventions: the merge input's LSEs are read in the base the replaying subject declares (the
+// case stores numbers, not a base); `lse_base` and `empty_lse_sign` record what the subject that
+// produced the case declared, for the reader.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <variant>
+
+#include "attncheck/subject.hpp"
+
+namespace attncheck {
+
+// A malformed, truncated or inconsistent case file. what() is one line naming the problem.
+struct CaseError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Case {
+  std::string op;        // "merge" | "softmax" | "attention" | "splitkv"
+  std::string subject;   // the subject it was generated for (replay may target any other)
+  std::string property;  // the property that produced it ("" for hand-written cases)
+  AttentionOptions options;  // tiling, num_splits, fold order (attention / splitkv)
+  int lse_base = 0;          // informational: 0 natural, 2 base two
+  int empty_lse_sign = -1;   // informational: the producing subject's empty-row sentinel
+  std::variant<MergeInput, SoftmaxInput, AttentionInput> input;
+  uint64_t seed = 0;         // the run's seed (0 for hand-written cases)
+  std::string rc_reproduce;  // RapidCheck reproduce string of the failure, "" if none
+  std::string note;          // free text: what the case exercises, why it failed
+};
+
+// The operation named by ac_op bits: AC_OP_MERGE -> "merge", ...; and back (CaseError if unknown).
+const char* op_name(uint32_t op);
+uint32_t op_from_name(const std::string& name);
+const char* dtype_name(ac_dtype);             // "fp32" | "fp16" | "bf16"
+ac_dtype dtype_from_name(const std::string&);  // CaseError if unknown
+
+// Serialise. Tensors of up to 64 elements are written in hex (readable in a diff), longer ones in
+// base64; both are little-endian bytes of the storage format (2 bytes for fp16/bf16, 4 for fp32
+// and for LSEs). Deterministic: the same case gives the same text.
+std::string case_to_json(const Case&);
+// Parse and validate (sizes consistent with the shapes, known op and dtype, the variant matching
+// the op). Throws CaseError with a one-line reason on anything malformed or truncated.
+Case case_from_json(const std::string& text);
+
+// Write atomically into dir (created if missing): a temporary file in dir, flushed, then renamed,
+// so a reader or a crash never sees a partial file. The name is
+// <op>-<subject>-<property>-<first 16 hex digits of the FNV-1a hash of the JSON>.json; writing the
+// same case twice gives the same file. Returns the path. Throws CaseError if dir is unwritable.
+std::string write_case_atomic(const std::string& dir, const Case&);
+// The same, to an explicit path (used for the write-ahead file before a GPU launch).
+void write_case_atomic_to(const std::string& path, const Case&);
+// Read and parse one file; CaseError (with the path in the message) on any problem.
+Case read_case_file(const std::string& path);
+
+// Shape summary of a case, for the shrunk-counterexample size the mutation self-test reports:
+// tokens = query rows (merge: tokens, softmax: rows), keys = keys per row (max over sequences;
+// softmax: cols; merge: 2 states), heads = query heads.
+struct CaseSize {
+  int64_t tokens = 0, keys = 0, heads = 0, head_size = 0;
+};
+CaseSize case_size(const Case&);
+std::string describe_size(const CaseSize&);  // "tokens=1 keys=3 heads=1 d=1"
+
+}  // namespace attncheck

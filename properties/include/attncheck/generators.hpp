@@ -1,0 +1,70 @@
+// RapidCheck generators, one small named generator per failure class of the seed chapter, composed
+// into whole inputs for each operation. RapidCheck's own float generators never give NaN, Inf,
+// subnormals or tiny magnitudes, so every value here is built from weighted special values and bit
+// patterns, and rounded once to its storage format (reference round_to_format). Sizes never exceed
+// RapidCheck's size (<= 100) except where a Domain asks for long rows (max_keys), which are scaled
+// explicitly. Attention logits are steered through q and k: a "structured" input gives query row t
+// a one-hot q on coordinate c(t) and carries the target logit in k_j[c(t)] with scale 1, so the
+// subject's own q.k reproduces the target exactly (rounded to the dtype).
+#pragma once
+#include <rapidcheck.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attncheck/subject.hpp"
+
+namespace attncheck::gen {
+
+// What the generated inputs must respect: the subject's capabilities and the run's limits.
+struct Domain {
+  std::vector<ac_dtype> dtypes;     // non-empty
+  std::vector<int32_t> head_sizes;  // candidate head sizes the subject accepts (small, odd ones too)
+  uint32_t features = 0;            // AC_FEAT_* (causal, mask, varlen, gqa)
+  int max_keys = 64;                // longest key row
+  int max_tokens = 8;               // query rows per sequence
+  int max_heads = 4;                // query heads (GQA ratios 1, 2, 4, 8 within it)
+};
+Domain domain_for(const Subject&, int max_keys, const std::vector<ac_dtype>& only_dtypes = {});
+
+// Logit rows (exact doubles, not yet rounded), length n, one generator per class.
+rc::Gen<std::vector<double>> normal_logits(int n);            // sigma from {0.5, 1, 3, 10}
+rc::Gen<std::vector<double>> late_outlier_logits(int n);      // +40 at ~49% of the row, sigma 3
+rc::Gen<std::vector<double>> fp16_overflow_band_logits(int n);  // max in [11.0, 11.2], straddling 11.0859375/11.09375
+rc::Gen<std::vector<double>> overflow_band_logits(ac_dtype, int n);  // the band of the dtype (fp32/bf16: 88.72)
+rc::Gen<std::vector<double>> underflow_band_logits(int n);    // spread below max - 17.33
+rc::Gen<std::vector<double>> huge_magnitude_logits(int n);    // +-100, 1e4, 6e4
+rc::Gen<std::vector<double>> all_equal_logits(int n);
+rc::Gen<std::vector<double>> any_logits(ac_dtype, int n);     // weighted mix of all of the above
+
+// Special scalar values of a format, with weights: zeros, +-inf, subnormals, max finite, +-1.
+rc::Gen<uint32_t> special_bits(ac_dtype);
+rc::Gen<uint32_t> finite_bits(ac_dtype);  // any finite bit pattern, small exponents favoured
+
+// Values (head_size columns per key), returned as bits of dtype.
+rc::Gen<Bits> random_values(ac_dtype, int64_t n);
+rc::Gen<Bits> constant_values(ac_dtype, int64_t n);
+rc::Gen<Bits> sign_cancelling_values(ac_dtype, int rows, int head_size);  // pairs v, -v
+rc::Gen<Bits> any_values(ac_dtype, int rows, int head_size);
+
+// Masks for one sequence [tq, tk], row-major, 1 = visible.
+rc::Gen<std::vector<uint8_t>> fully_masked_rows_mask(int tq, int tk);
+rc::Gen<std::vector<uint8_t>> all_but_one_masked(int tq, int tk);
+rc::Gen<std::vector<uint8_t>> random_mask(int tq, int tk);
+rc::Gen<std::vector<uint8_t>> any_mask(int tq, int tk);
+
+// LSE pairs for merges (in the subject's base): FA2 +inf sentinel on either/both sides, -inf
+// either/both, equal, gaps past fp32's exp range (> 104), above 88.7, ordinary.
+rc::Gen<std::pair<float, float>> merge_lse_pair();
+
+// Whole inputs.
+rc::Gen<MergeInput> merge_input(const Domain&);
+rc::Gen<MergeInput> merge_sentinel_input(const Domain&);  // at least one empty side per row
+rc::Gen<SoftmaxInput> softmax_input(const Domain&);
+rc::Gen<SoftmaxInput> softmax_overflow_band_input(const Domain&);
+rc::Gen<AttentionInput> attention_input(const Domain&);          // everything: shapes, masks, logits
+rc::Gen<AttentionInput> attention_empty_rows_input(const Domain&);  // some rows see no key
+rc::Gen<AttentionInput> attention_overflow_band_input(const Domain&);
+rc::Gen<AttentionInput> attention_split_input(const Domain&);    // non-causal, one sequence
+
+}  // namespace attncheck::gen

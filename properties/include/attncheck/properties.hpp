@@ -1,0 +1,154 @@
+// Properties: named claims of the seed chapter, checked against a Subject with RapidCheck
+// generators (generators.hpp) and the exact reference (reference/). Each property is registered
+// once (all_properties) and runs against every subject that has its operation. A failure is
+// re-run to rule out non-determinism, shrunk by RapidCheck to a minimal case, written atomically
+// into the corpus, and reported with the run's seed, RapidCheck's reproduce string and a
+// one-line `attncheck replay` command.
+//
+// Error measures (both reported, see budgets.hpp for the numbers and their derivation):
+//   ulp         |y - exact| / ulp_F(exact): the plain ulp error of the output format F.
+//   cancel_ulp  |y - exact| / ulp_F(S) with S = sum_j p_j |v_j| (attention), w_a|O_a| + w_b|O_b|
+//               (merge), |exact| (softmax): error relative to the scale the output is computed at,
+//               so sign-cancelling outputs near zero are judged fairly. LSE: |y - exact| measured in
+//               fp32 ulps of max(1, |exact|).
+// The verdict uses the cancellation-aware bound (budget_ulp * ulp_F(S) plus a conditioning term
+// for fp32 score and exponent rounding); `ulp` is reported, never gated.
+//
+// Write-ahead: before every subject call of a cuda subject (or when RunConfig::write_ahead), the
+// case is written atomically to <corpus_dir>/inflight-<subject>-<property>-<shard>.json and
+// cfg.before_launch is called; the file is removed when the run returns normally, so a file left
+// behind is the reproducer of a crash.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attncheck/case.hpp"
+#include "attncheck/subject.hpp"
+
+namespace attncheck {
+
+struct PropertyInfo {
+  std::string name;          // "accuracy", "merge_sentinels", ...
+  std::string description;   // one sentence
+  std::string seed_section;  // the seed chapter section it checks
+  uint32_t ops = 0;          // AC_OP_* bits: runs against subjects having any of them
+  bool in_gate = true;       // part of the default `gate` suite (else `full` only)
+};
+const std::vector<PropertyInfo>& all_properties();
+const PropertyInfo* find_property(const std::string& name);  // nullptr if unknown
+// True when the property runs against this subject (it has one of the property's ops and, for
+// properties that need them, LSE output / naive-exp declaration / split-KV capabilities).
+bool property_applies(const PropertyInfo&, const Subject&);
+
+struct RunConfig {
+  uint64_t seed = 1;
+  int num_cases = 100;       // RapidCheck max_success per (property, subject)
+  int shard_index = 0, shard_count = 1;  // shard I of N draws a disjoint, deterministic stream
+  std::string corpus_dir;    // where shrunk failures go ("" = do not write)
+  bool shrink = true;
+  int max_size = 100;        // RapidCheck size cap (<= 100, see FACTS.md); shapes scale from it
+  int max_keys = 64;         // longest key row generated; raise for long rows (8192 and beyond)
+  bool write_ahead = false;  // write-ahead for host subjects too (always on for cuda subjects)
+  std::vector<ac_dtype> dtypes;  // empty: every dtype the subject has
+  std::function<void(int done, int total)> progress;  // called after each case
+  const std::atomic<bool>* cancel = nullptr;          // set: stop after the current case
+  std::function<void(const Case&)> before_launch;     // called before each subject call
+};
+
+struct OutputStats {
+  std::string dtype;   // "fp16" | "bf16" | "fp32"
+  std::string output;  // "O" | "LSE" | "Y" (softmax)
+  int64_t count = 0;      // elements measured (finite exact value)
+  int64_t nonfinite = 0;  // NaN/Inf outputs where the exact value is finite
+  double max_ulp = 0, p99_ulp = 0, mean_ulp = 0;  // plain ulp error
+  double max_cancel_ulp = 0, p99_cancel_ulp = 0;  // cancellation-aware error (LSE: scaled fp32 ulps)
+  // Counts of plain ulp errors per bin; bin i holds [edge(i), edge(i+1)), see ulp_histogram_edges.
+  std::vector<int64_t> histogram;
+};
+// 0, 0.5, 1, 2, 4, ..., 2^20, +inf (23 edges, 22 bins). Shards merge histograms by adding.
+const std::vector<double>& ulp_histogram_edges();
+
+struct PropertyResult {
+  enum class Status { passed, failed, crashed, not_applicable };
+  std::string property, subject;
+  Status status = Status::passed;
+  // failed: "accuracy" | "nonfinite" | "overflow" | "empty_row" | "sentinel" | "lse_base" |
+  // "lse_layout" | "drift" | "nondeterministic" | "split"; crashed: "device_fault" | "internal".
+  std::string failure_class;
+  int cases_run = 0, failures = 0;
+  std::vector<OutputStats> stats;
+  std::vector<std::string> corpus_files;
+  std::string message;                 // one line; the worst element of the shrunk case
+  std::string counterexample_summary;  // describe_size of the shrunk case, plus its note
+  CaseSize counterexample_size;
+  uint64_t seed = 0;                   // the run's seed
+  std::string rc_reproduce;            // RapidCheck reproduce string ("" when passed)
+  std::string reproduce_command;       // "attncheck replay FILE --subject NAME" or a check command
+  double seconds = 0;
+  int cases_to_first_failure = -1;     // 1-based count of cases run when the first failure appeared
+  double seconds_to_first_failure = -1;
+  double max_drift_ulp = 0;            // split_order_drift: largest pairwise drift, output ulps
+};
+const char* status_name(PropertyResult::Status);
+
+// Runs one property against one subject. Never throws for subject failures: a SubjectError of kind
+// unsupported skips the case, device_fault / internal give Status::crashed (the write-ahead file
+// then holds the case). Throws std::invalid_argument for an unknown property name.
+PropertyResult run_property(const std::string& name, Subject& subject, const RunConfig& cfg);
+
+// Replay: re-run one case against a subject, judged by the property the case names (accuracy and
+// no_spurious_nonfinite when it names none or one that does not apply to the subject).
+struct WorstElement {
+  std::string where;        // "O[token=0,head=1,d=3]", "LSE[token=0,head=1]", "Y[row=0,col=2]"
+  std::string input_bits;   // the inputs that matter, as hexfloats (a logit, an LSE pair, ...)
+  std::string exact;        // exact value, 36 significant digits
+  std::string rounded_exact;  // exact rounded once to the output format, hexfloat
+  std::string output_bits;    // the subject's output: 0x.... and hexfloat
+  double ulp = 0;             // plain ulp error
+  double cancel_ulp = 0;      // cancellation-aware error
+};
+struct ReplayResult {
+  bool passed = false;
+  bool applicable = true;   // false: the subject lacks the op/dtype/head size (not a failure)
+  std::string verdict;      // one line: "pass", "FAIL accuracy: ...", "not applicable: ..."
+  std::vector<WorstElement> worst_elements;  // up to 5, worst first
+  std::string reproduce_command;             // attncheck replay FILE --subject NAME
+};
+ReplayResult replay_case(const Case&, Subject&, const std::string& file_path = "");
+
+// Tiling and split report: the same inputs through every tiling of an attention subject and, for
+// split-KV subjects, every num_splits in 1..max_splits and every declared fold order.
+struct TilingRow {
+  int br = 0, bc = 0, num_splits = 1;
+  std::string fold;  // "left" | "right" | "tree" | "" (not split-KV)
+  OutputStats stats;
+};
+std::vector<TilingRow> tiling_report(Subject&, const RunConfig&);
+
+// Chunked prefill reproduction (issue 4, last section). A scenario (corpus/prefill/*.json, format
+// in corpus/README.md) lists requests (cached prefix length, prefix hit or miss, new tokens) and a
+// chunk size; each chunk of each request runs prefix attention (non-causal over the cached prefix,
+// zero keys on a miss), suffix attention (causal over the chunk's own tokens and the earlier
+// chunks), and the merge of the two.
+struct PrefillFinding {
+  int request = -1, chunk = -1, token = -1, head = -1;  // token: index within the request
+  std::string stage;  // "prefix" | "suffix" | "merge"
+  std::string value;  // "nan", "inf", ...
+  std::string detail; // the inputs of that element (LSE pair for a merge)
+};
+struct PrefillReport {
+  bool ok = true;  // no non-finite value anywhere
+  int requests = 0, chunks = 0, rows_checked = 0;
+  std::vector<PrefillFinding> findings;  // the first non-finite value, then one per stage/request
+  std::string summary;                   // one line
+};
+struct PrefillScenarioError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+PrefillReport run_prefill(const std::string& scenario_json_path, Subject& attention, Subject& merge);
+PrefillReport run_prefill_text(const std::string& scenario_json, Subject& attention, Subject& merge);
+
+}  // namespace attncheck
