@@ -1,0 +1,84 @@
+// reference_bench: how fast is the exact reference? Not a test.
+// Prints the time of one exact attention row (fp16, d = 128, non-causal) for T in {64, 1024, 8192}
+// keys (median of a few repeats), the cost of a whole GQA group sharing its KV slice, and exact
+// merges of two states per second (d = 128), at the default 200 bits.
+//   build-ref/reference/reference_bench
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "attncheck/reference/reference.hpp"
+
+using namespace attncheck::ref;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, int32_t d, std::mt19937_64& rng) {
+  std::normal_distribution<double> n01(0.0, 1.0);
+  AttentionProblem pb{Format::fp16, h, hkv, d, {tq}, {tk}, false, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}};
+  auto fill = [&](std::vector<uint32_t>& t, size_t n) {
+    t.resize(n);
+    for (auto& b : t) b = round_to_format(Format::fp16, n01(rng));
+  };
+  fill(pb.q, static_cast<size_t>(tq) * h * d);
+  fill(pb.k, static_cast<size_t>(tk) * hkv * d);
+  fill(pb.v, static_cast<size_t>(tk) * hkv * d);
+  return pb;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937_64 rng(12345);
+  std::printf("exact reference benchmark, %u-bit working precision (%u effective), fp16 inputs, d = 128\n",
+              precision_bits(), precision_bits_effective());
+  for (int32_t t : {64, 1024, 8192}) {
+    const AttentionProblem pb = random_problem(1, t, 1, 1, 128, rng);
+    const int repeats = t >= 8192 ? 3 : (t >= 1024 ? 5 : 9);
+    std::vector<double> ms;
+    for (int r = 0; r < repeats; ++r) {
+      const auto t0 = Clock::now();
+      const ExactRow row = exact_attention_row(pb, 0, 0);
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (row.empty) return 1;
+    }
+    std::printf("attention row  T = %5d: %9.3f ms (median of %d)\n", t, median(ms), repeats);
+  }
+  {
+    // A GQA group of 4 query heads over one KV head, 4 query rows: exact_attention decodes K/V once.
+    const AttentionProblem pb = random_problem(4, 1024, 4, 1, 128, rng);
+    const auto t0 = Clock::now();
+    const auto rows = exact_attention(pb);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    std::printf("exact_attention T = 1024, 16 rows (4 tokens x 4 heads, 1 KV head): %.3f ms/row\n", ms / rows.size());
+  }
+  {
+    std::normal_distribution<double> n01(0.0, 1.0);
+    std::vector<ExactState> pairs;
+    for (int i = 0; i < 64; ++i) {
+      ExactState s{std::vector<Real>(128), Real(n01(rng) * 4)};
+      for (auto& x : s.o) x = Real(n01(rng));
+      pairs.push_back(std::move(s));
+    }
+    int merges = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0;
+    while (elapsed < 1.0) {
+      for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+        const ExactState r = exact_merge({pairs[i], pairs[i + 1]});
+        merges += r.o.size() == 128;
+      }
+      elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    std::printf("exact merges of 2 states, d = 128: %.0f merges/s\n", merges / elapsed);
+  }
+  return 0;
+}

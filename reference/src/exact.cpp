@@ -1,0 +1,458 @@
+// Exact logsumexp, softmax, the seed's online state, attention forward and merge.
+//
+// Where rounding happens (working precision p, default 200 bits; the analysis is in README.md):
+//   - scores: the products q_c k_c of stored fp16/bf16/fp32 values are exact in double (at most
+//     24+24 significand bits, exponents inside double's range). fp16 dot products are summed exactly
+//     in a 128-bit integer (values are multiples of 2^-24), other formats by mpfr_sum, which rounds
+//     the exact sum once. Multiplying by the softmax scale (a float, exact) rounds once more.
+//   - weights: p_j = exp(s_j - m) rounds twice (the subtraction, the exp), each correctly.
+//   - sums: l and each O~ element accumulate one correctly rounded add / fma per key.
+//   - O = O~ / l and LSE = m + log l: one rounding each (two for base 2).
+// Hot loops use raw mpfr_t temporaries allocated once per call (precision_internal.hpp), never
+// expression templates.
+#include "attncheck/reference/exact.hpp"
+
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "precision_internal.hpp"
+
+namespace attncheck::ref {
+namespace {
+
+using detail::Mp;
+using detail::MpVec;
+
+Real real_inf(int sign) {
+  Real r;
+  mpfr_set_inf(r.backend().data(), sign);
+  return r;
+}
+Real real_zero() {
+  Real r;
+  mpfr_set_zero(r.backend().data(), 1);
+  return r;
+}
+
+// Softmax-weighted sum over n scores (an array of mpfr, may contain +-inf/NaN) and value rows.
+// value(j, c) gives the c-th value element of key j. Writes O (d elements, normalised) and LSE.
+struct WeightedSoftmax {
+  mpfr_prec_t prec;
+  Mp m, p, l, t;
+  MpVec acc;
+  explicit WeightedSoftmax(mpfr_prec_t prec_, int d)
+      : prec(prec_), m(prec_), p(prec_), l(prec_), t(prec_), acc(static_cast<size_t>(d), prec_) {}
+
+  template <class ValueAt>
+  void run(size_t n, mpfr_srcptr scores, int d, ValueAt value, LseBase base, std::vector<Real>& o, Real& lse,
+           bool& empty) {
+    o.assign(static_cast<size_t>(d), Real());
+    lse = Real();
+    empty = false;
+    for (size_t j = 0; j < n; ++j)
+      if (mpfr_nan_p(scores + j)) {  // a NaN logit makes the whole row NaN
+        for (auto& x : o) mpfr_set_nan(x.backend().data());
+        mpfr_set_nan(lse.backend().data());
+        return;
+      }
+    mpfr_set_inf(m, -1);
+    for (size_t j = 0; j < n; ++j)
+      if (mpfr_greater_p(scores + j, m)) mpfr_set(m, scores + j, MPFR_RNDN);
+    if (mpfr_inf_p(m) && mpfr_signbit(m)) {  // no visible key, or all -inf: the empty row
+      empty = true;
+      for (auto& x : o) mpfr_set_zero(x.backend().data(), 1);
+      mpfr_set_inf(lse.backend().data(), -1);
+      return;
+    }
+    for (int c = 0; c < d; ++c) mpfr_set_zero(acc[c], 1);
+    mpfr_set_zero(l, 1);
+    if (mpfr_inf_p(m)) {  // +inf scores: the limit is uniform over them
+      for (size_t j = 0; j < n; ++j) {
+        if (!mpfr_inf_p(scores + j) || mpfr_signbit(scores + j)) continue;
+        mpfr_add_ui(l, l, 1, MPFR_RNDN);
+        for (int c = 0; c < d; ++c) mpfr_add(acc[c], acc[c], value(j, c), MPFR_RNDN);
+      }
+      for (int c = 0; c < d; ++c) mpfr_div(o[c].backend().data(), acc[c], l, MPFR_RNDN);
+      mpfr_set_inf(lse.backend().data(), 1);
+      return;
+    }
+    for (size_t j = 0; j < n; ++j) {
+      if (mpfr_inf_p(scores + j)) continue;  // -inf: weight exactly zero
+      mpfr_sub(p, scores + j, m, MPFR_RNDN);
+      mpfr_exp(p, p, MPFR_RNDN);
+      mpfr_add(l, l, p, MPFR_RNDN);
+      for (int c = 0; c < d; ++c) mpfr_fma(acc[c], p, value(j, c), acc[c], MPFR_RNDN);
+    }
+    for (int c = 0; c < d; ++c) mpfr_div(o[c].backend().data(), acc[c], l, MPFR_RNDN);
+    mpfr_log(t, l, MPFR_RNDN);
+    mpfr_add(t, t, m, MPFR_RNDN);
+    if (base == LseBase::two) {
+      mpfr_const_log2(p, MPFR_RNDN);
+      mpfr_div(t, t, p, MPFR_RNDN);
+    }
+    mpfr_set(lse.backend().data(), t, MPFR_RNDN);
+  }
+};
+
+}  // namespace
+
+Real logsumexp(const std::vector<Real>& x, LseBase base) {
+  const mpfr_prec_t prec = detail::working_prec();
+  MpVec s(x.size(), prec);
+  for (size_t j = 0; j < x.size(); ++j) mpfr_set(s[j], x[j].backend().data(), MPFR_RNDN);
+  WeightedSoftmax ws(prec, 0);
+  std::vector<Real> o;
+  Real lse;
+  bool empty = false;
+  ws.run(x.size(), s.data(), 0, [](size_t, int) -> mpfr_srcptr { return nullptr; }, base, o, lse, empty);
+  return lse;
+}
+
+std::vector<Real> softmax(const std::vector<Real>& x) {
+  const mpfr_prec_t prec = detail::working_prec();
+  std::vector<Real> y(x.size(), real_zero());
+  Mp m(prec), l(prec), p(prec);
+  mpfr_set_inf(m, -1);
+  for (const auto& xi : x) {
+    mpfr_srcptr v = xi.backend().data();
+    if (mpfr_nan_p(v)) {
+      for (auto& yi : y) mpfr_set_nan(yi.backend().data());
+      return y;
+    }
+    if (mpfr_greater_p(v, m)) mpfr_set(m, v, MPFR_RNDN);
+  }
+  if (mpfr_inf_p(m) && mpfr_signbit(m)) return y;  // empty or all -inf: all zero
+  if (mpfr_inf_p(m)) {
+    size_t count = 0;
+    for (const auto& xi : x) count += mpfr_inf_p(xi.backend().data()) && !mpfr_signbit(xi.backend().data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      mpfr_srcptr v = x[i].backend().data();
+      if (mpfr_inf_p(v) && !mpfr_signbit(v)) mpfr_set_ui(y[i].backend().data(), 1, MPFR_RNDN);
+      mpfr_div_ui(y[i].backend().data(), y[i].backend().data(), count, MPFR_RNDN);
+    }
+    return y;
+  }
+  MpVec e(x.size(), prec);
+  mpfr_set_zero(l, 1);
+  for (size_t i = 0; i < x.size(); ++i) {
+    mpfr_sub(e[i], x[i].backend().data(), m, MPFR_RNDN);
+    mpfr_exp(e[i], e[i], MPFR_RNDN);
+    mpfr_add(l, l, e[i], MPFR_RNDN);
+  }
+  for (size_t i = 0; i < x.size(); ++i) mpfr_div(y[i].backend().data(), e[i], l, MPFR_RNDN);
+  return y;
+}
+
+OnlineState online_state_init(int head_size) {
+  detail::working_prec();
+  if (head_size < 0) throw ReferenceError("online_state_init: negative head_size " + std::to_string(head_size));
+  OnlineState s{real_inf(-1), real_zero(), std::vector<Real>(static_cast<size_t>(head_size), real_zero())};
+  return s;
+}
+
+void online_state_update(OnlineState& s, const std::vector<Real>& x, const std::vector<std::vector<Real>>& v) {
+  detail::working_prec();
+  if (x.size() != v.size())
+    throw ReferenceError("online_state_update: " + std::to_string(x.size()) + " logits but " +
+                         std::to_string(v.size()) + " value vectors");
+  for (const auto& vi : v)
+    if (vi.size() != s.o.size())
+      throw ReferenceError("online_state_update: value vector of size " + std::to_string(vi.size()) +
+                           ", state head_size " + std::to_string(s.o.size()));
+  Real m_new = s.m;
+  for (const auto& xi : x)
+    if (xi > m_new) m_new = xi;
+  if (isinf(m_new) && m_new < 0) return;  // nothing seen yet and nothing new: the state is unchanged
+  // The seed's base-case guard: alpha = e^(m - m') is e^(-inf + inf) = NaN when both are -inf;
+  // with m = -inf the old state is empty (l = 0, O~ = 0) and alpha is 0 by definition.
+  const Real alpha = (isinf(s.m) && s.m < 0) ? real_zero() : Real(exp(s.m - m_new));
+  s.l *= alpha;
+  for (auto& oc : s.o) oc *= alpha;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (isinf(x[i]) && x[i] < 0) continue;
+    const Real p = exp(x[i] - m_new);
+    s.l += p;
+    for (size_t c = 0; c < s.o.size(); ++c) s.o[c] += p * v[i][c];
+  }
+  s.m = m_new;
+}
+
+void validate(const AttentionProblem& pb) {
+  auto fail = [](const std::string& what) { throw ReferenceError("invalid attention problem: " + what); };
+  if (pb.dtype != Format::fp16 && pb.dtype != Format::bf16 && pb.dtype != Format::fp32) fail("unknown dtype");
+  if (pb.num_heads <= 0) fail("num_heads = " + std::to_string(pb.num_heads) + " (must be > 0)");
+  if (pb.num_kv_heads <= 0) fail("num_kv_heads = " + std::to_string(pb.num_kv_heads) + " (must be > 0)");
+  if (pb.num_heads % pb.num_kv_heads != 0)
+    fail("num_heads " + std::to_string(pb.num_heads) + " is not divisible by num_kv_heads " +
+         std::to_string(pb.num_kv_heads));
+  if (pb.head_size <= 0) fail("head_size = " + std::to_string(pb.head_size) + " (must be > 0)");
+  if (pb.seqlens_q.size() != pb.seqlens_k.size())
+    fail("seqlens_q has " + std::to_string(pb.seqlens_q.size()) + " sequences, seqlens_k " +
+         std::to_string(pb.seqlens_k.size()));
+  int64_t total_q = 0, total_k = 0, total_mask = 0;
+  for (size_t s = 0; s < pb.seqlens_q.size(); ++s) {
+    if (pb.seqlens_q[s] < 0) fail("negative query length " + std::to_string(pb.seqlens_q[s]) + " in sequence " + std::to_string(s));
+    if (pb.seqlens_k[s] < 0) fail("negative key length " + std::to_string(pb.seqlens_k[s]) + " in sequence " + std::to_string(s));
+    total_q += pb.seqlens_q[s];
+    total_k += pb.seqlens_k[s];
+    total_mask += int64_t{pb.seqlens_q[s]} * pb.seqlens_k[s];
+  }
+  const int64_t qn = total_q * pb.num_heads * pb.head_size;
+  const int64_t kn = total_k * pb.num_kv_heads * pb.head_size;
+  if (static_cast<int64_t>(pb.q.size()) != qn)
+    fail("q has " + std::to_string(pb.q.size()) + " elements, shape [total_q, num_heads, head_size] needs " + std::to_string(qn));
+  if (static_cast<int64_t>(pb.k.size()) != kn)
+    fail("k has " + std::to_string(pb.k.size()) + " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
+  if (static_cast<int64_t>(pb.v.size()) != kn)
+    fail("v has " + std::to_string(pb.v.size()) + " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
+  if (!pb.mask.empty() && static_cast<int64_t>(pb.mask.size()) != total_mask)
+    fail("mask has " + std::to_string(pb.mask.size()) + " elements, sum of Tq_i * Tk_i is " + std::to_string(total_mask));
+  if (!std::isfinite(pb.softmax_scale)) fail("softmax_scale is not finite");
+  if (spec(pb.dtype).storage_bits == 16) {
+    auto check16 = [&](const std::vector<uint32_t>& t, const char* name) {
+      for (uint32_t b : t)
+        if (b > 0xffffu) fail(std::string(name) + " holds a bit pattern above 16 bits for a 16-bit dtype");
+    };
+    check16(pb.q, "q");
+    check16(pb.k, "k");
+    check16(pb.v, "v");
+  }
+}
+
+namespace {
+
+// One sequence's keys and values for one KV head, decoded once and shared by every query row
+// (and every query head of the GQA group) that reads them.
+struct KvSlice {
+  int d = 0;
+  int32_t tk = 0;
+  std::vector<double> k;       // [tk, d], exact
+  std::vector<int64_t> k_int;  // fp16 only: k * 2^24, exact integers
+  std::vector<uint8_t> k_finite;
+  MpVec v;  // [tk, d] at the format's precision (exact)
+};
+
+constexpr int kFp16Shift = 24;  // fp16 values are integer multiples of 2^-24
+
+void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv_head, KvSlice& kv) {
+  const int d = pb.head_size;
+  kv.d = d;
+  kv.tk = tk;
+  const size_t n = static_cast<size_t>(tk) * d;
+  kv.k.resize(n);
+  kv.k_finite.assign(static_cast<size_t>(tk), 1);
+  kv.v.resize(n, spec(pb.dtype).precision);
+  const bool fp16 = pb.dtype == Format::fp16;
+  if (fp16) kv.k_int.resize(n);
+  for (int32_t j = 0; j < tk; ++j) {
+    const size_t base = (static_cast<size_t>(k_begin + j) * pb.num_kv_heads + kv_head) * d;
+    for (int c = 0; c < d; ++c) {
+      const double kd = decode(pb.dtype, pb.k[base + c]);
+      kv.k[static_cast<size_t>(j) * d + c] = kd;
+      if (!std::isfinite(kd)) kv.k_finite[j] = 0;
+      if (fp16 && std::isfinite(kd)) kv.k_int[static_cast<size_t>(j) * d + c] = static_cast<int64_t>(std::ldexp(kd, kFp16Shift));
+      mpfr_set_d(kv.v[static_cast<size_t>(j) * d + c], decode(pb.dtype, pb.v[base + c]), MPFR_RNDN);
+    }
+  }
+}
+
+struct Query {
+  std::vector<double> q;
+  std::vector<int64_t> q_int;
+  bool finite = true;
+};
+
+void load_query(const AttentionProblem& pb, int64_t token, int32_t head, Query& qr) {
+  const int d = pb.head_size;
+  qr.q.resize(static_cast<size_t>(d));
+  qr.q_int.resize(static_cast<size_t>(d));
+  qr.finite = true;
+  const size_t base = (static_cast<size_t>(token) * pb.num_heads + head) * d;
+  for (int c = 0; c < d; ++c) {
+    const double x = decode(pb.dtype, pb.q[base + c]);
+    qr.q[c] = x;
+    if (!std::isfinite(x)) qr.finite = false;
+    else if (pb.dtype == Format::fp16) qr.q_int[c] = static_cast<int64_t>(std::ldexp(x, kFp16Shift));
+  }
+}
+
+// Computes rows for one (sequence, KV head), reusing all temporaries.
+struct RowEngine {
+  mpfr_prec_t prec;
+  int d;
+  MpVec scores;
+  MpVec prods;
+  std::vector<mpfr_ptr> prod_ptrs;
+  std::vector<int32_t> visible;
+  WeightedSoftmax ws;
+
+  RowEngine(mpfr_prec_t prec_, int d_) : prec(prec_), d(d_), prods(static_cast<size_t>(d_), 53), ws(prec_, d_) {
+    prod_ptrs.resize(static_cast<size_t>(d));
+    for (int c = 0; c < d; ++c) prod_ptrs[c] = prods[c];
+  }
+
+  void score(mpfr_ptr out, Format dtype, const Query& qr, const KvSlice& kv, int32_t j, double scale) {
+    const double* k = kv.k.data() + static_cast<size_t>(j) * d;
+    if (dtype == Format::fp16 && qr.finite && kv.k_finite[j]) {
+      // Exact: |q_int k_int| < 2^80 and d < 2^31 terms, far inside 127 bits.
+      const int64_t* ki = kv.k_int.data() + static_cast<size_t>(j) * d;
+      __int128 acc = 0;
+      for (int c = 0; c < d; ++c) acc += static_cast<__int128>(qr.q_int[c]) * ki[c];
+      const bool neg = acc < 0;
+      const unsigned __int128 u = neg ? -static_cast<unsigned __int128>(acc) : static_cast<unsigned __int128>(acc);
+      mpfr_set_ui(out, static_cast<unsigned long>(u >> 64), MPFR_RNDN);
+      mpfr_mul_2ui(out, out, 64, MPFR_RNDN);
+      mpfr_add_ui(out, out, static_cast<unsigned long>(u), MPFR_RNDN);  // exact for prec >= 128
+      if (neg) mpfr_neg(out, out, MPFR_RNDN);
+      mpfr_mul_2si(out, out, -2 * kFp16Shift, MPFR_RNDN);
+    } else {
+      // Each product is exact in double (<= 48 significand bits, exponents within range); IEEE
+      // gives inf * 0 = NaN. mpfr_sum rounds the exact sum once.
+      for (int c = 0; c < d; ++c) mpfr_set_d(prods[c], qr.q[c] * k[c], MPFR_RNDN);
+      mpfr_sum(out, prod_ptrs.data(), static_cast<unsigned long>(d), MPFR_RNDN);
+    }
+    mpfr_mul_d(out, out, scale, MPFR_RNDN);
+  }
+
+  // Query row t (0-based in its sequence of tq queries over tk keys).
+  void row(const AttentionProblem& pb, const Query& qr, const KvSlice& kv, int32_t t, int32_t tq,
+           const uint8_t* mask_row, LseBase base, ExactRow& out) {
+    const int32_t tk = kv.tk;
+    int64_t last = tk - 1;
+    if (pb.causal) last = std::min<int64_t>(last, int64_t{t} + tk - tq);  // bottom-right aligned
+    visible.clear();
+    for (int64_t j = 0; j <= last; ++j)
+      if (!mask_row || mask_row[j]) visible.push_back(static_cast<int32_t>(j));
+    if (scores.size() < visible.size()) scores.resize(std::max<size_t>(visible.size(), static_cast<size_t>(tk)), prec);
+    const double scale = static_cast<double>(pb.softmax_scale);
+    for (size_t i = 0; i < visible.size(); ++i) score(scores[i], pb.dtype, qr, kv, visible[i], scale);
+    const MpVec& v = kv.v;
+    const auto& vis = visible;
+    const int dd = d;
+    ws.run(visible.size(), scores.data(), d,
+           [&v, &vis, dd](size_t i, int c) { return v[static_cast<size_t>(vis[i]) * dd + c]; }, base, out.o,
+           out.lse, out.empty);
+    if (visible.empty()) out.empty = true;
+  }
+};
+
+struct Offsets {
+  std::vector<int64_t> q, k, mask;
+};
+Offsets offsets(const AttentionProblem& pb) {
+  Offsets o;
+  const size_t b = pb.seqlens_q.size();
+  o.q.assign(b + 1, 0);
+  o.k.assign(b + 1, 0);
+  o.mask.assign(b + 1, 0);
+  for (size_t s = 0; s < b; ++s) {
+    o.q[s + 1] = o.q[s] + pb.seqlens_q[s];
+    o.k[s + 1] = o.k[s] + pb.seqlens_k[s];
+    o.mask[s + 1] = o.mask[s] + int64_t{pb.seqlens_q[s]} * pb.seqlens_k[s];
+  }
+  return o;
+}
+
+}  // namespace
+
+ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t head, LseBase base) {
+  validate(pb);
+  const mpfr_prec_t prec = detail::working_prec();
+  const Offsets off = offsets(pb);
+  const int64_t total_q = off.q.back();
+  if (token < 0 || token >= total_q)
+    throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(total_q) + ")");
+  if (head < 0 || head >= pb.num_heads)
+    throw ReferenceError("head " + std::to_string(head) + " outside [0, " + std::to_string(pb.num_heads) + ")");
+  size_t s = 0;
+  while (off.q[s + 1] <= token) ++s;
+  const int32_t t = static_cast<int32_t>(token - off.q[s]);
+  const int32_t tq = pb.seqlens_q[s], tk = pb.seqlens_k[s];
+  const int32_t kv_head = head / (pb.num_heads / pb.num_kv_heads);
+  KvSlice kv;
+  load_kv(pb, off.k[s], tk, kv_head, kv);
+  Query qr;
+  load_query(pb, token, head, qr);
+  RowEngine eng(prec, pb.head_size);
+  const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + off.mask[s] + int64_t{t} * tk;
+  ExactRow out;
+  eng.row(pb, qr, kv, t, tq, mask_row, base, out);
+  return out;
+}
+
+std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) {
+  validate(pb);
+  const mpfr_prec_t prec = detail::working_prec();
+  const Offsets off = offsets(pb);
+  const int32_t h = pb.num_heads, group = pb.num_heads / pb.num_kv_heads;
+  std::vector<ExactRow> out(static_cast<size_t>(off.q.back() * h));
+  RowEngine eng(prec, pb.head_size);
+  KvSlice kv;
+  Query qr;
+  for (size_t s = 0; s < pb.seqlens_q.size(); ++s) {
+    const int32_t tq = pb.seqlens_q[s], tk = pb.seqlens_k[s];
+    if (tq == 0) continue;
+    for (int32_t g = 0; g < pb.num_kv_heads; ++g) {
+      load_kv(pb, off.k[s], tk, g, kv);  // once per (sequence, KV head): shared by the GQA group
+      for (int32_t t = 0; t < tq; ++t) {
+        const int64_t token = off.q[s] + t;
+        const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + off.mask[s] + int64_t{t} * tk;
+        for (int32_t i = g * group; i < (g + 1) * group; ++i) {
+          load_query(pb, token, i, qr);
+          eng.row(pb, qr, kv, t, tq, mask_row, base, out[static_cast<size_t>(token * h + i)]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+ExactState exact_merge(const std::vector<ExactState>& states, LseBase base, bool plus_inf_is_empty) {
+  const mpfr_prec_t prec = detail::working_prec();
+  if (states.empty()) throw ReferenceError("exact_merge: no states to merge");
+  const size_t d = states[0].o.size();
+  for (const auto& s : states)
+    if (s.o.size() != d)
+      throw ReferenceError("exact_merge: head sizes differ (" + std::to_string(s.o.size()) + " vs " + std::to_string(d) + ")");
+  ExactState r{std::vector<Real>(d, real_zero()), real_inf(-1)};
+  Mp m(prec), w(prec), l(prec), t(prec);
+  MpVec acc(d, prec);
+  mpfr_set_inf(m, -1);
+  bool any_nan = false, any_plus_inf = false;
+  auto is_empty = [&](mpfr_srcptr x) {
+    return mpfr_inf_p(x) && (mpfr_signbit(x) || plus_inf_is_empty);
+  };
+  for (const auto& s : states) {
+    mpfr_srcptr x = s.lse.backend().data();
+    if (mpfr_nan_p(x)) any_nan = true;
+    else if (is_empty(x)) continue;
+    else if (mpfr_inf_p(x)) any_plus_inf = true;
+    else if (mpfr_greater_p(x, m)) mpfr_set(m, x, MPFR_RNDN);
+  }
+  if (any_nan || any_plus_inf) {
+    for (auto& x : r.o) mpfr_set_nan(x.backend().data());
+    if (any_nan) mpfr_set_nan(r.lse.backend().data());
+    else mpfr_set_inf(r.lse.backend().data(), 1);
+    return r;
+  }
+  if (mpfr_inf_p(m)) return r;  // all empty: O = 0, LSE = -inf
+  mpfr_set_zero(l, 1);
+  for (size_t c = 0; c < d; ++c) mpfr_set_zero(acc[c], 1);
+  for (const auto& s : states) {
+    mpfr_srcptr x = s.lse.backend().data();
+    if (is_empty(x)) continue;  // weight exactly zero, whatever its O holds
+    mpfr_sub(w, x, m, MPFR_RNDN);
+    if (base == LseBase::two) mpfr_exp2(w, w, MPFR_RNDN);
+    else mpfr_exp(w, w, MPFR_RNDN);
+    mpfr_add(l, l, w, MPFR_RNDN);
+    for (size_t c = 0; c < d; ++c) mpfr_fma(acc[c], w, s.o[c].backend().data(), acc[c], MPFR_RNDN);
+  }
+  for (size_t c = 0; c < d; ++c) mpfr_div(r.o[c].backend().data(), acc[c], l, MPFR_RNDN);
+  if (base == LseBase::two) mpfr_log2(t, l, MPFR_RNDN);
+  else mpfr_log(t, l, MPFR_RNDN);
+  mpfr_add(r.lse.backend().data(), t, m, MPFR_RNDN);
+  return r;
+}
+
+}  // namespace attncheck::ref

@@ -1,0 +1,58 @@
+// Working precision: one process-wide setting, applied to Boost's default on each thread that
+// enters the reference (Boost 1.74 stores it process-wide, later Boost per thread).
+#include "attncheck/reference/precision.hpp"
+
+#include <atomic>
+#include <string>
+
+#include "precision_internal.hpp"
+
+namespace attncheck::ref {
+namespace {
+
+std::atomic<unsigned> g_bits{200};
+
+// Boost counts in decimal digits and converts with digits10_2_2(d) = floor(1000 d / 301) + 1 or 2
+// bits; choose the fewest digits that give at least `bits` bits.
+unsigned digits10_for_bits(unsigned bits) {
+  unsigned d = 1;
+  while (boost::multiprecision::detail::digits10_2_2(d) < bits) ++d;
+  return d;
+}
+
+// Before main, so Reals built by hand (tests, tools) already carry the default.
+const bool g_initialised = [] {
+  Real::default_precision(digits10_for_bits(200));
+  return true;
+}();
+
+}  // namespace
+
+void set_precision_bits(unsigned bits) {
+  if (bits < 64)
+    throw ReferenceError("too little precision: " + std::to_string(bits) +
+                         " bits requested, the reference needs at least 64 (default 200)");
+  g_bits.store(bits);
+  apply_precision_on_this_thread();
+}
+
+unsigned precision_bits() { return g_bits.load(); }
+
+unsigned precision_bits_effective() {
+  return static_cast<unsigned>(boost::multiprecision::detail::digits10_2_2(digits10_for_bits(g_bits.load())));
+}
+
+void apply_precision_on_this_thread() {
+  (void)g_initialised;
+  const unsigned d = digits10_for_bits(g_bits.load());
+  if (Real::default_precision() != d) Real::default_precision(d);
+}
+
+namespace detail {
+mpfr_prec_t working_prec() {
+  apply_precision_on_this_thread();
+  return static_cast<mpfr_prec_t>(precision_bits_effective());
+}
+}  // namespace detail
+
+}  // namespace attncheck::ref

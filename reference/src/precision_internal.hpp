@@ -1,0 +1,62 @@
+// Internal helpers for raw MPFR work in hot loops (no expression templates, no allocation per op).
+#pragma once
+#include <mpfr.h>
+
+#include <vector>
+
+#include "attncheck/reference/precision.hpp"
+
+namespace attncheck::ref::detail {
+
+// Applies the precision on this thread and returns the working precision in bits.
+mpfr_prec_t working_prec();
+
+// An mpfr_t owned by RAII (for temporaries reused across a loop).
+class Mp {
+ public:
+  explicit Mp(mpfr_prec_t prec) { mpfr_init2(v_, prec); }
+  ~Mp() { mpfr_clear(v_); }
+  Mp(const Mp&) = delete;
+  Mp& operator=(const Mp&) = delete;
+  mpfr_ptr get() { return v_; }
+  mpfr_srcptr get() const { return v_; }
+  operator mpfr_ptr() { return v_; }
+  operator mpfr_srcptr() const { return v_; }
+
+ private:
+  mpfr_t v_;
+};
+
+// A vector of mpfr_t of one precision, allocated once.
+class MpVec {
+ public:
+  MpVec() = default;
+  MpVec(size_t n, mpfr_prec_t prec) { resize(n, prec); }
+  ~MpVec() { clear(); }
+  MpVec(const MpVec&) = delete;
+  MpVec& operator=(const MpVec&) = delete;
+  void resize(size_t n, mpfr_prec_t prec) {
+    clear();
+    v_.resize(n);
+    for (auto& x : v_) mpfr_init2(&x, prec);
+  }
+  void clear() {
+    for (auto& x : v_) mpfr_clear(&x);
+    v_.clear();
+  }
+  size_t size() const { return v_.size(); }
+  mpfr_ptr operator[](size_t i) { return &v_[i]; }
+  mpfr_srcptr operator[](size_t i) const { return &v_[i]; }
+  mpfr_ptr data() { return v_.data(); }
+
+ private:
+  std::vector<__mpfr_struct> v_;
+};
+
+inline Real from_mp(mpfr_srcptr x) {
+  Real r;
+  mpfr_set(r.backend().data(), x, MPFR_RNDN);
+  return r;
+}
+
+}  // namespace attncheck::ref::detail
