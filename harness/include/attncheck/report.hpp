@@ -1,0 +1,96 @@
+// Reports: what one `attncheck check` (or `tiling`) run leaves behind, as a directory of
+//   report.json  the full record (schema in reports/README.md; read back by --baseline and merge)
+//   report.md    a short summary for a pull-request comment, worst offenders first
+//   junit.xml    one testcase per (subject, property), for CI systems
+// Each file is written into DIR/.tmp-XXXXXX first and renamed into DIR, so a reader (or a
+// Ctrl-C) never sees a half-written file. Shard reports combine with merge_reports.
+//
+// Merging shards: counts, failures, non-finite counts and histograms add; max is the max; mean is
+// the count-weighted mean; p99 is the max of the shards' p99s, an upper bound of the union's p99
+// (at most 1% of each shard lies above its own p99, so at most 1% of the union lies above the max).
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attncheck/properties.hpp"
+
+namespace attncheck {
+
+constexpr int kReportSchemaVersion = 1;
+extern const char* const kToolVersion;  // attncheck's version, "0.1.0"
+
+struct ReportError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// One (subject, property) result, as stored.
+struct ReportEntry {
+  std::string subject, backend, origin, property;
+  std::string status = "passed";  // passed | failed | crashed | interrupted
+  std::string failure_class;
+  int64_t cases_run = 0, failures = 0;
+  std::vector<OutputStats> stats;  // per dtype and output
+  std::vector<std::string> corpus_files;
+  std::string message, counterexample, rc_reproduce, reproduce_command;
+  double seconds = 0;
+  int64_t cases_to_first_failure = -1;
+  double max_drift_ulp = 0;
+  std::vector<int> shards;  // the shards that contributed (merge_reports)
+};
+
+struct TilingEntry {
+  std::string subject, backend, dtype;
+  std::vector<TilingRow> rows;
+};
+
+struct Report {
+  int schema_version = kReportSchemaVersion;
+  std::string tool_version = kToolVersion;
+  std::string git_describe;
+  std::string timestamp;  // UTC, ISO 8601
+  std::string command;    // the command line
+  std::string backend, device;
+  uint64_t seed = 1;
+  int num_cases = 0;
+  int shard_index = 0, shard_count = 1;
+  std::vector<int> shards_merged;  // after merge_reports: every shard index included
+  std::string suite;                // gate | full | custom
+  std::string shape_set;            // what generated the cases (max_size, max_keys); baselines compare only equal ones
+  bool interrupted = false;         // Ctrl-C: the report holds what completed
+  std::vector<double> histogram_edges;
+  std::vector<ReportEntry> entries;
+  std::vector<TilingEntry> tilings;
+  nlohmann::json baseline;  // null, or the comparison against --baseline (see baseline.hpp)
+
+  // pass: every entry passed (and not interrupted, baseline ok); fail: a property failed or the
+  // baseline comparison found a regression; crashed: a subject crashed or faulted the device.
+  std::string verdict() const;
+};
+
+ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int shard_index);
+
+nlohmann::json report_to_json(const Report&);
+Report report_from_json(const nlohmann::json&);  // ReportError with one line on a bad document
+Report read_report_file(const std::string& path);  // ReportError naming the file
+
+std::string render_markdown(const Report&);
+std::string render_junit(const Report&);
+
+// Create dir (and parents) and check it is writable: the CLI calls this before any work.
+// Throws ReportError naming the directory.
+void ensure_writable_dir(const std::string& dir);
+// Write report.json, report.md and junit.xml into dir (atomically, see above).
+void write_report_dir(const std::string& dir, const Report&);
+// Write one file atomically: dir/.tmp-XXXXXX/name, then rename to dir/name.
+void write_file_atomic(const std::string& dir, const std::string& name, const std::string& text);
+
+// Combine shard reports (same seed, cases, suite and shape set; distinct shards) into one.
+// ReportError when they do not belong to one campaign.
+Report merge_reports(const std::vector<Report>&);
+
+std::string utc_timestamp();
+}  // namespace attncheck

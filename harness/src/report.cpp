@@ -1,0 +1,597 @@
+// Report directories: JSON record, Markdown summary, JUnit XML (see report.hpp and
+// reports/README.md for the schema). Non-finite numbers, which JSON cannot hold, are written as
+// the strings "inf", "-inf" and "nan" and read back as such.
+#include "attncheck/report.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace attncheck {
+
+const char* const kToolVersion = "0.1.0";
+
+using nlohmann::json;
+
+namespace {
+
+json num(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+double get_num(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+    if (s == "nan") return NAN;
+  }
+  throw ReportError("expected a number, got " + j.dump());
+}
+
+json stats_to_json(const OutputStats& s) {
+  return json{{"dtype", s.dtype},           {"output", s.output},
+              {"count", s.count},           {"nonfinite", s.nonfinite},
+              {"max_ulp", num(s.max_ulp)},  {"p99_ulp", num(s.p99_ulp)},
+              {"mean_ulp", num(s.mean_ulp)}, {"max_cancel_ulp", num(s.max_cancel_ulp)},
+              {"p99_cancel_ulp", num(s.p99_cancel_ulp)}, {"histogram", s.histogram}};
+}
+OutputStats stats_from_json(const json& j) {
+  OutputStats s;
+  s.dtype = j.at("dtype").get<std::string>();
+  s.output = j.at("output").get<std::string>();
+  s.count = j.at("count").get<int64_t>();
+  s.nonfinite = j.at("nonfinite").get<int64_t>();
+  s.max_ulp = get_num(j.at("max_ulp"));
+  s.p99_ulp = get_num(j.at("p99_ulp"));
+  s.mean_ulp = get_num(j.at("mean_ulp"));
+  s.max_cancel_ulp = get_num(j.value("max_cancel_ulp", json(0.0)));
+  s.p99_cancel_ulp = get_num(j.value("p99_cancel_ulp", json(0.0)));
+  s.histogram = j.value("histogram", std::vector<int64_t>{});
+  return s;
+}
+
+int status_rank(const std::string& s) {  // worse is larger; passed and not_applicable are 0
+  if (s == "crashed") return 3;
+  if (s == "failed") return 2;
+  if (s == "interrupted") return 1;
+  return 0;
+}
+
+double worst_max_ulp(const ReportEntry& e) {
+  double m = 0;
+  for (const auto& s : e.stats) m = std::max(m, s.max_ulp);
+  return m;
+}
+double worst_p99_ulp(const ReportEntry& e) {
+  double m = 0;
+  for (const auto& s : e.stats) m = std::max(m, s.p99_ulp);
+  return m;
+}
+int64_t nonfinite_total(const ReportEntry& e) {
+  int64_t n = 0;
+  for (const auto& s : e.stats) n += s.nonfinite;
+  return n;
+}
+
+std::string xml_escape(const std::string& in) {
+  std::string out;
+  for (unsigned char c : in) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // XML 1.0 forbids most control characters even escaped.
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') out += '?';
+        else out += char(c);
+    }
+  }
+  return out;
+}
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (c == '|') ? std::string("\\|") : (c == '\n') ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
+std::string fmt(double x, int prec = 3) {
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  if (std::isnan(x)) return "nan";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", prec, x);
+  return buf;
+}
+
+}  // namespace
+
+std::string Report::verdict() const {
+  int worst = 0;
+  for (const auto& e : entries) worst = std::max(worst, status_rank(e.status));
+  if (worst == 3) return "crashed";
+  if (worst == 2) return "fail";
+  if (baseline.is_object() && !baseline.value("ok", true)) return "fail";
+  if (interrupted || worst == 1) return "interrupted";
+  return "pass";
+}
+
+ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int shard_index) {
+  ReportEntry e;
+  e.subject = r.subject.empty() ? s.name() : r.subject;
+  e.backend = s.backend();
+  e.origin = s.origin();
+  e.property = r.property;
+  // Spelled here rather than through status_name() so reports need only the properties' types.
+  switch (r.status) {
+    case PropertyResult::Status::passed: e.status = "passed"; break;
+    case PropertyResult::Status::failed: e.status = "failed"; break;
+    case PropertyResult::Status::crashed: e.status = "crashed"; break;
+    case PropertyResult::Status::not_applicable: e.status = "not_applicable"; break;
+  }
+  e.failure_class = r.failure_class;
+  e.cases_run = r.cases_run;
+  e.failures = r.failures;
+  e.stats = r.stats;
+  e.corpus_files = r.corpus_files;
+  e.message = r.message;
+  e.counterexample = r.counterexample_summary;
+  e.rc_reproduce = r.rc_reproduce;
+  e.reproduce_command = r.reproduce_command;
+  e.seconds = r.seconds;
+  e.cases_to_first_failure = r.cases_to_first_failure;
+  e.max_drift_ulp = r.max_drift_ulp;
+  e.shards = {shard_index};
+  return e;
+}
+
+json report_to_json(const Report& r) {
+  json j;
+  j["schema"] = "attncheck-report";
+  j["schema_version"] = r.schema_version;
+  j["tool_version"] = r.tool_version;
+  j["git_describe"] = r.git_describe;
+  j["timestamp"] = r.timestamp;
+  j["command"] = r.command;
+  j["backend"] = r.backend;
+  j["device"] = r.device;
+  j["seed"] = r.seed;
+  j["num_cases"] = r.num_cases;
+  j["shard"] = {{"index", r.shard_index}, {"count", r.shard_count}, {"merged", r.shards_merged}};
+  j["suite"] = r.suite;
+  j["shape_set"] = r.shape_set;
+  j["interrupted"] = r.interrupted;
+  j["verdict"] = r.verdict();
+  int passed = 0, failed = 0, crashed = 0, interrupted = 0;
+  for (const auto& e : r.entries) {
+    passed += e.status == "passed";
+    failed += e.status == "failed";
+    crashed += e.status == "crashed";
+    interrupted += e.status == "interrupted";
+  }
+  j["summary"] = {{"results", r.entries.size()}, {"passed", passed}, {"failed", failed},
+                  {"crashed", crashed}, {"interrupted", interrupted}};
+  json edges = json::array();
+  for (double e : r.histogram_edges) edges.push_back(num(e));
+  j["histogram_edges"] = edges;
+  json results = json::array();
+  for (const auto& e : r.entries) {
+    json stats = json::array();
+    for (const auto& s : e.stats) stats.push_back(stats_to_json(s));
+    results.push_back({{"subject", e.subject},
+                       {"backend", e.backend},
+                       {"origin", e.origin},
+                       {"property", e.property},
+                       {"status", e.status},
+                       {"failure_class", e.failure_class},
+                       {"cases_run", e.cases_run},
+                       {"failures", e.failures},
+                       {"seconds", num(e.seconds)},
+                       {"cases_to_first_failure", e.cases_to_first_failure},
+                       {"max_drift_ulp", num(e.max_drift_ulp)},
+                       {"message", e.message},
+                       {"counterexample", e.counterexample},
+                       {"rc_reproduce", e.rc_reproduce},
+                       {"reproduce_command", e.reproduce_command},
+                       {"corpus_files", e.corpus_files},
+                       {"shards", e.shards},
+                       {"stats", stats}});
+  }
+  j["results"] = results;
+  json tilings = json::array();
+  for (const auto& t : r.tilings) {
+    json rows = json::array();
+    for (const auto& row : t.rows)
+      rows.push_back({{"br", row.br}, {"bc", row.bc}, {"num_splits", row.num_splits}, {"fold", row.fold},
+                      {"stats", stats_to_json(row.stats)}});
+    tilings.push_back({{"subject", t.subject}, {"backend", t.backend}, {"dtype", t.dtype}, {"rows", rows}});
+  }
+  j["tilings"] = tilings;
+  j["baseline"] = r.baseline;
+  return j;
+}
+
+Report report_from_json(const json& j) {
+  try {
+    if (!j.is_object() || j.value("schema", "") != "attncheck-report")
+      throw ReportError("not an attncheck report (missing \"schema\": \"attncheck-report\")");
+    Report r;
+    r.schema_version = j.at("schema_version").get<int>();
+    if (r.schema_version != kReportSchemaVersion)
+      throw ReportError("report schema version " + std::to_string(r.schema_version) + ", this attncheck reads " +
+                        std::to_string(kReportSchemaVersion));
+    r.tool_version = j.at("tool_version").get<std::string>();
+    r.git_describe = j.value("git_describe", "");
+    r.timestamp = j.value("timestamp", "");
+    r.command = j.value("command", "");
+    r.backend = j.at("backend").get<std::string>();
+    r.device = j.value("device", "");
+    r.seed = j.at("seed").get<uint64_t>();
+    r.num_cases = j.at("num_cases").get<int>();
+    r.shard_index = j.at("shard").at("index").get<int>();
+    r.shard_count = j.at("shard").at("count").get<int>();
+    r.shards_merged = j.at("shard").value("merged", std::vector<int>{});
+    r.suite = j.value("suite", "");
+    r.shape_set = j.value("shape_set", "");
+    r.interrupted = j.value("interrupted", false);
+    for (const auto& e : j.value("histogram_edges", json::array())) r.histogram_edges.push_back(get_num(e));
+    for (const auto& x : j.at("results")) {
+      ReportEntry e;
+      e.subject = x.at("subject").get<std::string>();
+      e.backend = x.at("backend").get<std::string>();
+      e.origin = x.value("origin", "");
+      e.property = x.at("property").get<std::string>();
+      e.status = x.at("status").get<std::string>();
+      if (status_rank(e.status) == 0 && e.status != "passed" && e.status != "not_applicable")
+        throw ReportError("unknown status '" + e.status + "'");
+      e.failure_class = x.value("failure_class", "");
+      e.cases_run = x.at("cases_run").get<int64_t>();
+      e.failures = x.at("failures").get<int64_t>();
+      e.seconds = get_num(x.value("seconds", json(0.0)));
+      e.cases_to_first_failure = x.value("cases_to_first_failure", int64_t(-1));
+      e.max_drift_ulp = get_num(x.value("max_drift_ulp", json(0.0)));
+      e.message = x.value("message", "");
+      e.counterexample = x.value("counterexample", "");
+      e.rc_reproduce = x.value("rc_reproduce", "");
+      e.reproduce_command = x.value("reproduce_command", "");
+      e.corpus_files = x.value("corpus_files", std::vector<std::string>{});
+      e.shards = x.value("shards", std::vector<int>{});
+      for (const auto& s : x.at("stats")) e.stats.push_back(stats_from_json(s));
+      r.entries.push_back(std::move(e));
+    }
+    for (const auto& t : j.value("tilings", json::array())) {
+      TilingEntry te;
+      te.subject = t.at("subject").get<std::string>();
+      te.backend = t.value("backend", "");
+      te.dtype = t.value("dtype", "");
+      for (const auto& row : t.at("rows")) {
+        TilingRow tr;
+        tr.br = row.at("br").get<int>();
+        tr.bc = row.at("bc").get<int>();
+        tr.num_splits = row.value("num_splits", 1);
+        tr.fold = row.value("fold", "");
+        tr.stats = stats_from_json(row.at("stats"));
+        te.rows.push_back(std::move(tr));
+      }
+      r.tilings.push_back(std::move(te));
+    }
+    r.baseline = j.value("baseline", json());
+    return r;
+  } catch (const json::exception& e) {
+    throw ReportError(std::string("malformed report: ") + e.what());
+  }
+}
+
+Report read_report_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ReportError("cannot read report " + path);
+  json j;
+  try {
+    in >> j;
+  } catch (const json::exception& e) {
+    throw ReportError("report " + path + " is not JSON: " + e.what());
+  }
+  try {
+    return report_from_json(j);
+  } catch (const ReportError& e) {
+    throw ReportError("report " + path + ": " + e.what());
+  }
+}
+
+std::string render_markdown(const Report& r) {
+  std::vector<const ReportEntry*> rows;
+  for (const auto& e : r.entries) rows.push_back(&e);
+  // Worst offenders first: crashed, failed, interrupted, then by largest max ulp.
+  std::stable_sort(rows.begin(), rows.end(), [](const ReportEntry* a, const ReportEntry* b) {
+    const int ra = status_rank(a->status), rb = status_rank(b->status);
+    if (ra != rb) return ra > rb;
+    return worst_max_ulp(*a) > worst_max_ulp(*b);
+  });
+  int bad = 0;
+  for (const auto* e : rows) bad += e->status != "passed";
+  const std::string verdict = r.verdict();
+  std::ostringstream o;
+  std::string upper = verdict;
+  std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
+  o << "## attncheck: " << upper << " (" << bad << " of " << rows.size() << " subject x property results not passing)\n\n";
+  o << "backend " << r.backend << (r.device.empty() ? "" : " (" + r.device + ")") << ", seed " << r.seed << ", "
+    << r.num_cases << " cases, suite " << r.suite << ", shard " << r.shard_index + 1 << "/" << r.shard_count;
+  if (r.shards_merged.size() > 1) o << " (" << r.shards_merged.size() << " shards merged)";
+  o << ", attncheck " << r.tool_version << (r.git_describe.empty() ? "" : " (" + r.git_describe + ")") << "\n";
+  if (r.interrupted) o << "\n**Interrupted**: this report holds what completed before Ctrl-C.\n";
+  if (r.baseline.is_object()) {
+    const auto regs = r.baseline.value("regressions", json::array());
+    o << "\n**Baseline** " << r.baseline.value("path", "") << ": " << (regs.empty() ? "no regression" : std::to_string(regs.size()) + " regression(s)")
+      << ", " << r.baseline.value("compared", 0) << " compared, " << r.baseline.value("skipped", json::array()).size() << " skipped\n";
+    for (const auto& g : regs) o << "- " << g.get<std::string>() << "\n";
+  }
+  o << "\n| subject | property | status | cases | max ulp | p99 ulp | non-finite | note |\n";
+  o << "|---|---|---|---:|---:|---:|---:|---|\n";
+  const size_t limit = 25;
+  size_t shown = 0;
+  for (const auto* e : rows) {
+    if (shown == limit) break;
+    ++shown;
+    std::string note = e->status == "passed" ? "" : e->failure_class + (e->message.empty() ? "" : ": " + e->message);
+    if (note.size() > 160) note = note.substr(0, 157) + "...";
+    o << "| " << md_cell(e->subject) << " (" << e->backend << ") | " << md_cell(e->property) << " | "
+      << (e->status == "passed" ? "pass" : "**" + e->status + "**") << " | " << e->cases_run << " | "
+      << fmt(worst_max_ulp(*e)) << " | " << fmt(worst_p99_ulp(*e)) << " | " << nonfinite_total(*e) << " | "
+      << md_cell(note) << " |\n";
+  }
+  if (rows.size() > shown) o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
+  bool header = false;
+  for (const auto* e : rows) {
+    if (e->status == "passed") continue;
+    if (!header) o << "\n### Reproduce\n\n";
+    header = true;
+    o << "- `" << e->subject << "` / `" << e->property << "`: " << (e->counterexample.empty() ? "" : e->counterexample + "; ")
+      << (e->reproduce_command.empty() ? "(no reproducer)" : "`" + e->reproduce_command + "`") << "\n";
+  }
+  return o.str();
+}
+
+std::string render_junit(const Report& r) {
+  std::map<std::string, std::vector<const ReportEntry*>> by_subject;
+  for (const auto& e : r.entries) by_subject[e.subject + " (" + e.backend + ")"].push_back(&e);
+  int tests = 0, failures = 0, errors = 0;
+  double total = 0;
+  for (const auto& e : r.entries) {
+    ++tests;
+    failures += e.status == "failed";
+    errors += e.status == "crashed" || e.status == "interrupted";
+    total += e.seconds;
+  }
+  const bool baseline_case = r.baseline.is_object();
+  const auto regs = baseline_case ? r.baseline.value("regressions", json::array()) : json::array();
+  if (baseline_case) {
+    ++tests;
+    failures += !regs.empty();
+  }
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o << "<testsuites name=\"attncheck\" tests=\"" << tests << "\" failures=\"" << failures << "\" errors=\"" << errors
+    << "\" time=\"" << fmt(total, 6) << "\">\n";
+  for (const auto& [suite, entries] : by_subject) {
+    int sf = 0, se = 0;
+    double st = 0;
+    for (const auto* e : entries) {
+      sf += e->status == "failed";
+      se += e->status == "crashed" || e->status == "interrupted";
+      st += e->seconds;
+    }
+    o << "  <testsuite name=\"" << xml_escape("attncheck." + suite) << "\" tests=\"" << entries.size()
+      << "\" failures=\"" << sf << "\" errors=\"" << se << "\" time=\"" << fmt(st, 6) << "\">\n";
+    for (const auto* e : entries) {
+      o << "    <testcase classname=\"" << xml_escape("attncheck." + e->subject) << "\" name=\"" << xml_escape(e->property)
+        << "\" time=\"" << fmt(e->seconds, 6) << "\">";
+      const std::string detail = "cases run " + std::to_string(e->cases_run) + ", failures " + std::to_string(e->failures) +
+                                 "\ncounterexample: " + e->counterexample + "\nreproduce: " + e->reproduce_command +
+                                 "\nrapidcheck: " + e->rc_reproduce;
+      if (e->status == "failed") {
+        o << "\n      <failure type=\"" << xml_escape(e->failure_class) << "\" message=\"" << xml_escape(e->message) << "\">"
+          << xml_escape(detail) << "</failure>\n    ";
+      } else if (e->status == "crashed" || e->status == "interrupted") {
+        o << "\n      <error type=\"" << xml_escape(e->status + (e->failure_class.empty() ? "" : ":" + e->failure_class))
+          << "\" message=\"" << xml_escape(e->message) << "\">" << xml_escape(detail) << "</error>\n    ";
+      }
+      o << "</testcase>\n";
+    }
+    o << "  </testsuite>\n";
+  }
+  if (baseline_case) {
+    o << "  <testsuite name=\"attncheck.baseline\" tests=\"1\" failures=\"" << (!regs.empty()) << "\" errors=\"0\">\n";
+    o << "    <testcase classname=\"attncheck.baseline\" name=\"no_regression\">";
+    if (!regs.empty()) {
+      std::string all;
+      for (const auto& g : regs) all += g.get<std::string>() + "\n";
+      o << "\n      <failure type=\"regression\" message=\"" << xml_escape(std::to_string(regs.size()) + " regression(s) against the baseline")
+        << "\">" << xml_escape(all) << "</failure>\n    ";
+    }
+    o << "</testcase>\n  </testsuite>\n";
+  }
+  o << "</testsuites>\n";
+  return o.str();
+}
+
+void ensure_writable_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) throw ReportError("report directory " + dir + " cannot be created: " + (ec ? ec.message() : "not a directory"));
+  const std::string probe = dir + "/.attncheck-write-probe";
+  {
+    std::ofstream f(probe);
+    if (!f) throw ReportError("report directory " + dir + " is not writable");
+  }
+  fs::remove(probe, ec);
+}
+
+namespace {
+std::string make_tmp_dir(const std::string& dir) {
+  std::string templ = dir + "/.tmp-XXXXXX";
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) throw ReportError("cannot create a temporary directory in " + dir);
+  return std::string(buf.data());
+}
+void write_and_sync(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw ReportError("cannot write " + path);
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) {
+      ::close(fd);
+      throw ReportError("short write to " + path);
+    }
+    off += size_t(n);
+  }
+  ::fsync(fd);
+  ::close(fd);
+}
+}  // namespace
+
+void write_file_atomic(const std::string& dir, const std::string& name, const std::string& text) {
+  ensure_writable_dir(dir);
+  const std::string tmp = make_tmp_dir(dir);
+  write_and_sync(tmp + "/" + name, text);
+  std::error_code ec;
+  std::filesystem::rename(tmp + "/" + name, dir + "/" + name, ec);
+  std::filesystem::remove(tmp);
+  if (ec) throw ReportError("cannot rename into " + dir + "/" + name + ": " + ec.message());
+}
+
+void write_report_dir(const std::string& dir, const Report& r) {
+  ensure_writable_dir(dir);
+  // All three files are complete in the temporary directory before the first rename, so a
+  // reader sees either the previous run's files or this run's, each one whole.
+  const std::string tmp = make_tmp_dir(dir);
+  const std::pair<const char*, std::string> files[] = {{"report.json", report_to_json(r).dump(2) + "\n"},
+                                                       {"report.md", render_markdown(r)},
+                                                       {"junit.xml", render_junit(r)}};
+  for (const auto& [name, text] : files) write_and_sync(tmp + "/" + name, text);
+  std::error_code ec;
+  for (const auto& [name, text] : files) {
+    std::filesystem::rename(tmp + "/" + name, dir + "/" + name, ec);
+    if (ec) break;
+  }
+  std::error_code ignore;
+  std::filesystem::remove_all(tmp, ignore);
+  if (ec) throw ReportError("cannot rename report files into " + dir + ": " + ec.message());
+}
+
+namespace {
+void merge_stats(std::vector<OutputStats>& into, const std::vector<OutputStats>& from) {
+  for (const auto& s : from) {
+    auto it = std::find_if(into.begin(), into.end(),
+                           [&](const OutputStats& x) { return x.dtype == s.dtype && x.output == s.output; });
+    if (it == into.end()) {
+      into.push_back(s);
+      continue;
+    }
+    const int64_t n = it->count + s.count;
+    it->mean_ulp = n ? (it->mean_ulp * double(it->count) + s.mean_ulp * double(s.count)) / double(n) : 0.0;
+    it->count = n;
+    it->nonfinite += s.nonfinite;
+    it->max_ulp = std::max(it->max_ulp, s.max_ulp);
+    it->p99_ulp = std::max(it->p99_ulp, s.p99_ulp);  // upper bound of the union's p99 (file comment)
+    it->max_cancel_ulp = std::max(it->max_cancel_ulp, s.max_cancel_ulp);
+    it->p99_cancel_ulp = std::max(it->p99_cancel_ulp, s.p99_cancel_ulp);
+    if (it->histogram.size() < s.histogram.size()) it->histogram.resize(s.histogram.size(), 0);
+    for (size_t i = 0; i < s.histogram.size(); ++i) it->histogram[i] += s.histogram[i];
+  }
+}
+}  // namespace
+
+Report merge_reports(const std::vector<Report>& parts) {
+  if (parts.empty()) throw ReportError("report merge: no reports given");
+  const Report& first = parts.front();
+  Report out = first;
+  out.entries.clear();
+  out.tilings.clear();
+  out.shards_merged.clear();
+  out.baseline = json();
+  out.interrupted = false;
+  std::set<int> shards;
+  std::map<std::tuple<std::string, std::string, std::string>, size_t> index;
+  std::set<std::string> tiling_keys;
+  for (const Report& p : parts) {
+    auto differs = [&](const std::string& what, const std::string& a, const std::string& b) {
+      if (a != b)
+        throw ReportError("report merge: shards disagree on " + what + " ('" + a + "' vs '" + b +
+                          "'): not one campaign");
+    };
+    differs("seed", std::to_string(first.seed), std::to_string(p.seed));
+    differs("cases", std::to_string(first.num_cases), std::to_string(p.num_cases));
+    differs("shard count", std::to_string(first.shard_count), std::to_string(p.shard_count));
+    differs("suite", first.suite, p.suite);
+    differs("shape set", first.shape_set, p.shape_set);
+    differs("backend", first.backend, p.backend);
+    const std::vector<int> mine = p.shards_merged.empty() ? std::vector<int>{p.shard_index} : p.shards_merged;
+    for (int s : mine)
+      if (!shards.insert(s).second) throw ReportError("report merge: shard " + std::to_string(s) + " given twice");
+    out.interrupted = out.interrupted || p.interrupted;
+    for (const auto& e : p.entries) {
+      const auto key = std::make_tuple(e.subject, e.backend, e.property);
+      auto it = index.find(key);
+      if (it == index.end()) {
+        index[key] = out.entries.size();
+        out.entries.push_back(e);
+        continue;
+      }
+      ReportEntry& m = out.entries[it->second];
+      if (status_rank(e.status) > status_rank(m.status)) {
+        m.status = e.status;
+        m.failure_class = e.failure_class;
+        m.message = e.message;
+        m.counterexample = e.counterexample;
+        m.rc_reproduce = e.rc_reproduce;
+        m.reproduce_command = e.reproduce_command;
+        m.cases_to_first_failure = e.cases_to_first_failure;
+      }
+      m.cases_run += e.cases_run;
+      m.failures += e.failures;
+      m.seconds += e.seconds;
+      m.max_drift_ulp = std::max(m.max_drift_ulp, e.max_drift_ulp);
+      for (const auto& f : e.corpus_files)
+        if (std::find(m.corpus_files.begin(), m.corpus_files.end(), f) == m.corpus_files.end()) m.corpus_files.push_back(f);
+      m.shards.insert(m.shards.end(), e.shards.begin(), e.shards.end());
+      std::sort(m.shards.begin(), m.shards.end());
+      merge_stats(m.stats, e.stats);
+    }
+    for (const auto& t : p.tilings)
+      if (tiling_keys.insert(t.subject + "/" + t.backend + "/" + t.dtype).second) out.tilings.push_back(t);
+  }
+  out.shards_merged.assign(shards.begin(), shards.end());
+  out.shard_index = out.shards_merged.front();
+  out.timestamp = utc_timestamp();
+  out.command = "attncheck report merge";
+  return out;
+}
+
+std::string utc_timestamp() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace attncheck

@@ -1,0 +1,195 @@
+// Reports and the CI gate, on reports built by hand here (no properties run):
+//  - report.json round trip: every field written is read back equal (including inf ulp values);
+//  - junit.xml is well-formed XML (checked by Python's ElementTree, an independent parser) and
+//    counts one testcase per (subject, property) plus the baseline case;
+//  - the gate flags a regression built into a copy of a report (p99 grown past the stated
+//    tolerance, a new non-finite, passed -> failed) and passes an identical report;
+//  - merging two shard reports gives the union (counts add, max is max, corpus files union).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "attncheck/baseline.hpp"
+#include "attncheck/report.hpp"
+
+using namespace attncheck;
+
+namespace {
+
+OutputStats stats(const std::string& dtype, const std::string& output, int64_t count, double max_ulp, double p99) {
+  OutputStats s;
+  s.dtype = dtype;
+  s.output = output;
+  s.count = count;
+  s.max_ulp = max_ulp;
+  s.p99_ulp = p99;
+  s.mean_ulp = p99 / 2;
+  s.histogram = {count - 1, 1, 0};
+  return s;
+}
+
+Report sample_report(int shard = 0, int shard_count = 1) {
+  Report r;
+  r.timestamp = "2025-01-01T00:00:00Z";
+  r.command = "attncheck check";
+  r.backend = "host";
+  r.seed = 7;
+  r.num_cases = 50;
+  r.shard_index = shard;
+  r.shard_count = shard_count;
+  r.suite = "gate";
+  r.shape_set = "max_size=100,max_keys=64";
+  r.histogram_edges = {0, 0.5, 1, INFINITY};
+  ReportEntry a;
+  a.subject = "merge";
+  a.backend = "host";
+  a.origin = "builtin";
+  a.property = "accuracy";
+  a.cases_run = 50;
+  a.stats = {stats("fp16", "O", 1000, 0.75, 0.5), stats("fp16", "LSE", 100, 1.0, 0.5)};
+  a.seconds = 1.5;
+  a.shards = {shard};
+  a.corpus_files = {"corpus/a-" + std::to_string(shard) + ".json"};
+  ReportEntry b = a;
+  b.subject = "fused";
+  b.property = "empty_row";
+  b.status = "failed";
+  b.failure_class = "empty_row";
+  b.failures = 1;
+  b.message = "LSE <+inf> & O = \"nan\"";  // characters XML and Markdown must escape
+  b.stats = {stats("bf16", "O", 10, INFINITY, 2.0)};
+  b.stats[0].nonfinite = 3;
+  b.reproduce_command = "attncheck replay x.json --subject fused";
+  r.entries = {a, b};
+  TilingEntry t;
+  t.subject = "fused";
+  t.backend = "host";
+  t.dtype = "fp16";
+  TilingRow row;
+  row.br = 64;
+  row.bc = 32;
+  row.stats = stats("fp16", "O", 10, 1.5, 1.0);
+  t.rows = {row};
+  r.tilings = {t};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("report.json round trips every field", "[report]") {
+  const Report r = sample_report();
+  const nlohmann::json j = report_to_json(r);
+  CHECK(j.at("schema_version") == kReportSchemaVersion);
+  CHECK(j.at("verdict") == "fail");
+  CHECK(j.at("results").at(1).at("stats").at(0).at("max_ulp") == "inf");
+  const Report back = report_from_json(nlohmann::json::parse(j.dump()));
+  CHECK(report_to_json(back) == j);
+  CHECK(std::isinf(back.entries[1].stats[0].max_ulp));
+  CHECK(back.tilings.at(0).rows.at(0).bc == 32);
+}
+
+TEST_CASE("report_from_json refuses documents that are not reports", "[report]") {
+  CHECK_THROWS_AS(report_from_json(nlohmann::json::parse("{\"a\": 1}")), ReportError);
+  nlohmann::json j = report_to_json(sample_report());
+  j["schema_version"] = 99;
+  CHECK_THROWS_AS(report_from_json(j), ReportError);
+  j = report_to_json(sample_report());
+  j["results"][0].erase("cases_run");
+  CHECK_THROWS_AS(report_from_json(j), ReportError);
+}
+
+TEST_CASE("junit.xml is well-formed and has one testcase per result", "[report]") {
+  Report r = sample_report();
+  r.baseline = compare_to_baseline(r, r).to_json();
+  const std::string xml = render_junit(r);
+  CHECK(xml.find("<+inf>") == std::string::npos);  // escaped
+  size_t testcases = 0;
+  for (size_t p = xml.find("<testcase "); p != std::string::npos; p = xml.find("<testcase ", p + 1)) ++testcases;
+  CHECK(testcases == 3);  // two results + the baseline case
+  const auto dir = std::filesystem::temp_directory_path() / ("ac_junit_" + std::to_string(::getpid()));
+  write_report_dir(dir.string(), r);
+  for (const char* f : {"report.json", "report.md", "junit.xml"}) CHECK(std::filesystem::exists(dir / f));
+  // No temporary directory is left behind.
+  for (const auto& e : std::filesystem::directory_iterator(dir)) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+  if (std::filesystem::exists("/usr/bin/python3")) {
+    const std::string cmd = "/usr/bin/python3 -c \"import sys, xml.etree.ElementTree as E; t = E.parse(sys.argv[1]); "
+                            "sys.exit(0 if len(t.getroot().findall('.//testcase')) == 3 else 1)\" " +
+                            (dir / "junit.xml").string();
+    CHECK(std::system(cmd.c_str()) == 0);
+  }
+  CHECK(read_report_file((dir / "report.json").string()).entries.size() == 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("report.md lists the worst offenders first", "[report]") {
+  const std::string md = render_markdown(sample_report());
+  const size_t fused = md.find("| fused"), merge = md.find("| merge");
+  REQUIRE(fused != std::string::npos);
+  REQUIRE(merge != std::string::npos);
+  CHECK(fused < merge);
+  CHECK(md.find("## attncheck: FAIL") == 0);
+}
+
+TEST_CASE("the gate passes an identical report and flags built-in regressions", "[baseline]") {
+  const Report base = sample_report();
+  const BaselineComparison same = compare_to_baseline(base, base);
+  CHECK(same.ok());
+  CHECK(same.compared == 2);
+
+  Report worse = base;
+  // Tolerance: p99 may grow to max(0.5 + 0.5, 0.5 x 1.25) = 1.0 ulp; 1.0 passes, 1.01 fails.
+  worse.entries[0].stats[0].p99_ulp = 1.0;
+  CHECK(compare_to_baseline(worse, base).ok());
+  worse.entries[0].stats[0].p99_ulp = 1.01;
+  const BaselineComparison c = compare_to_baseline(worse, base);
+  REQUIRE(c.regressions.size() == 1);
+  CHECK(c.regressions[0].find("merge (host) / accuracy fp16 O: p99 ulp") == 0);
+
+  Report nonfinite = base;
+  nonfinite.entries[0].stats[1].nonfinite = 2;
+  REQUIRE(compare_to_baseline(nonfinite, base).regressions.size() == 1);
+
+  Report failed = base;
+  failed.entries[0].status = "failed";
+  const auto f = compare_to_baseline(failed, base);
+  REQUIRE(f.regressions.size() == 1);
+  CHECK(f.regressions[0].find("passed in the baseline, failed now") != std::string::npos);
+}
+
+TEST_CASE("the gate skips what does not apply and says so", "[baseline]") {
+  const Report base = sample_report();
+  Report cur = base;
+  cur.entries.pop_back();           // fused/empty_row not run
+  cur.entries[0].stats.pop_back();  // LSE not measured
+  cur.seed = 8;                     // different cases: ulp metrics not comparable
+  cur.entries[0].stats[0].max_ulp = 100;
+  const BaselineComparison c = compare_to_baseline(cur, base);
+  CHECK(c.ok());
+  CHECK(!c.ulp_compared);
+  CHECK(c.skipped.size() == 3);
+}
+
+TEST_CASE("merging two shard reports gives the union", "[report]") {
+  Report s0 = sample_report(0, 2), s1 = sample_report(1, 2);
+  s1.entries[0].stats[0].max_ulp = 2.0;
+  s1.entries[0].stats[0].mean_ulp = 1.0;  // s0's is 0.25
+  const Report m = merge_reports({s0, s1});
+  CHECK(m.shards_merged == std::vector<int>{0, 1});
+  REQUIRE(m.entries.size() == 2);
+  const ReportEntry& e = m.entries[0];
+  CHECK(e.cases_run == 100);
+  CHECK(e.corpus_files.size() == 2);
+  CHECK(e.stats[0].count == 2000);
+  CHECK(e.stats[0].max_ulp == 2.0);
+  CHECK(e.stats[0].mean_ulp == Approx((0.25 * 1000 + 1.0 * 1000) / 2000));
+  CHECK(e.stats[0].histogram == std::vector<int64_t>{1998, 2, 0});
+  CHECK(m.entries[1].failures == 2);
+  CHECK(m.entries[1].stats[0].nonfinite == 6);
+  CHECK_THROWS_AS(merge_reports({s0, s0}), ReportError);  // the same shard twice
+  Report other = s1;
+  other.seed = 9;
+  CHECK_THROWS_AS(merge_reports({s0, other}), ReportError);
+}
