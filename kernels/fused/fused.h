@@ -1,0 +1,56 @@
+// Launchers of the fused attention forward (FlashAttention-2 style): one kernel, per CTA a tile of
+// Br query rows of one (sequence, head), a loop over key tiles of Bc keys, online softmax (m, l, O)
+// in fp32 registers, Q K^T and P V on tensor cores (mma.sync m16n8k16, fp16/bf16 operands, fp32
+// accumulation), P rounded to the input type before P V. The per-element math is fused_math.h.
+//
+// Arguments: the plugin ABI's ac_attention_args (Q [total_q, h, d], K/V [total_k, h_kv, d],
+// contiguous; cu_seqlens; optional per-sequence boolean mask; bottom-right causal; GQA).
+// Outputs: O in the input type; LSE fp32 in layout [heads, tokens] (AC_LSE_HEADS_TOKENS), natural
+// log by default or base 2 (FusedOptions::lse_base = 2); an empty row (no visible key, including a
+// zero-length key range) gets O = 0 exactly and LSE = -inf, or +inf with empty_lse_sign = +1
+// (FlashAttention-2's unsplit convention).
+// Supported: fp16 and bf16, head sizes 64 and 128, the tilings of kFusedTilings (args.tiling is
+// an index into it). Anything else is refused before launch with a message naming it.
+// Check: ctest --test-dir build -R kernels_attention
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "attncheck/plugin_abi.h"
+
+namespace attncheck::kern {
+
+struct FusedOptions {
+  int lse_base = 0;         // 0: natural log; 2: base 2
+  int empty_lse_sign = -1;  // -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2)
+  bool synchronize = true;  // CUDA: synchronise the stream before returning (false: benchmarks)
+};
+
+// The compiled (Br, Bc) tilings, one list that both the kernel instantiations and the subjects'
+// caps come from. Each CTA has Br / 16 warps; each warp owns 16 query rows (one m16 block).
+inline constexpr ac_tiling kFusedTilings[] = {{64, 64}, {128, 64}, {128, 32}, {64, 32}};
+inline constexpr int kNumFusedTilings = int(sizeof(kFusedTilings) / sizeof(kFusedTilings[0]));
+inline constexpr int32_t kFusedHeadSizes[] = {64, 128};
+
+const ac_tiling* fused_tilings(int* count);
+
+// The checks both launchers run before touching memory: dtype, head size, heads, tiling, shapes,
+// null pointers, options. AC_OK or AC_ERR_UNSUPPORTED with the reason written to err.
+int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
+                     size_t err_len);
+
+// Host twin: tensors in host memory; walks the same tiles in the same order with the same
+// rounding points.
+int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err,
+                         size_t err_len);
+
+#if defined(ATTNCHECK_HAVE_CUDA)
+// CUDA kernel: tensors in device memory, launched on a.stream, synchronised before returning (a
+// device fault becomes AC_ERR_DEVICE). Pointers q, k, v must be 16-byte aligned, out 4-byte.
+int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err,
+                         size_t err_len);
+#endif
+
+void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
+
+}  // namespace attncheck::kern

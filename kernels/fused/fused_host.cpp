@@ -1,0 +1,126 @@
+// Host twin of the fused attention forward (fused.cu): the same tile walk (row tiles of Br, key
+// tiles of Bc), the same per-element math (fused_math.h), the same rounding points: the dot
+// product in fp32, P rounded to the input type before P V, m / l / O in fp32, O rounded to the
+// input type at the store. LSE fp32, [heads, tokens], natural or base 2; empty row: O = 0 and
+// LSE = -inf (or +inf, FlashAttention-2's convention, on request).
+// Also holds fused_check_args, the argument checks the CUDA launcher runs as well.
+// Check: ctest --test-dir build -R kernels_attention_twin
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "common/storage.h"
+#include "fused/fused.h"
+#include "fused/fused_math.h"
+#include "fused/fused_twin.h"
+
+namespace attncheck::kern {
+
+const ac_tiling* fused_tilings(int* count) {
+  if (count) *count = kNumFusedTilings;
+  return kFusedTilings;
+}
+
+int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
+                     size_t err_len) {
+  if (a.dtype == AC_DTYPE_F32)
+    AC_REFUSE("fused attention: dtype fp32 is not supported (tensor-core operands are fp16 or bf16)");
+  if (a.dtype != AC_DTYPE_F16 && a.dtype != AC_DTYPE_BF16)
+    AC_REFUSE("fused attention: unknown dtype %d", int(a.dtype));
+  if (a.head_size != 64 && a.head_size != 128)
+    AC_REFUSE("fused attention: head size %d is not supported (64 or 128)", a.head_size);
+  if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
+    AC_REFUSE("fused attention: num_heads %d is not a positive multiple of num_kv_heads %d",
+              a.num_heads, a.num_kv_heads);
+  if (a.tiling < 0 || a.tiling >= num_tilings)
+    AC_REFUSE("fused attention: tiling index %d out of range [0, %d)", a.tiling, num_tilings);
+  if (a.num_seqs < 0) AC_REFUSE("fused attention: negative num_seqs %d", a.num_seqs);
+  if (o.lse_base != 0 && o.lse_base != 2) AC_REFUSE("fused attention: lse_base %d (0 or 2)", o.lse_base);
+  if (o.empty_lse_sign != -1 && o.empty_lse_sign != 1)
+    AC_REFUSE("fused attention: empty_lse_sign %d (-1 or +1)", o.empty_lse_sign);
+  if (a.num_seqs == 0) return AC_OK;
+  if (!a.cu_seqlens_q_host || !a.cu_seqlens_k_host)
+    AC_REFUSE("fused attention: cu_seqlens_q_host / cu_seqlens_k_host missing");
+  if (a.cu_seqlens_q_host[0] != 0 || a.cu_seqlens_k_host[0] != 0)
+    AC_REFUSE("fused attention: cu_seqlens must start at 0");
+  for (int s = 0; s < a.num_seqs; ++s) {
+    if (a.cu_seqlens_q_host[s + 1] < a.cu_seqlens_q_host[s] ||
+        a.cu_seqlens_k_host[s + 1] < a.cu_seqlens_k_host[s])
+      AC_REFUSE("fused attention: cu_seqlens decrease at sequence %d", s);
+    if (a.mask && (!a.cu_mask_host ||
+                   a.cu_mask_host[s + 1] - a.cu_mask_host[s] !=
+                       int64_t(a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s]) *
+                           (a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s])))
+      AC_REFUSE("fused attention: mask block of sequence %d is not Tq x Tk (cu_mask)", s);
+  }
+  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
+  const int64_t total_k = a.cu_seqlens_k_host[a.num_seqs];
+  if (total_q > 0 && (!a.q || !a.out)) AC_REFUSE("fused attention: null q or out");
+  if (total_k > 0 && (!a.k || !a.v)) AC_REFUSE("fused attention: null k or v");
+  if (a.mask && !a.cu_mask) AC_REFUSE("fused attention: mask without cu_mask");
+  return AC_OK;
+}
+
+namespace {
+
+// Writes one finished row: O / l rounded to the input type, LSE per the options.
+void store_row(const fused::TwinRowState& s, DType t, void* out, int64_t out_index, float* lse,
+               int64_t lse_index, const FusedOptions& o) {
+  const float inv = fused::inverse_row_sum(s.l);
+  for (size_t c = 0; c < s.o.size(); ++c) {
+    const uint32_t bits = store_from_float(t, s.o[c] * inv);
+    static_cast<uint16_t*>(out)[out_index + int64_t(c)] = uint16_t(bits);
+  }
+  if (lse) {
+    const float sentinel = o.empty_lse_sign > 0 ? fused::pos_inf_f() : fused::neg_inf_f();
+    lse[lse_index] = fused::final_lse(s.m, s.l, o.lse_base == 2, sentinel);
+  }
+}
+
+}  // namespace
+
+int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err,
+                         size_t err_len) {
+  if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len)) return rc;
+  if (a.num_seqs == 0) return AC_OK;
+  const DType t = DType(a.dtype);
+  const int d = a.head_size, h = a.num_heads, hkv = a.num_kv_heads, group = h / hkv;
+  const int br = kFusedTilings[a.tiling].br, bc = kFusedTilings[a.tiling].bc;
+  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
+  const int64_t total_k = a.cu_seqlens_k_host[a.num_seqs];
+  const std::vector<float> q = fused::decode_tensor(t, a.q, total_q * h * d);
+  const std::vector<float> k = fused::decode_tensor(t, a.k, total_k * hkv * d);
+  const std::vector<float> v = fused::decode_tensor(t, a.v, total_k * hkv * d);
+  const float scale_log2 = a.softmax_scale * fused::kLog2e;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.cu_seqlens_k_host[s];
+    const int64_t tq = a.cu_seqlens_q_host[s + 1] - q0, tk = a.cu_seqlens_k_host[s + 1] - k0;
+    for (int head = 0; head < h; ++head) {
+      const int kvh = head / group;
+      fused::TwinHeadView view{t,
+                               d,
+                               tq,
+                               tk,
+                               q.data() + (q0 * h + head) * d,
+                               k.data() + (k0 * hkv + kvh) * d,
+                               v.data() + (k0 * hkv + kvh) * d,
+                               int64_t(h) * d,
+                               int64_t(hkv) * d,
+                               a.mask ? a.mask + a.cu_mask_host[s] : nullptr,
+                               a.causal != 0,
+                               scale_log2};
+      for (int64_t row0 = 0; row0 < tq; row0 += br) {
+        const auto states = fused::twin_row_tile(view, row0, br, bc, 0, tk);
+        for (size_t r = 0; r < states.size(); ++r) {
+          const int64_t tok = q0 + row0 + int64_t(r);
+          store_row(states[r], t, a.out, (tok * h + head) * d, a.lse, int64_t(head) * total_q + tok, o);
+        }
+      }
+    }
+  }
+  return AC_OK;
+}
+
+}  // namespace attncheck::kern

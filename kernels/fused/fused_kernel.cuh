@@ -1,0 +1,375 @@
+// The fused attention forward kernel (FlashAttention-2 style) for sm_90, shared by fused.cu (one
+// output per row) and kernels/splitkv/splitkv.cu (SPLIT: the key range cut into num_splits parts,
+// fp32 partial (O, LSE) per part).
+//
+// Per CTA: a tile of BR query rows of one (sequence, head); BR / 16 warps, each owning 16 rows (one
+// m16 block) and holding its Q fragments, its S tile and its O accumulator in registers.
+// Loop over key tiles of BC keys: K and V tiles are double-buffered in shared memory and fetched
+// with cp.async one tile ahead (zero-filled past the end of the key range); fragments are read with
+// ldmatrix (V transposed) from rows swizzled by 16-byte chunk (chunk ^ row % 8) so ldmatrix and
+// cp.async are free of bank conflicts. S = Q K^T and O += P V run on tensor cores,
+// mma.sync.m16n8k16.row.col with fp16 or bf16 operands and fp32 accumulation.
+// Numerics (fused_math.h): scores scaled by softmax_scale * log2 e in fp32 (__fmul_rn, never
+// contracted), masked logits are -inf (never a finite sentinel), online softmax m / l / O in fp32
+// with the base-case guard, P rounded to the input type before P V, O rounded to the input type at
+// the store; LSE fp32, base 2 or natural, [heads, tokens]; empty row O = 0, LSE = sentinel.
+// Check: ctest --test-dir build -L gpu -R kernels_attention
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "fused/fused_math.h"
+
+namespace attncheck::kern::fused {
+
+struct KernelParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;   // [total_q, num_heads, D], input type (unsplit)
+  float* lse;  // [num_heads, total_q] or null (unsplit)
+  const int32_t* cu_q;
+  const int32_t* cu_k;
+  const uint8_t* mask;
+  const int64_t* cu_mask;
+  int num_heads, num_kv_heads, group;
+  int64_t total_q;
+  float scale_log2;
+  int causal;
+  int lse_base2;
+  float empty_lse;
+  int reverse_tiles;  // causal: launch the row tiles with the most keys first
+  int num_splits;     // split mode: partial (O, LSE) per part of the key range
+  float* part_o;      // [num_splits, total_q, num_heads, D], O / l (0 for an empty part)
+  float* part_lse;    // [num_splits, total_q, num_heads], base 2, -inf for an empty part
+};
+
+template <int BR, int BC, int D>
+constexpr int fused_smem_bytes() {
+  // [K0][V0][K1][V1]; Q is staged in the second buffer (and beyond when BR > 2 BC) before the
+  // first prefetch overwrites it, after every warp has its Q fragments in registers.
+  constexpr int kv = 4 * BC * D, q = 2 * BC * D + BR * D;
+  return 2 * (kv > q ? kv : q);
+}
+
+namespace dev {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte asynchronous copy global -> shared; src_size 0 zero-fills (rows past the range).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// D (16x8, fp32) += A (16x16, row) * B (16x8, col).
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+// Two floats rounded (nearest even) to the input type, packed low = first.
+template <bool BF16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (BF16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+// Element offset of (row, 16-byte chunk) in a swizzled [rows][D] tile.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+// Stage `rows` rows of D elements (row stride in elements) into a swizzled tile; rows at or past
+// `valid` are zero-filled, so masked keys meet V = 0 and never an uninitialised NaN pattern.
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void load_tile(uint16_t* s, const uint16_t* g, int64_t row_stride, int valid,
+                                          int tid) {
+  constexpr int CH = D / 8, ITERS = (ROWS * CH + NT - 1) / NT;
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int i = it * NT + tid;
+    if ((ROWS * CH) % NT != 0 && i >= ROWS * CH) break;
+    const int r = i / CH, c = i % CH;
+    const bool ok = r < valid;
+    const uint16_t* src = g + (ok ? int64_t(r) * row_stride + c * 8 : 0);
+    cp_async16(s + swz<D>(r, c), src, ok);
+  }
+}
+
+}  // namespace dev
+
+// CTAs per SM the register allocator is asked to allow: 3 for the 4-warp tiles with at most 64
+// keys (up to 170 registers), otherwise whatever fits (255).
+template <int BR, int BC, int D>
+constexpr int fused_min_ctas() {
+  return 1;
+}
+
+template <bool BF16, int D, int BR, int BC, bool SPLIT, Mutation M = Mutation::none>
+__global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fused_attention_kernel(const KernelParams p) {
+  static_assert(BR % 16 == 0 && BC % 16 == 0 && D % 16 == 0, "tile sizes are multiples of 16");
+  constexpr int NW = BR / 16, NT = NW * 32;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  uint16_t* const smem = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* const sQ = smem + 2 * BC * D;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int head = blockIdx.y;
+  const int seq = SPLIT ? int(blockIdx.z) / p.num_splits : int(blockIdx.z);
+  const int split = SPLIT ? int(blockIdx.z) % p.num_splits : 0;
+  const int64_t q0 = p.cu_q[seq], k0 = p.cu_k[seq];
+  const int tq = p.cu_q[seq + 1] - int(q0), tk = p.cu_k[seq + 1] - int(k0);
+  const int tile = p.reverse_tiles ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int row0 = tile * BR;
+  if (row0 >= tq) return;
+  const int kvh = head / p.group;
+
+  // This CTA's key range [k_lo, k_hi): the whole sequence, or one part of num_splits (sizes as
+  // equal as possible, the first tk % num_splits parts one key longer).
+  int k_lo = 0, k_hi = tk;
+  if constexpr (SPLIT) {
+    const int base = tk / p.num_splits, rem = tk % p.num_splits;
+    k_lo = split * base + (split < rem ? split : rem);
+    k_hi = k_lo + base + (split < rem ? 1 : 0);
+  }
+  // Causal: nothing past what the tile's last row can see is loaded.
+  int k_end = k_hi;
+  if (p.causal) {
+    const int last_row = (row0 + BR < tq ? row0 + BR : tq) - 1;
+    const int lim = last_row + tk - tq + 1 + (M == Mutation::causal_off_by_one ? 1 : 0);
+    k_end = lim < k_end ? lim : k_end;
+  }
+  const int n_tiles = k_end > k_lo ? (k_end - k_lo + BC - 1) / BC : 0;
+
+  const uint16_t* gq = static_cast<const uint16_t*>(p.q) + ((q0 + row0) * p.num_heads + head) * D;
+  const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
+  const uint16_t* gk = static_cast<const uint16_t*>(p.k) + (k0 * p.num_kv_heads + kvh) * D;
+  const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
+
+  dev::load_tile<BR, D, NT>(sQ, gq, int64_t(p.num_heads) * D, tq - row0, tid);
+  if (n_tiles > 0) {
+    dev::load_tile<BC, D, NT>(smem, gk + k_lo * kv_stride, kv_stride, k_end - k_lo, tid);
+    dev::load_tile<BC, D, NT>(smem + BC * D, gv + k_lo * kv_stride, kv_stride, k_end - k_lo, tid);
+  }
+  dev::cp_async_commit();
+  dev::cp_async_wait<0>();
+  __syncthreads();
+
+  // Q fragments of this warp's 16 rows, all of D, kept in registers for the whole loop.
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+    dev::ldsm_x4(qf[ks], dev::smem_addr(sQ + dev::swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4))));
+  __syncthreads();  // sQ is the second K/V buffer: every warp has read it before the prefetch
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {neg_inf_f(), neg_inf_f()};
+  float l_run[2] = {0.0f, 0.0f};  // this thread's partial row sums, reduced over the quad at the end
+
+  const int row_a = row0 + warp * 16 + g, row_b = row_a + 8;  // this thread's two rows
+  const uint8_t* mask = p.mask ? p.mask + p.cu_mask[seq] : nullptr;
+  const int diag = tk - tq;  // bottom-right alignment: row t sees keys <= t + diag
+
+  // ldmatrix addresses: a per-lane byte offset (row part and the lane's swizzled chunk) XOR-ed
+  // with a compile-time chunk step, so no per-step address registers are kept live.
+  // K (B of Q K^T, not transposed): rows = keys (lane & 7) + (lane >> 4) * 8, chunk bit 0 = (lane >> 3) & 1.
+  const uint32_t k_row_off = uint32_t(((lane & 7) + (lane >> 4) * 8) * D * 2);
+  const uint32_t k_chunk = uint32_t((((lane >> 3) & 1) ^ (lane & 7)) << 4);
+  // V (B of P V, transposed): rows = keys (lane & 7) + ((lane >> 3) & 1) * 8, chunk bit 0 = lane >> 4.
+  const uint32_t v_row_off = uint32_t(((lane & 7) + ((lane >> 3) & 1) * 8) * D * 2);
+  const uint32_t v_chunk = uint32_t(((lane >> 4) ^ (lane & 7)) << 4);
+  const uint32_t smem_base = dev::smem_addr(smem);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int buf = j & 1;
+    const int n0 = k_lo + j * BC;
+    if (j + 1 < n_tiles) {
+      uint16_t* sk = smem + (buf ^ 1) * 2 * BC * D;
+      dev::load_tile<BC, D, NT>(sk, gk + int64_t(n0 + BC) * kv_stride, kv_stride, k_end - n0 - BC, tid);
+      dev::load_tile<BC, D, NT>(sk + BC * D, gv + int64_t(n0 + BC) * kv_stride, kv_stride,
+                                k_end - n0 - BC, tid);
+      dev::cp_async_commit();
+      dev::cp_async_wait<1>();
+    } else {
+      dev::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint32_t sK = smem_base + uint32_t(buf * 2 * BC * D * 2);
+    const uint32_t sV = sK + uint32_t(BC * D * 2);
+
+    // S = Q K^T for this warp's 16 rows and BC keys.
+    float s[BC / 8][4];
+#pragma unroll
+    for (int i = 0; i < BC / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int nb = 0; nb < BC / 16; ++nb) {
+        uint32_t b[4];
+        dev::ldsm_x4(b, sK + k_row_off + uint32_t(nb * 16 * D * 2) + (k_chunk ^ uint32_t(ks << 5)));
+        dev::mma16816<BF16>(s[2 * nb], qf[ks], b[0], b[1]);
+        dev::mma16816<BF16>(s[2 * nb + 1], qf[ks], b[2], b[3]);
+      }
+    }
+
+    // Scale, mask (-inf), tile row max. A tile wholly inside the key range and below the causal
+    // diagonal for all 16 rows of the warp, without an explicit mask, skips the per-element test.
+    const int warp_row0 = row0 + warp * 16;
+    const bool full = n0 + BC <= k_hi && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
+    float mx[2] = {neg_inf_f(), neg_inf_f()};
+#pragma unroll
+    for (int i = 0; i < BC / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = __fmul_rn(s[i][e], p.scale_log2);
+        if (!full) {
+          const int row = e < 2 ? row_a : row_b;
+          const int col = n0 + i * 8 + 2 * t4 + (e & 1);
+          bool vis = row < tq && col < k_hi;
+          if (p.causal) vis = vis && causal_visible<M>(row, col, tq, tk);
+          if (mask && vis) vis = mask[int64_t(row) * tk + col] != 0;
+          if (!vis) x = neg_inf_f();
+        }
+        s[i][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float alpha[2], off[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m_run[r], mx[r]);
+      alpha[r] = rescale_factor(m_run[r], m_new);
+      off[r] = exponent_offset(m_new);
+      m_run[r] = m_new;
+    }
+    float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < BC / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[i][e] = tile_probability(s[i][e], off[e >> 1]);
+        tile_sum[e >> 1] += s[i][e];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + tile_sum[r];
+    if constexpr (M != Mutation::forget_rescale_o) {
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+      }
+    }
+
+    // O += P V, P rounded to the input type (the A fragment is the S accumulator layout, packed).
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = dev::pack2<BF16>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = dev::pack2<BF16>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = dev::pack2<BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = dev::pack2<BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int nb = 0; nb < D / 16; ++nb) {
+        uint32_t b[4];
+        dev::ldsm_x4_trans(b, sV + v_row_off + uint32_t(kk * 16 * D * 2) + (v_chunk ^ uint32_t(nb << 5)));
+        dev::mma16816<BF16>(o[2 * nb], a, b[0], b[1]);
+        dev::mma16816<BF16>(o[2 * nb + 1], a, b[2], b[3]);
+      }
+    }
+    // The next iteration's prefetch overwrites this buffer: every warp must be done reading it.
+    if constexpr (M != Mutation::missing_barrier) __syncthreads();
+  }
+
+  // Epilogue: reduce l over the quad, normalise, store.
+  float l_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_row[r] = l;
+  }
+  const float inv[2] = {inverse_row_sum(l_row[0]), inverse_row_sum(l_row[1])};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r == 0 ? row_a : row_b;
+    if (row >= tq) continue;
+    const int64_t tok = q0 + row;
+    if constexpr (SPLIT) {
+      float* po = p.part_o + ((int64_t(split) * p.total_q + tok) * p.num_heads + head) * D;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i)
+        *reinterpret_cast<float2*>(po + i * 8 + 2 * t4) = make_float2(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
+      if (t4 == 0)
+        p.part_lse[(int64_t(split) * p.total_q + tok) * p.num_heads + head] = partial_lse2(m_run[r], l_row[r]);
+    } else {
+      uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i)
+        *reinterpret_cast<uint32_t*>(po + i * 8 + 2 * t4) =
+            dev::pack2<BF16>(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
+      if (p.lse && t4 == 0)
+        p.lse[int64_t(head) * p.total_q + tok] = final_lse(m_run[r], l_row[r], p.lse_base2 != 0, p.empty_lse);
+    }
+  }
+}
+
+// Launch one instantiation: grid (row tiles, heads, sequences x splits).
+template <bool BF16, int D, int BR, int BC, bool SPLIT>
+cudaError_t launch_fused_kernel(const KernelParams& p, int max_tq, int num_seqs, cudaStream_t stream) {
+  auto kernel = fused_attention_kernel<BF16, D, BR, BC, SPLIT>;
+  constexpr int smem = fused_smem_bytes<BR, BC, D>();
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  const int splits = SPLIT ? p.num_splits : 1;
+  const dim3 grid(unsigned((max_tq + BR - 1) / BR), unsigned(p.num_heads), unsigned(num_seqs * splits));
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
+  kernel<<<grid, BR / 16 * 32, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace attncheck::kern::fused

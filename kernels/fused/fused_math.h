@@ -1,0 +1,91 @@
+// Per-element math of the fused attention forward, shared by the CUDA kernel (fused_kernel.cuh)
+// and its host twin (fused_host.cpp), so the two cannot drift apart.
+//
+// What it computes: the seed's online-softmax recurrence for one query row, one key tile at a
+// time, in base 2 with log2(e) folded into the softmax scale (what FlashAttention-2 does on the
+// GPU, where exp2 is the native instruction):
+//   x_j   = fp32(dot(q, k_j)) * (softmax_scale * log2 e)      (-inf when key j is masked)
+//   m'    = max(m, max_j x_j)
+//   alpha = 2^(m - m')   but 0 when m = -inf                  (the seed's base-case guard)
+//   p_j   = 2^(x_j - m'') with m'' = m' unless m' = -inf, then 0, so a fully masked tile gives
+//           p = 0, never 2^(-inf - -inf) = NaN
+//   l'    = alpha l + sum_j p_j         (fp32, the unrounded p, as FlashAttention-2 sums it)
+//   O'    = alpha O + sum_j round_to_input_type(p_j) v_j      (fp32 accumulator)
+// Final: O = O / l, or exactly 0 when l = 0 (an empty row); LSE = m + log2 l (base 2) or
+// ln 2 * (m + log2 l) (natural); an empty row gets the caller's sentinel (-inf or +inf).
+// Accumulators m, l, O are fp32; rounding happens at the dot product (fp32), at P (rounded to the
+// input type before P V, as production kernels do) and at the final store of O (input type).
+// Check: ctest --test-dir build -R kernels_attention
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace attncheck::kern::fused {
+
+// Compile-time switch point for the deliberately broken variants of kernels/mutants/ (issue 6).
+// The correct kernels use Mutation::none; each mutant is one instantiation with another value.
+enum class Mutation : int {
+  none = 0,
+  forget_rescale_o = 6,   // rescales l but not O when the max moves
+  causal_off_by_one = 10, // causal sees one key too many (t + Tk - Tq + 1)
+  missing_barrier = 12,   // drops the barrier that protects a shared-memory buffer before reuse
+  offsets_32bit = 13,     // element offsets computed in 32 bits
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+AC_HD float neg_inf_f() { return -__builtin_huge_valf(); }
+AC_HD float pos_inf_f() { return __builtin_huge_valf(); }
+
+AC_HD float exp2_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return exp2f(x);
+#else
+  return std::exp2(x);
+#endif
+}
+AC_HD float log2_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return log2f(x);
+#else
+  return std::log2(x);
+#endif
+}
+
+// Is key `key` (0-based within its sequence) visible to query row `row` under bottom-right
+// causal alignment? Query t sees keys 0 .. t + Tk - Tq.
+template <Mutation M = Mutation::none>
+AC_HD bool causal_visible(int64_t row, int64_t key, int64_t tq, int64_t tk) {
+  if constexpr (M == Mutation::causal_off_by_one) return key <= row + tk - tq + 1;
+  return key <= row + tk - tq;
+}
+
+// The rescale factor alpha = 2^(m_old - m_new), with the base-case guard: before any visible key
+// (m_old = -inf) the state is (l = 0, O = 0) and alpha is 0, never 2^(-inf - -inf) = NaN.
+AC_HD float rescale_factor(float m_old, float m_new) {
+  return m_old == neg_inf_f() ? 0.0f : exp2_f(m_old - m_new);
+}
+// The max subtracted inside the exponent: 0 while no key is visible, so p = 2^(-inf - 0) = 0.
+AC_HD float exponent_offset(float m_new) { return m_new == neg_inf_f() ? 0.0f : m_new; }
+// p = 2^(x - m): x is the scaled logit (log2 e folded in), m the offset above.
+AC_HD float tile_probability(float x, float m_offset) { return exp2_f(x - m_offset); }
+
+// 1 / l for the final normalisation; 0 for an empty row so O = 0 exactly.
+AC_HD float inverse_row_sum(float l) { return l == 0.0f ? 0.0f : 1.0f / l; }
+
+// LSE of a finished row: base 2 (m + log2 l) or natural (ln 2 (m + log2 l)); the empty-row
+// sentinel (-inf by default, +inf for FlashAttention-2 compatibility) when l = 0.
+AC_HD float final_lse(float m, float l, bool base2, float empty_sentinel) {
+  if (l == 0.0f) return empty_sentinel;
+  const float lse2 = m + log2_f(l);
+  return base2 ? lse2 : lse2 * kLn2;
+}
+// The base-2 LSE a split partial carries (-inf when its key range saw nothing).
+AC_HD float partial_lse2(float m, float l) {
+  return l == 0.0f ? neg_inf_f() : m + log2_f(l);
+}
+
+}  // namespace attncheck::kern::fused

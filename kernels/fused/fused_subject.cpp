@@ -1,0 +1,75 @@
+// ac_subject adapters (plugin ABI) of the fused attention forward, for both backends:
+//   fused       natural-log LSE, empty row LSE = -inf
+//   fused-fa2   natural-log LSE, empty row LSE = +inf (FlashAttention-2's unsplit convention)
+//   fused-log2  base-2 LSE, empty row LSE = -inf (FlashInfer / TensorRT-LLM's base)
+// All: fp16 and bf16, head sizes 64 and 128, LSE [heads, tokens], causal (bottom-right), mask,
+// varlen, GQA, the tilings of kFusedTilings. Host twins run where no GPU is present.
+// Check: ctest --test-dir build -R kernels_attention
+#include <vector>
+
+#include "fused/fused.h"
+
+namespace attncheck::kern {
+
+namespace {
+
+struct FusedSubjectSelf {
+  FusedOptions options;
+  bool cuda;
+};
+
+int run_fused(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+  const auto* s = static_cast<const FusedSubjectSelf*>(self);
+#if defined(ATTNCHECK_HAVE_CUDA)
+  if (s->cuda) return fused_attention_cuda(*args, s->options, err, err_len);
+#endif
+  return fused_attention_host(*args, s->options, err, err_len);
+}
+
+ac_caps fused_caps(bool cuda, int lse_base, int empty_sign) {
+  ac_caps c{};
+  c.ops = AC_OP_ATTENTION;
+  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
+  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
+  c.head_size_min = 64;
+  c.head_size_max = 128;
+  c.head_sizes = kFusedHeadSizes;
+  c.num_head_sizes = 2;
+  c.lse_base = lse_base;
+  c.lse_layout = AC_LSE_HEADS_TOKENS;
+  c.empty_lse_sign = empty_sign;
+  c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  c.tilings = kFusedTilings;
+  c.num_tilings = kNumFusedTilings;
+  c.max_splits = 1;
+  c.fold_orders = 0;
+  return c;
+}
+
+// Static storage: subjects hand out `self` pointers that must outlive the registry.
+FusedSubjectSelf g_self[2][3] = {
+    {{{0, -1, true}, false}, {{0, 1, true}, false}, {{2, -1, true}, false}},
+    {{{0, -1, true}, true}, {{0, 1, true}, true}, {{2, -1, true}, true}}};
+
+}  // namespace
+
+void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
+#if !defined(ATTNCHECK_HAVE_CUDA)
+  if (cuda) return;
+#endif
+  FusedSubjectSelf* self = g_self[cuda ? 1 : 0];
+  out.push_back({"fused",
+                 cuda ? "fused attention forward (mma.sync, online softmax), natural LSE, empty -inf"
+                      : "fused attention forward, host twin, natural LSE, empty -inf",
+                 fused_caps(cuda, 0, -1), nullptr, nullptr, run_fused, &self[0]});
+  out.push_back({"fused-fa2",
+                 cuda ? "fused attention forward, FlashAttention-2 empty-row LSE +inf"
+                      : "fused attention forward, host twin, FlashAttention-2 empty-row LSE +inf",
+                 fused_caps(cuda, 0, 1), nullptr, nullptr, run_fused, &self[1]});
+  out.push_back({"fused-log2",
+                 cuda ? "fused attention forward, base-2 LSE, empty -inf"
+                      : "fused attention forward, host twin, base-2 LSE, empty -inf",
+                 fused_caps(cuda, 2, -1), nullptr, nullptr, run_fused, &self[2]});
+}
+
+}  // namespace attncheck::kern

@@ -1,0 +1,112 @@
+// Host twin core of the fused attention forward, shared by the fused twin (fused_host.cpp) and the
+// split-KV twin (kernels/splitkv/splitkv_host.cpp): walks one (sequence, head) as the CUDA kernel
+// does, row tiles of Br, key tiles of Bc from the start of the key range, with the per-element math
+// of fused_math.h. Rounding points as on the GPU: the dot product in fp32, P rounded to the input
+// type before P V, m / l / O in fp32. It does not match the GPU bit for bit (the tensor core sums
+// in another order, exp2 differs), it computes the same function with the same hazards.
+// Check: ctest --test-dir build -R kernels_attention_twin
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "common/storage.h"
+#include "fused/fused_math.h"
+
+namespace attncheck::kern::fused {
+
+// One (sequence, head) problem as the twin sees it: rows of Q and K/V already decoded to float
+// (exact: fp16/bf16 values are floats), pointers to the first row, strides in elements.
+struct TwinHeadView {
+  DType dtype;
+  int head_size;
+  int64_t tq, tk;          // queries and keys of the sequence
+  const float* q;          // row t at q + t * q_stride
+  const float* k;          // key j at k + j * kv_stride
+  const float* v;
+  int64_t q_stride, kv_stride;
+  const uint8_t* mask;     // [tq, tk] or null
+  bool causal;
+  float scale_log2;        // softmax_scale * log2 e, rounded to float once
+};
+
+// The unnormalised state of one row after the key range [k_lo, k_hi): m (base-2 scaled logits),
+// l, O~ (head_size floats).
+struct TwinRowState {
+  float m, l;
+  std::vector<float> o;
+};
+
+// Runs the row tile [row0, row0 + br) over keys [k_lo, k_hi) in tiles of bc, as one CTA does, and
+// returns the state of every row of the tile that exists (row < tq).
+template <Mutation M = Mutation::none>
+std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int br, int bc,
+                                        int64_t k_lo, int64_t k_hi) {
+  const int d = h.head_size;
+  const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(br, h.tq - row0));
+  std::vector<TwinRowState> st(size_t(rows), TwinRowState{neg_inf_f(), 0.0f, std::vector<float>(size_t(d), 0.0f)});
+  // The kernel stops at the last key the tile's last row can see under causal masking.
+  int64_t k_end = k_hi;
+  if (h.causal) {
+    const int64_t last_row = std::min<int64_t>(row0 + br, h.tq) - 1;
+    k_end = std::min<int64_t>(k_end, last_row + h.tk - h.tq + 1 + (M == Mutation::causal_off_by_one ? 1 : 0));
+  }
+  std::vector<float> x(static_cast<size_t>(bc)), p(static_cast<size_t>(bc));
+  for (int64_t n0 = k_lo; n0 < k_end; n0 += bc) {
+    const int64_t n1 = std::min<int64_t>(n0 + bc, k_end);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t row = row0 + r;
+      const float* qr = h.q + row * h.q_stride;
+      float tile_max = neg_inf_f();
+      for (int64_t j = n0; j < n0 + bc; ++j) {
+        float xj = neg_inf_f();
+        const bool visible = j < n1 && (!h.causal || causal_visible<M>(row, j, h.tq, h.tk)) &&
+                             (!h.mask || h.mask[row * h.tk + j] != 0);
+        if (visible) {
+          const float* kj = h.k + j * h.kv_stride;
+          float dot = 0.0f;
+          for (int c = 0; c < d; ++c) dot += qr[c] * kj[c];
+          xj = dot * h.scale_log2;
+        }
+        x[size_t(j - n0)] = xj;
+        tile_max = std::max(tile_max, xj);
+      }
+      TwinRowState& s = st[size_t(r)];
+      const float m_new = std::max(s.m, tile_max);
+      const float alpha = rescale_factor(s.m, m_new);
+      const float off = exponent_offset(m_new);
+      float tile_sum = 0.0f;
+      for (int j = 0; j < bc; ++j) {
+        p[size_t(j)] = tile_probability(x[size_t(j)], off);
+        tile_sum += p[size_t(j)];
+      }
+      s.l = s.l * alpha + tile_sum;
+      if constexpr (M != Mutation::forget_rescale_o)
+        for (float& o : s.o) o *= alpha;
+      for (int64_t j = n0; j < n1; ++j) {
+        // Masked keys inside the range are multiplied by p = 0 as on the GPU (same hazard: an
+        // infinite value there gives NaN on both).
+        const float pj = round_through(h.dtype, p[size_t(j - n0)]);
+        const float* vj = h.v + j * h.kv_stride;
+        for (int c = 0; c < d; ++c) s.o[size_t(c)] += pj * vj[c];
+      }
+      s.m = m_new;
+    }
+  }
+  return st;
+}
+
+// Decode a stored tensor of n elements to floats.
+inline std::vector<float> decode_tensor(DType t, const void* data, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (t == DType::f32) {
+    const float* f = static_cast<const float*>(data);
+    std::copy(f, f + n, out.begin());
+  } else {
+    const uint16_t* b = static_cast<const uint16_t*>(data);
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = load_as_float(t, b[i]);
+  }
+  return out;
+}
+
+}  // namespace attncheck::kern::fused

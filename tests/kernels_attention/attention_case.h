@@ -1,0 +1,253 @@
+// Test support for the attention kernels (fused, split-KV, cascade): random cases, an fp64
+// attention written here (independent of the kernels: plain loops, double accumulation, no
+// tiling, no online softmax) and an error bound derived from where the kernels round.
+//
+// Error bound per output element, with u the unit roundoff of the input type (fp16 2^-11, bf16
+// 2^-8), y_j the exact softmax weights, A = sum_j y_j |v_j|:
+//   - P is rounded to the input type before P V: each weight off by at most u relative: u A;
+//   - l sums the unrounded p while P V uses the rounded ones: another u A;
+//   - the final store of O rounds once: u |o|;
+//   - fp32 dot products (d terms) perturb a logit by at most e = d 2^-24 scale sum_i |q_i k_i|,
+//     which moves each weight by a factor within e^(+-2e): 2 e' A with e' = e (1 + e);
+//   - fp32 accumulation of O over Tk keys: Tk 2^-24 A;
+//   - fp16 only: a weight below 2^-14 (relative to the row max) rounds to a subnormal, absolute
+//     error up to 2^-25 each: Tk 2^-25 max|v| / l (l >= 1 is the shifted sum).
+// Bound: |o - o_exact| <= 2 (2u A + u |o_exact| + 2 e' A + Tk 2^-24 A + sub) + 1e-30, a factor 2 of
+// slack for the exp2 / log2 approximations (a few fp32 ulps each). LSE (fp32): |lse - exact| <=
+// 2 (e + Tk 2^-23 + 4 2^-24 (|lse| + 1)).
+// Empty rows (no visible key): O must be exactly 0 and LSE the subject's sentinel.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attncheck/plugin_abi.h"
+#include "common/storage.h"
+
+namespace attncheck::test {
+
+using kern::DType;
+
+struct AttnCase {
+  DType dtype = DType::f16;
+  int heads = 1, kv_heads = 1, head_size = 64;
+  std::vector<int32_t> seqlens_q, seqlens_k;
+  bool causal = false;
+  bool with_mask = false;
+  float scale = 0.125f;
+  std::vector<uint16_t> q, k, v;
+  std::vector<uint8_t> mask;
+  std::vector<int32_t> cu_q, cu_k;
+  std::vector<int64_t> cu_mask;
+  int64_t total_q() const { return cu_q.back(); }
+  int64_t total_k() const { return cu_k.back(); }
+  std::string describe() const {
+    std::ostringstream s;
+    s << (dtype == DType::f16 ? "fp16" : "bf16") << " h=" << heads << " hkv=" << kv_heads
+      << " d=" << head_size << " causal=" << causal << " mask=" << with_mask << " seqs=[";
+    for (size_t i = 0; i < seqlens_q.size(); ++i) s << seqlens_q[i] << "x" << seqlens_k[i] << " ";
+    s << "]";
+    return s.str();
+  }
+};
+
+inline uint16_t round_to_input(DType t, float x) {
+  return uint16_t(kern::store_from_float(t, x));
+}
+
+// Inputs ~ N(0, spread^2) rounded to the input type; mask ~ Bernoulli(keep) plus, when with_mask,
+// every fourth row of each sequence fully masked (the empty-row case).
+inline AttnCase make_case(uint64_t seed, DType dt, int heads, int kv_heads, int d,
+                          std::vector<int32_t> sq, std::vector<int32_t> sk, bool causal,
+                          bool with_mask, float spread = 1.0f, float keep = 0.7f) {
+  AttnCase c;
+  c.dtype = dt;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_size = d;
+  c.seqlens_q = std::move(sq);
+  c.seqlens_k = std::move(sk);
+  c.causal = causal;
+  c.with_mask = with_mask;
+  c.scale = float(1.0 / std::sqrt(double(d)));
+  c.cu_q = {0};
+  c.cu_k = {0};
+  c.cu_mask = {0};
+  for (size_t i = 0; i < c.seqlens_q.size(); ++i) {
+    c.cu_q.push_back(c.cu_q.back() + c.seqlens_q[i]);
+    c.cu_k.push_back(c.cu_k.back() + c.seqlens_k[i]);
+    c.cu_mask.push_back(c.cu_mask.back() + int64_t(c.seqlens_q[i]) * c.seqlens_k[i]);
+  }
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, spread);
+  auto fill = [&](std::vector<uint16_t>& x, int64_t n) {
+    x.resize(size_t(n));
+    for (auto& e : x) e = round_to_input(dt, normal(rng));
+  };
+  fill(c.q, c.total_q() * heads * d);
+  fill(c.k, c.total_k() * kv_heads * d);
+  fill(c.v, c.total_k() * kv_heads * d);
+  if (with_mask) {
+    std::bernoulli_distribution b(keep);
+    c.mask.resize(size_t(c.cu_mask.back()));
+    for (size_t s = 0; s < c.seqlens_q.size(); ++s)
+      for (int r = 0; r < c.seqlens_q[s]; ++r)
+        for (int j = 0; j < c.seqlens_k[s]; ++j)
+          c.mask[size_t(c.cu_mask[s] + int64_t(r) * c.seqlens_k[s] + j)] = (r % 4 == 3) ? 0 : uint8_t(b(rng));
+  }
+  return c;
+}
+
+// The ABI arguments of a case with every tensor in host memory (the twins' view).
+inline ac_attention_args host_args(const AttnCase& c, void* out, float* lse, int tiling) {
+  ac_attention_args a{};
+  a.dtype = ac_dtype(c.dtype);
+  a.num_seqs = int32_t(c.seqlens_q.size());
+  a.cu_seqlens_q = a.cu_seqlens_q_host = c.cu_q.data();
+  a.cu_seqlens_k = a.cu_seqlens_k_host = c.cu_k.data();
+  a.max_seqlen_q = c.seqlens_q.empty() ? 0 : *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
+  a.max_seqlen_k = c.seqlens_k.empty() ? 0 : *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end());
+  a.num_heads = c.heads;
+  a.num_kv_heads = c.kv_heads;
+  a.head_size = c.head_size;
+  a.q = c.q.data();
+  a.k = c.k.data();
+  a.v = c.v.data();
+  a.out = out;
+  a.lse = lse;
+  a.softmax_scale = c.scale;
+  a.causal = c.causal;
+  a.mask = c.with_mask ? c.mask.data() : nullptr;
+  a.cu_mask = a.cu_mask_host = c.with_mask ? c.cu_mask.data() : nullptr;
+  a.tiling = tiling;
+  a.num_splits = 1;
+  a.fold_order = AC_FOLD_LEFT;
+  return a;
+}
+
+// fp64 attention of one (token, head): O, natural LSE and the error bounds above.
+struct RowRef {
+  std::vector<double> o, o_bound;
+  double lse = -INFINITY, lse_bound = 0;
+  bool empty = true;
+};
+
+inline double in_value(DType t, uint16_t b) { return double(kern::load_as_float(t, b)); }
+
+inline RowRef exact_row(const AttnCase& c, int seq, int row, int head) {
+  const int d = c.head_size, kvh = head / (c.heads / c.kv_heads);
+  const int tq = c.seqlens_q[size_t(seq)], tk = c.seqlens_k[size_t(seq)];
+  const int64_t tok = c.cu_q[size_t(seq)] + row;
+  const double u = c.dtype == DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  std::vector<double> x, absdot;
+  std::vector<int> keys;
+  for (int j = 0; j < tk; ++j) {
+    if (c.causal && j > row + tk - tq) continue;
+    if (c.with_mask && !c.mask[size_t(c.cu_mask[size_t(seq)] + int64_t(row) * tk + j)]) continue;
+    const int64_t kt = c.cu_k[size_t(seq)] + j;
+    double dot = 0, ad = 0;
+    for (int i = 0; i < d; ++i) {
+      const double qi = in_value(c.dtype, c.q[size_t((tok * c.heads + head) * d + i)]);
+      const double ki = in_value(c.dtype, c.k[size_t((kt * c.kv_heads + kvh) * d + i)]);
+      dot += qi * ki;
+      ad += std::fabs(qi * ki);
+    }
+    keys.push_back(j);
+    x.push_back(dot * double(c.scale));
+    absdot.push_back(ad * std::fabs(double(c.scale)));
+  }
+  RowRef r;
+  r.o.assign(size_t(d), 0.0);
+  r.o_bound.assign(size_t(d), 0.0);
+  if (keys.empty()) return r;
+  r.empty = false;
+  const double m = *std::max_element(x.begin(), x.end());
+  double l = 0, max_logit_err = 0;
+  for (size_t j = 0; j < x.size(); ++j) {
+    l += std::exp(x[j] - m);
+    max_logit_err = std::max(max_logit_err, d * std::ldexp(1.0, -24) * absdot[j]);
+  }
+  r.lse = m + std::log(l);
+  std::vector<double> a(size_t(d), 0.0);
+  double vmax = 0;
+  for (size_t j = 0; j < x.size(); ++j) {
+    const double y = std::exp(x[j] - m) / l;
+    const int64_t kt = c.cu_k[size_t(seq)] + keys[j];
+    for (int i = 0; i < d; ++i) {
+      const double vi = in_value(c.dtype, c.v[size_t((kt * c.kv_heads + kvh) * d + i)]);
+      r.o[size_t(i)] += y * vi;
+      a[size_t(i)] += y * std::fabs(vi);
+      vmax = std::max(vmax, std::fabs(vi));
+    }
+  }
+  const double e2 = 2 * max_logit_err * (1 + max_logit_err);
+  const double sub = c.dtype == DType::f16 ? tk * std::ldexp(1.0, -25) * vmax / l : 0.0;
+  for (int i = 0; i < d; ++i)
+    r.o_bound[size_t(i)] =
+        2 * (2 * u * a[size_t(i)] + u * std::fabs(r.o[size_t(i)]) + e2 * a[size_t(i)] + tk * std::ldexp(1.0, -24) * a[size_t(i)] + sub) + 1e-30;
+  r.lse_bound = 2 * (max_logit_err + tk * std::ldexp(1.0, -23) + 4 * std::ldexp(1.0, -24) * (std::fabs(r.lse) + 1));
+  return r;
+}
+
+// Compare a subject's output (O bits in the input type, LSE in [heads, tokens] layout) with the
+// fp64 attention; returns "" or the first few mismatches, with enough to reproduce them.
+struct Conventions {
+  int lse_base = 0;        // 0 natural, 2 base 2
+  int empty_lse_sign = -1; // sentinel of an empty row
+};
+inline std::string compare_with_exact(const AttnCase& c, const std::vector<uint16_t>& out,
+                                      const std::vector<float>* lse, Conventions conv,
+                                      const std::vector<std::pair<int64_t, int>>* only_rows = nullptr) {
+  std::ostringstream msg;
+  int failures = 0;
+  const int d = c.head_size;
+  const int64_t total_q = c.total_q();
+  auto check_row = [&](int seq, int row, int head) {
+    const RowRef r = exact_row(c, seq, row, head);
+    const int64_t tok = c.cu_q[size_t(seq)] + row;
+    for (int i = 0; i < d && failures < 8; ++i) {
+      const double got = double(kern::load_as_float(c.dtype, out[size_t((tok * c.heads + head) * d + i)]));
+      const bool ok = r.empty ? got == 0.0 : std::fabs(got - r.o[size_t(i)]) <= r.o_bound[size_t(i)];
+      if (!ok) {
+        ++failures;
+        msg << "O[tok " << tok << ", head " << head << ", " << i << "] = " << got << " exact "
+            << r.o[size_t(i)] << " bound " << r.o_bound[size_t(i)] << (r.empty ? " (empty row)" : "") << "\n";
+      }
+    }
+    if (lse && failures < 8) {
+      const double got = double((*lse)[size_t(int64_t(head) * total_q + tok)]);
+      bool ok;
+      if (r.empty) {
+        ok = std::isinf(got) && (got > 0) == (conv.empty_lse_sign > 0);
+      } else {
+        const double want = conv.lse_base == 2 ? r.lse / std::log(2.0) : r.lse;
+        const double bound = conv.lse_base == 2 ? r.lse_bound / std::log(2.0) : r.lse_bound;
+        ok = std::fabs(got - want) <= bound;
+      }
+      if (!ok) {
+        ++failures;
+        msg << "LSE[head " << head << ", tok " << tok << "] = " << got << " exact(natural) " << r.lse
+            << " bound " << r.lse_bound << (r.empty ? " (empty row)" : "") << "\n";
+      }
+    }
+  };
+  if (only_rows) {
+    for (auto [tok, head] : *only_rows) {
+      int seq = 0;
+      while (c.cu_q[size_t(seq) + 1] <= tok) ++seq;
+      check_row(seq, int(tok - c.cu_q[size_t(seq)]), head);
+    }
+  } else {
+    for (size_t s = 0; s < c.seqlens_q.size(); ++s)
+      for (int row = 0; row < c.seqlens_q[s]; ++row)
+        for (int h = 0; h < c.heads; ++h) check_row(int(s), row, h);
+  }
+  if (failures) return c.describe() + "\n" + msg.str();
+  return "";
+}
+
+}  // namespace attncheck::test
