@@ -1,0 +1,783 @@
+// attncheck: the command line. Runs the properties (properties/) over subjects (built-in kernels
+// of kernels/ and users' plugins), judged against the exact reference (reference/), and writes a
+// report directory (report.json, report.md, junit.xml, plots). Every input problem (unknown
+// subject or property, missing or incompatible plugin, unreadable baseline, unwritable report
+// directory) is found before any work is done and exits 2 with one line naming it.
+//
+// Exit codes: 0 all hold; 1 a property failed (or the baseline gate found a regression);
+// 2 usage or input error; 3 a subject crashed or faulted the device (its case is in the corpus);
+// 130 interrupted by Ctrl-C with nothing failed so far (the report holds what completed).
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attncheck/abi_subject.hpp"
+#include "attncheck/baseline.hpp"
+#include "attncheck/case.hpp"
+#include "attncheck/plugin.hpp"
+#include "attncheck/properties.hpp"
+#include "attncheck/reference/ask.hpp"
+#include "attncheck/reference/format.hpp"
+#include "attncheck/reference/precision.hpp"
+#include "attncheck/report.hpp"
+#include "attncheck/shard.hpp"
+
+#ifndef ATTNCHECK_GIT_DESCRIBE
+#define ATTNCHECK_GIT_DESCRIBE ""
+#endif
+#ifndef ATTNCHECK_PLOT_SCRIPT
+#define ATTNCHECK_PLOT_SCRIPT ""
+#endif
+
+namespace ac = attncheck;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCrashed = 3, kExitInterrupted = 130;
+
+// An input problem: one line, exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+  // A second Ctrl-C kills at once.
+  ::signal(SIGINT, SIG_DFL);
+}
+
+std::vector<std::string> split_csv(const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    std::stringstream ss(item);
+    std::string part;
+    while (std::getline(ss, part, ','))
+      if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+std::string ops_string(uint32_t ops) {
+  std::string s;
+  auto add = [&](uint32_t bit, const char* name) {
+    if (ops & bit) s += (s.empty() ? "" : ",") + std::string(name);
+  };
+  add(AC_OP_MERGE, "merge");
+  add(AC_OP_SOFTMAX, "softmax");
+  add(AC_OP_ATTENTION, "attention");
+  add(AC_OP_SPLITKV, "splitkv");
+  return s;
+}
+
+std::string caps_string(const ac::Subject& s) {
+  const ac_caps& c = s.caps();
+  std::ostringstream o;
+  o << ops_string(c.ops) << "; dtypes";
+  for (ac_dtype d : {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16})
+    if (s.has_dtype(d)) o << " " << ac::dtype_name(d);
+  o << "; d ";
+  if (c.head_sizes) {
+    for (int32_t i = 0; i < c.num_head_sizes; ++i) o << (i ? "," : "") << c.head_sizes[i];
+  } else {
+    o << c.head_size_min << ".." << c.head_size_max;
+  }
+  o << "; LSE base " << (c.lse_base == 2 ? "2" : "e") << " "
+    << (c.lse_layout == AC_LSE_HEADS_TOKENS ? "[heads,tokens]" : "[tokens,heads]") << ", empty "
+    << (c.empty_lse_sign > 0 ? "+inf" : "-inf");
+  if (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
+    o << "; tilings";
+    for (int32_t i = 0; i < c.num_tilings; ++i) o << " " << c.tilings[i].br << "x" << c.tilings[i].bc;
+    if (c.features & AC_FEAT_CAUSAL) o << "; causal";
+    if (c.features & AC_FEAT_MASK) o << "; mask";
+    if (c.features & AC_FEAT_VARLEN) o << "; varlen";
+    if (c.features & AC_FEAT_GQA) o << "; gqa";
+    if (c.features & AC_FEAT_NAIVE_EXP) o << "; naive-exp (declared hazard)";
+  }
+  if (c.ops & AC_OP_SPLITKV) {
+    o << "; splits 1.." << c.max_splits << " folds";
+    if (c.fold_orders & AC_FOLD_BIT(AC_FOLD_LEFT)) o << " left";
+    if (c.fold_orders & AC_FOLD_BIT(AC_FOLD_RIGHT)) o << " right";
+    if (c.fold_orders & AC_FOLD_BIT(AC_FOLD_TREE)) o << " tree";
+  }
+  return o.str();
+}
+
+// Built-ins of the chosen backend plus every plugin's subjects, names unique.
+struct SubjectSet {
+  std::vector<std::unique_ptr<ac::Subject>> all;
+  std::string backend_note;
+  ac::Backend backend = ac::Backend::host;
+  std::vector<std::string> notes;  // plugin subjects skipped, etc.
+  size_t first_plugin = 0;         // all[first_plugin..] came from plugins
+};
+
+SubjectSet load_subject_set(const std::string& backend_name, const std::vector<std::string>& plugins) {
+  SubjectSet set;
+  ac::Backend requested;
+  try {
+    requested = ac::parse_backend(backend_name);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  try {
+    set.backend = ac::resolve_backend(requested).backend;
+    set.all = ac::load_builtin_subjects(requested, &set.backend_note);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
+  }
+  set.first_plugin = set.all.size();
+  const bool cuda_usable = set.backend == ac::Backend::cuda || ac::cuda_device_available();
+  for (const auto& path : plugins) {
+    if (!fs::exists(path)) throw UsageError("plugin " + path + ": no such file");
+    ac::LoadedPlugin p;
+    try {
+      p = ac::load_plugin(path);
+    } catch (const ac::PluginError& e) {
+      throw UsageError(e.what());
+    }
+    for (auto& s : p.subjects) {
+      if (s->backend() == "cuda" && !cuda_usable) {
+        set.notes.push_back("plugin subject " + s->name() + " is a CUDA subject and no CUDA device is usable: skipped");
+        continue;
+      }
+      set.all.push_back(std::move(s));
+    }
+  }
+  const std::string dup = ac::first_duplicate_name(set.all);
+  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in and plugin, or two plugins)");
+  return set;
+}
+
+std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names, bool plugins_given) {
+  std::vector<ac::Subject*> out;
+  if (names.empty()) {
+    // With plugins and no --subject, test the plugins' subjects: that is what the user brought.
+    const size_t from = plugins_given ? set.first_plugin : 0;
+    for (size_t i = from; i < set.all.size(); ++i) out.push_back(set.all[i].get());
+    return out;
+  }
+  for (const auto& n : names) {
+    ac::Subject* found = nullptr;
+    for (auto& s : set.all)
+      if (s->name() == n) found = s.get();
+    if (!found) {
+      std::string known;
+      for (auto& s : set.all) known += (known.empty() ? "" : ", ") + s->name();
+      throw UsageError("unknown subject '" + n + "' (known: " + known + ")");
+    }
+    out.push_back(found);
+  }
+  return out;
+}
+
+std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::string>& names, const std::string& suite) {
+  std::vector<const ac::PropertyInfo*> out;
+  if (!names.empty()) {
+    for (const auto& n : names) {
+      const ac::PropertyInfo* p = ac::find_property(n);
+      if (!p) {
+        std::string known;
+        for (const auto& q : ac::all_properties()) known += (known.empty() ? "" : ", ") + q.name;
+        throw UsageError("unknown property '" + n + "' (known: " + known + ")");
+      }
+      out.push_back(p);
+    }
+    return out;
+  }
+  if (suite != "gate" && suite != "full") throw UsageError("unknown suite '" + suite + "' (gate or full)");
+  for (const auto& p : ac::all_properties())
+    if (suite == "full" || p.in_gate) out.push_back(&p);
+  return out;
+}
+
+// "I/N", shard index 0-based: 0/4 .. 3/4.
+std::pair<int, int> parse_shard(const std::string& s) {
+  const auto slash = s.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t used = 0;
+    const int i = std::stoi(s.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("index");
+    const std::string ns = s.substr(slash + 1);
+    const int n = std::stoi(ns, &used);
+    if (used != ns.size()) throw std::invalid_argument("count");
+    if (n < 1 || i < 0 || i >= n) throw std::invalid_argument("range");
+    return {i, n};
+  } catch (const std::exception&) {
+    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N (shards are numbered from 0)");
+  }
+}
+
+std::string shape_set_of(const ac::RunConfig& cfg) {
+  return "max_size=" + std::to_string(cfg.max_size) + ",max_keys=" + std::to_string(cfg.max_keys);
+}
+
+std::string joined_command(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+// Progress: a rewritten line on a terminal; nothing between results otherwise (CI=true, pipes).
+class Progress {
+ public:
+  Progress(bool quiet, int64_t total_cases) : total_(total_cases), start_(clock::now()) {
+    const char* ci = std::getenv("CI");
+    tty_ = !quiet && isatty(STDERR_FILENO) && !(ci && std::string(ci) == "true");
+  }
+  bool tty() const { return tty_; }
+  void update(int64_t done_before, int done_now, const std::string& what) {
+    if (!tty_) return;
+    const int64_t done = done_before + done_now;
+    const double secs = std::chrono::duration<double>(clock::now() - start_).count();
+    const double rate = secs > 0 ? double(done) / secs : 0;
+    const double left = rate > 0 ? double(total_ - done) / rate : 0;
+    std::fprintf(stderr, "\r\033[K%s  %lld/%lld cases  %.1f/s  ~%.0fs left", what.c_str(), (long long)done,
+                 (long long)total_, rate, left);
+    std::fflush(stderr);
+  }
+  void clear() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool tty_ = false;
+  int64_t total_;
+  clock::time_point start_;
+};
+
+void render_plots(const std::string& dir, bool quiet) {
+  const std::string script = ATTNCHECK_PLOT_SCRIPT;
+  if (script.empty() || !fs::exists(script)) return;
+  if (!fs::exists("/usr/bin/python3")) {
+    if (!quiet) std::fprintf(stderr, "plots skipped: /usr/bin/python3 not found\n");
+    return;
+  }
+  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + dir + "/report.json' --out '" + dir + "/plots' 2>&1";
+  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    std::string out;
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    const int rc = ::pclose(p);
+    if (!quiet && !out.empty()) std::fprintf(stderr, "%s", out.c_str());
+    if (rc != 0 && !quiet) std::fprintf(stderr, "plots: the plotting script failed (report files are complete)\n");
+  }
+}
+
+int worst_exit(const ac::Report& r) {
+  const std::string v = r.verdict();
+  if (v == "crashed") return kExitCrashed;
+  if (v == "fail") return kExitFailed;
+  if (v == "interrupted") return kExitInterrupted;
+  return kExitOk;
+}
+
+// ---- check ----------------------------------------------------------------------------------
+struct CheckOptions {
+  std::vector<std::string> subjects, plugins, properties;
+  std::string backend = "auto", suite = "gate", report_dir = "attncheck-report", corpus_dir, baseline, shard = "0/1";
+  uint64_t seed = 1;
+  int cases = 100;
+  int max_keys = 64;
+  bool quiet = false, no_plots = false, tiling = false;
+};
+
+int run_check(const CheckOptions& o, const std::string& command) {
+  // 1. Everything the run needs, validated before any work.
+  SubjectSet set = load_subject_set(o.backend, o.plugins);
+  const std::vector<ac::Subject*> subjects = pick_subjects(set, split_csv(o.subjects), !o.plugins.empty());
+  const auto properties = pick_properties(split_csv(o.properties), o.suite);
+  const auto [shard_index, shard_count] = parse_shard(o.shard);
+  if (o.cases < 1) throw UsageError("--cases must be at least 1");
+  ac::Report baseline;
+  const bool has_baseline = !o.baseline.empty();
+  if (has_baseline) {
+    try {
+      baseline = ac::read_report_file(o.baseline);
+    } catch (const ac::ReportError& e) {
+      throw UsageError(std::string("baseline: ") + e.what());
+    }
+  }
+  const std::string corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
+  try {
+    ac::ensure_writable_dir(o.report_dir);
+    ac::ensure_writable_dir(corpus_dir);
+  } catch (const ac::ReportError& e) {
+    throw UsageError(e.what());
+  }
+  if (subjects.empty()) throw UsageError("no subject to check");
+
+  // 2. Run.
+  if (!o.quiet) {
+    std::fprintf(stderr, "%s\n", set.backend_note.c_str());
+    for (const auto& n : set.notes) std::fprintf(stderr, "%s\n", n.c_str());
+  }
+  ::signal(SIGINT, on_sigint);
+  ac::Report report;
+  report.git_describe = ATTNCHECK_GIT_DESCRIBE;
+  report.timestamp = ac::utc_timestamp();
+  report.command = command;
+  report.backend = ac::backend_name(set.backend);
+  report.device = set.backend == ac::Backend::cuda ? ac::cuda_device_name() : "host";
+  report.seed = o.seed;
+  report.num_cases = o.cases;
+  report.shard_index = shard_index;
+  report.shard_count = shard_count;
+  report.suite = o.properties.empty() ? o.suite : "custom";
+  report.histogram_edges = ac::ulp_histogram_edges();
+
+  ac::RunConfig base_cfg;
+  base_cfg.seed = o.seed;
+  base_cfg.num_cases = o.cases;
+  base_cfg.shard_index = shard_index;
+  base_cfg.shard_count = shard_count;
+  base_cfg.corpus_dir = corpus_dir;
+  base_cfg.max_keys = o.max_keys;
+  base_cfg.cancel = &g_interrupted;
+  report.shape_set = shape_set_of(base_cfg);
+
+  std::vector<std::pair<ac::Subject*, const ac::PropertyInfo*>> plan;
+  for (ac::Subject* s : subjects)
+    for (const auto* p : properties)
+      if (ac::property_applies(*p, *s)) plan.emplace_back(s, p);
+  if (plan.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
+
+  Progress progress(o.quiet, int64_t(plan.size()) * o.cases);
+  int64_t done_before = 0;
+  bool device_dead = false;
+  size_t index = 0;
+  for (const auto& [subject, property] : plan) {
+    ++index;
+    if (g_interrupted.load()) break;
+    if (device_dead && subject->backend() == "cuda") continue;
+    ac::RunConfig cfg = base_cfg;
+    const std::string what = "[" + std::to_string(index) + "/" + std::to_string(plan.size()) + "] " + subject->name() +
+                             " / " + property->name;
+    cfg.progress = [&, what](int done, int) { progress.update(done_before, done, what); };
+    cfg.seed = ac::case_stream_seed(o.seed, shard_index, shard_count, property->name, subject->name());
+    const ac::PropertyResult r = ac::run_property(property->name, *subject, cfg);
+    ac::ReportEntry e = ac::entry_from_result(r, *subject, shard_index);
+    e.shards = {shard_index};
+    if (g_interrupted.load() && e.status == "passed") e.status = "interrupted";
+    done_before += o.cases;
+    progress.clear();
+    if (!o.quiet)
+      std::fprintf(stderr, "%s: %s (%lld cases, %.2f s)%s%s\n", what.c_str(), e.status.c_str(), (long long)e.cases_run,
+                   e.seconds, e.status == "passed" ? "" : "  ", e.status == "passed" ? "" : e.message.c_str());
+    if (e.status == "crashed" && e.failure_class == "device_fault") device_dead = true;
+    report.entries.push_back(std::move(e));
+  }
+  report.interrupted = g_interrupted.load();
+  if (device_dead && !o.quiet)
+    std::fprintf(stderr, "a CUDA subject faulted the device: remaining CUDA subjects were not run\n");
+
+  // Tiling rows (full suite or --tiling): every tiling, split count and fold order.
+  if ((o.tiling || o.suite == "full") && !report.interrupted && !device_dead) {
+    for (ac::Subject* s : subjects) {
+      if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV))) continue;
+      ac::RunConfig cfg = base_cfg;
+      std::map<std::string, ac::TilingEntry> by_dtype;
+      for (auto& row : ac::tiling_report(*s, cfg)) {
+        auto& t = by_dtype[row.stats.dtype];
+        t.subject = s->name();
+        t.backend = s->backend();
+        t.dtype = row.stats.dtype;
+        t.rows.push_back(row);
+      }
+      for (auto& [d, t] : by_dtype) report.tilings.push_back(std::move(t));
+    }
+  }
+
+  // 3. Gate and report.
+  if (has_baseline) {
+    ac::BaselineComparison c = ac::compare_to_baseline(report, baseline);
+    c.path = o.baseline;
+    report.baseline = c.to_json();
+    if (!o.quiet || !c.ok()) {
+      for (const auto& g : c.regressions) std::fprintf(stderr, "REGRESSION %s\n", g.c_str());
+      if (!o.quiet)
+        for (const auto& s : c.skipped) std::fprintf(stderr, "baseline skipped: %s\n", s.c_str());
+    }
+  }
+  ac::write_report_dir(o.report_dir, report);
+  if (!o.no_plots) render_plots(o.report_dir, o.quiet);
+  int passed = 0;
+  for (const auto& e : report.entries) passed += e.status == "passed";
+  std::printf("attncheck: %s: %d of %zu subject x property results passed%s; report in %s/ (report.md, junit.xml, report.json)\n",
+              report.verdict().c_str(), passed, report.entries.size(), report.interrupted ? " (interrupted)" : "",
+              o.report_dir.c_str());
+  return worst_exit(report);
+}
+
+// ---- replay ---------------------------------------------------------------------------------
+int run_replay(const std::vector<std::string>& inputs, const std::string& subject_name, const std::string& backend,
+               const std::vector<std::string>& plugins) {
+  // Named files must parse (exit 2 otherwise); files met inside a directory are skipped with a note.
+  struct Item {
+    std::string path;
+    ac::Case c;
+  };
+  std::vector<Item> items;
+  std::vector<std::string> skipped;
+  for (const auto& in : inputs) {
+    if (fs::is_directory(in)) {
+      std::vector<std::string> files;
+      for (const auto& e : fs::recursive_directory_iterator(in))
+        if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) {
+        try {
+          items.push_back({f, ac::read_case_file(f)});
+        } catch (const ac::CaseError& e) {
+          skipped.push_back(e.what());
+        }
+      }
+    } else {
+      try {
+        items.push_back({in, ac::read_case_file(in)});
+      } catch (const ac::CaseError& e) {
+        throw UsageError(e.what());
+      }
+    }
+  }
+  SubjectSet set = load_subject_set(backend, plugins);
+  auto find = [&](const std::string& n) -> ac::Subject* {
+    for (auto& s : set.all)
+      if (s->name() == n) return s.get();
+    return nullptr;
+  };
+  if (!subject_name.empty() && !find(subject_name)) throw UsageError("unknown subject '" + subject_name + "'");
+  for (const auto& it : items) {
+    const std::string n = subject_name.empty() ? it.c.subject : subject_name;
+    if (!find(n)) throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
+  }
+  for (const auto& s : skipped) std::printf("skipped (malformed): %s\n", s.c_str());
+  int failed = 0, crashed = 0;
+  for (const auto& it : items) {
+    ac::Subject* s = find(subject_name.empty() ? it.c.subject : subject_name);
+    ac::ReplayResult r;
+    try {
+      r = ac::replay_case(it.c, *s, it.path);
+    } catch (const ac::SubjectError& e) {
+      std::printf("%s: %s: CRASHED %s\n", it.path.c_str(), s->name().c_str(), e.what());
+      ++crashed;
+      continue;
+    }
+    std::printf("%s: %s: %s\n", it.path.c_str(), s->name().c_str(), r.verdict.c_str());
+    if (!r.passed && r.applicable) {
+      ++failed;
+      for (const auto& w : r.worst_elements)
+        std::printf("  %s  inputs %s  exact %s  rounded %s  output %s  ulp %.3g (cancellation-aware %.3g)\n",
+                    w.where.c_str(), w.input_bits.c_str(), w.exact.c_str(), w.rounded_exact.c_str(),
+                    w.output_bits.c_str(), w.ulp, w.cancel_ulp);
+      if (it.c.seed) std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
+                                 it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
+    }
+    if (!r.reproduce_command.empty() && !r.passed) std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
+  }
+  if (crashed) return kExitCrashed;
+  return failed ? kExitFailed : kExitOk;
+}
+
+// ---- prefill --------------------------------------------------------------------------------
+int run_prefill_cmd(const std::string& scenario, const std::string& attention, const std::string& merge, int chunk,
+                    const std::string& backend, const std::vector<std::string>& plugins) {
+  std::ifstream in(scenario);
+  if (!in) throw UsageError("scenario " + scenario + ": cannot read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  if (chunk > 0) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError("scenario " + scenario + ": not JSON: " + e.what());
+    }
+    j["chunk_size"] = chunk;
+    text = j.dump();
+  }
+  SubjectSet set = load_subject_set(backend, plugins);
+  auto find = [&](const std::string& n) -> ac::Subject& {
+    for (auto& s : set.all)
+      if (s->name() == n) return *s;
+    throw UsageError("unknown subject '" + n + "'");
+  };
+  ac::Subject& a = find(attention);
+  ac::Subject& m = find(merge);
+  ac::PrefillReport r;
+  try {
+    r = ac::run_prefill_text(text, a, m);
+  } catch (const ac::PrefillScenarioError& e) {
+    throw UsageError("scenario " + scenario + ": " + e.what());
+  }
+  std::printf("%s\n", r.summary.c_str());
+  for (const auto& f : r.findings)
+    std::printf("  %s at request %d, chunk %d, token %d, head %d, stage %s%s%s\n", f.value.c_str(), f.request, f.chunk,
+                f.token, f.head, f.stage.c_str(), f.detail.empty() ? "" : ": ", f.detail.c_str());
+  return r.ok ? kExitOk : kExitFailed;
+}
+
+// ---- tiling ---------------------------------------------------------------------------------
+int run_tiling(const std::string& name, const std::string& backend, const std::vector<std::string>& plugins,
+               uint64_t seed, int cases, const std::string& report_dir, bool no_plots) {
+  SubjectSet set = load_subject_set(backend, plugins);
+  ac::Subject* s = pick_subjects(set, {name}, false).front();
+  if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV)))
+    throw UsageError("subject '" + name + "' has no attention: tiling needs a fused-attention or split-KV subject");
+  if (!report_dir.empty()) {
+    try {
+      ac::ensure_writable_dir(report_dir);
+    } catch (const ac::ReportError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  ac::RunConfig cfg;
+  cfg.seed = seed;
+  cfg.num_cases = cases;
+  const auto rows = ac::tiling_report(*s, cfg);
+  std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype", "out",
+              "max ulp", "p99 ulp", "mean ulp", "nonfinite");
+  for (const auto& r : rows)
+    std::printf("%-6d %-6d %-7d %-6s %-5s %-4s %10.3g %10.3g %10.3g %10lld\n", r.br, r.bc, r.num_splits,
+                r.fold.empty() ? "-" : r.fold.c_str(), r.stats.dtype.c_str(), r.stats.output.c_str(), r.stats.max_ulp,
+                r.stats.p99_ulp, r.stats.mean_ulp, (long long)r.stats.nonfinite);
+  if (!report_dir.empty()) {
+    ac::Report rep;
+    rep.timestamp = ac::utc_timestamp();
+    rep.command = "attncheck tiling --subject " + name;
+    rep.git_describe = ATTNCHECK_GIT_DESCRIBE;
+    rep.backend = ac::backend_name(set.backend);
+    rep.device = set.backend == ac::Backend::cuda ? ac::cuda_device_name() : "host";
+    rep.seed = seed;
+    rep.num_cases = cases;
+    rep.suite = "tiling";
+    rep.shape_set = shape_set_of(cfg);
+    rep.histogram_edges = ac::ulp_histogram_edges();
+    std::map<std::string, ac::TilingEntry> by_dtype;
+    for (const auto& r : rows) {
+      auto& t = by_dtype[r.stats.dtype];
+      t.subject = s->name();
+      t.backend = s->backend();
+      t.dtype = r.stats.dtype;
+      t.rows.push_back(r);
+    }
+    for (auto& [d, t] : by_dtype) rep.tilings.push_back(std::move(t));
+    ac::write_report_dir(report_dir, rep);
+    if (!no_plots) render_plots(report_dir, false);
+    std::printf("report in %s/\n", report_dir.c_str());
+  }
+  return kExitOk;
+}
+
+// ---- list -----------------------------------------------------------------------------------
+int run_list(const std::string& backend, const std::vector<std::string>& plugins) {
+  SubjectSet set = load_subject_set(backend, plugins);
+  std::printf("%s\n", set.backend_note.c_str());
+  for (const auto& n : set.notes) std::printf("%s\n", n.c_str());
+  std::printf("\nsubjects:\n");
+  for (const auto& s : set.all) {
+    std::printf("  %-22s %-4s %-8s %s\n", s->name().c_str(), s->backend().c_str(),
+                s->origin() == "builtin" ? "builtin" : "plugin", s->description().c_str());
+    std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
+    if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
+  }
+  std::printf("\nproperties (gate = in the default suite):\n");
+  for (const auto& p : ac::all_properties())
+    std::printf("  %-24s %-4s %-9s %s  [%s]\n", p.name.c_str(), p.in_gate ? "gate" : "full", ops_string(p.ops).c_str(),
+                p.description.c_str(), p.seed_section.c_str());
+  return kExitOk;
+}
+
+// ---- report merge ---------------------------------------------------------------------------
+int run_report_merge(const std::vector<std::string>& dirs, const std::string& out, bool no_plots) {
+  std::vector<ac::Report> parts;
+  for (const auto& d : dirs) {
+    const std::string path = fs::is_directory(d) ? d + "/report.json" : d;
+    try {
+      parts.push_back(ac::read_report_file(path));
+    } catch (const ac::ReportError& e) {
+      throw UsageError(e.what());
+    }
+  }
+  ac::Report merged;
+  try {
+    ac::ensure_writable_dir(out);
+    merged = ac::merge_reports(parts);
+  } catch (const ac::ReportError& e) {
+    throw UsageError(e.what());
+  }
+  ac::write_report_dir(out, merged);
+  if (!no_plots) render_plots(out, false);
+  std::printf("attncheck: %s: %zu shard reports merged (shards", merged.verdict().c_str(), parts.size());
+  for (int s : merged.shards_merged) std::printf(" %d", s);
+  std::printf(" of %d); report in %s/\n", merged.shard_count, out.c_str());
+  if (int(merged.shards_merged.size()) != merged.shard_count)
+    std::printf("note: %d of %d shards present\n", int(merged.shards_merged.size()), merged.shard_count);
+  return worst_exit(merged);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"attncheck: checks attention kernels against exact (arbitrary-precision) answers"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("attncheck ") + ac::kToolVersion + " " + ATTNCHECK_GIT_DESCRIBE);
+  const std::string command = joined_command(argc, argv);
+
+  std::string backend = "auto";
+  std::vector<std::string> plugins;
+  auto add_common = [&](CLI::App* sub) {
+    sub->add_option("--backend", backend, "auto (GPU if present, else host twins) | cuda | host");
+    sub->add_option("--plugin", plugins, "shared library exporting the attncheck plugin ABI (repeatable)");
+  };
+
+  auto* list = app.add_subcommand("list", "subjects (built-in and plugin) with capabilities; properties");
+  add_common(list);
+
+  CheckOptions co;
+  auto* check = app.add_subcommand("check", "run properties over subjects and write a report directory");
+  add_common(check);
+  check->add_option("--subject", co.subjects, "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)");
+  check->add_option("--property", co.properties, "property names (repeatable or comma-separated; overrides --suite)");
+  check->add_option("--suite", co.suite, "gate (default, fast) | full");
+  check->add_option("--seed", co.seed, "seed of the case stream (default 1)");
+  check->add_option("--cases", co.cases, "cases per (subject, property) (default 100)");
+  check->add_option("--max-keys", co.max_keys, "longest key row generated (default 64)");
+  check->add_option("--report-dir", co.report_dir, "report directory (default attncheck-report)");
+  check->add_option("--corpus-dir", co.corpus_dir, "where shrunk failures are written (default REPORT_DIR/corpus)");
+  check->add_option("--baseline", co.baseline, "baseline report.json: fail on regressions against it");
+  check->add_option("--shard", co.shard, "I/N: run shard I (0-based) of N disjoint case streams");
+  check->add_flag("--tiling", co.tiling, "also run every tiling / split count of attention subjects (always with --suite full)");
+  check->add_flag("--quiet", co.quiet, "print only the final line and regressions");
+  check->add_flag("--no-plots", co.no_plots, "do not render plots");
+
+  std::vector<std::string> replay_files;
+  std::string replay_subject;
+  auto* replay = app.add_subcommand("replay", "re-run saved cases (files or directories) against a subject");
+  add_common(replay);
+  replay->add_option("files", replay_files, "case files or directories")->required();
+  replay->add_option("--subject", replay_subject, "subject to replay against (default: the case's own)");
+
+  std::string scenario, prefill_attention = "fused", prefill_merge = "merge";
+  int chunk = 0;
+  auto* prefill = app.add_subcommand("prefill", "replay a chunked-prefill scenario through prefix/suffix attention and merge");
+  add_common(prefill);
+  prefill->add_option("--scenario", scenario, "scenario JSON (corpus/prefill/*.json)")->required();
+  prefill->add_option("--attention", prefill_attention, "attention subject (default fused)");
+  prefill->add_option("--merge", prefill_merge, "merge subject (default merge)");
+  prefill->add_option("--chunk", chunk, "chunk size (overrides the scenario's)");
+
+  std::string tiling_subject, tiling_dir;
+  uint64_t tiling_seed = 1;
+  int tiling_cases = 20;
+  bool tiling_no_plots = false;
+  auto* tiling = app.add_subcommand("tiling", "ulp error of one attention subject per tiling, split count and fold order");
+  add_common(tiling);
+  tiling->add_option("--subject", tiling_subject, "fused-attention or split-KV subject")->required();
+  tiling->add_option("--seed", tiling_seed, "seed (default 1)");
+  tiling->add_option("--cases", tiling_cases, "inputs per tiling (default 20)");
+  tiling->add_option("--report-dir", tiling_dir, "also write a report directory with heatmaps");
+  tiling->add_flag("--no-plots", tiling_no_plots, "do not render plots");
+
+  std::string round_to, round_value;
+  auto* round = app.add_subcommand("round", "correctly rounded value of VALUE (decimal or hexfloat) in a format");
+  round->add_option("--to", round_to, "fp16 | bf16 | fp32")->required();
+  round->add_option("value", round_value, "decimal or hexfloat")->required();
+
+  std::string exact_what, exact_logits;
+  int exact_base = 0;
+  auto* exact = app.add_subcommand("exact", "exact lse or softmax of logits, with their rounded fp16/bf16/fp32 values");
+  exact->add_option("what", exact_what, "lse | softmax")->required()->check(CLI::IsMember({"lse", "softmax"}));
+  exact->add_option("--logits", exact_logits, "x1,x2,...")->required();
+  exact->add_option("--base", exact_base, "LSE base: e (default) or 2")->check(CLI::IsMember({0, 2}));
+
+  auto* report = app.add_subcommand("report", "report directories");
+  report->require_subcommand(1);
+  std::vector<std::string> merge_dirs;
+  std::string merge_out;
+  bool merge_no_plots = false;
+  auto* rmerge = report->add_subcommand("merge", "combine shard report directories into one");
+  rmerge->add_option("dirs", merge_dirs, "shard report directories")->required();
+  rmerge->add_option("--out", merge_out, "output directory")->required();
+  rmerge->add_flag("--no-plots", merge_no_plots, "do not render plots");
+
+  auto* selfcheck = app.add_subcommand("selfcheck", "the exact reference checks itself against known values");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, exit 2: CLI11's own exit codes differ.
+    std::fprintf(stderr, "attncheck: %s (see attncheck --help)\n", e.what());
+    return kExitUsage;
+  }
+
+  try {
+    if (list->parsed()) return run_list(backend, plugins);
+    if (check->parsed()) {
+      co.backend = backend;
+      co.plugins = plugins;
+      return run_check(co, command);
+    }
+    if (replay->parsed()) return run_replay(replay_files, replay_subject, backend, plugins);
+    if (prefill->parsed()) return run_prefill_cmd(scenario, prefill_attention, prefill_merge, chunk, backend, plugins);
+    if (tiling->parsed())
+      return run_tiling(tiling_subject, backend, plugins, tiling_seed, tiling_cases, tiling_dir, tiling_no_plots);
+    if (round->parsed()) {
+      std::printf("%s\n", attncheck::ref::ask_round(attncheck::ref::parse_format(round_to), round_value).c_str());
+      return kExitOk;
+    }
+    if (exact->parsed()) {
+      std::printf("%s\n", attncheck::ref::ask_exact(exact_what, exact_logits,
+                                                    exact_base == 2 ? attncheck::ref::LseBase::two
+                                                                    : attncheck::ref::LseBase::e)
+                              .c_str());
+      return kExitOk;
+    }
+    if (rmerge->parsed()) return run_report_merge(merge_dirs, merge_out, merge_no_plots);
+    if (selfcheck->parsed()) {
+      try {
+        std::printf("%s\n", attncheck::ref::self_check().c_str());
+        return kExitOk;
+      } catch (const attncheck::ref::ReferenceError& e) {
+        std::fprintf(stderr, "attncheck selfcheck: FAILED: %s\n", e.what());
+        return kExitFailed;
+      }
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "attncheck: %s\n", e.what());
+    return kExitUsage;
+  } catch (const attncheck::ref::ReferenceError& e) {
+    std::fprintf(stderr, "attncheck: %s\n", e.what());
+    return kExitUsage;
+  } catch (const ac::CaseError& e) {
+    std::fprintf(stderr, "attncheck: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attncheck: internal error: %s\n", e.what());
+    return kExitCrashed;
+  }
+  return kExitUsage;
+}
