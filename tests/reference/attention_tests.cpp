@@ -1,0 +1,336 @@
+// Exact attention forward: grouped-query mapping, bottom-right causal alignment, per-sequence key
+// lengths, explicit masks, empty rows, NaN/inf meaning, exact scores, and the merge of attention
+// over disjoint key ranges. Expected values are derived by hand in each case (one-hot keys, equal
+// scores whose softmax is a plain mean) or computed independently in double where that suffices.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+
+#include "attncheck/reference/reference.hpp"
+
+using namespace attncheck::ref;
+
+namespace {
+
+uint32_t h16(double x) { return round_to_format(Format::fp16, x); }
+
+std::vector<uint32_t> h16v(std::initializer_list<double> xs) {
+  std::vector<uint32_t> r;
+  for (double x : xs) r.push_back(h16(x));
+  return r;
+}
+
+AttentionProblem problem(int32_t h, int32_t hkv, int32_t d, std::vector<int32_t> tq, std::vector<int32_t> tk) {
+  AttentionProblem pb{Format::fp16, h, hkv, d, std::move(tq), std::move(tk), false, {}, 1.0f, {}, {}, {}};
+  int64_t nq = 0, nk = 0;
+  for (auto t : pb.seqlens_q) nq += t;
+  for (auto t : pb.seqlens_k) nk += t;
+  pb.q.assign(static_cast<size_t>(nq * h * d), h16(0));
+  pb.k.assign(static_cast<size_t>(nk * hkv * d), h16(0));
+  pb.v.assign(static_cast<size_t>(nk * hkv * d), h16(0));
+  return pb;
+}
+
+void set_k(AttentionProblem& pb, int64_t key, int32_t g, int c, double x) {
+  pb.k[(static_cast<size_t>(key) * pb.num_kv_heads + g) * pb.head_size + c] = round_to_format(pb.dtype, x);
+}
+void set_v(AttentionProblem& pb, int64_t key, int32_t g, int c, double x) {
+  pb.v[(static_cast<size_t>(key) * pb.num_kv_heads + g) * pb.head_size + c] = round_to_format(pb.dtype, x);
+}
+void set_q(AttentionProblem& pb, int64_t tok, int32_t i, int c, double x) {
+  pb.q[(static_cast<size_t>(tok) * pb.num_heads + i) * pb.head_size + c] = round_to_format(pb.dtype, x);
+}
+
+bool near(const Real& a, double b, double rel = 1e-15) {
+  return abs(a - b) <= rel * std::max(1.0, std::abs(b));
+}
+
+bool is_empty_row(const ExactRow& r) {
+  if (!r.empty || !(isinf(r.lse) && r.lse < 0)) return false;
+  for (const auto& x : r.o)
+    if (x != 0) return false;
+  return true;
+}
+
+// Random problem in `f`, values N(0, 1), one sequence.
+AttentionProblem random_problem(Format f, int32_t h, int32_t hkv, int32_t d, int32_t tq, int32_t tk, uint64_t seed) {
+  AttentionProblem pb = problem(h, hkv, d, {tq}, {tk});
+  pb.dtype = f;
+  pb.softmax_scale = 0.35f;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> n01;
+  for (auto* t : {&pb.q, &pb.k, &pb.v})
+    for (auto& b : *t) b = round_to_format(f, n01(rng));
+  return pb;
+}
+
+}  // namespace
+
+TEST_CASE("one-hot keys: scores are the query's coordinates, scaled", "[attention]") {
+  // k_j = e_j, q = (0, 1, 2, 3): s_j = scale * j. v_j = (j, 1, -j, 0).
+  for (float scale : {1.0f, 0.5f}) {
+    AttentionProblem pb = problem(1, 1, 4, {1}, {4});
+    pb.softmax_scale = scale;
+    for (int j = 0; j < 4; ++j) {
+      set_k(pb, j, 0, j, 1.0);
+      set_q(pb, 0, 0, j, j);
+      set_v(pb, j, 0, 0, j);
+      set_v(pb, j, 0, 1, 1);
+      set_v(pb, j, 0, 2, -j);
+    }
+    double z = 0, jw = 0;
+    for (int j = 0; j < 4; ++j) {
+      z += std::exp(double{scale} * j);
+      jw += j * std::exp(double{scale} * j);
+    }
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    CHECK(!r.empty);
+    CHECK(near(r.o[0], jw / z));
+    CHECK(near(r.o[1], 1.0));
+    CHECK(near(r.o[2], -jw / z));
+    CHECK(r.o[3] == 0);
+    CHECK(near(r.lse, std::log(z)));
+    CHECK(near(exact_attention_row(pb, 0, 0, LseBase::two).lse, std::log(z) / std::log(2.0)));
+  }
+}
+
+TEST_CASE("grouped-query: query head i reads KV head i / (h / h_kv)", "[attention]") {
+  // h = 4, h_kv = 2: heads 0, 1 read KV head 0 (values (1, 1)), heads 2, 3 read KV head 1 (values
+  // (2, -2)); the mapping i % h_kv would send head 1 to KV head 1.
+  AttentionProblem pb = problem(4, 2, 2, {1}, {3});
+  for (int j = 0; j < 3; ++j) {
+    for (int c = 0; c < 2; ++c) {
+      set_v(pb, j, 0, c, 1.0);
+      set_v(pb, j, 1, c, c == 0 ? 2.0 : -2.0);
+      set_k(pb, j, 0, c, j + c);  // KV head 0 keys differ from KV head 1 keys
+      set_k(pb, j, 1, c, -j);
+    }
+  }
+  for (int i = 0; i < 4; ++i) set_q(pb, 0, i, 0, 0.25 * (i + 1));
+  const auto rows = exact_attention(pb);
+  REQUIRE(rows.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    const int g = i / 2;
+    CHECK(near(rows[i].o[0], g == 0 ? 1.0 : 2.0));
+    CHECK(near(rows[i].o[1], g == 0 ? 1.0 : -2.0));
+    // LSE from the scores against the right KV head, in double: s_j = q0 * k_j0.
+    double z = 0;
+    for (int j = 0; j < 3; ++j) z += std::exp(0.25 * (i + 1) * (g == 0 ? j : -j));
+    CHECK(near(rows[i].lse, std::log(z), 1e-14));
+  }
+}
+
+TEST_CASE("causal masking is bottom-right aligned", "[attention]") {
+  // All scores 0 (q = 0), v_j = j: each output is the mean of the visible keys' indices.
+  SECTION("fewer queries than keys (chunked prefill): Tq = 2, Tk = 4") {
+    AttentionProblem pb = problem(1, 1, 1, {2}, {4});
+    pb.causal = true;
+    for (int j = 0; j < 4; ++j) set_v(pb, j, 0, 0, j);
+    const auto rows = exact_attention(pb);
+    CHECK(near(rows[0].o[0], 1.0));  // keys 0..2
+    CHECK(near(rows[0].lse, std::log(3.0)));
+    CHECK(near(rows[1].o[0], 1.5));  // keys 0..3
+    CHECK(near(rows[1].lse, std::log(4.0)));
+  }
+  SECTION("more queries than keys: the first rows see nothing") {
+    AttentionProblem pb = problem(1, 1, 1, {3}, {1});
+    pb.causal = true;
+    set_v(pb, 0, 0, 0, 5.0);
+    const auto rows = exact_attention(pb);
+    CHECK(is_empty_row(rows[0]));  // sees j <= 0 + 1 - 3 = -2
+    CHECK(is_empty_row(rows[1]));
+    CHECK(!rows[2].empty);
+    CHECK(near(rows[2].o[0], 5.0));
+    CHECK(near(rows[2].lse, 0.0));
+  }
+  SECTION("square: lower triangle") {
+    AttentionProblem pb = problem(1, 1, 1, {3}, {3});
+    pb.causal = true;
+    for (int j = 0; j < 3; ++j) set_v(pb, j, 0, 0, j);
+    const auto rows = exact_attention(pb);
+    CHECK(near(rows[0].o[0], 0.0));
+    CHECK(near(rows[1].o[0], 0.5));
+    CHECK(near(rows[2].o[0], 1.0));
+  }
+}
+
+TEST_CASE("per-sequence key lengths and offsets", "[attention]") {
+  // seq 0: 1 query over 3 keys (v = 10, 20, 30); seq 1: 2 queries over 1 key (v = 7);
+  // seq 2: 1 query over 0 keys (empty row).
+  AttentionProblem pb = problem(1, 1, 1, {1, 2, 1}, {3, 1, 0});
+  set_v(pb, 0, 0, 0, 10);
+  set_v(pb, 1, 0, 0, 20);
+  set_v(pb, 2, 0, 0, 30);
+  set_v(pb, 3, 0, 0, 7);
+  const auto rows = exact_attention(pb);
+  REQUIRE(rows.size() == 4);
+  CHECK(near(rows[0].o[0], 20.0));
+  CHECK(near(rows[0].lse, std::log(3.0)));
+  CHECK(near(rows[1].o[0], 7.0));
+  CHECK(near(rows[2].o[0], 7.0));
+  CHECK(rows[2].lse == 0);
+  CHECK(is_empty_row(rows[3]));
+  CHECK(is_empty_row(exact_attention_row(pb, 3, 0)));
+}
+
+TEST_CASE("explicit mask: per sequence [Tq, Tk], AND-ed with causal", "[attention]") {
+  AttentionProblem pb = problem(2, 1, 1, {2}, {3});  // two heads share the mask
+  for (int j = 0; j < 3; ++j) set_v(pb, j, 0, 0, 1 << j);  // 1, 2, 4
+  pb.mask = {1, 0, 1,   // row 0: keys 0 and 2
+             0, 0, 0};  // row 1: nothing
+  auto rows = exact_attention(pb);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(near(rows[0 * 2 + i].o[0], 2.5));
+    CHECK(near(rows[0 * 2 + i].lse, std::log(2.0)));
+    CHECK(is_empty_row(rows[1 * 2 + i]));
+  }
+  pb.causal = true;  // row 0 sees keys <= 1, row 1 keys <= 2
+  pb.mask = {1, 1, 1,
+             0, 1, 1};
+  rows = exact_attention(pb);
+  CHECK(near(rows[0].o[0], 1.5));  // keys {0, 1}
+  CHECK(near(rows[2].o[0], 3.0));  // keys {1, 2}
+}
+
+TEST_CASE("scores are exact: cancellation a double dot product would lose", "[attention]") {
+  // fp16: q.k = 65504^2 + 2^-24 - 65504^2 = 2^-24 for key 0, 0 for key 1, so
+  // LSE = ln(e^d + 1) = ln 2 + d/2 + d^2/8 + O(d^4), d = 2^-24. In double the dot is 0.
+  AttentionProblem pb = problem(1, 1, 3, {1}, {2});
+  pb.q = h16v({65504, 1, -65504});
+  pb.k = h16v({65504, std::ldexp(1.0, -24), 65504, 0, 0, 0});
+  const Real d = ldexp(Real(1), -24);
+  const Real want = log(Real(2)) + d / 2 + d * d / 8;
+  CHECK(abs(exact_attention_row(pb, 0, 0).lse - want) < ldexp(Real(1), -90));
+  // fp32 (the mpfr_sum path): 2^60 * 2^60 + 1 * 2^-60 - 2^60 * 2^60 = 2^-60.
+  AttentionProblem p32 = problem(1, 1, 3, {1}, {2});
+  p32.dtype = Format::fp32;
+  for (auto* t : {&p32.q, &p32.k, &p32.v})
+    for (auto& b : *t) b = round_to_format(Format::fp32, 0.0);
+  set_q(p32, 0, 0, 0, std::ldexp(1.0, 60));
+  set_q(p32, 0, 0, 1, 1.0);
+  set_q(p32, 0, 0, 2, -std::ldexp(1.0, 60));
+  set_k(p32, 0, 0, 0, std::ldexp(1.0, 60));
+  set_k(p32, 0, 0, 1, std::ldexp(1.0, -60));
+  set_k(p32, 0, 0, 2, std::ldexp(1.0, 60));
+  const Real e = ldexp(Real(1), -60);
+  CHECK(abs(exact_attention_row(p32, 0, 0).lse - (log(Real(2)) + e / 2 + e * e / 8)) < ldexp(Real(1), -180));
+}
+
+TEST_CASE("NaN and infinity have their documented meaning", "[attention]") {
+  AttentionProblem pb = problem(1, 1, 2, {1}, {3});
+  for (int j = 0; j < 3; ++j) {
+    set_k(pb, j, 0, 0, 1.0);
+    set_v(pb, j, 0, 0, j);
+    set_v(pb, j, 0, 1, 1.0);
+  }
+  pb.mask = {1, 1, 0};
+  SECTION("NaN in a masked key's value changes nothing") {
+    set_v(pb, 2, 0, 0, NAN);
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    CHECK(near(r.o[0], 0.5));
+  }
+  SECTION("NaN in a visible value: that element only") {
+    set_v(pb, 1, 0, 0, NAN);
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    CHECK(isnan(r.o[0]));
+    CHECK(near(r.o[1], 1.0));
+    CHECK(near(r.lse, std::log(2.0)));
+  }
+  SECTION("NaN in the query: the whole row is NaN") {
+    set_q(pb, 0, 0, 1, NAN);
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    CHECK((isnan(r.o[0]) && isnan(r.o[1]) && isnan(r.lse)));
+  }
+  SECTION("+inf scores share the mass; inf * 0 is NaN") {
+    set_q(pb, 0, 0, 0, INFINITY);  // scores +inf for keys 0, 1 (k = 1)
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    CHECK(near(r.o[0], 0.5));
+    CHECK((isinf(r.lse) && r.lse > 0));
+    set_k(pb, 0, 0, 0, 0.0);  // inf * 0
+    CHECK(isnan(exact_attention_row(pb, 0, 0).lse));
+  }
+  SECTION("-inf score: weight zero") {
+    set_q(pb, 0, 0, 0, 1.0);
+    set_k(pb, 0, 0, 0, -INFINITY);
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    CHECK(near(r.o[0], 1.0));
+    CHECK(r.lse == 1);
+  }
+}
+
+TEST_CASE("attention over two disjoint key ranges merges to attention over the union", "[attention][merge]") {
+  for (Format f : {Format::fp16, Format::bf16, Format::fp32}) {
+    for (bool causal : {false, true}) {
+      AttentionProblem full = random_problem(f, 2, 1, 8, 3, 10, 99 + static_cast<int>(f));
+      full.causal = causal;
+      AttentionProblem a = full, b = full;
+      a.mask.assign(3 * 10, 0);
+      b.mask.assign(3 * 10, 0);
+      for (int t = 0; t < 3; ++t)
+        for (int j = 0; j < 10; ++j) (j < 4 ? a : b).mask[t * 10 + j] = 1;
+      const auto rf = exact_attention(full), ra = exact_attention(a), rb = exact_attention(b);
+      for (size_t r = 0; r < rf.size(); ++r) {
+        const ExactState m = exact_merge({{ra[r].o, ra[r].lse}, {rb[r].o, rb[r].lse}});
+        CHECK(abs(m.lse - rf[r].lse) < ldexp(Real(1), -180));
+        for (size_t c = 0; c < m.o.size(); ++c) CHECK(abs(m.o[c] - rf[r].o[c]) < ldexp(Real(1), -180));
+      }
+    }
+  }
+}
+
+TEST_CASE("exact_attention and exact_attention_row agree on every row", "[attention]") {
+  AttentionProblem pb = random_problem(Format::bf16, 4, 2, 16, 5, 7, 5);
+  pb.causal = true;
+  const auto rows = exact_attention(pb, LseBase::two);
+  for (int64_t t = 0; t < 5; ++t)
+    for (int32_t i = 0; i < 4; ++i) {
+      const ExactRow r = exact_attention_row(pb, t, i, LseBase::two);
+      const ExactRow& w = rows[static_cast<size_t>(t * 4 + i)];
+      CHECK(r.lse == w.lse);
+      CHECK(r.o == w.o);
+    }
+}
+
+TEST_CASE("validate names the problem", "[attention][validate]") {
+  const AttentionProblem good = problem(4, 2, 8, {2, 1}, {3, 2});
+  REQUIRE_NOTHROW(validate(good));
+  auto fails_with = [](AttentionProblem pb, const std::string& words) {
+    CHECK_THROWS_WITH(validate(pb), Catch::Contains(words));
+    CHECK_THROWS_AS(exact_attention(pb), ReferenceError);
+  };
+  AttentionProblem pb = good;
+  pb.num_kv_heads = 3;
+  fails_with(pb, "not divisible by num_kv_heads");
+  pb = good;
+  pb.num_heads = 0;
+  fails_with(pb, "num_heads = 0");
+  pb = good;
+  pb.head_size = 0;
+  fails_with(pb, "head_size = 0");
+  pb = good;
+  pb.seqlens_k[1] = -1;
+  fails_with(pb, "negative key length");
+  pb = good;
+  pb.seqlens_q[0] = -2;
+  fails_with(pb, "negative query length");
+  pb = good;
+  pb.seqlens_k.pop_back();
+  fails_with(pb, "sequences");
+  pb = good;
+  pb.q.pop_back();
+  fails_with(pb, "q has");
+  pb = good;
+  pb.v.push_back(0);
+  fails_with(pb, "v has");
+  pb = good;
+  pb.mask.assign(5, 1);
+  fails_with(pb, "mask has");
+  pb = good;
+  pb.k[0] = 0x10000;
+  fails_with(pb, "above 16 bits");
+  pb = good;
+  pb.softmax_scale = INFINITY;
+  fails_with(pb, "softmax_scale");
+  CHECK_THROWS_WITH(exact_attention_row(good, 3, 0), Catch::Contains("token 3 outside"));
+  CHECK_THROWS_WITH(exact_attention_row(good, 0, 4), Catch::Contains("head 4 outside"));
+}
