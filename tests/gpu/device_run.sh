@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One GPU session's work in one call (run on the device machine from the repo root):
+#   GPU test executables, compute-sanitizer (memcheck, racecheck) on small shapes, the harness on
+#   the CUDA backend, and the benchmarks. Binaries are built on the dev machine for sm_90 and
+#   carried in gpu-bin/ (tests/gpu/stage.sh puts them there). Logs go to $OUT (at most 8 files).
+# Usage: bash tests/gpu/device_run.sh [tests] [sanitize] [harness] [bench]   (default: all)
+set -u
+BIN="${BIN:-gpu-bin}"
+OUT="${OUT:-out}"; mkdir -p "$OUT"
+steps="${*:-tests sanitize harness bench}"
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+has() { [[ " $steps " == *" $1 "* ]]; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv >> "$summary" 2>&1
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+
+if has tests; then
+  for t in "$BIN"/*_gpu; do
+    [ -x "$t" ] || continue
+    start=$(date +%s.%N)
+    timeout 500 "$t" > "$OUT/tmp.log" 2>&1; rc=$?
+    end=$(date +%s.%N)
+    { echo "===== $(basename "$t") rc=$rc"; cat "$OUT/tmp.log"; } >> "$OUT/tests.log"
+    note "test $(basename "$t") rc=$rc $(tail -n 2 "$OUT/tmp.log" | tr '\n' ' ' | cut -c1-200) ($(echo "$end - $start" | bc)s)"
+  done
+fi
+
+if has sanitize && [ -n "$cs" ]; then
+  for t in "$BIN"/*_gpu; do
+    [ -x "$t" ] || continue
+    for tool in memcheck racecheck; do
+      timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$t" "[sanitize]" > "$OUT/tmp.log" 2>&1; rc=$?
+      { echo "===== $tool $(basename "$t") rc=$rc"; tail -n 40 "$OUT/tmp.log"; } >> "$OUT/sanitizer.log"
+      note "sanitizer $tool $(basename "$t") rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/tmp.log" | tr '\n' ' ')"
+    done
+  done
+fi
+
+if has harness && [ -x "$BIN/attncheck" ]; then
+  "$BIN/attncheck" list > "$OUT/harness.log" 2>&1
+  timeout 400 "$BIN/attncheck" check --backend cuda --suite gate --report-dir "$OUT/report" --corpus-dir "$OUT/corpus" >> "$OUT/harness.log" 2>&1; rc=$?
+  note "harness gate (cuda) rc=$rc"
+  [ -x "$BIN/attncheck" ] && timeout 200 "$BIN/attncheck" tiling --backend cuda --subject fused --report-dir "$OUT/tiling" >> "$OUT/harness.log" 2>&1
+  note "harness tiling rc=$?"
+  tar czf "$OUT/reports.tgz" -C "$OUT" report tiling corpus 2>/dev/null
+  rm -rf "$OUT/report" "$OUT/tiling" "$OUT/corpus"
+fi
+
+if has bench; then
+  for b in "$BIN"/*_bench; do
+    [ -x "$b" ] || continue
+    { echo "===== $(basename "$b")"; timeout 300 "$b" 2>&1; echo "rc=$?"; } >> "$OUT/bench.log"
+  done
+  note "benchmarks done: $(ls "$BIN"/*_bench 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
+fi
+rm -f "$OUT/tmp.log"
