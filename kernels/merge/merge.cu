@@ -167,7 +167,7 @@ int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t 
     case AC_DTYPE_BF16: launch_dtype<AC_DTYPE_BF16>(a, o, vector, total, packs_per_row, stream); break;
   }
   AC_CUDA_TRY_LAUNCH();
-  AC_CUDA_TRY(cudaStreamSynchronize(stream));
+  if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
   return AC_OK;
 }
 

@@ -19,6 +19,8 @@ namespace attncheck::kern {
 struct MergeOptions {
   int lse_base = 0;          // 0: natural log (exp/log); 2: base 2 (exp2/log2)
   bool allow_vector = true;  // CUDA only: false forces the scalar path (tests of that path)
+  bool synchronize = true;   // CUDA only: false skips the final stream sync (benchmarks, callers
+                             // that sync themselves); launch errors are still reported
 };
 
 // The checks both launchers run before touching memory: dtype, lse_base, head size (1..512),

@@ -1,0 +1,146 @@
+// CUDA merge (kernels/merge/merge.cu) on the GPU, against the fp64 merge and against its host
+// twin: both LSE layouts, bases, every dtype; the 128-bit vector path (head sizes 8, 64, 128,
+// 256 with aligned pointers and strides: asserted taken) and the scalar path (odd head sizes,
+// forced scalar, a pointer offset by one element); the guards; a launch with many blocks (grid
+// stride). Small shapes, so it also serves compute-sanitizer memcheck / racecheck.
+#include <catch2/catch.hpp>
+
+#if defined(ATTNCHECK_HAVE_CUDA)
+#include <cstring>
+
+#include "kb_device.hpp"
+#include "merge_cases.hpp"
+
+using namespace attncheck::kern;
+using kb::DType;
+
+namespace {
+
+// Runs c on the GPU (optionally with the tensors offset by `shift` elements inside their
+// buffers), compares with the twin (equal up to an ulp of the storage type plus the effect of
+// expf / logf differing by an ulp or two between CUDA and libm) and with fp64. Returns whether the vector path ran.
+bool run_and_check(kb::MergeCase& c, bool allow_vector, int shift, const std::string& what) {
+  const size_t elem = size_t(dtype_size(c.type));
+  const size_t bytes = (c.elements() + size_t(shift)) * elem;
+  kb::DeviceBuffer dp(bytes), ds(bytes), dout(bytes);
+  kb::DeviceBuffer dpl(c.p_lse), dsl(c.s_lse), dol(c.out_lse);
+  KB_CUDA(cudaMemcpy(dp.as<char>() + shift * elem, c.prefix.data(), c.elements() * elem, cudaMemcpyHostToDevice));
+  KB_CUDA(cudaMemcpy(ds.as<char>() + shift * elem, c.suffix.data(), c.elements() * elem, cudaMemcpyHostToDevice));
+  KB_CUDA(cudaMemset(dout.ptr, 0x7f, bytes));
+  const ac_merge_args a = c.args(dout.as<char>() + shift * elem, dp.as<char>() + shift * elem,
+                                 ds.as<char>() + shift * elem, dol.as<float>(), dpl.as<float>(), dsl.as<float>());
+  MergeOptions o;
+  o.lse_base = c.lse_base;
+  o.allow_vector = allow_vector;
+  char err[256] = {0};
+  const int rc = merge_cuda(a, o, err, sizeof err);
+  INFO(what << ": " << err);
+  REQUIRE(rc == AC_OK);
+  const bool vector = merge_cuda_uses_vector_path(a, o);
+  // gather the GPU's output
+  KB_CUDA(cudaMemcpy(c.out.data(), dout.as<char>() + shift * elem, c.elements() * elem, cudaMemcpyDeviceToHost));
+  dol.to_host(c.out_lse);
+  const kb::Tensor gpu_out = c.out;
+  const std::vector<float> gpu_lse = c.out_lse;
+  c.check_against_exact(what + " (gpu)");
+  // the twin on the same inputs
+  REQUIRE(merge_host(c.host_args(), o, err, sizeof err) == AC_OK);
+  for (int t = 0; t < c.tokens; ++t)
+    for (int h = 0; h < c.heads; ++h) {
+      const float gl = gpu_lse[c.lse_at(t, h)], hl = c.out_lse[c.lse_at(t, h)];
+      REQUIRE((gl == hl || std::fabs(gl - hl) <= 4 * kb::ulp_at(DType::f32, hl)));
+      for (int e = 0; e < c.d; ++e) {
+        const size_t i = c.at(t, h, e);
+        INFO(what << " twin vs gpu t=" << t << " h=" << h << " e=" << e);
+        // one ulp of the result, plus the fp32 weights' few-ulp difference times the inputs'
+        // magnitude (large where p and s cancel)
+        const double slack = 16 * std::ldexp(1.0, -24) * (std::fabs(c.prefix.get(i)) + std::fabs(c.suffix.get(i)));
+        REQUIRE(std::fabs(gpu_out.get(i) - c.out.get(i)) <= kb::ulp_at(c.type, c.out.get(i)) + slack);
+      }
+    }
+  return vector;
+}
+
+}  // namespace
+
+TEST_CASE("merge gpu: vector path for aligned head sizes, scalar path otherwise") {
+  std::mt19937_64 rng(99);
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (ac_lse_layout layout : {AC_LSE_HEADS_TOKENS, AC_LSE_TOKENS_HEADS})
+      for (int base : {0, 2})
+        for (int d : {1, 3, 8, 13, 64, 100, 128, 256, 257, 512}) {
+          kb::MergeCase c;
+          c.type = t;
+          c.layout = layout;
+          c.lse_base = base;
+          c.d = d;
+          c.tokens = 7;
+          c.heads = 5;
+          c.pad = 8;  // 16 bytes in fp16/bf16, 32 in fp32: strides stay 16-byte multiples
+          c.fill(rng);
+          const std::string what = "dtype " + std::to_string(int(t)) + " d " + std::to_string(d);
+          const bool vector = run_and_check(c, true, 0, what);
+          const bool vector_possible = (d * dtype_size(t)) % 16 == 0;
+          REQUIRE(vector == vector_possible);
+          if (vector_possible) {
+            c.fill(rng);
+            REQUIRE_FALSE(run_and_check(c, false, 0, what + " forced scalar"));
+            c.fill(rng);
+            REQUIRE_FALSE(run_and_check(c, true, 1, what + " misaligned by one element"));
+          }
+        }
+}
+
+TEST_CASE("merge gpu: guards (FA2 +inf, both empty) give exact zeros and -inf, never NaN") {
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    for (int d : {7, 128}) {
+      kb::MergeCase c;
+      c.type = t;
+      c.d = d;
+      c.tokens = 4;
+      c.heads = 1;
+      std::mt19937_64 rng(5);
+      c.fill(rng);
+      const float p[4] = {-INFINITY, INFINITY, INFINITY, -INFINITY};
+      const float s[4] = {-INFINITY, INFINITY, -INFINITY, 1.5f};
+      for (int tok = 0; tok < 4; ++tok) {
+        c.p_lse[c.lse_at(tok, 0)] = p[tok];
+        c.s_lse[c.lse_at(tok, 0)] = s[tok];
+        if (tok < 3)
+          for (int e = 0; e < d; ++e) c.prefix.set(c.at(tok, 0, e), NAN);
+      }
+      run_and_check(c, true, 0, "guards");
+      for (int tok = 0; tok < 3; ++tok) REQUIRE(c.out_lse[c.lse_at(tok, 0)] == -INFINITY);
+      REQUIRE(c.out_lse[c.lse_at(3, 0)] == 1.5f);
+    }
+}
+
+TEST_CASE("merge gpu: many blocks (grid-stride), fp16 d = 128, both layouts") {
+  std::mt19937_64 rng(17);
+  for (ac_lse_layout layout : {AC_LSE_HEADS_TOKENS, AC_LSE_TOKENS_HEADS}) {
+    kb::MergeCase c;
+    c.type = DType::f16;
+    c.layout = layout;
+    c.d = 128;
+    c.tokens = 300;
+    c.heads = 8;
+    c.fill(rng);
+    REQUIRE(run_and_check(c, true, 0, "many blocks"));
+  }
+}
+
+TEST_CASE("merge gpu: refusals before launch; CUDA subjects") {
+  kb::MergeCase c;
+  std::mt19937_64 rng(5);
+  c.fill(rng);
+  ac_merge_args a = c.host_args();
+  a.head_size = 600;
+  char err[256] = {0};
+  REQUIRE(merge_cuda(a, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  REQUIRE(std::strstr(err, "head_size") != nullptr);
+  std::vector<ac_subject> s;
+  append_merge_subjects(s, true);
+  REQUIRE(s.size() == 3);
+  for (const ac_subject& x : s) REQUIRE(x.caps.memory == AC_MEMORY_CUDA);
+}
+#endif
