@@ -117,15 +117,20 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 template <int ROWS, int D, int NT>
 __device__ __forceinline__ void load_tile(uint16_t* s, const uint16_t* g, int64_t row_stride, int valid,
                                           int tid) {
-  constexpr int CH = D / 8, ITERS = (ROWS * CH + NT - 1) / NT;
+  constexpr int CH = D / 8, ROWS_PER_PASS = NT / CH, PASSES = (ROWS + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+  static_assert(NT % CH == 0, "a pass covers whole rows");
+  // A running source pointer (one add per pass) rather than per-pass addresses the compiler would
+  // hoist out of the key loop and keep live in registers.
+  const int r0 = tid / CH, c = tid % CH;
+  const uint16_t* src = g + int64_t(r0) * row_stride + c * 8;
+  const int64_t step = int64_t(ROWS_PER_PASS) * row_stride;
 #pragma unroll
-  for (int it = 0; it < ITERS; ++it) {
-    const int i = it * NT + tid;
-    if ((ROWS * CH) % NT != 0 && i >= ROWS * CH) break;
-    const int r = i / CH, c = i % CH;
+  for (int it = 0; it < PASSES; ++it) {
+    const int r = r0 + it * ROWS_PER_PASS;
+    if (ROWS % ROWS_PER_PASS != 0 && r >= ROWS) break;
     const bool ok = r < valid;
-    const uint16_t* src = g + (ok ? int64_t(r) * row_stride + c * 8 : 0);
-    cp_async16(s + swz<D>(r, c), src, ok);
+    cp_async16(s + swz<D>(r, c), ok ? src : g, ok);
+    src += step;
   }
 }
 

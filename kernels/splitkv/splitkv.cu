@@ -1,0 +1,150 @@
+// CUDA split-KV attention (flash-decoding). Two kernels on one stream:
+//   1. the fused mainloop (kernels/fused/fused_kernel.cuh, SPLIT = true): grid (row tiles, heads,
+//      sequences x num_splits); each CTA covers one part of the key range and writes the fp32
+//      partial O / l and base-2 LSE (-inf for an empty part) to the workspace;
+//   2. the combine: one warp per (token, head), lanes over the head dimension, folds the
+//      num_splits partials in args.fold_order with splitkv_math.h (fp32, both-empty guard), rounds
+//      O to the input type, writes LSE natural, [heads, tokens], -inf for an empty row.
+// No atomics: every output is written by one thread, so num_splits = 1 is bitwise reproducible.
+// Check: ctest --test-dir build -L gpu -R kernels_attention
+#include <array>
+#include <cstdint>
+#include <utility>
+
+#include "common/cuda_check.h"
+#include "fused/fused_kernel.cuh"
+#include "splitkv/splitkv.h"
+#include "splitkv/splitkv_math.h"
+
+namespace attncheck::kern {
+
+namespace {
+
+template <bool BF16>
+__global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __restrict__ part_o,
+                                                              const float* __restrict__ part_lse, void* out,
+                                                              float* lse, int64_t total_q, int num_heads,
+                                                              int head_size, int num_splits, ac_fold order) {
+  const int64_t pair = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);  // (token, head)
+  const int lane = threadIdx.x & 31;
+  if (pair >= total_q * num_heads) return;
+  const int64_t tok = pair / num_heads;
+  const int head = int(pair % num_heads);
+  const int64_t part_stride = total_q * num_heads;  // between parts, in (token, head) pairs
+  float pl[splitkv::kMaxSplits];
+#pragma unroll
+  for (int s = 0; s < splitkv::kMaxSplits; ++s)
+    pl[s] = s < num_splits ? part_lse[s * part_stride + pair] : fused::neg_inf_f();
+  float lse_final = fused::neg_inf_f();
+  uint16_t* o16 = static_cast<uint16_t*>(out) + pair * head_size;
+  for (int c = lane; c < head_size; c += 32) {
+    float po[splitkv::kMaxSplits], pl_copy[splitkv::kMaxSplits];
+#pragma unroll
+    for (int s = 0; s < splitkv::kMaxSplits; ++s) {
+      po[s] = s < num_splits ? part_o[(s * part_stride + pair) * head_size + c] : 0.0f;
+      pl_copy[s] = pl[s];
+    }
+    float o_final;
+    splitkv::fold_partials(po, pl_copy, num_splits, order, o_final, lse_final);
+    if constexpr (BF16) {
+      o16[c] = __bfloat16_as_ushort(__float2bfloat16_rn(o_final));
+    } else {
+      o16[c] = __half_as_ushort(__float2half_rn(o_final));
+    }
+  }
+  if (lse && lane == 0) {
+    // Lane 0 folded at least one element (head_size >= 32), so lse_final is the folded LSE.
+    lse[int64_t(head) * total_q + tok] = lse_final * fused::kLn2;
+  }
+}
+
+using PartialFn = cudaError_t (*)(const fused::KernelParams&, int, int, cudaStream_t);
+
+template <bool BF16, int D, size_t... Is>
+constexpr std::array<PartialFn, sizeof...(Is)> partial_table(std::index_sequence<Is...>) {
+  return {&fused::launch_fused_kernel<BF16, D, kSplitKVTilings[Is].br, kSplitKVTilings[Is].bc, true>...};
+}
+template <bool BF16, int D>
+PartialFn pick(int tiling) {
+  static constexpr auto table = partial_table<BF16, D>(std::make_index_sequence<kNumSplitKVTilings>{});
+  return table[size_t(tiling)];
+}
+
+bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
+
+}  // namespace
+
+int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len) {
+  return splitkv_attention_cuda(a, SplitKVOptions{}, err, err_len);
+}
+
+int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
+  if (int rc = splitkv_check_args(a, err, err_len)) return rc;
+  if (a.num_seqs == 0) return AC_OK;
+  if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16))
+    AC_REFUSE("split-KV attention: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");
+  if (!aligned(a.out, 2)) AC_REFUSE("split-KV attention: out must be 2-byte aligned");
+  if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("split-KV attention: device cu_seqlens missing");
+  if (int64_t(a.num_seqs) * a.num_splits > 65535)
+    AC_REFUSE("split-KV attention: %d sequences x %d splits exceed the grid (65535)", a.num_seqs, a.num_splits);
+  int max_tq = 0;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int tq = a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s];
+    max_tq = tq > max_tq ? tq : max_tq;
+  }
+  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
+  if (total_q == 0) return AC_OK;
+  const size_t need = splitkv_workspace_bytes(a);
+  if (o.workspace && o.workspace_bytes < need)
+    AC_REFUSE("split-KV attention: workspace of %zu bytes, %zu needed", o.workspace_bytes, need);
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  void* ws = o.workspace;
+  if (!ws) AC_CUDA_TRY(cudaMallocAsync(&ws, need, stream));
+
+  fused::KernelParams p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.cu_q = a.cu_seqlens_q;
+  p.cu_k = a.cu_seqlens_k;
+  p.mask = a.mask;
+  p.cu_mask = a.cu_mask;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.group = a.num_heads / a.num_kv_heads;
+  p.total_q = total_q;
+  p.scale_log2 = a.softmax_scale * fused::kLog2e;
+  p.causal = a.causal != 0;
+  p.reverse_tiles = a.causal != 0;
+  p.num_splits = a.num_splits;
+  p.part_o = static_cast<float*>(ws);
+  p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
+
+  const bool bf16 = a.dtype == AC_DTYPE_BF16;
+  PartialFn fn = bf16 ? (a.head_size == 64 ? pick<true, 64>(a.tiling) : pick<true, 128>(a.tiling))
+                      : (a.head_size == 64 ? pick<false, 64>(a.tiling) : pick<false, 128>(a.tiling));
+  cudaError_t e = fn(p, max_tq, a.num_seqs, stream);
+  if (e == cudaSuccess) {
+    const int64_t pairs = total_q * a.num_heads;
+    const unsigned blocks = unsigned((pairs + 3) / 4);
+    if (bf16)
+      splitkv_combine_kernel<true><<<blocks, 128, 0, stream>>>(p.part_o, p.part_lse, a.out, a.lse, total_q,
+                                                               a.num_heads, a.head_size, a.num_splits, a.fold_order);
+    else
+      splitkv_combine_kernel<false><<<blocks, 128, 0, stream>>>(p.part_o, p.part_lse, a.out, a.lse, total_q,
+                                                                a.num_heads, a.head_size, a.num_splits, a.fold_order);
+    e = cudaGetLastError();
+  }
+  if (!o.workspace) {
+    const cudaError_t f = cudaFreeAsync(ws, stream);
+    if (e == cudaSuccess) e = f;
+  }
+  if (e != cudaSuccess) {
+    if (err && err_len) std::snprintf(err, err_len, "split-KV attention: %s", cudaGetErrorString(e));
+    return AC_ERR_DEVICE;
+  }
+  if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
+  return AC_OK;
+}
+
+}  // namespace attncheck::kern

@@ -1,0 +1,41 @@
+// Launchers of split-KV attention (flash-decoding): the key range of every (sequence, head) is cut
+// into args.num_splits contiguous parts (sizes as equal as possible); the fused kernel's mainloop
+// (kernels/fused/fused_kernel.cuh, SPLIT mode) writes an fp32 partial (O / l, base-2 LSE) per part
+// to a workspace of num_splits x total_q x heads x (d + 1) floats (never Tq x Tk); a combine kernel
+// folds the partials in args.fold_order (AC_FOLD_LEFT, RIGHT or TREE; splitkv_math.h).
+// Outputs: O in the input type, LSE fp32 natural log, [heads, tokens]; an empty row (all parts
+// empty) gets O = 0 exactly and LSE = -inf. num_splits = 1 is bitwise reproducible (no atomics).
+// Supported: fp16, bf16; head sizes 64, 128; num_splits 1..16; the tilings of kSplitKVTilings.
+// Check: ctest --test-dir build -R kernels_attention
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "attncheck/plugin_abi.h"
+
+namespace attncheck::kern {
+
+// (64, 64) for prefill-like shapes; (16, 64), one warp per CTA, for decode (T_q = 1).
+inline constexpr ac_tiling kSplitKVTilings[] = {{64, 64}, {16, 64}};
+inline constexpr int kNumSplitKVTilings = int(sizeof(kSplitKVTilings) / sizeof(kSplitKVTilings[0]));
+inline constexpr int kSplitKVMaxSplits = 16;
+
+struct SplitKVOptions {
+  bool synchronize = true;    // CUDA: synchronise the stream before returning
+  void* workspace = nullptr;  // CUDA: device workspace of splitkv_workspace_bytes(); null: allocated per call
+  size_t workspace_bytes = 0;
+};
+
+// Bytes of the fp32 partials: num_splits x total_q x heads x (head_size + 1) x 4.
+size_t splitkv_workspace_bytes(const ac_attention_args& a);
+int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len);
+
+int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len);
+#if defined(ATTNCHECK_HAVE_CUDA)
+int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len);
+int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len);
+#endif
+
+void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda);
+
+}  // namespace attncheck::kern

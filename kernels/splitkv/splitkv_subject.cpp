@@ -1,0 +1,53 @@
+// ac_subject adapter (plugin ABI) of split-KV attention, both backends: subject `splitkv`, natural
+// LSE in [heads, tokens], empty row -inf, num_splits 1..16, fold orders left, right and tree,
+// fp16 / bf16, head sizes 64 and 128, causal, mask, varlen, GQA.
+// Check: ctest --test-dir build -R kernels_attention
+#include <vector>
+
+#include "fused/fused.h"
+#include "splitkv/splitkv.h"
+
+namespace attncheck::kern {
+
+namespace {
+
+bool g_cuda_flag[2] = {false, true};
+
+int run_splitkv(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+  const bool cuda = *static_cast<const bool*>(self);
+#if defined(ATTNCHECK_HAVE_CUDA)
+  if (cuda) return splitkv_attention_cuda(*args, err, err_len);
+#endif
+  (void)cuda;
+  return splitkv_attention_host(*args, err, err_len);
+}
+
+}  // namespace
+
+void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
+#if !defined(ATTNCHECK_HAVE_CUDA)
+  if (cuda) return;
+#endif
+  ac_caps c{};
+  c.ops = AC_OP_SPLITKV;
+  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
+  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
+  c.head_size_min = 64;
+  c.head_size_max = 128;
+  c.head_sizes = kFusedHeadSizes;
+  c.num_head_sizes = 2;
+  c.lse_base = 0;
+  c.lse_layout = AC_LSE_HEADS_TOKENS;
+  c.empty_lse_sign = -1;
+  c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  c.tilings = kSplitKVTilings;
+  c.num_tilings = kNumSplitKVTilings;
+  c.max_splits = kSplitKVMaxSplits;
+  c.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
+  out.push_back({"splitkv",
+                 cuda ? "split-KV attention (flash-decoding): fp32 partials, fold left / right / tree"
+                      : "split-KV attention, host twin: fp32 partials, fold left / right / tree",
+                 c, nullptr, nullptr, run_splitkv, &g_cuda_flag[cuda ? 1 : 0]});
+}
+
+}  // namespace attncheck::kern
