@@ -1,0 +1,222 @@
+// fused_bench: throughput of the fused attention forward at the seed's shape and of split-KV
+// decode, on the GPU (not a test; the lead runs it on the H200).
+//   Fused: T = 8192, 32 query heads, 8 KV heads, d = 128, fp16, non-causal and causal, every
+//   tiling: median of 20 timed runs (cudaEvents, after 3 warm-up runs, fresh random non-zero
+//   inputs before each run), TFLOP/s with 4 T^2 h d flops (half for causal), printed beside
+//   FlashAttention-2 and cuDNN on the same H200 (docs/FACTS.md).
+//   Split-KV decode: T_q = 1, T_k = 8192, batch 64, same heads, fp16, split counts 1..16:
+//   GB/s of compulsory traffic (K and V once, Q, O, the fp32 partials written and read once).
+// Run: build-ka/kernels_attention/fused_bench  (or build/tests/kernels_attention/fused_bench)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "fused/fused.h"
+#include "splitkv/splitkv.h"
+
+namespace {
+
+#define BENCH_CHECK(x)                                                                     \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+// Uniform in [-1, 1] from a hash of (seed, index), never zero, rounded to fp16.
+__global__ void fill_random(__half* x, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    float u = (float(h >> 8) + 0.5f) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+    x[i] = __float2half_rn(u);
+  }
+}
+
+struct Buffers {
+  __half *q, *k, *v, *o;
+  float* lse;
+  int64_t nq, nk;
+};
+
+void refill(const Buffers& b, uint32_t seed) {
+  fill_random<<<1024, 256>>>(b.q, b.nq, seed * 3 + 1);
+  fill_random<<<1024, 256>>>(b.k, b.nk, seed * 3 + 2);
+  fill_random<<<1024, 256>>>(b.v, b.nk, seed * 3 + 3);
+  BENCH_CHECK(cudaGetLastError());
+}
+
+template <typename Launch>
+float median_ms(const Buffers& b, Launch launch) {
+  cudaEvent_t e0, e1;
+  BENCH_CHECK(cudaEventCreate(&e0));
+  BENCH_CHECK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) launch();
+  BENCH_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    refill(b, uint32_t(100 + i));
+    BENCH_CHECK(cudaEventRecord(e0));
+    launch();
+    BENCH_CHECK(cudaEventRecord(e1));
+    BENCH_CHECK(cudaEventSynchronize(e1));
+    float t;
+    BENCH_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return 0.5f * (ms[9] + ms[10]);
+}
+
+}  // namespace
+
+int main() {
+  using namespace attncheck;
+  int dev_count = 0;
+  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+    std::printf("fused_bench: no CUDA device\n");
+    return 77;
+  }
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+  const int T = 8192, H = 32, HKV = 8, D = 128;
+  Buffers b{};
+  b.nq = int64_t(T) * H * D;
+  b.nk = int64_t(T) * HKV * D;
+  BENCH_CHECK(cudaMalloc(&b.q, b.nq * 2));
+  BENCH_CHECK(cudaMalloc(&b.k, b.nk * 2));
+  BENCH_CHECK(cudaMalloc(&b.v, b.nk * 2));
+  BENCH_CHECK(cudaMalloc(&b.o, b.nq * 2));
+  BENCH_CHECK(cudaMalloc(&b.lse, int64_t(T) * H * 4));
+  int32_t* cu;
+  BENCH_CHECK(cudaMalloc(&cu, 2 * sizeof(int32_t)));
+  const int32_t cu_host[2] = {0, T};
+  BENCH_CHECK(cudaMemcpy(cu, cu_host, sizeof cu_host, cudaMemcpyHostToDevice));
+  refill(b, 1);
+
+  std::printf("\nfused attention forward: T=%d, h=%d, h_kv=%d, d=%d, fp16 (median of 20)\n", T, H, HKV, D);
+  std::printf("  references on the same H200: FlashAttention-2 359 TFLOP/s (causal 316), cuDNN 656 (causal 595)\n");
+  std::printf("  %-8s %-10s %10s %12s\n", "causal", "tiling", "ms", "TFLOP/s");
+  for (int causal : {0, 1}) {
+    for (int t = 0; t < kern::kNumFusedTilings; ++t) {
+      ac_attention_args a{};
+      a.dtype = AC_DTYPE_F16;
+      a.num_seqs = 1;
+      a.cu_seqlens_q = a.cu_seqlens_k = cu;
+      a.cu_seqlens_q_host = a.cu_seqlens_k_host = cu_host;
+      a.max_seqlen_q = a.max_seqlen_k = T;
+      a.num_heads = H;
+      a.num_kv_heads = HKV;
+      a.head_size = D;
+      a.q = b.q;
+      a.k = b.k;
+      a.v = b.v;
+      a.out = b.o;
+      a.lse = b.lse;
+      a.softmax_scale = 0.08838834764831845f;
+      a.causal = causal;
+      a.tiling = t;
+      kern::FusedOptions opt;
+      opt.synchronize = false;
+      char err[256];
+      int rc = AC_OK;
+      const float ms = median_ms(b, [&] { rc = kern::fused_attention_cuda(a, opt, err, sizeof err); });
+      if (rc != AC_OK) {
+        std::printf("  error: %s\n", err);
+        return 1;
+      }
+      const double flops = 4.0 * T * double(T) * H * D * (causal ? 0.5 : 1.0);
+      char til[32];
+      std::snprintf(til, sizeof til, "(%d,%d)", kern::kFusedTilings[t].br, kern::kFusedTilings[t].bc);
+      std::printf("  %-8d %-10s %10.3f %12.1f\n", causal, til, ms, flops / (ms * 1e-3) / 1e12);
+    }
+  }
+  BENCH_CHECK(cudaFree(b.q));
+  BENCH_CHECK(cudaFree(b.k));
+  BENCH_CHECK(cudaFree(b.v));
+  BENCH_CHECK(cudaFree(b.o));
+  BENCH_CHECK(cudaFree(b.lse));
+
+  // Split-KV decode: 64 sequences of one query against 8192 keys each.
+  const int B = 64, TK = 8192;
+  Buffers d{};
+  d.nq = int64_t(B) * H * D;
+  d.nk = int64_t(B) * TK * HKV * D;
+  BENCH_CHECK(cudaMalloc(&d.q, d.nq * 2));
+  BENCH_CHECK(cudaMalloc(&d.k, d.nk * 2));
+  BENCH_CHECK(cudaMalloc(&d.v, d.nk * 2));
+  BENCH_CHECK(cudaMalloc(&d.o, d.nq * 2));
+  BENCH_CHECK(cudaMalloc(&d.lse, int64_t(B) * H * 4));
+  std::vector<int32_t> cq(B + 1), ck(B + 1);
+  for (int i = 0; i <= B; ++i) {
+    cq[size_t(i)] = i;
+    ck[size_t(i)] = i * TK;
+  }
+  int32_t *dcq, *dck;
+  BENCH_CHECK(cudaMalloc(&dcq, (B + 1) * 4));
+  BENCH_CHECK(cudaMalloc(&dck, (B + 1) * 4));
+  BENCH_CHECK(cudaMemcpy(dcq, cq.data(), (B + 1) * 4, cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(dck, ck.data(), (B + 1) * 4, cudaMemcpyHostToDevice));
+  void* ws;
+  const size_t ws_bytes = size_t(kern::kSplitKVMaxSplits) * B * H * (D + 1) * 4;
+  BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
+  std::printf("\nsplit-KV decode: batch %d, T_q=1, T_k=%d, h=%d, h_kv=%d, d=%d, fp16 (median of 20); "
+              "copy bandwidth on the H200 is about 4000 GB/s\n", B, TK, H, HKV, D);
+  std::printf("  %-8s %-10s %10s %12s\n", "splits", "tiling", "ms", "GB/s");
+  for (int t = 0; t < kern::kNumSplitKVTilings; ++t) {
+    for (int splits : {1, 2, 4, 8, 16}) {
+      ac_attention_args a{};
+      a.dtype = AC_DTYPE_F16;
+      a.num_seqs = B;
+      a.cu_seqlens_q = dcq;
+      a.cu_seqlens_k = dck;
+      a.cu_seqlens_q_host = cq.data();
+      a.cu_seqlens_k_host = ck.data();
+      a.max_seqlen_q = 1;
+      a.max_seqlen_k = TK;
+      a.num_heads = H;
+      a.num_kv_heads = HKV;
+      a.head_size = D;
+      a.q = d.q;
+      a.k = d.k;
+      a.v = d.v;
+      a.out = d.o;
+      a.lse = d.lse;
+      a.softmax_scale = 0.08838834764831845f;
+      a.tiling = t;
+      a.num_splits = splits;
+      a.fold_order = AC_FOLD_TREE;
+      kern::SplitKVOptions opt;
+      opt.synchronize = false;
+      opt.workspace = ws;
+      opt.workspace_bytes = ws_bytes;
+      char err[256];
+      int rc = AC_OK;
+      const float ms = median_ms(d, [&] { rc = kern::splitkv_attention_cuda(a, opt, err, sizeof err); });
+      if (rc != AC_OK) {
+        std::printf("  error: %s\n", err);
+        return 1;
+      }
+      const double bytes = double(d.nk) * 2 * 2 + double(d.nq) * 2 * 2 + double(B) * H * 4 +
+                           2.0 * splits * B * H * (D + 1) * 4;
+      char til[32];
+      std::snprintf(til, sizeof til, "(%d,%d)", kern::kSplitKVTilings[t].br, kern::kSplitKVTilings[t].bc);
+      std::printf("  %-8d %-10s %10.3f %12.1f\n", splits, til, ms, bytes / (ms * 1e-3) / 1e9);
+    }
+  }
+  return 0;
+}
