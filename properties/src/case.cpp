@@ -1,0 +1,526 @@
+// The case file format (corpus/README.md): JSON, tensors as little-endian bytes of their storage
+// format in hex ("hex:...") or base64 ("b64:..."), every float that may be non-finite (LSEs, the
+// softmax scale) stored by its fp32 bits. Reading validates everything against the shapes and
+// reports the first problem as a one-line CaseError; nothing here trusts the file.
+#include "attncheck/case.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace attncheck {
+namespace {
+
+using json = nlohmann::json;
+constexpr int kFormatVersion = 1;
+constexpr size_t kHexMaxElements = 64;
+
+int element_bytes(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
+
+const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64_encode(const std::vector<uint8_t>& bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    uint32_t n = (uint32_t(bytes[i]) << 16) | (uint32_t(bytes[i + 1]) << 8) | bytes[i + 2];
+    for (int s = 18; s >= 0; s -= 6) out.push_back(kB64[(n >> s) & 63]);
+  }
+  const size_t rest = bytes.size() - i;
+  if (rest) {
+    uint32_t n = uint32_t(bytes[i]) << 16;
+    if (rest == 2) n |= uint32_t(bytes[i + 1]) << 8;
+    out.push_back(kB64[(n >> 18) & 63]);
+    out.push_back(kB64[(n >> 12) & 63]);
+    out.push_back(rest == 2 ? kB64[(n >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+std::vector<uint8_t> base64_decode(const std::string& s, const std::string& what) {
+  int value_of[256];
+  for (int& v : value_of) v = -1;
+  for (int i = 0; i < 64; ++i) value_of[static_cast<unsigned char>(kB64[i])] = i;
+  if (s.size() % 4 != 0) throw CaseError(what + ": base64 length " + std::to_string(s.size()) + " is not a multiple of 4 (truncated?)");
+  std::vector<uint8_t> out;
+  out.reserve(s.size() / 4 * 3);
+  for (size_t i = 0; i < s.size(); i += 4) {
+    int v[4];
+    int pad = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = s[i + k];
+      if (c == '=' && i + 4 == s.size() && k >= 2) {
+        v[k] = 0;
+        ++pad;
+        continue;
+      }
+      if (pad) throw CaseError(what + ": base64 padding in the middle");
+      v[k] = value_of[static_cast<unsigned char>(c)];
+      if (v[k] < 0) throw CaseError(what + ": invalid base64 character at offset " + std::to_string(i + k));
+    }
+    const uint32_t n = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
+    out.push_back(uint8_t(n >> 16));
+    if (pad < 2) out.push_back(uint8_t(n >> 8));
+    if (pad < 1) out.push_back(uint8_t(n));
+  }
+  return out;
+}
+
+std::string hex_encode(const std::vector<uint8_t>& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    out.push_back(digits[b >> 4]);
+    out.push_back(digits[b & 15]);
+  }
+  return out;
+}
+
+std::vector<uint8_t> hex_decode(const std::string& s, const std::string& what) {
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    throw CaseError(what + ": invalid hex character '" + std::string(1, c) + "'");
+  };
+  if (s.size() % 2) throw CaseError(what + ": odd number of hex digits (truncated?)");
+  std::vector<uint8_t> out(s.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = uint8_t(nibble(s[2 * i]) * 16 + nibble(s[2 * i + 1]));
+  return out;
+}
+
+// Elements of `width` bytes, little-endian, to text.
+std::string encode_elements(const std::vector<uint32_t>& elems, int width) {
+  std::vector<uint8_t> bytes;
+  bytes.reserve(elems.size() * width);
+  for (uint32_t e : elems)
+    for (int b = 0; b < width; ++b) bytes.push_back(uint8_t(e >> (8 * b)));
+  return elems.size() <= kHexMaxElements ? "hex:" + hex_encode(bytes) : "b64:" + base64_encode(bytes);
+}
+
+std::vector<uint32_t> decode_elements(const std::string& text, int width, const std::string& what) {
+  std::vector<uint8_t> bytes;
+  if (text.rfind("hex:", 0) == 0) bytes = hex_decode(text.substr(4), what);
+  else if (text.rfind("b64:", 0) == 0) bytes = base64_decode(text.substr(4), what);
+  else throw CaseError(what + ": tensor text must start with \"hex:\" or \"b64:\"");
+  if (bytes.size() % width) throw CaseError(what + ": byte count " + std::to_string(bytes.size()) + " is not a multiple of the element size");
+  std::vector<uint32_t> out(bytes.size() / width);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint32_t e = 0;
+    for (int b = 0; b < width; ++b) e |= uint32_t(bytes[i * width + b]) << (8 * b);
+    out[i] = e;
+  }
+  return out;
+}
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+std::string encode_floats(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = float_bits(v[i]);
+  return encode_elements(bits, 4);
+}
+std::vector<float> decode_floats(const std::string& text, const std::string& what) {
+  const auto bits = decode_elements(text, 4, what);
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = bits_float(bits[i]);
+  return out;
+}
+
+std::string bits_hex(uint32_t u) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", u);
+  return buf;
+}
+
+// Typed field access with one-line errors.
+const json& field(const json& obj, const char* key, const std::string& where) {
+  if (!obj.is_object()) throw CaseError(where + " is not a JSON object");
+  auto it = obj.find(key);
+  if (it == obj.end()) throw CaseError(where + ": missing field \"" + key + "\"");
+  return *it;
+}
+std::string get_string(const json& obj, const char* key, const std::string& where) {
+  const json& f = field(obj, key, where);
+  if (!f.is_string()) throw CaseError(where + "." + key + " must be a string");
+  return f.get<std::string>();
+}
+std::string get_string_or(const json& obj, const char* key, const std::string& dflt) {
+  auto it = obj.find(key);
+  return (it != obj.end() && it->is_string()) ? it->get<std::string>() : dflt;
+}
+int64_t get_int(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi) {
+  const json& f = field(obj, key, where);
+  if (!f.is_number_integer()) throw CaseError(where + "." + key + " must be an integer");
+  const int64_t v = f.get<int64_t>();
+  if (v < lo || v > hi) throw CaseError(where + "." + key + " = " + std::to_string(v) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+bool get_bool(const json& obj, const char* key, const std::string& where) {
+  const json& f = field(obj, key, where);
+  if (!f.is_boolean()) throw CaseError(where + "." + key + " must be true or false");
+  return f.get<bool>();
+}
+std::vector<int32_t> get_int_list(const json& obj, const char* key, const std::string& where) {
+  const json& f = field(obj, key, where);
+  if (!f.is_array()) throw CaseError(where + "." + key + " must be an array of integers");
+  std::vector<int32_t> out;
+  for (const json& e : f) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > (1 << 30))
+      throw CaseError(where + "." + key + " must hold non-negative integers");
+    out.push_back(int32_t(e.get<int64_t>()));
+  }
+  return out;
+}
+
+void expect_size(size_t got, int64_t want, const std::string& what) {
+  if (int64_t(got) != want)
+    throw CaseError(what + " has " + std::to_string(got) + " elements, the shape needs " + std::to_string(want));
+}
+
+void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
+  if (d == AC_DTYPE_F32) return;
+  for (uint32_t e : b)
+    if (e > 0xffffu) throw CaseError(what + ": 16-bit element with bits above 0xffff");
+}
+
+const char* fold_name(ac_fold f) {
+  switch (f) {
+    case AC_FOLD_LEFT: return "left";
+    case AC_FOLD_RIGHT: return "right";
+    case AC_FOLD_TREE: return "tree";
+  }
+  return "left";
+}
+ac_fold fold_from_name(const std::string& s) {
+  if (s == "left") return AC_FOLD_LEFT;
+  if (s == "right") return AC_FOLD_RIGHT;
+  if (s == "tree") return AC_FOLD_TREE;
+  throw CaseError("options.fold must be left, right or tree, not \"" + s + "\"");
+}
+
+constexpr int64_t kMaxDim = int64_t(1) << 24;
+constexpr int64_t kMaxElements = int64_t(1) << 28;
+
+int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& what) {
+  int64_t p = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || d > kMaxDim) throw CaseError(what + ": dimension out of range");
+    p *= d;
+    if (p > kMaxElements) throw CaseError(what + ": tensor too large");
+  }
+  return p;
+}
+
+}  // namespace
+
+const char* op_name(uint32_t op) {
+  switch (op) {
+    case AC_OP_MERGE: return "merge";
+    case AC_OP_SOFTMAX: return "softmax";
+    case AC_OP_ATTENTION: return "attention";
+    case AC_OP_SPLITKV: return "splitkv";
+  }
+  return "unknown";
+}
+uint32_t op_from_name(const std::string& name) {
+  if (name == "merge") return AC_OP_MERGE;
+  if (name == "softmax") return AC_OP_SOFTMAX;
+  if (name == "attention") return AC_OP_ATTENTION;
+  if (name == "splitkv") return AC_OP_SPLITKV;
+  throw CaseError("unknown op \"" + name + "\" (merge, softmax, attention, splitkv)");
+}
+const char* dtype_name(ac_dtype d) {
+  switch (d) {
+    case AC_DTYPE_F32: return "fp32";
+    case AC_DTYPE_F16: return "fp16";
+    case AC_DTYPE_BF16: return "bf16";
+  }
+  return "unknown";
+}
+ac_dtype dtype_from_name(const std::string& s) {
+  if (s == "fp32") return AC_DTYPE_F32;
+  if (s == "fp16") return AC_DTYPE_F16;
+  if (s == "bf16") return AC_DTYPE_BF16;
+  throw CaseError("unknown dtype \"" + s + "\" (fp32, fp16, bf16)");
+}
+
+std::string case_to_json(const Case& c) {
+  json j;
+  j["format"] = "attncheck-case";
+  j["version"] = kFormatVersion;
+  j["op"] = c.op;
+  j["subject"] = c.subject;
+  j["property"] = c.property;
+  j["note"] = c.note;
+  j["seed"] = std::to_string(c.seed);  // a string: JSON readers elsewhere lose 64-bit integers
+  j["rc_reproduce"] = c.rc_reproduce;
+  j["conventions"] = {{"lse_base", c.lse_base}, {"empty_lse_sign", c.empty_lse_sign}};
+  j["options"] = {{"tiling", c.options.tiling},
+                  {"num_splits", c.options.num_splits},
+                  {"fold", fold_name(c.options.fold_order)}};
+  json in;
+  if (const auto* m = std::get_if<MergeInput>(&c.input)) {
+    const int w = element_bytes(m->dtype);
+    in = {{"dtype", dtype_name(m->dtype)}, {"num_tokens", m->num_tokens}, {"num_heads", m->num_heads},
+          {"head_size", m->head_size}, {"prefix_out", encode_elements(m->prefix_out, w)},
+          {"suffix_out", encode_elements(m->suffix_out, w)}, {"prefix_lse", encode_floats(m->prefix_lse)},
+          {"suffix_lse", encode_floats(m->suffix_lse)}};
+  } else if (const auto* s = std::get_if<SoftmaxInput>(&c.input)) {
+    in = {{"dtype", dtype_name(s->dtype)}, {"rows", s->rows}, {"cols", s->cols},
+          {"x", encode_elements(s->x, element_bytes(s->dtype))}};
+  } else {
+    const auto& a = std::get<AttentionInput>(c.input);
+    const int w = element_bytes(a.dtype);
+    std::vector<uint32_t> mask(a.mask.begin(), a.mask.end());
+    in = {{"dtype", dtype_name(a.dtype)}, {"num_heads", a.num_heads}, {"num_kv_heads", a.num_kv_heads},
+          {"head_size", a.head_size}, {"seqlens_q", a.seqlens_q}, {"seqlens_k", a.seqlens_k},
+          {"causal", a.causal}, {"softmax_scale_bits", bits_hex(float_bits(a.softmax_scale))},
+          {"softmax_scale", double(a.softmax_scale)},  // for the reader; the bits are authoritative
+          {"mask", a.mask.empty() ? std::string() : encode_elements(mask, 1)},
+          {"q", encode_elements(a.q, w)}, {"k", encode_elements(a.k, w)}, {"v", encode_elements(a.v, w)}};
+    if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
+  }
+  j["input"] = in;
+  return j.dump(1) + "\n";
+}
+
+Case case_from_json(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw CaseError("not valid JSON (truncated?): " + what);
+  }
+  const std::string top = "case";
+  if (get_string(j, "format", top) != "attncheck-case") throw CaseError("not an attncheck case file (format field)");
+  const int64_t version = get_int(j, "version", top, 0, 1 << 20);
+  if (version != kFormatVersion) throw CaseError("case format version " + std::to_string(version) + " is not supported (this build reads 1)");
+  Case c;
+  c.op = get_string(j, "op", top);
+  const uint32_t op = op_from_name(c.op);
+  c.subject = get_string_or(j, "subject", "");
+  c.property = get_string_or(j, "property", "");
+  c.note = get_string_or(j, "note", "");
+  c.rc_reproduce = get_string_or(j, "rc_reproduce", "");
+  const std::string seed = get_string_or(j, "seed", "0");
+  try {
+    size_t used = 0;
+    c.seed = std::stoull(seed, &used);
+    if (used != seed.size()) throw std::invalid_argument("trailing");
+  } catch (const std::exception&) {
+    throw CaseError("seed \"" + seed + "\" is not an unsigned integer");
+  }
+  if (auto it = j.find("conventions"); it != j.end()) {
+    c.lse_base = int(get_int(*it, "lse_base", "conventions", 0, 2));
+    c.empty_lse_sign = int(get_int(*it, "empty_lse_sign", "conventions", -1, 1));
+  }
+  if (auto it = j.find("options"); it != j.end()) {
+    c.options.tiling = int32_t(get_int(*it, "tiling", "options", 0, 1 << 20));
+    c.options.num_splits = int32_t(get_int(*it, "num_splits", "options", 1, 1 << 20));
+    c.options.fold_order = fold_from_name(get_string(*it, "fold", "options"));
+  }
+  const json& in = field(j, "input", top);
+  const std::string w = "input";
+  const ac_dtype dtype = dtype_from_name(get_string(in, "dtype", w));
+  const int eb = element_bytes(dtype);
+  if (op == AC_OP_MERGE) {
+    MergeInput m;
+    m.dtype = dtype;
+    m.num_tokens = int32_t(get_int(in, "num_tokens", w, 0, kMaxDim));
+    m.num_heads = int32_t(get_int(in, "num_heads", w, 0, kMaxDim));
+    m.head_size = int32_t(get_int(in, "head_size", w, 0, kMaxDim));
+    const int64_t n_out = checked_product({m.num_tokens, m.num_heads, m.head_size}, w);
+    const int64_t n_lse = checked_product({m.num_tokens, m.num_heads}, w);
+    m.prefix_out = decode_elements(get_string(in, "prefix_out", w), eb, "input.prefix_out");
+    m.suffix_out = decode_elements(get_string(in, "suffix_out", w), eb, "input.suffix_out");
+    m.prefix_lse = decode_floats(get_string(in, "prefix_lse", w), "input.prefix_lse");
+    m.suffix_lse = decode_floats(get_string(in, "suffix_lse", w), "input.suffix_lse");
+    expect_size(m.prefix_out.size(), n_out, "input.prefix_out");
+    expect_size(m.suffix_out.size(), n_out, "input.suffix_out");
+    expect_size(m.prefix_lse.size(), n_lse, "input.prefix_lse");
+    expect_size(m.suffix_lse.size(), n_lse, "input.suffix_lse");
+    check_half_bits(m.prefix_out, dtype, "input.prefix_out");
+    check_half_bits(m.suffix_out, dtype, "input.suffix_out");
+    c.input = std::move(m);
+  } else if (op == AC_OP_SOFTMAX) {
+    SoftmaxInput s;
+    s.dtype = dtype;
+    s.rows = int32_t(get_int(in, "rows", w, 0, kMaxDim));
+    s.cols = int32_t(get_int(in, "cols", w, 0, kMaxDim));
+    s.x = decode_elements(get_string(in, "x", w), eb, "input.x");
+    expect_size(s.x.size(), checked_product({s.rows, s.cols}, w), "input.x");
+    check_half_bits(s.x, dtype, "input.x");
+    c.input = std::move(s);
+  } else {
+    AttentionInput a;
+    a.dtype = dtype;
+    a.num_heads = int32_t(get_int(in, "num_heads", w, 1, kMaxDim));
+    a.num_kv_heads = int32_t(get_int(in, "num_kv_heads", w, 1, kMaxDim));
+    a.head_size = int32_t(get_int(in, "head_size", w, 1, kMaxDim));
+    if (a.num_heads % a.num_kv_heads) throw CaseError("input.num_heads must be a multiple of num_kv_heads");
+    a.seqlens_q = get_int_list(in, "seqlens_q", w);
+    a.seqlens_k = get_int_list(in, "seqlens_k", w);
+    if (a.seqlens_q.size() != a.seqlens_k.size()) throw CaseError("input.seqlens_q and seqlens_k differ in length");
+    a.causal = get_bool(in, "causal", w);
+    const std::string scale = get_string(in, "softmax_scale_bits", w);
+    try {
+      size_t used = 0;
+      const unsigned long bits = std::stoul(scale, &used, 16);
+      if (used != scale.size() || bits > 0xffffffffUL) throw std::invalid_argument("range");
+      a.softmax_scale = bits_float(uint32_t(bits));
+    } catch (const std::exception&) {
+      throw CaseError("input.softmax_scale_bits \"" + scale + "\" is not a 32-bit hex pattern");
+    }
+    int64_t total_q = 0, total_k = 0, mask_elems = 0;
+    for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
+      total_q += a.seqlens_q[i];
+      total_k += a.seqlens_k[i];
+      mask_elems += checked_product({a.seqlens_q[i], a.seqlens_k[i]}, "input.mask");
+      if (total_q > kMaxDim || total_k > kMaxDim || mask_elems > kMaxElements) throw CaseError("input: sequences too long");
+    }
+    const std::string mask = get_string_or(in, "mask", "");
+    if (!mask.empty()) {
+      const auto m = decode_elements(mask, 1, "input.mask");
+      expect_size(m.size(), mask_elems, "input.mask");
+      a.mask.assign(m.begin(), m.end());
+    }
+    a.q = decode_elements(get_string(in, "q", w), eb, "input.q");
+    a.k = decode_elements(get_string(in, "k", w), eb, "input.k");
+    a.v = decode_elements(get_string(in, "v", w), eb, "input.v");
+    expect_size(a.q.size(), checked_product({total_q, a.num_heads, a.head_size}, w), "input.q");
+    expect_size(a.k.size(), checked_product({total_k, a.num_kv_heads, a.head_size}, w), "input.k");
+    expect_size(a.v.size(), checked_product({total_k, a.num_kv_heads, a.head_size}, w), "input.v");
+    check_half_bits(a.q, dtype, "input.q");
+    check_half_bits(a.k, dtype, "input.k");
+    check_half_bits(a.v, dtype, "input.v");
+    c.input = std::move(a);
+  }
+  return c;
+}
+
+namespace {
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+std::string safe_name(const std::string& s) {
+  std::string out;
+  for (char ch : s) out.push_back((std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
+  return out.empty() ? std::string("none") : out;
+}
+std::atomic<uint64_t> g_tmp_counter{0};
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) throw CaseError("cannot create directory " + target.parent_path().string() + ": " + ec.message());
+  }
+  const fs::path tmp = target.parent_path() /
+      (".tmp-" + target.filename().string() + "-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw CaseError("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  size_t done = 0;
+  bool ok = true;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    done += size_t(n);
+  }
+  // fsync before rename: after a crash the name then points at complete contents.
+  if (ok && ::fsync(fd) != 0) ok = false;
+  const int saved = errno;
+  ::close(fd);
+  if (!ok) {
+    fs::remove(tmp, ec);
+    throw CaseError("cannot write " + tmp.string() + ": " + std::strerror(saved));
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code ignore;
+    fs::remove(tmp, ignore);
+    throw CaseError("cannot rename into " + path + ": " + ec.message());
+  }
+}
+}  // namespace
+
+void write_case_atomic_to(const std::string& path, const Case& c) { write_text_atomic(path, case_to_json(c)); }
+
+std::string write_case_atomic(const std::string& dir, const Case& c) {
+  const std::string text = case_to_json(c);
+  char hash[20];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  const std::string name = safe_name(c.op) + "-" + safe_name(c.subject) + "-" + safe_name(c.property) + "-" + hash + ".json";
+  const std::string path = (std::filesystem::path(dir.empty() ? "." : dir) / name).string();
+  write_text_atomic(path, text);
+  return path;
+}
+
+Case read_case_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw CaseError(path + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw CaseError(path + ": read error");
+  try {
+    return case_from_json(ss.str());
+  } catch (const CaseError& e) {
+    throw CaseError(path + ": " + e.what());
+  }
+}
+
+CaseSize case_size(const Case& c) {
+  CaseSize s;
+  if (const auto* m = std::get_if<MergeInput>(&c.input)) {
+    s = {m->num_tokens, 2, m->num_heads, m->head_size};
+  } else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) {
+    s = {x->rows, x->cols, 1, 0};
+  } else {
+    const auto& a = std::get<AttentionInput>(c.input);
+    int64_t tq = 0, tk = 0;
+    for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
+      tq += a.seqlens_q[i];
+      tk = std::max<int64_t>(tk, a.seqlens_k[i]);
+    }
+    s = {tq, tk, a.num_heads, a.head_size};
+  }
+  return s;
+}
+
+std::string describe_size(const CaseSize& s) {
+  return "tokens=" + std::to_string(s.tokens) + " keys=" + std::to_string(s.keys) + " heads=" +
+         std::to_string(s.heads) + " d=" + std::to_string(s.head_size);
+}
+
+}  // namespace attncheck

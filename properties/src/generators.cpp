@@ -1,0 +1,428 @@
+// Generators, one per failure class (generators.hpp). Everything is built with gen::exec from
+// integer picks (gen::inRange scales with RapidCheck's size and shrinks toward its lower bound),
+// so shrinking drives counts toward 0/1 and values toward the simplest member of their class.
+// Logits are exact doubles, rounded once to the storage format where they become tensor bits.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "attncheck/generators.hpp"
+#include "internal.hpp"
+
+namespace attncheck::gen {
+
+using detail::round_bits;
+namespace g = rc::gen;
+
+namespace {
+
+// A "normal-ish" sample: uniform magnitude in [0, 3 sigma] with a sign, shrinking to 0.
+double sample_sigma(double sigma) {
+  const int mag = *g::inRange(0, 3073);
+  const bool neg = *g::arbitrary<bool>();
+  const double v = sigma * mag / 1024.0;
+  return neg ? -v : v;
+}
+
+double pick_sigma() { return *g::element(1.0, 0.5, 3.0, 10.0); }
+
+int64_t scaled_count(int max_n) { return *g::inRange(0, std::max(1, max_n) + 1); }
+
+}  // namespace
+
+rc::Gen<std::vector<double>> normal_logits(int n) {
+  return g::exec([n] {
+    const double sigma = pick_sigma();
+    std::vector<double> x(static_cast<size_t>(n));
+    for (double& v : x) v = sample_sigma(sigma);
+    return x;
+  });
+}
+
+rc::Gen<std::vector<double>> late_outlier_logits(int n) {
+  // The seed's case: sigma 3 logits with +40 at index 4000 of 8192, scaled to the row length, so the
+  // running max jumps by ~30 after many blocks.
+  return g::exec([n] {
+    std::vector<double> x(static_cast<size_t>(n));
+    for (double& v : x) v = sample_sigma(3.0);
+    if (n > 0) {
+      const int at = int(int64_t(n) * 4000 / 8192);
+      x[size_t(at)] = *g::element(40.0, 20.0, 60.0);
+    }
+    return x;
+  });
+}
+
+rc::Gen<std::vector<double>> overflow_band_logits(ac_dtype d, int n) {
+  return g::exec([d, n] {
+    std::vector<double> x(static_cast<size_t>(n));
+    for (double& v : x) v = sample_sigma(1.0);
+    if (n > 0) {
+      // Values straddling the threshold: fp16 11.0859375 (last finite exp) and 11.09375 (first +inf).
+      const double t = detail::overflow_log_threshold(d);
+      const int k = *g::inRange(-8, 9);
+      double center = d == AC_DTYPE_F16 ? 11.0859375 : t;
+      const double step = d == AC_DTYPE_F16 ? 0.0078125 : (d == AC_DTYPE_BF16 ? 0.25 : 0.0078125);
+      const int at = *g::inRange(0, n);
+      x[size_t(at)] = center + step * k;
+      if (*g::arbitrary<bool>()) x[size_t(*g::inRange(0, n))] = center + step;
+    }
+    return x;
+  });
+}
+
+rc::Gen<std::vector<double>> fp16_overflow_band_logits(int n) { return overflow_band_logits(AC_DTYPE_F16, n); }
+
+rc::Gen<std::vector<double>> underflow_band_logits(int n) {
+  // Spread below max - 17.33, where fp16 exp(x - max) rounds to zero, and a row maximum that itself
+  // sits deep in the negative range.
+  return g::exec([n] {
+    std::vector<double> x(static_cast<size_t>(n));
+    const double top = -double(*g::inRange(0, 30));
+    for (double& v : x) v = top - 16.0 - std::fabs(sample_sigma(3.0));
+    if (n > 0) x[size_t(*g::inRange(0, n))] = top;
+    return x;
+  });
+}
+
+rc::Gen<std::vector<double>> huge_magnitude_logits(int n) {
+  return g::exec([n] {
+    const double big = *g::element(100.0, 1e4, 6e4);
+    std::vector<double> x(static_cast<size_t>(n));
+    for (double& v : x) {
+      const int kind = *g::inRange(0, 4);
+      v = kind == 0 ? sample_sigma(1.0) : kind == 1 ? -big : kind == 2 ? big : -big + sample_sigma(1.0);
+    }
+    return x;
+  });
+}
+
+rc::Gen<std::vector<double>> all_equal_logits(int n) {
+  return g::exec([n] {
+    const double v = *g::element(0.0, 1.0, -20.0, 11.0, 100.0, -1e4);
+    return std::vector<double>(size_t(n), v);
+  });
+}
+
+rc::Gen<std::vector<double>> any_logits(ac_dtype d, int n) {
+  return g::weightedOneOf<std::vector<double>>({{6, normal_logits(n)},
+                                                {2, late_outlier_logits(n)},
+                                                {2, overflow_band_logits(d, n)},
+                                                {1, underflow_band_logits(n)},
+                                                {1, huge_magnitude_logits(n)},
+                                                {1, all_equal_logits(n)}});
+}
+
+rc::Gen<uint32_t> special_bits(ac_dtype d) {
+  return g::exec([d] {
+    const double max_finite = d == AC_DTYPE_F16 ? 65504.0 : d == AC_DTYPE_BF16 ? 0x1.fep127 : 0x1.fffffep127;
+    const double min_sub = d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
+    const double v = *g::element(0.0, -0.0, 1.0, -1.0, INFINITY, -INFINITY, min_sub, -min_sub, max_finite, -max_finite);
+    return round_bits(d, v);
+  });
+}
+
+rc::Gen<uint32_t> finite_bits(ac_dtype d) {
+  return g::exec([d] {
+    const int kind = *g::inRange(0, 8);
+    if (kind == 0) return round_bits(d, double(*g::element(0, 1, -1, 2, -2)) / (*g::element(1, 2, 4)));
+    if (kind == 1) {
+      // Subnormals and tiny magnitudes, which RapidCheck's float generators never produce.
+      const double min_sub = d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
+      return round_bits(d, min_sub * (1 + *g::inRange(0, 1000)) * (*g::arbitrary<bool>() ? -1 : 1));
+    }
+    if (kind == 2) {
+      // Any magnitude up to 1e4 (6e4 for fp16/bf16 stays finite in fp32 accumulation).
+      const int e = *g::inRange(-20, 14);
+      return round_bits(d, std::ldexp(1.0 + *g::inRange(0, 1024) / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
+    }
+    return round_bits(d, sample_sigma(1.0));
+  });
+}
+
+rc::Gen<Bits> random_values(ac_dtype d, int64_t n) {
+  return g::exec([d, n] {
+    Bits b(static_cast<size_t>(n));
+    for (uint32_t& x : b) x = *finite_bits(d);
+    return b;
+  });
+}
+
+rc::Gen<Bits> constant_values(ac_dtype d, int64_t n) {
+  return g::exec([d, n] { return Bits(size_t(n), *finite_bits(d)); });
+}
+
+rc::Gen<Bits> sign_cancelling_values(ac_dtype d, int rows, int head_size) {
+  // Rows come in pairs v, -v (plus a tiny tail), so the output is near zero and relative error explodes.
+  return g::exec([d, rows, head_size] {
+    Bits b(size_t(rows) * size_t(head_size));
+    for (int r = 0; r < rows; r += 2)
+      for (int c = 0; c < head_size; ++c) {
+        const uint32_t x = *finite_bits(d);
+        b[size_t(r * head_size + c)] = x;
+        if (r + 1 < rows) b[size_t((r + 1) * head_size + c)] = x ^ (d == AC_DTYPE_F32 ? 0x80000000u : 0x8000u);
+      }
+    return b;
+  });
+}
+
+rc::Gen<Bits> any_values(ac_dtype d, int rows, int head_size) {
+  const int64_t n = int64_t(rows) * head_size;
+  return g::weightedOneOf<Bits>({{5, random_values(d, n)},
+                                 {1, constant_values(d, n)},
+                                 {2, sign_cancelling_values(d, rows, head_size)}});
+}
+
+rc::Gen<std::vector<uint8_t>> fully_masked_rows_mask(int tq, int tk) {
+  return g::exec([tq, tk] {
+    std::vector<uint8_t> m(size_t(tq) * size_t(tk), 1);
+    for (int t = 0; t < tq; ++t)
+      if (*g::arbitrary<bool>() || t == 0)
+        for (int j = 0; j < tk; ++j) m[size_t(t * tk + j)] = 0;
+    return m;
+  });
+}
+
+rc::Gen<std::vector<uint8_t>> all_but_one_masked(int tq, int tk) {
+  return g::exec([tq, tk] {
+    std::vector<uint8_t> m(size_t(tq) * size_t(tk), 0);
+    for (int t = 0; t < tq && tk > 0; ++t) m[size_t(t * tk + *g::inRange(0, tk))] = 1;
+    return m;
+  });
+}
+
+rc::Gen<std::vector<uint8_t>> random_mask(int tq, int tk) {
+  return g::exec([tq, tk] {
+    std::vector<uint8_t> m(size_t(tq) * size_t(tk));
+    for (uint8_t& x : m) x = *g::inRange(0, 4) == 0 ? 0 : 1;
+    return m;
+  });
+}
+
+rc::Gen<std::vector<uint8_t>> any_mask(int tq, int tk) {
+  return g::weightedOneOf<std::vector<uint8_t>>(
+      {{2, fully_masked_rows_mask(tq, tk)}, {2, all_but_one_masked(tq, tk)}, {3, random_mask(tq, tk)}});
+}
+
+rc::Gen<std::pair<float, float>> merge_lse_pair() {
+  return g::exec([] {
+    auto ordinary = [] { return float(sample_sigma(*g::element(1.0, 10.0))); };
+    const int kind = *g::inRange(0, 12);
+    switch (kind) {
+      case 0: return std::pair<float, float>{INFINITY, ordinary()};   // FA2 sentinel, prefix side
+      case 1: return std::pair<float, float>{ordinary(), INFINITY};   // suffix side
+      case 2: return std::pair<float, float>{INFINITY, INFINITY};     // both FA2-empty
+      case 3: return std::pair<float, float>{-INFINITY, ordinary()};
+      case 4: return std::pair<float, float>{ordinary(), -INFINITY};
+      case 5: return std::pair<float, float>{-INFINITY, -INFINITY};   // chunked prefill, no prefix hit
+      case 6: return std::pair<float, float>{INFINITY, -INFINITY};
+      case 7: {
+        const float a = ordinary();
+        return std::pair<float, float>{a, a};  // equal LSEs
+      }
+      case 8: {  // a gap past fp32's exp range (e^-104 is below the smallest subnormal)
+        const float a = ordinary();
+        const float gap = float(*g::element(104.0, 120.0, 200.0, 1e4));
+        return *g::arbitrary<bool>() ? std::pair<float, float>{a, a - gap} : std::pair<float, float>{a - gap, a};
+      }
+      case 9: {  // above 88.7: exp(LSE) itself overflows fp32
+        const float big = float(*g::element(89.0, 100.0, 1e4, 6e4, 1e30));
+        return std::pair<float, float>{big + float(sample_sigma(1.0)), big + float(sample_sigma(1.0))};
+      }
+      default: return std::pair<float, float>{ordinary(), ordinary()};
+    }
+  });
+}
+
+Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& only) {
+  Domain d;
+  const ac_caps& c = s.caps();
+  for (ac_dtype t : {AC_DTYPE_F16, AC_DTYPE_BF16, AC_DTYPE_F32})
+    if (s.has_dtype(t) && (only.empty() || std::find(only.begin(), only.end(), t) != only.end())) d.dtypes.push_back(t);
+  if (c.head_sizes) {
+    for (int32_t i = 0; i < c.num_head_sizes; ++i) d.head_sizes.push_back(c.head_sizes[i]);
+  } else {
+    // Small and odd sizes force scalar paths; 64 and 128 the vector/tensor-core paths.
+    for (int32_t h : {1, 3, 8, 16, 5, 64, 128})
+      if (s.supports_head_size(h)) d.head_sizes.push_back(h);
+  }
+  d.features = c.features;
+  d.max_keys = std::max(1, max_keys);
+  return d;
+}
+
+rc::Gen<MergeInput> merge_input(const Domain& dom) {
+  return g::exec([dom] {
+    MergeInput m;
+    m.dtype = *g::elementOf(dom.dtypes);
+    m.num_tokens = int32_t(*g::inRange(0, 5));
+    m.num_heads = int32_t(*g::inRange(1, 5));
+    m.head_size = *g::elementOf(dom.head_sizes);
+    const int64_t rows = int64_t(m.num_tokens) * m.num_heads;
+    m.prefix_out = *any_values(m.dtype, int(rows), m.head_size);
+    m.suffix_out = *any_values(m.dtype, int(rows), m.head_size);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto [a, b] = *merge_lse_pair();
+      m.prefix_lse.push_back(a);
+      m.suffix_lse.push_back(b);
+    }
+    return m;
+  });
+}
+
+rc::Gen<MergeInput> merge_sentinel_input(const Domain& dom) {
+  return g::exec([dom] {
+    MergeInput m = *merge_input(dom);
+    // Force at least one empty side (+inf or -inf) on every row.
+    for (size_t r = 0; r < m.prefix_lse.size(); ++r) {
+      const int which = *g::inRange(0, 6);
+      const float empty = *g::element(-INFINITY, INFINITY);
+      if (which <= 1) m.prefix_lse[r] = empty;
+      else if (which <= 3) m.suffix_lse[r] = empty;
+      else {
+        m.prefix_lse[r] = empty;
+        m.suffix_lse[r] = *g::element(-INFINITY, INFINITY);
+      }
+    }
+    if (m.num_tokens == 0) m.num_tokens = 0;
+    return m;
+  });
+}
+
+rc::Gen<SoftmaxInput> softmax_input(const Domain& dom) {
+  return g::exec([dom] {
+    SoftmaxInput s;
+    s.dtype = *g::elementOf(dom.dtypes);
+    s.rows = int32_t(*g::inRange(0, 5));
+    s.cols = int32_t(dom.max_keys > 256 && *g::inRange(0, 4) == 0 ? *g::inRange(dom.max_keys / 2, dom.max_keys + 1)
+                                                                    : scaled_count(std::min(dom.max_keys, 64)));
+    for (int r = 0; r < s.rows; ++r) {
+      const auto x = *any_logits(s.dtype, s.cols);
+      const int masking = *g::inRange(0, 6);  // 0: fully masked row, 1: random -inf entries
+      for (int c = 0; c < s.cols; ++c) {
+        double v = x[size_t(c)];
+        if (masking == 0 || (masking == 1 && *g::inRange(0, 3) == 0)) v = -INFINITY;
+        s.x.push_back(round_bits(s.dtype, v));
+      }
+    }
+    return s;
+  });
+}
+
+rc::Gen<SoftmaxInput> softmax_overflow_band_input(const Domain& dom) {
+  return g::exec([dom] {
+    SoftmaxInput s;
+    s.dtype = *g::elementOf(dom.dtypes);
+    s.rows = int32_t(*g::inRange(1, 4));
+    s.cols = int32_t(*g::inRange(1, std::min(dom.max_keys, 32) + 1));
+    for (int r = 0; r < s.rows; ++r)
+      for (double v : *overflow_band_logits(s.dtype, s.cols)) s.x.push_back(round_bits(s.dtype, v));
+    return s;
+  });
+}
+
+namespace {
+
+struct ShapeChoice {
+  bool empty_rows = false, overflow_band = false, split = false;
+};
+
+AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
+  AttentionInput a;
+  a.dtype = *g::elementOf(dom.dtypes);
+  a.head_size = *g::elementOf(dom.head_sizes);
+  const bool gqa = (dom.features & AC_FEAT_GQA) != 0;
+  a.num_kv_heads = int32_t(*g::inRange(1, 3));
+  const int ratio = gqa ? *g::element(1, 2, 4, 8) : 1;
+  a.num_heads = a.num_kv_heads * ratio;
+  const bool varlen = (dom.features & AC_FEAT_VARLEN) != 0 && !choice.split;
+  const int nseq = varlen ? *g::inRange(1, 4) : 1;
+  const bool long_rows = dom.max_keys > 256 && *g::inRange(0, 4) == 0;
+  for (int s = 0; s < nseq; ++s) {
+    const int tq = int(*g::inRange(choice.split ? 1 : 0, dom.max_tokens + 1));
+    int tk = long_rows ? int(*g::inRange(dom.max_keys / 2, dom.max_keys + 1))
+                       : int(*g::inRange(0, std::min(dom.max_keys, 64) + 1));
+    if (choice.overflow_band) tk = std::max(tk, 1);
+    a.seqlens_q.push_back(tq);
+    a.seqlens_k.push_back(tk);
+  }
+  if (!choice.split && (dom.features & AC_FEAT_CAUSAL)) a.causal = *g::inRange(0, 3) == 0;
+  const bool use_mask = (dom.features & AC_FEAT_MASK) && !choice.overflow_band &&
+                        (choice.empty_rows || *g::inRange(0, 3) == 0);
+  if (use_mask)
+    for (int s = 0; s < nseq; ++s) {
+      const auto m = choice.empty_rows ? *fully_masked_rows_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)])
+                                       : *any_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)]);
+      a.mask.insert(a.mask.end(), m.begin(), m.end());
+    }
+  if (choice.empty_rows && !use_mask) {
+    // Without a mask, empty rows come from zero-length key ranges or causal alignment (Tq > Tk).
+    a.seqlens_k[0] = 0;
+    if (a.seqlens_q[0] == 0) a.seqlens_q[0] = 1;
+  }
+  const int64_t TQ = detail::total_q(a), TK = detail::total_k(a);
+  const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
+  a.q.assign(size_t(TQ * H * D), round_bits(a.dtype, 0.0));
+  a.k.assign(size_t(TK * Hkv * D), round_bits(a.dtype, 0.0));
+  const bool structured = choice.overflow_band || *g::inRange(0, 3) != 0;
+  if (structured) {
+    // Query row (t, h) is one-hot on coordinate (t*H + h) % D; k carries the target logits there.
+    a.softmax_scale = 1.0f;
+    for (int64_t t = 0; t < TQ; ++t)
+      for (int64_t h = 0; h < H; ++h) a.q[size_t((t * H + h) * D + (t * H + h) % D)] = round_bits(a.dtype, 1.0);
+    int64_t k0 = 0;
+    for (size_t s = 0; s < a.seqlens_k.size(); ++s) {
+      const int tk = a.seqlens_k[s];
+      const int64_t coords = std::min<int64_t>(D, std::max<int64_t>(1, int64_t(a.seqlens_q[s]) * H + (TQ * H) % D));
+      for (int64_t kvh = 0; kvh < Hkv; ++kvh)
+        for (int64_t c = 0; c < std::min<int64_t>(D, coords + H); ++c) {
+          const auto x = choice.overflow_band ? *overflow_band_logits(a.dtype, tk) : *any_logits(a.dtype, tk);
+          for (int j = 0; j < tk; ++j) a.k[size_t(((k0 + j) * Hkv + kvh) * D + c)] = round_bits(a.dtype, x[size_t(j)]);
+        }
+      k0 += tk;
+    }
+  } else {
+    // Random q and k with scores of standard deviation sigma after the 1/sqrt(d) scale.
+    const double sigma = *g::element(1.0, 3.0);
+    a.softmax_scale = float(1.0 / std::sqrt(double(D)));
+    for (uint32_t& x : a.q) x = round_bits(a.dtype, *g::inRange(-1024, 1025) / 1024.0 * std::sqrt(3.0));
+    for (uint32_t& x : a.k) x = round_bits(a.dtype, *g::inRange(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
+  }
+  a.v = *any_values(a.dtype, int(TK * Hkv), int(D));
+  return a;
+}
+
+}  // namespace
+
+rc::Gen<AttentionInput> attention_input(const Domain& dom) {
+  return g::exec([dom] {
+    const int kind = *g::inRange(0, 8);
+    ShapeChoice c;
+    c.empty_rows = kind == 0;
+    c.overflow_band = kind == 1;
+    return attention_with(dom, c);
+  });
+}
+rc::Gen<AttentionInput> attention_empty_rows_input(const Domain& dom) {
+  return g::exec([dom] {
+    ShapeChoice c;
+    c.empty_rows = true;
+    return attention_with(dom, c);
+  });
+}
+rc::Gen<AttentionInput> attention_overflow_band_input(const Domain& dom) {
+  return g::exec([dom] {
+    ShapeChoice c;
+    c.overflow_band = true;
+    return attention_with(dom, c);
+  });
+}
+rc::Gen<AttentionInput> attention_split_input(const Domain& dom) {
+  return g::exec([dom] {
+    ShapeChoice c;
+    c.split = true;
+    return attention_with(dom, c);
+  });
+}
+
+}  // namespace attncheck::gen

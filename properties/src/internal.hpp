@@ -1,0 +1,97 @@
+// Shared internals of properties/: bit conversions, a subject's declared conventions, and the
+// element-by-element judgement of an output against the exact reference (measure.cpp). Every
+// property is a rule over a Judgement; replay prints its worst elements.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attncheck/budgets.hpp"
+#include "attncheck/properties.hpp"
+#include "attncheck/reference/exact.hpp"
+#include "attncheck/reference/format.hpp"
+#include "attncheck/reference/ulp.hpp"
+
+namespace attncheck::detail {
+
+using ref::Real;
+
+ref::Format fmt(ac_dtype);
+double decode(ac_dtype, uint32_t bits);
+uint32_t round_bits(ac_dtype, double x);  // correct single rounding
+bool finite_bits(ac_dtype, uint32_t bits);
+std::string hexfloat(ac_dtype, uint32_t bits);
+std::string hexfloat(double);
+// ln of the smallest value whose rounding to the format is +inf (fp16: ln 65520 = 11.0901).
+double overflow_log_threshold(ac_dtype);
+// ln of the smallest normal of the format (fp16: ln 2^-14 = -9.70).
+double min_normal_log(ac_dtype);
+
+struct Conventions {
+  ref::LseBase base = ref::LseBase::e;
+  int empty_sign = -1;
+  bool naive_exp = false;
+  bool has_lse = false;  // attention: writes LSE (AC_FEAT_LSE); merge always has one
+  ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
+};
+Conventions conventions_of(const Subject&);
+
+enum class Out { O, LSE, Y };
+const char* out_name(Out);
+
+struct Elem {
+  Out out = Out::O;
+  ac_dtype dtype = AC_DTYPE_F32;  // format the output is stored in (LSE: fp32)
+  int64_t row = 0;                // token * heads + head (softmax: row)
+  std::string where, inputs;
+  bool exact_finite = true;
+  Real exact;          // in the subject's declared base for LSE
+  Real exact_other;    // LSE only: the exact value in the other base
+  double out_value = 0;
+  uint32_t out_bits = 0;
+  bool out_finite = true;
+  double ulp = 0;      // plain ulp error (inf for nonfinite classes)
+  double cancel = 0;   // cancellation-aware error
+  double ratio = 0;    // |error| / allowed (<= 1 passes)
+  double allowed = 0;  // the budget in absolute terms
+  bool within = true;  // meets the budget (or the expected non-finite value)
+};
+
+struct RowInfo {
+  bool empty = false;     // no visible key / all -inf / both merge states empty
+  bool hazard = false;    // naive-exp overflow predicted: exact exp rounds to +inf
+  bool underflow = false; // naive-exp: the largest term is subnormal or zero in the format
+  bool ambiguous = false; // a term sits within rounding of the overflow threshold
+  int64_t visible = 0;
+};
+
+struct Judgement {
+  std::vector<Elem> elems;
+  std::vector<RowInfo> rows;
+  int64_t num_rows = 0, num_heads = 1;
+  bool row_skipped(int64_t r) const { return rows[r].hazard || rows[r].underflow || rows[r].ambiguous; }
+};
+
+Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const Conventions&, const Budget&);
+Judgement judge_merge(const MergeInput&, const MergeOutput&, const Conventions&, const Budget&);
+Judgement judge_softmax(const SoftmaxInput&, const SoftmaxOutput&, const Conventions&, const Budget&);
+
+// Visible keys of query `token` (global index) per the attention conventions: [seq key begin, end)
+// and the visibility of each key of its sequence.
+struct RowKeys {
+  int64_t seq = 0, key_begin = 0, num_keys = 0;
+  std::vector<uint8_t> visible;  // num_keys entries
+};
+RowKeys row_keys(const AttentionInput&, int64_t token);
+int64_t total_q(const AttentionInput&);
+int64_t total_k(const AttentionInput&);
+
+// Statistics over judged elements (skipping rows a naive-exp hazard makes unpredictable).
+void accumulate_stats(std::vector<OutputStats>&, const Judgement&, std::vector<std::vector<double>>& ulp_samples,
+                      std::vector<std::vector<double>>& cancel_samples);
+void finish_stats(std::vector<OutputStats>&, std::vector<std::vector<double>>& ulp_samples,
+                  std::vector<std::vector<double>>& cancel_samples);
+
+WorstElement to_worst(const Elem&);
+
+}  // namespace attncheck::detail

@@ -1,0 +1,244 @@
+// Chunked-prefill NaN reproduction: a batch of requests through the cascade (issue 4, last section).
+//
+// Model (vLLM's chunked prefill with a chunked cached context, the path of the seed's NaN report):
+// for each request and each chunk of its new tokens,
+//   prefix   attention of the chunk's queries over each context chunk of the batch, non-causal. The
+//            batch walks ceil(max cached prefix / chunk_size) context chunks; a request whose prefix
+//            missed (or is shorter) sees zero keys in some of them: an empty state (O = 0, LSE = the
+//            attention subject's sentinel).
+//   prefix_merge  the context chunks' states folded left to right with the merge subject. Two empty
+//            states meet here for a request with no prefix hit: an unguarded merge gives NaN.
+//   suffix   causal attention of the chunk's queries over the request's new tokens up to the chunk end.
+//   merge    merge(prefix state, suffix state): the request's output.
+// The first non-finite value (O anywhere, or a NaN LSE) is reported with its provenance.
+// Tensors come from a deterministic splitmix64 stream seeded by the scenario, so a scenario file is
+// small and still bit-reproducible. LSEs are converted between the two subjects' bases if they differ.
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "internal.hpp"
+
+namespace attncheck {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct Request {
+  int cached_prefix = 0;
+  bool prefix_hit = false;
+  int new_tokens = 0;
+};
+
+struct Scenario {
+  ac_dtype dtype = AC_DTYPE_F16;
+  int num_heads = 1, num_kv_heads = 1, head_size = 8, chunk_size = 4;
+  uint64_t seed = 1;
+  std::vector<Request> requests;
+};
+
+int get_int(const json& j, const char* key, int lo, int hi) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) throw PrefillScenarioError(std::string("scenario: missing integer \"") + key + "\"");
+  const int64_t v = it->get<int64_t>();
+  if (v < lo || v > hi) throw PrefillScenarioError(std::string("scenario: \"") + key + "\" out of range");
+  return int(v);
+}
+
+Scenario parse(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    std::string w = e.what();
+    if (auto nl = w.find('\n'); nl != std::string::npos) w.resize(nl);
+    throw PrefillScenarioError("scenario is not valid JSON: " + w);
+  }
+  if (!j.is_object() || j.value("format", "") != "attncheck-prefill") throw PrefillScenarioError("not an attncheck prefill scenario (format field)");
+  Scenario s;
+  try {
+    s.dtype = dtype_from_name(j.value("dtype", "fp16"));
+  } catch (const CaseError& e) {
+    throw PrefillScenarioError(std::string("scenario: ") + e.what());
+  }
+  s.num_heads = get_int(j, "num_heads", 1, 256);
+  s.num_kv_heads = get_int(j, "num_kv_heads", 1, 256);
+  if (s.num_heads % s.num_kv_heads) throw PrefillScenarioError("scenario: num_heads must be a multiple of num_kv_heads");
+  s.head_size = get_int(j, "head_size", 1, 1024);
+  s.chunk_size = get_int(j, "chunk_size", 1, 1 << 20);
+  s.seed = uint64_t(j.value("seed", 1));
+  auto it = j.find("requests");
+  if (it == j.end() || !it->is_array() || it->empty()) throw PrefillScenarioError("scenario: \"requests\" must be a non-empty array");
+  for (const json& r : *it) {
+    Request q;
+    q.cached_prefix = get_int(r, "cached_prefix", 0, 1 << 20);
+    auto hit = r.find("prefix_hit");
+    if (hit == r.end() || !hit->is_boolean()) throw PrefillScenarioError("scenario: request needs boolean \"prefix_hit\"");
+    q.prefix_hit = hit->get<bool>();
+    q.new_tokens = get_int(r, "new_tokens", 0, 1 << 20);
+    s.requests.push_back(q);
+  }
+  return s;
+}
+
+struct Stream {
+  uint64_t x;
+  double next() {  // uniform in [-1, 1)
+    x += 0x9e3779b97f4a7c15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return double(z >> 11) * 0x1p-52 - 1.0;
+  }
+};
+
+Bits random_bits(Stream& st, ac_dtype d, int64_t n, double amp) {
+  Bits b(static_cast<size_t>(n));
+  for (uint32_t& x : b) x = detail::round_bits(d, amp * st.next());
+  return b;
+}
+
+std::string fmt_value(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
+
+}  // namespace
+
+PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subject& merge) {
+  const Scenario sc = parse(text);
+  if (!attention.has_op(AC_OP_ATTENTION)) throw PrefillScenarioError("subject " + attention.name() + " has no attention operation");
+  if (!merge.has_op(AC_OP_MERGE)) throw PrefillScenarioError("subject " + merge.name() + " has no merge operation");
+  if (!(attention.caps().features & AC_FEAT_LSE)) throw PrefillScenarioError("subject " + attention.name() + " writes no LSE");
+  const double att_to_nat = attention.caps().lse_base == 2 ? std::log(2.0) : 1.0;
+  const double nat_to_merge = merge.caps().lse_base == 2 ? 1.0 / std::log(2.0) : 1.0;
+  const int H = sc.num_heads, Hkv = sc.num_kv_heads, D = sc.head_size, C = sc.chunk_size;
+  int max_prefix = 0;
+  for (const Request& r : sc.requests) max_prefix = std::max(max_prefix, r.prefix_hit ? r.cached_prefix : 0);
+  const int context_chunks = (max_prefix + C - 1) / C;
+
+  PrefillReport rep;
+  rep.requests = int(sc.requests.size());
+  std::set<std::pair<int, std::string>> reported;
+  Stream st{sc.seed};
+  const double scale = 1.0 / std::sqrt(double(D));
+
+  auto scan = [&](const Bits& o, const std::vector<float>& lse, int req, int chunk, int tok0, int rows, const std::string& stage,
+                  const std::string& detail_of_row) {
+    for (int t = 0; t < rows; ++t)
+      for (int h = 0; h < H; ++h) {
+        double bad = 0;
+        bool found = false;
+        for (int d = 0; d < D && !found; ++d) {
+          const double v = detail::decode(sc.dtype, o[size_t((t * H + h) * D + d)]);
+          if (!std::isfinite(v)) bad = v, found = true;
+        }
+        if (!found && std::isnan(lse[size_t(t * H + h)])) bad = NAN, found = true;
+        if (!found) continue;
+        rep.ok = false;
+        if (!reported.insert({req, stage}).second && !rep.findings.empty()) continue;
+        PrefillFinding f{req, chunk, tok0 + t, h, stage, fmt_value(bad), detail_of_row};
+        rep.findings.push_back(f);
+      }
+  };
+
+  for (int ri = 0; ri < int(sc.requests.size()); ++ri) {
+    const Request& r = sc.requests[size_t(ri)];
+    const int P = r.prefix_hit ? r.cached_prefix : 0;
+    // The request's tensors: queries for its new tokens, keys/values for its cached prefix and new tokens.
+    const Bits q = random_bits(st, sc.dtype, int64_t(r.new_tokens) * H * D, 1.0);
+    const Bits kp = random_bits(st, sc.dtype, int64_t(P) * Hkv * D, 1.0), vp = random_bits(st, sc.dtype, int64_t(P) * Hkv * D, 1.0);
+    const Bits kn = random_bits(st, sc.dtype, int64_t(r.new_tokens) * Hkv * D, 1.0),
+               vn = random_bits(st, sc.dtype, int64_t(r.new_tokens) * Hkv * D, 1.0);
+    for (int ci = 0, t0 = 0; t0 < r.new_tokens; ++ci, t0 += C) {
+      const int tq = std::min(C, r.new_tokens - t0);
+      ++rep.chunks;
+      rep.rows_checked += tq * H;
+      auto attend = [&](const Bits& k, const Bits& v, int64_t k0, int tk, bool causal) {
+        AttentionInput a;
+        a.dtype = sc.dtype;
+        a.num_heads = H;
+        a.num_kv_heads = Hkv;
+        a.head_size = D;
+        a.seqlens_q = {tq};
+        a.seqlens_k = {tk};
+        a.causal = causal;
+        a.softmax_scale = float(scale);
+        a.q.assign(q.begin() + int64_t(t0) * H * D, q.begin() + int64_t(t0 + tq) * H * D);
+        a.k.assign(k.begin() + k0 * Hkv * D, k.begin() + (k0 + tk) * Hkv * D);
+        a.v.assign(v.begin() + k0 * Hkv * D, v.begin() + (k0 + tk) * Hkv * D);
+        AttentionOutput out = attention.attention(a, AttentionOptions{});
+        for (float& l : out.lse) l = float(double(l) * att_to_nat * nat_to_merge);  // into the merge's base
+        return out;
+      };
+      auto do_merge = [&](const AttentionOutput& a, const AttentionOutput& b) {
+        MergeInput m;
+        m.dtype = sc.dtype;
+        m.num_tokens = tq;
+        m.num_heads = H;
+        m.head_size = D;
+        m.prefix_out = a.out;
+        m.suffix_out = b.out;
+        m.prefix_lse = a.lse;
+        m.suffix_lse = b.lse;
+        const MergeOutput mo = merge.merge(m);
+        AttentionOutput o;
+        o.out = mo.out;
+        o.lse = mo.lse;
+        return o;
+      };
+      auto lse_detail = [](const AttentionOutput& a, const AttentionOutput& b) {
+        std::ostringstream s;
+        s << "first row's LSE pair " << (a.lse.empty() ? 0.0 : a.lse[0]) << ", " << (b.lse.empty() ? 0.0 : b.lse[0]);
+        return s.str();
+      };
+      AttentionOutput state;
+      for (int cc = 0; cc < context_chunks; ++cc) {
+        const int k0 = cc * C;
+        const int tk = std::max(0, std::min(C, P - k0));
+        AttentionOutput part = attend(kp, vp, k0, tk, false);
+        scan(part.out, part.lse, ri, ci, t0, tq, "prefix", "context chunk " + std::to_string(cc) + ", " + std::to_string(tk) + " keys");
+        if (cc == 0) {
+          state = part;
+        } else {
+          const std::string det = "context chunk " + std::to_string(cc) + ": " + lse_detail(state, part);
+          state = do_merge(state, part);
+          scan(state.out, state.lse, ri, ci, t0, tq, "prefix_merge", det);
+        }
+      }
+      AttentionOutput suffix = attend(kn, vn, 0, t0 + tq, true);
+      scan(suffix.out, suffix.lse, ri, ci, t0, tq, "suffix", std::to_string(t0 + tq) + " keys, causal");
+      AttentionOutput out = suffix;
+      if (context_chunks > 0) {
+        const std::string det = lse_detail(state, suffix);
+        out = do_merge(state, suffix);
+        scan(out.out, out.lse, ri, ci, t0, tq, "merge", det);
+      }
+    }
+  }
+  if (rep.ok) {
+    rep.summary = "no non-finite value in " + std::to_string(rep.rows_checked) + " rows (" + std::to_string(rep.requests) +
+                  " requests, " + std::to_string(rep.chunks) + " chunks)";
+  } else {
+    const PrefillFinding& f = rep.findings.front();
+    rep.summary = "first non-finite value: " + f.value + " at request " + std::to_string(f.request) + ", chunk " +
+                  std::to_string(f.chunk) + ", token " + std::to_string(f.token) + ", head " + std::to_string(f.head) +
+                  ", stage " + f.stage + " (" + f.detail + ")";
+  }
+  return rep;
+}
+
+PrefillReport run_prefill(const std::string& path, Subject& attention, Subject& merge) {
+  std::ifstream f(path);
+  if (!f) throw PrefillScenarioError(path + ": cannot open");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  try {
+    return run_prefill_text(ss.str(), attention, merge);
+  } catch (const PrefillScenarioError& e) {
+    throw PrefillScenarioError(path + ": " + e.what());
+  }
+}
+
+}  // namespace attncheck
