@@ -36,13 +36,17 @@ Real real_zero() {
 }
 
 // Softmax-weighted sum over n scores (an array of mpfr, may contain +-inf/NaN) and value rows.
-// value(j, c) gives the c-th value element of key j. Writes O (d elements, normalised) and LSE.
+// value(j, c) gives the c-th value element of key j as a double (the stored fp16/bf16/fp32 value:
+// at most 24 significand bits, so p * v is exact in prec + 24 bits). Writes O (d elements, normalised) and LSE.
 struct WeightedSoftmax {
   mpfr_prec_t prec;
   Mp m, p, l, t;
+  Mp prod;  // p * v, exact: values carry at most 24 significand bits
+  Mp vt;    // the value as an mpfr (exact)
   MpVec acc;
   explicit WeightedSoftmax(mpfr_prec_t prec_, int d)
-      : prec(prec_), m(prec_), p(prec_), l(prec_), t(prec_), acc(static_cast<size_t>(d), prec_) {}
+      : prec(prec_), m(prec_), p(prec_), l(prec_), t(prec_), prod(prec_ + 24), vt(24),
+        acc(static_cast<size_t>(d), prec_) {}
 
   template <class ValueAt>
   void run(size_t n, mpfr_srcptr scores, int d, ValueAt value, LseBase base, std::vector<Real>& o, Real& lse,
@@ -71,7 +75,7 @@ struct WeightedSoftmax {
       for (size_t j = 0; j < n; ++j) {
         if (!mpfr_inf_p(scores + j) || mpfr_signbit(scores + j)) continue;
         mpfr_add_ui(l, l, 1, MPFR_RNDN);
-        for (int c = 0; c < d; ++c) mpfr_add(acc[c], acc[c], value(j, c), MPFR_RNDN);
+        for (int c = 0; c < d; ++c) mpfr_add_d(acc[c], acc[c], value(j, c), MPFR_RNDN);
       }
       for (int c = 0; c < d; ++c) mpfr_div(o[c].backend().data(), acc[c], l, MPFR_RNDN);
       mpfr_set_inf(lse.backend().data(), 1);
@@ -82,7 +86,14 @@ struct WeightedSoftmax {
       mpfr_sub(p, scores + j, m, MPFR_RNDN);
       mpfr_exp(p, p, MPFR_RNDN);
       mpfr_add(l, l, p, MPFR_RNDN);
-      for (int c = 0; c < d; ++c) mpfr_fma(acc[c], p, value(j, c), acc[c], MPFR_RNDN);
+      // An exact product and one rounded add: the same single rounding as mpfr_fma, and faster.
+      for (int c = 0; c < d; ++c) {
+        const double v = value(j, c);
+        if (v == 0) continue;  // adds exactly nothing
+        mpfr_set_d(vt, v, MPFR_RNDN);  // exact (<= 24 bits); inf and NaN carry through
+        mpfr_mul(prod, p, vt, MPFR_RNDN);
+        mpfr_add(acc[c], acc[c], prod, MPFR_RNDN);
+      }
     }
     for (int c = 0; c < d; ++c) mpfr_div(o[c].backend().data(), acc[c], l, MPFR_RNDN);
     mpfr_log(t, l, MPFR_RNDN);
@@ -105,7 +116,7 @@ Real logsumexp(const std::vector<Real>& x, LseBase base) {
   std::vector<Real> o;
   Real lse;
   bool empty = false;
-  ws.run(x.size(), s.data(), 0, [](size_t, int) -> mpfr_srcptr { return nullptr; }, base, o, lse, empty);
+  ws.run(x.size(), s.data(), 0, [](size_t, int) { return 0.0; }, base, o, lse, empty);
   return lse;
 }
 
@@ -230,7 +241,7 @@ struct KvSlice {
   std::vector<double> k;       // [tk, d], exact
   std::vector<int64_t> k_int;  // fp16 only: k * 2^24, exact integers
   std::vector<uint8_t> k_finite;
-  MpVec v;  // [tk, d] at the format's precision (exact)
+  std::vector<double> v;  // [tk, d], exact
 };
 
 constexpr int kFp16Shift = 24;  // fp16 values are integer multiples of 2^-24
@@ -242,7 +253,7 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   const size_t n = static_cast<size_t>(tk) * d;
   kv.k.resize(n);
   kv.k_finite.assign(static_cast<size_t>(tk), 1);
-  kv.v.resize(n, spec(pb.dtype).precision);
+  kv.v.resize(n);
   const bool fp16 = pb.dtype == Format::fp16;
   if (fp16) kv.k_int.resize(n);
   for (int32_t j = 0; j < tk; ++j) {
@@ -252,7 +263,7 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
       kv.k[static_cast<size_t>(j) * d + c] = kd;
       if (!std::isfinite(kd)) kv.k_finite[j] = 0;
       if (fp16 && std::isfinite(kd)) kv.k_int[static_cast<size_t>(j) * d + c] = static_cast<int64_t>(std::ldexp(kd, kFp16Shift));
-      mpfr_set_d(kv.v[static_cast<size_t>(j) * d + c], decode(pb.dtype, pb.v[base + c]), MPFR_RNDN);
+      kv.v[static_cast<size_t>(j) * d + c] = decode(pb.dtype, pb.v[base + c]);
     }
   }
 }
@@ -327,7 +338,7 @@ struct RowEngine {
     if (scores.size() < visible.size()) scores.resize(std::max<size_t>(visible.size(), static_cast<size_t>(tk)), prec);
     const double scale = static_cast<double>(pb.softmax_scale);
     for (size_t i = 0; i < visible.size(); ++i) score(scores[i], pb.dtype, qr, kv, visible[i], scale);
-    const MpVec& v = kv.v;
+    const std::vector<double>& v = kv.v;
     const auto& vis = visible;
     const int dd = d;
     ws.run(visible.size(), scores.data(), d,
@@ -408,13 +419,15 @@ std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) 
   return out;
 }
 
-ExactState exact_merge(const std::vector<ExactState>& states, LseBase base, bool plus_inf_is_empty) {
+namespace {
+
+ExactState merge_states(const std::vector<const ExactState*>& states, LseBase base, bool plus_inf_is_empty) {
   const mpfr_prec_t prec = detail::working_prec();
   if (states.empty()) throw ReferenceError("exact_merge: no states to merge");
-  const size_t d = states[0].o.size();
-  for (const auto& s : states)
-    if (s.o.size() != d)
-      throw ReferenceError("exact_merge: head sizes differ (" + std::to_string(s.o.size()) + " vs " + std::to_string(d) + ")");
+  const size_t d = states[0]->o.size();
+  for (const ExactState* s : states)
+    if (s->o.size() != d)
+      throw ReferenceError("exact_merge: head sizes differ (" + std::to_string(s->o.size()) + " vs " + std::to_string(d) + ")");
   ExactState r{std::vector<Real>(d, real_zero()), real_inf(-1)};
   Mp m(prec), w(prec), l(prec), t(prec);
   MpVec acc(d, prec);
@@ -423,8 +436,8 @@ ExactState exact_merge(const std::vector<ExactState>& states, LseBase base, bool
   auto is_empty = [&](mpfr_srcptr x) {
     return mpfr_inf_p(x) && (mpfr_signbit(x) || plus_inf_is_empty);
   };
-  for (const auto& s : states) {
-    mpfr_srcptr x = s.lse.backend().data();
+  for (const ExactState* s : states) {
+    mpfr_srcptr x = s->lse.backend().data();
     if (mpfr_nan_p(x)) any_nan = true;
     else if (is_empty(x)) continue;
     else if (mpfr_inf_p(x)) any_plus_inf = true;
@@ -439,20 +452,32 @@ ExactState exact_merge(const std::vector<ExactState>& states, LseBase base, bool
   if (mpfr_inf_p(m)) return r;  // all empty: O = 0, LSE = -inf
   mpfr_set_zero(l, 1);
   for (size_t c = 0; c < d; ++c) mpfr_set_zero(acc[c], 1);
-  for (const auto& s : states) {
-    mpfr_srcptr x = s.lse.backend().data();
+  for (const ExactState* s : states) {
+    mpfr_srcptr x = s->lse.backend().data();
     if (is_empty(x)) continue;  // weight exactly zero, whatever its O holds
     mpfr_sub(w, x, m, MPFR_RNDN);
     if (base == LseBase::two) mpfr_exp2(w, w, MPFR_RNDN);
     else mpfr_exp(w, w, MPFR_RNDN);
     mpfr_add(l, l, w, MPFR_RNDN);
-    for (size_t c = 0; c < d; ++c) mpfr_fma(acc[c], w, s.o[c].backend().data(), acc[c], MPFR_RNDN);
+    for (size_t c = 0; c < d; ++c) mpfr_fma(acc[c], w, s->o[c].backend().data(), acc[c], MPFR_RNDN);
   }
   for (size_t c = 0; c < d; ++c) mpfr_div(r.o[c].backend().data(), acc[c], l, MPFR_RNDN);
   if (base == LseBase::two) mpfr_log2(t, l, MPFR_RNDN);
   else mpfr_log(t, l, MPFR_RNDN);
   mpfr_add(r.lse.backend().data(), t, m, MPFR_RNDN);
   return r;
+}
+
+}  // namespace
+
+ExactState exact_merge(const std::vector<ExactState>& states, LseBase base, bool plus_inf_is_empty) {
+  std::vector<const ExactState*> ptrs;
+  for (const auto& s : states) ptrs.push_back(&s);
+  return merge_states(ptrs, base, plus_inf_is_empty);
+}
+
+ExactState exact_merge(const ExactState& a, const ExactState& b, LseBase base, bool plus_inf_is_empty) {
+  return merge_states({&a, &b}, base, plus_inf_is_empty);
 }
 
 }  // namespace attncheck::ref

@@ -27,22 +27,22 @@ class Mp {
   mpfr_t v_;
 };
 
-// A vector of mpfr_t of one precision, allocated once.
+// A vector of mpfr_t of one precision whose significands live in one block (MPFR's custom
+// allocation interface): no malloc per element, which matters for the K/V slices of long rows.
 class MpVec {
  public:
   MpVec() = default;
   MpVec(size_t n, mpfr_prec_t prec) { resize(n, prec); }
-  ~MpVec() { clear(); }
   MpVec(const MpVec&) = delete;
   MpVec& operator=(const MpVec&) = delete;
+  // Contents are zero after a resize.
   void resize(size_t n, mpfr_prec_t prec) {
-    clear();
+    const size_t bytes = mpfr_custom_get_size(prec);
+    const size_t limbs = (bytes + sizeof(mp_limb_t) - 1) / sizeof(mp_limb_t);
+    limbs_.assign(n * limbs, 0);
     v_.resize(n);
-    for (auto& x : v_) mpfr_init2(&x, prec);
-  }
-  void clear() {
-    for (auto& x : v_) mpfr_clear(&x);
-    v_.clear();
+    for (size_t i = 0; i < n; ++i)
+      mpfr_custom_init_set(&v_[i], MPFR_ZERO_KIND, 0, prec, limbs_.data() + i * limbs);
   }
   size_t size() const { return v_.size(); }
   mpfr_ptr operator[](size_t i) { return &v_[i]; }
@@ -50,6 +50,7 @@ class MpVec {
   mpfr_ptr data() { return v_.data(); }
 
  private:
+  std::vector<mp_limb_t> limbs_;
   std::vector<__mpfr_struct> v_;
 };
 

@@ -84,5 +84,8 @@ struct ExactState {
 // sizes differ.
 ExactState exact_merge(const std::vector<ExactState>& states, LseBase base = LseBase::e,
                        bool plus_inf_is_empty = true);
+// The same for two states, without copying them into a vector.
+ExactState exact_merge(const ExactState& a, const ExactState& b, LseBase base = LseBase::e,
+                       bool plus_inf_is_empty = true);
 
 }  // namespace attncheck::ref

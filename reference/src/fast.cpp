@@ -1,0 +1,457 @@
+// The fast path: attention rows in fp64 with a rigorous bound on every output element, and the
+// escalation to the exact path where the bound cannot decide (fast.hpp; analysis in FAST.md).
+//
+// Where rounding happens, and the bound that covers it (u = 2^-53, gamma(n) = n u / (1 - n u)):
+//   score GEMM  S = Q K^T         products exact, sums: |err| <= gamma(d) sum_c |q_c| kmax_c
+//   s = scale * S                 one rounding: u |s|
+//   a = s - m (m = max s)         one rounding: u |a|; the exact row is shift-invariant, so m is a
+//                                 free constant and only a's error matters: eps = max over the row
+//   p = exp(a)                    glibc exp, taken as <= 4 ulp (2^-50 relative) + 2^-1072 absolute
+//                                 (subnormal results); with the argument error: |p - p*| <= eta p* + tau
+//   [acc | l | absacc] = P [V | 1 | |V|]   products and sums: gamma(n) sum p |v| (l: gamma(n) sum p)
+//   o = acc / l, lse = m + log l  one rounding each (log: <= 4 ulp)
+// The bound expressions are themselves evaluated in double on nonnegative quantities (fewer than a
+// few hundred roundings each), then inflated by 1 + 2^-40, which covers them. This file is compiled
+// with -ffp-contract=off so that every line rounds as written (see reference/CMakeLists.txt).
+// Absolute terms of 2^-900 cover every underflow (the smallest output ulp is 2^-149).
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "attncheck/reference/fast.hpp"
+
+namespace attncheck::ref {
+namespace {
+
+constexpr double kU = 0x1p-53;
+constexpr double kExpRel = 0x1p-50;  // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
+constexpr double kLogRel = 0x1p-50;  // glibc log: likewise
+constexpr double kExpAbs = 0x1p-1072;  // exp results in double's subnormal range: 4 subnormal ulps
+constexpr double kTiny = 0x1p-900;     // covers all underflow terms (n 2^-1072 |v|max < 2^-900)
+constexpr double kMaxLogit = 0x1p32;   // beyond: the MPFR margin below is not justified, escalate
+constexpr double kEval = 1 + 0x1p-40;  // inflation covering the rounding of the bound expressions
+constexpr double kInvLn2 = 1.4426950408889634;      // double(1/ln 2), relative error <= u
+constexpr double kInvLn2Upper = 1.4426950408889636;  // above 1/ln 2
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double gamma_n(double n) { return n * kU / (1 - n * kU); }
+
+using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+struct Offsets {
+  std::vector<int64_t> q, k, mask;
+};
+Offsets offsets_of(const AttentionProblem& pb) {
+  Offsets o;
+  const size_t b = pb.seqlens_q.size();
+  o.q.assign(b + 1, 0);
+  o.k.assign(b + 1, 0);
+  o.mask.assign(b + 1, 0);
+  for (size_t s = 0; s < b; ++s) {
+    o.q[s + 1] = o.q[s] + pb.seqlens_q[s];
+    o.k[s + 1] = o.k[s] + pb.seqlens_k[s];
+    o.mask[s + 1] = o.mask[s] + int64_t{pb.seqlens_q[s]} * pb.seqlens_k[s];
+  }
+  return o;
+}
+
+// One (sequence, KV head): keys and values decoded once, shared read-only by every worker.
+struct Slice {
+  int64_t q_begin = 0, mask_begin = 0;
+  int32_t tq = 0, tk = 0, kv_head = 0;
+  RowMat k;     // [tk, d]; non-finite entries replaced by 0 (rows that see them are escalated)
+  RowMat vaug;  // [tk, 2d + 1] = [v | 1 | |v|], non-finite v replaced by 0
+  std::vector<double> kmax;                // max_j |k_jc| over the slice's finite keys
+  std::vector<int32_t> nonfinite_prefix;   // number of keys < j with a non-finite k or v
+};
+
+void load_slice(const AttentionProblem& pb, const Offsets& off, size_t seq, int32_t kv_head, Slice& sl) {
+  const int d = pb.head_size;
+  sl.q_begin = off.q[seq];
+  sl.mask_begin = off.mask[seq];
+  sl.tq = pb.seqlens_q[seq];
+  sl.tk = pb.seqlens_k[seq];
+  sl.kv_head = kv_head;
+  sl.k.resize(sl.tk, d);
+  sl.vaug.resize(sl.tk, 2 * d + 1);
+  sl.kmax.assign(static_cast<size_t>(d), 0.0);
+  sl.nonfinite_prefix.assign(static_cast<size_t>(sl.tk) + 1, 0);
+  for (int32_t j = 0; j < sl.tk; ++j) {
+    const size_t base = (static_cast<size_t>(off.k[seq] + j) * pb.num_kv_heads + kv_head) * d;
+    bool finite = true;
+    for (int c = 0; c < d; ++c) {
+      const double kc = decode(pb.dtype, pb.k[base + c]);
+      const double vc = decode(pb.dtype, pb.v[base + c]);
+      finite = finite && std::isfinite(kc) && std::isfinite(vc);
+      sl.k(j, c) = std::isfinite(kc) ? kc : 0.0;
+      sl.vaug(j, c) = std::isfinite(vc) ? vc : 0.0;
+      sl.vaug(j, d + 1 + c) = std::fabs(sl.vaug(j, c));
+    }
+    sl.vaug(j, d) = 1.0;
+    if (finite)
+      for (int c = 0; c < d; ++c) sl.kmax[c] = std::max(sl.kmax[c], std::fabs(sl.k(j, c)));
+    sl.nonfinite_prefix[j + 1] = sl.nonfinite_prefix[j] + (finite ? 0 : 1);
+  }
+}
+
+// Per-worker buffers: a block of queries, their score/weight rows and the PV results.
+struct Workspace {
+  RowMat q, s, r;
+  std::vector<uint8_t> q_finite;
+  std::vector<double> eps, smax_abs;
+  std::vector<FastRow> rows;
+};
+
+struct Params {
+  LseBase base;
+  double mp_rel;  // margin for the MPFR reference's own error, relative to the row's scales
+};
+
+// Rows t0 .. t0+count-1 (within the slice's sequence) of query head `head`. Fills ws.rows.
+void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, int32_t t0, int32_t count,
+                   const Params& par, Workspace& ws) {
+  const int d = pb.head_size;
+  const int64_t tk = sl.tk;
+  const double scale = static_cast<double>(pb.softmax_scale);
+  auto last_visible = [&](int32_t t) -> int64_t {  // bottom-right aligned causal limit
+    int64_t last = tk - 1;
+    if (pb.causal) last = std::min<int64_t>(last, int64_t{t} + tk - sl.tq);
+    return last;
+  };
+  const int64_t n = std::max<int64_t>(0, last_visible(t0 + count - 1) + 1);  // keys the block needs
+
+  ws.q.resize(count, d);
+  ws.q_finite.assign(static_cast<size_t>(count), 1);
+  ws.eps.assign(static_cast<size_t>(count), 0.0);
+  ws.smax_abs.assign(static_cast<size_t>(count), 0.0);
+  ws.rows.resize(static_cast<size_t>(count));
+  for (int32_t r = 0; r < count; ++r) {
+    const size_t base = (static_cast<size_t>(sl.q_begin + t0 + r) * pb.num_heads + head) * d;
+    for (int c = 0; c < d; ++c) {
+      const double x = decode(pb.dtype, pb.q[base + c]);
+      if (!std::isfinite(x)) ws.q_finite[r] = 0;
+      ws.q(r, c) = std::isfinite(x) ? x : 0.0;
+    }
+  }
+  if (ws.s.rows() < count || ws.s.cols() < n) ws.s.resize(std::max<Eigen::Index>(ws.s.rows(), count), std::max<Eigen::Index>(ws.s.cols(), n));
+  auto S = ws.s.topLeftCorner(count, n);
+  if (n > 0) S.noalias() = ws.q * sl.k.topRows(n).transpose();
+
+  for (int32_t r = 0; r < count; ++r) {
+    const int32_t t = t0 + r;
+    FastRow& fr = ws.rows[r];
+    fr.o.assign(static_cast<size_t>(d), 0.0);
+    fr.o_bound.assign(static_cast<size_t>(d), 0.0);
+    fr.lse = -kInf;
+    fr.lse_bound = 0;
+    fr.empty = false;
+    fr.certified = true;
+    const int64_t last = last_visible(t);
+    const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + sl.mask_begin + int64_t{t} * tk;
+    auto visible = [&](int64_t j) { return j <= last && (!mask_row || mask_row[j]); };
+    // Scores, their maximum, and whether the row sees a non-finite input.
+    int64_t count_visible = 0;
+    bool sees_nonfinite = !ws.q_finite[r];
+    double m = -kInf, smax_abs = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (!visible(j)) continue;
+      ++count_visible;
+      if (sl.nonfinite_prefix[j + 1] != sl.nonfinite_prefix[j]) sees_nonfinite = true;
+      const double s = scale * S(r, j);
+      S(r, j) = s;
+      m = std::max(m, s);
+      smax_abs = std::max(smax_abs, std::fabs(s));
+    }
+    if (count_visible == 0) {  // the empty row, exact by definition (whatever the query holds)
+      fr.empty = true;
+      for (int64_t j = 0; j < n; ++j) S(r, j) = 0;
+      continue;
+    }
+    if (sees_nonfinite || !(smax_abs <= kMaxLogit)) {
+      fr.certified = false;
+      for (int64_t j = 0; j < n; ++j) S(r, j) = 0;
+      continue;
+    }
+    double amax = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (!visible(j)) {
+        S(r, j) = 0;
+        continue;
+      }
+      const double a = S(r, j) - m;
+      amax = std::max(amax, -a);
+      S(r, j) = std::exp(a);
+    }
+    // Argument error: |a_j - (s*_j - m)| <= E_dot (1 + u) + u (1 + 2u) |s_j| + u |a_j|.
+    double bq = 0;
+    for (int c = 0; c < d; ++c) bq += std::fabs(ws.q(r, c)) * sl.kmax[c];
+    bq *= 1 + gamma_n(d + 2);
+    const double e_dot = std::fabs(scale) * gamma_n(d) * bq;
+    ws.eps[r] = (e_dot * (1 + kU) + kU * (1 + 2 * kU) * smax_abs + kU * amax) * kEval;
+    ws.smax_abs[r] = std::fabs(m);
+    fr.lse = m;  // the shift; finished below
+  }
+
+  ws.r.resize(count, 2 * d + 1);
+  if (n > 0) ws.r.noalias() = S * sl.vaug.topRows(n);
+  else ws.r.setZero();
+
+  const double gn = gamma_n(static_cast<double>(n) + 1);
+  for (int32_t r = 0; r < count; ++r) {
+    FastRow& fr = ws.rows[r];
+    if (fr.empty || !fr.certified) continue;
+    const double m = fr.lse;
+    const double eps = ws.eps[r];
+    if (!(eps <= 0x1p-10)) {
+      fr.certified = false;
+      continue;
+    }
+    // |p_hat - p*| <= eta p* + tau with eta = (1 + r_exp) expm1(eps) + r_exp, expm1(eps) <= eps (1 + eps).
+    const double eta = ((1 + kExpRel) * eps * (1 + eps) + kExpRel) * kEval;
+    const double l_hat = ws.r(r, d);
+    const double sum_p_hat = l_hat / (1 - gn) + kTiny;           // computed sum -> true sum of p_hat
+    const double l_star = (sum_p_hat + kTiny) / (1 - eta);         // exact l above
+    const double e_l = (gn * sum_p_hat + eta * l_star + kTiny) * kEval;
+    const double rho = e_l / l_hat;
+    if (!(rho <= 0.5)) {
+      fr.certified = false;
+      continue;
+    }
+    const double l_low = l_hat - e_l;
+    for (int c = 0; c < d; ++c) {
+      const double acc = ws.r(r, c);
+      const double a_abs = ws.r(r, d + 1 + c) / (1 - gn) + kTiny;  // sum p_hat |v| above
+      const double e_acc = gn * a_abs + eta * (a_abs + kTiny) / (1 - eta) + kTiny;
+      const double o = acc / l_hat;
+      double bound = kU * std::fabs(o) * (1 + 2 * kU) + e_acc / l_hat +
+                     (std::fabs(acc) + e_acc) * e_l / (l_hat * l_low);
+      bound += par.mp_rel * (2 * a_abs / l_hat + std::fabs(o)) + kTiny;
+      fr.o[c] = o;
+      fr.o_bound[c] = bound * kEval;
+    }
+    // LSE = m + log l*: |log l_hat - log l*| <= rho / (1 - rho).
+    const double lam = std::log(l_hat);
+    const double lse_e = m + lam;
+    double e_lse = kU * std::fabs(lse_e) * (1 + 2 * kU) + kLogRel * std::fabs(lam) + rho / (1 - rho) + kTiny;
+    e_lse += par.mp_rel * (std::fabs(m) + std::fabs(lam) + 1);
+    e_lse *= kEval;
+    if (par.base == LseBase::two) {
+      const double lse2 = lse_e * kInvLn2;
+      fr.lse = lse2;
+      fr.lse_bound = (kU * std::fabs(lse2) * (1 + 2 * kU) + std::fabs(lse_e) * kU * kInvLn2Upper +
+                      e_lse * kInvLn2Upper) * kEval;
+    } else {
+      fr.lse = lse_e;
+      fr.lse_bound = e_lse;
+    }
+  }
+}
+
+double mp_margin() {
+  // The MPFR reference's own error is below 2^-(p - 40) of the row's scales for rows of up to 2^31
+  // keys and logits up to 2^32 (FAST.md); 2^-(p - 64) leaves room.
+  return std::ldexp(1.0, 64 - static_cast<int>(precision_bits_effective()));
+}
+
+// Runs fn(worker_index) on `threads` threads (the calling thread counts as none), rethrowing the
+// first exception.
+template <class Fn>
+void run_parallel(int threads, Fn&& fn) {
+  if (threads <= 1) {
+    fn(0);
+    return;
+  }
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  std::vector<std::thread> pool;
+  for (int w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      try {
+        apply_precision_on_this_thread();
+        fn(w);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
+    });
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+FastAttentionReference::FastAttentionReference(const AttentionProblem& problem, FastOptions options)
+    : problem_(problem), options_(options) {
+  validate(problem_);
+  if (options_.query_block <= 0) throw ReferenceError("FastOptions::query_block must be > 0");
+  if (!(options_.ulp_resolution > 0)) throw ReferenceError("FastOptions::ulp_resolution must be > 0");
+  threads_ = options_.threads > 0 ? options_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+FastRow FastAttentionReference::row(int64_t token, int32_t head) const {
+  const AttentionProblem& pb = problem_;
+  const Offsets off = offsets_of(pb);
+  if (token < 0 || token >= off.q.back())
+    throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(off.q.back()) + ")");
+  if (head < 0 || head >= pb.num_heads)
+    throw ReferenceError("head " + std::to_string(head) + " outside [0, " + std::to_string(pb.num_heads) + ")");
+  size_t seq = 0;
+  while (off.q[seq + 1] <= token) ++seq;
+  Slice sl;
+  load_slice(pb, off, seq, head / (pb.num_heads / pb.num_kv_heads), sl);
+  Workspace ws;
+  compute_block(pb, sl, head, static_cast<int32_t>(token - off.q[seq]), 1, Params{options_.base, mp_margin()}, ws);
+  return ws.rows[0];
+}
+
+void FastAttentionReference::for_each_row(
+    const std::function<void(int64_t token, int32_t head, const FastRow&)>& visit) const {
+  const AttentionProblem& pb = problem_;
+  const Offsets off = offsets_of(pb);
+  const Params par{options_.base, mp_margin()};
+  const int32_t group = pb.num_heads / pb.num_kv_heads;
+  const int32_t block = options_.query_block;
+  std::vector<Workspace> workspaces(static_cast<size_t>(threads_));
+  Slice sl;
+  for (size_t seq = 0; seq < pb.seqlens_q.size(); ++seq) {
+    const int32_t tq = pb.seqlens_q[seq];
+    if (tq == 0) continue;
+    const int64_t blocks = (tq + block - 1) / block;
+    for (int32_t g = 0; g < pb.num_kv_heads; ++g) {
+      load_slice(pb, off, seq, g, sl);
+      // Tasks: (query head of the group, block of rows); the later (longer, under causal) first.
+      const int64_t tasks = blocks * group;
+      std::atomic<int64_t> next{0};
+      const int workers = static_cast<int>(std::min<int64_t>(threads_, tasks));
+      run_parallel(workers, [&](int w) {
+        Workspace& ws = workspaces[static_cast<size_t>(w)];
+        for (int64_t task = next++; task < tasks; task = next++) {
+          const int64_t b = blocks - 1 - task / group;
+          const int32_t head = g * group + static_cast<int32_t>(task % group);
+          const int32_t t0 = static_cast<int32_t>(b * block);
+          const int32_t count = std::min<int32_t>(block, tq - t0);
+          compute_block(pb, sl, head, t0, count, par, ws);
+          for (int32_t r = 0; r < count; ++r) visit(sl.q_begin + t0 + r, head, ws.rows[r]);
+        }
+      });
+    }
+  }
+}
+
+RoundedAttention FastAttentionReference::rounded(Format o_format, Format lse_format) {
+  const AttentionProblem& pb = problem_;
+  const int64_t total_q = offsets_of(pb).q.back();
+  const int d = pb.head_size;
+  RoundedAttention out;
+  out.o.assign(static_cast<size_t>(total_q * pb.num_heads * d), 0);
+  out.lse.assign(static_cast<size_t>(total_q * pb.num_heads), 0);
+  const LseBase base = options_.base;
+  for_each_row([&](int64_t token, int32_t head, const FastRow& fr) {
+    const size_t row = static_cast<size_t>(token * pb.num_heads + head);
+    uint32_t* o = out.o.data() + row * d;
+    int64_t undecided = 0;
+    if (fr.empty) {
+      for (int c = 0; c < d; ++c) o[c] = round_double_to_format(o_format, 0.0);
+      out.lse[row] = round_double_to_format(lse_format, -kInf);
+    } else if (fr.certified) {
+      for (int c = 0; c < d; ++c) {
+        const auto r = certain_rounding(o_format, fr.o[c], fr.o_bound[c]);
+        if (r) o[c] = *r;
+        else ++undecided;
+      }
+      const auto r = certain_rounding(lse_format, fr.lse, fr.lse_bound);
+      if (r) out.lse[row] = *r;
+      else ++undecided;
+    }
+    counters_.rows++;
+    counters_.elements += d + 1;
+    if (fr.certified && undecided == 0) return;
+    counters_.elements_undecided += fr.certified ? undecided : d + 1;
+    counters_.rows_escalated++;
+    if (!fr.certified) counters_.rows_uncertified++;
+    const ExactRow ex = exact_attention_row(pb, token, head, base);
+    for (int c = 0; c < d; ++c) o[c] = round_to_format(o_format, ex.o[c]);
+    out.lse[row] = round_to_format(lse_format, ex.lse);
+  });
+  return out;
+}
+
+AttentionUlpErrors FastAttentionReference::ulp_errors(Format o_format, const std::vector<uint32_t>& o_bits,
+                                                      Format lse_format, const std::vector<double>& lse_values) {
+  const AttentionProblem& pb = problem_;
+  const int64_t total_q = offsets_of(pb).q.back();
+  const int d = pb.head_size;
+  const size_t rows = static_cast<size_t>(total_q * pb.num_heads);
+  if (o_bits.size() != rows * d)
+    throw ReferenceError("ulp_errors: O has " + std::to_string(o_bits.size()) + " elements, the problem needs " +
+                         std::to_string(rows * d));
+  const bool with_lse = !lse_values.empty();
+  if (with_lse && lse_values.size() != rows)
+    throw ReferenceError("ulp_errors: LSE has " + std::to_string(lse_values.size()) + " elements, the problem needs " +
+                         std::to_string(rows));
+  AttentionUlpErrors out;
+  out.o.assign(rows * d, UlpError{ErrorClass::finite, 0.0});
+  if (with_lse) out.lse.assign(rows, UlpError{ErrorClass::finite, 0.0});
+  const double res = options_.ulp_resolution;
+  const LseBase base = options_.base;
+  for_each_row([&](int64_t token, int32_t head, const FastRow& fr) {
+    const size_t row = static_cast<size_t>(token * pb.num_heads + head);
+    UlpError* e = out.o.data() + row * d;
+    const uint32_t* y = o_bits.data() + row * d;
+    int64_t undecided = 0;
+    if (fr.certified) {
+      for (int c = 0; c < d; ++c) {
+        const auto r = certain_ulp_error(o_format, decode(o_format, y[c]), fr.o[c], fr.o_bound[c], res);
+        if (r) e[c] = *r;
+        else ++undecided;
+      }
+      if (with_lse) {
+        const double yl = lse_values[row];
+        if (fr.empty) {  // exact LSE = -inf
+          const bool same = std::isinf(yl) && yl < 0;
+          out.lse[row] = same ? UlpError{ErrorClass::finite, 0.0} : UlpError{ErrorClass::wrong_nonfinite, kInf};
+        } else if (const auto r = certain_ulp_error(lse_format, yl, fr.lse, fr.lse_bound, res)) {
+          out.lse[row] = *r;
+        } else {
+          ++undecided;
+        }
+      }
+    }
+    const int64_t elements = d + (with_lse ? 1 : 0);
+    counters_.rows++;
+    counters_.elements += elements;
+    if (fr.certified && undecided == 0) return;
+    counters_.elements_undecided += fr.certified ? undecided : elements;
+    counters_.rows_escalated++;
+    if (!fr.certified) counters_.rows_uncertified++;
+    const ExactRow ex = exact_attention_row(pb, token, head, base);
+    for (int c = 0; c < d; ++c) e[c] = ulp_error(o_format, y[c], ex.o[c]);
+    if (with_lse) out.lse[row] = ulp_error_value(lse_format, lse_values[row], ex.lse);
+  });
+  return out;
+}
+
+EscalationStats FastAttentionReference::stats() const {
+  EscalationStats s;
+  s.rows = counters_.rows.load();
+  s.rows_escalated = counters_.rows_escalated.load();
+  s.rows_uncertified = counters_.rows_uncertified.load();
+  s.elements = counters_.elements.load();
+  s.elements_undecided = counters_.elements_undecided.load();
+  return s;
+}
+
+void FastAttentionReference::reset_stats() {
+  counters_.rows = 0;
+  counters_.rows_escalated = 0;
+  counters_.rows_uncertified = 0;
+  counters_.elements = 0;
+  counters_.elements_undecided = 0;
+}
+
+}  // namespace attncheck::ref
