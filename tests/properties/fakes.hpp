@@ -1,0 +1,199 @@
+// Fake subjects for the property tests: a correct fp64 implementation of each operation and
+// deliberately broken variants, one per bug class a property must catch. Everything is computed in
+// double and rounded once to the storage format (reference round_to_format), so a correct fake is
+// well inside every budget; each broken fake differs from its correct twin in one clearly named way.
+#pragma once
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attncheck/reference/format.hpp"
+#include "attncheck/subject.hpp"
+
+namespace fakes {
+
+using namespace attncheck;
+
+inline ref::Format fmt(ac_dtype d) {
+  return d == AC_DTYPE_F16 ? ref::Format::fp16 : d == AC_DTYPE_BF16 ? ref::Format::bf16 : ref::Format::fp32;
+}
+inline double dec(ac_dtype d, uint32_t b) { return ref::decode(fmt(d), b); }
+inline uint32_t enc(ac_dtype d, double x) { return ref::round_to_format(fmt(d), x); }
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+enum class Bug {
+  none,
+  merge_no_both_empty_guard,  // NaN from -inf - -inf
+  merge_no_inf_map,           // FA2's +inf taken as a huge mass
+  merge_base_confused,        // declares base 2, computes with e
+  softmax_naive_declared,     // naive exp, declared (a correct subject with a hazard)
+  softmax_naive_undeclared,   // naive exp, not declared: must be caught as overflow
+  softmax_empty_nan,          // all -inf row gives NaN
+  attention_wrong_sentinel,   // declares -inf, returns +inf for empty rows
+  attention_finite_mask,      // masked keys get -1e4 instead of -inf
+  attention_lse_base2,        // declares natural LSE, returns base 2
+  attention_lse_layout,       // declares [tokens, heads], writes [heads, tokens]
+  attention_off_by_one_o,     // O wrong by a few ulps of fp16 when d > 1 (accuracy)
+  attention_nondeterministic, // flips the last bit of O on every other call
+  splitkv_empty_plus_inf,     // split combine returns +inf for an all-empty row
+};
+
+class Fake : public Subject {
+ public:
+  Fake(std::string name, uint32_t ops, Bug bug = Bug::none, int lse_base = 0, int empty_sign = -1, uint32_t features = 0)
+      : name_(std::move(name)), desc_("fake " + name_), bug_(bug) {
+    caps_ = ac_caps{};
+    caps_.ops = ops;
+    caps_.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16) | AC_DTYPE_BIT(AC_DTYPE_F32);
+    caps_.memory = AC_MEMORY_HOST;
+    caps_.head_size_min = 1;
+    caps_.head_size_max = 256;
+    caps_.lse_base = lse_base;
+    caps_.lse_layout = AC_LSE_TOKENS_HEADS;
+    caps_.empty_lse_sign = empty_sign;
+    caps_.features = features;
+    caps_.max_splits = (ops & AC_OP_SPLITKV) ? 4 : 0;
+    caps_.fold_orders = (ops & AC_OP_SPLITKV) ? (AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE)) : 0;
+  }
+  const std::string& name() const override { return name_; }
+  const std::string& description() const override { return desc_; }
+  const ac_caps& caps() const override { return caps_; }
+  std::string backend() const override { return "host"; }
+  std::string origin() const override { return "test"; }
+  int calls = 0;
+
+  MergeOutput merge(const MergeInput& in) override {
+    ++calls;
+    MergeOutput out;
+    const int64_t rows = int64_t(in.num_tokens) * in.num_heads, D = in.head_size;
+    out.out.resize(size_t(rows * D));
+    out.lse.resize(size_t(rows));
+    const bool base2 = caps_.lse_base == 2 && bug_ != Bug::merge_base_confused;
+    for (int64_t r = 0; r < rows; ++r) {
+      double a = in.prefix_lse[size_t(r)], b = in.suffix_lse[size_t(r)];
+      if (bug_ != Bug::merge_no_inf_map) {
+        if (a == kInf) a = -kInf;
+        if (b == kInf) b = -kInf;
+      }
+      const double M = std::max(a, b);
+      if (M == -kInf && bug_ != Bug::merge_no_both_empty_guard) {
+        for (int64_t c = 0; c < D; ++c) out.out[size_t(r * D + c)] = enc(in.dtype, 0.0);
+        out.lse[size_t(r)] = -std::numeric_limits<float>::infinity();
+        continue;
+      }
+      auto ex = [&](double x) { return base2 ? std::exp2(x) : std::exp(x); };
+      const double wa = ex(a - M), wb = ex(b - M), s = wa + wb;
+      for (int64_t c = 0; c < D; ++c)
+        out.out[size_t(r * D + c)] =
+            enc(in.dtype, dec(in.dtype, in.prefix_out[size_t(r * D + c)]) * (wa / s) + dec(in.dtype, in.suffix_out[size_t(r * D + c)]) * (wb / s));
+      out.lse[size_t(r)] = float((base2 ? std::log2(s) : std::log(s)) + M);
+    }
+    return out;
+  }
+
+  SoftmaxOutput softmax(const SoftmaxInput& in) override {
+    ++calls;
+    SoftmaxOutput out;
+    out.y.resize(in.x.size());
+    const bool naive = bug_ == Bug::softmax_naive_declared || bug_ == Bug::softmax_naive_undeclared;
+    for (int r = 0; r < in.rows; ++r) {
+      std::vector<double> e(size_t(in.cols));
+      double m = -kInf, sum = 0;
+      for (int c = 0; c < in.cols; ++c) m = std::max(m, dec(in.dtype, in.x[size_t(r * in.cols + c)]));
+      for (int c = 0; c < in.cols; ++c) {
+        const double x = dec(in.dtype, in.x[size_t(r * in.cols + c)]);
+        // The naive exp is rounded to the storage type: the hazard the ABI declares.
+        e[size_t(c)] = naive ? dec(in.dtype, enc(in.dtype, std::exp(x))) : (m == -kInf ? 0.0 : std::exp(x - m));
+        sum += e[size_t(c)];
+      }
+      for (int c = 0; c < in.cols; ++c) {
+        double y = sum == 0 ? 0.0 : e[size_t(c)] / sum;
+        if (sum == 0 && bug_ == Bug::softmax_empty_nan) y = std::nan("");
+        if (naive && std::isinf(sum)) y = e[size_t(c)] / sum;  // inf/inf = NaN, finite/inf = 0
+        out.y[size_t(r * in.cols + c)] = enc(in.dtype, y);
+      }
+    }
+    return out;
+  }
+
+  AttentionOutput attention(const AttentionInput& a, const AttentionOptions& opt) override {
+    ++calls;
+    AttentionOutput out;
+    const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
+    int64_t TQ = 0;
+    for (int32_t x : a.seqlens_q) TQ += x;
+    out.out.assign(size_t(TQ * H * D), 0);
+    out.lse.assign(size_t(TQ * H), 0);
+    int64_t q0 = 0, k0 = 0, m0 = 0;
+    const bool split = (caps_.ops & AC_OP_SPLITKV) != 0;
+    for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
+      const int64_t tq = a.seqlens_q[s], tk = a.seqlens_k[s];
+      for (int64_t t = 0; t < tq; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t kvh = h / (H / Hkv);
+          std::vector<double> sc(size_t(tk), -kInf);
+          for (int64_t j = 0; j < tk; ++j) {
+            bool vis = !(a.causal && j > t + tk - tq);
+            if (!a.mask.empty() && !a.mask[size_t(m0 + t * tk + j)]) vis = false;
+            double dot = 0;
+            for (int64_t c = 0; c < D; ++c)
+              dot += dec(a.dtype, a.q[size_t(((q0 + t) * H + h) * D + c)]) * dec(a.dtype, a.k[size_t(((k0 + j) * Hkv + kvh) * D + c)]);
+            if (vis) sc[size_t(j)] = double(a.softmax_scale) * dot;
+            else if (bug_ == Bug::attention_finite_mask) sc[size_t(j)] = -1e4;
+          }
+          // Split-KV: partial states over num_splits key ranges, combined in double (fold order is
+          // irrelevant at this precision); the partials' empty sentinel is -inf.
+          const int nsplit = split ? std::max(1, opt.num_splits) : 1;
+          double M = -kInf, L = 0;
+          std::vector<double> acc(size_t(D), 0);
+          for (int p = 0; p < nsplit; ++p) {
+            const int64_t j0 = tk * p / nsplit, j1 = tk * (p + 1) / nsplit;
+            for (int64_t j = j0; j < j1; ++j) M = std::max(M, sc[size_t(j)]);
+          }
+          for (int64_t j = 0; j < tk && M > -kInf; ++j) {
+            const double w = std::exp(sc[size_t(j)] - M);
+            L += w;
+            for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += w * dec(a.dtype, a.v[size_t(((k0 + j) * Hkv + kvh) * D + c)]);
+          }
+          const int64_t row = (q0 + t) * H + h;
+          const bool empty = !(M > -kInf);
+          for (int64_t c = 0; c < D; ++c) {
+            double o = empty ? 0.0 : acc[size_t(c)] / L;
+            if (bug_ == Bug::attention_off_by_one_o && c == 1) o *= 1 + 0x1p-7;
+            uint32_t bits = enc(a.dtype, o);
+            if (bug_ == Bug::attention_nondeterministic && (calls % 2) && !empty && o != 0) bits ^= 1u;
+            out.out[size_t(row * D + c)] = bits;
+          }
+          double lse = empty ? (caps_.empty_lse_sign > 0 ? kInf : -kInf) : M + std::log(L);
+          if (empty && (bug_ == Bug::attention_wrong_sentinel || bug_ == Bug::splitkv_empty_plus_inf)) lse = kInf;
+          if (caps_.lse_base == 2 || bug_ == Bug::attention_lse_base2) lse /= std::log(2.0);
+          out.lse[size_t(row)] = float(lse);
+        }
+      q0 += tq;
+      k0 += tk;
+      m0 += tq * tk;
+    }
+    if (bug_ == Bug::attention_lse_layout) {
+      std::vector<float> t(out.lse.size());
+      for (int64_t i = 0; i < TQ; ++i)
+        for (int64_t h = 0; h < H; ++h) {
+          // Written [heads, tokens], read back as [tokens, heads].
+          const int64_t idx = h * TQ + i;
+          t[size_t(idx)] = out.lse[size_t(i * H + h)];
+        }
+      out.lse = t;
+    }
+    return out;
+  }
+
+ private:
+  std::string name_, desc_;
+  Bug bug_;
+  ac_caps caps_;
+};
+
+inline constexpr uint32_t kAttnFeatures = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+
+}  // namespace fakes

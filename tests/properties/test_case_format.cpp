@@ -1,0 +1,149 @@
+// The case file format: bit-exact JSON round trips (including NaN/Inf LSEs, fp16 bit patterns,
+// long tensors in base64), one-line CaseErrors for malformed and truncated input, atomic writes
+// that leave no temporary files, and content-derived names.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "attncheck/case.hpp"
+
+using namespace attncheck;
+namespace fs = std::filesystem;
+
+namespace {
+
+Case merge_case() {
+  Case c;
+  c.op = "merge";
+  c.subject = "merge";
+  c.property = "merge_sentinels";
+  c.seed = 18446744073709551615ull;  // the largest seed survives (stored as a string)
+  c.rc_reproduce = "BCDE";
+  c.note = "both empty";
+  MergeInput m;
+  m.dtype = AC_DTYPE_F16;
+  m.num_tokens = 1;
+  m.num_heads = 2;
+  m.head_size = 3;
+  m.prefix_out = {0x3c00, 0x8000, 0x7bff, 0x0001, 0xfc00, 0x7e00};
+  m.suffix_out = {0, 1, 2, 3, 4, 5};
+  m.prefix_lse = {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()};
+  m.suffix_lse = {std::nanf(""), -0.0f};
+  c.input = m;
+  return c;
+}
+
+Case attention_case(int keys) {
+  Case c;
+  c.op = "attention";
+  c.subject = "fused";
+  c.options.tiling = 2;
+  AttentionInput a;
+  a.dtype = AC_DTYPE_BF16;
+  a.num_heads = 2;
+  a.num_kv_heads = 1;
+  a.head_size = 4;
+  a.seqlens_q = {1, 2};
+  a.seqlens_k = {keys, 1};
+  a.causal = true;
+  a.softmax_scale = 0.125f;
+  a.mask.assign(size_t(keys + 2), 1);
+  a.mask[0] = 0;
+  a.q.assign(3 * 2 * 4, 0x3f80);
+  for (int i = 0; i < (keys + 1) * 4; ++i) {
+    a.k.push_back(uint32_t(i * 7919) & 0xffffu);
+    a.v.push_back(uint32_t(i * 104729) & 0xffffu);
+  }
+  c.input = a;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("case JSON round-trips bit-exactly", "[case]") {
+  for (const Case& c : {merge_case(), attention_case(3), attention_case(200)}) {
+    const std::string text = case_to_json(c);
+    const Case back = case_from_json(text);
+    CHECK(case_to_json(back) == text);  // the text determines every bit
+    CHECK(back.seed == c.seed);
+    CHECK(back.op == c.op);
+    if (const auto* m = std::get_if<MergeInput>(&c.input)) {
+      const auto& b = std::get<MergeInput>(back.input);
+      CHECK(b.prefix_out == m->prefix_out);
+      CHECK(std::isinf(b.prefix_lse[0]));
+      CHECK(b.prefix_lse[0] < 0);
+      CHECK(std::isnan(b.suffix_lse[0]));
+      CHECK(std::signbit(b.suffix_lse[1]));
+    } else {
+      const auto& a = std::get<AttentionInput>(c.input);
+      const auto& b = std::get<AttentionInput>(back.input);
+      CHECK(b.k == a.k);
+      CHECK(b.v == a.v);
+      CHECK(b.mask == a.mask);
+      CHECK(b.softmax_scale == a.softmax_scale);
+      CHECK(back.options.tiling == 2);
+    }
+  }
+  // Long tensors go to base64, short ones to hex.
+  CHECK(case_to_json(attention_case(200)).find("b64:") != std::string::npos);
+  CHECK(case_to_json(merge_case()).find("hex:") != std::string::npos);
+}
+
+TEST_CASE("malformed and truncated case files give a one-line CaseError", "[case]") {
+  const std::string good = case_to_json(attention_case(40));
+  std::vector<std::string> bad = {"", "{", "[]", "{\"format\":\"other\"}", good.substr(0, good.size() / 2)};
+  // Every truncation point of a small case, and a few corruptions.
+  const std::string small = case_to_json(merge_case());
+  for (size_t n = 0; n < small.size() - 2; n += 7) bad.push_back(small.substr(0, n));
+  std::string wrong_size = small;
+  wrong_size.replace(wrong_size.find("\"num_heads\": 2"), 14, "\"num_heads\": 3");
+  bad.push_back(wrong_size);
+  std::string bad_hex = small;
+  bad_hex.replace(bad_hex.find("hex:") + 4, 1, "z");
+  bad.push_back(bad_hex);
+  std::string bad_op = small;
+  bad_op.replace(bad_op.find("\"merge\""), 7, "\"mergx\"");
+  bad.push_back(bad_op);
+  for (const std::string& text : bad) {
+    try {
+      (void)case_from_json(text);
+      FAIL("accepted: " << text.substr(0, 80));
+    } catch (const CaseError& e) {
+      const std::string what = e.what();
+      CHECK(!what.empty());
+      CHECK(what.find('\n') == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("atomic write: content-named file, no temporaries, missing file is a CaseError", "[case]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_case_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string p1 = write_case_atomic(dir.string(), merge_case());
+  const std::string p2 = write_case_atomic(dir.string(), merge_case());
+  CHECK(p1 == p2);
+  const std::string p3 = write_case_atomic(dir.string(), attention_case(5));
+  CHECK(p3 != p1);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    ++files;
+    CHECK(e.path().filename().string().rfind(".tmp", 0) != 0);
+  }
+  CHECK(files == 2);
+  CHECK(case_to_json(read_case_file(p1)) == case_to_json(merge_case()));
+  CHECK_THROWS_AS(read_case_file((dir / "missing.json").string()), CaseError);
+  {
+    std::ofstream f(dir / "trunc.json");
+    f << case_to_json(merge_case()).substr(0, 100);
+  }
+  try {
+    (void)read_case_file((dir / "trunc.json").string());
+    FAIL("truncated file accepted");
+  } catch (const CaseError& e) {
+    CHECK(std::string(e.what()).find("trunc.json") != std::string::npos);
+  }
+  CHECK(describe_size(case_size(attention_case(5))) == "tokens=3 keys=5 heads=2 d=4");
+  fs::remove_all(dir);
+}
