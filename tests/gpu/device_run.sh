@@ -32,7 +32,7 @@ if has sanitize && [ -n "$cs" ]; then
   for t in "$BIN"/*_gpu; do
     [ -x "$t" ] || continue
     for tool in memcheck racecheck; do
-      timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$t" "~[seed]" "~[large]" > "$OUT/tmp.log" 2>&1; rc=$?
+      timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$t" "~[seed]~[large]" > "$OUT/tmp.log" 2>&1; rc=$?
       { echo "===== $tool $(basename "$t") rc=$rc"; tail -n 40 "$OUT/tmp.log"; } >> "$OUT/sanitizer.log"
       note "sanitizer $tool $(basename "$t") rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/tmp.log" | tr '\n' ' ')"
     done
