@@ -1,0 +1,468 @@
+// The certified fast path (reference/fast.hpp) against the exact MPFR reference.
+//
+// What is checked, and where the expected values come from:
+//   - round_double_to_format equals round_to_format (the exact reference's MPFR rounding) on
+//     random doubles, every fp16 midpoint and its neighbours, and the format edges;
+//   - the interval decisions on hand-derived cases (a midpoint inside the interval is undecided;
+//     ulps of a known binade; the classes of infinite outputs);
+//   - glibc's exp and log meet the error the analysis assumes (<= 4 ulp), sampled against MPFR;
+//   - a property over random and adversarial problems (late outliers, cancelling values, fully
+//     masked rows, huge and tiny logits, non-finite inputs, GQA / causal / mask / key lengths):
+//     every bound contains the MPFR value, the fast path's rounded O and LSE equal
+//     round_to_format of exact_attention bit for bit in fp16, bf16 and fp32, and its ulp errors of
+//     perturbed outputs equal ulp_error against the exact row (class, and ulps within 1/100);
+//   - rows built to land within a hair of (or exactly on) an fp16 rounding boundary: the fast
+//     path cannot decide them, escalates, and still equals the exact path.
+// Inputs are rounded to their storage format by the exact reference's round_to_format.
+#include <rapidcheck.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <algorithm>
+#include <sstream>
+
+#include "attncheck/reference/fast.hpp"
+#include "attncheck/reference/reference.hpp"
+
+using namespace attncheck::ref;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+template <class Testable>
+void check_property(const std::string& what, Testable&& t, int max_success) {
+  rc::detail::TestParams params;
+  params.maxSuccess = max_success;
+  params.maxSize = 60;
+  params.seed = 20240707;
+  const auto result = rc::detail::checkTestable(std::forward<Testable>(t), rc::detail::TestMetadata{}, params);
+  std::ostringstream os;
+  rc::detail::printResultMessage(result, os);
+  INFO(what << ": " << os.str());
+  CHECK(result.template is<rc::detail::SuccessResult>());
+}
+
+const Format kFormats[] = {Format::fp16, Format::bf16, Format::fp32};
+
+// Adversarial classes of attention inputs, one generator parameter each.
+enum class Kind { random, late_outlier, cancelling, masked_rows, huge_logits, tiny_logits, nonfinite, count };
+// Fails inside a RapidCheck property and inside a plain Catch case alike (an exception fails both).
+#define FAST_EXPECT(cond, msg)                                           \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      std::ostringstream os_;                                            \
+      os_ << #cond << " failed: " << msg;                                \
+      throw std::runtime_error(os_.str());                               \
+    }                                                                    \
+  } while (0)
+
+// The stored value `steps` magnitudes away from b (same sign), clamped to the finite range.
+uint32_t step_bits(Format f, uint32_t b, int steps) {
+  const bool wide = spec(f).storage_bits == 32;
+  const uint32_t sign = wide ? 0x80000000u : 0x8000u;
+  const int64_t max_finite = wide ? 0x7f7fffff : (f == Format::fp16 ? 0x7bff : 0x7f7f);
+  const int64_t mag = std::clamp<int64_t>(int64_t{b & ~sign} + steps, 0, max_finite);
+  return (b & sign) | static_cast<uint32_t>(mag);
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::random: return "random";
+    case Kind::late_outlier: return "late_outlier";
+    case Kind::cancelling: return "cancelling";
+    case Kind::masked_rows: return "masked_rows";
+    case Kind::huge_logits: return "huge_logits";
+    case Kind::tiny_logits: return "tiny_logits";
+    case Kind::nonfinite: return "nonfinite";
+    default: return "?";
+  }
+}
+
+struct Shape {
+  Format dtype = Format::fp16;
+  int32_t kv_heads = 1, group = 1, d = 4;
+  std::vector<int32_t> sq, sk;
+  bool causal = false, masked = false;
+  Kind kind = Kind::random;
+  uint64_t seed = 1;
+};
+
+uint32_t store(Format f, double x) { return round_to_format(f, x); }
+
+AttentionProblem build(const Shape& s) {
+  std::mt19937_64 rng(s.seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  AttentionProblem pb;
+  pb.dtype = s.dtype;
+  pb.num_kv_heads = s.kv_heads;
+  pb.num_heads = s.kv_heads * s.group;
+  pb.head_size = s.d;
+  pb.seqlens_q = s.sq;
+  pb.seqlens_k = s.sk;
+  pb.causal = s.causal;
+  int64_t tq = 0, tk = 0, tmask = 0;
+  for (size_t i = 0; i < s.sq.size(); ++i) {
+    tq += s.sq[i];
+    tk += s.sk[i];
+    tmask += int64_t{s.sq[i]} * s.sk[i];
+  }
+  double q_mag = 1.0;
+  pb.softmax_scale = static_cast<float>(1.0 / std::sqrt(double(s.d)));
+  if (s.kind == Kind::huge_logits) {
+    q_mag = 40.0;
+    pb.softmax_scale = 1.0f;
+  }
+  if (s.kind == Kind::tiny_logits) {
+    q_mag = 1e-3;
+    pb.softmax_scale = 0.0625f;
+  }
+  for (int64_t i = 0; i < tq * pb.num_heads * s.d; ++i) pb.q.push_back(store(s.dtype, q_mag * normal(rng)));
+  for (int64_t i = 0; i < tk * s.kv_heads * s.d; ++i) {
+    pb.k.push_back(store(s.dtype, normal(rng)));
+    pb.v.push_back(store(s.dtype, normal(rng)));
+  }
+  const size_t kv_row = static_cast<size_t>(s.kv_heads * s.d);
+  if (s.kind == Kind::late_outlier) {  // the last key of each sequence dominates late
+    int64_t k0 = 0;
+    for (size_t i = 0; i < s.sk.size(); ++i) {
+      k0 += s.sk[i];
+      if (s.sk[i] == 0) continue;
+      for (size_t e = 0; e < kv_row; ++e) {
+        const size_t at = static_cast<size_t>(k0 - 1) * kv_row + e;
+        pb.k[at] = store(s.dtype, 12.0 * decode(s.dtype, pb.k[at]));
+      }
+    }
+  }
+  if (s.kind == Kind::cancelling) {  // values in +- pairs, equal keys: sums cancel (often exactly)
+    for (int64_t j = 1; j < tk; j += 2)
+      for (size_t e = 0; e < kv_row; ++e) {
+        const size_t a = static_cast<size_t>(j) * kv_row + e, b = a - kv_row;
+        pb.v[a] = store(s.dtype, -decode(s.dtype, pb.v[b]));
+        if (j % 4 == 1) pb.k[a] = pb.k[b];
+      }
+  }
+  if (s.masked || s.kind == Kind::masked_rows) {
+    std::bernoulli_distribution keep(s.kind == Kind::masked_rows ? 0.5 : 0.8);
+    for (int64_t i = 0; i < tmask; ++i) pb.mask.push_back(keep(rng) ? 1 : 0);
+    if (s.kind == Kind::masked_rows) {  // whole rows masked
+      int64_t m0 = 0;
+      for (size_t i = 0; i < s.sq.size(); ++i) {
+        for (int32_t t = 0; t < s.sq[i]; t += 2)
+          for (int32_t j = 0; j < s.sk[i]; ++j) pb.mask[static_cast<size_t>(m0 + int64_t{t} * s.sk[i] + j)] = 0;
+        m0 += int64_t{s.sq[i]} * s.sk[i];
+      }
+    }
+  }
+  if (s.kind == Kind::nonfinite && tk > 0) {
+    std::uniform_int_distribution<int64_t> pick(0, tk * static_cast<int64_t>(kv_row) - 1);
+    const double specials[] = {kInf, -kInf, std::numeric_limits<double>::quiet_NaN()};
+    pb.v[static_cast<size_t>(pick(rng))] = store(s.dtype, specials[s.seed % 3]);
+    pb.k[static_cast<size_t>(pick(rng))] = store(s.dtype, specials[(s.seed / 3) % 3]);
+  }
+  return pb;
+}
+
+rc::Gen<Shape> gen_shape() {
+  return rc::gen::exec([] {
+    Shape s;
+    s.dtype = kFormats[*rc::gen::inRange(0, 3)];
+    s.kv_heads = *rc::gen::inRange(1, 3);
+    s.group = *rc::gen::element(1, 2, 4);
+    s.d = *rc::gen::element(1, 3, 8, 16);
+    const int seqs = *rc::gen::inRange(1, 3);
+    for (int i = 0; i < seqs; ++i) {
+      s.sq.push_back(*rc::gen::inRange(0, 13));
+      s.sk.push_back(*rc::gen::inRange(0, 40));
+    }
+    s.causal = *rc::gen::arbitrary<bool>();
+    s.masked = *rc::gen::inRange(0, 4) == 0;
+    s.kind = static_cast<Kind>(*rc::gen::inRange(0, static_cast<int>(Kind::count)));
+    s.seed = *rc::gen::inRange<uint64_t>(1, 1u << 30);
+    return s;
+  });
+}
+
+std::string describe(const Shape& s) {
+  std::ostringstream os;
+  os << spec(s.dtype).name << " kv_heads=" << s.kv_heads << " group=" << s.group << " d=" << s.d << " causal=" << s.causal
+     << " masked=" << s.masked << " kind=" << kind_name(s.kind) << " seed=" << s.seed << " seqs=";
+  for (size_t i = 0; i < s.sq.size(); ++i) os << s.sq[i] << "x" << s.sk[i] << " ";
+  return os.str();
+}
+
+int64_t total(const std::vector<int32_t>& v) {
+  int64_t t = 0;
+  for (int32_t x : v) t += x;
+  return t;
+}
+
+// Every check of the fast path against the exact one, on one problem. Returns the escalated rows
+// of the fp16 O rounding.
+int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::string& what) {
+  const std::vector<ExactRow> exact = exact_attention(pb, base);
+  const int64_t rows = total(pb.seqlens_q) * pb.num_heads;
+  const int d = pb.head_size;
+  FastOptions opt;
+  opt.threads = 2;
+  opt.base = base;
+  opt.query_block = 5;  // several blocks even in small problems
+  FastAttentionReference fast(pb, opt);
+
+  // 1. Bounds contain the MPFR value.
+  std::vector<FastRow> fr(static_cast<size_t>(rows));
+  fast.for_each_row([&](int64_t t, int32_t h, const FastRow& r) { fr[static_cast<size_t>(t * pb.num_heads + h)] = r; });
+  for (int64_t i = 0; i < rows; ++i) {
+    const ExactRow& ex = exact[static_cast<size_t>(i)];
+    const FastRow& f = fr[static_cast<size_t>(i)];
+    FAST_EXPECT(f.empty == ex.empty, what << " row " << i);
+    if (f.empty) {
+      FAST_EXPECT(isinf(ex.lse), what << " row " << i);
+      continue;
+    }
+    if (!f.certified) continue;
+    for (int c = 0; c < d; ++c)
+      FAST_EXPECT(abs(Real(f.o[c]) - ex.o[c]) <= Real(f.o_bound[c]),
+                  what << " row " << i << " c " << c << ": o " << to_hexfloat(f.o[c]) << " bound " << f.o_bound[c]
+                       << " exact " << to_decimal(ex.o[c], 25));
+    FAST_EXPECT(abs(Real(f.lse) - ex.lse) <= Real(f.lse_bound),
+                what << " row " << i << ": lse " << to_hexfloat(f.lse) << " bound " << f.lse_bound << " exact "
+                     << to_decimal(ex.lse, 25));
+  }
+
+  // 2. Rounded values bit for bit, every output format.
+  int64_t escalated_fp16 = 0;
+  for (Format of : kFormats) {
+    fast.reset_stats();
+    const RoundedAttention r = fast.rounded(of, Format::fp32);
+    if (of == Format::fp16) escalated_fp16 = fast.stats().rows_escalated;
+    FAST_EXPECT(fast.stats().rows == rows, what);
+    for (int64_t i = 0; i < rows; ++i) {
+      const ExactRow& ex = exact[static_cast<size_t>(i)];
+      for (int c = 0; c < d; ++c)
+        FAST_EXPECT(r.o[static_cast<size_t>(i * d + c)] == round_to_format(of, ex.o[c]),
+                    what << " " << spec(of).name << " row " << i << " c " << c << " fast "
+                         << to_hexfloat(of, r.o[static_cast<size_t>(i * d + c)]) << " exact " << to_decimal(ex.o[c], 25));
+      FAST_EXPECT(r.lse[static_cast<size_t>(i)] == round_to_format(Format::fp32, ex.lse), what << " LSE row " << i);
+    }
+  }
+  const RoundedAttention lse_bf16 = fast.rounded(Format::fp32, Format::bf16);
+  for (int64_t i = 0; i < rows; ++i)
+    FAST_EXPECT(lse_bf16.lse[static_cast<size_t>(i)] == round_to_format(Format::bf16, exact[static_cast<size_t>(i)].lse),
+                what << " bf16 LSE row " << i);
+
+  // 3. ulp errors of outputs a few ulps off the correct rounding, plus infinities and NaN.
+  std::mt19937_64 rng(static_cast<uint64_t>(rows * 7919 + d));
+  const Format of = pb.dtype;
+  std::vector<uint32_t> y(static_cast<size_t>(rows * d));
+  std::vector<double> ylse(static_cast<size_t>(rows));
+  const int offsets[] = {0, 0, 1, -1, 2, -3, 40};
+  for (int64_t i = 0; i < rows; ++i) {
+    const ExactRow& ex = exact[static_cast<size_t>(i)];
+    for (int c = 0; c < d; ++c) {
+      uint32_t b = round_to_format(of, ex.o[c]);
+      const uint64_t pick = rng() % 16;
+      if (pick < 7 && !is_nan_bits(of, b) && !is_inf_bits(of, b)) b = step_bits(of, b, offsets[pick]);
+      else if (pick == 14) b = round_to_format(of, kInf);
+      else if (pick == 15) b = round_to_format(of, std::numeric_limits<double>::quiet_NaN());
+      y[static_cast<size_t>(i * d + c)] = b;
+    }
+    const double l = ex.lse.convert_to<double>();
+    const uint64_t pick = rng() % 8;
+    ylse[static_cast<size_t>(i)] = pick == 0 ? -kInf : pick == 1 ? std::nextafter(static_cast<float>(l), 1e30f) : static_cast<float>(l);
+  }
+  const AttentionUlpErrors ue = fast.ulp_errors(of, y, Format::fp32, ylse);
+  auto same = [](const UlpError& a, const UlpError& b) {
+    if (a.cls != b.cls) return false;
+    if (std::isinf(b.ulps) || std::isinf(a.ulps)) return a.ulps == b.ulps;
+    return std::fabs(a.ulps - b.ulps) <= 0.01;
+  };
+  for (int64_t i = 0; i < rows; ++i) {
+    const ExactRow& ex = exact[static_cast<size_t>(i)];
+    for (int c = 0; c < d; ++c) {
+      const size_t at = static_cast<size_t>(i * d + c);
+      const UlpError want = ulp_error(of, y[at], ex.o[c]);
+      FAST_EXPECT(same(ue.o[at], want), what << " O row " << i << " c " << c << " want " << error_class_name(want.cls)
+                                             << " " << want.ulps << " got " << error_class_name(ue.o[at].cls) << " "
+                                             << ue.o[at].ulps);
+    }
+    const UlpError want = ulp_error_value(Format::fp32, ylse[static_cast<size_t>(i)], ex.lse);
+    FAST_EXPECT(same(ue.lse[static_cast<size_t>(i)], want), what << " LSE row " << i);
+  }
+  return escalated_fp16;
+}
+
+// fp16 problem of one query and two keys whose output lands within |v1 - v2| delta / 4 of the
+// midpoint of two adjacent fp16 values (delta the score difference; 0: exactly on the midpoint,
+// which rounds to even). The query's last component is the minimum subnormal 2^-24 and the keys
+// differ there by `key_step` fp16 ulps of 2^-14 (2^-24 each), so delta = scale 2^-48 key_step.
+AttentionProblem near_tie(int key_step, double v1, int d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  AttentionProblem pb;
+  pb.dtype = Format::fp16;
+  pb.num_heads = pb.num_kv_heads = 1;
+  pb.head_size = d;
+  pb.seqlens_q = {1};
+  pb.seqlens_k = {2};
+  pb.causal = false;
+  pb.softmax_scale = 1.0f;
+  for (int c = 0; c < d - 1; ++c) pb.q.push_back(store(Format::fp16, normal(rng)));
+  pb.q.push_back(store(Format::fp16, 0x1p-24));
+  std::vector<uint32_t> k1, k2;
+  for (int c = 0; c < d - 1; ++c) k1.push_back(store(Format::fp16, normal(rng)));
+  k2 = k1;
+  k1.push_back(store(Format::fp16, 0x1p-14));
+  k2.push_back(store(Format::fp16, 0x1p-14 + key_step * 0x1p-24));
+  pb.k = k1;
+  pb.k.insert(pb.k.end(), k2.begin(), k2.end());
+  // v1 and its fp16 successor in every component (scaled per component so they differ).
+  std::vector<uint32_t> va, vb;
+  for (int c = 0; c < d; ++c) {
+    const uint32_t a = store(Format::fp16, v1 * (1 + c / 8.0));
+    va.push_back(a);
+    vb.push_back(a + 1);  // the next fp16 magnitude (v1 > 0)
+  }
+  pb.v = va;
+  pb.v.insert(pb.v.end(), vb.begin(), vb.end());
+  return pb;
+}
+
+}  // namespace
+
+TEST_CASE("round_double_to_format equals the exact reference's rounding", "[fast][rounding]") {
+  std::mt19937_64 rng(42);
+  for (Format f : kFormats) {
+    // Random bit patterns of doubles in and around every format's range.
+    std::uniform_int_distribution<int> ex(-160, 140);
+    std::uniform_int_distribution<uint64_t> mant(0, (uint64_t{1} << 52) - 1);
+    for (int i = 0; i < 200000; ++i) {
+      const double x = std::ldexp(1.0 + std::ldexp(static_cast<double>(mant(rng)), -52), ex(rng)) * (i % 2 ? -1 : 1);
+      REQUIRE(round_double_to_format(f, x) == round_to_format(f, x));
+    }
+    for (double x : {0.0, -0.0, kInf, -kInf, 65504.0, 65520.0, 65519.99999999999, 0x1p-24, 0x1p-25, 0x1.000001p-25,
+                     1 + 0x1p-11 + 0x1p-40, 0x1p-149, 0x1p-150, 0x1.0000000000001p-150, 0x1p-133, 0x1p-134,
+                     0x1.fep127, 0x1.ffp127, 0x1.fffffep127, 0x1.ffffffp127, 0x1p-1074, 1e308})
+      REQUIRE(round_double_to_format(f, x) == round_to_format(f, x));
+  }
+  // Every fp16 midpoint (ties to even) and one double ulp either side of it.
+  for (uint32_t b = 0; b < 0x7bff; ++b) {
+    const double mid = (decode(Format::fp16, b) + decode(Format::fp16, b + 1)) / 2;  // exact in double
+    for (double x : {mid, std::nextafter(mid, 0.0), std::nextafter(mid, kInf)}) {
+      REQUIRE(round_double_to_format(Format::fp16, x) == round_to_format(Format::fp16, x));
+      REQUIRE(round_double_to_format(Format::fp16, -x) == round_to_format(Format::fp16, -x));
+    }
+  }
+  REQUIRE(std::isnan(decode(Format::fp16, round_double_to_format(Format::fp16, std::nan("")))));
+}
+
+TEST_CASE("interval decisions on hand-derived cases", "[fast][certify]") {
+  // fp16 around 1: ulp 2^-10, the midpoint between 1 and 1 + 2^-10 is 1 + 2^-11.
+  const double mid = 1 + 0x1p-11;
+  CHECK_FALSE(certain_rounding(Format::fp16, mid, 0x1p-40).has_value());      // contains the tie
+  CHECK_FALSE(certain_rounding(Format::fp16, mid - 0x1p-30, 0x1p-29).has_value());
+  CHECK(certain_rounding(Format::fp16, mid - 0x1p-30, 0x1p-31) == std::optional<uint32_t>(0x3c00));  // below: 1
+  CHECK(certain_rounding(Format::fp16, mid + 0x1p-30, 0x1p-31) == std::optional<uint32_t>(0x3c01));  // above
+  CHECK(certain_rounding(Format::fp16, mid, 0.0) == std::optional<uint32_t>(0x3c00));  // a point: ties to even
+  CHECK_FALSE(certain_rounding(Format::fp16, 0.0, 0x1p-60).has_value());  // -0 or +0
+  CHECK(certain_rounding(Format::fp16, 0.0, 0.0) == std::optional<uint32_t>(0));
+  CHECK_FALSE(certain_rounding(Format::fp16, 65520.0, 1e-9).has_value());  // the overflow threshold
+  CHECK(certain_rounding(Format::fp16, 65530.0, 1.0) == std::optional<uint32_t>(0x7c00));
+
+  // ulps of output 1 + 2^-10 against x in 1 + 2^-11 +- 2^-40: 0.5 ulp to within 2^-30 ulp.
+  auto u = certain_ulp_error(Format::fp16, 1 + 0x1p-10, mid, 0x1p-40, 0.01);
+  REQUIRE(u.has_value());
+  CHECK(u->cls == ErrorClass::finite);
+  CHECK(u->ulps == 0.5);
+  // Too wide for the resolution: 2^-10 ulp of 2^-10 is 1/1024 ulp... 2^-16 wide is 1/64 ulp > 0.005.
+  CHECK_FALSE(certain_ulp_error(Format::fp16, 1.0, mid, 0x1p-16, 0.01).has_value());
+  CHECK(certain_ulp_error(Format::fp16, 1.0, mid, 0x1p-20, 0.01).has_value());
+  // Straddling the binade at 2: below it the fp16 ulp is 2^-10, above 2^-9.
+  CHECK_FALSE(certain_ulp_error(Format::fp16, 2.0, 2.0, 0x1p-30, 0.01).has_value());
+  // Infinite outputs: the correct rounding beyond 65520 (0 ulps), nonfinite below it, undecided at it.
+  CHECK(certain_ulp_error(Format::fp16, kInf, 70000.0, 1.0, 0.01)->cls == ErrorClass::finite);
+  CHECK(certain_ulp_error(Format::fp16, kInf, 60000.0, 1.0, 0.01)->cls == ErrorClass::nonfinite_output);
+  CHECK(certain_ulp_error(Format::fp16, -kInf, 70000.0, 1.0, 0.01)->cls == ErrorClass::nonfinite_output);
+  CHECK_FALSE(certain_ulp_error(Format::fp16, kInf, 65520.0, 1.0, 0.01).has_value());
+  CHECK(certain_ulp_error(Format::fp16, std::nan(""), 1.0, 0.0, 0.01)->cls == ErrorClass::nonfinite_output);
+  // Near zero: the ulp is the minimum subnormal on both sides.
+  auto z = certain_ulp_error(Format::fp16, 0x1p-23, 0.0, 0x1p-40, 0.01);
+  REQUIRE(z.has_value());
+  CHECK(z->ulps == 2.0);
+}
+
+TEST_CASE("glibc exp and log stay within the error the analysis assumes", "[fast][libm]") {
+  // The analysis takes 4 ulp (2^-50 relative); glibc documents 1. Sampled against MPFR.
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> arg(-745.0, 0.0), larg(0.0, 40.0);
+  Real worst_exp = 0, worst_log = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const double a = i < 10000 ? arg(rng) : -std::ldexp(1.0, -static_cast<int>(rng() % 60)) * (1 + (rng() % 1000) / 1000.0);
+    const double e = std::exp(a);
+    if (e < 0x1p-1022) continue;  // subnormal results: covered by the absolute term
+    const Real exact = exp(Real(a));
+    const Real rel = abs(Real(e) - exact) / exact;
+    if (rel > worst_exp) worst_exp = rel;
+    const double x = std::exp(larg(rng));  // l in [1, e^40)
+    const Real lx = log(Real(x));
+    if (lx != 0) {
+      const Real r2 = abs(Real(std::log(x)) - lx) / abs(lx);
+      if (r2 > worst_log) worst_log = r2;
+    }
+  }
+  INFO("worst exp relative error " << worst_exp.convert_to<double>() << ", log " << worst_log.convert_to<double>());
+  CHECK(worst_exp <= Real(0x1p-52));  // within 1 ulp, 4x inside what the bound assumes
+  CHECK(worst_log <= Real(0x1p-52));
+}
+
+TEST_CASE("fast path equals the exact reference on random and adversarial problems", "[fast][property]") {
+  check_property(
+      "fast == exact",
+      [] {
+        const Shape s = *gen_shape();
+        const LseBase base = *rc::gen::inRange(0, 4) == 0 ? LseBase::two : LseBase::e;
+        check_problem(build(s), base, describe(s));
+      },
+      60);
+}
+
+TEST_CASE("each adversarial class once at a fixed seed (all shapes features)", "[fast][classes]") {
+  for (int k = 0; k < static_cast<int>(Kind::count); ++k) {
+    Shape s;
+    s.dtype = kFormats[k % 3];
+    s.kv_heads = 2;
+    s.group = 2;
+    s.d = 8;
+    s.sq = {7, 0, 12};
+    s.sk = {9, 3, 30};
+    s.causal = k % 2 == 0;
+    s.masked = k % 3 == 0;
+    s.kind = static_cast<Kind>(k);
+    s.seed = 1000 + k;
+    INFO(describe(s));
+    check_problem(build(s), LseBase::e, describe(s));
+  }
+}
+
+TEST_CASE("near-tie rows escalate and still equal the exact reference", "[fast][escalation]") {
+  int64_t escalated = 0, cases = 0;
+  // key_step 0: O exactly on fp16 midpoints; 1..3: within 2^-48 scale of them (below any fp64
+  // bound); 2^20 steps is delta = 2^-28: decidable, so both branches are exercised.
+  for (int key_step : {0, 1, 3, 1 << 20})
+    for (double v1 : {1.0, 0.3, 1000.0, 0x1p-14 * 1.5})
+      for (int d : {1, 4}) {
+        const AttentionProblem pb = near_tie(key_step, v1, d, static_cast<uint64_t>(key_step + d));
+        const int64_t e = check_problem(pb, LseBase::e, "near tie step " + std::to_string(key_step));
+        if (key_step < 4) {
+          CHECK(e == 1);  // the single row cannot be decided in fp16
+        }
+        escalated += e;
+        ++cases;
+      }
+  INFO("escalated " << escalated << " of " << cases);
+  CHECK(escalated >= 24);
+}
