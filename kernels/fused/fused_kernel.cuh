@@ -364,9 +364,10 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
 }
 
 // Launch one instantiation: grid (row tiles, heads, sequences x splits).
-template <bool BF16, int D, int BR, int BC, bool SPLIT>
+// M selects a deliberately broken variant (kernels/mutants/); the correct kernels use none.
+template <bool BF16, int D, int BR, int BC, bool SPLIT, Mutation M = Mutation::none>
 cudaError_t launch_fused_kernel(const KernelParams& p, int max_tq, int num_seqs, cudaStream_t stream) {
-  auto kernel = fused_attention_kernel<BF16, D, BR, BC, SPLIT>;
+  auto kernel = fused_attention_kernel<BF16, D, BR, BC, SPLIT, M>;
   constexpr int smem = fused_smem_bytes<BR, BC, D>();
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;

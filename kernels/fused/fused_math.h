@@ -30,6 +30,7 @@ enum class Mutation : int {
   none = 0,
   forget_rescale_o = 6,   // rescales l but not O when the max moves
   causal_off_by_one = 10, // causal sees one key too many (t + Tk - Tq + 1)
+  combine_plus_inf = 11,  // split-KV combine writes +inf (FlashAttention-2 style) for an all-empty row
   missing_barrier = 12,   // drops the barrier that protects a shared-memory buffer before reuse
   offsets_32bit = 13,     // element offsets computed in 32 bits
 };

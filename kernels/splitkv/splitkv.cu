@@ -20,7 +20,7 @@ namespace attncheck::kern {
 
 namespace {
 
-template <bool BF16>
+template <bool BF16, fused::Mutation M = fused::Mutation::none>
 __global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __restrict__ part_o,
                                                               const float* __restrict__ part_lse, void* out,
                                                               float* lse, int64_t total_q, int num_heads,
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __res
       pl_copy[s] = pl[s];
     }
     float o_final;
-    splitkv::fold_partials(po, pl_copy, num_splits, order, o_final, lse_final);
+    splitkv::fold_partials<M>(po, pl_copy, num_splits, order, o_final, lse_final);
     if constexpr (BF16) {
       o16[c] = __bfloat16_as_ushort(__float2bfloat16_rn(o_final));
     } else {
@@ -54,7 +54,10 @@ __global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __res
   }
   if (lse && lane == 0) {
     // Lane 0 folded at least one element (head_size >= 32), so lse_final is the folded LSE.
-    lse[int64_t(head) * total_q + tok] = lse_final * fused::kLn2;
+    float value = lse_final * fused::kLn2;
+    if constexpr (M == fused::Mutation::combine_plus_inf)
+      if (lse_final == fused::neg_inf_f()) value = fused::pos_inf_f();
+    lse[int64_t(head) * total_q + tok] = value;
   }
 }
 
