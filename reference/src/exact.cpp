@@ -26,6 +26,7 @@
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <type_traits>
 
 #include "precision_internal.hpp"
 
@@ -46,6 +47,69 @@ Real real_zero() {
   return r;
 }
 
+// Exact fixed-point accumulation of sum_j p_j W_j for one output column, used when the values are
+// fp16 (v = W 2^-24 with |W| < 2^40): p_j in (0, 1] is an MPFR number N 2^(e - 64 nl) (N its nl-limb
+// significand), so p_j W_j = N W 2^(e - 64 nl) is an integer product shifted by a power of two. The
+// sum is kept as integers (positive and negative parts) in units of 2^-F, F = 64 nl + 64: a term is
+// truncated only below that unit, an absolute error under 2^-F 2^-24 <= 2^-344 per term at 200 bits,
+// far below the rounded-add path's (n u sum p|v|) and below any fp32 subnormal. This replaces one
+// MPFR multiply and one MPFR add per element by one mpn multiply, shift and add.
+struct FixedAccumulator {
+  int nl = 0;  // limbs of p
+  int L = 0;   // limbs per accumulator
+  long F = 0;
+  std::vector<mp_limb_t> pos, neg, tmp;
+
+  void reset(mpfr_prec_t prec, int d) {
+    nl = static_cast<int>((prec + GMP_NUMB_BITS - 1) / GMP_NUMB_BITS);
+    L = nl + 4;  // term < 2^(64 (nl + 1) + 65), plus 31 bits of carries for up to 2^31 terms
+    F = 64L * nl + 64;
+    pos.assign(static_cast<size_t>(d) * L, 0);
+    neg.assign(static_cast<size_t>(d) * L, 0);
+    tmp.assign(static_cast<size_t>(nl) + 2, 0);
+  }
+
+  // p > 0 finite with exponent <= 1 (p <= 1).
+  void add(mpfr_srcptr p, int64_t w, int c) {
+    if (w == 0) return;
+    mp_limb_t* acc = (w > 0 ? pos.data() : neg.data()) + static_cast<size_t>(c) * L;
+    const mp_limb_t mag = w > 0 ? static_cast<mp_limb_t>(w) : static_cast<mp_limb_t>(-w);
+    const mp_limb_t* n = static_cast<const mp_limb_t*>(mpfr_custom_get_significand(p));
+    mp_limb_t* t = tmp.data();
+    t[nl] = mpn_mul_1(t, n, nl, mag);
+    mp_size_t len = nl + 1;
+    const long sh = mpfr_get_exp(p) + 64;  // the term in units of 2^-F is (N W) 2^sh
+    if (sh >= 0) {
+      const long off = sh / 64, bits = sh % 64;
+      if (bits) {
+        t[len] = mpn_lshift(t, t, len, static_cast<unsigned>(bits));
+        ++len;
+      }
+      mpn_add(acc + off, acc + off, L - off, t, len);
+    } else {
+      const long drop = (-sh) / 64, bits = (-sh) % 64;
+      if (drop >= len) return;  // entirely below the unit
+      mp_limb_t* src = t + drop;
+      len -= drop;
+      if (bits) mpn_rshift(src, src, len, static_cast<unsigned>(bits));
+      mpn_add(acc, acc, L, src, len);
+    }
+  }
+
+  // out = (pos - neg) 2^-(F + shift), rounded once.
+  void result(int c, long shift, mpfr_ptr out) {
+    mp_limb_t* a = pos.data() + static_cast<size_t>(c) * L;
+    mp_limb_t* b = neg.data() + static_cast<size_t>(c) * L;
+    const bool negative = mpn_cmp(a, b, L) < 0;
+    if (negative) std::swap(a, b);
+    mpn_sub_n(a, a, b, L);  // |difference|, in place
+    mpz_t z;
+    mpz_roinit_n(z, a, negative ? -static_cast<mp_size_t>(L) : static_cast<mp_size_t>(L));
+    mpfr_set_z(out, z, MPFR_RNDN);
+    mpfr_div_2ui(out, out, static_cast<unsigned long>(F + shift), MPFR_RNDN);  // exact
+  }
+};
+
 // Softmax-weighted sum over n scores (an array of mpfr, may contain +-inf/NaN) and value rows.
 // value(j, c) gives the c-th value element of key j as a double (the stored fp16/bf16/fp32 value:
 // at most 24 significand bits, so p * v is exact in prec + 24 bits). Writes O (d elements, normalised) and LSE.
@@ -55,13 +119,15 @@ struct WeightedSoftmax {
   Mp prod;  // p * v, exact: values carry at most 24 significand bits
   Mp vt;    // the value as an mpfr (exact)
   MpVec acc;
+  FixedAccumulator fixed;
   explicit WeightedSoftmax(mpfr_prec_t prec_, int d)
       : prec(prec_), m(prec_), p(prec_), l(prec_), t(prec_), prod(prec_ + 24), vt(24),
         acc(static_cast<size_t>(d), prec_) {}
 
-  template <class ValueAt>
+  // value_int(j, c), used when use_fixed, gives value(j, c) * 2^fixed_shift as an exact integer.
+  template <class ValueAt, class ValueInt>
   void run(size_t n, mpfr_srcptr scores, int d, ValueAt value, LseBase base, std::vector<Real>& o, Real& lse,
-           bool& empty) {
+           bool& empty, bool use_fixed = false, ValueInt value_int = nullptr, long fixed_shift = 0) {
     o.assign(static_cast<size_t>(d), Real());
     lse = Real();
     empty = false;
@@ -92,11 +158,19 @@ struct WeightedSoftmax {
       mpfr_set_inf(lse.backend().data(), 1);
       return;
     }
+    if (use_fixed) fixed.reset(prec, d);
     for (size_t j = 0; j < n; ++j) {
       if (mpfr_inf_p(scores + j)) continue;  // -inf: weight exactly zero
       mpfr_sub(p, scores + j, m, MPFR_RNDN);
       mpfr_exp(p, p, MPFR_RNDN);
       mpfr_add(l, l, p, MPFR_RNDN);
+      if constexpr (!std::is_same_v<ValueInt, std::nullptr_t>) {
+        if (use_fixed) {
+          if (mpfr_zero_p(p)) continue;  // underflowed MPFR's exponent range: below any unit
+          for (int c = 0; c < d; ++c) fixed.add(p, value_int(j, c), c);
+          continue;
+        }
+      }
       // An exact product and one rounded add: the same single rounding as mpfr_fma, and faster.
       for (int c = 0; c < d; ++c) {
         const double v = value(j, c);
@@ -106,6 +180,8 @@ struct WeightedSoftmax {
         mpfr_add(acc[c], acc[c], prod, MPFR_RNDN);
       }
     }
+    if (use_fixed)
+      for (int c = 0; c < d; ++c) fixed.result(c, fixed_shift, acc[c]);
     for (int c = 0; c < d; ++c) mpfr_div(o[c].backend().data(), acc[c], l, MPFR_RNDN);
     mpfr_log(t, l, MPFR_RNDN);
     mpfr_add(t, t, m, MPFR_RNDN);
@@ -127,7 +203,7 @@ Real logsumexp(const std::vector<Real>& x, LseBase base) {
   std::vector<Real> o;
   Real lse;
   bool empty = false;
-  ws.run(x.size(), s.data(), 0, [](size_t, int) { return 0.0; }, base, o, lse, empty);
+  ws.run(x.size(), s.data(), 0, [](size_t, int) { return 0.0; }, base, o, lse, empty, false, nullptr);
   return lse;
 }
 
@@ -253,6 +329,8 @@ struct KvSlice {
   std::vector<int64_t> k_int;  // fp16 only: k * 2^24, exact integers
   std::vector<uint8_t> k_finite;
   std::vector<double> v;  // [tk, d], exact
+  std::vector<int64_t> v_int;     // fp16 only: v * 2^24, exact integers (0 where not finite)
+  std::vector<uint8_t> v_finite;  // per key: every value element finite
 };
 
 constexpr int kFp16Shift = 24;  // fp16 values are integer multiples of 2^-24
@@ -265,16 +343,23 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   kv.k.resize(n);
   kv.k_finite.assign(static_cast<size_t>(tk), 1);
   kv.v.resize(n);
+  kv.v_finite.assign(static_cast<size_t>(tk), 1);
   const bool fp16 = pb.dtype == Format::fp16;
-  if (fp16) kv.k_int.resize(n);
+  if (fp16) {
+    kv.k_int.resize(n);
+    kv.v_int.resize(n);
+  }
   for (int32_t j = 0; j < tk; ++j) {
     const size_t base = (static_cast<size_t>(k_begin + j) * pb.num_kv_heads + kv_head) * d;
     for (int c = 0; c < d; ++c) {
       const double kd = decode(pb.dtype, pb.k[base + c]);
       kv.k[static_cast<size_t>(j) * d + c] = kd;
       if (!std::isfinite(kd)) kv.k_finite[j] = 0;
-      if (fp16 && std::isfinite(kd)) kv.k_int[static_cast<size_t>(j) * d + c] = static_cast<int64_t>(std::ldexp(kd, kFp16Shift));
-      kv.v[static_cast<size_t>(j) * d + c] = decode(pb.dtype, pb.v[base + c]);
+      if (fp16 && std::isfinite(kd)) kv.k_int[static_cast<size_t>(j) * d + c] = static_cast<int64_t>(kd * 0x1p24);
+      const double vd = decode(pb.dtype, pb.v[base + c]);
+      kv.v[static_cast<size_t>(j) * d + c] = vd;
+      if (!std::isfinite(vd)) kv.v_finite[j] = 0;
+      if (fp16) kv.v_int[static_cast<size_t>(j) * d + c] = std::isfinite(vd) ? static_cast<int64_t>(vd * 0x1p24) : 0;
     }
   }
 }
@@ -295,7 +380,7 @@ void load_query(const AttentionProblem& pb, int64_t token, int32_t head, Query& 
     const double x = decode(pb.dtype, pb.q[base + c]);
     qr.q[c] = x;
     if (!std::isfinite(x)) qr.finite = false;
-    else if (pb.dtype == Format::fp16) qr.q_int[c] = static_cast<int64_t>(std::ldexp(x, kFp16Shift));
+    else if (pb.dtype == Format::fp16) qr.q_int[c] = static_cast<int64_t>(x * 0x1p24);  // exact
   }
 }
 
@@ -350,11 +435,16 @@ struct RowEngine {
     const double scale = static_cast<double>(pb.softmax_scale);
     for (size_t i = 0; i < visible.size(); ++i) score(scores[i], pb.dtype, qr, kv, visible[i], scale);
     const std::vector<double>& v = kv.v;
+    const std::vector<int64_t>& vi = kv.v_int;
     const auto& vis = visible;
     const int dd = d;
-    ws.run(visible.size(), scores.data(), d,
-           [&v, &vis, dd](size_t i, int c) { return v[static_cast<size_t>(vis[i]) * dd + c]; }, base, out.o,
-           out.lse, out.empty);
+    bool use_fixed = pb.dtype == Format::fp16;
+    for (size_t i = 0; i < visible.size() && use_fixed; ++i) use_fixed = kv.v_finite[visible[i]] != 0;
+    ws.run(
+        visible.size(), scores.data(), d,
+        [&v, &vis, dd](size_t i, int c) { return v[static_cast<size_t>(vis[i]) * dd + c]; }, base, out.o,
+        out.lse, out.empty, use_fixed,
+        [&vi, &vis, dd](size_t i, int c) { return vi[static_cast<size_t>(vis[i]) * dd + c]; }, kFp16Shift);
     if (visible.empty()) out.empty = true;
   }
 };
@@ -392,9 +482,10 @@ ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t 
   const int32_t t = static_cast<int32_t>(token - off.q[s]);
   const int32_t tq = pb.seqlens_q[s], tk = pb.seqlens_k[s];
   const int32_t kv_head = head / (pb.num_heads / pb.num_kv_heads);
-  KvSlice kv;
+  // Thread-local buffers keep their capacity between calls: a long row then costs no fresh pages.
+  thread_local KvSlice kv;
+  thread_local Query qr;
   load_kv(pb, off.k[s], tk, kv_head, kv);
-  Query qr;
   load_query(pb, token, head, qr);
   RowEngine eng(prec, pb.head_size);
   const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + off.mask[s] + int64_t{t} * tk;

@@ -38,10 +38,42 @@ constexpr double kEval = 1 + 0x1p-40;  // inflation covering the rounding of the
 constexpr double kInvLn2 = 1.4426950408889634;      // double(1/ln 2), relative error <= u
 constexpr double kInvLn2Upper = 1.4426950408889636;  // above 1/ln 2
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int64_t kChunk = 256;  // keys per PV GEMM (see the chunked sum below)
 
 double gamma_n(double n) { return n * kU / (1 - n * kU); }
 
+// x != 0 finite is an odd integer times 2^quantum_exponent(x).
+constexpr int kNoQuantum = std::numeric_limits<int>::max();  // for 0: contributes nothing
+int quantum_exponent(double x) {
+  if (x == 0) return kNoQuantum;
+  int e = 0;
+  const double m = std::frexp(std::fabs(x), &e);  // m in [1/2, 1): m 2^53 is an integer
+  const auto mi = static_cast<uint64_t>(std::ldexp(m, 53));
+  return e - 53 + __builtin_ctzll(mi);
+}
+
 using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Decoding of stored elements: a table for the 16-bit formats (decode() per element costs more than
+// the GEMM flops it feeds when a single row is computed), decode() itself for fp32.
+class Decoder {
+ public:
+  explicit Decoder(Format f) : f_(f), table_(f == Format::fp32 ? nullptr : table(f).data()) {}
+  double operator()(uint32_t bits) const { return table_ ? table_[bits & 0xffffu] : decode(f_, bits); }
+
+ private:
+  static const std::vector<double>& table(Format f) {
+    static const std::vector<double> fp16 = build(Format::fp16), bf16 = build(Format::bf16);
+    return f == Format::fp16 ? fp16 : bf16;
+  }
+  static std::vector<double> build(Format f) {
+    std::vector<double> t(65536);
+    for (uint32_t b = 0; b < 65536; ++b) t[b] = decode(f, b);
+    return t;
+  }
+  Format f_;
+  const double* table_;
+};
 
 struct Offsets {
   std::vector<int64_t> q, k, mask;
@@ -67,6 +99,8 @@ struct Slice {
   RowMat k;     // [tk, d]; non-finite entries replaced by 0 (rows that see them are escalated)
   RowMat vaug;  // [tk, 2d + 1] = [v | 1 | |v|], non-finite v replaced by 0
   std::vector<double> kmax;                // max_j |k_jc| over the slice's finite keys
+  double knorm_max = 0;                    // >= max_j ||k_j||_2 over the finite keys
+  std::vector<int> kquantum;               // min_j quantum_exponent(k_jc) over the finite keys
   std::vector<int32_t> nonfinite_prefix;   // number of keys < j with a non-finite k or v
 };
 
@@ -81,27 +115,39 @@ void load_slice(const AttentionProblem& pb, const Offsets& off, size_t seq, int3
   sl.vaug.resize(sl.tk, 2 * d + 1);
   sl.kmax.assign(static_cast<size_t>(d), 0.0);
   sl.nonfinite_prefix.assign(static_cast<size_t>(sl.tk) + 1, 0);
+  sl.knorm_max = 0;
+  sl.kquantum.assign(static_cast<size_t>(d), kNoQuantum);
+  const Decoder dec(pb.dtype);
   for (int32_t j = 0; j < sl.tk; ++j) {
     const size_t base = (static_cast<size_t>(off.k[seq] + j) * pb.num_kv_heads + kv_head) * d;
     bool finite = true;
     for (int c = 0; c < d; ++c) {
-      const double kc = decode(pb.dtype, pb.k[base + c]);
-      const double vc = decode(pb.dtype, pb.v[base + c]);
+      const double kc = dec(pb.k[base + c]);
+      const double vc = dec(pb.v[base + c]);
       finite = finite && std::isfinite(kc) && std::isfinite(vc);
       sl.k(j, c) = std::isfinite(kc) ? kc : 0.0;
       sl.vaug(j, c) = std::isfinite(vc) ? vc : 0.0;
       sl.vaug(j, d + 1 + c) = std::fabs(sl.vaug(j, c));
     }
     sl.vaug(j, d) = 1.0;
-    if (finite)
-      for (int c = 0; c < d; ++c) sl.kmax[c] = std::max(sl.kmax[c], std::fabs(sl.k(j, c)));
+    if (finite) {
+      double sq = 0;
+      for (int c = 0; c < d; ++c) {
+        sl.kmax[c] = std::max(sl.kmax[c], std::fabs(sl.k(j, c)));
+        sl.kquantum[c] = std::min(sl.kquantum[c], quantum_exponent(sl.k(j, c)));
+        sq += sl.k(j, c) * sl.k(j, c);
+      }
+      sl.knorm_max = std::max(sl.knorm_max, sq);
+    }
     sl.nonfinite_prefix[j + 1] = sl.nonfinite_prefix[j] + (finite ? 0 : 1);
   }
+  // A sum of d squares rounds with relative error <= gamma(d + 1); sqrt adds u.
+  sl.knorm_max = std::sqrt(sl.knorm_max * (1 + gamma_n(d + 1))) * (1 + 2 * kU);
 }
 
 // Per-worker buffers: a block of queries, their score/weight rows and the PV results.
 struct Workspace {
-  RowMat q, s, r;
+  RowMat q, s, r, part;
   std::vector<uint8_t> q_finite;
   std::vector<double> eps, smax_abs;
   std::vector<FastRow> rows;
@@ -130,10 +176,11 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
   ws.eps.assign(static_cast<size_t>(count), 0.0);
   ws.smax_abs.assign(static_cast<size_t>(count), 0.0);
   ws.rows.resize(static_cast<size_t>(count));
+  const Decoder dec(pb.dtype);
   for (int32_t r = 0; r < count; ++r) {
     const size_t base = (static_cast<size_t>(sl.q_begin + t0 + r) * pb.num_heads + head) * d;
     for (int c = 0; c < d; ++c) {
-      const double x = decode(pb.dtype, pb.q[base + c]);
+      const double x = dec(pb.q[base + c]);
       if (!std::isfinite(x)) ws.q_finite[r] = 0;
       ws.q(r, c) = std::isfinite(x) ? x : 0.0;
     }
@@ -188,20 +235,41 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
       S(r, j) = std::exp(a);
     }
     // Argument error: |a_j - (s*_j - m)| <= E_dot (1 + u) + u (1 + 2u) |s_j| + u |a_j|.
-    double bq = 0;
-    for (int c = 0; c < d; ++c) bq += std::fabs(ws.q(r, c)) * sl.kmax[c];
-    bq *= 1 + gamma_n(d + 2);
-    const double e_dot = std::fabs(scale) * gamma_n(d) * bq;
+    // sum_c |q_c k_jc| <= min(sum_c |q_c| kmax_c, ||q|| max_j ||k_j||) (Cauchy-Schwarz).
+    double bq = 0, qsq = 0;
+    for (int c = 0; c < d; ++c) {
+      bq += std::fabs(ws.q(r, c)) * sl.kmax[c];
+      qsq += ws.q(r, c) * ws.q(r, c);
+    }
+    const double cauchy = std::sqrt(qsq * (1 + gamma_n(d + 1))) * (1 + 2 * kU) * sl.knorm_max;
+    bq = std::min(bq, cauchy) * (1 + gamma_n(d + 2));
+    // Exact dot products: every product q_c k_jc (exact in double) is a multiple of 2^qmin, and so
+    // is every partial sum, whatever the order; all of them are at most bq in magnitude. When
+    // bq <= 2^(53 + qmin) they are integers times 2^qmin below 2^53: representable, so the GEMM
+    // rounds nothing (typical of fp16 data: the score error then vanishes).
+    int qmin = kNoQuantum;
+    for (int c = 0; c < d; ++c) {
+      const int qe = quantum_exponent(ws.q(r, c));
+      if (qe != kNoQuantum && sl.kquantum[c] != kNoQuantum) qmin = std::min(qmin, qe + sl.kquantum[c]);
+    }
+    const bool exact_dot = qmin == kNoQuantum || bq <= std::ldexp(1.0, std::min(qmin + 53, 1023));
+    const double e_dot = exact_dot ? 0.0 : std::fabs(scale) * gamma_n(d) * bq;
     ws.eps[r] = (e_dot * (1 + kU) + kU * (1 + 2 * kU) * smax_abs + kU * amax) * kEval;
     ws.smax_abs[r] = std::fabs(m);
     fr.lse = m;  // the shift; finished below
   }
 
-  ws.r.resize(count, 2 * d + 1);
-  if (n > 0) ws.r.noalias() = S * sl.vaug.topRows(n);
-  else ws.r.setZero();
-
-  const double gn = gamma_n(static_cast<double>(n) + 1);
+  // P [V | 1 | |V|] in chunks of kChunk keys summed here in order: each chunk's GEMM errs by at
+  // most gamma(kChunk) of its sum of |terms|, the chunk sums add gamma(chunks), so the total is
+  // gamma(kChunk + chunks) instead of gamma(n) (28x tighter at n = 8192), for the same flops.
+  ws.r.setZero(count, 2 * d + 1);
+  int64_t chunks = 0;
+  for (int64_t k0 = 0; k0 < n; k0 += kChunk, ++chunks) {
+    const int64_t len = std::min<int64_t>(kChunk, n - k0);
+    ws.part.noalias() = S.middleCols(k0, len) * sl.vaug.middleRows(k0, len);
+    ws.r += ws.part;
+  }
+  const double gn = gamma_n(static_cast<double>(std::min<int64_t>(n, kChunk) + chunks) + 1);
   for (int32_t r = 0; r < count; ++r) {
     FastRow& fr = ws.rows[r];
     if (fr.empty || !fr.certified) continue;

@@ -3,6 +3,7 @@
 // over disjoint key ranges. Expected values are derived by hand in each case (one-hot keys, equal
 // scores whose softmax is a plain mean) or computed independently in double where that suffices.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -333,4 +334,48 @@ TEST_CASE("validate names the problem", "[attention][validate]") {
   fails_with(pb, "softmax_scale");
   CHECK_THROWS_WITH(exact_attention_row(good, 3, 0), Catch::Contains("token 3 outside"));
   CHECK_THROWS_WITH(exact_attention_row(good, 0, 4), Catch::Contains("head 4 outside"));
+}
+
+TEST_CASE("cancellation to a tiny output is resolved exactly", "[attention]") {
+  // Equal scores, v = 65504, -65504, 2^-24: O = 2^-24 / 3 exactly (the fp16 fixed-point path), and the
+  // same through the fp32 (MPFR) path.
+  for (Format f : {Format::fp16, Format::fp32}) {
+    AttentionProblem pb = problem(1, 1, 1, {1}, {3});
+    pb.dtype = f;
+    for (auto* t : {&pb.q, &pb.k}) for (auto& b : *t) b = round_to_format(f, 0.0);
+    pb.v = {round_to_format(f, 65504.0), round_to_format(f, -65504.0), round_to_format(f, std::ldexp(1.0, -24))};
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    const Real want = ldexp(Real(1), -24) / 3;
+    CHECK(abs(r.o[0] - want) <= ldexp(Real(1), -190) * want);
+    CHECK(near(r.lse, std::log(3.0)));
+  }
+}
+
+TEST_CASE("the fp16 fixed-point path agrees with the MPFR path on the same values", "[attention]") {
+  // fp16 values are exact in fp32, so the same problem stated in fp32 goes through the general
+  // (mpfr_sum scores, MPFR accumulation) path: an independent computation of the same numbers.
+  std::mt19937_64 rng(17);
+  std::normal_distribution<double> n01;
+  for (double score_spread : {0.1, 3.0, 40.0}) {
+    AttentionProblem p16 = problem(2, 1, 16, {2}, {50});
+    p16.softmax_scale = static_cast<float>(score_spread / 4.0);
+    for (auto& b : p16.q) b = h16(n01(rng));
+    for (auto& b : p16.k) b = h16(n01(rng));
+    for (size_t i = 0; i < p16.v.size(); ++i) {
+      // Wide magnitudes and both signs: large, ordinary, subnormal.
+      const int kind = static_cast<int>(i % 5);
+      const double x = kind == 0 ? std::clamp(30000.0 * n01(rng), -65504.0, 65504.0) : kind == 1 ? std::ldexp(n01(rng), -20) : n01(rng);
+      p16.v[i] = h16(x);
+    }
+    AttentionProblem p32 = p16;
+    p32.dtype = Format::fp32;
+    for (auto* t : {&p32.q, &p32.k, &p32.v})
+      for (auto& b : *t) b = round_to_format(Format::fp32, decode(Format::fp16, b));
+    const auto a = exact_attention(p16), b = exact_attention(p32);
+    for (size_t r = 0; r < a.size(); ++r) {
+      CHECK(abs(a[r].lse - b[r].lse) <= ldexp(Real(1), -180) * (1 + abs(b[r].lse)));
+      for (size_t c = 0; c < a[r].o.size(); ++c)
+        CHECK(abs(a[r].o[c] - b[r].o[c]) <= ldexp(Real(1), -170) * (1 + abs(b[r].o[c])) * 65504);
+    }
+  }
 }
