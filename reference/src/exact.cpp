@@ -23,7 +23,9 @@
 // expression templates.
 #include "attncheck/reference/exact.hpp"
 
+#include <atomic>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -47,13 +49,15 @@ Real real_zero() {
   return r;
 }
 
-// Exact fixed-point accumulation of sum_j p_j W_j for one output column, used when the values are
-// fp16 (v = W 2^-24 with |W| < 2^40): p_j in (0, 1] is an MPFR number N 2^(e - 64 nl) (N its nl-limb
-// significand), so p_j W_j = N W 2^(e - 64 nl) is an integer product shifted by a power of two. The
-// sum is kept as integers (positive and negative parts) in units of 2^-F, F = 64 nl + 64: a term is
-// truncated only below that unit, an absolute error under 2^-F 2^-24 <= 2^-344 per term at 200 bits,
-// far below the rounded-add path's (n u sum p|v|) and below any fp32 subnormal. This replaces one
-// MPFR multiply and one MPFR add per element by one mpn multiply, shift and add.
+// Exact fixed-point accumulation of sum_j p_j W_j for one output column, used when a KV slice's
+// finite values are integers W times one power of two 2^-s with |W| < 2^63 (always for fp16, where
+// s <= 24 + 16; for bf16/fp32 when the values span at most 62 bits). p_j in (0, 1] is an MPFR number
+// N 2^(e - 64 nl) (N its nl-limb significand), so p_j W_j = N W 2^(e - 64 nl) is an integer product
+// shifted by a power of two. The sum is kept as integers (positive and negative parts) in units of
+// 2^-F, F = 64 nl + 64: a term is truncated only below that unit, an absolute error under 2^-F 2^-s
+// per term (2^-344 for fp16 at 200 bits; in general below 2^-320 times the smallest value's ulp),
+// far below the rounded-add path's (n u sum p|v|). This replaces one MPFR multiply and one MPFR add
+// per element by one mpn multiply, shift and add.
 struct FixedAccumulator {
   int nl = 0;  // limbs of p
   int L = 0;   // limbs per accumulator
@@ -106,7 +110,7 @@ struct FixedAccumulator {
     mpz_t z;
     mpz_roinit_n(z, a, negative ? -static_cast<mp_size_t>(L) : static_cast<mp_size_t>(L));
     mpfr_set_z(out, z, MPFR_RNDN);
-    mpfr_div_2ui(out, out, static_cast<unsigned long>(F + shift), MPFR_RNDN);  // exact
+    mpfr_mul_2si(out, out, -(F + shift), MPFR_RNDN);  // exact
   }
 };
 
@@ -319,6 +323,13 @@ void validate(const AttentionProblem& pb) {
 }
 
 namespace {
+std::atomic<Accumulation> g_accumulation{Accumulation::automatic};
+}  // namespace
+
+void set_accumulation(Accumulation a) { g_accumulation.store(a); }
+Accumulation accumulation() { return g_accumulation.load(); }
+
+namespace {
 
 // One sequence's keys and values for one KV head, decoded once and shared by every query row
 // (and every query head of the GQA group) that reads them.
@@ -329,7 +340,11 @@ struct KvSlice {
   std::vector<int64_t> k_int;  // fp16 only: k * 2^24, exact integers
   std::vector<uint8_t> k_finite;
   std::vector<double> v;  // [tk, d], exact
-  std::vector<int64_t> v_int;     // fp16 only: v * 2^24, exact integers (0 where not finite)
+  // Values as exact integers v * 2^v_shift (0 where not finite), when the slice's finite nonzero
+  // values span at most 62 bits (always for fp16; typical bf16/fp32 activations too).
+  bool v_fixed_ok = false;
+  long v_shift = 0;
+  std::vector<int64_t> v_int;
   std::vector<uint8_t> v_finite;  // per key: every value element finite
 };
 
@@ -347,8 +362,9 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   const bool fp16 = pb.dtype == Format::fp16;
   if (fp16) {
     kv.k_int.resize(n);
-    kv.v_int.resize(n);
   }
+  const int prec_v = spec(pb.dtype).precision;
+  int max_e = std::numeric_limits<int>::min(), min_lsb = std::numeric_limits<int>::max();
   for (int32_t j = 0; j < tk; ++j) {
     const size_t base = (static_cast<size_t>(k_begin + j) * pb.num_kv_heads + kv_head) * d;
     for (int c = 0; c < d; ++c) {
@@ -359,8 +375,21 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
       const double vd = decode(pb.dtype, pb.v[base + c]);
       kv.v[static_cast<size_t>(j) * d + c] = vd;
       if (!std::isfinite(vd)) kv.v_finite[j] = 0;
-      if (fp16) kv.v_int[static_cast<size_t>(j) * d + c] = std::isfinite(vd) ? static_cast<int64_t>(vd * 0x1p24) : 0;
+      if (std::isfinite(vd) && vd != 0) {
+        int e = 0;
+        std::frexp(vd, &e);  // |vd| in [2^(e-1), 2^e): an integer multiple of 2^(e - p)
+        max_e = std::max(max_e, e);
+        min_lsb = std::min(min_lsb, e - prec_v);
+      }
     }
+  }
+  const bool any_nonzero = max_e != std::numeric_limits<int>::min();
+  kv.v_fixed_ok = accumulation() == Accumulation::automatic && (!any_nonzero || max_e - min_lsb <= 62);
+  kv.v_shift = any_nonzero ? -min_lsb : 0;
+  if (kv.v_fixed_ok) {
+    kv.v_int.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      kv.v_int[i] = std::isfinite(kv.v[i]) ? static_cast<int64_t>(std::ldexp(kv.v[i], static_cast<int>(kv.v_shift))) : 0;
   }
 }
 
@@ -438,13 +467,13 @@ struct RowEngine {
     const std::vector<int64_t>& vi = kv.v_int;
     const auto& vis = visible;
     const int dd = d;
-    bool use_fixed = pb.dtype == Format::fp16;
+    bool use_fixed = kv.v_fixed_ok;
     for (size_t i = 0; i < visible.size() && use_fixed; ++i) use_fixed = kv.v_finite[visible[i]] != 0;
     ws.run(
         visible.size(), scores.data(), d,
         [&v, &vis, dd](size_t i, int c) { return v[static_cast<size_t>(vis[i]) * dd + c]; }, base, out.o,
         out.lse, out.empty, use_fixed,
-        [&vi, &vis, dd](size_t i, int c) { return vi[static_cast<size_t>(vis[i]) * dd + c]; }, kFp16Shift);
+        [&vi, &vis, dd](size_t i, int c) { return vi[static_cast<size_t>(vis[i]) * dd + c]; }, kv.v_shift);
     if (visible.empty()) out.empty = true;
   }
 };

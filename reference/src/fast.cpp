@@ -149,7 +149,7 @@ void load_slice(const AttentionProblem& pb, const Offsets& off, size_t seq, int3
 struct Workspace {
   RowMat q, s, r, part;
   std::vector<uint8_t> q_finite;
-  std::vector<double> eps, smax_abs;
+  std::vector<double> eps;  // per row: bound on the exp arguments' error
   std::vector<FastRow> rows;
 };
 
@@ -174,7 +174,6 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
   ws.q.resize(count, d);
   ws.q_finite.assign(static_cast<size_t>(count), 1);
   ws.eps.assign(static_cast<size_t>(count), 0.0);
-  ws.smax_abs.assign(static_cast<size_t>(count), 0.0);
   ws.rows.resize(static_cast<size_t>(count));
   const Decoder dec(pb.dtype);
   for (int32_t r = 0; r < count; ++r) {
@@ -254,8 +253,7 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
     }
     const bool exact_dot = qmin == kNoQuantum || bq <= std::ldexp(1.0, std::min(qmin + 53, 1023));
     const double e_dot = exact_dot ? 0.0 : std::fabs(scale) * gamma_n(d) * bq;
-    ws.eps[r] = (e_dot * (1 + kU) + kU * (1 + 2 * kU) * smax_abs + kU * amax) * kEval;
-    ws.smax_abs[r] = std::fabs(m);
+    ws.eps[r] = (e_dot * (1 + kU) + kU * (1 + 2 * kU) * smax_abs + kU * amax + kTiny) * kEval;
     fr.lse = m;  // the shift; finished below
   }
 

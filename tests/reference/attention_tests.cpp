@@ -351,31 +351,56 @@ TEST_CASE("cancellation to a tiny output is resolved exactly", "[attention]") {
   }
 }
 
-TEST_CASE("the fp16 fixed-point path agrees with the MPFR path on the same values", "[attention]") {
-  // fp16 values are exact in fp32, so the same problem stated in fp32 goes through the general
-  // (mpfr_sum scores, MPFR accumulation) path: an independent computation of the same numbers.
+TEST_CASE("the fixed-point accumulation agrees with the rounded-add path", "[attention]") {
+  // Two independent computations of the same numbers: exact fixed-point sums (automatic) and
+  // correctly rounded adds of exact products (forced). fp16 problems are also restated in fp32,
+  // whose scores go through mpfr_sum instead of the integer dot product.
   std::mt19937_64 rng(17);
   std::normal_distribution<double> n01;
-  for (double score_spread : {0.1, 3.0, 40.0}) {
-    AttentionProblem p16 = problem(2, 1, 16, {2}, {50});
-    p16.softmax_scale = static_cast<float>(score_spread / 4.0);
-    for (auto& b : p16.q) b = h16(n01(rng));
-    for (auto& b : p16.k) b = h16(n01(rng));
-    for (size_t i = 0; i < p16.v.size(); ++i) {
-      // Wide magnitudes and both signs: large, ordinary, subnormal.
-      const int kind = static_cast<int>(i % 5);
-      const double x = kind == 0 ? std::clamp(30000.0 * n01(rng), -65504.0, 65504.0) : kind == 1 ? std::ldexp(n01(rng), -20) : n01(rng);
-      p16.v[i] = h16(x);
-    }
-    AttentionProblem p32 = p16;
-    p32.dtype = Format::fp32;
-    for (auto* t : {&p32.q, &p32.k, &p32.v})
-      for (auto& b : *t) b = round_to_format(Format::fp32, decode(Format::fp16, b));
-    const auto a = exact_attention(p16), b = exact_attention(p32);
-    for (size_t r = 0; r < a.size(); ++r) {
-      CHECK(abs(a[r].lse - b[r].lse) <= ldexp(Real(1), -180) * (1 + abs(b[r].lse)));
-      for (size_t c = 0; c < a[r].o.size(); ++c)
-        CHECK(abs(a[r].o[c] - b[r].o[c]) <= ldexp(Real(1), -170) * (1 + abs(b[r].o[c])) * 65504);
+  for (Format f : {Format::fp16, Format::bf16, Format::fp32}) {
+    for (double score_spread : {0.1, 3.0, 40.0}) {
+      AttentionProblem pb = problem(2, 1, 16, {2}, {50});
+      pb.dtype = f;
+      pb.softmax_scale = static_cast<float>(score_spread / 4.0);
+      for (auto& b : pb.q) b = round_to_format(f, n01(rng));
+      for (auto& b : pb.k) b = round_to_format(f, n01(rng));
+      for (size_t i = 0; i < pb.v.size(); ++i) {
+        // Wide magnitudes and both signs: large, tiny (subnormal in fp16), ordinary.
+        const int kind = static_cast<int>(i % 5);
+        const double x = kind == 0 ? std::clamp(30000.0 * n01(rng), -65504.0, 65504.0)
+                                   : kind == 1 ? std::ldexp(n01(rng), -20) : n01(rng);
+        pb.v[i] = round_to_format(f, x);
+      }
+      set_accumulation(Accumulation::automatic);
+      const auto a = exact_attention(pb);
+      set_accumulation(Accumulation::rounded_adds);
+      const auto b = exact_attention(pb);
+      std::vector<ExactRow> c;
+      if (f == Format::fp16) {
+        AttentionProblem p32 = pb;
+        p32.dtype = Format::fp32;
+        for (auto* t : {&p32.q, &p32.k, &p32.v})
+          for (auto& bits : *t) bits = round_to_format(Format::fp32, decode(Format::fp16, bits));
+        c = exact_attention(p32);
+      }
+      set_accumulation(Accumulation::automatic);
+      for (size_t r = 0; r < a.size(); ++r) {
+        CHECK(abs(a[r].lse - b[r].lse) <= ldexp(Real(1), -180) * (1 + abs(b[r].lse)));
+        for (size_t k = 0; k < a[r].o.size(); ++k) {
+          CHECK(abs(a[r].o[k] - b[r].o[k]) <= ldexp(Real(1), -170) * (1 + abs(b[r].o[k])) * 65504);
+          if (!c.empty()) CHECK(abs(a[r].o[k] - c[r].o[k]) <= ldexp(Real(1), -170) * (1 + abs(c[r].o[k])) * 65504);
+        }
+      }
     }
   }
+}
+
+TEST_CASE("values spanning more than 62 bits take the rounded-add path, exactly", "[attention]") {
+  // Equal scores, v = 2^100 and 2^-100 (fp32): O = 2^99 + 2^-101, which 201 bits hold exactly.
+  AttentionProblem pb = problem(1, 1, 1, {1}, {2});
+  pb.dtype = Format::fp32;
+  for (auto* t : {&pb.q, &pb.k}) for (auto& b : *t) b = round_to_format(Format::fp32, 0.0);
+  pb.v = {round_to_format(Format::fp32, std::ldexp(1.0, 100)), round_to_format(Format::fp32, std::ldexp(1.0, -100))};
+  const ExactRow r = exact_attention_row(pb, 0, 0);
+  CHECK(r.o[0] == ldexp(Real(1), 99) + ldexp(Real(1), -101));
 }

@@ -71,6 +71,15 @@ ExactRow exact_attention_row(const AttentionProblem&, int64_t token /*global ind
                              int32_t head, LseBase base = LseBase::e);
 std::vector<ExactRow> exact_attention(const AttentionProblem&, LseBase base = LseBase::e);  // [total_q][num_heads]
 
+// How attention accumulates O~ = sum p_j v_j. `automatic` (default) sums exactly in fixed point
+// when a KV slice's values allow it (always for fp16; bf16/fp32 values spanning at most 62 bits) and
+// otherwise adds correctly rounded exact products; `rounded_adds` always takes the second path. Both
+// meet the error bound of README.md; the switch exists so tests can compare two independent
+// computations. Process-wide.
+enum class Accumulation { automatic, rounded_adds };
+void set_accumulation(Accumulation);
+Accumulation accumulation();
+
 // A partial attention result: normalised output and its LSE (in `base`).
 struct ExactState {
   std::vector<Real> o;
