@@ -329,8 +329,8 @@ std::string render_markdown(const Report& r) {
   std::string upper = verdict;
   std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
   o << "## attncheck: " << upper << " (" << bad << " of " << rows.size() << " subject x property results not passing)\n\n";
-  o << "backend " << r.backend << (r.device.empty() ? "" : " (" + r.device + ")") << ", seed " << r.seed << ", "
-    << r.num_cases << " cases, suite " << r.suite << ", shard " << r.shard_index + 1 << "/" << r.shard_count;
+  o << "backend " << r.backend << (r.device.empty() || r.device == r.backend ? "" : " (" + r.device + ")") << ", seed "
+    << r.seed << ", " << r.num_cases << " cases, suite " << r.suite << ", shard " << r.shard_index << "/" << r.shard_count;
   if (r.shards_merged.size() > 1) o << " (" << r.shards_merged.size() << " shards merged)";
   o << ", attncheck " << r.tool_version << (r.git_describe.empty() ? "" : " (" + r.git_describe + ")") << "\n";
   if (r.interrupted) o << "\n**Interrupted**: this report holds what completed before Ctrl-C.\n";

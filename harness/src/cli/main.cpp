@@ -36,6 +36,7 @@
 #include "attncheck/reference/precision.hpp"
 #include "attncheck/report.hpp"
 #include "attncheck/shard.hpp"
+#include "mutants.hpp"
 
 #ifndef ATTNCHECK_GIT_DESCRIBE
 #define ATTNCHECK_GIT_DESCRIBE ""
@@ -721,6 +722,7 @@ int main(int argc, char** argv) {
   rmerge->add_flag("--no-plots", merge_no_plots, "do not render plots");
 
   auto* selfcheck = app.add_subcommand("selfcheck", "the exact reference checks itself against known values");
+  const auto mutants = ac::cli::add_mutants_command(app);  // mutants.cpp (issue 6)
 
   try {
     app.parse(argc, argv);
@@ -757,6 +759,7 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (rmerge->parsed()) return run_report_merge(merge_dirs, merge_out, merge_no_plots);
+    if (mutants.app->parsed()) return mutants.run();
     if (selfcheck->parsed()) {
       try {
         std::printf("%s\n", attncheck::ref::self_check().c_str());

@@ -1,0 +1,401 @@
+// `attncheck mutants`: the mutation self-test (issue 6). Runs the default gate (the properties of
+// the `gate` suite, default number of cases) against every deliberately broken kernel of
+// kernels/mutants/ and against the correct kernels they derive from, and prints one table:
+// mutant, killed or survived, the property that killed it first, cases and seconds until that
+// property's first failure, and the size of the shrunk counterexample. Exit 0 when every mutant is
+// killed and every correct kernel passes; 1 otherwise; 2 on a usage error.
+//
+// --oracle also runs the peer suites' acceptance rules (properties/include/attncheck/
+// peer_oracles.hpp: vllm, flashattn, pytorch) against the same subjects and prints the kill-count
+// comparison. Host twins by default; --backend cuda runs the CUDA mutants, including the missing
+// barrier (12). Mutant 13 needs a tensor past 2^31 elements and is left to its dedicated GPU test
+// (tests/mutants, mutants_large_gpu): the table says so and it counts as neither.
+// Writes <report-dir>/mutants.md (the table, markdown), mutants.json and corpus/ (the shrunk
+// counterexamples, replayable with `attncheck replay`).
+#include "mutants.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attncheck/abi_subject.hpp"
+#include "attncheck/peer_oracles.hpp"
+#include "attncheck/properties.hpp"
+#include "attncheck/report.hpp"
+#include "attncheck/shard.hpp"
+#include "common/registry.h"
+#include "mutants/mutants.h"
+
+namespace attncheck::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2;
+
+struct Usage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::string backend = "host", report_dir = "attncheck-mutants";
+  std::vector<std::string> oracles = {"attncheck"}, only;
+  uint64_t seed = 1;
+  int cases = 100, peer_cases = 100, max_keys = 64;
+  bool quiet = false, no_correct = false, first_kill = false;
+};
+
+// One subject's outcome under the attncheck gate.
+struct GateOutcome {
+  bool ran = false;         // false: not runnable here (mutant 13)
+  bool failed = false;      // any property failed or crashed
+  std::string killer;       // the failing property with the fewest cases to its first failure
+  std::string failure_class, message, reproduce;
+  int cases = -1;
+  double seconds_to_failure = -1, seconds_total = 0;
+  CaseSize size;
+  bool has_size = false;
+  std::vector<std::string> all_killers;
+  std::string note;
+};
+
+struct Row {
+  int number = 0;             // 0 for a correct kernel
+  std::string name, bug, expected, correct_twin;
+  Subject* subject = nullptr; // null: not registered on this backend
+  GateOutcome gate;
+  std::map<std::string, PeerResult> peers;
+};
+
+std::vector<std::string> split_csv(const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    std::stringstream ss(item);
+    std::string part;
+    while (std::getline(ss, part, ','))
+      if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
+  GateOutcome g;
+  g.ran = true;
+  int best_cases = 0;
+  for (const PropertyInfo& p : all_properties()) {
+    if (!p.in_gate || !property_applies(p, s)) continue;
+    RunConfig cfg;
+    cfg.seed = case_stream_seed(o.seed, 0, 1, p.name, s.name());
+    cfg.num_cases = o.cases;
+    cfg.max_keys = o.max_keys;
+    cfg.corpus_dir = o.report_dir + "/corpus";
+    const PropertyResult r = run_property(p.name, s, cfg);
+    g.seconds_total += r.seconds;
+    const bool fail = r.status == PropertyResult::Status::failed || r.status == PropertyResult::Status::crashed;
+    if (!o.quiet)
+      std::fprintf(stderr, "  %-34s %-22s %-8s %4d cases %7.2f s%s%s\n", s.name().c_str(), p.name.c_str(),
+                   status_name(r.status), r.cases_run, r.seconds, fail ? "  " : "", fail ? r.message.c_str() : "");
+    if (!fail) continue;
+    g.failed = true;
+    g.all_killers.push_back(p.name);
+    const int c = r.cases_to_first_failure > 0 ? r.cases_to_first_failure : r.cases_run;
+    if (g.killer.empty() || c < best_cases) {
+      best_cases = c;
+      g.killer = p.name;
+      g.failure_class = r.failure_class;
+      g.message = r.message;
+      g.reproduce = r.reproduce_command;
+      g.cases = c;
+      g.seconds_to_failure = r.seconds_to_first_failure >= 0 ? r.seconds_to_first_failure : r.seconds;
+      g.size = r.counterexample_size;
+      g.has_size = r.status == PropertyResult::Status::failed;
+    }
+    if (is_mutant && o.first_kill) break;
+  }
+  return g;
+}
+
+std::string size_text(const GateOutcome& g) {
+  if (!g.has_size) return "-";
+  std::ostringstream s;
+  s << g.size.tokens << " tok, " << g.size.keys << " keys, " << g.size.heads << " heads, d " << g.size.head_size;
+  return s.str();
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+// The markdown table (stdout and mutants.md).
+std::string render(const std::vector<Row>& rows, const Options& o, const std::vector<std::string>& peers,
+                   bool gate_ran, const std::string& backend_note) {
+  std::ostringstream md;
+  md << "# attncheck mutants\n\n"
+     << "backend: " << backend_note << "; seed " << o.seed << "; gate cases per property " << o.cases
+     << "; peer cases " << o.peer_cases << "; " << utc_timestamp() << "\n\n";
+  if (gate_ran) {
+    md << "| # | subject | verdict | killed by | cases | seconds | shrunk counterexample | expected | also failed |\n"
+       << "|---|---|---|---|---|---|---|---|---|\n";
+    for (const Row& r : rows) {
+      const GateOutcome& g = r.gate;
+      std::string verdict;
+      if (!r.subject) verdict = "not on this backend";
+      else if (!g.ran) verdict = "GPU test";
+      else if (r.number > 0) verdict = g.failed ? "killed" : "**SURVIVED**";
+      else verdict = g.failed ? "**FAILED**" : "passed";
+      std::string also;
+      for (const auto& k : g.all_killers)
+        if (k != g.killer) also += (also.empty() ? "" : ", ") + k;
+      md << "| " << (r.number ? std::to_string(r.number) : "-") << " | " << r.name << " | " << verdict << " | "
+         << (g.killer.empty() ? (g.ran ? "-" : g.note) : g.killer + " (" + g.failure_class + ")") << " | "
+         << (g.cases > 0 ? std::to_string(g.cases) : "-") << " | "
+         << (g.seconds_to_failure >= 0 ? fixed(g.seconds_to_failure, 3) : "-") << " | " << size_text(g) << " | "
+         << (r.number ? r.expected : "-") << " | " << (also.empty() ? "-" : also) << " |\n";
+    }
+    md << "\n";
+  }
+  if (!peers.empty()) {
+    md << "| # | subject |" << (gate_ran ? " attncheck |" : "");
+    for (const auto& p : peers) md << " " << p << " |";
+    md << "\n|---|---|" << (gate_ran ? "---|" : "");
+    for (size_t i = 0; i < peers.size(); ++i) md << "---|";
+    md << "\n";
+    for (const Row& r : rows) {
+      if (!r.subject) continue;
+      md << "| " << (r.number ? std::to_string(r.number) : "-") << " | " << r.name << " |";
+      auto mark = [&](bool ran, bool fail) -> std::string {
+        if (!ran) return " n/a |";
+        if (r.number > 0) return fail ? " killed |" : " survived |";
+        return fail ? " **false alarm** |" : " passed |";
+      };
+      if (gate_ran) md << mark(r.gate.ran, r.gate.failed);
+      for (const auto& p : peers) {
+        auto it = r.peers.find(p);
+        const bool ran = it != r.peers.end() && it->second.applicable;
+        md << mark(ran, ran && it->second.killed);
+      }
+      md << "\n";
+    }
+    // Kill counts.
+    md << "\n| oracle | mutants killed | correct kernels passed |\n|---|---|---|\n";
+    auto count = [&](auto killed_of, auto ran_of) {
+      int killed = 0, mutants = 0, passed = 0, correct = 0;
+      for (const Row& r : rows) {
+        if (!r.subject || !ran_of(r)) continue;
+        if (r.number > 0) {
+          ++mutants;
+          killed += killed_of(r);
+        } else {
+          ++correct;
+          passed += !killed_of(r);
+        }
+      }
+      return std::to_string(killed) + " of " + std::to_string(mutants) + " | " + std::to_string(passed) + " of " +
+             std::to_string(correct);
+    };
+    if (gate_ran)
+      md << "| attncheck gate | "
+         << count([](const Row& r) { return r.gate.failed; }, [](const Row& r) { return r.gate.ran; }) << " |\n";
+    for (const auto& p : peers)
+      md << "| " << p << " | "
+         << count([&](const Row& r) { return r.peers.at(p).killed; },
+                  [&](const Row& r) { return r.peers.count(p) && r.peers.at(p).applicable; })
+         << " |\n";
+  }
+  return md.str();
+}
+
+nlohmann::json to_json(const std::vector<Row>& rows) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Row& r : rows) {
+    nlohmann::json e;
+    e["number"] = r.number;
+    e["subject"] = r.name;
+    e["mutant"] = r.number > 0;
+    e["registered"] = r.subject != nullptr;
+    if (r.number > 0) {
+      e["bug"] = r.bug;
+      e["expected_killer"] = r.expected;
+      e["correct_subject"] = r.correct_twin;
+    }
+    const GateOutcome& g = r.gate;
+    e["gate"] = {{"ran", g.ran},
+                 {"failed", g.failed},
+                 {"killer", g.killer},
+                 {"failure_class", g.failure_class},
+                 {"cases_to_first_failure", g.cases},
+                 {"seconds_to_first_failure", g.seconds_to_failure},
+                 {"seconds", g.seconds_total},
+                 {"counterexample", {{"tokens", g.size.tokens}, {"keys", g.size.keys}, {"heads", g.size.heads},
+                                     {"head_size", g.size.head_size}}},
+                 {"all_failed", g.all_killers},
+                 {"message", g.message},
+                 {"reproduce", g.reproduce},
+                 {"note", g.note}};
+    for (const auto& [name, p] : r.peers)
+      e["peers"][name] = {{"applicable", p.applicable}, {"killed", p.killed}, {"cases_run", p.cases_run},
+                          {"cases_to_first_failure", p.cases_to_first_failure},
+                          {"seconds_to_first_failure", p.seconds_to_first_failure}, {"message", p.message}};
+    j.push_back(e);
+  }
+  return j;
+}
+
+int run(const Options& o) {
+  // 1. Validate everything first.
+  Backend backend;
+  try {
+    backend = parse_backend(o.backend);
+  } catch (const std::invalid_argument& e) {
+    throw Usage(e.what());
+  }
+  const BackendResolution res = resolve_backend(backend);
+  if (backend == Backend::cuda && res.backend != Backend::cuda) throw Usage("--backend cuda: " + res.note);
+  const bool cuda = res.backend == Backend::cuda;
+  bool gate = false;
+  std::vector<std::string> peers;
+  for (const auto& name : split_csv(o.oracles)) {
+    if (name == "all") {
+      gate = true;
+      for (PeerOracle p : all_peer_oracles()) peers.push_back(peer_oracle_name(p));
+    } else if (name == "attncheck") {
+      gate = true;
+    } else if (parse_peer_oracle(name)) {
+      peers.push_back(name);
+    } else {
+      throw Usage("unknown oracle '" + name + "' (attncheck, vllm, flashattn, pytorch, all)");
+    }
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  if (o.cases < 1 || o.peer_cases < 1) throw Usage("--cases and --peer-cases must be at least 1");
+  const std::vector<std::string> only = split_csv(o.only);
+  for (const auto& n : only)
+    if (!kern::find_mutant(n)) throw Usage("unknown mutant '" + n + "' (see attncheck mutants --list)");
+  try {
+    ensure_writable_dir(o.report_dir);
+    ensure_writable_dir(o.report_dir + "/corpus");
+  } catch (const ReportError& e) {
+    throw Usage(e.what());
+  }
+
+  // 2. Subjects: the mutants of this backend and the correct kernels they derive from.
+  std::vector<ac_subject> raw;
+  kern::append_mutant_subjects(raw, cuda);
+  auto mutant_subjects = adapt_subjects(raw, "builtin-mutant");
+  std::string note;
+  auto builtins = load_builtin_subjects(res.backend, &note);
+  auto find = [](auto& list, const std::string& name) -> Subject* {
+    for (auto& s : list)
+      if (s->name() == name) return s.get();
+    return nullptr;
+  };
+  std::vector<Row> rows;
+  std::set<std::string> twins;
+  for (const kern::MutantInfo& m : kern::mutant_table()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), m.name) == only.end()) continue;
+    Row r;
+    r.number = m.number;
+    r.name = m.name;
+    r.bug = m.bug;
+    r.expected = m.expected_killer;
+    r.correct_twin = m.correct_subject;
+    r.subject = find(mutant_subjects, m.name);
+    if (m.number == 13) r.gate.note = "needs a tensor past 2^31 elements: ctest -R mutants_large_gpu";
+    rows.push_back(r);
+    twins.insert(m.correct_subject);
+  }
+  if (!o.no_correct)
+    for (const auto& t : twins) {
+      Row r;
+      r.name = t;
+      r.subject = find(builtins, t);
+      rows.push_back(r);
+    }
+
+  // 3. Run.
+  if (!o.quiet) std::fprintf(stderr, "%s\n", note.c_str());
+  for (Row& r : rows) {
+    if (!r.subject) continue;
+    if (gate && r.number != 13) r.gate = run_gate(*r.subject, o, r.number > 0);
+    for (const auto& p : peers) {
+      const PeerResult pr = run_peer_oracle(*parse_peer_oracle(p), *r.subject, o.seed, o.peer_cases);
+      if (!o.quiet)
+        std::fprintf(stderr, "  %-34s %-22s %s (%d cases)%s%s\n", r.name.c_str(), ("oracle " + p).c_str(),
+                     !pr.applicable ? "n/a" : pr.killed ? "failed" : "passed", pr.cases_run,
+                     pr.killed ? "  " : "", pr.killed ? pr.message.c_str() : "");
+      r.peers[p] = pr;
+    }
+  }
+
+  // 4. Report.
+  const std::string md = render(rows, o, peers, gate, note);
+  std::printf("%s", md.c_str());
+  {
+    std::ofstream f(o.report_dir + "/mutants.md");
+    f << md;
+    std::ofstream j(o.report_dir + "/mutants.json");
+    j << to_json(rows).dump(2) << "\n";
+  }
+  int survived = 0, correct_failed = 0;
+  if (gate)
+    for (const Row& r : rows) {
+      if (!r.subject || !r.gate.ran) continue;
+      if (r.number > 0) survived += !r.gate.failed;
+      else correct_failed += r.gate.failed;
+    }
+  std::printf("\nattncheck mutants: %d survived, %d correct kernels failed; table in %s/mutants.md\n", survived,
+              correct_failed, o.report_dir.c_str());
+  return survived || correct_failed ? kExitFailed : kExitOk;
+}
+
+}  // namespace
+
+MutantsCommand add_mutants_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto list = std::make_shared<bool>(false);
+  MutantsCommand c;
+  c.app = app.add_subcommand("mutants",
+                             "mutation self-test: the default gate against every deliberately broken kernel");
+  c.app->add_option("--backend", o->backend, "host (default: the host twins) | cuda (GPU mutants too) | auto");
+  c.app->add_option("--oracle", o->oracles,
+                    "attncheck (default) | vllm | flashattn | pytorch | all (repeatable or comma-separated)");
+  c.app->add_option("--mutant", o->only, "only these mutants (names, repeatable or comma-separated)");
+  c.app->add_option("--seed", o->seed, "seed (default 1)");
+  c.app->add_option("--cases", o->cases, "gate cases per (subject, property) (default 100, the gate's)");
+  c.app->add_option("--peer-cases", o->peer_cases, "cases per (subject, peer oracle) (default 100)");
+  c.app->add_option("--max-keys", o->max_keys, "longest key row generated (default 64, the gate's)");
+  c.app->add_option("--report-dir", o->report_dir, "where mutants.md, mutants.json and corpus/ go");
+  c.app->add_flag("--no-correct", o->no_correct, "skip the correct kernels");
+  c.app->add_flag("--first-kill", o->first_kill, "stop a mutant's gate at its first failing property");
+  c.app->add_flag("--list", *list, "list the mutants and exit");
+  c.app->add_flag("--quiet", o->quiet, "print only the table");
+  c.run = [o, list]() -> int {
+    if (*list) {
+      for (const kern::MutantInfo& m : kern::mutant_table())
+        std::printf("%2d  %-34s %s\n    correct: %s; expected killer: %s%s\n", m.number, m.name, m.bug,
+                    m.correct_subject, m.expected_killer, m.gpu_only ? "; GPU only" : "");
+      return kExitOk;
+    }
+    try {
+      return run(*o);
+    } catch (const Usage& e) {
+      std::fprintf(stderr, "attncheck mutants: %s\n", e.what());
+      return kExitUsage;
+    }
+  };
+  return c;
+}
+
+}  // namespace attncheck::cli
