@@ -29,9 +29,11 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, int32_t d, std::mt19937_64& rng) {
+AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, int32_t d,
+                                std::mt19937_64& rng) {
   std::normal_distribution<double> n01(0.0, 1.0);
-  AttentionProblem pb{Format::fp16, h, hkv, d, {tq}, {tk}, false, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}};
+  AttentionProblem pb{
+      Format::fp16, h, hkv, d, {tq}, {tk}, false, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}};
   auto fill = [&](std::vector<uint32_t>& t, size_t n) {
     t.resize(n);
     for (auto& b : t) b = round_to_format(Format::fp16, n01(rng));
@@ -60,8 +62,8 @@ int main() {
       ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       if (row.empty) return 1;
     }
-    std::printf("attention row  T = %5d: %9.3f ms wall, %9.3f ms cpu (median of %d)\n", t, median(ms), median(cpu),
-                repeats);
+    std::printf("attention row  T = %5d: %9.3f ms wall, %9.3f ms cpu (median of %d)\n", t, median(ms),
+                median(cpu), repeats);
   }
   {
     // A GQA group of 4 query heads over one KV head, 4 query rows: exact_attention decodes K/V once.

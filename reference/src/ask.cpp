@@ -13,8 +13,10 @@ namespace {
 
 std::string bits_hex(Format f, uint32_t bits) {
   char buf[32];
-  if (spec(f).storage_bits == 16) std::snprintf(buf, sizeof buf, "0x%04x", bits);
-  else std::snprintf(buf, sizeof buf, "0x%08x", bits);
+  if (spec(f).storage_bits == 16)
+    std::snprintf(buf, sizeof buf, "0x%04x", bits);
+  else
+    std::snprintf(buf, sizeof buf, "0x%08x", bits);
   return buf;
 }
 
@@ -35,8 +37,8 @@ std::string exact_decimal(double x) {
 std::string rounded_line(Format f, const Real& x) {
   const uint32_t b = round_to_format(f, x);
   std::ostringstream os;
-  os << spec(f).name << " " << to_hexfloat(f, b) << "  bits " << bits_hex(f, b) << "  (= " << exact_decimal(decode(f, b))
-     << ")";
+  os << spec(f).name << " " << to_hexfloat(f, b) << "  bits " << bits_hex(f, b)
+     << "  (= " << exact_decimal(decode(f, b)) << ")";
   return os.str();
 }
 
@@ -88,10 +90,11 @@ std::string self_check() {
   auto expect_bits = [&](Format f, const std::string& value, uint32_t want, const std::string& why) {
     const uint32_t got = round_to_format(f, parse_real(value));
     if (got != want)
-      throw ReferenceError("self-check failed: " + std::string(spec(f).name) + " rounding of " + value + " gave " +
-                           bits_hex(f, got) + ", expected " + bits_hex(f, want) + " (" + why + ")");
-    report << "ok  " << spec(f).name << " round(" << value << ") = " << to_hexfloat(f, want) << " [" << bits_hex(f, want)
-           << "]: " << why << "\n";
+      throw ReferenceError("self-check failed: " + std::string(spec(f).name) + " rounding of " + value +
+                           " gave " + bits_hex(f, got) + ", expected " + bits_hex(f, want) + " (" + why +
+                           ")");
+    report << "ok  " << spec(f).name << " round(" << value << ") = " << to_hexfloat(f, want) << " ["
+           << bits_hex(f, want) << "]: " << why << "\n";
     ++checks;
   };
   auto expect = [&](bool ok, const std::string& what) {
@@ -102,11 +105,14 @@ std::string self_check() {
 
   report << "attncheck reference self-check (working precision " << precision_bits() << " bits)\n";
   // Rounding traps (FACTS.md): values that double-round through float.
-  expect_bits(Format::fp16, "0x1.00200000001p0", 0x3c01, "1+2^-11+2^-40 rounds up; through float it would tie down to 1");
-  expect_bits(Format::fp16, "0x1.000001p-25", 0x0001, "just above half the minimum subnormal; through float it ties to 0");
+  expect_bits(Format::fp16, "0x1.00200000001p0", 0x3c01,
+              "1+2^-11+2^-40 rounds up; through float it would tie down to 1");
+  expect_bits(Format::fp16, "0x1.000001p-25", 0x0001,
+              "just above half the minimum subnormal; through float it ties to 0");
   expect_bits(Format::fp16, "0x1p-25", 0x0000, "exactly half the minimum subnormal ties to even (zero)");
   expect_bits(Format::fp16, "65519.99", 0x7bff, "below the overflow threshold 65520: largest finite 65504");
-  expect_bits(Format::fp16, "65520", 0x7c00, "the overflow threshold max + ulp/2 ties away from 65504 (odd) to infinity");
+  expect_bits(Format::fp16, "65520", 0x7c00,
+              "the overflow threshold max + ulp/2 ties away from 65504 (odd) to infinity");
   expect_bits(Format::fp16, "-0", 0x8000, "signed zero kept");
   expect_bits(Format::bf16, "0x1.01p0", 0x3f80, "1 + 2^-8 is a tie, to even (1)");
   expect_bits(Format::bf16, "0x1.03p0", 0x3f82, "1 + 3*2^-8 is a tie, to even (1 + 2^-6)");
@@ -156,7 +162,8 @@ std::string self_check() {
       o_direct += exp(xi - 8) * xi;
     }
     const Real tol = ldexp(Real(1), -static_cast<int>(precision_bits()) + 8);
-    expect(m_before_3 == 3 && st.m == 8, "seed example: running max 3 before block 3, 8 after (alpha = e^-5)");
+    expect(m_before_3 == 3 && st.m == 8,
+           "seed example: running max 3 before block 3, 8 after (alpha = e^-5)");
     expect(abs(st.l - l_direct) <= tol * l_direct && abs(st.o[0] - o_direct) <= tol * abs(o_direct),
            "seed example: online l = " + to_decimal(st.l, 20) + " and O~ equal the direct sums");
     expect(abs(logsumexp(all) - (8 + log(l_direct))) <= tol * 10, "seed example: logsumexp = 8 + log l");
@@ -169,9 +176,11 @@ std::string self_check() {
     ExactState fa2{{Real(0), Real(0)}, Real(INFINITY)};
     const ExactState r1 = exact_merge({a, id}), r2 = exact_merge({fa2, a});
     expect(r1.o[0] == 1 && r1.o[1] == -2 && r1.lse == a.lse, "merge: (0, -inf) is the identity");
-    expect(r2.o[0] == 1 && r2.o[1] == -2 && r2.lse == a.lse, "merge: +inf LSE is read as FA2's empty sentinel");
+    expect(r2.o[0] == 1 && r2.o[1] == -2 && r2.lse == a.lse,
+           "merge: +inf LSE is read as FA2's empty sentinel");
     const ExactState r3 = exact_merge({id, fa2});
-    expect(r3.o[0] == 0 && r3.o[1] == 0 && isinf(r3.lse) && r3.lse < 0, "merge: both empty gives O = 0, LSE = -inf (no NaN)");
+    expect(r3.o[0] == 0 && r3.o[1] == 0 && isinf(r3.lse) && r3.lse < 0,
+           "merge: both empty gives O = 0, LSE = -inf (no NaN)");
   }
   report << checks << " checks passed\n";
   return report.str();

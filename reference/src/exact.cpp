@@ -116,7 +116,8 @@ struct FixedAccumulator {
 
 // Softmax-weighted sum over n scores (an array of mpfr, may contain +-inf/NaN) and value rows.
 // value(j, c) gives the c-th value element of key j as a double (the stored fp16/bf16/fp32 value:
-// at most 24 significand bits, so p * v is exact in prec + 24 bits). Writes O (d elements, normalised) and LSE.
+// at most 24 significand bits, so p * v is exact in prec + 24 bits). Writes O (d elements, normalised) and
+// LSE.
 struct WeightedSoftmax {
   mpfr_prec_t prec;
   Mp m, p, l, t;
@@ -125,7 +126,13 @@ struct WeightedSoftmax {
   MpVec acc;
   FixedAccumulator fixed;
   explicit WeightedSoftmax(mpfr_prec_t prec_, int d)
-      : prec(prec_), m(prec_), p(prec_), l(prec_), t(prec_), prod(prec_ + 24), vt(24),
+      : prec(prec_),
+        m(prec_),
+        p(prec_),
+        l(prec_),
+        t(prec_),
+        prod(prec_ + 24),
+        vt(24),
         acc(static_cast<size_t>(d), prec_) {}
 
   // value_int(j, c), used when use_fixed, gives value(j, c) * 2^fixed_shift as an exact integer.
@@ -178,7 +185,7 @@ struct WeightedSoftmax {
       // An exact product and one rounded add: the same single rounding as mpfr_fma, and faster.
       for (int c = 0; c < d; ++c) {
         const double v = value(j, c);
-        if (v == 0) continue;  // adds exactly nothing
+        if (v == 0) continue;          // adds exactly nothing
         mpfr_set_d(vt, v, MPFR_RNDN);  // exact (<= 24 bits); inf and NaN carry through
         mpfr_mul(prod, p, vt, MPFR_RNDN);
         mpfr_add(acc[c], acc[c], prod, MPFR_RNDN);
@@ -207,7 +214,8 @@ Real logsumexp(const std::vector<Real>& x, LseBase base) {
   std::vector<Real> o;
   Real lse;
   bool empty = false;
-  ws.run(x.size(), s.data(), 0, [](size_t, int) { return 0.0; }, base, o, lse, empty, false, nullptr);
+  ws.run(
+      x.size(), s.data(), 0, [](size_t, int) { return 0.0; }, base, o, lse, empty, false, nullptr);
   return lse;
 }
 
@@ -248,12 +256,14 @@ std::vector<Real> softmax(const std::vector<Real>& x) {
 
 OnlineState online_state_init(int head_size) {
   detail::working_prec();
-  if (head_size < 0) throw ReferenceError("online_state_init: negative head_size " + std::to_string(head_size));
+  if (head_size < 0)
+    throw ReferenceError("online_state_init: negative head_size " + std::to_string(head_size));
   OnlineState s{real_inf(-1), real_zero(), std::vector<Real>(static_cast<size_t>(head_size), real_zero())};
   return s;
 }
 
-void online_state_update(OnlineState& s, const std::vector<Real>& x, const std::vector<std::vector<Real>>& v) {
+void online_state_update(OnlineState& s, const std::vector<Real>& x,
+                         const std::vector<std::vector<Real>>& v) {
   detail::working_prec();
   if (x.size() != v.size())
     throw ReferenceError("online_state_update: " + std::to_string(x.size()) + " logits but " +
@@ -294,8 +304,10 @@ void validate(const AttentionProblem& pb) {
          std::to_string(pb.seqlens_k.size()));
   int64_t total_q = 0, total_k = 0, total_mask = 0;
   for (size_t s = 0; s < pb.seqlens_q.size(); ++s) {
-    if (pb.seqlens_q[s] < 0) fail("negative query length " + std::to_string(pb.seqlens_q[s]) + " in sequence " + std::to_string(s));
-    if (pb.seqlens_k[s] < 0) fail("negative key length " + std::to_string(pb.seqlens_k[s]) + " in sequence " + std::to_string(s));
+    if (pb.seqlens_q[s] < 0)
+      fail("negative query length " + std::to_string(pb.seqlens_q[s]) + " in sequence " + std::to_string(s));
+    if (pb.seqlens_k[s] < 0)
+      fail("negative key length " + std::to_string(pb.seqlens_k[s]) + " in sequence " + std::to_string(s));
     total_q += pb.seqlens_q[s];
     total_k += pb.seqlens_k[s];
     total_mask += int64_t{pb.seqlens_q[s]} * pb.seqlens_k[s];
@@ -303,13 +315,17 @@ void validate(const AttentionProblem& pb) {
   const int64_t qn = total_q * pb.num_heads * pb.head_size;
   const int64_t kn = total_k * pb.num_kv_heads * pb.head_size;
   if (static_cast<int64_t>(pb.q.size()) != qn)
-    fail("q has " + std::to_string(pb.q.size()) + " elements, shape [total_q, num_heads, head_size] needs " + std::to_string(qn));
+    fail("q has " + std::to_string(pb.q.size()) + " elements, shape [total_q, num_heads, head_size] needs " +
+         std::to_string(qn));
   if (static_cast<int64_t>(pb.k.size()) != kn)
-    fail("k has " + std::to_string(pb.k.size()) + " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
+    fail("k has " + std::to_string(pb.k.size()) +
+         " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
   if (static_cast<int64_t>(pb.v.size()) != kn)
-    fail("v has " + std::to_string(pb.v.size()) + " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
+    fail("v has " + std::to_string(pb.v.size()) +
+         " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
   if (!pb.mask.empty() && static_cast<int64_t>(pb.mask.size()) != total_mask)
-    fail("mask has " + std::to_string(pb.mask.size()) + " elements, sum of Tq_i * Tk_i is " + std::to_string(total_mask));
+    fail("mask has " + std::to_string(pb.mask.size()) + " elements, sum of Tq_i * Tk_i is " +
+         std::to_string(total_mask));
   if (!std::isfinite(pb.softmax_scale)) fail("softmax_scale is not finite");
   if (spec(pb.dtype).storage_bits == 16) {
     auto check16 = [&](const std::vector<uint32_t>& t, const char* name) {
@@ -371,7 +387,8 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
       const double kd = decode(pb.dtype, pb.k[base + c]);
       kv.k[static_cast<size_t>(j) * d + c] = kd;
       if (!std::isfinite(kd)) kv.k_finite[j] = 0;
-      if (fp16 && std::isfinite(kd)) kv.k_int[static_cast<size_t>(j) * d + c] = static_cast<int64_t>(kd * 0x1p24);
+      if (fp16 && std::isfinite(kd))
+        kv.k_int[static_cast<size_t>(j) * d + c] = static_cast<int64_t>(kd * 0x1p24);
       const double vd = decode(pb.dtype, pb.v[base + c]);
       kv.v[static_cast<size_t>(j) * d + c] = vd;
       if (!std::isfinite(vd)) kv.v_finite[j] = 0;
@@ -389,7 +406,9 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   if (kv.v_fixed_ok) {
     kv.v_int.resize(n);
     for (size_t i = 0; i < n; ++i)
-      kv.v_int[i] = std::isfinite(kv.v[i]) ? static_cast<int64_t>(std::ldexp(kv.v[i], static_cast<int>(kv.v_shift))) : 0;
+      kv.v_int[i] = std::isfinite(kv.v[i])
+                        ? static_cast<int64_t>(std::ldexp(kv.v[i], static_cast<int>(kv.v_shift)))
+                        : 0;
   }
 }
 
@@ -408,8 +427,10 @@ void load_query(const AttentionProblem& pb, int64_t token, int32_t head, Query& 
   for (int c = 0; c < d; ++c) {
     const double x = decode(pb.dtype, pb.q[base + c]);
     qr.q[c] = x;
-    if (!std::isfinite(x)) qr.finite = false;
-    else if (pb.dtype == Format::fp16) qr.q_int[c] = static_cast<int64_t>(x * 0x1p24);  // exact
+    if (!std::isfinite(x))
+      qr.finite = false;
+    else if (pb.dtype == Format::fp16)
+      qr.q_int[c] = static_cast<int64_t>(x * 0x1p24);  // exact
   }
 }
 
@@ -423,7 +444,8 @@ struct RowEngine {
   std::vector<int32_t> visible;
   WeightedSoftmax ws;
 
-  RowEngine(mpfr_prec_t prec_, int d_) : prec(prec_), d(d_), prods(static_cast<size_t>(d_), 53), ws(prec_, d_) {
+  RowEngine(mpfr_prec_t prec_, int d_)
+      : prec(prec_), d(d_), prods(static_cast<size_t>(d_), 53), ws(prec_, d_) {
     prod_ptrs.resize(static_cast<size_t>(d));
     for (int c = 0; c < d; ++c) prod_ptrs[c] = prods[c];
   }
@@ -436,7 +458,8 @@ struct RowEngine {
       __int128 acc = 0;
       for (int c = 0; c < d; ++c) acc += static_cast<__int128>(qr.q_int[c]) * ki[c];
       const bool neg = acc < 0;
-      const unsigned __int128 u = neg ? -static_cast<unsigned __int128>(acc) : static_cast<unsigned __int128>(acc);
+      const unsigned __int128 u =
+          neg ? -static_cast<unsigned __int128>(acc) : static_cast<unsigned __int128>(acc);
       mpfr_set_ui(out, static_cast<unsigned long>(u >> 64), MPFR_RNDN);
       mpfr_mul_2ui(out, out, 64, MPFR_RNDN);
       mpfr_add_ui(out, out, static_cast<unsigned long>(u), MPFR_RNDN);  // exact for prec >= 128
@@ -460,7 +483,8 @@ struct RowEngine {
     visible.clear();
     for (int64_t j = 0; j <= last; ++j)
       if (!mask_row || mask_row[j]) visible.push_back(static_cast<int32_t>(j));
-    if (scores.size() < visible.size()) scores.resize(std::max<size_t>(visible.size(), static_cast<size_t>(tk)), prec);
+    if (scores.size() < visible.size())
+      scores.resize(std::max<size_t>(visible.size(), static_cast<size_t>(tk)), prec);
     const double scale = static_cast<double>(pb.softmax_scale);
     for (size_t i = 0; i < visible.size(); ++i) score(scores[i], pb.dtype, qr, kv, visible[i], scale);
     const std::vector<double>& v = kv.v;
@@ -505,7 +529,8 @@ ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t 
   if (token < 0 || token >= total_q)
     throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(total_q) + ")");
   if (head < 0 || head >= pb.num_heads)
-    throw ReferenceError("head " + std::to_string(head) + " outside [0, " + std::to_string(pb.num_heads) + ")");
+    throw ReferenceError("head " + std::to_string(head) + " outside [0, " + std::to_string(pb.num_heads) +
+                         ")");
   size_t s = 0;
   while (off.q[s + 1] <= token) ++s;
   const int32_t t = static_cast<int32_t>(token - off.q[s]);
@@ -558,26 +583,31 @@ ExactState merge_states(const std::vector<const ExactState*>& states, LseBase ba
   const size_t d = states[0]->o.size();
   for (const ExactState* s : states)
     if (s->o.size() != d)
-      throw ReferenceError("exact_merge: head sizes differ (" + std::to_string(s->o.size()) + " vs " + std::to_string(d) + ")");
+      throw ReferenceError("exact_merge: head sizes differ (" + std::to_string(s->o.size()) + " vs " +
+                           std::to_string(d) + ")");
   ExactState r{std::vector<Real>(d, real_zero()), real_inf(-1)};
   Mp m(prec), w(prec), l(prec), t(prec);
   MpVec acc(d, prec);
   mpfr_set_inf(m, -1);
   bool any_nan = false, any_plus_inf = false;
-  auto is_empty = [&](mpfr_srcptr x) {
-    return mpfr_inf_p(x) && (mpfr_signbit(x) || plus_inf_is_empty);
-  };
+  auto is_empty = [&](mpfr_srcptr x) { return mpfr_inf_p(x) && (mpfr_signbit(x) || plus_inf_is_empty); };
   for (const ExactState* s : states) {
     mpfr_srcptr x = s->lse.backend().data();
-    if (mpfr_nan_p(x)) any_nan = true;
-    else if (is_empty(x)) continue;
-    else if (mpfr_inf_p(x)) any_plus_inf = true;
-    else if (mpfr_greater_p(x, m)) mpfr_set(m, x, MPFR_RNDN);
+    if (mpfr_nan_p(x))
+      any_nan = true;
+    else if (is_empty(x))
+      continue;
+    else if (mpfr_inf_p(x))
+      any_plus_inf = true;
+    else if (mpfr_greater_p(x, m))
+      mpfr_set(m, x, MPFR_RNDN);
   }
   if (any_nan || any_plus_inf) {
     for (auto& x : r.o) mpfr_set_nan(x.backend().data());
-    if (any_nan) mpfr_set_nan(r.lse.backend().data());
-    else mpfr_set_inf(r.lse.backend().data(), 1);
+    if (any_nan)
+      mpfr_set_nan(r.lse.backend().data());
+    else
+      mpfr_set_inf(r.lse.backend().data(), 1);
     return r;
   }
   if (mpfr_inf_p(m)) return r;  // all empty: O = 0, LSE = -inf
@@ -587,14 +617,18 @@ ExactState merge_states(const std::vector<const ExactState*>& states, LseBase ba
     mpfr_srcptr x = s->lse.backend().data();
     if (is_empty(x)) continue;  // weight exactly zero, whatever its O holds
     mpfr_sub(w, x, m, MPFR_RNDN);
-    if (base == LseBase::two) mpfr_exp2(w, w, MPFR_RNDN);
-    else mpfr_exp(w, w, MPFR_RNDN);
+    if (base == LseBase::two)
+      mpfr_exp2(w, w, MPFR_RNDN);
+    else
+      mpfr_exp(w, w, MPFR_RNDN);
     mpfr_add(l, l, w, MPFR_RNDN);
     for (size_t c = 0; c < d; ++c) mpfr_fma(acc[c], w, s->o[c].backend().data(), acc[c], MPFR_RNDN);
   }
   for (size_t c = 0; c < d; ++c) mpfr_div(r.o[c].backend().data(), acc[c], l, MPFR_RNDN);
-  if (base == LseBase::two) mpfr_log2(t, l, MPFR_RNDN);
-  else mpfr_log(t, l, MPFR_RNDN);
+  if (base == LseBase::two)
+    mpfr_log2(t, l, MPFR_RNDN);
+  else
+    mpfr_log(t, l, MPFR_RNDN);
   mpfr_add(r.lse.backend().data(), t, m, MPFR_RNDN);
   return r;
 }

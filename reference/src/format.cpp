@@ -13,9 +13,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <limits>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "precision_internal.hpp"
 
@@ -66,7 +66,7 @@ uint32_t round_mp(Format f, mpfr_srcptr x) {
   mpfr_abs(scaled, x, MPFR_RNDN);               // exact: same precision
   mpfr_mul_2si(scaled, scaled, -q, MPFR_RNDN);  // exact: power of two, far inside MPFR's range
   detail::Mp n_mp(64);
-  mpfr_rint(n_mp, scaled, MPFR_RNDN);  // the one rounding: to an integer, ties to even
+  mpfr_rint(n_mp, scaled, MPFR_RNDN);              // the one rounding: to an integer, ties to even
   unsigned long n = mpfr_get_ui(n_mp, MPFR_RNDN);  // n <= 2^p: exact
   if (n == 0) return sign;
   if (n == (1ul << s.precision)) {  // carried into the next binade
@@ -96,9 +96,12 @@ std::string lower(std::string s) {
 
 const FormatSpec& spec(Format f) {
   switch (f) {
-    case Format::fp16: return kFp16;
-    case Format::bf16: return kBf16;
-    case Format::fp32: return kFp32;
+    case Format::fp16:
+      return kFp16;
+    case Format::bf16:
+      return kBf16;
+    case Format::fp32:
+      return kFp32;
   }
   throw ReferenceError("unknown format enumerator");
 }
@@ -169,7 +172,8 @@ Real parse_real(const std::string& text) {
   char* end = nullptr;
   mpfr_strtofr(p, s.c_str(), &end, 0, MPFR_RNDN);
   if (end != s.c_str() + s.size() || end == s.c_str() || mpfr_nan_p(p))
-    throw ReferenceError("cannot parse '" + text + "' as a number (decimal, hexfloat 0x1.8p-3, inf, -inf, nan)");
+    throw ReferenceError("cannot parse '" + text +
+                         "' as a number (decimal, hexfloat 0x1.8p-3, inf, -inf, nan)");
   return r;
 }
 

@@ -23,9 +23,12 @@ long ulp_exponent(Format f, mpfr_srcptr x) {
 
 const char* error_class_name(ErrorClass c) {
   switch (c) {
-    case ErrorClass::finite: return "finite";
-    case ErrorClass::nonfinite_output: return "nonfinite_output";
-    case ErrorClass::wrong_nonfinite: return "wrong_nonfinite";
+    case ErrorClass::finite:
+      return "finite";
+    case ErrorClass::nonfinite_output:
+      return "nonfinite_output";
+    case ErrorClass::wrong_nonfinite:
+      return "wrong_nonfinite";
   }
   return "?";
 }
@@ -45,7 +48,8 @@ Real ulp_at(Format f, const Real& exact) {
 UlpError ulp_error_value(Format f, double y, const Real& exact) {
   const mpfr_prec_t prec = detail::working_prec();
   mpfr_srcptr x = exact.backend().data();
-  if (mpfr_nan_p(x)) return std::isnan(y) ? UlpError{ErrorClass::finite, 0.0} : UlpError{ErrorClass::wrong_nonfinite, kInf};
+  if (mpfr_nan_p(x))
+    return std::isnan(y) ? UlpError{ErrorClass::finite, 0.0} : UlpError{ErrorClass::wrong_nonfinite, kInf};
   if (mpfr_inf_p(x)) {
     const bool same = std::isinf(y) && (std::signbit(y) != 0) == (mpfr_signbit(x) != 0);
     return same ? UlpError{ErrorClass::finite, 0.0} : UlpError{ErrorClass::wrong_nonfinite, kInf};

@@ -2,8 +2,8 @@
 // lengths, explicit masks, empty rows, NaN/inf meaning, exact scores, and the merge of attention
 // over disjoint key ranges. Expected values are derived by hand in each case (one-hot keys, equal
 // scores whose softmax is a plain mean) or computed independently in double where that suffices.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <random>
 
@@ -21,7 +21,8 @@ std::vector<uint32_t> h16v(std::initializer_list<double> xs) {
   return r;
 }
 
-AttentionProblem problem(int32_t h, int32_t hkv, int32_t d, std::vector<int32_t> tq, std::vector<int32_t> tk) {
+AttentionProblem problem(int32_t h, int32_t hkv, int32_t d, std::vector<int32_t> tq,
+                         std::vector<int32_t> tk) {
   AttentionProblem pb{Format::fp16, h, hkv, d, std::move(tq), std::move(tk), false, {}, 1.0f, {}, {}, {}};
   int64_t nq = 0, nk = 0;
   for (auto t : pb.seqlens_q) nq += t;
@@ -54,7 +55,8 @@ bool is_empty_row(const ExactRow& r) {
 }
 
 // Random problem in `f`, values N(0, 1), one sequence.
-AttentionProblem random_problem(Format f, int32_t h, int32_t hkv, int32_t d, int32_t tq, int32_t tk, uint64_t seed) {
+AttentionProblem random_problem(Format f, int32_t h, int32_t hkv, int32_t d, int32_t tq, int32_t tk,
+                                uint64_t seed) {
   AttentionProblem pb = problem(h, hkv, d, {tq}, {tk});
   pb.dtype = f;
   pb.softmax_scale = 0.35f;
@@ -175,10 +177,10 @@ TEST_CASE("per-sequence key lengths and offsets", "[attention]") {
 }
 
 TEST_CASE("explicit mask: per sequence [Tq, Tk], AND-ed with causal", "[attention]") {
-  AttentionProblem pb = problem(2, 1, 1, {2}, {3});  // two heads share the mask
+  AttentionProblem pb = problem(2, 1, 1, {2}, {3});        // two heads share the mask
   for (int j = 0; j < 3; ++j) set_v(pb, j, 0, 0, 1 << j);  // 1, 2, 4
-  pb.mask = {1, 0, 1,   // row 0: keys 0 and 2
-             0, 0, 0};  // row 1: nothing
+  pb.mask = {1, 0, 1,                                      // row 0: keys 0 and 2
+             0, 0, 0};                                     // row 1: nothing
   auto rows = exact_attention(pb);
   for (int i = 0; i < 2; ++i) {
     CHECK(near(rows[0 * 2 + i].o[0], 2.5));
@@ -186,8 +188,7 @@ TEST_CASE("explicit mask: per sequence [Tq, Tk], AND-ed with causal", "[attentio
     CHECK(is_empty_row(rows[1 * 2 + i]));
   }
   pb.causal = true;  // row 0 sees keys <= 1, row 1 keys <= 2
-  pb.mask = {1, 1, 1,
-             0, 1, 1};
+  pb.mask = {1, 1, 1, 0, 1, 1};
   rows = exact_attention(pb);
   CHECK(near(rows[0].o[0], 1.5));  // keys {0, 1}
   CHECK(near(rows[2].o[0], 3.0));  // keys {1, 2}
@@ -342,8 +343,10 @@ TEST_CASE("cancellation to a tiny output is resolved exactly", "[attention]") {
   for (Format f : {Format::fp16, Format::fp32}) {
     AttentionProblem pb = problem(1, 1, 1, {1}, {3});
     pb.dtype = f;
-    for (auto* t : {&pb.q, &pb.k}) for (auto& b : *t) b = round_to_format(f, 0.0);
-    pb.v = {round_to_format(f, 65504.0), round_to_format(f, -65504.0), round_to_format(f, std::ldexp(1.0, -24))};
+    for (auto* t : {&pb.q, &pb.k})
+      for (auto& b : *t) b = round_to_format(f, 0.0);
+    pb.v = {round_to_format(f, 65504.0), round_to_format(f, -65504.0),
+            round_to_format(f, std::ldexp(1.0, -24))};
     const ExactRow r = exact_attention_row(pb, 0, 0);
     const Real want = ldexp(Real(1), -24) / 3;
     CHECK(abs(r.o[0] - want) <= ldexp(Real(1), -190) * want);
@@ -367,8 +370,9 @@ TEST_CASE("the fixed-point accumulation agrees with the rounded-add path", "[att
       for (size_t i = 0; i < pb.v.size(); ++i) {
         // Wide magnitudes and both signs: large, tiny (subnormal in fp16), ordinary.
         const int kind = static_cast<int>(i % 5);
-        const double x = kind == 0 ? std::clamp(30000.0 * n01(rng), -65504.0, 65504.0)
-                                   : kind == 1 ? std::ldexp(n01(rng), -20) : n01(rng);
+        const double x = kind == 0   ? std::clamp(30000.0 * n01(rng), -65504.0, 65504.0)
+                         : kind == 1 ? std::ldexp(n01(rng), -20)
+                                     : n01(rng);
         pb.v[i] = round_to_format(f, x);
       }
       set_accumulation(Accumulation::automatic);
@@ -388,7 +392,8 @@ TEST_CASE("the fixed-point accumulation agrees with the rounded-add path", "[att
         CHECK(abs(a[r].lse - b[r].lse) <= ldexp(Real(1), -180) * (1 + abs(b[r].lse)));
         for (size_t k = 0; k < a[r].o.size(); ++k) {
           CHECK(abs(a[r].o[k] - b[r].o[k]) <= ldexp(Real(1), -170) * (1 + abs(b[r].o[k])) * 65504);
-          if (!c.empty()) CHECK(abs(a[r].o[k] - c[r].o[k]) <= ldexp(Real(1), -170) * (1 + abs(c[r].o[k])) * 65504);
+          if (!c.empty())
+            CHECK(abs(a[r].o[k] - c[r].o[k]) <= ldexp(Real(1), -170) * (1 + abs(c[r].o[k])) * 65504);
         }
       }
     }
@@ -399,8 +404,10 @@ TEST_CASE("values spanning more than 62 bits take the rounded-add path, exactly"
   // Equal scores, v = 2^100 and 2^-100 (fp32): O = 2^99 + 2^-101, which 201 bits hold exactly.
   AttentionProblem pb = problem(1, 1, 1, {1}, {2});
   pb.dtype = Format::fp32;
-  for (auto* t : {&pb.q, &pb.k}) for (auto& b : *t) b = round_to_format(Format::fp32, 0.0);
-  pb.v = {round_to_format(Format::fp32, std::ldexp(1.0, 100)), round_to_format(Format::fp32, std::ldexp(1.0, -100))};
+  for (auto* t : {&pb.q, &pb.k})
+    for (auto& b : *t) b = round_to_format(Format::fp32, 0.0);
+  pb.v = {round_to_format(Format::fp32, std::ldexp(1.0, 100)),
+          round_to_format(Format::fp32, std::ldexp(1.0, -100))};
   const ExactRow r = exact_attention_row(pb, 0, 0);
   CHECK(r.o[0] == ldexp(Real(1), 99) + ldexp(Real(1), -101));
 }

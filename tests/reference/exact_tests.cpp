@@ -20,9 +20,7 @@ namespace {
 
 Real tolerance() { return ldexp(Real(1), -static_cast<int>(precision_bits()) + 10); }
 
-bool close_rel(const Real& a, const Real& b, const Real& scale) {
-  return abs(a - b) <= tolerance() * scale;
-}
+bool close_rel(const Real& a, const Real& b, const Real& scale) { return abs(a - b) <= tolerance() * scale; }
 
 bool same_state(const ExactState& a, const ExactState& b) {
   if (isinf(a.lse) || isinf(b.lse)) {
@@ -42,7 +40,8 @@ void check_property(const std::string& what, Testable&& t, int max_success = 60)
   params.maxSuccess = max_success;
   params.maxSize = 50;
   params.seed = 20240501;
-  const auto result = rc::detail::checkTestable(std::forward<Testable>(t), rc::detail::TestMetadata{}, params);
+  const auto result =
+      rc::detail::checkTestable(std::forward<Testable>(t), rc::detail::TestMetadata{}, params);
   std::ostringstream os;
   rc::detail::printResultMessage(result, os);
   INFO(what << ": " << os.str());
@@ -55,9 +54,12 @@ rc::Gen<ExactState> gen_state(bool allow_empty) {
     ExactState s;
     for (int c = 0; c < 4; ++c) s.o.emplace_back(*rc::gen::inRange(-128, 129) / 16.0);
     const int kind = allow_empty ? *rc::gen::inRange(0, 10) : 9;
-    if (kind == 0) s.lse = parse_real("-inf");
-    else if (kind == 1) s.lse = parse_real("inf");  // FA2's empty sentinel
-    else s.lse = Real(*rc::gen::inRange(-480, 481) / 8.0);
+    if (kind == 0)
+      s.lse = parse_real("-inf");
+    else if (kind == 1)
+      s.lse = parse_real("inf");  // FA2's empty sentinel
+    else
+      s.lse = Real(*rc::gen::inRange(-480, 481) / 8.0);
     return s;
   });
 }
@@ -107,8 +109,8 @@ TEST_CASE("fp16 exp thresholds (FACTS.md)", "[exact][thresholds]") {
 TEST_CASE("logsumexp and softmax: values and special inputs", "[exact]") {
   const Real ninf = parse_real("-inf"), pinf = parse_real("inf"), nan = parse_real("nan");
   CHECK(to_decimal(logsumexp({Real(0), Real(0)}), 36) == "0.693147180559945309417232121458176568");  // ln 2
-  CHECK(close_rel(logsumexp({Real(0), Real(0)}, LseBase::two), Real(1), Real(1)));                    // log2 2
-  CHECK(close_rel(logsumexp({Real(1000), Real(1000)}), 1000 + log(Real(2)), Real(1000)));          // no overflow
+  CHECK(close_rel(logsumexp({Real(0), Real(0)}, LseBase::two), Real(1), Real(1)));                   // log2 2
+  CHECK(close_rel(logsumexp({Real(1000), Real(1000)}), 1000 + log(Real(2)), Real(1000)));  // no overflow
   const Real e = logsumexp({});
   CHECK((isinf(e) && e < 0));
   const Real e2 = logsumexp({ninf, ninf});
@@ -127,11 +129,13 @@ TEST_CASE("logsumexp and softmax: values and special inputs", "[exact]") {
   for (const auto& v : softmax({Real(1), nan})) CHECK(isnan(v));
 }
 
-TEST_CASE("the seed's worked example: 8 logits, 4 blocks of 2, max jumps 3 -> 8 in block 3", "[exact][seed]") {
+TEST_CASE("the seed's worked example: 8 logits, 4 blocks of 2, max jumps 3 -> 8 in block 3",
+          "[exact][seed]") {
   // Hand-chosen logits consistent with the seed: block maxima 3, 2, 8, 6, so m = 3, 3, 8, 8 and
   // alpha^(3) = e^(3-8) = e^-5 = 0.0067379 (the accumulated state is divided by 148.4).
   const std::vector<std::vector<double>> blocks = {{1, 3}, {2, 0}, {8, 5}, {4, 6}};
-  const std::vector<std::vector<double>> values = {{1, 0}, {0, 1}, {1, 1}, {-1, 2}, {2, -1}, {0, 0}, {3, 3}, {1, -2}};
+  const std::vector<std::vector<double>> values = {{1, 0},  {0, 1}, {1, 1}, {-1, 2},
+                                                   {2, -1}, {0, 0}, {3, 3}, {1, -2}};
   OnlineState st = online_state_init(2);
   CHECK((isinf(st.m) && st.m < 0 && st.l == 0 && st.o[0] == 0));
   std::vector<Real> m_after;
@@ -255,7 +259,8 @@ TEST_CASE("merge: identity, FA2 sentinel, both empty, NaN, +inf as mass", "[exac
   CHECK(close_rel(ab.lse, Real(0.75) + log(Real(2)), Real(1)));
   // Base two: the same merge with LSEs divided by ln 2.
   const ExactState a2{a.o, a.lse / log(Real(2))}, b2{b.o, Real(2.75) / log(Real(2))};
-  const ExactState ab2 = exact_merge({a2, b2}, LseBase::two), abe = exact_merge({a, ExactState{b.o, Real(2.75)}});
+  const ExactState ab2 = exact_merge({a2, b2}, LseBase::two),
+                   abe = exact_merge({a, ExactState{b.o, Real(2.75)}});
   CHECK(close_rel(ab2.lse * log(Real(2)), abe.lse, Real(4)));
   CHECK(close_rel(ab2.o[0], abe.o[0], Real(4)));
   CHECK_THROWS_AS(exact_merge({}), ReferenceError);
@@ -281,7 +286,8 @@ TEST_CASE("merge laws hold in exact arithmetic (RapidCheck)", "[exact][merge]") 
   });
 }
 
-TEST_CASE("precision: default 200 bits, selectable, too little refused, holds on other threads", "[precision]") {
+TEST_CASE("precision: default 200 bits, selectable, too little refused, holds on other threads",
+          "[precision]") {
   CHECK(precision_bits() == 200);
   CHECK(precision_bits_effective() >= 200);
   CHECK(mpfr_get_prec(logsumexp({Real(1), Real(2)}).backend().data()) >= 200);

@@ -60,7 +60,7 @@ void exhaustive_16bit(Format f) {
       const double a = decode(f, lo), c = decode(f, hi);
       const double mid = c == std::copysign(INFINITY, a)
                              ? a + (a - decode(f, (b - 1) | s)) / 2  // the overflow threshold max + ulp/2
-                             : (a + c) / 2;                        // exact in double
+                             : (a + c) / 2;                          // exact in double
       const uint32_t even = (lo & 1) == 0 ? lo : hi;
       const double toward_hi = std::nextafter(mid, std::copysign(INFINITY, a));
       const double toward_lo = std::nextafter(mid, std::copysign(0.0, a));
@@ -117,13 +117,16 @@ TEST_CASE("double-rounding traps round once (FACTS.md)", "[format][rounding]") {
   // 1 + 2^-11 + 2^-40: above the fp16 midpoint 1 + 2^-11; through float it lands exactly on the midpoint.
   CHECK(round_to_format(Format::fp16, parse_real("0x1.00200000001p0")) == 0x3c01);
   CHECK(round_to_format(Format::fp16, 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)) == 0x3c01);
-  CHECK(round_to_format(Format::fp16, static_cast<double>(static_cast<float>(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)))) == 0x3c00);
+  CHECK(round_to_format(Format::fp16, static_cast<double>(static_cast<float>(
+                                          1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)))) == 0x3c00);
   // 0x1.000001p-25: just above half the fp16 minimum subnormal.
   CHECK(round_to_format(Format::fp16, parse_real("0x1.000001p-25")) == 0x0001);
   CHECK(round_to_format(Format::fp16, std::ldexp(1.0 + std::ldexp(1.0, -24), -25)) == 0x0001);
   // A value only 200 bits can hold: 1 + 2^-11 + 2^-150 must still round up.
-  CHECK(round_to_format(Format::fp16, parse_real("1") + ldexp(Real(1), -11) + ldexp(Real(1), -150)) == 0x3c01);
-  CHECK(round_to_format(Format::fp16, parse_real("1") + ldexp(Real(1), -11) - ldexp(Real(1), -150)) == 0x3c00);
+  CHECK(round_to_format(Format::fp16, parse_real("1") + ldexp(Real(1), -11) + ldexp(Real(1), -150)) ==
+        0x3c01);
+  CHECK(round_to_format(Format::fp16, parse_real("1") + ldexp(Real(1), -11) - ldexp(Real(1), -150)) ==
+        0x3c00);
 }
 
 TEST_CASE("fp16 edges: overflow threshold 65520, subnormal boundaries", "[format][rounding]") {
@@ -133,12 +136,13 @@ TEST_CASE("fp16 edges: overflow threshold 65520, subnormal boundaries", "[format
   CHECK(round_to_format(Format::fp16, parse_real("65504")) == 0x7bff);
   CHECK(round_to_format(Format::fp16, parse_real("1e10")) == 0x7c00);
   CHECK(round_to_format(Format::fp16, parse_real("0x1p-24")) == 0x0001);
-  CHECK(round_to_format(Format::fp16, parse_real("0x1p-25")) == 0x0000);   // tie to even: zero
-  CHECK(round_to_format(Format::fp16, parse_real("-0x1p-25")) == 0x8000);  // sign of zero kept
-  CHECK(round_to_format(Format::fp16, parse_real("0x3p-25")) == 0x0002);   // 1.5 min sub: tie to even (2)
-  CHECK(round_to_format(Format::fp16, parse_real("0x1p-14")) == 0x0400);   // smallest normal
+  CHECK(round_to_format(Format::fp16, parse_real("0x1p-25")) == 0x0000);      // tie to even: zero
+  CHECK(round_to_format(Format::fp16, parse_real("-0x1p-25")) == 0x8000);     // sign of zero kept
+  CHECK(round_to_format(Format::fp16, parse_real("0x3p-25")) == 0x0002);      // 1.5 min sub: tie to even (2)
+  CHECK(round_to_format(Format::fp16, parse_real("0x1p-14")) == 0x0400);      // smallest normal
   CHECK(round_to_format(Format::fp16, parse_real("0x1.ff8p-15")) == 0x03ff);  // largest subnormal
-  CHECK(round_to_format(Format::fp16, parse_real("0x1.ffcp-15")) == 0x0400);  // largest subnormal + half: tie up to even
+  CHECK(round_to_format(Format::fp16, parse_real("0x1.ffcp-15")) ==
+        0x0400);  // largest subnormal + half: tie up to even
   CHECK(round_to_format(Format::fp16, parse_real("0x1p-100")) == 0x0000);
   CHECK(round_to_format(Format::fp16, parse_real("-0")) == 0x8000);
   CHECK(round_to_format(Format::fp16, parse_real("nan")) == 0x7e00);
@@ -146,13 +150,13 @@ TEST_CASE("fp16 edges: overflow threshold 65520, subnormal boundaries", "[format
 }
 
 TEST_CASE("bf16 and fp32 edges", "[format][rounding]") {
-  CHECK(round_to_format(Format::bf16, parse_real("0x1.fep127")) == 0x7f7f);   // largest finite
+  CHECK(round_to_format(Format::bf16, parse_real("0x1.fep127")) == 0x7f7f);  // largest finite
   CHECK(round_to_format(Format::bf16, parse_real("0x1.feffffp127")) == 0x7f7f);
-  CHECK(round_to_format(Format::bf16, parse_real("0x1.ffp127")) == 0x7f80);   // threshold: tie, to even = inf
-  CHECK(round_to_format(Format::bf16, parse_real("0x1.01p0")) == 0x3f80);     // tie to even
-  CHECK(round_to_format(Format::bf16, parse_real("0x1.03p0")) == 0x3f82);     // tie to even
-  CHECK(round_to_format(Format::bf16, parse_real("0x1p-133")) == 0x0001);     // min subnormal
-  CHECK(round_to_format(Format::bf16, parse_real("0x1p-134")) == 0x0000);     // half of it: tie to zero
+  CHECK(round_to_format(Format::bf16, parse_real("0x1.ffp127")) == 0x7f80);  // threshold: tie, to even = inf
+  CHECK(round_to_format(Format::bf16, parse_real("0x1.01p0")) == 0x3f80);    // tie to even
+  CHECK(round_to_format(Format::bf16, parse_real("0x1.03p0")) == 0x3f82);    // tie to even
+  CHECK(round_to_format(Format::bf16, parse_real("0x1p-133")) == 0x0001);    // min subnormal
+  CHECK(round_to_format(Format::bf16, parse_real("0x1p-134")) == 0x0000);    // half of it: tie to zero
   CHECK(round_to_format(Format::bf16, parse_real("0x1.0001p-134")) == 0x0001);
   CHECK(round_to_format(Format::bf16, parse_real("nan")) == 0x7fc0);
   CHECK(round_to_format(Format::fp32, parse_real("0x1.fffffep127")) == 0x7f7fffff);
@@ -162,18 +166,20 @@ TEST_CASE("bf16 and fp32 edges", "[format][rounding]") {
   CHECK(round_to_format(Format::fp32, parse_real("0x1p-150")) == 0x00000000);
   CHECK(round_to_format(Format::fp32, parse_real("-0x1p-150")) == 0x80000000);
   CHECK(round_to_format(Format::fp32, parse_real("0x1.0000000000001p-150")) == 0x00000001);
-  CHECK(round_to_format(Format::fp32, parse_real("0x3p-150")) == 0x00000002);  // tie to even
+  CHECK(round_to_format(Format::fp32, parse_real("0x3p-150")) == 0x00000002);      // tie to even
   CHECK(round_to_format(Format::fp32, parse_real("0x1.000001p0")) == 0x3f800000);  // tie to even (down)
   CHECK(round_to_format(Format::fp32, parse_real("0x1.000003p0")) == 0x3f800002);  // tie to even (up)
   CHECK(round_to_format(Format::fp32, parse_real("nan")) == 0x7fc00000);
   CHECK(round_to_format(Format::fp32, -0.0) == 0x80000000);
 }
 
-TEST_CASE("every fp16 value, midpoint and neighbour of a midpoint rounds as derived", "[format][rounding][exhaustive]") {
+TEST_CASE("every fp16 value, midpoint and neighbour of a midpoint rounds as derived",
+          "[format][rounding][exhaustive]") {
   exhaustive_16bit(Format::fp16);
 }
 
-TEST_CASE("every bf16 value, midpoint and neighbour of a midpoint rounds as derived", "[format][rounding][exhaustive]") {
+TEST_CASE("every bf16 value, midpoint and neighbour of a midpoint rounds as derived",
+          "[format][rounding][exhaustive]") {
   exhaustive_16bit(Format::bf16);
 }
 

@@ -64,12 +64,13 @@ void validate(const AttentionProblem&);
 
 struct ExactRow {
   std::vector<Real> o;
-  Real lse;  // in the requested base (natural by default)
+  Real lse;    // in the requested base (natural by default)
   bool empty;  // no visible key: o = 0, lse = -inf
 };
 ExactRow exact_attention_row(const AttentionProblem&, int64_t token /*global index in [0,total_q)*/,
                              int32_t head, LseBase base = LseBase::e);
-std::vector<ExactRow> exact_attention(const AttentionProblem&, LseBase base = LseBase::e);  // [total_q][num_heads]
+std::vector<ExactRow> exact_attention(const AttentionProblem&,
+                                      LseBase base = LseBase::e);  // [total_q][num_heads]
 
 // How attention accumulates O~ = sum p_j v_j. `automatic` (default) sums exactly in fixed point
 // when a KV slice's values allow it (always for fp16; bf16/fp32 values spanning at most 62 bits) and
