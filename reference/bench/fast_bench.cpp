@@ -42,9 +42,11 @@ struct Timer {
   double cpu() const { return process_cpu_s() - cpu0; }
 };
 
-AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, int32_t d, bool causal, std::mt19937_64& rng) {
+AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, int32_t d, bool causal,
+                                std::mt19937_64& rng) {
   std::normal_distribution<double> n01(0.0, 1.0);
-  AttentionProblem pb{Format::fp16, h, hkv, d, {tq}, {tk}, causal, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}};
+  AttentionProblem pb{
+      Format::fp16, h, hkv, d, {tq}, {tk}, causal, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}};
   auto fill = [&](std::vector<uint32_t>& t, size_t n) {
     t.resize(n);
     for (auto& b : t) b = round_to_format(Format::fp16, n01(rng));
@@ -56,10 +58,12 @@ AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, 
 }
 
 void print_stats(const EscalationStats& s) {
-  std::printf("    escalation: %lld of %lld rows (rate %.3g), %lld of %lld elements undecided (rate %.3g), %lld rows uncertified\n",
-              static_cast<long long>(s.rows_escalated), static_cast<long long>(s.rows), s.row_rate(),
-              static_cast<long long>(s.elements_undecided), static_cast<long long>(s.elements), s.element_rate(),
-              static_cast<long long>(s.rows_uncertified));
+  std::printf(
+      "    escalation: %lld of %lld rows (rate %.3g), %lld of %lld elements undecided (rate %.3g), %lld rows "
+      "uncertified\n",
+      static_cast<long long>(s.rows_escalated), static_cast<long long>(s.rows), s.row_rate(),
+      static_cast<long long>(s.elements_undecided), static_cast<long long>(s.elements), s.element_rate(),
+      static_cast<long long>(s.rows_uncertified));
 }
 
 }  // namespace
@@ -68,8 +72,10 @@ int main(int argc, char** argv) {
   bool layer = false;
   int threads = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--layer")) layer = true;
-    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--layer"))
+      layer = true;
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr, "usage: fast_bench [--layer] [--threads N]\n");
       return 2;
@@ -79,7 +85,8 @@ int main(int argc, char** argv) {
   opt.threads = threads;
   std::mt19937_64 rng(2024);
   std::printf("fast reference benchmark: fp16 inputs, d = 128, %u-bit MPFR reference, threads = %d\n",
-              precision_bits(), threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+              precision_bits(),
+              threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::printf("(wall and process-CPU seconds; the machine may be shared with other builds)\n\n");
 
   std::printf("1. one row, MPFR versus fast\n");
@@ -101,13 +108,16 @@ int main(int argc, char** argv) {
     Timer th;
     (void)fast.rounded(Format::fp16, Format::fp32);
     const double head_wall = th.wall() / t, head_cpu = th.cpu() / t;
-    std::printf("  T = %5d: MPFR %.4f s/row (cpu %.4f) | fast single-row call %.3f ms (one thread) | fast amortised "
-                "%.1f us/row wall, %.1f us cpu\n",
-                t, mp_wall, mp_cpu, single_wall * 1e3, head_wall * 1e6, head_cpu * 1e6);
-    std::printf("    ratio MPFR / fast: %.0fx single-row call (1 thread each), %.0fx amortised wall (%d threads), %.0fx "
-                "amortised cpu\n",
-                mp_wall / single_wall, mp_wall / head_wall, threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()),
-                mp_cpu / head_cpu);
+    std::printf(
+        "  T = %5d: MPFR %.4f s/row (cpu %.4f) | fast single-row call %.3f ms (one thread) | fast amortised "
+        "%.1f us/row wall, %.1f us cpu\n",
+        t, mp_wall, mp_cpu, single_wall * 1e3, head_wall * 1e6, head_cpu * 1e6);
+    std::printf(
+        "    ratio MPFR / fast: %.0fx single-row call (1 thread each), %.0fx amortised wall (%d threads), "
+        "%.0fx "
+        "amortised cpu\n",
+        mp_wall / single_wall, mp_wall / head_wall,
+        threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()), mp_cpu / head_cpu);
     print_stats(fast.stats());
   }
 
@@ -120,7 +130,8 @@ int main(int argc, char** argv) {
     const RoundedAttention r = fast.rounded(Format::fp16, Format::fp32);
     const double wall = tm.wall(), cpu = tm.cpu();
     if (!causal) head_noncausal = wall;
-    std::printf("  %s: %.2f s wall, %.2f s cpu (%zu O elements)\n", causal ? "causal    " : "non-causal", wall, cpu, r.o.size());
+    std::printf("  %s: %.2f s wall, %.2f s cpu (%zu O elements)\n", causal ? "causal    " : "non-causal",
+                wall, cpu, r.o.size());
     print_stats(fast.stats());
   }
 
@@ -133,8 +144,8 @@ int main(int argc, char** argv) {
     std::printf("  %.1f s wall, %.1f s cpu (%zu O elements)\n", tm.wall(), tm.cpu(), r.o.size());
     print_stats(fast.stats());
   } else {
-    std::printf("  not run (pass --layer); extrapolated from the non-causal head: 32 x %.2f s = %.0f s\n", head_noncausal,
-                32 * head_noncausal);
+    std::printf("  not run (pass --layer); extrapolated from the non-causal head: 32 x %.2f s = %.0f s\n",
+                head_noncausal, 32 * head_noncausal);
   }
   return 0;
 }

@@ -14,6 +14,8 @@
 // few hundred roundings each), then inflated by 1 + 2^-40, which covers them. This file is compiled
 // with -ffp-contract=off so that every line rounds as written (see reference/CMakeLists.txt).
 // Absolute terms of 2^-900 cover every underflow (the smallest output ulp is 2^-149).
+#include "attncheck/reference/fast.hpp"
+
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
@@ -23,19 +25,17 @@
 #include <string>
 #include <thread>
 
-#include "attncheck/reference/fast.hpp"
-
 namespace attncheck::ref {
 namespace {
 
 constexpr double kU = 0x1p-53;
-constexpr double kExpRel = 0x1p-50;  // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
-constexpr double kLogRel = 0x1p-50;  // glibc log: likewise
+constexpr double kExpRel = 0x1p-50;    // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
+constexpr double kLogRel = 0x1p-50;    // glibc log: likewise
 constexpr double kExpAbs = 0x1p-1072;  // exp results in double's subnormal range: 4 subnormal ulps
 constexpr double kTiny = 0x1p-900;     // covers all underflow terms (n 2^-1072 |v|max < 2^-900)
 constexpr double kMaxLogit = 0x1p32;   // beyond: the MPFR margin below is not justified, escalate
 constexpr double kEval = 1 + 0x1p-40;  // inflation covering the rounding of the bound expressions
-constexpr double kInvLn2 = 1.4426950408889634;      // double(1/ln 2), relative error <= u
+constexpr double kInvLn2 = 1.4426950408889634;       // double(1/ln 2), relative error <= u
 constexpr double kInvLn2Upper = 1.4426950408889636;  // above 1/ln 2
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kChunk = 256;  // keys per PV GEMM (see the chunked sum below)
@@ -96,12 +96,12 @@ Offsets offsets_of(const AttentionProblem& pb) {
 struct Slice {
   int64_t q_begin = 0, mask_begin = 0;
   int32_t tq = 0, tk = 0, kv_head = 0;
-  RowMat k;     // [tk, d]; non-finite entries replaced by 0 (rows that see them are escalated)
-  RowMat vaug;  // [tk, 2d + 1] = [v | 1 | |v|], non-finite v replaced by 0
-  std::vector<double> kmax;                // max_j |k_jc| over the slice's finite keys
-  double knorm_max = 0;                    // >= max_j ||k_j||_2 over the finite keys
-  std::vector<int> kquantum;               // min_j quantum_exponent(k_jc) over the finite keys
-  std::vector<int32_t> nonfinite_prefix;   // number of keys < j with a non-finite k or v
+  RowMat k;                   // [tk, d]; non-finite entries replaced by 0 (rows that see them are escalated)
+  RowMat vaug;                // [tk, 2d + 1] = [v | 1 | |v|], non-finite v replaced by 0
+  std::vector<double> kmax;   // max_j |k_jc| over the slice's finite keys
+  double knorm_max = 0;       // >= max_j ||k_j||_2 over the finite keys
+  std::vector<int> kquantum;  // min_j quantum_exponent(k_jc) over the finite keys
+  std::vector<int32_t> nonfinite_prefix;  // number of keys < j with a non-finite k or v
 };
 
 void load_slice(const AttentionProblem& pb, const Offsets& off, size_t seq, int32_t kv_head, Slice& sl) {
@@ -184,7 +184,8 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
       ws.q(r, c) = std::isfinite(x) ? x : 0.0;
     }
   }
-  if (ws.s.rows() < count || ws.s.cols() < n) ws.s.resize(std::max<Eigen::Index>(ws.s.rows(), count), std::max<Eigen::Index>(ws.s.cols(), n));
+  if (ws.s.rows() < count || ws.s.cols() < n)
+    ws.s.resize(std::max<Eigen::Index>(ws.s.rows(), count), std::max<Eigen::Index>(ws.s.cols(), n));
   auto S = ws.s.topLeftCorner(count, n);
   if (n > 0) S.noalias() = ws.q * sl.k.topRows(n).transpose();
 
@@ -280,8 +281,8 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
     // |p_hat - p*| <= eta p* + tau with eta = (1 + r_exp) expm1(eps) + r_exp, expm1(eps) <= eps (1 + eps).
     const double eta = ((1 + kExpRel) * eps * (1 + eps) + kExpRel) * kEval;
     const double l_hat = ws.r(r, d);
-    const double sum_p_hat = l_hat / (1 - gn) + kTiny;           // computed sum -> true sum of p_hat
-    const double l_star = (sum_p_hat + kTiny) / (1 - eta);         // exact l above
+    const double sum_p_hat = l_hat / (1 - gn) + kTiny;      // computed sum -> true sum of p_hat
+    const double l_star = (sum_p_hat + kTiny) / (1 - eta);  // exact l above
     const double e_l = (gn * sum_p_hat + eta * l_star + kTiny) * kEval;
     const double rho = e_l / l_hat;
     if (!(rho <= 0.5)) {
@@ -294,8 +295,8 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
       const double a_abs = ws.r(r, d + 1 + c) / (1 - gn) + kTiny;  // sum p_hat |v| above
       const double e_acc = gn * a_abs + eta * (a_abs + kTiny) / (1 - eta) + kTiny;
       const double o = acc / l_hat;
-      double bound = kU * std::fabs(o) * (1 + 2 * kU) + e_acc / l_hat +
-                     (std::fabs(acc) + e_acc) * e_l / (l_hat * l_low);
+      double bound =
+          kU * std::fabs(o) * (1 + 2 * kU) + e_acc / l_hat + (std::fabs(acc) + e_acc) * e_l / (l_hat * l_low);
       bound += par.mp_rel * (2 * a_abs / l_hat + std::fabs(o)) + kTiny;
       fr.o[c] = o;
       fr.o_bound[c] = bound * kEval;
@@ -310,7 +311,8 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
       const double lse2 = lse_e * kInvLn2;
       fr.lse = lse2;
       fr.lse_bound = (kU * std::fabs(lse2) * (1 + 2 * kU) + std::fabs(lse_e) * kU * kInvLn2Upper +
-                      e_lse * kInvLn2Upper) * kEval;
+                      e_lse * kInvLn2Upper) *
+                     kEval;
     } else {
       fr.lse = lse_e;
       fr.lse_bound = e_lse;
@@ -356,22 +358,26 @@ FastAttentionReference::FastAttentionReference(const AttentionProblem& problem, 
   validate(problem_);
   if (options_.query_block <= 0) throw ReferenceError("FastOptions::query_block must be > 0");
   if (!(options_.ulp_resolution > 0)) throw ReferenceError("FastOptions::ulp_resolution must be > 0");
-  threads_ = options_.threads > 0 ? options_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads_ = options_.threads > 0 ? options_.threads
+                                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 FastRow FastAttentionReference::row(int64_t token, int32_t head) const {
   const AttentionProblem& pb = problem_;
   const Offsets off = offsets_of(pb);
   if (token < 0 || token >= off.q.back())
-    throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(off.q.back()) + ")");
+    throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(off.q.back()) +
+                         ")");
   if (head < 0 || head >= pb.num_heads)
-    throw ReferenceError("head " + std::to_string(head) + " outside [0, " + std::to_string(pb.num_heads) + ")");
+    throw ReferenceError("head " + std::to_string(head) + " outside [0, " + std::to_string(pb.num_heads) +
+                         ")");
   size_t seq = 0;
   while (off.q[seq + 1] <= token) ++seq;
   Slice sl;
   load_slice(pb, off, seq, head / (pb.num_heads / pb.num_kv_heads), sl);
   Workspace ws;
-  compute_block(pb, sl, head, static_cast<int32_t>(token - off.q[seq]), 1, Params{options_.base, mp_margin()}, ws);
+  compute_block(pb, sl, head, static_cast<int32_t>(token - off.q[seq]), 1, Params{options_.base, mp_margin()},
+                ws);
   return ws.rows[0];
 }
 
@@ -427,12 +433,16 @@ RoundedAttention FastAttentionReference::rounded(Format o_format, Format lse_for
     } else if (fr.certified) {
       for (int c = 0; c < d; ++c) {
         const auto r = certain_rounding(o_format, fr.o[c], fr.o_bound[c]);
-        if (r) o[c] = *r;
-        else ++undecided;
+        if (r)
+          o[c] = *r;
+        else
+          ++undecided;
       }
       const auto r = certain_rounding(lse_format, fr.lse, fr.lse_bound);
-      if (r) out.lse[row] = *r;
-      else ++undecided;
+      if (r)
+        out.lse[row] = *r;
+      else
+        ++undecided;
     }
     counters_.rows++;
     counters_.elements += d + 1;
@@ -448,18 +458,19 @@ RoundedAttention FastAttentionReference::rounded(Format o_format, Format lse_for
 }
 
 AttentionUlpErrors FastAttentionReference::ulp_errors(Format o_format, const std::vector<uint32_t>& o_bits,
-                                                      Format lse_format, const std::vector<double>& lse_values) {
+                                                      Format lse_format,
+                                                      const std::vector<double>& lse_values) {
   const AttentionProblem& pb = problem_;
   const int64_t total_q = offsets_of(pb).q.back();
   const int d = pb.head_size;
   const size_t rows = static_cast<size_t>(total_q * pb.num_heads);
   if (o_bits.size() != rows * d)
-    throw ReferenceError("ulp_errors: O has " + std::to_string(o_bits.size()) + " elements, the problem needs " +
-                         std::to_string(rows * d));
+    throw ReferenceError("ulp_errors: O has " + std::to_string(o_bits.size()) +
+                         " elements, the problem needs " + std::to_string(rows * d));
   const bool with_lse = !lse_values.empty();
   if (with_lse && lse_values.size() != rows)
-    throw ReferenceError("ulp_errors: LSE has " + std::to_string(lse_values.size()) + " elements, the problem needs " +
-                         std::to_string(rows));
+    throw ReferenceError("ulp_errors: LSE has " + std::to_string(lse_values.size()) +
+                         " elements, the problem needs " + std::to_string(rows));
   AttentionUlpErrors out;
   out.o.assign(rows * d, UlpError{ErrorClass::finite, 0.0});
   if (with_lse) out.lse.assign(rows, UlpError{ErrorClass::finite, 0.0});
@@ -473,14 +484,17 @@ AttentionUlpErrors FastAttentionReference::ulp_errors(Format o_format, const std
     if (fr.certified) {
       for (int c = 0; c < d; ++c) {
         const auto r = certain_ulp_error(o_format, decode(o_format, y[c]), fr.o[c], fr.o_bound[c], res);
-        if (r) e[c] = *r;
-        else ++undecided;
+        if (r)
+          e[c] = *r;
+        else
+          ++undecided;
       }
       if (with_lse) {
         const double yl = lse_values[row];
         if (fr.empty) {  // exact LSE = -inf
           const bool same = std::isinf(yl) && yl < 0;
-          out.lse[row] = same ? UlpError{ErrorClass::finite, 0.0} : UlpError{ErrorClass::wrong_nonfinite, kInf};
+          out.lse[row] =
+              same ? UlpError{ErrorClass::finite, 0.0} : UlpError{ErrorClass::wrong_nonfinite, kInf};
         } else if (const auto r = certain_ulp_error(lse_format, yl, fr.lse, fr.lse_bound, res)) {
           out.lse[row] = *r;
         } else {
