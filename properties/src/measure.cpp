@@ -81,6 +81,7 @@ std::string fbits(float f) {
 // Fill the measured fields of an element whose stored output is `bits` in `d`.
 void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, double allowed) {
   e.dtype = d;
+  e.allowed = allowed;
   e.out_bits = bits;
   e.out_value = decode(d, bits);
   e.out_finite = std::isfinite(e.out_value);
@@ -93,7 +94,6 @@ void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, doubl
     return;
   }
   const double err = to_d(abs(Real(e.out_value) - e.exact));
-  e.allowed = allowed;
   const double unit = to_d(ref::ulp_at(fmt(d), Real(scale_ulp_of)));
   e.cancel = err / unit;
   e.ratio = allowed > 0 ? err / allowed : (err == 0 ? 0 : std::numeric_limits<double>::infinity());
@@ -104,6 +104,7 @@ void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, doubl
 void measure_lse(Elem& e, float y, double allowed) {
   e.out = Out::LSE;
   e.dtype = AC_DTYPE_F32;
+  e.allowed = allowed;
   std::memcpy(&e.out_bits, &y, 4);
   e.out_value = y;
   e.out_finite = std::isfinite(y);
@@ -114,7 +115,6 @@ void measure_lse(Elem& e, float y, double allowed) {
     e.cancel = e.ratio = e.within ? 0 : std::numeric_limits<double>::infinity();
     return;
   }
-  e.allowed = allowed;
   const double err = to_d(abs(Real(double(y)) - e.exact));
   const double scale = std::max(1.0, std::fabs(to_d(e.exact)));
   e.cancel = err / (0x1p-23 * scale);
@@ -286,7 +286,7 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
         }
         double cond = 0;
         for (size_t i = 0; i < keys.size(); ++i) cond += pj[i] * cj[i];
-        const double scale = std::max(1.0, std::fabs(lse_e * lse_unit));
+        const double scale = std::isfinite(lse_e) ? std::max(1.0, std::fabs(lse_e * lse_unit)) : 1.0;
         const double allowed = kU32 * (b.lse_ulp * scale + (N + 2 + cond) * lse_unit);
         measure_lse(e, out.lse[size_t(row)], allowed);
         J.elems.push_back(std::move(e));
@@ -403,7 +403,7 @@ Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const C
       e.exact_finite = isfinite(e.exact);
       const double yd = to_d(e.exact);
       double allowed = b.softmax_ulp * to_d(ref::ulp_at(fmt(s.dtype), e.exact)) +
-                       kU32 * (N + std::fabs(xd[size_t(c)] - xmax) + 8) * std::fabs(yd);
+                       kU32 * (N + (std::isfinite(xd[size_t(c)]) ? std::fabs(xd[size_t(c)] - xmax) : 0.0) + 8) * std::fabs(yd);
       if (cv.naive_exp && N > 0)
         allowed += 3 * u_f * std::fabs(yd) + N * min_subnormal(s.dtype) / std::max(sum_exp, 1e-300);
       measure_bits(e, s.dtype, out.y[size_t(r * s.cols + c)], std::fabs(yd), allowed);
