@@ -374,6 +374,9 @@ int run_check(const CheckOptions& o, const std::string& command) {
                              " / " + property->name;
     cfg.progress = [&, what](int done, int) { progress.update(done_before, done, what); };
     cfg.seed = ac::case_stream_seed(o.seed, shard_index, shard_count, property->name, subject->name());
+    // A plugin is foreign code that may kill the process on the host too: write each case
+    // before calling it, as for CUDA subjects (the properties always do for those).
+    cfg.write_ahead = subject->origin() != "builtin";
     const ac::PropertyResult r = ac::run_property(property->name, *subject, cfg);
     ac::ReportEntry e = ac::entry_from_result(r, *subject, shard_index);
     e.shards = {shard_index};
