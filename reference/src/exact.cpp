@@ -405,10 +405,11 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   kv.v_shift = any_nonzero ? -min_lsb : 0;
   if (kv.v_fixed_ok) {
     kv.v_int.resize(n);
+    // Multiplying by 2^v_shift is exact: the results are integers below 2^63 (or zero), and 2^v_shift
+    // (|v_shift| <= 173) is a double.
+    const double scale = std::ldexp(1.0, static_cast<int>(kv.v_shift));
     for (size_t i = 0; i < n; ++i)
-      kv.v_int[i] = std::isfinite(kv.v[i])
-                        ? static_cast<int64_t>(std::ldexp(kv.v[i], static_cast<int>(kv.v_shift)))
-                        : 0;
+      kv.v_int[i] = std::isfinite(kv.v[i]) ? static_cast<int64_t>(kv.v[i] * scale) : 0;
   }
 }
 

@@ -114,7 +114,9 @@ Format parse_format(const std::string& name) {
   throw ReferenceError("unknown format '" + name + "': expected fp16, bf16 or fp32");
 }
 
-double decode(Format f, uint32_t bits) {
+namespace {
+
+double decode_by_fields(Format f, uint32_t bits) {
   const Layout l = layout(f);
   bits &= l.storage_mask;
   const bool neg = (bits & l.sign_bit) != 0;
@@ -130,6 +132,34 @@ double decode(Format f, uint32_t bits) {
                    static_cast<int>(ef) - l.bias - l.mant_bits);
   }
   return neg ? -v : v;
+}
+
+// fp16: one table of all 2^16 values (decoding is on the reference's hot path for K/V slices).
+const std::vector<double>& fp16_table() {
+  static const std::vector<double> table = [] {
+    std::vector<double> t(65536);
+    for (uint32_t b = 0; b < 65536; ++b) t[b] = decode_by_fields(Format::fp16, b);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+double decode(Format f, uint32_t bits) {
+  switch (f) {
+    case Format::fp16:
+      return fp16_table()[bits & 0xffffu];
+    case Format::bf16:
+    case Format::fp32: {
+      // bf16 is the top half of an fp32; float -> double is exact (subnormals included).
+      const uint32_t b32 = f == Format::bf16 ? (bits & 0xffffu) << 16 : bits;
+      float x;
+      std::memcpy(&x, &b32, sizeof x);
+      return static_cast<double>(x);
+    }
+  }
+  return decode_by_fields(f, bits);
 }
 
 bool is_nan_bits(Format f, uint32_t bits) {

@@ -104,6 +104,14 @@ TEST_CASE("decode gives the exact value of stored elements", "[format]") {
   CHECK(decode(Format::bf16, 0x3f80) == 1.0);
   CHECK(decode(Format::bf16, 0x0001) == std::ldexp(1.0, -133));
   CHECK(decode(Format::bf16, 0x7f7f) == std::ldexp(255.0, 120));
+  CHECK(decode(Format::bf16, 0x8001) == -std::ldexp(1.0, -133));
+  CHECK(decode(Format::bf16, 0x4049) == 3.140625);
+  CHECK(decode(Format::bf16, 0x12344049) == 3.140625);  // bits above 16 are ignored
+  CHECK(decode(Format::fp32, 0x00000001) == std::ldexp(1.0, -149));
+  CHECK(decode(Format::fp32, 0x007fffff) == std::ldexp(double((1 << 23) - 1), -149));
+  CHECK(decode(Format::fp32, 0x3f800001) == 1.0 + std::ldexp(1.0, -23));
+  CHECK(decode(Format::fp32, 0x7f7fffff) == std::ldexp(double((1 << 24) - 1), 104));
+  CHECK(decode(Format::fp32, 0xc0400000) == -3.0);
   // fp32 against the compiler's own reading of the bit pattern.
   std::mt19937 rng(7);
   for (int i = 0; i < 10000; ++i) {
