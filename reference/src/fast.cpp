@@ -21,6 +21,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -353,8 +354,17 @@ void run_parallel(int threads, Fn&& fn) {
 
 }  // namespace
 
+struct FastAttentionReference::SliceCache {
+  std::mutex mutex;
+  size_t seq = 0;
+  int32_t kv_head = -1;
+  std::shared_ptr<const Slice> slice;
+};
+
+FastAttentionReference::~FastAttentionReference() = default;
+
 FastAttentionReference::FastAttentionReference(const AttentionProblem& problem, FastOptions options)
-    : problem_(problem), options_(options) {
+    : problem_(problem), options_(options), cache_(std::make_unique<SliceCache>()) {
   validate(problem_);
   if (options_.query_block <= 0) throw ReferenceError("FastOptions::query_block must be > 0");
   if (!(options_.ulp_resolution > 0)) throw ReferenceError("FastOptions::ulp_resolution must be > 0");
@@ -373,11 +383,22 @@ FastRow FastAttentionReference::row(int64_t token, int32_t head) const {
                          ")");
   size_t seq = 0;
   while (off.q[seq + 1] <= token) ++seq;
-  Slice sl;
-  load_slice(pb, off, seq, head / (pb.num_heads / pb.num_kv_heads), sl);
+  const int32_t kv_head = head / (pb.num_heads / pb.num_kv_heads);
+  std::shared_ptr<const Slice> sl;
+  {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    if (!cache_->slice || cache_->seq != seq || cache_->kv_head != kv_head) {
+      auto fresh = std::make_shared<Slice>();
+      load_slice(pb, off, seq, kv_head, *fresh);
+      cache_->slice = std::move(fresh);
+      cache_->seq = seq;
+      cache_->kv_head = kv_head;
+    }
+    sl = cache_->slice;
+  }
   Workspace ws;
-  compute_block(pb, sl, head, static_cast<int32_t>(token - off.q[seq]), 1, Params{options_.base, mp_margin()},
-                ws);
+  compute_block(pb, *sl, head, static_cast<int32_t>(token - off.q[seq]), 1,
+                Params{options_.base, mp_margin()}, ws);
   return ws.rows[0];
 }
 

@@ -76,7 +76,8 @@ uint32_t round_double_to_format(Format f, double x) {
   if (n < (uint64_t{1} << b.mant_bits)) return sign | static_cast<uint32_t>(n);  // subnormal
   const int64_t biased = int64_t{q} + b.mant_bits + b.bias;
   if (biased >= static_cast<int64_t>(b.exp_max)) return sign | (b.exp_max << b.mant_bits);  // overflow
-  return sign | (static_cast<uint32_t>(biased) << b.mant_bits) | static_cast<uint32_t>(n - (uint64_t{1} << b.mant_bits));
+  return sign | (static_cast<uint32_t>(biased) << b.mant_bits) |
+         static_cast<uint32_t>(n - (uint64_t{1} << b.mant_bits));
 }
 
 std::optional<uint32_t> certain_rounding(Format f, double approx, double bound) {
@@ -87,7 +88,8 @@ std::optional<uint32_t> certain_rounding(Format f, double approx, double bound) 
   return lo;
 }
 
-std::optional<UlpError> certain_ulp_error(Format f, double y, double approx, double bound, double resolution) {
+std::optional<UlpError> certain_ulp_error(Format f, double y, double approx, double bound,
+                                          double resolution) {
   if (!std::isfinite(approx) || !(bound >= 0) || !std::isfinite(bound)) return std::nullopt;
   // The exact value is finite here, so a NaN output is always the nonfinite class.
   if (std::isnan(y)) return UlpError{ErrorClass::nonfinite_output, kInf};

@@ -16,14 +16,14 @@
 // Inputs are rounded to their storage format by the exact reference's round_to_format.
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <random>
-#include <stdexcept>
-#include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
 #include "attncheck/reference/fast.hpp"
 #include "attncheck/reference/reference.hpp"
@@ -40,7 +40,8 @@ void check_property(const std::string& what, Testable&& t, int max_success) {
   params.maxSuccess = max_success;
   params.maxSize = 60;
   params.seed = 20240707;
-  const auto result = rc::detail::checkTestable(std::forward<Testable>(t), rc::detail::TestMetadata{}, params);
+  const auto result =
+      rc::detail::checkTestable(std::forward<Testable>(t), rc::detail::TestMetadata{}, params);
   std::ostringstream os;
   rc::detail::printResultMessage(result, os);
   INFO(what << ": " << os.str());
@@ -52,13 +53,13 @@ const Format kFormats[] = {Format::fp16, Format::bf16, Format::fp32};
 // Adversarial classes of attention inputs, one generator parameter each.
 enum class Kind { random, late_outlier, cancelling, masked_rows, huge_logits, tiny_logits, nonfinite, count };
 // Fails inside a RapidCheck property and inside a plain Catch case alike (an exception fails both).
-#define FAST_EXPECT(cond, msg)                                           \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      std::ostringstream os_;                                            \
-      os_ << #cond << " failed: " << msg;                                \
-      throw std::runtime_error(os_.str());                               \
-    }                                                                    \
+#define FAST_EXPECT(cond, msg)             \
+  do {                                     \
+    if (!(cond)) {                         \
+      std::ostringstream os_;              \
+      os_ << #cond << " failed: " << msg;  \
+      throw std::runtime_error(os_.str()); \
+    }                                      \
   } while (0)
 
 // The stored value `steps` magnitudes away from b (same sign), clamped to the finite range.
@@ -72,14 +73,22 @@ uint32_t step_bits(Format f, uint32_t b, int steps) {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::random: return "random";
-    case Kind::late_outlier: return "late_outlier";
-    case Kind::cancelling: return "cancelling";
-    case Kind::masked_rows: return "masked_rows";
-    case Kind::huge_logits: return "huge_logits";
-    case Kind::tiny_logits: return "tiny_logits";
-    case Kind::nonfinite: return "nonfinite";
-    default: return "?";
+    case Kind::random:
+      return "random";
+    case Kind::late_outlier:
+      return "late_outlier";
+    case Kind::cancelling:
+      return "cancelling";
+    case Kind::masked_rows:
+      return "masked_rows";
+    case Kind::huge_logits:
+      return "huge_logits";
+    case Kind::tiny_logits:
+      return "tiny_logits";
+    case Kind::nonfinite:
+      return "nonfinite";
+    default:
+      return "?";
   }
 }
 
@@ -153,7 +162,8 @@ AttentionProblem build(const Shape& s) {
       int64_t m0 = 0;
       for (size_t i = 0; i < s.sq.size(); ++i) {
         for (int32_t t = 0; t < s.sq[i]; t += 2)
-          for (int32_t j = 0; j < s.sk[i]; ++j) pb.mask[static_cast<size_t>(m0 + int64_t{t} * s.sk[i] + j)] = 0;
+          for (int32_t j = 0; j < s.sk[i]; ++j)
+            pb.mask[static_cast<size_t>(m0 + int64_t{t} * s.sk[i] + j)] = 0;
         m0 += int64_t{s.sq[i]} * s.sk[i];
       }
     }
@@ -189,8 +199,9 @@ rc::Gen<Shape> gen_shape() {
 
 std::string describe(const Shape& s) {
   std::ostringstream os;
-  os << spec(s.dtype).name << " kv_heads=" << s.kv_heads << " group=" << s.group << " d=" << s.d << " causal=" << s.causal
-     << " masked=" << s.masked << " kind=" << kind_name(s.kind) << " seed=" << s.seed << " seqs=";
+  os << spec(s.dtype).name << " kv_heads=" << s.kv_heads << " group=" << s.group << " d=" << s.d
+     << " causal=" << s.causal << " masked=" << s.masked << " kind=" << kind_name(s.kind)
+     << " seed=" << s.seed << " seqs=";
   for (size_t i = 0; i < s.sq.size(); ++i) os << s.sq[i] << "x" << s.sk[i] << " ";
   return os.str();
 }
@@ -218,7 +229,8 @@ int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::strin
 
   // 1. Bounds contain the MPFR value.
   std::vector<FastRow> fr(static_cast<size_t>(rows));
-  fast.for_each_row([&](int64_t t, int32_t h, const FastRow& r) { fr[static_cast<size_t>(t * pb.num_heads + h)] = r; });
+  fast.for_each_row(
+      [&](int64_t t, int32_t h, const FastRow& r) { fr[static_cast<size_t>(t * pb.num_heads + h)] = r; });
   for (int64_t i = 0; i < rows; ++i) {
     const ExactRow& ex = exact[static_cast<size_t>(i)];
     const FastRow& f = fr[static_cast<size_t>(i)];
@@ -230,11 +242,22 @@ int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::strin
     if (!f.certified) continue;
     for (int c = 0; c < d; ++c)
       FAST_EXPECT(abs(Real(f.o[c]) - ex.o[c]) <= Real(f.o_bound[c]),
-                  what << " row " << i << " c " << c << ": o " << to_hexfloat(f.o[c]) << " bound " << f.o_bound[c]
-                       << " exact " << to_decimal(ex.o[c], 25));
+                  what << " row " << i << " c " << c << ": o " << to_hexfloat(f.o[c]) << " bound "
+                       << f.o_bound[c] << " exact " << to_decimal(ex.o[c], 25));
     FAST_EXPECT(abs(Real(f.lse) - ex.lse) <= Real(f.lse_bound),
-                what << " row " << i << ": lse " << to_hexfloat(f.lse) << " bound " << f.lse_bound << " exact "
-                     << to_decimal(ex.lse, 25));
+                what << " row " << i << ": lse " << to_hexfloat(f.lse) << " bound " << f.lse_bound
+                     << " exact " << to_decimal(ex.lse, 25));
+  }
+
+  // 1b. The single-row entry (its slice cache switching between heads and sequences) is bounded too.
+  for (int64_t i = 0; i < rows; i += 3) {
+    const ExactRow& ex = exact[static_cast<size_t>(i)];
+    const FastRow f = fast.row(i / pb.num_heads, static_cast<int32_t>(i % pb.num_heads));
+    FAST_EXPECT(f.empty == ex.empty, what << " row() " << i);
+    if (f.empty || !f.certified) continue;
+    for (int c = 0; c < d; ++c)
+      FAST_EXPECT(abs(Real(f.o[c]) - ex.o[c]) <= Real(f.o_bound[c]), what << " row() " << i << " c " << c);
+    FAST_EXPECT(abs(Real(f.lse) - ex.lse) <= Real(f.lse_bound), what << " row() " << i);
   }
 
   // 2. Rounded values bit for bit, every output format.
@@ -253,13 +276,16 @@ int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::strin
       for (int c = 0; c < d; ++c)
         FAST_EXPECT(r.o[static_cast<size_t>(i * d + c)] == round_to_format(of, ex.o[c]),
                     what << " " << spec(of).name << " row " << i << " c " << c << " fast "
-                         << to_hexfloat(of, r.o[static_cast<size_t>(i * d + c)]) << " exact " << to_decimal(ex.o[c], 25));
-      FAST_EXPECT(r.lse[static_cast<size_t>(i)] == round_to_format(Format::fp32, ex.lse), what << " LSE row " << i);
+                         << to_hexfloat(of, r.o[static_cast<size_t>(i * d + c)]) << " exact "
+                         << to_decimal(ex.o[c], 25));
+      FAST_EXPECT(r.lse[static_cast<size_t>(i)] == round_to_format(Format::fp32, ex.lse),
+                  what << " LSE row " << i);
     }
   }
   const RoundedAttention lse_bf16 = fast.rounded(Format::fp32, Format::bf16);
   for (int64_t i = 0; i < rows; ++i)
-    FAST_EXPECT(lse_bf16.lse[static_cast<size_t>(i)] == round_to_format(Format::bf16, exact[static_cast<size_t>(i)].lse),
+    FAST_EXPECT(lse_bf16.lse[static_cast<size_t>(i)] ==
+                    round_to_format(Format::bf16, exact[static_cast<size_t>(i)].lse),
                 what << " bf16 LSE row " << i);
 
   // 3. ulp errors of outputs a few ulps off the correct rounding, plus infinities and NaN.
@@ -273,14 +299,19 @@ int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::strin
     for (int c = 0; c < d; ++c) {
       uint32_t b = round_to_format(of, ex.o[c]);
       const uint64_t pick = rng() % 16;
-      if (pick < 7 && !is_nan_bits(of, b) && !is_inf_bits(of, b)) b = step_bits(of, b, offsets[pick]);
-      else if (pick == 14) b = round_to_format(of, kInf);
-      else if (pick == 15) b = round_to_format(of, std::numeric_limits<double>::quiet_NaN());
+      if (pick < 7 && !is_nan_bits(of, b) && !is_inf_bits(of, b))
+        b = step_bits(of, b, offsets[pick]);
+      else if (pick == 14)
+        b = round_to_format(of, kInf);
+      else if (pick == 15)
+        b = round_to_format(of, std::numeric_limits<double>::quiet_NaN());
       y[static_cast<size_t>(i * d + c)] = b;
     }
     const double l = ex.lse.convert_to<double>();
     const uint64_t pick = rng() % 8;
-    ylse[static_cast<size_t>(i)] = pick == 0 ? -kInf : pick == 1 ? std::nextafter(static_cast<float>(l), 1e30f) : static_cast<float>(l);
+    ylse[static_cast<size_t>(i)] = pick == 0   ? -kInf
+                                   : pick == 1 ? std::nextafter(static_cast<float>(l), 1e30f)
+                                               : static_cast<float>(l);
   }
   const AttentionUlpErrors ue = fast.ulp_errors(of, y, Format::fp32, ylse);
   auto same = [](const UlpError& a, const UlpError& b) {
@@ -293,9 +324,9 @@ int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::strin
     for (int c = 0; c < d; ++c) {
       const size_t at = static_cast<size_t>(i * d + c);
       const UlpError want = ulp_error(of, y[at], ex.o[c]);
-      FAST_EXPECT(same(ue.o[at], want), what << " O row " << i << " c " << c << " want " << error_class_name(want.cls)
-                                             << " " << want.ulps << " got " << error_class_name(ue.o[at].cls) << " "
-                                             << ue.o[at].ulps);
+      FAST_EXPECT(same(ue.o[at], want), what << " O row " << i << " c " << c << " want "
+                                             << error_class_name(want.cls) << " " << want.ulps << " got "
+                                             << error_class_name(ue.o[at].cls) << " " << ue.o[at].ulps);
     }
     const UlpError want = ulp_error_value(Format::fp32, ylse[static_cast<size_t>(i)], ex.lse);
     FAST_EXPECT(same(ue.lse[static_cast<size_t>(i)], want), what << " LSE row " << i);
@@ -348,12 +379,32 @@ TEST_CASE("round_double_to_format equals the exact reference's rounding", "[fast
     std::uniform_int_distribution<int> ex(-160, 140);
     std::uniform_int_distribution<uint64_t> mant(0, (uint64_t{1} << 52) - 1);
     for (int i = 0; i < 200000; ++i) {
-      const double x = std::ldexp(1.0 + std::ldexp(static_cast<double>(mant(rng)), -52), ex(rng)) * (i % 2 ? -1 : 1);
+      const double x =
+          std::ldexp(1.0 + std::ldexp(static_cast<double>(mant(rng)), -52), ex(rng)) * (i % 2 ? -1 : 1);
       REQUIRE(round_double_to_format(f, x) == round_to_format(f, x));
     }
-    for (double x : {0.0, -0.0, kInf, -kInf, 65504.0, 65520.0, 65519.99999999999, 0x1p-24, 0x1p-25, 0x1.000001p-25,
-                     1 + 0x1p-11 + 0x1p-40, 0x1p-149, 0x1p-150, 0x1.0000000000001p-150, 0x1p-133, 0x1p-134,
-                     0x1.fep127, 0x1.ffp127, 0x1.fffffep127, 0x1.ffffffp127, 0x1p-1074, 1e308})
+    for (double x : {0.0,
+                     -0.0,
+                     kInf,
+                     -kInf,
+                     65504.0,
+                     65520.0,
+                     65519.99999999999,
+                     0x1p-24,
+                     0x1p-25,
+                     0x1.000001p-25,
+                     1 + 0x1p-11 + 0x1p-40,
+                     0x1p-149,
+                     0x1p-150,
+                     0x1.0000000000001p-150,
+                     0x1p-133,
+                     0x1p-134,
+                     0x1.fep127,
+                     0x1.ffp127,
+                     0x1.fffffep127,
+                     0x1.ffffffp127,
+                     0x1p-1074,
+                     1e308})
       REQUIRE(round_double_to_format(f, x) == round_to_format(f, x));
   }
   // Every fp16 midpoint (ties to even) and one double ulp either side of it.
@@ -370,11 +421,13 @@ TEST_CASE("round_double_to_format equals the exact reference's rounding", "[fast
 TEST_CASE("interval decisions on hand-derived cases", "[fast][certify]") {
   // fp16 around 1: ulp 2^-10, the midpoint between 1 and 1 + 2^-10 is 1 + 2^-11.
   const double mid = 1 + 0x1p-11;
-  CHECK_FALSE(certain_rounding(Format::fp16, mid, 0x1p-40).has_value());      // contains the tie
+  CHECK_FALSE(certain_rounding(Format::fp16, mid, 0x1p-40).has_value());  // contains the tie
   CHECK_FALSE(certain_rounding(Format::fp16, mid - 0x1p-30, 0x1p-29).has_value());
-  CHECK(certain_rounding(Format::fp16, mid - 0x1p-30, 0x1p-31) == std::optional<uint32_t>(0x3c00));  // below: 1
+  CHECK(certain_rounding(Format::fp16, mid - 0x1p-30, 0x1p-31) ==
+        std::optional<uint32_t>(0x3c00));  // below: 1
   CHECK(certain_rounding(Format::fp16, mid + 0x1p-30, 0x1p-31) == std::optional<uint32_t>(0x3c01));  // above
-  CHECK(certain_rounding(Format::fp16, mid, 0.0) == std::optional<uint32_t>(0x3c00));  // a point: ties to even
+  CHECK(certain_rounding(Format::fp16, mid, 0.0) ==
+        std::optional<uint32_t>(0x3c00));                                 // a point: ties to even
   CHECK_FALSE(certain_rounding(Format::fp16, 0.0, 0x1p-60).has_value());  // -0 or +0
   CHECK(certain_rounding(Format::fp16, 0.0, 0.0) == std::optional<uint32_t>(0));
   CHECK_FALSE(certain_rounding(Format::fp16, 65520.0, 1e-9).has_value());  // the overflow threshold
@@ -408,7 +461,9 @@ TEST_CASE("glibc exp and log stay within the error the analysis assumes", "[fast
   std::uniform_real_distribution<double> arg(-745.0, 0.0), larg(0.0, 40.0);
   Real worst_exp = 0, worst_log = 0;
   for (int i = 0; i < 20000; ++i) {
-    const double a = i < 10000 ? arg(rng) : -std::ldexp(1.0, -static_cast<int>(rng() % 60)) * (1 + (rng() % 1000) / 1000.0);
+    const double a = i < 10000
+                         ? arg(rng)
+                         : -std::ldexp(1.0, -static_cast<int>(rng() % 60)) * (1 + (rng() % 1000) / 1000.0);
     const double e = std::exp(a);
     if (e < 0x1p-1022) continue;  // subnormal results: covered by the absolute term
     const Real exact = exp(Real(a));
@@ -421,7 +476,8 @@ TEST_CASE("glibc exp and log stay within the error the analysis assumes", "[fast
       if (r2 > worst_log) worst_log = r2;
     }
   }
-  INFO("worst exp relative error " << worst_exp.convert_to<double>() << ", log " << worst_log.convert_to<double>());
+  INFO("worst exp relative error " << worst_exp.convert_to<double>() << ", log "
+                                   << worst_log.convert_to<double>());
   CHECK(worst_exp <= Real(0x1p-52));  // within 1 ulp, 4x inside what the bound assumes
   CHECK(worst_log <= Real(0x1p-52));
 }
@@ -477,7 +533,8 @@ TEST_CASE("near-tie rows escalate and still equal the exact reference", "[fast][
   CHECK(escalated >= 24);
 }
 
-TEST_CASE("exactly cancelling values escalate: the sign of a zero output is not decidable", "[fast][escalation]") {
+TEST_CASE("exactly cancelling values escalate: the sign of a zero output is not decidable",
+          "[fast][escalation]") {
   // Two keys with equal scores and opposite values: O = (v - v) / 2 = 0 exactly, while the fp64
   // bound (relative to sum p |v|) is positive, so the interval holds -0 and +0.
   for (Format f : kFormats) {

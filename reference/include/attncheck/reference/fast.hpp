@@ -31,6 +31,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -98,9 +99,12 @@ class FastAttentionReference {
   // Validates the problem (ReferenceError as validate()). Keeps a reference: `problem` must
   // outlive this object and stay unchanged.
   explicit FastAttentionReference(const AttentionProblem& problem, FastOptions options = {});
+  ~FastAttentionReference();
+  FastAttentionReference(const FastAttentionReference&) = delete;
+  FastAttentionReference& operator=(const FastAttentionReference&) = delete;
 
-  // One row, bounds only (no escalation). Decodes the row's K/V slice: for many rows use
-  // for_each_row.
+  // One row, bounds only (no escalation). The row's K/V slice is decoded once and kept (one slice,
+  // the last used), so consecutive rows of one (sequence, KV head) cost a GEMV each. Thread-safe.
   FastRow row(int64_t token, int32_t head) const;
 
   // Every row, in parallel; `visit` is called from worker threads (for distinct rows concurrently)
@@ -125,10 +129,12 @@ class FastAttentionReference {
   struct Counters {
     std::atomic<int64_t> rows{0}, rows_escalated{0}, rows_uncertified{0}, elements{0}, elements_undecided{0};
   };
+  struct SliceCache;  // the K/V slice row() decoded last
   const AttentionProblem& problem_;
   FastOptions options_;
   int threads_;
   Counters counters_;
+  std::unique_ptr<SliceCache> cache_;
 };
 
 }  // namespace attncheck::ref
