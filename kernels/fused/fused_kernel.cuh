@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
   const int tile = p.reverse_tiles ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
   const int row0 = tile * BR;
   if (row0 >= tq) return;
-  const int kvh = head / p.group;
+  const int kvh = kv_head_of<M>(head, p.group, p.num_kv_heads);
 
   // This CTA's key range [k_lo, k_hi): the whole sequence, or one part of num_splits (sizes as
   // equal as possible, the first tk % num_splits parts one key longer).
@@ -187,8 +187,8 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
 
   dev::load_tile<BR, D, NT>(sQ, gq, int64_t(p.num_heads) * D, tq - row0, tid);
   if (n_tiles > 0) {
-    dev::load_tile<BC, D, NT>(smem, gk + k_lo * kv_stride, kv_stride, k_end - k_lo, tid);
-    dev::load_tile<BC, D, NT>(smem + BC * D, gv + k_lo * kv_stride, kv_stride, k_end - k_lo, tid);
+    dev::load_tile<BC, D, NT>(smem, gk + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo, tid);
+    dev::load_tile<BC, D, NT>(smem + BC * D, gv + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo, tid);
   }
   dev::cp_async_commit();
   dev::cp_async_wait<0>();
@@ -226,8 +226,8 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
     const int n0 = k_lo + j * BC;
     if (j + 1 < n_tiles) {
       uint16_t* sk = smem + (buf ^ 1) * 2 * BC * D;
-      dev::load_tile<BC, D, NT>(sk, gk + int64_t(n0 + BC) * kv_stride, kv_stride, k_end - n0 - BC, tid);
-      dev::load_tile<BC, D, NT>(sk + BC * D, gv + int64_t(n0 + BC) * kv_stride, kv_stride,
+      dev::load_tile<BC, D, NT>(sk, gk + row_offset<M>(n0 + BC, kv_stride), kv_stride, k_end - n0 - BC, tid);
+      dev::load_tile<BC, D, NT>(sk + BC * D, gv + row_offset<M>(n0 + BC, kv_stride), kv_stride,
                                 k_end - n0 - BC, tid);
       dev::cp_async_commit();
       dev::cp_async_wait<1>();
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
           bool vis = row < tq && col < k_hi;
           if (p.causal) vis = vis && causal_visible<M>(row, col, tq, tk);
           if (mask && vis) vis = mask[int64_t(row) * tk + col] != 0;
-          if (!vis) x = neg_inf_f();
+          if (!vis) x = row < tq && col < k_hi ? masked_logit<M>() : neg_inf_f();
         }
         s[i][e] = x;
         mx[e >> 1] = fmaxf(mx[e >> 1], x);

@@ -29,6 +29,8 @@ namespace attncheck::kern::fused {
 enum class Mutation : int {
   none = 0,
   forget_rescale_o = 6,   // rescales l but not O when the max moves
+  finite_mask_sentinel = 7,  // masked logits get a finite -5e4 (natural units) instead of -inf
+  gqa_head_mod = 9,       // query head i reads KV head i mod h_kv instead of i / (h / h_kv)
   causal_off_by_one = 10, // causal sees one key too many (t + Tk - Tq + 1)
   combine_plus_inf = 11,  // split-KV combine writes +inf (FlashAttention-2 style) for an all-empty row
   missing_barrier = 12,   // drops the barrier that protects a shared-memory buffer before reuse
@@ -62,6 +64,30 @@ template <Mutation M = Mutation::none>
 AC_HD bool causal_visible(int64_t row, int64_t key, int64_t tq, int64_t tk) {
   if constexpr (M == Mutation::causal_off_by_one) return key <= row + tk - tq + 1;
   return key <= row + tk - tq;
+}
+
+// The logit a masked key (causal or explicit mask) gets: -inf, never a finite sentinel (FACTS.md:
+// a -5e4 sentinel let masked keys win against extreme real logits, and a fully masked row then
+// averages V instead of being empty). The mutant's sentinel is in natural units, scaled to base 2.
+template <Mutation M = Mutation::none>
+AC_HD float masked_logit() {
+  if constexpr (M == Mutation::finite_mask_sentinel) return -5.0e4f * kLog2e;
+  return neg_inf_f();
+}
+
+// The KV head query head `head` reads under grouped-query attention: head / (h / h_kv).
+template <Mutation M = Mutation::none>
+AC_HD int kv_head_of(int head, int group, int num_kv_heads) {
+  if constexpr (M == Mutation::gqa_head_mod) return head % num_kv_heads;
+  return head / group;
+}
+
+// Element offset of row `row` of a tensor with `stride` elements per row, in 64 bits: K and V
+// pass 2^31 elements at 128 KV heads x 128 dims x 131080 tokens (FACTS.md's regression shape).
+template <Mutation M = Mutation::none>
+AC_HD int64_t row_offset(int64_t row, int64_t stride) {
+  if constexpr (M == Mutation::offsets_32bit) return int64_t(int32_t(uint32_t(row) * uint32_t(stride)));
+  return row * stride;
 }
 
 // The rescale factor alpha = 2^(m_old - m_new), with the base-case guard: before any visible key

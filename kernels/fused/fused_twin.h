@@ -59,7 +59,9 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       const float* qr = h.q + row * h.q_stride;
       float tile_max = neg_inf_f();
       for (int64_t j = n0; j < n0 + bc; ++j) {
-        float xj = neg_inf_f();
+        // Keys past the range are -inf; keys in range hidden by causal or the mask get masked_logit
+        // (-inf; a finite sentinel only in mutant 7), as the kernel's per-element test does.
+        float xj = j < std::min<int64_t>(n0 + bc, k_hi) ? masked_logit<M>() : neg_inf_f();
         const bool visible = j < n1 && (!h.causal || causal_visible<M>(row, j, h.tq, h.tk)) &&
                              (!h.mask || h.mask[row * h.tk + j] != 0);
         if (visible) {

@@ -62,7 +62,7 @@ __device__ __forceinline__ RowIndex<I> split_index(I idx, I per_row, I num_heads
   return RowIndex<I>{row / num_heads, row % num_heads, idx - row * per_row};
 }
 
-template <int DT, typename I>
+template <int DT, typename I, MergeMutation M>
 __global__ void __launch_bounds__(kThreads)
     merge_vector_kernel(const ac_merge_args a, const int lse_base, const I packs_per_row,
                         const I total) {
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
     const RowIndex<I> r = split_index(idx, packs_per_row, num_heads);
     const int64_t tok = int64_t(r.tok), h = int64_t(r.head), e = int64_t(r.sub) * kPack;
     const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
-    const MergeWeights w = merge_weights(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
+    const MergeWeights w = merge_weights<M>(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
     const T* p = static_cast<const T*>(a.prefix_out) + tok * a.prefix_stride_token +
                  h * a.prefix_stride_head + e;
     const T* s = static_cast<const T*>(a.suffix_out) + tok * a.suffix_stride_token +
@@ -87,13 +87,13 @@ __global__ void __launch_bounds__(kThreads)
     uint4 ov;
     T* oe = reinterpret_cast<T*>(&ov);
 #pragma unroll
-    for (int i = 0; i < kPack; ++i) oe[i] = E::store(merge_element(E::load(pe[i]), E::load(se[i]), w));
+    for (int i = 0; i < kPack; ++i) oe[i] = E::store(merge_element<M>(E::load(pe[i]), E::load(se[i]), w));
     *reinterpret_cast<uint4*>(o) = ov;
     if (a.out_lse != nullptr && r.sub == 0) a.out_lse[li] = w.out_lse;
   }
 }
 
-template <int DT, typename I>
+template <int DT, typename I, MergeMutation M>
 __global__ void __launch_bounds__(kThreads)
     merge_scalar_kernel(const ac_merge_args a, const int lse_base, const I total) {
   using E = Elem<DT>;
@@ -103,11 +103,11 @@ __global__ void __launch_bounds__(kThreads)
     const RowIndex<I> r = split_index(idx, head_size, num_heads);
     const int64_t tok = int64_t(r.tok), h = int64_t(r.head), e = int64_t(r.sub);
     const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
-    const MergeWeights w = merge_weights(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
+    const MergeWeights w = merge_weights<M>(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
     const T p = static_cast<const T*>(a.prefix_out)[tok * a.prefix_stride_token + h * a.prefix_stride_head + e];
     const T s = static_cast<const T*>(a.suffix_out)[tok * a.suffix_stride_token + h * a.suffix_stride_head + e];
     static_cast<T*>(a.out)[tok * a.out_stride_token + h * a.out_stride_head + e] =
-        E::store(merge_element(E::load(p), E::load(s), w));
+        E::store(merge_element<M>(E::load(p), E::load(s), w));
     if (a.out_lse != nullptr && r.sub == 0) a.out_lse[li] = w.out_lse;
   }
 }
@@ -121,18 +121,30 @@ unsigned grid_for(int64_t total) {
   return unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks);
 }
 
-template <int DT, typename I>
+template <int DT, typename I, MergeMutation M = MergeMutation::none>
 void launch(const ac_merge_args& a, const MergeOptions& o, bool vector, int64_t total,
             int64_t packs_per_row, cudaStream_t stream) {
   if (vector)
-    merge_vector_kernel<DT, I><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(packs_per_row), I(total));
+    merge_vector_kernel<DT, I, M><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(packs_per_row), I(total));
   else
-    merge_scalar_kernel<DT, I><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(total));
+    merge_scalar_kernel<DT, I, M><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(total));
 }
 
 template <int DT>
 void launch_dtype(const ac_merge_args& a, const MergeOptions& o, bool vector, int64_t total,
                   int64_t packs_per_row, cudaStream_t stream) {
+  // Mutants (kernels/mutants/) are instantiated with 64-bit indices only, to keep the build small.
+  switch (o.mutation) {
+    case MergeMutation::none: break;
+    case MergeMutation::no_inf_mapping:
+      return launch<DT, int64_t, MergeMutation::no_inf_mapping>(a, o, vector, total, packs_per_row, stream);
+    case MergeMutation::no_both_empty_guard:
+      return launch<DT, int64_t, MergeMutation::no_both_empty_guard>(a, o, vector, total, packs_per_row, stream);
+    case MergeMutation::multiply_then_divide:
+      return launch<DT, int64_t, MergeMutation::multiply_then_divide>(a, o, vector, total, packs_per_row, stream);
+    case MergeMutation::base_swap:
+      return launch<DT, int64_t, MergeMutation::base_swap>(a, o, vector, total, packs_per_row, stream);
+  }
   // 32-bit index arithmetic (cheap division) when every work item index and its grid-stride
   // successor fit; 64-bit otherwise, so huge tensors never wrap (issue 6, mutant 13).
   if (total < (int64_t(1) << 31) - int64_t(kThreads) * (int64_t(1) << 22))

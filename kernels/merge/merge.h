@@ -16,11 +16,15 @@
 
 namespace attncheck::kern {
 
+enum class MergeMutation : int;  // merge_math.h; complete here (fixed underlying type)
+
 struct MergeOptions {
   int lse_base = 0;          // 0: natural log (exp/log); 2: base 2 (exp2/log2)
   bool allow_vector = true;  // CUDA only: false forces the scalar path (tests of that path)
   bool synchronize = true;   // CUDA only: false skips the final stream sync (benchmarks, callers
                              // that sync themselves); launch errors are still reported
+  MergeMutation mutation{};  // none (0); another value runs a deliberately broken variant
+                             // (kernels/mutants/, issue 6) compiled from the same math
 };
 
 // The checks both launchers run before touching memory: dtype, lse_base, head size (1..512),

@@ -35,6 +35,8 @@ int merge_check_args(const ac_merge_args& a, const MergeOptions& o, char* err, s
     AC_REFUSE("merge: unsupported dtype %d (fp32, fp16, bf16 only)", int(a.dtype));
   if (o.lse_base != 0 && o.lse_base != 2)
     AC_REFUSE("merge: unsupported lse_base %d (0: natural, 2: base 2)", o.lse_base);
+  if (int(o.mutation) < int(MergeMutation::none) || int(o.mutation) > int(MergeMutation::base_swap))
+    AC_REFUSE("merge: unknown mutation %d", int(o.mutation));
   if (a.head_size < 1 || a.head_size > 512)
     AC_REFUSE("merge: unsupported head_size %d (1..512)", int(a.head_size));
   if (a.num_tokens < 0 || a.num_heads < 0)
@@ -53,23 +55,36 @@ int merge_check_args(const ac_merge_args& a, const MergeOptions& o, char* err, s
   return AC_OK;
 }
 
-int merge_host(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len) {
-  if (const int rc = merge_check_args(a, o, err, err_len); rc != AC_OK) return rc;
+namespace {
+template <MergeMutation M>
+void merge_host_rows(const ac_merge_args& a, const MergeOptions& o) {
   const DType t = DType(a.dtype);
   for (int64_t tok = 0; tok < a.num_tokens; ++tok) {
     for (int64_t h = 0; h < a.num_heads; ++h) {
       const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
-      const MergeWeights w = merge_weights(a.prefix_lse[li], a.suffix_lse[li], o.lse_base);
+      const MergeWeights w = merge_weights<M>(a.prefix_lse[li], a.suffix_lse[li], o.lse_base);
       const int64_t po = tok * a.prefix_stride_token + h * a.prefix_stride_head;
       const int64_t so = tok * a.suffix_stride_token + h * a.suffix_stride_head;
       const int64_t oo = tok * a.out_stride_token + h * a.out_stride_head;
       for (int64_t e = 0; e < a.head_size; ++e) {
         const float v =
-            merge_element(load_host(a.prefix_out, t, po + e), load_host(a.suffix_out, t, so + e), w);
+            merge_element<M>(load_host(a.prefix_out, t, po + e), load_host(a.suffix_out, t, so + e), w);
         store_host(a.out, t, oo + e, v);
       }
       if (a.out_lse) a.out_lse[li] = w.out_lse;
     }
+  }
+}
+}  // namespace
+
+int merge_host(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len) {
+  if (const int rc = merge_check_args(a, o, err, err_len); rc != AC_OK) return rc;
+  switch (o.mutation) {
+    case MergeMutation::none: merge_host_rows<MergeMutation::none>(a, o); break;
+    case MergeMutation::no_inf_mapping: merge_host_rows<MergeMutation::no_inf_mapping>(a, o); break;
+    case MergeMutation::no_both_empty_guard: merge_host_rows<MergeMutation::no_both_empty_guard>(a, o); break;
+    case MergeMutation::multiply_then_divide: merge_host_rows<MergeMutation::multiply_then_divide>(a, o); break;
+    case MergeMutation::base_swap: merge_host_rows<MergeMutation::base_swap>(a, o); break;
   }
   return AC_OK;
 }

@@ -18,6 +18,9 @@
 //     states is the identity (0, -inf), so the scales are 0 and out_lse is -inf, and the
 //     kernel writes out = 0 exactly (whatever the inputs hold).
 // A NaN LSE propagates (it is not a convention, it is a bug upstream, and must stay visible).
+// Mutation switch (issue 6, kernels/mutants/): merge_weights / merge_element take a compile-time
+// MergeMutation; the correct merge is MergeMutation::none, each mutant one other value, so a
+// mutant is the same code with one guard or one order changed, on the GPU and in the host twin.
 // Check: ctest -R kernels_basic_merge
 #pragma once
 #include <cmath>
@@ -31,6 +34,16 @@ struct MergeWeights {
   float s_scale;
   float out_lse;
   bool both_empty;
+  float divisor = 1.0f;  // only MergeMutation::multiply_then_divide divides afterwards
+};
+
+// Deliberately broken variants of the merge (kernels/mutants/, issue 6). none is the kernel.
+enum class MergeMutation : int {
+  none = 0,
+  no_inf_mapping = 1,        // +inf (FlashAttention-2's empty sentinel) taken as a huge mass
+  no_both_empty_guard = 2,   // two empty states: (-inf) - (-inf) = NaN
+  multiply_then_divide = 3,  // out = (p e^(p_lse-M) + s e^(s_lse-M)) / out_se: unbounded intermediate
+  base_swap = 4,             // LSEs read in the other base than the one declared (e <-> 2)
 };
 
 AC_HD float merge_exp(float x, int lse_base) {
@@ -58,15 +71,20 @@ AC_HD float merge_fma(float a, float b, float c) {
 // FlashAttention-2 writes +inf for a row with no keys; every merge maps it to -inf first.
 AC_HD float empty_sentinel_to_neg_inf(float lse) { return lse == INFINITY ? -INFINITY : lse; }
 
+template <MergeMutation M = MergeMutation::none>
 AC_HD MergeWeights merge_weights(float p_lse, float s_lse, int lse_base) {
-  p_lse = empty_sentinel_to_neg_inf(p_lse);
-  s_lse = empty_sentinel_to_neg_inf(s_lse);
+  if constexpr (M == MergeMutation::base_swap) lse_base = lse_base == 2 ? 0 : 2;
+  if constexpr (M != MergeMutation::no_inf_mapping) {
+    p_lse = empty_sentinel_to_neg_inf(p_lse);
+    s_lse = empty_sentinel_to_neg_inf(s_lse);
+  }
   if (p_lse != p_lse || s_lse != s_lse) {  // NaN: kept visible, never taken for "empty"
     const float nan = p_lse + s_lse;
     return MergeWeights{nan, nan, nan, false};
   }
   const float max_lse = p_lse > s_lse ? p_lse : s_lse;
-  if (max_lse == -INFINITY) return MergeWeights{0.0f, 0.0f, -INFINITY, true};
+  if constexpr (M != MergeMutation::no_both_empty_guard)
+    if (max_lse == -INFINITY) return MergeWeights{0.0f, 0.0f, -INFINITY, true};
   const float p_se = merge_exp(p_lse - max_lse, lse_base);
   const float s_se = merge_exp(s_lse - max_lse, lse_base);
   const float out_se = p_se + s_se;
@@ -75,12 +93,19 @@ AC_HD MergeWeights merge_weights(float p_lse, float s_lse, int lse_base) {
   w.s_scale = s_se / out_se;
   w.out_lse = merge_log(out_se, lse_base) + max_lse;
   w.both_empty = false;
+  if constexpr (M == MergeMutation::multiply_then_divide) {
+    w.p_scale = p_se;  // e^(LSE - M) in [0, 1]: p * p_se + s * s_se can reach 2 max|p, s|
+    w.s_scale = s_se;
+    w.divisor = out_se;
+  }
   return w;
 }
 
 // One output element, in fp32, before the store rounds it to the storage type.
+template <MergeMutation M = MergeMutation::none>
 AC_HD float merge_element(float p, float s, const MergeWeights& w) {
   if (w.both_empty) return 0.0f;
+  if constexpr (M == MergeMutation::multiply_then_divide) return merge_fma(p, w.p_scale, s * w.s_scale) / w.divisor;
   return merge_fma(p, w.p_scale, s * w.s_scale);
 }
 

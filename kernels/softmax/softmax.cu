@@ -44,6 +44,7 @@ int softmax_cuda(const ac_softmax_args& a, SoftmaxVariant v, char* err, size_t e
     case SoftmaxVariant::naive: launch_variant<SoftmaxVariant::naive>(a, stream); break;
     case SoftmaxVariant::safe: launch_variant<SoftmaxVariant::safe>(a, stream); break;
     case SoftmaxVariant::online: launch_variant<SoftmaxVariant::online>(a, stream); break;
+    case SoftmaxVariant::online_l_fp16: launch_variant<SoftmaxVariant::online_l_fp16>(a, stream); break;
   }
   AC_CUDA_TRY_LAUNCH();
   AC_CUDA_TRY(cudaStreamSynchronize(stream));

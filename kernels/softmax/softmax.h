@@ -12,7 +12,10 @@
 
 namespace attncheck::kern {
 
-enum class SoftmaxVariant { naive, safe, online };
+// online_l_fp16 is a deliberately broken variant (kernels/mutants/, issue 6, mutant 5): the online
+// fold with its running sum l rounded to fp16 after every update; never a registered subject of
+// its own except as a mutant.
+enum class SoftmaxVariant { naive, safe, online, online_l_fp16 };
 
 // Checks shared by both launchers: dtype, negative sizes, row_stride < cols, null or misaligned
 // pointers. Zero rows or zero columns is a valid empty call.

@@ -61,7 +61,8 @@ __device__ T block_fold(T v, T identity, Op op, T* scratch) {
 
 struct FoldMax { __device__ float operator()(float a, float b) const { return fold_max(a, b); } };
 struct FoldSum { __device__ float operator()(float a, float b) const { return fold_sum(a, b); } };
-struct FoldOnline { __device__ OnlineState operator()(OnlineState a, OnlineState b) const { return online_combine(a, b); } };
+template <bool kLInFp16 = false>
+struct FoldOnline { __device__ OnlineState operator()(OnlineState a, OnlineState b) const { return online_combine<kLInFp16>(a, b); } };
 
 // Softmax of one row by the whole block: x (DTIN) -> y (DTOUT), cols elements each. Returns the
 // row's natural-log LSE in every thread. Must be called by all threads of the block.
@@ -92,9 +93,10 @@ __device__ float softmax_row_block(const void* x, void* y, int64_t cols) {
       for (int64_t j = t0; j < cols; j += kSoftmaxThreads) l += shifted_exp(In::load(x, j), m);
       l = block_fold(l, 0.0f, FoldSum{}, scratch);
     } else {
+      constexpr bool l16 = V == SoftmaxVariant::online_l_fp16;  // the mutant (issue 6, mutant 5)
       OnlineState s = online_identity();
-      for (int64_t j = t0; j < cols; j += kSoftmaxThreads) s = online_push(s, In::load(x, j));
-      s = block_fold(s, online_identity(), FoldOnline{}, scratch_online);
+      for (int64_t j = t0; j < cols; j += kSoftmaxThreads) s = online_push<l16>(s, In::load(x, j));
+      s = block_fold(s, online_identity(), FoldOnline<l16>{}, scratch_online);
       m = s.m;
       l = s.l;
     }

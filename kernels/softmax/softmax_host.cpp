@@ -75,13 +75,16 @@ float softmax_row_host(SoftmaxVariant v, DType in, const void* x, DType out, voi
     }
     l = block_fold_host(partial, 0.0f, fold_sum);
   } else {
+    const bool l16 = v == SoftmaxVariant::online_l_fp16;  // the mutant (issue 6, mutant 5)
     OnlineState partial[kSoftmaxThreads];
     for (int64_t t = 0; t < kT; ++t) {
       OnlineState s = online_identity();
-      for (int64_t j = t; j < cols; j += kT) s = online_push(s, load_host(x, in, j));
+      for (int64_t j = t; j < cols; j += kT)
+        s = l16 ? online_push<true>(s, load_host(x, in, j)) : online_push(s, load_host(x, in, j));
       partial[t] = s;
     }
-    const OnlineState s = block_fold_host(partial, online_identity(), online_combine);
+    const OnlineState s = l16 ? block_fold_host(partial, online_identity(), online_combine<true>)
+                              : block_fold_host(partial, online_identity(), online_combine<false>);
     m = s.m;
     l = s.l;
   }

@@ -22,6 +22,9 @@
 // variant a row whose e[j] all underflow to 0 in the storage type takes the same path (zeros):
 // that underflow is part of its hazard. Inputs are finite or -inf; +inf or NaN gives NaN.
 // LSE (textbook attention): natural log, m + log(l) (naive: log(sum)), -inf for an empty row.
+// Mutation switch (issue 6, kernels/mutants/): online_push / online_combine take a compile-time
+// flag that keeps l in fp16 (rounded after every update): the "What has to be fp32" hazard, l
+// stalls at 2048 for unit terms and overflows at 65504. The correct kernels never set it.
 // Check: ctest -R kernels_basic_softmax
 #pragma once
 #include <cmath>
@@ -55,19 +58,24 @@ struct OnlineState {
   float l;
 };
 AC_HD OnlineState online_identity() { return OnlineState{-INFINITY, 0.0f}; }
+template <bool kLInFp16 = false>
 AC_HD OnlineState online_push(OnlineState s, float x) {
   if (x == -INFINITY) return s;  // contributes nothing, and exp((-inf) - (-inf)) would be NaN
   const float m_new = s.m > x ? s.m : x;
   s.l = s.l * sm_exp(s.m - m_new) + sm_exp(x - m_new);  // s.m = -inf: the first term is 0
+  if constexpr (kLInFp16) s.l = round_through(DType::f16, s.l);
   s.m = m_new;
   return s;
 }
 // Symmetric in a and b (bitwise), so the xor butterfly's operand order does not matter.
+template <bool kLInFp16 = false>
 AC_HD OnlineState online_combine(OnlineState a, OnlineState b) {
   if (a.m == -INFINITY) return b;
   if (b.m == -INFINITY) return a;
   const float m = a.m > b.m ? a.m : b.m;
-  return OnlineState{m, a.l * sm_exp(a.m - m) + b.l * sm_exp(b.m - m)};
+  float l = a.l * sm_exp(a.m - m) + b.l * sm_exp(b.m - m);
+  if constexpr (kLInFp16) l = round_through(DType::f16, l);
+  return OnlineState{m, l};
 }
 
 // exp(x - m) with the fully-masked guard (m = -inf means every x is -inf).

@@ -54,10 +54,7 @@ __global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __res
   }
   if (lse && lane == 0) {
     // Lane 0 folded at least one element (head_size >= 32), so lse_final is the folded LSE.
-    float value = lse_final * fused::kLn2;
-    if constexpr (M == fused::Mutation::combine_plus_inf)
-      if (lse_final == fused::neg_inf_f()) value = fused::pos_inf_f();
-    lse[int64_t(head) * total_q + tok] = value;
+    lse[int64_t(head) * total_q + tok] = splitkv::final_lse_natural<M>(lse_final);
   }
 }
 
@@ -130,7 +127,16 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   if (e == cudaSuccess) {
     const int64_t pairs = total_q * a.num_heads;
     const unsigned blocks = unsigned((pairs + 3) / 4);
-    if (bf16)
+    // o.mutation selects mutant 11's combine (kernels/mutants/); the partials are the correct ones.
+    constexpr auto kPlusInf = fused::Mutation::combine_plus_inf;
+    const bool plus_inf = o.mutation == kPlusInf;
+    if (bf16 && plus_inf)
+      splitkv_combine_kernel<true, kPlusInf><<<blocks, 128, 0, stream>>>(
+          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
+    else if (plus_inf)
+      splitkv_combine_kernel<false, kPlusInf><<<blocks, 128, 0, stream>>>(
+          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
+    else if (bf16)
       splitkv_combine_kernel<true><<<blocks, 128, 0, stream>>>(p.part_o, p.part_lse, a.out, a.lse, total_q,
                                                                a.num_heads, a.head_size, a.num_splits, a.fold_order);
     else

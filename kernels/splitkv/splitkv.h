@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
+#include "fused/fused_math.h"
 
 namespace attncheck::kern {
 
@@ -24,6 +25,9 @@ struct SplitKVOptions {
   bool synchronize = true;    // CUDA: synchronise the stream before returning
   void* workspace = nullptr;  // CUDA: device workspace of splitkv_workspace_bytes(); null: allocated per call
   size_t workspace_bytes = 0;
+  // none; combine_plus_inf runs mutant 11's combine (kernels/mutants/, issue 6). CUDA only: the
+  // host twin of the mutant lives in kernels/mutants/.
+  fused::Mutation mutation = fused::Mutation::none;
 };
 
 // Bytes of the fp32 partials: num_splits x total_q x heads x (head_size + 1) x 4.

@@ -85,6 +85,15 @@ AC_HD void fold_partials(float (&o)[kMaxSplits], float (&lse)[kMaxSplits], int n
   lse_out = lse[0];
 }
 
+// The row's LSE as the combine writes it: natural log (ln 2 times the base-2 fold), -inf for an
+// all-empty row. Mutant 11 (kernels/mutants/) writes FlashAttention-2's +inf there instead.
+template <Mutation M = Mutation::none>
+AC_HD float final_lse_natural(float lse2) {
+  if constexpr (M == Mutation::combine_plus_inf)
+    if (lse2 == fused::neg_inf_f()) return fused::pos_inf_f();
+  return lse2 * fused::kLn2;
+}
+
 // The key range [lo, hi) of part `split` of `n`: sizes as equal as possible, the first tk % n
 // parts one key longer (the same split the CUDA kernel makes).
 AC_HD void split_range(int tk, int n, int split, int& lo, int& hi) {

@@ -1,0 +1,97 @@
+// CUDA launcher of the fused-attention mutants (issue 6): fused/fused_kernel.cuh's kernel template
+// instantiated with a fused::Mutation (launch_fused_kernel<..., M>), with the same argument checks
+// and parameters as fused_attention_cuda. Numerics are the correct kernel's (fp32 m / l / O, P
+// rounded to the input type, natural-log LSE [heads, tokens], empty row -inf) except for the one
+// thing each mutation breaks.
+// To keep the build small the mutants are compiled for one tiling, (64, 64), and:
+//   6, 7, 9, 10   fp16 and bf16, head sizes 64 and 128;
+//   12, 13        fp16, head size 128 (GPU-only mutants, run by dedicated tests).
+// Check: ctest --test-dir build -L gpu -R mutants
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "fused/fused.h"
+#include "fused/fused_kernel.cuh"
+#include "mutants/mutants.h"
+
+namespace attncheck::kern {
+
+namespace {
+
+using fused::Mutation;
+using LaunchFn = cudaError_t (*)(const fused::KernelParams&, int, int, cudaStream_t);
+constexpr int kBr = 64, kBc = 64;
+
+template <Mutation M>
+LaunchFn pick_all(bool bf16, int d) {
+  if (bf16)
+    return d == 64 ? &fused::launch_fused_kernel<true, 64, kBr, kBc, false, M>
+                   : &fused::launch_fused_kernel<true, 128, kBr, kBc, false, M>;
+  return d == 64 ? &fused::launch_fused_kernel<false, 64, kBr, kBc, false, M>
+                 : &fused::launch_fused_kernel<false, 128, kBr, kBc, false, M>;
+}
+
+template <Mutation M>
+LaunchFn pick_fp16_128(bool bf16, int d) {
+  return !bf16 && d == 128 ? &fused::launch_fused_kernel<false, 128, kBr, kBc, false, M> : nullptr;
+}
+
+LaunchFn pick(int mutation, bool bf16, int d) {
+  switch (Mutation(mutation)) {
+    case Mutation::forget_rescale_o: return pick_all<Mutation::forget_rescale_o>(bf16, d);
+    case Mutation::finite_mask_sentinel: return pick_all<Mutation::finite_mask_sentinel>(bf16, d);
+    case Mutation::gqa_head_mod: return pick_all<Mutation::gqa_head_mod>(bf16, d);
+    case Mutation::causal_off_by_one: return pick_all<Mutation::causal_off_by_one>(bf16, d);
+    case Mutation::missing_barrier: return pick_fp16_128<Mutation::missing_barrier>(bf16, d);
+    case Mutation::offsets_32bit: return pick_fp16_128<Mutation::offsets_32bit>(bf16, d);
+    default: return nullptr;
+  }
+}
+
+bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
+
+}  // namespace
+
+int fused_mutant_cuda(int mutation, const ac_attention_args& a, char* err, size_t err_len) {
+  if (int rc = fused_check_args(a, FusedOptions{}, 1, err, err_len)) return rc;
+  const bool bf16 = a.dtype == AC_DTYPE_BF16;
+  const LaunchFn fn = pick(mutation, bf16, a.head_size);
+  if (!fn) AC_REFUSE("fused mutant %d: not compiled for %s, head size %d", mutation, bf16 ? "bf16" : "fp16", a.head_size);
+  if (a.num_seqs == 0) return AC_OK;
+  if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16))
+    AC_REFUSE("fused mutant: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");
+  if (!aligned(a.out, 4)) AC_REFUSE("fused mutant: out must be 4-byte aligned");
+  if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("fused mutant: device cu_seqlens missing");
+  if (a.num_seqs > 65535) AC_REFUSE("fused mutant: %d sequences exceed the grid (65535)", a.num_seqs);
+  int max_tq = 0;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int tq = a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s];
+    max_tq = tq > max_tq ? tq : max_tq;
+  }
+  fused::KernelParams p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.out = a.out;
+  p.lse = a.lse;
+  p.cu_q = a.cu_seqlens_q;
+  p.cu_k = a.cu_seqlens_k;
+  p.mask = a.mask;
+  p.cu_mask = a.cu_mask;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.group = a.num_heads / a.num_kv_heads;
+  p.total_q = a.cu_seqlens_q_host[a.num_seqs];
+  p.scale_log2 = a.softmax_scale * fused::kLog2e;
+  p.causal = a.causal != 0;
+  p.lse_base2 = 0;
+  p.empty_lse = fused::neg_inf_f();
+  p.reverse_tiles = a.causal != 0;
+  p.num_splits = 1;
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  AC_CUDA_TRY(fn(p, max_tq, a.num_seqs, stream));
+  AC_CUDA_TRY(cudaStreamSynchronize(stream));
+  return AC_OK;
+}
+
+}  // namespace attncheck::kern

@@ -1,0 +1,164 @@
+// Shared by the mutant tests: builds plugin-ABI arguments for tiny hand-made inputs and calls a
+// registered subject (mutant or correct) by name through its ac_subject entry, so a test exercises
+// exactly what the harness would. Host memory only (host twins); the GPU tests stage their own.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attncheck/plugin_abi.h"
+#include "common/registry.h"
+#include "common/storage.h"
+
+namespace mt {
+
+inline const ac_subject& subject(const std::string& name, bool mutant) {
+  static std::vector<ac_subject> mutants, builtins;
+  if (mutants.empty()) attncheck::kern::append_mutant_subjects(mutants, false);
+  if (builtins.empty()) builtins = attncheck::kern::builtin_subjects(false);
+  for (const ac_subject& s : mutant ? mutants : builtins)
+    if (name == s.name) return s;
+  throw std::runtime_error("no subject " + name);
+}
+
+inline uint16_t h(float f) { return attncheck::kern::float_to_f16(f); }
+inline float f(uint16_t b) { return attncheck::kern::f16_to_float(b); }
+
+// One merge call: num_tokens = 1, num_heads = 1, head_size = n, LSE [heads, tokens].
+struct MergeRun {
+  std::vector<float> out;  // decoded to float
+  float out_lse = 0;
+};
+inline MergeRun run_merge(const ac_subject& s, ac_dtype dt, const std::vector<float>& p, float p_lse,
+                          const std::vector<float>& sfx, float s_lse) {
+  using namespace attncheck::kern;
+  const int n = int(p.size());
+  const DType t = DType(dt);
+  const size_t esz = size_t(dtype_size(t));
+  std::vector<unsigned char> pb(n * esz), sb(n * esz), ob(n * esz);
+  for (int i = 0; i < n; ++i) {
+    const uint32_t a = store_from_float(t, p[size_t(i)]), b = store_from_float(t, sfx[size_t(i)]);
+    std::memcpy(&pb[size_t(i) * esz], &a, esz);  // little endian: the low bytes hold fp16/bf16
+    std::memcpy(&sb[size_t(i) * esz], &b, esz);
+  }
+  float pl = p_lse, sl = s_lse, ol = 0;
+  ac_merge_args a{};
+  a.dtype = dt;
+  a.num_tokens = 1;
+  a.num_heads = 1;
+  a.head_size = n;
+  a.out = ob.data();
+  a.out_stride_token = a.out_stride_head = n;
+  a.out_lse = &ol;
+  a.prefix_out = pb.data();
+  a.prefix_stride_token = a.prefix_stride_head = n;
+  a.prefix_lse = &pl;
+  a.suffix_out = sb.data();
+  a.suffix_stride_token = a.suffix_stride_head = n;
+  a.suffix_lse = &sl;
+  a.lse_stride_token = 1;
+  a.lse_stride_head = 1;
+  char err[256] = {};
+  if (s.merge(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);
+  MergeRun r;
+  for (int i = 0; i < n; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &ob[size_t(i) * esz], esz);
+    r.out.push_back(load_as_float(t, bits));
+  }
+  r.out_lse = ol;
+  return r;
+}
+
+// One softmax row.
+inline std::vector<float> run_softmax(const ac_subject& s, ac_dtype dt, const std::vector<float>& x) {
+  using namespace attncheck::kern;
+  const int n = int(x.size());
+  const DType t = DType(dt);
+  const size_t esz = size_t(dtype_size(t));
+  std::vector<unsigned char> xb(n * esz), yb(n * esz);
+  for (int i = 0; i < n; ++i) {
+    const uint32_t a = store_from_float(t, x[size_t(i)]);
+    std::memcpy(&xb[size_t(i) * esz], &a, esz);
+  }
+  ac_softmax_args a{};
+  a.dtype = dt;
+  a.rows = 1;
+  a.cols = n;
+  a.x = xb.data();
+  a.y = yb.data();
+  a.row_stride = n;
+  char err[256] = {};
+  if (s.softmax(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);
+  std::vector<float> y;
+  for (int i = 0; i < n; ++i) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &yb[size_t(i) * esz], esz);
+    y.push_back(load_as_float(t, bits));
+  }
+  return y;
+}
+
+// One fp16 attention sequence: Q [tq, h, d], K/V [tk, hkv, d], softmax scale 1, tiling 0.
+// Logits are steered exactly: q rows are one-hot on coordinate 0 (q = 1), so logit(t, j) = k_j[0].
+struct Attention {
+  int h = 1, hkv = 1, d = 64, tq = 1, tk = 1;
+  bool causal = false;
+  std::vector<uint8_t> mask;  // empty, or [tq, tk]
+  int num_splits = 1;
+  std::vector<uint16_t> q, k, v;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;  // [h, tq]
+
+  Attention(int heads, int kv_heads, int queries, int keys) : h(heads), hkv(kv_heads), tq(queries), tk(keys) {
+    q.assign(size_t(tq) * h * d, h0());
+    k.assign(size_t(tk) * hkv * d, h0());
+    v.assign(size_t(tk) * hkv * d, h0());
+    for (int t = 0; t < tq; ++t)
+      for (int i = 0; i < h; ++i) q[(size_t(t) * h + i) * d] = mt::h(1.0f);
+  }
+  static uint16_t h0() { return 0; }
+  void set_logit(int key, int kv_head, float logit) { k[(size_t(key) * hkv + kv_head) * d] = mt::h(logit); }
+  void set_value(int key, int kv_head, float value) {
+    for (int c = 0; c < d; ++c) v[(size_t(key) * hkv + kv_head) * d + c] = mt::h(value);
+  }
+  float o(int t, int head, int c = 0) const { return mt::f(out[(size_t(t) * h + head) * d + c]); }
+  float lse_of(int t, int head) const { return lse[size_t(head) * tq + t]; }
+
+  void run(const ac_subject& s) {
+    out.assign(size_t(tq) * h * d, 0x7e00);  // NaN: an element never written shows
+    lse.assign(size_t(h) * tq, 12345.0f);
+    int32_t cu_q[2] = {0, tq}, cu_k[2] = {0, tk};
+    int64_t cu_m[2] = {0, int64_t(tq) * tk};
+    ac_attention_args a{};
+    a.dtype = AC_DTYPE_F16;
+    a.num_seqs = 1;
+    a.cu_seqlens_q = a.cu_seqlens_q_host = cu_q;
+    a.cu_seqlens_k = a.cu_seqlens_k_host = cu_k;
+    a.max_seqlen_q = tq;
+    a.max_seqlen_k = tk;
+    a.num_heads = h;
+    a.num_kv_heads = hkv;
+    a.head_size = d;
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data();
+    a.lse = lse.data();
+    a.softmax_scale = 1.0f;
+    a.causal = causal ? 1 : 0;
+    if (!mask.empty()) {
+      a.mask = mask.data();
+      a.cu_mask = a.cu_mask_host = cu_m;
+    }
+    a.tiling = 0;
+    a.num_splits = num_splits;
+    a.fold_order = AC_FOLD_LEFT;
+    char err[256] = {};
+    if (s.attention(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);
+  }
+};
+
+}  // namespace mt

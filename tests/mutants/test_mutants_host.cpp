@@ -1,0 +1,201 @@
+// Each host-twin mutant (kernels/mutants/, issue 6) differs from its correct twin on one
+// hand-built input that exposes its bug, and the correct twin is right on that same input. The
+// expected values are derived here by hand (in the comments), never read off the code under test.
+// Subjects are called through their registered ac_subject entries, as the harness calls them.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "mutant_cases.hpp"
+#include "mutants/mutants.h"
+
+using mt::subject;
+
+namespace {
+constexpr float kInf = INFINITY;
+}
+
+TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
+  const auto table = attncheck::kern::mutant_table();
+  REQUIRE(table.size() == 13);
+  for (size_t i = 0; i < table.size(); ++i) {
+    const auto& m = table[i];
+    CHECK(m.number == int(i) + 1);
+    CHECK(std::string(m.name).rfind("mutant-", 0) == 0);
+    CHECK(std::string(m.bug).size() > 10);
+    CHECK(std::string(m.expected_killer).size() > 3);
+    CHECK_NOTHROW(subject(m.correct_subject, false));
+    if (!m.gpu_only) CHECK_NOTHROW(subject(m.name, true));
+  }
+  // The GPU-only mutants have no host twin registered.
+  CHECK_THROWS(subject("mutant-fused-missing-barrier", true));
+  CHECK_THROWS(subject("mutant-fused-offsets-32bit", true));
+}
+
+TEST_CASE("mutant 1: +inf read as a mass, not as empty", "[mutants][merge]") {
+  // Prefix is FlashAttention-2's empty sentinel (LSE +inf, O = 0); the merge is the suffix itself:
+  // O = 3, LSE = 0.5.
+  const auto good = mt::run_merge(subject("merge", false), AC_DTYPE_F32, {0.0f}, kInf, {3.0f}, 0.5f);
+  CHECK(good.out[0] == 3.0f);
+  CHECK(good.out_lse == 0.5f);
+  // Without the mapping M = +inf and e^(+inf - +inf) = NaN.
+  const auto bad = mt::run_merge(subject("mutant-merge-no-inf-map", true), AC_DTYPE_F32, {0.0f}, kInf, {3.0f}, 0.5f);
+  CHECK(std::isnan(bad.out[0]));
+}
+
+TEST_CASE("mutant 2: two empty states give NaN without the guard", "[mutants][merge]") {
+  // Merge of two empty states is the identity: O = 0 exactly, LSE = -inf.
+  const auto good = mt::run_merge(subject("merge", false), AC_DTYPE_F16, {0.0f, 0.0f}, -kInf, {0.0f, 0.0f}, -kInf);
+  CHECK(good.out[0] == 0.0f);
+  CHECK(good.out[1] == 0.0f);
+  CHECK(good.out_lse == -kInf);
+  const auto bad =
+      mt::run_merge(subject("mutant-merge-no-empty-guard", true), AC_DTYPE_F16, {0.0f, 0.0f}, -kInf, {0.0f, 0.0f}, -kInf);
+  CHECK(std::isnan(bad.out[0]));
+  CHECK(std::isnan(bad.out_lse));
+}
+
+TEST_CASE("mutant 3: multiply-then-divide overflows where it can: fp32 and bf16, not fp16", "[mutants][merge]") {
+  // Equal LSEs: both weights are 1/2, O = (p + s) / 2. With p = s = 2^127 the exact result is
+  // 2^127, but the unbounded intermediate p * 1 + s * 1 = 2^128 > FLT_MAX overflows fp32.
+  const float big = std::ldexp(1.0f, 127);
+  for (ac_dtype dt : {AC_DTYPE_F32, AC_DTYPE_BF16}) {
+    const auto good = mt::run_merge(subject("merge", false), dt, {big}, 1.0f, {big}, 1.0f);
+    CHECK(good.out[0] == big);
+    const auto bad = mt::run_merge(subject("mutant-merge-mul-then-div", true), dt, {big}, 1.0f, {big}, 1.0f);
+    CHECK(std::isinf(bad.out[0]));
+  }
+  // fp16's largest values (65504) are nowhere near fp32's range: the intermediate 131008 is
+  // finite in fp32, so an fp16 merge cannot expose this bug (the gate must draw fp32 / bf16).
+  const auto f16 = mt::run_merge(subject("mutant-merge-mul-then-div", true), AC_DTYPE_F16, {65504.0f}, 1.0f,
+                                 {65504.0f}, 1.0f);
+  CHECK(f16.out[0] == 65504.0f);
+}
+
+TEST_CASE("mutant 4: base-2 arithmetic under a natural-log declaration", "[mutants][merge]") {
+  // Natural log: LSE_p = 0, LSE_s = ln 3 give weights 1/4 and 3/4; with O_p = 1, O_s = 0 the merge
+  // is 1/4 and its LSE ln 4. Read in base 2 the weights would be 2^-1.0986 / (1 + 2^-1.0986) =
+  // 0.318: off by 0.068.
+  const float ln3 = float(std::log(3.0)), ln4 = float(std::log(4.0));
+  const auto good = mt::run_merge(subject("merge", false), AC_DTYPE_F32, {1.0f}, 0.0f, {0.0f}, ln3);
+  CHECK(std::fabs(good.out[0] - 0.25f) < 1e-6f);
+  CHECK(std::fabs(good.out_lse - ln4) < 1e-6f);
+  const auto bad = mt::run_merge(subject("mutant-merge-base2-as-e", true), AC_DTYPE_F32, {1.0f}, 0.0f, {0.0f}, ln3);
+  CHECK(std::fabs(bad.out[0] - 0.25f) > 0.05f);
+}
+
+TEST_CASE("mutant 5: the running sum kept in fp16 loses what fp32 keeps", "[mutants][softmax]") {
+  // Row [0, ln 1e-4]: l = 1 + 1e-4 exactly, so y0 = 1 / 1.0001 = 0.99990001. In fp16 the sum
+  // 1.0001 rounds to 1 (its ulp at 1 is 2^-10), so y0 comes out as exactly 1: an error of 1e-4,
+  // about 840 fp32 ulps.
+  const std::vector<float> x = {0.0f, float(std::log(1e-4))};
+  const double want = 1.0 / (1.0 + 1e-4);
+  const auto good = mt::run_softmax(subject("softmax-online", false), AC_DTYPE_F32, x);
+  CHECK(std::fabs(good[0] - want) < 1e-6);
+  const auto bad = mt::run_softmax(subject("mutant-softmax-l-fp16", true), AC_DTYPE_F32, x);
+  CHECK(bad[0] == 1.0f);
+}
+
+TEST_CASE("mutant 6: O not rescaled when the max moves", "[mutants][fused]") {
+  // One query, 65 keys: tile 1 (keys 0..63, Bc = 64) has logit 0 and V = 1; tile 2 (key 64) has
+  // logit 4 and V = 0. Exact O = 64 / (64 + e^4) = 0.539640.
+  // Forgetting alpha = e^-4 on O leaves O~ = 64 against l = 64 e^-4 + 1: O = 29.5.
+  mt::Attention a(1, 1, 1, 65);
+  for (int j = 0; j < 64; ++j) a.set_value(j, 0, 1.0f);
+  a.set_logit(64, 0, 4.0f);
+  const double want = 64.0 / (64.0 + std::exp(4.0));
+  a.run(subject("fused", false));
+  CHECK(std::fabs(a.o(0, 0) - want) < 1e-3);
+  a.run(subject("mutant-fused-no-o-rescale", true));
+  CHECK(a.o(0, 0) > 10.0f);
+}
+
+TEST_CASE("mutant 7: a finite mask sentinel leaks", "[mutants][fused]") {
+  SECTION("a fully masked row is empty: O = 0, LSE = -inf") {
+    // Both keys masked. The sentinel makes both "visible" with equal weight: O = (1 + 3) / 2 = 2.
+    mt::Attention a(1, 1, 1, 2);
+    a.mask = {0, 0};
+    a.set_value(0, 0, 1.0f);
+    a.set_value(1, 0, 3.0f);
+    a.run(subject("fused", false));
+    CHECK(a.o(0, 0) == 0.0f);
+    CHECK(a.lse_of(0, 0) == -kInf);
+    a.run(subject("mutant-fused-finite-mask", true));
+    CHECK(a.o(0, 0) == 2.0f);
+    CHECK(std::isfinite(a.lse_of(0, 0)));
+  }
+  SECTION("a masked key wins against an extreme real logit") {
+    // Key 0 visible with logit -60000 (exact in fp16) and V = 1; key 1 masked, V = 5. The only
+    // visible key takes all the weight: O = 1. A -5e4 sentinel is larger than -6e4: O = 5.
+    mt::Attention a(1, 1, 1, 2);
+    a.mask = {1, 0};
+    a.set_logit(0, 0, -60000.0f);
+    a.set_value(0, 0, 1.0f);
+    a.set_value(1, 0, 5.0f);
+    a.run(subject("fused", false));
+    CHECK(a.o(0, 0) == 1.0f);
+    a.run(subject("mutant-fused-finite-mask", true));
+    CHECK(a.o(0, 0) == 5.0f);
+  }
+}
+
+TEST_CASE("mutant 8: no max subtraction overflows fp16 at 11.09375, undeclared", "[mutants][softmax]") {
+  // FACTS.md: e^11.0859375 = 65247.1 rounds to 65248 (finite), e^11.09375 = 65758.9 >= 65520 rounds
+  // to inf. Row [x, 0]: the exact y0 = 1 / (1 + e^-x) is finite (about 0.99998) either way.
+  const std::vector<float> over = {11.09375f, 0.0f}, under = {11.0859375f, 0.0f};
+  const auto good = mt::run_softmax(subject("softmax-safe", false), AC_DTYPE_F16, over);
+  CHECK(std::fabs(good[0] - 1.0f) < 1e-3f);
+  const auto bad = mt::run_softmax(subject("mutant-softmax-no-max", true), AC_DTYPE_F16, over);
+  CHECK(std::isnan(bad[0]));  // inf / inf
+  const auto edge = mt::run_softmax(subject("mutant-softmax-no-max", true), AC_DTYPE_F16, under);
+  CHECK(std::isfinite(edge[0]));
+  // And the mutant does not declare the hazard (that is the bug the gate must catch).
+  CHECK((subject("mutant-softmax-no-max", true).caps.features & AC_FEAT_NAIVE_EXP) == 0);
+}
+
+TEST_CASE("mutant 9: GQA head i reads KV head i mod h_kv", "[mutants][fused]") {
+  // 4 query heads over 2 KV heads: heads 0, 1 read KV head 0 (V = 1), heads 2, 3 KV head 1 (V = 2).
+  // One key, so O is V exactly: [1, 1, 2, 2]. i mod 2 gives [1, 2, 1, 2].
+  mt::Attention a(4, 2, 1, 1);
+  a.set_value(0, 0, 1.0f);
+  a.set_value(0, 1, 2.0f);
+  a.run(subject("fused", false));
+  CHECK(a.o(0, 0) == 1.0f);
+  CHECK(a.o(0, 1) == 1.0f);
+  CHECK(a.o(0, 2) == 2.0f);
+  CHECK(a.o(0, 3) == 2.0f);
+  a.run(subject("mutant-fused-gqa-mod", true));
+  CHECK(a.o(0, 1) == 2.0f);
+  CHECK(a.o(0, 2) == 1.0f);
+}
+
+TEST_CASE("mutant 10: causal sees one key too many", "[mutants][fused]") {
+  // Tq = Tk = 2, bottom-right causal: row 0 sees key 0 only (O = V0 = 1), row 1 both keys with
+  // equal logits (O = (1 + 3) / 2 = 2). Off by one, row 0 also sees key 1: O = 2.
+  mt::Attention a(1, 1, 2, 2);
+  a.causal = true;
+  a.set_value(0, 0, 1.0f);
+  a.set_value(1, 0, 3.0f);
+  a.run(subject("fused", false));
+  CHECK(a.o(0, 0) == 1.0f);
+  CHECK(a.o(1, 0) == 2.0f);
+  a.run(subject("mutant-fused-causal-off-by-one", true));
+  CHECK(a.o(0, 0) == 2.0f);
+}
+
+TEST_CASE("mutant 11: split-KV combine writes +inf for an all-empty row", "[mutants][splitkv]") {
+  // Tq = 2, Tk = 1, causal bottom-right: row 0 sees keys <= 0 + 1 - 2 = -1, none: O = 0, LSE
+  // = -inf (the declared sentinel). Row 1 sees key 0: O = V0 = 1, LSE = logit 0 = 0.
+  mt::Attention a(1, 1, 2, 1);
+  a.causal = true;
+  a.num_splits = 2;
+  a.set_value(0, 0, 1.0f);
+  a.run(subject("splitkv", false));
+  CHECK(a.o(0, 0) == 0.0f);
+  CHECK(a.lse_of(0, 0) == -kInf);
+  CHECK(a.o(1, 0) == 1.0f);
+  CHECK(a.lse_of(1, 0) == 0.0f);
+  a.run(subject("mutant-splitkv-combine-plus-inf", true));
+  CHECK(a.o(0, 0) == 0.0f);
+  CHECK(a.lse_of(0, 0) == kInf);
+  CHECK(a.lse_of(1, 0) == 0.0f);
+}
