@@ -420,7 +420,9 @@ void FastAttentionReference::for_each_row(
       // Tasks: (query head of the group, block of rows); the later (longer, under causal) first.
       const int64_t tasks = blocks * group;
       std::atomic<int64_t> next{0};
-      const int workers = static_cast<int>(std::min<int64_t>(threads_, tasks));
+      // Small slices run on the calling thread: starting threads would cost more than the work.
+      const double flops = double(tq) * group * pb.seqlens_k[seq] * pb.head_size;
+      const int workers = flops < 1e6 ? 1 : static_cast<int>(std::min<int64_t>(threads_, tasks));
       run_parallel(workers, [&](int w) {
         Workspace& ws = workspaces[static_cast<size_t>(w)];
         for (int64_t task = next++; task < tasks; task = next++) {

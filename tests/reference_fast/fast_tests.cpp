@@ -560,7 +560,8 @@ TEST_CASE("exactly cancelling values escalate: the sign of a zero output is not 
   }
 }
 
-TEST_CASE("long rows: chunked sums, several query blocks, inexact dot products", "[fast][long]") {
+TEST_CASE("long rows: chunked sums, several query blocks, two threads, inexact dot products",
+          "[fast][long]") {
   // 700 keys: three PV chunks of 256; fp32 and bf16 inputs make the score GEMM round (their
   // quanta are too fine for the exact case), fp16 exercises the exact-score case at length.
   for (Format f : kFormats)
@@ -570,11 +571,36 @@ TEST_CASE("long rows: chunked sums, several query blocks, inexact dot products",
       s.kv_heads = 1;
       s.group = 2;
       s.d = 64;
-      s.sq = {6};
+      s.sq = {24};  // 24 x 2 rows x 700 keys x 64: enough work to run on two threads
       s.sk = {700};
       s.causal = causal;
       s.kind = causal ? Kind::late_outlier : Kind::random;
       s.seed = 77 + static_cast<uint64_t>(f);
       check_problem(build(s), LseBase::e, describe(s));
     }
+}
+
+TEST_CASE("dot products that cancel: the score GEMM's rounding is covered by the bound", "[fast][scores]") {
+  // fp32 q = (B, t, -B, t, B, t, -B, t) with B = 2^20 and t ~ 2^-20: every partial sum mixes
+  // 2^20 with 2^-44-sized bits, so the GEMM rounds (about 2^-33 per step), while the scores end
+  // up O(1): only the gamma(d) sum |q_c k_c| term covers that error (u |s| is 2^-53).
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> small(-8, 8);
+  AttentionProblem pb;
+  pb.dtype = Format::fp32;
+  pb.num_heads = pb.num_kv_heads = 1;
+  pb.head_size = 8;
+  pb.seqlens_q = {3};
+  pb.seqlens_k = {40};
+  pb.causal = false;
+  pb.softmax_scale = 1.0f;
+  for (int t = 0; t < 3; ++t)
+    for (int c = 0; c < 8; ++c)
+      pb.q.push_back(store(Format::fp32, c % 2 ? 0x1.3p-20 * (1 + t) : (c % 4 == 0 ? 0x1p20 : -0x1p20)));
+  for (int j = 0; j < 40; ++j)
+    for (int c = 0; c < 8; ++c) {
+      pb.k.push_back(store(Format::fp32, c % 2 ? 0x1.7p0 + small(rng) * 0x1p-20 : 1 + small(rng) * 0x1p-21));
+      pb.v.push_back(store(Format::fp32, small(rng) / 4.0));
+    }
+  check_problem(pb, LseBase::e, "cancelling dot products");
 }
