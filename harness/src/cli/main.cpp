@@ -93,15 +93,20 @@ std::string caps_string(const ac::Subject& s) {
   o << ops_string(c.ops) << "; dtypes";
   for (ac_dtype d : {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16})
     if (s.has_dtype(d)) o << " " << ac::dtype_name(d);
-  o << "; d ";
-  if (c.head_sizes) {
-    for (int32_t i = 0; i < c.num_head_sizes; ++i) o << (i ? "," : "") << c.head_sizes[i];
-  } else {
-    o << c.head_size_min << ".." << c.head_size_max;
+  // Head sizes and LSE conventions mean nothing to a softmax-only subject.
+  const bool has_lse = (c.ops & AC_OP_MERGE) || ((c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && (c.features & AC_FEAT_LSE));
+  if (c.ops != AC_OP_SOFTMAX) {
+    o << "; d ";
+    if (c.head_sizes) {
+      for (int32_t i = 0; i < c.num_head_sizes; ++i) o << (i ? "," : "") << c.head_sizes[i];
+    } else {
+      o << c.head_size_min << ".." << c.head_size_max;
+    }
   }
-  o << "; LSE base " << (c.lse_base == 2 ? "2" : "e") << " "
-    << (c.lse_layout == AC_LSE_HEADS_TOKENS ? "[heads,tokens]" : "[tokens,heads]") << ", empty "
-    << (c.empty_lse_sign > 0 ? "+inf" : "-inf");
+  if (has_lse)
+    o << "; LSE base " << (c.lse_base == 2 ? "2" : "e") << " "
+      << (c.lse_layout == AC_LSE_HEADS_TOKENS ? "[heads,tokens]" : "[tokens,heads]");
+  if (c.ops != AC_OP_SOFTMAX) o << "; empty row LSE " << (c.empty_lse_sign > 0 ? "+inf" : "-inf");
   if (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
     o << "; tilings";
     for (int32_t i = 0; i < c.num_tilings; ++i) o << " " << c.tilings[i].br << "x" << c.tilings[i].bc;
