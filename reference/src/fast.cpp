@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 
 namespace attncheck::ref {
 namespace {
@@ -151,6 +152,7 @@ struct Workspace {
   RowMat q, s, r, part;
   std::vector<uint8_t> q_finite;
   std::vector<double> eps;  // per row: bound on the exp arguments' error
+  std::vector<int32_t> ts;  // the block's query positions
   std::vector<FastRow> rows;
 };
 
@@ -159,9 +161,9 @@ struct Params {
   double mp_rel;  // margin for the MPFR reference's own error, relative to the row's scales
 };
 
-// Rows t0 .. t0+count-1 (within the slice's sequence) of query head `head`. Fills ws.rows.
-void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, int32_t t0, int32_t count,
-                   const Params& par, Workspace& ws) {
+// Rows ts[0..count) (positions within the slice's sequence) of query head `head`. Fills ws.rows.
+void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, const int32_t* ts,
+                   int32_t count, const Params& par, Workspace& ws) {
   const int d = pb.head_size;
   const int64_t tk = sl.tk;
   const double scale = static_cast<double>(pb.softmax_scale);
@@ -170,7 +172,8 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
     if (pb.causal) last = std::min<int64_t>(last, int64_t{t} + tk - sl.tq);
     return last;
   };
-  const int64_t n = std::max<int64_t>(0, last_visible(t0 + count - 1) + 1);  // keys the block needs
+  int64_t n = 0;  // keys the block needs
+  for (int32_t r = 0; r < count; ++r) n = std::max<int64_t>(n, last_visible(ts[r]) + 1);
 
   ws.q.resize(count, d);
   ws.q_finite.assign(static_cast<size_t>(count), 1);
@@ -178,7 +181,7 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
   ws.rows.resize(static_cast<size_t>(count));
   const Decoder dec(pb.dtype);
   for (int32_t r = 0; r < count; ++r) {
-    const size_t base = (static_cast<size_t>(sl.q_begin + t0 + r) * pb.num_heads + head) * d;
+    const size_t base = (static_cast<size_t>(sl.q_begin + ts[r]) * pb.num_heads + head) * d;
     for (int c = 0; c < d; ++c) {
       const double x = dec(pb.q[base + c]);
       if (!std::isfinite(x)) ws.q_finite[r] = 0;
@@ -191,7 +194,7 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, in
   if (n > 0) S.noalias() = ws.q * sl.k.topRows(n).transpose();
 
   for (int32_t r = 0; r < count; ++r) {
-    const int32_t t = t0 + r;
+    const int32_t t = ts[r];
     FastRow& fr = ws.rows[r];
     fr.o.assign(static_cast<size_t>(d), 0.0);
     fr.o_bound.assign(static_cast<size_t>(d), 0.0);
@@ -397,8 +400,8 @@ FastRow FastAttentionReference::row(int64_t token, int32_t head) const {
     sl = cache_->slice;
   }
   Workspace ws;
-  compute_block(pb, *sl, head, static_cast<int32_t>(token - off.q[seq]), 1,
-                Params{options_.base, mp_margin()}, ws);
+  const auto t = static_cast<int32_t>(token - off.q[seq]);
+  compute_block(pb, *sl, head, &t, 1, Params{options_.base, mp_margin()}, ws);
   return ws.rows[0];
 }
 
@@ -430,11 +433,75 @@ void FastAttentionReference::for_each_row(
           const int32_t head = g * group + static_cast<int32_t>(task % group);
           const int32_t t0 = static_cast<int32_t>(b * block);
           const int32_t count = std::min<int32_t>(block, tq - t0);
-          compute_block(pb, sl, head, t0, count, par, ws);
+          ws.ts.resize(static_cast<size_t>(count));
+          for (int32_t r = 0; r < count; ++r) ws.ts[r] = t0 + r;
+          compute_block(pb, sl, head, ws.ts.data(), count, par, ws);
           for (int32_t r = 0; r < count; ++r) visit(sl.q_begin + t0 + r, head, ws.rows[r]);
         }
       });
     }
+  }
+}
+
+void FastAttentionReference::for_rows(
+    const std::vector<RowId>& wanted,
+    const std::function<void(int64_t token, int32_t head, const FastRow&)>& visit) const {
+  const AttentionProblem& pb = problem_;
+  const Offsets off = offsets_of(pb);
+  const Params par{options_.base, mp_margin()};
+  const int32_t group = pb.num_heads / pb.num_kv_heads;
+  struct Item {
+    size_t seq;
+    int32_t kv_head, head, t;
+  };
+  std::vector<Item> items;
+  items.reserve(wanted.size());
+  for (const RowId& id : wanted) {
+    if (id.token < 0 || id.token >= off.q.back())
+      throw ReferenceError("token " + std::to_string(id.token) + " outside [0, " +
+                           std::to_string(off.q.back()) + ")");
+    if (id.head < 0 || id.head >= pb.num_heads)
+      throw ReferenceError("head " + std::to_string(id.head) + " outside [0, " +
+                           std::to_string(pb.num_heads) + ")");
+    const size_t seq =
+        static_cast<size_t>(std::upper_bound(off.q.begin(), off.q.end(), id.token) - off.q.begin() - 1);
+    items.push_back({seq, id.head / group, id.head, static_cast<int32_t>(id.token - off.q[seq])});
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return std::tie(a.seq, a.kv_head, a.head, a.t) < std::tie(b.seq, b.kv_head, b.head, b.t);
+  });
+  std::vector<Workspace> workspaces(static_cast<size_t>(threads_));
+  Slice sl;
+  for (size_t begin = 0; begin < items.size();) {
+    size_t end = begin;
+    while (end < items.size() && items[end].seq == items[begin].seq &&
+           items[end].kv_head == items[begin].kv_head)
+      ++end;
+    load_slice(pb, off, items[begin].seq, items[begin].kv_head, sl);
+    // Tasks: runs of up to query_block rows of one head.
+    std::vector<std::pair<size_t, size_t>> tasks;
+    for (size_t i = begin; i < end;) {
+      size_t j = i;
+      while (j < end && items[j].head == items[i].head && j - i < static_cast<size_t>(options_.query_block))
+        ++j;
+      tasks.emplace_back(i, j);
+      i = j;
+    }
+    std::atomic<size_t> next{0};
+    const double flops = double(end - begin) * sl.tk * pb.head_size;
+    const int workers = flops < 1e6 ? 1 : static_cast<int>(std::min<size_t>(threads_, tasks.size()));
+    run_parallel(workers, [&](int w) {
+      Workspace& ws = workspaces[static_cast<size_t>(w)];
+      for (size_t task = next++; task < tasks.size(); task = next++) {
+        const auto [i, j] = tasks[task];
+        const int32_t count = static_cast<int32_t>(j - i);
+        ws.ts.resize(j - i);
+        for (size_t r = i; r < j; ++r) ws.ts[r - i] = items[r].t;
+        compute_block(pb, sl, items[i].head, ws.ts.data(), count, par, ws);
+        for (int32_t r = 0; r < count; ++r) visit(sl.q_begin + ws.ts[r], items[i].head, ws.rows[r]);
+      }
+    });
+    begin = end;
   }
 }
 

@@ -260,6 +260,38 @@ int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::strin
     FAST_EXPECT(abs(Real(f.lse) - ex.lse) <= Real(f.lse_bound), what << " row() " << i);
   }
 
+  // 1c. A shuffled subset (every other row, one of them twice) through for_rows.
+  {
+    std::vector<FastAttentionReference::RowId> ids;
+    for (int64_t i = rows - 1; i >= 0; i -= 2)
+      ids.push_back({i / pb.num_heads, static_cast<int32_t>(i % pb.num_heads)});
+    if (!ids.empty()) ids.push_back(ids.front());
+    std::mt19937_64 shuffle_rng(static_cast<uint64_t>(rows));
+    std::shuffle(ids.begin(), ids.end(), shuffle_rng);
+    std::vector<int> visits(static_cast<size_t>(rows), 0);
+    std::vector<FastRow> got(static_cast<size_t>(rows));
+    std::mutex m;
+    fast.for_rows(ids, [&](int64_t t, int32_t h, const FastRow& r) {
+      std::lock_guard<std::mutex> lock(m);
+      const size_t i = static_cast<size_t>(t * pb.num_heads + h);
+      ++visits[i];
+      got[i] = r;
+    });
+    for (int64_t i = 0; i < rows; ++i) {
+      const int want = (rows - 1 - i) % 2 == 0 ? 1 + (i == rows - 1 ? 1 : 0) : 0;
+      FAST_EXPECT(visits[static_cast<size_t>(i)] == want, what << " for_rows visits of row " << i);
+      const FastRow& f = got[static_cast<size_t>(i)];
+      const ExactRow& ex = exact[static_cast<size_t>(i)];
+      if (!want) continue;
+      FAST_EXPECT(f.empty == ex.empty, what << " for_rows " << i);
+      if (f.empty || !f.certified) continue;
+      for (int c = 0; c < d; ++c)
+        FAST_EXPECT(abs(Real(f.o[c]) - ex.o[c]) <= Real(f.o_bound[c]),
+                    what << " for_rows " << i << " c " << c);
+      FAST_EXPECT(abs(Real(f.lse) - ex.lse) <= Real(f.lse_bound), what << " for_rows " << i);
+    }
+  }
+
   // 2. Rounded values bit for bit, every output format.
   int64_t escalated_fp16 = 0;
   for (Format of : kFormats) {

@@ -111,6 +111,15 @@ class FastAttentionReference {
   // with the row's global token index and query head.
   void for_each_row(const std::function<void(int64_t token, int32_t head, const FastRow&)>& visit) const;
 
+  // The listed rows only (a row listed twice is visited twice), grouped by K/V slice and computed in
+  // blocks like for_each_row: for sampled rows of a large problem. Parallel; visit as above.
+  struct RowId {
+    int64_t token;
+    int32_t head;
+  };
+  void for_rows(const std::vector<RowId>& rows,
+                const std::function<void(int64_t token, int32_t head, const FastRow&)>& visit) const;
+
   // Correctly rounded O and LSE, bit-identical to round_to_format of exact_attention(problem, base).
   // Updates stats().
   RoundedAttention rounded(Format o_format, Format lse_format);
