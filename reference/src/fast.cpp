@@ -18,6 +18,7 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <exception>
 #include <limits>
@@ -48,10 +49,11 @@ double gamma_n(double n) { return n * kU / (1 - n * kU); }
 constexpr int kNoQuantum = std::numeric_limits<int>::max();  // for 0: contributes nothing
 int quantum_exponent(double x) {
   if (x == 0) return kNoQuantum;
-  int e = 0;
-  const double m = std::frexp(std::fabs(x), &e);  // m in [1/2, 1): m 2^53 is an integer
-  const auto mi = static_cast<uint64_t>(std::ldexp(m, 53));
-  return e - 53 + __builtin_ctzll(mi);
+  const auto bits = std::bit_cast<uint64_t>(x);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  const uint64_t mant = bits & ((uint64_t{1} << 52) - 1);
+  if (biased == 0) return -1074 + __builtin_ctzll(mant);               // subnormal double: mant 2^-1074
+  return biased - 1075 + __builtin_ctzll(mant | (uint64_t{1} << 52));  // (2^52 + mant) 2^(biased - 1075)
 }
 
 using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
