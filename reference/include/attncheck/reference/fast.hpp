@@ -57,7 +57,7 @@ struct FastRow {
   std::vector<double> o_bound;
   double lse = 0;
   double lse_bound = 0;
-  bool empty = false;  // no visible key: o = +0, lse = -inf, bounds 0 (exact by definition)
+  bool empty = false;  // no visible key: o = +0, lse = -inf, bounds 0 (exact); only when certified
   bool certified = true;
 };
 
