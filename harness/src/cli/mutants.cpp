@@ -142,7 +142,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
                    bool gate_ran, const std::string& backend_note) {
   std::ostringstream md;
   md << "# attncheck mutants\n\n"
-     << "backend: " << backend_note << "; seed " << o.seed << "; gate cases per property " << o.cases
+     << backend_note << "; seed " << o.seed << "; gate cases per property " << o.cases
      << "; peer cases " << o.peer_cases << "; " << utc_timestamp() << "\n\n";
   if (gate_ran) {
     md << "| # | subject | verdict | killed by | cases | seconds | shrunk counterexample | expected | also failed |\n"

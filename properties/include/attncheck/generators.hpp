@@ -46,6 +46,7 @@ rc::Gen<Bits> random_values(ac_dtype, int64_t n);
 rc::Gen<Bits> constant_values(ac_dtype, int64_t n);
 rc::Gen<Bits> sign_cancelling_values(ac_dtype, int rows, int head_size);  // pairs v, -v
 rc::Gen<Bits> any_values(ac_dtype, int rows, int head_size);
+rc::Gen<Bits> near_max_values(ac_dtype, int64_t n);  // magnitudes in [max/2, max): merge overflow of an unscaled sum
 
 // Masks for one sequence [tq, tk], row-major, 1 = visible.
 rc::Gen<std::vector<uint8_t>> fully_masked_rows_mask(int tq, int tk);
