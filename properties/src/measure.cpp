@@ -257,10 +257,14 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
           vmax = std::max(vmax, v);
         }
         double allowed = b.o_ulp * to_d(ref::ulp_at(fmt(a.dtype), Real(S))) + kU32 * ((N + double(D) + 8) * S + cond);
+        // P = e^(s - m) rounded to the input format before P V (FA2 style): where p is subnormal its
+        // error is absolute, up to half the smallest subnormal per key, relative to l >= 1.
+        if (N > 0) allowed += 0.5 * min_subnormal(a.dtype) * N * vmax / std::max(sum_exp_scaled, 1.0);
         if (cv.naive_exp && N > 0) {
-          // e^s rounded to the storage format: relative u_F per term plus subnormal absolute error.
+          // e^s rounded to the storage format (u_F per term), the sum of rounded terms, and P rounded
+          // again; plus the subnormal absolute error of the stored e^s.
           const double sum_exp = std::exp(smax) * sum_exp_scaled;
-          allowed += 2 * u_f * S + N * min_subnormal(a.dtype) * vmax / std::max(sum_exp, 1e-300);
+          allowed += 3 * u_f * S + N * min_subnormal(a.dtype) * vmax / std::max(sum_exp, 1e-300);
         }
         measure_bits(e, a.dtype, out.out[size_t(row * D + c)], S, allowed);
         if (e.exact_finite && e.out_finite && S == 0) e.within = e.out_value == 0;
@@ -287,7 +291,12 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
         double cond = 0;
         for (size_t i = 0; i < keys.size(); ++i) cond += pj[i] * cj[i];
         const double scale = std::isfinite(lse_e) ? std::max(1.0, std::fabs(lse_e * lse_unit)) : 1.0;
-        const double allowed = kU32 * (b.lse_ulp * scale + (N + 2 + cond) * lse_unit);
+        double allowed = kU32 * (b.lse_ulp * scale + (N + 2 + cond) * lse_unit);
+        if (cv.naive_exp && N > 0) {
+          // LSE = log(sum of e^s rounded to the storage format): the sum is off by u_F relatively.
+          const double sum_exp = std::exp(smax) * sum_exp_scaled;
+          allowed += (2 * u_f + N * min_subnormal(a.dtype) / std::max(sum_exp, 1e-300)) * lse_unit;
+        }
         measure_lse(e, out.lse[size_t(row)], allowed);
         J.elems.push_back(std::move(e));
       }

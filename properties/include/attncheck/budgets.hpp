@@ -8,8 +8,13 @@
 //   - fp32 accumulation over N keys and d products adds up to (N + d) 2^-24 S, and rounding an fp32
 //     score s_j = scale * q.k_j moves exp(s_j - m) by up to (d |scale| sum_c |q_c k_jc| +
 //     |s_j - m| + 4) 2^-24 relatively: the conditioning of the problem in fp32, not kernel slack.
-// Budget: |O - O_exact| <= o_ulp * ulp_F(S) + 2^-24 [(N + d + 8) S + sum_j p_j |v_j| c_j] with c_j
-// the score/exponent term above. o_ulp = 4 passes the analysis (1.5) with margin; the mutants of
+//   - where P = e^(s - m) is subnormal in F its rounding error is absolute: up to half the smallest
+//     subnormal per key, so O moves by up to N sub_F max|v| / (2 l), l = sum e^(s - m) >= 1.
+// Budget: |O - O_exact| <= o_ulp * ulp_F(S) + 2^-24 [(N + d + 8) S + sum_j p_j |v_j| c_j]
+//   + N sub_F max|v| / (2 l), with c_j the score/exponent term above.
+// A declared naive exp (AC_FEAT_NAIVE_EXP) stores e^s rounded to F, sums the rounded terms and
+// rounds P again: + 3 u_F S + N sub_F max|v| / sum e^s for O, + 2 u_F + N sub_F / sum e^s for LSE
+// (rows whose exp overflows, or whose largest term is subnormal, are the hazard and are skipped). o_ulp = 4 passes the analysis (1.5) with margin; the mutants of
 // issue 6 err by whole units (NaN, a lost rescale, a wrong base, a missed head), far beyond it.
 // LSE (fp32): |LSE - exact| <= 2^-24 [lse_ulp * max(1, |exact|) + N + sum_j p_j c_j], lse_ulp = 16.
 // Merge: |O - exact| <= o_ulp * ulp_F(S) + 2^-23 (|M| + 8) S with S = w_a|O_a| + w_b|O_b| and M the
