@@ -260,6 +260,7 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   }
   d.features = c.features;
   d.max_keys = std::max(1, max_keys);
+  for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) d.tile_keys = std::max(d.tile_keys, int(c.tilings[i].bc));
   return d;
 }
 
@@ -359,6 +360,11 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     const int tq = int(*g::inRange(choice.split ? 1 : 0, dom.max_tokens + 1));
     int tk = long_rows ? int(*g::inRange(dom.max_keys / 2, dom.max_keys + 1))
                        : int(*g::inRange(0, std::min(dom.max_keys, 64) + 1));
+    // One row in four spans two key tiles of the subject (up to 2 Bc + 8 keys), or the rescale of
+    // O and l between tiles is never exercised (issue 6: mutant 6, "forgets to rescale O", survived
+    // the gate with rows of at most 64 keys and Bc = 64).
+    if (!long_rows && dom.tile_keys > 0 && *g::inRange(0, 4) == 0)
+      tk = int(*g::inRange(dom.tile_keys + 1, 2 * dom.tile_keys + 9));
     if (choice.overflow_band) tk = std::max(tk, 1);
     a.seqlens_q.push_back(tq);
     a.seqlens_k.push_back(tk);

@@ -70,6 +70,7 @@ Style style_of(PeerOracle o) {
 // One case's outputs and references, flattened (O or Y), plus LSEs where compared.
 struct Compared {
   ac_dtype dtype = AC_DTYPE_F32;
+  bool attention = false;  // vLLM's attention tests are looser than its merge test
   std::vector<double> out, ref64, lowp;
   std::vector<double> out_lse, lse64, lse_lowp;
 };
@@ -83,7 +84,9 @@ bool close(double a, double b, double atol, double rtol) {
 
 // First index where the rule fails, -1 if none; `why` describes it.
 bool accept_vllm(const Compared& c, std::string& why) {
-  const double atol = 1e-3, rtol = c.dtype == AC_DTYPE_BF16 ? 1e-2 : 1e-3;
+  // Merge (test_merge_attn_states): 1e-3 (bf16 rtol 1e-2). Attention (test_flash_attn.py and the
+  // flashinfer tests): atol 2e-2, rtol 1e-2 against a reference that materialises S in the dtype.
+  const double atol = c.attention ? 2e-2 : 1e-3, rtol = c.attention || c.dtype == AC_DTYPE_BF16 ? 1e-2 : 1e-3;
   auto check = [&](const std::vector<double>& out, const std::vector<double>& ref, const char* what) {
     for (size_t i = 0; i < out.size(); ++i)
       if (!close(out[i], ref[i], atol, rtol)) {
@@ -294,6 +297,7 @@ bool attention_case(Rng& r, const Style& st, Subject& s, bool splitkv, Compared&
   }
   const AttentionOutput out = s.attention(in, opt);
   c.dtype = in.dtype;
+  c.attention = true;
   const double scale = double(in.softmax_scale);
   auto at = [&](const Bits& b, int row, int heads, int head, int e) {
     return from_bits(in.dtype, b[(size_t(row) * size_t(heads) + size_t(head)) * size_t(d) + size_t(e)]);

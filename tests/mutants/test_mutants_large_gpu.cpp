@@ -23,7 +23,7 @@
 
 TEST_CASE("mutant 13: 32-bit K/V offsets wrap past 2^31 elements", "[large][mutants]") {
   constexpr int kHeads = 128, kD = 128;
-  constexpr int kTokens = (1 << 31) / (kHeads * kD) + 8;  // 131080
+  constexpr int kTokens = int((int64_t(1) << 31) / (kHeads * kD)) + 8;  // 131080
   static_assert(int64_t(kTokens) * kHeads * kD > (int64_t(1) << 31));
   mtg::DeviceAttention a(kHeads, kHeads, kD, 1, kTokens);
   mtg::check(cudaMemset(a.k.p, 0, a.k.n * 2), "memset k");

@@ -51,7 +51,7 @@ struct Options {
   std::vector<std::string> oracles = {"attncheck"}, only;
   uint64_t seed = 1;
   int cases = 100, peer_cases = 100, max_keys = 64;
-  bool quiet = false, no_correct = false, first_kill = false;
+  bool quiet = false, no_correct = false, first_kill = false, no_shrink = false;
 };
 
 // One subject's outcome under the attncheck gate.
@@ -98,6 +98,7 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
     cfg.num_cases = o.cases;
     cfg.max_keys = o.max_keys;
     cfg.corpus_dir = o.report_dir + "/corpus";
+    cfg.shrink = !o.no_shrink;
     const PropertyResult r = run_property(p.name, s, cfg);
     g.seconds_total += r.seconds;
     const bool fail = r.status == PropertyResult::Status::failed || r.status == PropertyResult::Status::crashed;
@@ -145,7 +146,8 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
      << backend_note << "; seed " << o.seed << "; gate cases per property " << o.cases
      << "; peer cases " << o.peer_cases << "; " << utc_timestamp() << "\n\n";
   if (gate_ran) {
-    md << "| # | subject | verdict | killed by | cases | seconds | shrunk counterexample | expected | also failed |\n"
+    md << "| # | subject | verdict | killed by | cases | seconds | "
+       << (o.no_shrink ? "first failing case (unshrunk)" : "shrunk counterexample") << " | expected | also failed |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";
     for (const Row& r : rows) {
       const GateOutcome& g = r.gate;
@@ -379,6 +381,7 @@ MutantsCommand add_mutants_command(CLI::App& app) {
   c.app->add_option("--report-dir", o->report_dir, "where mutants.md, mutants.json and corpus/ go");
   c.app->add_flag("--no-correct", o->no_correct, "skip the correct kernels");
   c.app->add_flag("--first-kill", o->first_kill, "stop a mutant's gate at its first failing property");
+  c.app->add_flag("--no-shrink", o->no_shrink, "report the first failing case unshrunk (faster: CI)");
   c.app->add_flag("--list", *list, "list the mutants and exit");
   c.app->add_flag("--quiet", o->quiet, "print only the table");
   c.run = [o, list]() -> int {

@@ -24,6 +24,7 @@ struct Domain {
   int max_keys = 64;                // longest key row
   int max_tokens = 8;               // query rows per sequence
   int max_heads = 4;                // query heads (GQA ratios 1, 2, 4, 8 within it)
+  int tile_keys = 0;                // the subject's largest key tile (Bc); 0: none
 };
 Domain domain_for(const Subject&, int max_keys, const std::vector<ac_dtype>& only_dtypes = {});
 
