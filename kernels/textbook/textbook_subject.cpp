@@ -36,7 +36,7 @@ ac_caps textbook_caps(bool cuda, bool naive) {
   c.lse_layout = AC_LSE_HEADS_TOKENS;
   c.empty_lse_sign = -1;
   c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE |
-               (naive ? AC_FEAT_NAIVE_EXP : 0u);
+               (naive ? AC_FEAT_NAIVE_EXP | AC_FEAT_SCORES_IN_INPUT_TYPE : 0u);
   return c;
 }
 

@@ -31,6 +31,7 @@ struct Conventions {
   ref::LseBase base = ref::LseBase::e;
   int empty_sign = -1;
   bool naive_exp = false;
+  bool scores_rounded = false;  // AC_FEAT_SCORES_IN_INPUT_TYPE: S stored in the input format
   bool has_lse = false;  // attention: writes LSE (AC_FEAT_LSE); merge always has one
   ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
 };

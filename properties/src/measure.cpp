@@ -47,6 +47,7 @@ Conventions conventions_of(const Subject& s) {
   v.base = c.lse_base == 2 ? ref::LseBase::two : ref::LseBase::e;
   v.empty_sign = c.empty_lse_sign > 0 ? 1 : -1;
   v.naive_exp = (c.features & AC_FEAT_NAIVE_EXP) != 0;
+  v.scores_rounded = (c.features & AC_FEAT_SCORES_IN_INPUT_TYPE) != 0;
   v.has_lse = (c.features & AC_FEAT_LSE) != 0;
   v.layout = c.lse_layout;
   return v;
@@ -232,11 +233,16 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
       for (size_t i = 0; i < keys.size(); ++i) {
         pj[i] = std::isfinite(lse_e) ? std::exp(s[i] - lse_e) : 0;
         cj[i] = double(D) * A[i] + std::fabs(s[i] - smax) + 4;
+        // A score stored in the input format is off by up to u_F |s_j| (and half its smallest
+        // subnormal); that moves p_j relatively by as much, and the normalisation by as much again.
+        if (cv.scores_rounded) cj[i] += 2 * (u_f * std::fabs(s[i]) + 0.5 * min_subnormal(a.dtype)) / kU32;
         sum_exp_scaled += std::exp(s[i] - smax);
         if (cv.naive_exp) {
           const double slack = 1e-6 * std::max(1.0, std::fabs(s[i])) + 2 * double(D) * kU32 * A[i];
-          if (s[i] > thr + slack) info.hazard = true;
-          else if (s[i] > thr - slack) info.ambiguous = true;
+          // scores stored in the input format decide overflow after their own rounding
+          const double slack_total = slack + (cv.scores_rounded ? u_f * std::fabs(s[i]) : 0.0);
+          if (s[i] > thr + slack_total) info.hazard = true;
+          else if (s[i] > thr - slack_total) info.ambiguous = true;
         }
       }
       if (cv.naive_exp && !keys.empty() && smax < under) info.underflow = true;

@@ -66,6 +66,10 @@ typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
  * type (a naive softmax). Such a subject is expected to overflow exactly where the exact
  * exp(x) rounds to infinity in the storage format; properties check that it does. */
 #define AC_FEAT_NAIVE_EXP 32u
+/* Declared rounding point: the scores S = scale * Q K^T are stored in the input type before the
+ * softmax (a textbook kernel that materialises S in fp16 / bf16). Budgets then allow the score
+ * rounding, u_F |s_j| per key, instead of fp32 score error. */
+#define AC_FEAT_SCORES_IN_INPUT_TYPE 64u
 
 /* Return codes. */
 #define AC_OK 0
