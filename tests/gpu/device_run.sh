@@ -3,7 +3,8 @@
 #   GPU test executables, compute-sanitizer (memcheck, racecheck) on small shapes, the harness on
 #   the CUDA backend, and the benchmarks. Binaries are built on the dev machine for sm_90 and
 #   carried in gpu-bin/ (tests/gpu/stage.sh puts them there). Logs go to $OUT (at most 8 files).
-# GPU tests tagged [seed] or [large] are skipped under the sanitizer (too slow there).
+# GPU tests tagged [seed] or [large] are skipped under the sanitizer (too slow there); [race] holds
+# the deliberately racy mutant, checked on its own (racecheck must report it).
 # Usage: bash tests/gpu/device_run.sh [tests] [sanitize] [harness] [bench]   (default: all)
 set -u
 BIN="${BIN:-gpu-bin}"
@@ -32,21 +33,29 @@ if has sanitize && [ -n "$cs" ]; then
   for t in "$BIN"/*_gpu; do
     [ -x "$t" ] || continue
     for tool in memcheck racecheck; do
-      timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$t" "~[seed]~[large]" > "$OUT/tmp.log" 2>&1; rc=$?
+      timeout 300 "$cs" --tool "$tool" --error-exitcode 99 "$t" "~[seed]~[large]~[race]" > "$OUT/tmp.log" 2>&1; rc=$?
       { echo "===== $tool $(basename "$t") rc=$rc"; tail -n 40 "$OUT/tmp.log"; } >> "$OUT/sanitizer.log"
       note "sanitizer $tool $(basename "$t") rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/tmp.log" | tr '\n' ' ')"
     done
   done
 fi
 
+if has sanitize && [ -n "$cs" ] && [ -x "$BIN/mutants_gpu" ]; then
+  timeout 300 "$cs" --tool racecheck --error-exitcode 99 "$BIN/mutants_gpu" "[race]" > "$OUT/tmp.log" 2>&1; rc=$?
+  { echo "===== racecheck mutants_gpu [race] (expect 99) rc=$rc"; tail -n 30 "$OUT/tmp.log"; } >> "$OUT/sanitizer.log"
+  note "sanitizer racecheck on mutant 12 (missing barrier): rc=$rc (99 = race found, as it must be)"
+fi
+
 if has harness && [ -x "$BIN/attncheck" ]; then
   "$BIN/attncheck" list > "$OUT/harness.log" 2>&1
   timeout 400 "$BIN/attncheck" check --backend cuda --suite gate --report-dir "$OUT/report" --corpus-dir "$OUT/corpus" >> "$OUT/harness.log" 2>&1; rc=$?
   note "harness gate (cuda) rc=$rc"
-  [ -x "$BIN/attncheck" ] && timeout 200 "$BIN/attncheck" tiling --backend cuda --subject fused --report-dir "$OUT/tiling" >> "$OUT/harness.log" 2>&1
+  [ -x "$BIN/attncheck" ] && timeout 200 "$BIN/attncheck" tiling --backend cuda --subject fused --cases 20 --report-dir "$OUT/tiling" >> "$OUT/harness.log" 2>&1; timeout 200 "$BIN/attncheck" tiling --backend cuda --subject splitkv --cases 10 --report-dir "$OUT/tiling-splitkv" >> "$OUT/harness.log" 2>&1
   note "harness tiling rc=$?"
-  tar czf "$OUT/reports.tgz" -C "$OUT" report tiling corpus 2>/dev/null
-  rm -rf "$OUT/report" "$OUT/tiling" "$OUT/corpus"
+  timeout 400 "$BIN/attncheck" mutants --backend cuda --oracle all --first-kill --no-shrink --report-dir "$OUT/mutants" >> "$OUT/harness.log" 2>&1
+  note "harness mutants (cuda) rc=$?"
+  tar czf "$OUT/reports.tgz" -C "$OUT" report tiling tiling-splitkv corpus mutants 2>/dev/null
+  rm -rf "$OUT/report" "$OUT/tiling" "$OUT/tiling-splitkv" "$OUT/corpus" "$OUT/mutants"
 fi
 
 if has bench; then
