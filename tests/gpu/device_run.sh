@@ -2,14 +2,16 @@
 # One GPU session's work in one call (run on the device machine from the repo root):
 #   GPU test executables, compute-sanitizer (memcheck, racecheck) on small shapes, the harness on
 #   the CUDA backend, and the benchmarks. Binaries are built on the dev machine for sm_90 and
-#   carried in gpu-bin/ (tests/gpu/stage.sh puts them there). Logs go to $OUT (at most 8 files).
+#   carried xz-packed in gpu-pack/ (tests/gpu/stage.sh puts them there; carry: ["gpu-pack"]). Logs go to $OUT (at most 8 files).
 # GPU tests tagged [seed] or [large] are skipped under the sanitizer (too slow there); [race] holds
 # the deliberately racy mutant, checked on its own (racecheck must report it).
 # Usage: bash tests/gpu/device_run.sh [tests] [sanitize] [harness] [bench]   (default: all)
 set -u
 BIN="${BIN:-gpu-bin}"
+[ -d "$BIN" ] || { [ -f gpu-pack/bin.tar.xz ] && tar xJf gpu-pack/bin.tar.xz; }
 OUT="${OUT:-out}"; mkdir -p "$OUT"
 steps="${*:-tests sanitize harness bench}"
+export AC_EXAMPLE_PLUGIN_PATH="$PWD/$BIN/libattncheck_example_plugin.so"
 summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }

@@ -3,6 +3,7 @@
 // Hand-derived expectation: equal LSEs (0, 0) weigh both states 1/2 exactly (exp(0) = 1), so
 // prefix 4 and suffix 8 merge to exactly 6 in every dtype, and the merged LSE is ln 2 (within an
 // fp32 ulp). Distinct per-(token, head) LSE offsets check the [heads, tokens] layout round trip.
+#include <cstdlib>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -59,7 +60,9 @@ TEST_CASE("built-in CUDA merge through device staging", "[gpu][abi_subject]") {
 }
 
 TEST_CASE("example plugin's CUDA subject through device staging", "[gpu][plugin]") {
-  attncheck::LoadedPlugin p = attncheck::load_plugin(AC_EXAMPLE_PLUGIN);
+  // The build tree's plugin, or (binaries carried to another machine) AC_EXAMPLE_PLUGIN_PATH.
+  const char* moved = std::getenv("AC_EXAMPLE_PLUGIN_PATH");
+  attncheck::LoadedPlugin p = attncheck::load_plugin(moved ? moved : AC_EXAMPLE_PLUGIN);
   bool found = false;
   for (auto& s : p.subjects)
     if (s->name() == "example-merge-cuda") {
