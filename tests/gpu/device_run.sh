@@ -23,11 +23,11 @@ cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>
 if has tests; then
   for t in "$BIN"/*_gpu; do
     [ -x "$t" ] || continue
-    start=$(date +%s.%N)
+    start=$(date +%s)
     timeout 500 "$t" > "$OUT/tmp.log" 2>&1; rc=$?
-    end=$(date +%s.%N)
+    end=$(date +%s)
     { echo "===== $(basename "$t") rc=$rc"; cat "$OUT/tmp.log"; } >> "$OUT/tests.log"
-    note "test $(basename "$t") rc=$rc $(tail -n 2 "$OUT/tmp.log" | tr '\n' ' ' | cut -c1-200) ($(echo "$end - $start" | bc)s)"
+    note "test $(basename "$t") rc=$rc $(tail -n 2 "$OUT/tmp.log" | tr '\n' ' ' | cut -c1-200) ($((end - start)) s)"
   done
 fi
 
