@@ -8,24 +8,11 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "common/host_tensor.h"
 #include "softmax/softmax.h"
 #include "softmax/softmax_math.h"
 
 namespace attncheck::kern {
-
-namespace {
-float load_host(const void* base, DType t, int64_t i) {
-  if (t == DType::f32) return static_cast<const float*>(base)[i];
-  return load_as_float(t, static_cast<const uint16_t*>(base)[i]);
-}
-void store_host(void* base, DType t, int64_t i, float v) {
-  if (t == DType::f32)
-    static_cast<float*>(base)[i] = v;
-  else
-    static_cast<uint16_t*>(base)[i] = uint16_t(store_from_float(t, v));
-}
-bool aligned_to(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
-}  // namespace
 
 int softmax_check_args(const ac_softmax_args& a, char* err, size_t err_len) {
   if (a.dtype != AC_DTYPE_F32 && a.dtype != AC_DTYPE_F16 && a.dtype != AC_DTYPE_BF16)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/host_tensor.h"
 #include "softmax/softmax.h"
 #include "textbook/textbook.h"
 #include "textbook/textbook_math.h"
@@ -18,17 +19,6 @@
 namespace attncheck::kern {
 
 namespace {
-float load_host(const void* base, DType t, int64_t i) {
-  if (t == DType::f32) return static_cast<const float*>(base)[i];
-  return load_as_float(t, static_cast<const uint16_t*>(base)[i]);
-}
-void store_host(void* base, DType t, int64_t i, float v) {
-  if (t == DType::f32)
-    static_cast<float*>(base)[i] = v;
-  else
-    static_cast<uint16_t*>(base)[i] = uint16_t(store_from_float(t, v));
-}
-bool aligned_to(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
 
 DType score_type(const ac_attention_args& a, const TextbookOptions& o) {
   return o.score_as_input ? DType(a.dtype) : o.score_dtype;
