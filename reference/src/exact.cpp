@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "precision_internal.hpp"
+#include "problem_offsets.hpp"
 
 namespace attncheck::ref {
 namespace {
@@ -503,29 +504,12 @@ struct RowEngine {
   }
 };
 
-struct Offsets {
-  std::vector<int64_t> q, k, mask;
-};
-Offsets offsets(const AttentionProblem& pb) {
-  Offsets o;
-  const size_t b = pb.seqlens_q.size();
-  o.q.assign(b + 1, 0);
-  o.k.assign(b + 1, 0);
-  o.mask.assign(b + 1, 0);
-  for (size_t s = 0; s < b; ++s) {
-    o.q[s + 1] = o.q[s] + pb.seqlens_q[s];
-    o.k[s + 1] = o.k[s] + pb.seqlens_k[s];
-    o.mask[s + 1] = o.mask[s] + int64_t{pb.seqlens_q[s]} * pb.seqlens_k[s];
-  }
-  return o;
-}
-
 }  // namespace
 
 ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t head, LseBase base) {
   validate(pb);
   const mpfr_prec_t prec = detail::working_prec();
-  const Offsets off = offsets(pb);
+  const Offsets off = offsets_of(pb);
   const int64_t total_q = off.q.back();
   if (token < 0 || token >= total_q)
     throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(total_q) + ")");
@@ -552,7 +536,7 @@ ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t 
 std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) {
   validate(pb);
   const mpfr_prec_t prec = detail::working_prec();
-  const Offsets off = offsets(pb);
+  const Offsets off = offsets_of(pb);
   const int32_t h = pb.num_heads, group = pb.num_heads / pb.num_kv_heads;
   std::vector<ExactRow> out(static_cast<size_t>(off.q.back() * h));
   RowEngine eng(prec, pb.head_size);

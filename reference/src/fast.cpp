@@ -28,6 +28,8 @@
 #include <thread>
 #include <tuple>
 
+#include "problem_offsets.hpp"
+
 namespace attncheck::ref {
 namespace {
 
@@ -78,23 +80,6 @@ class Decoder {
   Format f_;
   const double* table_;
 };
-
-struct Offsets {
-  std::vector<int64_t> q, k, mask;
-};
-Offsets offsets_of(const AttentionProblem& pb) {
-  Offsets o;
-  const size_t b = pb.seqlens_q.size();
-  o.q.assign(b + 1, 0);
-  o.k.assign(b + 1, 0);
-  o.mask.assign(b + 1, 0);
-  for (size_t s = 0; s < b; ++s) {
-    o.q[s + 1] = o.q[s] + pb.seqlens_q[s];
-    o.k[s + 1] = o.k[s] + pb.seqlens_k[s];
-    o.mask[s + 1] = o.mask[s] + int64_t{pb.seqlens_q[s]} * pb.seqlens_k[s];
-  }
-  return o;
-}
 
 // One (sequence, KV head): keys and values decoded once, shared read-only by every worker.
 struct Slice {
