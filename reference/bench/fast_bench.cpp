@@ -23,8 +23,10 @@
 
 #include "attncheck/reference/fast.hpp"
 #include "attncheck/reference/reference.hpp"
+#include "bench_problem.hpp"
 
 using namespace attncheck::ref;
+using attncheck::ref::bench::random_problem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -41,21 +43,6 @@ struct Timer {
   double wall() const { return std::chrono::duration<double>(Clock::now() - wall0).count(); }
   double cpu() const { return process_cpu_s() - cpu0; }
 };
-
-AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, int32_t d, bool causal,
-                                std::mt19937_64& rng) {
-  std::normal_distribution<double> n01(0.0, 1.0);
-  AttentionProblem pb{
-      Format::fp16, h, hkv, d, {tq}, {tk}, causal, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}};
-  auto fill = [&](std::vector<uint32_t>& t, size_t n) {
-    t.resize(n);
-    for (auto& b : t) b = round_to_format(Format::fp16, n01(rng));
-  };
-  fill(pb.q, static_cast<size_t>(tq) * h * d);
-  fill(pb.k, static_cast<size_t>(tk) * hkv * d);
-  fill(pb.v, static_cast<size_t>(tk) * hkv * d);
-  return pb;
-}
 
 void print_stats(const EscalationStats& s) {
   std::printf(

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "attncheck/reference/reference.hpp"
+#include "bench_problem.hpp"
 
 using namespace attncheck::ref;
+using attncheck::ref::bench::random_problem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -29,21 +31,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_t hkv, int32_t d,
-                                std::mt19937_64& rng) {
-  std::normal_distribution<double> n01(0.0, 1.0);
-  AttentionProblem pb{
-      Format::fp16, h, hkv, d, {tq}, {tk}, false, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {}, {}};
-  auto fill = [&](std::vector<uint32_t>& t, size_t n) {
-    t.resize(n);
-    for (auto& b : t) b = round_to_format(Format::fp16, n01(rng));
-  };
-  fill(pb.q, static_cast<size_t>(tq) * h * d);
-  fill(pb.k, static_cast<size_t>(tk) * hkv * d);
-  fill(pb.v, static_cast<size_t>(tk) * hkv * d);
-  return pb;
-}
-
 }  // namespace
 
 int main() {
@@ -51,7 +38,7 @@ int main() {
   std::printf("exact reference benchmark, %u-bit working precision (%u effective), fp16 inputs, d = 128\n",
               precision_bits(), precision_bits_effective());
   for (int32_t t : {64, 1024, 8192}) {
-    const AttentionProblem pb = random_problem(1, t, 1, 1, 128, rng);
+    const AttentionProblem pb = random_problem(1, t, 1, 1, 128, false, rng);
     const int repeats = t >= 8192 ? 3 : (t >= 1024 ? 5 : 9);
     std::vector<double> ms, cpu;
     for (int r = 0; r < repeats; ++r) {
@@ -67,7 +54,7 @@ int main() {
   }
   {
     // A GQA group of 4 query heads over one KV head, 4 query rows: exact_attention decodes K/V once.
-    const AttentionProblem pb = random_problem(4, 1024, 4, 1, 128, rng);
+    const AttentionProblem pb = random_problem(4, 1024, 4, 1, 128, false, rng);
     const double c0 = cpu_ms();
     const auto rows = exact_attention(pb);
     const double ms = cpu_ms() - c0;
