@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "attncheck/reference/reference.hpp"
+#include "../support/rc_check.hpp"
 
 using namespace attncheck::ref;
 
@@ -36,16 +37,7 @@ bool same_state(const ExactState& a, const ExactState& b) {
 // RapidCheck with an explicit, small budget whatever RC_PARAMS says.
 template <class Testable>
 void check_property(const std::string& what, Testable&& t, int max_success = 60) {
-  rc::detail::TestParams params;
-  params.maxSuccess = max_success;
-  params.maxSize = 50;
-  params.seed = 20240501;
-  const auto result =
-      rc::detail::checkTestable(std::forward<Testable>(t), rc::detail::TestMetadata{}, params);
-  std::ostringstream os;
-  rc::detail::printResultMessage(result, os);
-  INFO(what << ": " << os.str());
-  CHECK(result.template is<rc::detail::SuccessResult>());
+  attncheck::test::check_property_under(what, std::forward<Testable>(t), {max_success, 50, 20240501});
 }
 
 // A state with d = 4, LSE in [-60, 60] in steps of 1/8 (or empty), O in [-8, 8] in steps of 1/16.

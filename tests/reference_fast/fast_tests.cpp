@@ -27,6 +27,7 @@
 
 #include "attncheck/reference/fast.hpp"
 #include "attncheck/reference/reference.hpp"
+#include "../support/rc_check.hpp"
 
 using namespace attncheck::ref;
 
@@ -36,16 +37,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 template <class Testable>
 void check_property(const std::string& what, Testable&& t, int max_success) {
-  rc::detail::TestParams params;
-  params.maxSuccess = max_success;
-  params.maxSize = 60;
-  params.seed = 20240707;
-  const auto result =
-      rc::detail::checkTestable(std::forward<Testable>(t), rc::detail::TestMetadata{}, params);
-  std::ostringstream os;
-  rc::detail::printResultMessage(result, os);
-  INFO(what << ": " << os.str());
-  CHECK(result.template is<rc::detail::SuccessResult>());
+  attncheck::test::check_property_under(what, std::forward<Testable>(t), {max_success, 60, 20240707});
 }
 
 const Format kFormats[] = {Format::fp16, Format::bf16, Format::fp32};
