@@ -4,7 +4,9 @@
 #pragma once
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <functional>
+#include <random>
 #include <string>
 
 #include "kb_support.hpp"
@@ -100,6 +102,29 @@ inline void check_textbook_suite(const TextbookRun& run, uint64_t seed) {
       const TextbookResult r = run(c, naive);
       check_textbook(c, r, naive, std::string(naive ? "naive" : "safe") + " dtype " + std::to_string(int(c.type)) + " d " + std::to_string(c.d));
     }
+}
+
+// The naive variant overflows where S reaches the fp16 band: one key with q . k scaled to
+// 11.09375, whose exp rounds to fp16 inf, so P = inf / inf = NaN; the safe variant gives 1, and so
+// does the naive one a step below (11.0859375). Derived by hand; run is the host twin or the GPU.
+inline void check_naive_fp16_overflow(const TextbookRun& run) {
+  AttnCase c;
+  c.type = DType::f16;
+  c.d = 1;
+  c.seq_q = {1};
+  c.seq_k = {2};
+  c.scale = 1.0f;
+  std::mt19937_64 rng(3);
+  c.build(rng);
+  c.q.set(0, 1.0f);
+  c.k.set(0, 11.09375f);
+  c.k.set(1, 0.0f);
+  c.v.set(0, 1.0f);
+  c.v.set(1, 1.0f);
+  REQUIRE(std::isnan(run(c, true).out.get(0)));
+  REQUIRE(run(c, false).out.get(0) == 1.0);
+  c.k.set(0, 11.0859375f);
+  REQUIRE(run(c, true).out.get(0) == 1.0);
 }
 
 inline ac_attention_args textbook_args(const AttnCase& c, const void* q, const void* k, const void* v,
