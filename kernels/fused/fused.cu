@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/cuda_check.h"
+#include "common/host_tensor.h"
 #include "fused/fused.h"
 #include "fused/fused_kernel.cuh"
 
@@ -27,44 +28,21 @@ LaunchFn pick(int tiling) {
   return table[size_t(tiling)];
 }
 
-bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
-
 }  // namespace
 
 int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
   if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
-  if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16))
+  if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
     AC_REFUSE("fused attention: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");
-  if (!aligned(a.out, 4)) AC_REFUSE("fused attention: out must be 4-byte aligned");
+  if (!aligned_to(a.out, 4)) AC_REFUSE("fused attention: out must be 4-byte aligned");
   if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("fused attention: device cu_seqlens missing");
-  int max_tq = 0;
-  for (int s = 0; s < a.num_seqs; ++s) {
-    const int tq = a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s];
-    max_tq = tq > max_tq ? tq : max_tq;
-  }
+  const int max_tq = fused::max_seqlen_q_host(a);
   if (a.num_seqs > 65535) AC_REFUSE("fused attention: %d sequences exceed the grid (65535)", a.num_seqs);
 
-  fused::KernelParams p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.out = a.out;
-  p.lse = a.lse;
-  p.cu_q = a.cu_seqlens_q;
-  p.cu_k = a.cu_seqlens_k;
-  p.mask = a.mask;
-  p.cu_mask = a.cu_mask;
-  p.num_heads = a.num_heads;
-  p.num_kv_heads = a.num_kv_heads;
-  p.group = a.num_heads / a.num_kv_heads;
-  p.total_q = a.cu_seqlens_q_host[a.num_seqs];
-  p.scale_log2 = a.softmax_scale * fused::kLog2e;
-  p.causal = a.causal != 0;
+  fused::KernelParams p = fused::params_from_args(a);
   p.lse_base2 = o.lse_base == 2;
   p.empty_lse = o.empty_lse_sign > 0 ? fused::pos_inf_f() : fused::neg_inf_f();
-  p.reverse_tiles = a.causal != 0;
-  p.num_splits = 1;
 
   const bool bf16 = a.dtype == AC_DTYPE_BF16;
   LaunchFn fn = bf16 ? (a.head_size == 64 ? pick<true, 64>(a.tiling) : pick<true, 128>(a.tiling))

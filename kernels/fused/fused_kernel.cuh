@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "attncheck/plugin_abi.h"
 #include "fused/fused_math.h"
 
 namespace attncheck::kern::fused {
@@ -376,6 +377,42 @@ cudaError_t launch_fused_kernel(const KernelParams& p, int max_tq, int num_seqs,
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
   kernel<<<grid, BR / 16 * 32, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+// Host side, shared by every launcher of this mainloop (fused, split-KV, the mutants): the
+// parameters read off the ABI arguments, and the longest query range (the grid's row tiles).
+// Each launcher then sets what is its own: outputs, LSE convention, split workspace.
+inline KernelParams params_from_args(const ac_attention_args& a) {
+  KernelParams p{};
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.out = a.out;
+  p.lse = a.lse;
+  p.cu_q = a.cu_seqlens_q;
+  p.cu_k = a.cu_seqlens_k;
+  p.mask = a.mask;
+  p.cu_mask = a.cu_mask;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.group = a.num_heads / a.num_kv_heads;
+  p.total_q = a.cu_seqlens_q_host[a.num_seqs];
+  p.scale_log2 = a.softmax_scale * kLog2e;
+  p.causal = a.causal != 0;
+  p.lse_base2 = 0;
+  p.empty_lse = neg_inf_f();
+  p.reverse_tiles = a.causal != 0;
+  p.num_splits = 1;
+  return p;
+}
+
+inline int max_seqlen_q_host(const ac_attention_args& a) {
+  int max_tq = 0;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int tq = a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s];
+    max_tq = tq > max_tq ? tq : max_tq;
+  }
+  return max_tq;
 }
 
 }  // namespace attncheck::kern::fused

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "common/host_tensor.h"
 #include "fused/fused.h"
 #include "fused/fused_kernel.cuh"
 #include "mutants/mutants.h"
@@ -48,8 +49,6 @@ LaunchFn pick(int mutation, bool bf16, int d) {
   }
 }
 
-bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
-
 }  // namespace
 
 int fused_mutant_cuda(int mutation, const ac_attention_args& a, char* err, size_t err_len) {
@@ -58,36 +57,13 @@ int fused_mutant_cuda(int mutation, const ac_attention_args& a, char* err, size_
   const LaunchFn fn = pick(mutation, bf16, a.head_size);
   if (!fn) AC_REFUSE("fused mutant %d: not compiled for %s, head size %d", mutation, bf16 ? "bf16" : "fp16", a.head_size);
   if (a.num_seqs == 0) return AC_OK;
-  if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16))
+  if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
     AC_REFUSE("fused mutant: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");
-  if (!aligned(a.out, 4)) AC_REFUSE("fused mutant: out must be 4-byte aligned");
+  if (!aligned_to(a.out, 4)) AC_REFUSE("fused mutant: out must be 4-byte aligned");
   if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("fused mutant: device cu_seqlens missing");
   if (a.num_seqs > 65535) AC_REFUSE("fused mutant: %d sequences exceed the grid (65535)", a.num_seqs);
-  int max_tq = 0;
-  for (int s = 0; s < a.num_seqs; ++s) {
-    const int tq = a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s];
-    max_tq = tq > max_tq ? tq : max_tq;
-  }
-  fused::KernelParams p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.out = a.out;
-  p.lse = a.lse;
-  p.cu_q = a.cu_seqlens_q;
-  p.cu_k = a.cu_seqlens_k;
-  p.mask = a.mask;
-  p.cu_mask = a.cu_mask;
-  p.num_heads = a.num_heads;
-  p.num_kv_heads = a.num_kv_heads;
-  p.group = a.num_heads / a.num_kv_heads;
-  p.total_q = a.cu_seqlens_q_host[a.num_seqs];
-  p.scale_log2 = a.softmax_scale * fused::kLog2e;
-  p.causal = a.causal != 0;
-  p.lse_base2 = 0;
-  p.empty_lse = fused::neg_inf_f();
-  p.reverse_tiles = a.causal != 0;
-  p.num_splits = 1;
+  const int max_tq = fused::max_seqlen_q_host(a);
+  const fused::KernelParams p = fused::params_from_args(a);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   AC_CUDA_TRY(fn(p, max_tq, a.num_seqs, stream));
   AC_CUDA_TRY(cudaStreamSynchronize(stream));

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/cuda_check.h"
+#include "common/host_tensor.h"
 #include "fused/fused_kernel.cuh"
 #include "splitkv/splitkv.h"
 #include "splitkv/splitkv_math.h"
@@ -70,8 +71,6 @@ PartialFn pick(int tiling) {
   return table[size_t(tiling)];
 }
 
-bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
-
 }  // namespace
 
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len) {
@@ -81,17 +80,13 @@ int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len
 int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
   if (int rc = splitkv_check_args(a, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
-  if (!aligned(a.q, 16) || !aligned(a.k, 16) || !aligned(a.v, 16))
+  if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
     AC_REFUSE("split-KV attention: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");
-  if (!aligned(a.out, 2)) AC_REFUSE("split-KV attention: out must be 2-byte aligned");
+  if (!aligned_to(a.out, 2)) AC_REFUSE("split-KV attention: out must be 2-byte aligned");
   if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("split-KV attention: device cu_seqlens missing");
   if (int64_t(a.num_seqs) * a.num_splits > 65535)
     AC_REFUSE("split-KV attention: %d sequences x %d splits exceed the grid (65535)", a.num_seqs, a.num_splits);
-  int max_tq = 0;
-  for (int s = 0; s < a.num_seqs; ++s) {
-    const int tq = a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s];
-    max_tq = tq > max_tq ? tq : max_tq;
-  }
+  const int max_tq = fused::max_seqlen_q_host(a);
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
   if (total_q == 0) return AC_OK;
   const size_t need = splitkv_workspace_bytes(a);
@@ -101,21 +96,9 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   void* ws = o.workspace;
   if (!ws) AC_CUDA_TRY(cudaMallocAsync(&ws, need, stream));
 
-  fused::KernelParams p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.cu_q = a.cu_seqlens_q;
-  p.cu_k = a.cu_seqlens_k;
-  p.mask = a.mask;
-  p.cu_mask = a.cu_mask;
-  p.num_heads = a.num_heads;
-  p.num_kv_heads = a.num_kv_heads;
-  p.group = a.num_heads / a.num_kv_heads;
-  p.total_q = total_q;
-  p.scale_log2 = a.softmax_scale * fused::kLog2e;
-  p.causal = a.causal != 0;
-  p.reverse_tiles = a.causal != 0;
+  fused::KernelParams p = fused::params_from_args(a);
+  p.out = nullptr;  // split mode writes only the fp32 partials; the combine writes out and lse
+  p.lse = nullptr;
   p.num_splits = a.num_splits;
   p.part_o = static_cast<float*>(ws);
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
