@@ -37,6 +37,7 @@
 #include "attncheck/report.hpp"
 #include "attncheck/shard.hpp"
 #include "mutants.hpp"
+#include "options.hpp"
 
 #ifndef ATTNCHECK_GIT_DESCRIBE
 #define ATTNCHECK_GIT_DESCRIBE ""
@@ -62,17 +63,6 @@ extern "C" void on_sigint(int) {
   g_interrupted.store(true);
   // A second Ctrl-C kills at once.
   ::signal(SIGINT, SIG_DFL);
-}
-
-std::vector<std::string> split_csv(const std::vector<std::string>& items) {
-  std::vector<std::string> out;
-  for (const auto& item : items) {
-    std::stringstream ss(item);
-    std::string part;
-    while (std::getline(ss, part, ','))
-      if (!part.empty()) out.push_back(part);
-  }
-  return out;
 }
 
 std::string ops_string(uint32_t ops) {
@@ -309,8 +299,8 @@ struct CheckOptions {
 int run_check(const CheckOptions& o, const std::string& command) {
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
-  const std::vector<ac::Subject*> subjects = pick_subjects(set, split_csv(o.subjects), !o.plugins.empty());
-  const auto properties = pick_properties(split_csv(o.properties), o.suite);
+  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects), !o.plugins.empty());
+  const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
   ac::Report baseline;

@@ -13,6 +13,7 @@
 // Writes <report-dir>/mutants.md (the table, markdown), mutants.json and corpus/ (the shrunk
 // counterexamples, replayable with `attncheck replay`).
 #include "mutants.hpp"
+#include "options.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -75,17 +76,6 @@ struct Row {
   GateOutcome gate;
   std::map<std::string, PeerResult> peers;
 };
-
-std::vector<std::string> split_csv(const std::vector<std::string>& items) {
-  std::vector<std::string> out;
-  for (const auto& item : items) {
-    std::stringstream ss(item);
-    std::string part;
-    while (std::getline(ss, part, ','))
-      if (!part.empty()) out.push_back(part);
-  }
-  return out;
-}
 
 GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
   GateOutcome g;
