@@ -185,6 +185,17 @@ static ref::AttentionProblem problem_of(const AttentionInput& a) {
   return p;
 }
 
+// One O element of an attention or merge row, before it is measured.
+static Elem o_elem(int64_t row, int64_t t, int64_t h, int64_t c, const Real& exact) {
+  Elem e;
+  e.out = Out::O;
+  e.row = row;
+  e.where = where_th("O", t, h, c);
+  e.exact = exact;
+  e.exact_finite = isfinite(e.exact);
+  return e;
+}
+
 Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, const Conventions& cv,
                           const Budget& b) {
   const ref::AttentionProblem p = problem_of(a);
@@ -249,12 +260,7 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
       const double N = double(keys.size());
       // O
       for (int64_t c = 0; c < D; ++c) {
-        Elem e;
-        e.out = Out::O;
-        e.row = row;
-        e.where = where_th("O", t, h, c);
-        e.exact = ex.o[size_t(c)];
-        e.exact_finite = isfinite(e.exact);
+        Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
         double S = 0, cond = 0, vmax = 0;
         for (size_t i = 0; i < keys.size(); ++i) {
           const double v = std::fabs(decode(a.dtype, a.v[size_t((keys[i] * Hkv + kvh) * D + c)]));
@@ -339,12 +345,7 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
       const std::string in_lse = "prefix_lse=" + fbits(la) + " (" + hexfloat(double(la)) + ") suffix_lse=" +
                                  fbits(lb) + " (" + hexfloat(double(lb)) + ")";
       for (int64_t c = 0; c < D; ++c) {
-        Elem e;
-        e.out = Out::O;
-        e.row = row;
-        e.where = where_th("O", t, h, c);
-        e.exact = ex.o[size_t(c)];
-        e.exact_finite = isfinite(e.exact);
+        Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
         const double oa = to_d(A.o[size_t(c)]), ob = to_d(B.o[size_t(c)]);
         const double S = info.empty ? 0 : (wa * std::fabs(oa) + wb * std::fabs(ob)) / ws;
         const double Mabs = std::isfinite(M) ? std::fabs(M) : 0;
