@@ -3,6 +3,10 @@
 // the strings "inf", "-inf" and "nan" and read back as such.
 #include "attncheck/report.hpp"
 
+#include "attncheck/atomic_file.hpp"
+#include "attncheck/json_fields.hpp"
+#include "attncheck/shard.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -298,14 +303,17 @@ Report report_from_json(const json& j) {
 }
 
 Report read_report_file(const std::string& path) {
-  std::ifstream in(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw ReportError("report " + path + " is a directory, not a report.json file");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw ReportError("cannot read report " + path);
-  json j;
-  try {
-    in >> j;
-  } catch (const json::exception& e) {
-    throw ReportError("report " + path + " is not JSON: " + e.what());
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ReportError("cannot read report " + path);
+  const json j = json_fields::parse_strict<ReportError>(text.str(), "report " + path);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (const auto problems = check_report_set(dir.empty() ? "." : dir); !problems.empty())
+    throw ReportError("report " + path + ": the report directory is not one complete run: " + problems.front());
   try {
     return report_from_json(j);
   } catch (const ReportError& e) {
@@ -443,57 +451,61 @@ void ensure_writable_dir(const std::string& dir) {
 }
 
 namespace {
-std::string make_tmp_dir(const std::string& dir) {
-  std::string templ = dir + "/.tmp-XXXXXX";
-  std::vector<char> buf(templ.begin(), templ.end());
-  buf.push_back('\0');
-  if (!mkdtemp(buf.data())) throw ReportError("cannot create a temporary directory in " + dir);
-  return std::string(buf.data());
-}
-void write_and_sync(const std::string& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw ReportError("cannot write " + path);
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) {
-      ::close(fd);
-      throw ReportError("short write to " + path);
-    }
-    off += size_t(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
+constexpr const char* kManifest = "manifest.json";
+std::string content_hash(const std::string& text) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(text)));
+  return buf;
 }
 }  // namespace
 
-void write_file_atomic(const std::string& dir, const std::string& name, const std::string& text) {
-  ensure_writable_dir(dir);
-  const std::string tmp = make_tmp_dir(dir);
-  write_and_sync(tmp + "/" + name, text);
-  std::error_code ec;
-  std::filesystem::rename(tmp + "/" + name, dir + "/" + name, ec);
-  std::filesystem::remove(tmp);
-  if (ec) throw ReportError("cannot rename into " + dir + "/" + name + ": " + ec.message());
-}
-
 void write_report_dir(const std::string& dir, const Report& r) {
   ensure_writable_dir(dir);
-  // All three files are complete in the temporary directory before the first rename, so a
-  // reader sees either the previous run's files or this run's, each one whole.
-  const std::string tmp = make_tmp_dir(dir);
+  // Each file is replaced atomically; the manifest, written last, records the hash of every file
+  // of the set, so a reader can tell a complete set from one that a kill interrupted between two
+  // renames (check_report_set).
   const std::pair<const char*, std::string> files[] = {{"report.json", report_to_json(r).dump(2) + "\n"},
                                                        {"report.md", render_markdown(r)},
                                                        {"junit.xml", render_junit(r)}};
-  for (const auto& [name, text] : files) write_and_sync(tmp + "/" + name, text);
-  std::error_code ec;
-  for (const auto& [name, text] : files) {
-    std::filesystem::rename(tmp + "/" + name, dir + "/" + name, ec);
-    if (ec) break;
+  json manifest = {{"schema", "attncheck-report-manifest"}, {"files", json::object()}};
+  for (const auto& [name, text] : files) manifest["files"][name] = content_hash(text);
+  try {
+    for (const auto& [name, text] : files) write_file_atomic(dir + "/" + name, text);
+    write_file_atomic(dir + "/" + kManifest, manifest.dump(1) + "\n");
+  } catch (const AtomicWriteError& e) {
+    throw ReportError(e.what());
   }
-  std::error_code ignore;
-  std::filesystem::remove_all(tmp, ignore);
-  if (ec) throw ReportError("cannot rename report files into " + dir + ": " + ec.message());
+}
+
+std::vector<std::string> check_report_set(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> problems;
+  const fs::path manifest_path = fs::path(dir) / kManifest;
+  std::error_code ec;
+  if (!fs::exists(manifest_path, ec)) return problems;  // no report written here yet
+  auto slurp = [](const fs::path& p, std::string& out) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) return false;
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    out = ss.str();
+    return !in.bad();
+  };
+  std::string text;
+  std::string error;
+  std::optional<json> m;
+  if (slurp(manifest_path, text)) m = json_fields::try_parse_strict(text, error);
+  if (!m || !m->is_object() || !m->contains("files") || !(*m)["files"].is_object()) {
+    problems.push_back(std::string(kManifest) + " is unreadable");
+    return problems;
+  }
+  for (const auto& [name, hash] : (*m)["files"].items()) {
+    std::string content;
+    if (!slurp(fs::path(dir) / name, content)) problems.push_back(name + " is missing");
+    else if (!hash.is_string() || content_hash(content) != hash.get<std::string>())
+      problems.push_back(name + " belongs to another run than the manifest (a run was interrupted while writing)");
+  }
+  return problems;
 }
 
 namespace {

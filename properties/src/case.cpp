@@ -4,6 +4,10 @@
 // reports the first problem as a one-line CaseError; nothing here trusts the file.
 #include "attncheck/case.hpp"
 
+#include "attncheck/atomic_file.hpp"
+#include "attncheck/json_fields.hpp"
+#include "attncheck/names.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -152,33 +156,21 @@ std::string bits_hex(uint32_t u) {
   return buf;
 }
 
-// Typed field access with one-line errors.
+// The one JSON field style, with the case file's error type.
 const json& field(const json& obj, const char* key, const std::string& where) {
-  if (!obj.is_object()) throw CaseError(where + " is not a JSON object");
-  auto it = obj.find(key);
-  if (it == obj.end()) throw CaseError(where + ": missing field \"" + key + "\"");
-  return *it;
+  return json_fields::field<CaseError>(obj, key, where);
 }
 std::string get_string(const json& obj, const char* key, const std::string& where) {
-  const json& f = field(obj, key, where);
-  if (!f.is_string()) throw CaseError(where + "." + key + " must be a string");
-  return f.get<std::string>();
+  return json_fields::get_string<CaseError>(obj, key, where);
 }
-std::string get_string_or(const json& obj, const char* key, const std::string& dflt) {
-  auto it = obj.find(key);
-  return (it != obj.end() && it->is_string()) ? it->get<std::string>() : dflt;
+std::string get_string_or(const json& obj, const char* key, const std::string& where, const std::string& dflt) {
+  return json_fields::get_string_or<CaseError>(obj, key, where, dflt);
 }
 int64_t get_int(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi) {
-  const json& f = field(obj, key, where);
-  if (!f.is_number_integer()) throw CaseError(where + "." + key + " must be an integer");
-  const int64_t v = f.get<int64_t>();
-  if (v < lo || v > hi) throw CaseError(where + "." + key + " = " + std::to_string(v) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return v;
+  return json_fields::get_int<CaseError>(obj, key, where, lo, hi);
 }
 bool get_bool(const json& obj, const char* key, const std::string& where) {
-  const json& f = field(obj, key, where);
-  if (!f.is_boolean()) throw CaseError(where + "." + key + " must be true or false");
-  return f.get<bool>();
+  return json_fields::get_bool<CaseError>(obj, key, where);
 }
 std::vector<int32_t> get_int_list(const json& obj, const char* key, const std::string& where) {
   const json& f = field(obj, key, where);
@@ -203,19 +195,9 @@ void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
     if (e > 0xffffu) throw CaseError(what + ": 16-bit element with bits above 0xffff");
 }
 
-const char* fold_name(ac_fold f) {
-  switch (f) {
-    case AC_FOLD_LEFT: return "left";
-    case AC_FOLD_RIGHT: return "right";
-    case AC_FOLD_TREE: return "tree";
-  }
-  return "left";
-}
 ac_fold fold_from_name(const std::string& s) {
-  if (s == "left") return AC_FOLD_LEFT;
-  if (s == "right") return AC_FOLD_RIGHT;
-  if (s == "tree") return AC_FOLD_TREE;
-  throw CaseError("options.fold must be left, right or tree, not \"" + s + "\"");
+  if (const auto f = fold_from(s)) return *f;
+  throw CaseError("options.fold must be one of " + fold_names() + ", not \"" + json_fields::printable(s) + "\"");
 }
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;
@@ -233,35 +215,13 @@ int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& 
 
 }  // namespace
 
-const char* op_name(uint32_t op) {
-  switch (op) {
-    case AC_OP_MERGE: return "merge";
-    case AC_OP_SOFTMAX: return "softmax";
-    case AC_OP_ATTENTION: return "attention";
-    case AC_OP_SPLITKV: return "splitkv";
-  }
-  return "unknown";
-}
 uint32_t op_from_name(const std::string& name) {
-  if (name == "merge") return AC_OP_MERGE;
-  if (name == "softmax") return AC_OP_SOFTMAX;
-  if (name == "attention") return AC_OP_ATTENTION;
-  if (name == "splitkv") return AC_OP_SPLITKV;
-  throw CaseError("unknown op \"" + name + "\" (merge, softmax, attention, splitkv)");
-}
-const char* dtype_name(ac_dtype d) {
-  switch (d) {
-    case AC_DTYPE_F32: return "fp32";
-    case AC_DTYPE_F16: return "fp16";
-    case AC_DTYPE_BF16: return "bf16";
-  }
-  return "unknown";
+  if (const auto op = op_from(name)) return *op;
+  throw CaseError("unknown op \"" + json_fields::printable(name) + "\" (" + op_names() + ")");
 }
 ac_dtype dtype_from_name(const std::string& s) {
-  if (s == "fp32") return AC_DTYPE_F32;
-  if (s == "fp16") return AC_DTYPE_F16;
-  if (s == "bf16") return AC_DTYPE_BF16;
-  throw CaseError("unknown dtype \"" + s + "\" (fp32, fp16, bf16)");
+  if (const auto d = dtype_from(s)) return *d;
+  throw CaseError("unknown dtype \"" + json_fields::printable(s) + "\" (" + dtype_names() + ")");
 }
 
 std::string case_to_json(const Case& c) {
@@ -305,14 +265,7 @@ std::string case_to_json(const Case& c) {
 }
 
 Case case_from_json(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    if (auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
-    throw CaseError("not valid JSON (truncated?): " + what);
-  }
+  const json j = json_fields::parse_strict<CaseError>(text, "case file");
   const std::string top = "case";
   if (get_string(j, "format", top) != "attncheck-case") throw CaseError("not an attncheck case file (format field)");
   const int64_t version = get_int(j, "version", top, 0, 1 << 20);
@@ -320,21 +273,19 @@ Case case_from_json(const std::string& text) {
   Case c;
   c.op = get_string(j, "op", top);
   const uint32_t op = op_from_name(c.op);
-  c.subject = get_string_or(j, "subject", "");
-  c.property = get_string_or(j, "property", "");
-  c.note = get_string_or(j, "note", "");
-  c.rc_reproduce = get_string_or(j, "rc_reproduce", "");
-  const std::string seed = get_string_or(j, "seed", "0");
-  try {
-    size_t used = 0;
-    c.seed = std::stoull(seed, &used);
-    if (used != seed.size()) throw std::invalid_argument("trailing");
-  } catch (const std::exception&) {
-    throw CaseError("seed \"" + seed + "\" is not an unsigned integer");
-  }
+  c.subject = get_string_or(j, "subject", top, "");
+  c.property = get_string_or(j, "property", top, "");
+  c.note = get_string_or(j, "note", top, "");
+  c.rc_reproduce = get_string_or(j, "rc_reproduce", top, "");
+  const std::string seed = get_string_or(j, "seed", top, "0");
+  const auto parsed_seed = json_fields::parse_decimal_u64(seed);
+  if (!parsed_seed) throw CaseError("seed \"" + json_fields::printable(seed) + "\" is not a decimal unsigned 64-bit integer");
+  c.seed = *parsed_seed;
   if (auto it = j.find("conventions"); it != j.end()) {
     c.lse_base = int(get_int(*it, "lse_base", "conventions", 0, 2));
+    if (c.lse_base == 1) throw CaseError("conventions.lse_base must be 0 (natural) or 2");
     c.empty_lse_sign = int(get_int(*it, "empty_lse_sign", "conventions", -1, 1));
+    if (c.empty_lse_sign == 0) throw CaseError("conventions.empty_lse_sign must be -1 or +1");
   }
   if (auto it = j.find("options"); it != j.end()) {
     c.options.tiling = int32_t(get_int(*it, "tiling", "options", 0, 1 << 20));
@@ -385,14 +336,11 @@ Case case_from_json(const std::string& text) {
     if (a.seqlens_q.size() != a.seqlens_k.size()) throw CaseError("input.seqlens_q and seqlens_k differ in length");
     a.causal = get_bool(in, "causal", w);
     const std::string scale = get_string(in, "softmax_scale_bits", w);
-    try {
-      size_t used = 0;
-      const unsigned long bits = std::stoul(scale, &used, 16);
-      if (used != scale.size() || bits > 0xffffffffUL) throw std::invalid_argument("range");
-      a.softmax_scale = bits_float(uint32_t(bits));
-    } catch (const std::exception&) {
-      throw CaseError("input.softmax_scale_bits \"" + scale + "\" is not a 32-bit hex pattern");
-    }
+    // Exactly what the writer emits: "0x" and eight hex digits.
+    const bool hex8 = scale.size() == 10 && scale.rfind("0x", 0) == 0 &&
+                      scale.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
+    if (!hex8) throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) + "\" is not 0x and 8 hex digits");
+    a.softmax_scale = bits_float(uint32_t(std::stoul(scale.substr(2), nullptr, 16)));
     int64_t total_q = 0, total_k = 0, mask_elems = 0;
     for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
       total_q += a.seqlens_q[i];
@@ -400,7 +348,7 @@ Case case_from_json(const std::string& text) {
       mask_elems += checked_product({a.seqlens_q[i], a.seqlens_k[i]}, "input.mask");
       if (total_q > kMaxDim || total_k > kMaxDim || mask_elems > kMaxElements) throw CaseError("input: sequences too long");
     }
-    const std::string mask = get_string_or(in, "mask", "");
+    const std::string mask = get_string_or(in, "mask", w, "");
     if (!mask.empty()) {
       const auto m = decode_elements(mask, 1, "input.mask");
       expect_size(m.size(), mask_elems, "input.mask");
@@ -434,43 +382,11 @@ std::string safe_name(const std::string& s) {
   for (char ch : s) out.push_back((std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
   return out.empty() ? std::string("none") : out;
 }
-std::atomic<uint64_t> g_tmp_counter{0};
-
 void write_text_atomic(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) throw CaseError("cannot create directory " + target.parent_path().string() + ": " + ec.message());
-  }
-  const fs::path tmp = target.parent_path() /
-      (".tmp-" + target.filename().string() + "-" + std::to_string(::getpid()) + "-" + std::to_string(g_tmp_counter++));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw CaseError("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  size_t done = 0;
-  bool ok = true;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
-    done += size_t(n);
-  }
-  // fsync before rename: after a crash the name then points at complete contents.
-  if (ok && ::fsync(fd) != 0) ok = false;
-  const int saved = errno;
-  ::close(fd);
-  if (!ok) {
-    fs::remove(tmp, ec);
-    throw CaseError("cannot write " + tmp.string() + ": " + std::strerror(saved));
-  }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignore;
-    fs::remove(tmp, ignore);
-    throw CaseError("cannot rename into " + path + ": " + ec.message());
+  try {
+    write_file_atomic(path, text);
+  } catch (const AtomicWriteError& e) {
+    throw CaseError(e.what());
   }
 }
 }  // namespace

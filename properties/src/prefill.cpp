@@ -16,6 +16,8 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "attncheck/json_fields.hpp"
 #include <set>
 #include <sstream>
 
@@ -40,47 +42,49 @@ struct Scenario {
   std::vector<Request> requests;
 };
 
-int get_int(const json& j, const char* key, int lo, int hi) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) throw PrefillScenarioError(std::string("scenario: missing integer \"") + key + "\"");
-  const int64_t v = it->get<int64_t>();
-  if (v < lo || v > hi) throw PrefillScenarioError(std::string("scenario: \"") + key + "\" out of range");
-  return int(v);
+// Stated bounds of a scenario, checked before any work: a scenario is a reproduction, not a
+// load test, and these keep one within seconds and a few hundred MB.
+constexpr int kMaxRequests = 4096;
+constexpr int64_t kMaxScenarioTokens = int64_t(1) << 20;      // cached prefix + new tokens, all requests
+constexpr int64_t kMaxScenarioElements = int64_t(1) << 28;    // tokens x KV heads x head size
+
+int get_int(const json& j, const char* key, const std::string& where, int lo, int hi) {
+  return int(json_fields::get_int<PrefillScenarioError>(j, key, where, lo, hi));
 }
 
 Scenario parse(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string w = e.what();
-    if (auto nl = w.find('\n'); nl != std::string::npos) w.resize(nl);
-    throw PrefillScenarioError("scenario is not valid JSON: " + w);
-  }
-  if (!j.is_object() || j.value("format", "") != "attncheck-prefill") throw PrefillScenarioError("not an attncheck prefill scenario (format field)");
+  const json j = json_fields::parse_strict<PrefillScenarioError>(text, "scenario");
+  const std::string w = "scenario";
+  if (!j.is_object() || json_fields::get_string_or<PrefillScenarioError>(j, "format", w, "") != "attncheck-prefill")
+    throw PrefillScenarioError("not an attncheck prefill scenario (format field)");
   Scenario s;
-  try {
-    s.dtype = dtype_from_name(j.value("dtype", "fp16"));
-  } catch (const CaseError& e) {
-    throw PrefillScenarioError(std::string("scenario: ") + e.what());
-  }
-  s.num_heads = get_int(j, "num_heads", 1, 256);
-  s.num_kv_heads = get_int(j, "num_kv_heads", 1, 256);
+  const std::string dtype = json_fields::get_string_or<PrefillScenarioError>(j, "dtype", w, "fp16");
+  const auto d = dtype_from(dtype);
+  if (!d) throw PrefillScenarioError("scenario.dtype must be one of " + dtype_names());
+  s.dtype = *d;
+  s.num_heads = get_int(j, "num_heads", w, 1, 256);
+  s.num_kv_heads = get_int(j, "num_kv_heads", w, 1, 256);
   if (s.num_heads % s.num_kv_heads) throw PrefillScenarioError("scenario: num_heads must be a multiple of num_kv_heads");
-  s.head_size = get_int(j, "head_size", 1, 1024);
-  s.chunk_size = get_int(j, "chunk_size", 1, 1 << 20);
-  s.seed = uint64_t(j.value("seed", 1));
-  auto it = j.find("requests");
-  if (it == j.end() || !it->is_array() || it->empty()) throw PrefillScenarioError("scenario: \"requests\" must be a non-empty array");
-  for (const json& r : *it) {
+  s.head_size = get_int(j, "head_size", w, 1, 1024);
+  s.chunk_size = get_int(j, "chunk_size", w, 1, 1 << 20);
+  s.seed = uint64_t(json_fields::get_int_or<PrefillScenarioError>(j, "seed", w, 0, INT64_MAX, 1));
+  const json& reqs = json_fields::field<PrefillScenarioError>(j, "requests", w);
+  if (!reqs.is_array() || reqs.empty() || reqs.size() > size_t(kMaxRequests))
+    throw PrefillScenarioError("scenario.requests must be an array of 1 to " + std::to_string(kMaxRequests) + " requests");
+  int64_t tokens = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const std::string rw = w + ".requests[" + std::to_string(i) + "]";
     Request q;
-    q.cached_prefix = get_int(r, "cached_prefix", 0, 1 << 20);
-    auto hit = r.find("prefix_hit");
-    if (hit == r.end() || !hit->is_boolean()) throw PrefillScenarioError("scenario: request needs boolean \"prefix_hit\"");
-    q.prefix_hit = hit->get<bool>();
-    q.new_tokens = get_int(r, "new_tokens", 0, 1 << 20);
+    q.cached_prefix = get_int(reqs[i], "cached_prefix", rw, 0, 1 << 20);
+    q.prefix_hit = json_fields::get_bool<PrefillScenarioError>(reqs[i], "prefix_hit", rw);
+    q.new_tokens = get_int(reqs[i], "new_tokens", rw, 0, 1 << 20);
+    tokens += q.cached_prefix + q.new_tokens;
     s.requests.push_back(q);
   }
+  if (tokens > kMaxScenarioTokens || tokens * s.num_kv_heads * s.head_size > kMaxScenarioElements)
+    throw PrefillScenarioError("scenario: " + std::to_string(tokens) + " tokens in all requests is beyond the stated bound (" +
+                               std::to_string(kMaxScenarioTokens) + " tokens, " + std::to_string(kMaxScenarioElements) +
+                               " K elements)");
   return s;
 }
 

@@ -2,8 +2,8 @@
 //   report.json  the full record (schema in reports/README.md; read back by --baseline and merge)
 //   report.md    a short summary for a pull-request comment, worst offenders first
 //   junit.xml    one testcase per (subject, property), for CI systems
-// Each file is written into DIR/.tmp-XXXXXX first and renamed into DIR, so a reader (or a
-// Ctrl-C) never sees a half-written file. Shard reports combine with merge_reports.
+// Each file is written by the one atomic writer (atomic_file.hpp), so a reader (or a Ctrl-C)
+// never sees a half-written file. Shard reports combine with merge_reports.
 //
 // Merging shards: counts, failures, non-finite counts and histograms add; max is the max; mean is
 // the count-weighted mean; p99 is the max of the shards' p99s, an upper bound of the union's p99
@@ -83,10 +83,12 @@ std::string render_junit(const Report&);
 // Create dir (and parents) and check it is writable: the CLI calls this before any work.
 // Throws ReportError naming the directory.
 void ensure_writable_dir(const std::string& dir);
-// Write report.json, report.md and junit.xml into dir (atomically, see above).
+// Write report.json, report.md and junit.xml into dir (each atomically, see above), then
+// manifest.json with the hash of each.
 void write_report_dir(const std::string& dir, const Report&);
-// Write one file atomically: dir/.tmp-XXXXXX/name, then rename to dir/name.
-void write_file_atomic(const std::string& dir, const std::string& name, const std::string& text);
+// What is wrong with the report set in dir (empty: complete, or no report yet): a file missing,
+// or a file whose hash differs from the manifest's (a run killed between two renames).
+std::vector<std::string> check_report_set(const std::string& dir);
 
 // Combine shard reports (same seed, cases, suite and shape set; distinct shards) into one.
 // ReportError when they do not belong to one campaign.

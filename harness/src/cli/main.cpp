@@ -67,13 +67,8 @@ extern "C" void on_sigint(int) {
 
 std::string ops_string(uint32_t ops) {
   std::string s;
-  auto add = [&](uint32_t bit, const char* name) {
-    if (ops & bit) s += (s.empty() ? "" : ",") + std::string(name);
-  };
-  add(AC_OP_MERGE, "merge");
-  add(AC_OP_SOFTMAX, "softmax");
-  add(AC_OP_ATTENTION, "attention");
-  add(AC_OP_SPLITKV, "splitkv");
+  for (uint32_t bit : {AC_OP_MERGE, AC_OP_SOFTMAX, AC_OP_ATTENTION, AC_OP_SPLITKV})
+    if (ops & bit) s += (s.empty() ? "" : ",") + std::string(ac::op_name(bit));
   return s;
 }
 

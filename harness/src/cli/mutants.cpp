@@ -13,6 +13,8 @@
 // Writes <report-dir>/mutants.md (the table, markdown), mutants.json and corpus/ (the shrunk
 // counterexamples, replayable with `attncheck replay`).
 #include "mutants.hpp"
+
+#include "attncheck/atomic_file.hpp"
 #include "options.hpp"
 
 #include <algorithm>
@@ -334,11 +336,12 @@ int run(const Options& o) {
   // 4. Report.
   const std::string md = render(rows, o, peers, gate, note);
   std::printf("%s", md.c_str());
-  {
-    std::ofstream f(o.report_dir + "/mutants.md");
-    f << md;
-    std::ofstream j(o.report_dir + "/mutants.json");
-    j << to_json(rows).dump(2) << "\n";
+  try {
+    write_file_atomic(o.report_dir + "/mutants.md", md);
+    write_file_atomic(o.report_dir + "/mutants.json", to_json(rows).dump(2) + "\n");
+  } catch (const AtomicWriteError& e) {
+    std::fprintf(stderr, "attncheck mutants: %s\n", e.what());
+    return kExitUsage;
   }
   int survived = 0, correct_failed = 0;
   if (gate)

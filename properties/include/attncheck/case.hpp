@@ -13,6 +13,7 @@
 #include <string>
 #include <variant>
 
+#include "attncheck/names.hpp"
 #include "attncheck/subject.hpp"
 
 namespace attncheck {
@@ -35,11 +36,9 @@ struct Case {
   std::string note;          // free text: what the case exercises, why it failed
 };
 
-// The operation named by ac_op bits: AC_OP_MERGE -> "merge", ...; and back (CaseError if unknown).
-const char* op_name(uint32_t op);
+// Names (names.hpp) read from a case file or the command line: CaseError if unknown.
 uint32_t op_from_name(const std::string& name);
-const char* dtype_name(ac_dtype);             // "fp32" | "fp16" | "bf16"
-ac_dtype dtype_from_name(const std::string&);  // CaseError if unknown
+ac_dtype dtype_from_name(const std::string&);
 
 // Serialise. Tensors of up to 64 elements are written in hex (readable in a diff), longer ones in
 // base64; both are little-endian bytes of the storage format (2 bytes for fp16/bf16, 4 for fp32

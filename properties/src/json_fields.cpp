@@ -1,0 +1,82 @@
+#include "attncheck/json_fields.hpp"
+
+#include <cstdio>
+#include <set>
+#include <vector>
+
+namespace attncheck::json_fields {
+
+std::string printable(std::string_view text, size_t max) {
+  std::string out;
+  for (unsigned char ch : text) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    if (ch >= 0x20 && ch < 0x7f) {
+      out.push_back(char(ch));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+std::optional<uint64_t> parse_decimal_u64(std::string_view text) {
+  if (text.empty() || text.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    const uint64_t digit = uint64_t(ch - '0');
+    if (v > (UINT64_MAX - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
+  }
+  return v;
+}
+
+std::optional<json> try_parse_strict(std::string_view text, std::string& error) {
+  // The callback sees every event of the parse: it bounds the depth before the library recurses
+  // and keeps, per open object, the keys seen so far.
+  std::vector<std::set<std::string>> keys;
+  std::string problem;
+  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (!problem.empty()) return false;
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= kMaxJsonDepth) {
+          problem = "nesting deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+          return false;
+        }
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        return true;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        return true;
+      case json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second) {
+          problem = "duplicate key \"" + printable(parsed.get<std::string>(), 40) + "\"";
+          return false;
+        }
+        return true;
+      default:
+        return true;
+    }
+  };
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end(), check, /*allow_exceptions=*/true);
+  } catch (const json::exception& e) {
+    error = problem.empty() ? "invalid JSON: " + printable(e.what(), 160) : problem;
+    return std::nullopt;
+  }
+  if (!problem.empty()) {
+    error = problem;
+    return std::nullopt;
+  }
+  return j;
+}
+
+}  // namespace attncheck::json_fields
