@@ -464,7 +464,7 @@ void write_report_dir(const std::string& dir, const Report& r) {
   // Each file is replaced atomically; the manifest, written last, records the hash of every file
   // of the set, so a reader can tell a complete set from one that a kill interrupted between two
   // renames (check_report_set).
-  const std::pair<const char*, std::string> files[] = {{"report.json", report_to_json(r).dump(2) + "\n"},
+  const std::pair<const char*, std::string> files[] = {{"report.json", report_to_json(r).dump(2, ' ', false, json::error_handler_t::replace) + "\n"},
                                                        {"report.md", render_markdown(r)},
                                                        {"junit.xml", render_junit(r)}};
   json manifest = {{"schema", "attncheck-report-manifest"}, {"files", json::object()}};

@@ -261,7 +261,7 @@ std::string case_to_json(const Case& c) {
     if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
   }
   j["input"] = in;
-  return j.dump(1) + "\n";
+  return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 Case case_from_json(const std::string& text) {

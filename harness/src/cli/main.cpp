@@ -27,8 +27,10 @@
 #include <vector>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/atomic_file.hpp"
 #include "attncheck/baseline.hpp"
 #include "attncheck/case.hpp"
+#include "attncheck/json_fields.hpp"
 #include "attncheck/plugin.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/reference/ask.hpp"
@@ -57,6 +59,10 @@ constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCrashed = 3, kE
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Messages name paths and values from the user's files: shown with control characters escaped,
+// so an error is always one line.
+std::string one_line(const std::string& text) { return ac::json_fields::printable(text, 400); }
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) {
@@ -216,6 +222,54 @@ std::pair<int, int> parse_shard(const std::string& s) {
   }
 }
 
+// A report directory, made ready before any work: writable, no report file shadowed by a
+// directory, temporaries of killed writers removed, and a set left mixed by a killed run named.
+void prepare_report_dir(const std::string& dir, bool quiet) {
+  try {
+    ac::ensure_writable_dir(dir);
+  } catch (const ac::ReportError& e) {
+    throw UsageError(e.what());
+  }
+  for (const char* name : {"report.json", "report.md", "junit.xml", "manifest.json"}) {
+    std::error_code ec;
+    const fs::path p = fs::path(dir) / name;
+    if (fs::exists(fs::symlink_status(p, ec)) && !fs::is_regular_file(p, ec))
+      throw UsageError("report directory " + dir + ": " + name + " exists and is not a regular file");
+  }
+  for (const auto& t : ac::remove_stale_temporaries(dir))
+    if (!quiet) std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(), t.c_str());
+  for (const auto& p : ac::check_report_set(dir))
+    if (!quiet) std::fprintf(stderr, "note: the previous report in %s was incomplete (%s); this run replaces it\n", dir.c_str(), p.c_str());
+}
+
+// A corpus directory, made ready before any work. A write-ahead file ("inflight-*") is the case
+// a subject was running when an earlier run died: it is kept as an ordinary corpus case (its name
+// then says what it holds) and reported, never silently overwritten.
+void prepare_corpus_dir(const std::string& dir, bool quiet) {
+  try {
+    ac::ensure_writable_dir(dir);
+  } catch (const ac::ReportError& e) {
+    throw UsageError(e.what());
+  }
+  for (const auto& t : ac::remove_stale_temporaries(dir))
+    if (!quiet) std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(), t.c_str());
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("inflight-", 0) != 0 || it->path().extension() != ".json") continue;
+    try {
+      ac::Case c = ac::read_case_file(it->path().string());
+      c.note = "the case running when an earlier run died (crash or kill); " + c.note;
+      const std::string kept = ac::write_case_atomic(dir, c);
+      fs::remove(it->path(), ec);
+      if (!quiet) std::fprintf(stderr, "an earlier run died while running %s: its case is kept as %s\n", c.subject.c_str(), kept.c_str());
+    } catch (const ac::CaseError& e) {
+      // A write-ahead file is written atomically, so this is a foreign file: leave it alone.
+      if (!quiet) std::fprintf(stderr, "note: %s is not a readable case (%s); left in place\n", name.c_str(), e.what());
+    }
+  }
+}
+
 std::string shape_set_of(const ac::RunConfig& cfg) {
   return "max_size=" + std::to_string(cfg.max_size) + ",max_keys=" + std::to_string(cfg.max_keys);
 }
@@ -308,12 +362,8 @@ int run_check(const CheckOptions& o, const std::string& command) {
     }
   }
   const std::string corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
-  try {
-    ac::ensure_writable_dir(o.report_dir);
-    ac::ensure_writable_dir(corpus_dir);
-  } catch (const ac::ReportError& e) {
-    throw UsageError(e.what());
-  }
+  prepare_report_dir(o.report_dir, o.quiet);
+  prepare_corpus_dir(corpus_dir, o.quiet);
   if (subjects.empty()) throw UsageError("no subject to check");
 
   // 2. Run.
@@ -432,10 +482,16 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
   std::vector<Item> items;
   std::vector<std::string> skipped;
   for (const auto& in : inputs) {
-    if (fs::is_directory(in)) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      // Every directory is listed before any case runs: an unreadable one is an input error.
       std::vector<std::string> files;
-      for (const auto& e : fs::recursive_directory_iterator(in))
-        if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path().string());
+      fs::recursive_directory_iterator it(in, ec), end;
+      for (; !ec && it != end; it.increment(ec))
+        if (it->is_regular_file(ec) && it->path().extension() == ".json" &&
+            it->path().filename().string().rfind(".tmp-", 0) != 0)
+          files.push_back(it->path().string());
+      if (ec) throw UsageError("replay: cannot list " + in + ": " + ec.message());
       std::sort(files.begin(), files.end());
       for (const auto& f : files) {
         try {
@@ -445,6 +501,7 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
         }
       }
     } else {
+      if (!fs::exists(in, ec)) throw UsageError("replay: " + in + ": no such file or directory");
       try {
         items.push_back({in, ac::read_case_file(in)});
       } catch (const ac::CaseError& e) {
@@ -452,6 +509,10 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
       }
     }
   }
+  // Nothing to replay is an input error, never a pass.
+  if (items.empty())
+    throw UsageError("replay: no readable case file in " + inputs.front() + (inputs.size() > 1 ? " ..." : "") +
+                     (skipped.empty() ? "" : " (" + std::to_string(skipped.size()) + " malformed, first: " + skipped.front() + ")"));
   SubjectSet set = load_subject_set(backend, plugins);
   auto find = [&](const std::string& n) -> ac::Subject* {
     for (auto& s : set.all)
@@ -492,22 +553,22 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
 }
 
 // ---- prefill --------------------------------------------------------------------------------
-int run_prefill_cmd(const std::string& scenario, const std::string& attention, const std::string& merge, int chunk,
+int run_prefill_cmd(const std::string& scenario, std::string attention, const std::string& merge, int chunk,
                     const std::string& backend, const std::vector<std::string>& plugins) {
-  std::ifstream in(scenario);
-  if (!in) throw UsageError("scenario " + scenario + ": cannot read");
+  std::ifstream in(scenario, std::ios::binary);
+  if (!in || fs::is_directory(scenario)) throw UsageError("scenario " + scenario + ": cannot read");
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();
-  if (chunk > 0) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-      throw UsageError("scenario " + scenario + ": not JSON: " + e.what());
+  nlohmann::json j;
+  try {
+    j = ac::json_fields::parse_strict<ac::PrefillScenarioError>(text, "scenario " + scenario);
+    if (chunk > 0) {
+      j["chunk_size"] = chunk;
+      text = j.dump();
     }
-    j["chunk_size"] = chunk;
-    text = j.dump();
+  } catch (const ac::PrefillScenarioError& e) {
+    throw UsageError(e.what());
   }
   SubjectSet set = load_subject_set(backend, plugins);
   auto find = [&](const std::string& n) -> ac::Subject& {
@@ -515,7 +576,28 @@ int run_prefill_cmd(const std::string& scenario, const std::string& attention, c
       if (s->name() == n) return *s;
     throw UsageError("unknown subject '" + n + "'");
   };
+  // The attention subject must take the scenario's head size and dtype: when none is named, the
+  // first that can is used; a named one that cannot is refused with the list of those that can.
+  const int head_size = j.is_object() && j.contains("head_size") && j["head_size"].is_number_integer() ? j["head_size"].get<int>() : 0;
+  const auto dtype = ac::dtype_from(j.is_object() && j.contains("dtype") && j["dtype"].is_string() ? j["dtype"].get<std::string>() : "fp16");
+  auto can_run = [&](const ac::Subject& s) {
+    return s.has_op(AC_OP_ATTENTION) && (s.caps().features & AC_FEAT_LSE) && s.supports_head_size(head_size) && dtype &&
+           s.has_dtype(*dtype);
+  };
+  std::string able;
+  for (auto& s : set.all)
+    if (can_run(*s)) able += (able.empty() ? "" : ", ") + s->name();
+  if (attention.empty()) {
+    for (auto& s : set.all)
+      if (can_run(*s) && (attention.empty() || s->name() == "fused")) attention = s->name();
+    if (attention.empty())
+      throw UsageError("scenario " + scenario + ": no loaded attention subject with an LSE takes head size " + std::to_string(head_size) +
+                       " (name one with --attention)");
+  }
   ac::Subject& a = find(attention);
+  if (head_size > 0 && !can_run(a))
+    throw UsageError("scenario " + scenario + ": attention subject '" + attention + "' cannot take head size " + std::to_string(head_size) +
+                     " with an LSE" + (able.empty() ? std::string(" (no loaded subject can)") : " (subjects that can: " + able + ")"));
   ac::Subject& m = find(merge);
   ac::PrefillReport r;
   try {
@@ -523,7 +605,7 @@ int run_prefill_cmd(const std::string& scenario, const std::string& attention, c
   } catch (const ac::PrefillScenarioError& e) {
     throw UsageError("scenario " + scenario + ": " + e.what());
   }
-  std::printf("%s\n", r.summary.c_str());
+  std::printf("attention subject %s, merge subject %s\n%s\n", attention.c_str(), merge.c_str(), r.summary.c_str());
   for (const auto& f : r.findings)
     std::printf("  %s at request %d, chunk %d, token %d, head %d, stage %s%s%s\n", f.value.c_str(), f.request, f.chunk,
                 f.token, f.head, f.stage.c_str(), f.detail.empty() ? "" : ": ", f.detail.c_str());
@@ -537,13 +619,7 @@ int run_tiling(const std::string& name, const std::string& backend, const std::v
   ac::Subject* s = pick_subjects(set, {name}, false).front();
   if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV)))
     throw UsageError("subject '" + name + "' has no attention: tiling needs a fused-attention or split-KV subject");
-  if (!report_dir.empty()) {
-    try {
-      ac::ensure_writable_dir(report_dir);
-    } catch (const ac::ReportError& e) {
-      throw UsageError(e.what());
-    }
-  }
+  if (!report_dir.empty()) prepare_report_dir(report_dir, false);
   ac::RunConfig cfg;
   cfg.seed = seed;
   cfg.num_cases = cases;
@@ -612,9 +688,9 @@ int run_report_merge(const std::vector<std::string>& dirs, const std::string& ou
       throw UsageError(e.what());
     }
   }
+  prepare_report_dir(out, false);
   ac::Report merged;
   try {
-    ac::ensure_writable_dir(out);
     merged = ac::merge_reports(parts);
   } catch (const ac::ReportError& e) {
     throw UsageError(e.what());
@@ -650,14 +726,18 @@ int main(int argc, char** argv) {
   CheckOptions co;
   auto* check = app.add_subcommand("check", "run properties over subjects and write a report directory");
   add_common(check);
-  check->add_option("--subject", co.subjects, "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)");
+  check->add_option("--subject", co.subjects, "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)")
+      ->check(ac::cli::non_empty());
   check->add_option("--property", co.properties, "property names (repeatable or comma-separated; overrides --suite)");
   check->add_option("--suite", co.suite, "gate (default, fast) | full");
-  check->add_option("--seed", co.seed, "seed of the case stream (default 1)");
-  check->add_option("--cases", co.cases, "cases per (subject, property) (default 100)");
-  check->add_option("--max-keys", co.max_keys, "longest key row generated (default 64)");
-  check->add_option("--report-dir", co.report_dir, "report directory (default attncheck-report)");
-  check->add_option("--corpus-dir", co.corpus_dir, "where shrunk failures are written (default REPORT_DIR/corpus)");
+  check->add_option("--seed", co.seed, "seed of the case stream (default 1)")->check(ac::cli::decimal_u64());
+  check->add_option("--cases", co.cases, "cases per (subject, property) (default 100)")
+      ->check(CLI::Range(1, ac::cli::Limits::kMaxCases));
+  check->add_option("--max-keys", co.max_keys, "longest key row generated (default 64)")
+      ->check(CLI::Range(1, ac::cli::Limits::kMaxKeys));
+  check->add_option("--report-dir", co.report_dir, "report directory (default attncheck-report)")->check(ac::cli::non_empty());
+  check->add_option("--corpus-dir", co.corpus_dir, "where shrunk failures are written (default REPORT_DIR/corpus)")
+      ->check(ac::cli::non_empty());
   check->add_option("--baseline", co.baseline, "baseline report.json: fail on regressions against it");
   check->add_option("--shard", co.shard, "I/N: run shard I (0-based) of N disjoint case streams");
   check->add_flag("--tiling", co.tiling, "also run every tiling / split count of attention subjects (always with --suite full)");
@@ -669,16 +749,18 @@ int main(int argc, char** argv) {
   auto* replay = app.add_subcommand("replay", "re-run saved cases (files or directories) against a subject");
   add_common(replay);
   replay->add_option("files", replay_files, "case files or directories")->required();
-  replay->add_option("--subject", replay_subject, "subject to replay against (default: the case's own)");
+  replay->add_option("--subject", replay_subject, "subject to replay against (default: the case's own)")
+      ->check(ac::cli::non_empty());
 
-  std::string scenario, prefill_attention = "fused", prefill_merge = "merge";
+  std::string scenario, prefill_attention, prefill_merge = "merge";
   int chunk = 0;
   auto* prefill = app.add_subcommand("prefill", "replay a chunked-prefill scenario through prefix/suffix attention and merge");
   add_common(prefill);
   prefill->add_option("--scenario", scenario, "scenario JSON (corpus/prefill/*.json)")->required();
-  prefill->add_option("--attention", prefill_attention, "attention subject (default fused)");
+  prefill->add_option("--attention", prefill_attention, "attention subject (default: fused, or the first that takes the scenario)")
+      ->check(ac::cli::non_empty());
   prefill->add_option("--merge", prefill_merge, "merge subject (default merge)");
-  prefill->add_option("--chunk", chunk, "chunk size (overrides the scenario's)");
+  prefill->add_option("--chunk", chunk, "chunk size (overrides the scenario's)")->check(CLI::Range(1, ac::cli::Limits::kMaxChunk));
 
   std::string tiling_subject, tiling_dir;
   uint64_t tiling_seed = 1;
@@ -686,10 +768,11 @@ int main(int argc, char** argv) {
   bool tiling_no_plots = false;
   auto* tiling = app.add_subcommand("tiling", "ulp error of one attention subject per tiling, split count and fold order");
   add_common(tiling);
-  tiling->add_option("--subject", tiling_subject, "fused-attention or split-KV subject")->required();
-  tiling->add_option("--seed", tiling_seed, "seed (default 1)");
-  tiling->add_option("--cases", tiling_cases, "inputs per tiling (default 20)");
-  tiling->add_option("--report-dir", tiling_dir, "also write a report directory with heatmaps");
+  tiling->add_option("--subject", tiling_subject, "fused-attention or split-KV subject")->required()->check(ac::cli::non_empty());
+  tiling->add_option("--seed", tiling_seed, "seed (default 1)")->check(ac::cli::decimal_u64());
+  tiling->add_option("--cases", tiling_cases, "inputs per tiling (default 20)")
+      ->check(CLI::Range(1, ac::cli::Limits::kMaxTilingCases));
+  tiling->add_option("--report-dir", tiling_dir, "also write a report directory with heatmaps")->check(ac::cli::non_empty());
   tiling->add_flag("--no-plots", tiling_no_plots, "do not render plots");
 
   std::string round_to, round_value;
@@ -711,7 +794,7 @@ int main(int argc, char** argv) {
   bool merge_no_plots = false;
   auto* rmerge = report->add_subcommand("merge", "combine shard report directories into one");
   rmerge->add_option("dirs", merge_dirs, "shard report directories")->required();
-  rmerge->add_option("--out", merge_out, "output directory")->required();
+  rmerge->add_option("--out", merge_out, "output directory")->required()->check(ac::cli::non_empty());
   rmerge->add_flag("--no-plots", merge_no_plots, "do not render plots");
 
   auto* selfcheck = app.add_subcommand("selfcheck", "the exact reference checks itself against known values");
@@ -725,7 +808,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, exit 2: CLI11's own exit codes differ.
-    std::fprintf(stderr, "attncheck: %s (see attncheck --help)\n", e.what());
+    std::fprintf(stderr, "attncheck: %s (see attncheck --help)\n", one_line(e.what()).c_str());
     return kExitUsage;
   }
 
@@ -763,16 +846,16 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "attncheck: %s\n", e.what());
+    std::fprintf(stderr, "attncheck: %s\n", one_line(e.what()).c_str());
     return kExitUsage;
   } catch (const attncheck::ref::ReferenceError& e) {
-    std::fprintf(stderr, "attncheck: %s\n", e.what());
+    std::fprintf(stderr, "attncheck: %s\n", one_line(e.what()).c_str());
     return kExitUsage;
   } catch (const ac::CaseError& e) {
-    std::fprintf(stderr, "attncheck: %s\n", e.what());
+    std::fprintf(stderr, "attncheck: %s\n", one_line(e.what()).c_str());
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attncheck: internal error: %s\n", e.what());
+    std::fprintf(stderr, "attncheck: internal error: %s\n", one_line(e.what()).c_str());
     return kExitCrashed;
   }
   return kExitUsage;

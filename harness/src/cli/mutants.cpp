@@ -254,8 +254,12 @@ int run(const Options& o) {
   } catch (const std::invalid_argument& e) {
     throw Usage(e.what());
   }
-  const BackendResolution res = resolve_backend(backend);
-  if (backend == Backend::cuda && res.backend != Backend::cuda) throw Usage("--backend cuda: " + res.note);
+  BackendResolution res;
+  try {
+    res = resolve_backend(backend);
+  } catch (const std::runtime_error& e) {  // --backend cuda without CUDA or without a GPU
+    throw Usage(e.what());
+  }
   const bool cuda = res.backend == Backend::cuda;
   bool gate = false;
   std::vector<std::string> peers;
@@ -367,11 +371,14 @@ MutantsCommand add_mutants_command(CLI::App& app) {
   c.app->add_option("--oracle", o->oracles,
                     "attncheck (default) | vllm | flashattn | pytorch | all (repeatable or comma-separated)");
   c.app->add_option("--mutant", o->only, "only these mutants (names, repeatable or comma-separated)");
-  c.app->add_option("--seed", o->seed, "seed (default 1)");
-  c.app->add_option("--cases", o->cases, "gate cases per (subject, property) (default 100, the gate's)");
-  c.app->add_option("--peer-cases", o->peer_cases, "cases per (subject, peer oracle) (default 100)");
-  c.app->add_option("--max-keys", o->max_keys, "longest key row generated (default 64, the gate's)");
-  c.app->add_option("--report-dir", o->report_dir, "where mutants.md, mutants.json and corpus/ go");
+  c.app->add_option("--seed", o->seed, "seed (default 1)")->check(decimal_u64());
+  c.app->add_option("--cases", o->cases, "gate cases per (subject, property) (default 100, the gate's)")
+      ->check(CLI::Range(1, Limits::kMaxCases));
+  c.app->add_option("--peer-cases", o->peer_cases, "cases per (subject, peer oracle) (default 100)")
+      ->check(CLI::Range(1, Limits::kMaxCases));
+  c.app->add_option("--max-keys", o->max_keys, "longest key row generated (default 64, the gate's)")
+      ->check(CLI::Range(1, Limits::kMaxKeys));
+  c.app->add_option("--report-dir", o->report_dir, "where mutants.md, mutants.json and corpus/ go")->check(non_empty());
   c.app->add_flag("--no-correct", o->no_correct, "skip the correct kernels");
   c.app->add_flag("--first-kill", o->first_kill, "stop a mutant's gate at its first failing property");
   c.app->add_flag("--no-shrink", o->no_shrink, "report the first failing case unshrunk (faster: CI)");

@@ -1,10 +1,40 @@
 // Option parsing shared by the CLI's subcommands (main.cpp, mutants.cpp).
 #pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "attncheck/json_fields.hpp"
+
 namespace attncheck::cli {
+
+// The stated range of every numeric option, checked by CLI11 before any work (exit 2, one line).
+// The bounds keep one run within memory and patience: a case of max_keys keys holds
+// keys x KV heads x head size elements per tensor, and cases are generated one at a time.
+struct Limits {
+  static constexpr int kMaxCases = 100000;       // --cases, --peer-cases
+  static constexpr int kMaxTilingCases = 10000;  // tiling --cases (every case runs once per tiling)
+  static constexpr int kMaxKeys = 65536;         // --max-keys
+  static constexpr int kMaxChunk = 1 << 20;      // prefill --chunk
+};
+
+// A check for CLI11: a decimal unsigned 64-bit integer, digits only ("-1" and " 1" are refused,
+// where a plain conversion would wrap or skip the space).
+inline CLI::Validator decimal_u64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return json_fields::parse_decimal_u64(text) ? std::string() : "must be a decimal integer in [0, 2^64 - 1]";
+      },
+      "UINT64");
+}
+
+// A check for CLI11: a non-empty value (an empty --subject or --report-dir is a typo).
+inline CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+                        "TEXT");
+}
 
 // Repeatable options that also take comma-separated lists: {"a,b", "c"} -> {"a", "b", "c"}.
 inline std::vector<std::string> split_csv(const std::vector<std::string>& items) {
