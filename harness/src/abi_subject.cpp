@@ -4,6 +4,8 @@
 // build refuses every call as unsupported.
 #include "attncheck/abi_subject.hpp"
 
+#include "attncheck/json_fields.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -183,11 +185,31 @@ void sync_device(ac_memory mem) {
 
 void throw_on_error(int rc, const std::string& subject, const char* op, const char* err) {
   if (rc == AC_OK) return;
-  std::string why = err[0] ? std::string(err) : std::string("no reason given");
+  std::string why = err[0] ? json_fields::printable(err, 500) : std::string("no reason given");
   std::string msg = subject + " " + op + ": " + why;
   if (rc == AC_ERR_UNSUPPORTED) throw SubjectError(SubjectError::Kind::unsupported, msg);
   if (rc == AC_ERR_DEVICE) throw SubjectError(SubjectError::Kind::device_fault, msg);
   throw SubjectError(SubjectError::Kind::internal, msg + " (code " + std::to_string(rc) + ")");
+}
+
+// Calls one entry point of a plugin subject and turns its outcome into a SubjectError. The
+// plugin is foreign code: its error text is terminated here whatever it wrote (it may fill the
+// buffer without a NUL), and a C++ exception that escapes across the C ABI is a failure of the
+// subject (internal), never a pass.
+template <class Call>
+void call_plugin(const std::string& subject, const char* op, Call&& call) {
+  char err[512] = {0};
+  int rc;
+  try {
+    rc = call(err, sizeof err);
+  } catch (const std::exception& e) {
+    throw SubjectError(SubjectError::Kind::internal, subject + " " + op + ": the plugin threw a C++ exception across the C ABI: " +
+                                                         json_fields::printable(e.what(), 300));
+  } catch (...) {
+    throw SubjectError(SubjectError::Kind::internal, subject + " " + op + ": the plugin threw an exception across the C ABI");
+  }
+  err[sizeof err - 1] = '\0';
+  throw_on_error(rc, subject, op, err);
 }
 
 }  // namespace
@@ -243,9 +265,7 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   a.stream = nullptr;
 
   if (before_call_) before_call_();
-  char err[512] = {0};
-  const int rc = subject_.merge(subject_.self, &a, err, sizeof err);
-  throw_on_error(rc, name_, "merge", err);
+  call_plugin(name_, "merge", [&](char* err, size_t len) { return subject_.merge(subject_.self, &a, err, len); });
   sync_device(mem);
 
   MergeOutput result;
@@ -273,9 +293,7 @@ SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
   a.row_stride = in.cols;
   a.stream = nullptr;
   if (before_call_) before_call_();
-  char err[512] = {0};
-  const int rc = subject_.softmax(subject_.self, &a, err, sizeof err);
-  throw_on_error(rc, name_, "softmax", err);
+  call_plugin(name_, "softmax", [&](char* err, size_t len) { return subject_.softmax(subject_.self, &a, err, len); });
   sync_device(mem);
   return SoftmaxOutput{unpack(in.dtype, y.read())};
 }
@@ -343,9 +361,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
   a.stream = nullptr;
 
   if (before_call_) before_call_();
-  char err[512] = {0};
-  const int rc = subject_.attention(subject_.self, &a, err, sizeof err);
-  throw_on_error(rc, name_, "attention", err);
+  call_plugin(name_, "attention", [&](char* err, size_t len) { return subject_.attention(subject_.self, &a, err, len); });
   sync_device(mem);
 
   AttentionOutput result;

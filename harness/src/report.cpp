@@ -303,14 +303,9 @@ Report report_from_json(const json& j) {
 }
 
 Report read_report_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw ReportError("report " + path + " is a directory, not a report.json file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ReportError("cannot read report " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ReportError("cannot read report " + path);
-  const json j = json_fields::parse_strict<ReportError>(text.str(), "report " + path);
+  constexpr size_t kMaxReportBytes = size_t(256) << 20;
+  const std::string text = json_fields::read_text_file<ReportError>(path, kMaxReportBytes, "report");
+  const json j = json_fields::parse_strict<ReportError>(text, "report " + path);
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (const auto problems = check_report_set(dir.empty() ? "." : dir); !problems.empty())
     throw ReportError("report " + path + ": the report directory is not one complete run: " + problems.front());
@@ -484,12 +479,10 @@ std::vector<std::string> check_report_set(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(manifest_path, ec)) return problems;  // no report written here yet
   auto slurp = [](const fs::path& p, std::string& out) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) return false;
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    out = ss.str();
-    return !in.bad();
+    std::string error;
+    auto text = json_fields::try_read_text_file(p.string(), size_t(256) << 20, error);
+    if (text) out = std::move(*text);
+    return text.has_value();
   };
   std::string text;
   std::string error;

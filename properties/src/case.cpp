@@ -404,13 +404,12 @@ std::string write_case_atomic(const std::string& dir, const Case& c) {
 }
 
 Case read_case_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw CaseError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw CaseError(path + ": read error");
+  // The largest legal case (2^28 elements a tensor, three tensors, base64) is under 4 GiB of text;
+  // corpus cases are kilobytes. A stated bound keeps /dev/zero or a huge file from being read.
+  constexpr size_t kMaxCaseFileBytes = size_t(1) << 30;
+  const std::string text = json_fields::read_text_file<CaseError>(path, kMaxCaseFileBytes, "case file");
   try {
-    return case_from_json(ss.str());
+    return case_from_json(text);
   } catch (const CaseError& e) {
     throw CaseError(path + ": " + e.what());
   }

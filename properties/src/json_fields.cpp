@@ -1,6 +1,8 @@
 #include "attncheck/json_fields.hpp"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <vector>
 
@@ -22,6 +24,37 @@ std::string printable(std::string_view text, size_t max) {
     }
   }
   return out;
+}
+
+std::optional<std::string> try_read_text_file(const std::string& path, size_t max_bytes, std::string& error) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) {
+    error = "no such file";
+    return std::nullopt;
+  }
+  if (!fs::is_regular_file(st)) {
+    error = fs::is_directory(st) ? "is a directory" : "is not a regular file";
+    return std::nullopt;
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec || size > max_bytes) {
+    error = ec ? "cannot read its size" : "larger than " + std::to_string(max_bytes >> 20) + " MiB";
+    return std::nullopt;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot open";
+    return std::nullopt;
+  }
+  std::string text(size_t(size), '\0');
+  in.read(text.data(), std::streamsize(size));
+  if (in.gcount() != std::streamsize(size)) {
+    error = "read error";
+    return std::nullopt;
+  }
+  return text;
 }
 
 std::optional<uint64_t> parse_decimal_u64(std::string_view text) {

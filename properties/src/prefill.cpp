@@ -45,6 +45,7 @@ struct Scenario {
 // Stated bounds of a scenario, checked before any work: a scenario is a reproduction, not a
 // load test, and these keep one within seconds and a few hundred MB.
 constexpr int kMaxRequests = 4096;
+constexpr size_t kMaxScenarioFileBytes = size_t(16) << 20;
 constexpr int64_t kMaxScenarioTokens = int64_t(1) << 20;      // cached prefix + new tokens, all requests
 constexpr int64_t kMaxScenarioElements = int64_t(1) << 28;    // tokens x KV heads x head size
 
@@ -234,12 +235,9 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
 }
 
 PrefillReport run_prefill(const std::string& path, Subject& attention, Subject& merge) {
-  std::ifstream f(path);
-  if (!f) throw PrefillScenarioError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
+  const std::string text = json_fields::read_text_file<PrefillScenarioError>(path, kMaxScenarioFileBytes, "scenario");
   try {
-    return run_prefill_text(ss.str(), attention, merge);
+    return run_prefill_text(text, attention, merge);
   } catch (const PrefillScenarioError& e) {
     throw PrefillScenarioError(path + ": " + e.what());
   }

@@ -555,13 +555,10 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
 // ---- prefill --------------------------------------------------------------------------------
 int run_prefill_cmd(const std::string& scenario, std::string attention, const std::string& merge, int chunk,
                     const std::string& backend, const std::vector<std::string>& plugins) {
-  std::ifstream in(scenario, std::ios::binary);
-  if (!in || fs::is_directory(scenario)) throw UsageError("scenario " + scenario + ": cannot read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  std::string text;
   nlohmann::json j;
   try {
+    text = ac::json_fields::read_text_file<ac::PrefillScenarioError>(scenario, size_t(16) << 20, "scenario");
     j = ac::json_fields::parse_strict<ac::PrefillScenarioError>(text, "scenario " + scenario);
     if (chunk > 0) {
       j["chunk_size"] = chunk;

@@ -25,15 +25,16 @@ struct Limits {
 inline CLI::Validator decimal_u64() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        return json_fields::parse_decimal_u64(text) ? std::string() : "must be a decimal integer in [0, 2^64 - 1]";
+        return json_fields::parse_decimal_u64(text) ? std::string()
+                                                    : "must be a decimal integer in [0, 2^64 - 1]";
       },
       "UINT64");
 }
 
 // A check for CLI11: a non-empty value (an empty --subject or --report-dir is a typo).
 inline CLI::Validator non_empty() {
-  return CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
-                        "TEXT");
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; }, "TEXT");
 }
 
 // Repeatable options that also take comma-separated lists: {"a,b", "c"} -> {"a", "b", "c"}.

@@ -26,6 +26,17 @@ constexpr int kMaxJsonDepth = 64;
 // One line for a message: control and non-ASCII bytes escaped, cut to `max` characters.
 std::string printable(std::string_view text, size_t max = 80);
 
+// The whole of a regular file of at most `max_bytes` bytes (devices, pipes, directories and larger
+// files are refused before anything is read); Err with "<what> <path>: <reason>" otherwise.
+std::optional<std::string> try_read_text_file(const std::string& path, size_t max_bytes, std::string& error);
+template <class Err>
+std::string read_text_file(const std::string& path, size_t max_bytes, const std::string& what) {
+  std::string error;
+  std::optional<std::string> text = try_read_text_file(path, max_bytes, error);
+  if (!text) throw Err(what + " " + path + ": " + error);
+  return std::move(*text);
+}
+
 // Digits only (no sign, no spaces), at most 2^64 - 1; std::nullopt otherwise.
 std::optional<uint64_t> parse_decimal_u64(std::string_view text);
 
