@@ -23,7 +23,9 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attncheck/abi_subject.hpp"
@@ -40,6 +42,7 @@
 #include "attncheck/shard.hpp"
 #include "mutants.hpp"
 #include "options.hpp"
+#include "pair_pool.hpp"
 
 #ifndef ATTNCHECK_GIT_DESCRIBE
 #define ATTNCHECK_GIT_DESCRIBE ""
@@ -270,6 +273,13 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
   }
 }
 
+// The plugin options a pasted reproduce command needs.
+std::string plugin_flags(const std::vector<std::string>& plugins) {
+  std::string s;
+  for (const auto& p : plugins) s += " --plugin " + p;
+  return s;
+}
+
 std::string shape_set_of(const ac::RunConfig& cfg) {
   return "max_size=" + std::to_string(cfg.max_size) + ",max_keys=" + std::to_string(cfg.max_keys);
 }
@@ -343,9 +353,40 @@ struct CheckOptions {
   int cases = 100;
   int max_keys = 64;
   bool quiet = false, no_plots = false, tiling = false;
+  int jobs = 0;           // 0: every core
+  int call_timeout = 120;  // seconds a subject call (and the judgement of its case) may take
 };
 
-int run_check(const CheckOptions& o, const std::string& command) {
+// The write-ahead case a dead child left for (subject, property), kept as a corpus case.
+std::string keep_write_ahead_case(const std::string& corpus_dir, const std::string& subject, const std::string& property) {
+  std::error_code ec;
+  for (fs::directory_iterator it(corpus_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("inflight-", 0) != 0 || it->path().extension() != ".json") continue;
+    try {
+      ac::Case c = ac::read_case_file(it->path().string());
+      if (c.subject != subject || c.property != property) continue;
+      c.note = "the case running when the subject's process died; " + c.note;
+      const std::string kept = ac::write_case_atomic(corpus_dir, c);
+      fs::remove(it->path(), ec);
+      return kept;
+    } catch (const ac::CaseError&) {
+    }
+  }
+  return "";
+}
+
+std::string describe_death(const ac::cli::ChildOutcome& o, int call_timeout) {
+  std::string why = o.signal == SIGALRM ? "hung: a subject call gave no answer within --call-timeout " + std::to_string(call_timeout) + " s"
+                    : o.signal ? "killed by signal " + std::to_string(o.signal) + " (" + strsignal(o.signal) + ")"
+                             : "exited with status " + std::to_string(o.exit_code) + " before reporting";
+  std::string tail = o.stderr_tail;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  if (const size_t cut = tail.size() > 600 ? tail.size() - 600 : 0; cut) tail = "..." + tail.substr(cut);
+  return "the process running this pair " + why + (tail.empty() ? "" : "; its last stderr: " + one_line(tail));
+}
+
+int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
   const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects), !o.plugins.empty());
@@ -362,12 +403,16 @@ int run_check(const CheckOptions& o, const std::string& command) {
     }
   }
   const std::string corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
-  prepare_report_dir(o.report_dir, o.quiet);
-  prepare_corpus_dir(corpus_dir, o.quiet);
+  // A child runs one pair of its parent's run: the parent prepared the directories.
+  const auto child = ac::cli::child_pair_from_env();
+  if (!child) {
+    prepare_report_dir(o.report_dir, o.quiet);
+    prepare_corpus_dir(corpus_dir, o.quiet);
+  }
   if (subjects.empty()) throw UsageError("no subject to check");
 
   // 2. Run.
-  if (!o.quiet) {
+  if (!o.quiet && !child) {
     std::fprintf(stderr, "%s\n", set.backend_note.c_str());
     for (const auto& n : set.notes) std::fprintf(stderr, "%s\n", n.c_str());
   }
@@ -401,40 +446,98 @@ int run_check(const CheckOptions& o, const std::string& command) {
       if (ac::property_applies(*p, *s)) plan.emplace_back(s, p);
   if (plan.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
 
-  Progress progress(o.quiet, int64_t(plan.size()) * o.cases);
-  int64_t done_before = 0;
-  bool device_dead = false;
-  size_t index = 0;
-  for (const auto& [subject, property] : plan) {
-    ++index;
-    if (g_interrupted.load()) break;
-    if (device_dead && subject->backend() == "cuda") continue;
+  // One pair in this process: what a child runs, and the whole run of a single pair.
+  auto run_pair = [&](size_t i, const std::function<void(int)>& on_case) {
+    const auto& [subject, property] = plan[i];
     ac::RunConfig cfg = base_cfg;
-    const std::string what = "[" + std::to_string(index) + "/" + std::to_string(plan.size()) + "] " + subject->name() +
-                             " / " + property->name;
-    cfg.progress = [&, what](int done, int) { progress.update(done_before, done, what); };
+    cfg.progress = [&](int done, int) { on_case(done); };
     cfg.seed = ac::case_stream_seed(o.seed, shard_index, shard_count, property->name, subject->name());
     // A plugin is foreign code that may kill the process on the host too: write each case
     // before calling it, as for CUDA subjects (the properties always do for those).
     cfg.write_ahead = subject->origin() != "builtin";
+    if (child) {
+      // A hung subject: the alarm is armed before each call and disarmed when its case is judged;
+      // SIGALRM's default action ends this process, and the parent reports the pair as hung.
+      cfg.before_launch = [&](const ac::Case&) { ::alarm(unsigned(o.call_timeout)); };
+      cfg.progress = [&](int done, int) {
+        ::alarm(0);
+        on_case(done);
+      };
+    }
     const ac::PropertyResult r = ac::run_property(property->name, *subject, cfg);
     ac::ReportEntry e = ac::entry_from_result(r, *subject, shard_index);
     e.shards = {shard_index};
     if (g_interrupted.load() && e.status == "passed") e.status = "interrupted";
-    done_before += o.cases;
+    return e;
+  };
+  if (child) {
+    if (child->first >= plan.size()) throw UsageError("internal: child pair index out of range");
+    ac::Report part = report;
+    part.entries.push_back(run_pair(child->first, [](int) {}));
+    ac::write_file_atomic(child->second, ac::report_to_json(part).dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return kExitOk;
+  }
+
+  Progress progress(o.quiet, int64_t(plan.size()) * o.cases);
+  std::vector<std::optional<ac::ReportEntry>> results(plan.size());
+  int64_t done_pairs = 0;
+  auto finished = [&](size_t i, ac::ReportEntry e) {
+    const auto& [subject, property] = plan[i];
+    ++done_pairs;
     progress.clear();
     if (!o.quiet)
-      std::fprintf(stderr, "%s: %s (%lld cases, %.2f s)%s%s\n", what.c_str(), e.status.c_str(), (long long)e.cases_run,
-                   e.seconds, e.status == "passed" ? "" : "  ", e.status == "passed" ? "" : e.message.c_str());
-    if (e.status == "crashed" && e.failure_class == "device_fault") device_dead = true;
-    report.entries.push_back(std::move(e));
-  }
+      std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs, plan.size(),
+                   subject->name().c_str(), property->name.c_str(), e.status.c_str(), (long long)e.cases_run, e.seconds,
+                   e.status == "passed" ? "" : "  ", e.status == "passed" ? "" : e.message.c_str());
+    progress.update(done_pairs * o.cases, 0, "");
+    results[i] = std::move(e);
+  };
+  const std::string scratch = o.report_dir + "/.tmp-pairs-" + std::to_string(::getpid()) + "-0";
+  std::error_code scratch_ec;
+  fs::create_directories(scratch, scratch_ec);
+  if (scratch_ec) throw UsageError("cannot create " + scratch + ": " + scratch_ec.message());
+  ac::cli::PoolOptions pool;
+  pool.jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  pool.scratch_dir = scratch;
+  pool.cancel = &g_interrupted;
+  const auto t_start = std::chrono::steady_clock::now();
+  ac::cli::run_pairs_in_children(argv_, plan.size(), pool, [&](const ac::cli::ChildOutcome& out) {
+    const auto& [subject, property] = plan[out.pair];
+    if (out.result_written) {
+      try {
+        const ac::Report part = ac::read_report_file(out.result_path);
+        if (part.entries.size() == 1) {
+          finished(out.pair, part.entries.front());
+          return;
+        }
+      } catch (const ac::ReportError&) {
+      }
+    }
+    // The child died before reporting: its pair crashed; the case it was running is in the corpus.
+    ac::ReportEntry e;
+    e.subject = subject->name();
+    e.backend = subject->backend();
+    e.origin = subject->origin();
+    e.property = property->name;
+    e.status = "crashed";
+    e.message = describe_death(out, o.call_timeout);
+    e.failure_class = out.signal == SIGALRM ? "hung" : "process_died";
+    e.shards = {shard_index};
+    e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const std::string kept = keep_write_ahead_case(corpus_dir, subject->name(), property->name);
+    if (!kept.empty()) {
+      e.corpus_files.push_back(kept);
+      e.reproduce_command = "attncheck replay " + kept + " --subject " + subject->name() + plugin_flags(o.plugins);
+    }
+    finished(out.pair, std::move(e));
+  });
+  fs::remove_all(scratch, scratch_ec);
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (results[i]) report.entries.push_back(std::move(*results[i]));
   report.interrupted = g_interrupted.load();
-  if (device_dead && !o.quiet)
-    std::fprintf(stderr, "a CUDA subject faulted the device: remaining CUDA subjects were not run\n");
 
   // Tiling rows (full suite or --tiling): every tiling, split count and fold order.
-  if ((o.tiling || o.suite == "full") && !report.interrupted && !device_dead) {
+  if ((o.tiling || o.suite == "full") && !report.interrupted) {
     for (ac::Subject* s : subjects) {
       if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV))) continue;
       ac::RunConfig cfg = base_cfg;
@@ -738,6 +841,10 @@ int main(int argc, char** argv) {
   check->add_option("--baseline", co.baseline, "baseline report.json: fail on regressions against it");
   check->add_option("--shard", co.shard, "I/N: run shard I (0-based) of N disjoint case streams");
   check->add_flag("--tiling", co.tiling, "also run every tiling / split count of attention subjects (always with --suite full)");
+  check->add_option("--jobs", co.jobs, "(subject, property) pairs run at once, each in its own process (default: every core)")
+      ->check(CLI::Range(1, 1024));
+  check->add_option("--call-timeout", co.call_timeout, "seconds one subject call and its judgement may take before the pair counts as hung (default 120)")
+      ->check(CLI::Range(1, 86400));
   check->add_flag("--quiet", co.quiet, "print only the final line and regressions");
   check->add_flag("--no-plots", co.no_plots, "do not render plots");
 
@@ -814,7 +921,7 @@ int main(int argc, char** argv) {
     if (check->parsed()) {
       co.backend = backend;
       co.plugins = plugins;
-      return run_check(co, command);
+      return run_check(co, command, argv);
     }
     if (replay->parsed()) return run_replay(replay_files, replay_subject, backend, plugins);
     if (prefill->parsed()) return run_prefill_cmd(scenario, prefill_attention, prefill_merge, chunk, backend, plugins);
