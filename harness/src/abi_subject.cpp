@@ -384,6 +384,15 @@ bool cuda_device_available() {
 #endif
 }
 
+int cuda_device_count() {
+#if defined(ATTNCHECK_HAVE_CUDA)
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+#else
+  return 0;
+#endif
+}
+
 std::string cuda_device_name() {
 #if defined(ATTNCHECK_HAVE_CUDA)
   if (!cuda_device_available()) return "";

@@ -228,6 +228,7 @@ json report_to_json(const Report& r) {
   }
   j["tilings"] = tilings;
   j["baseline"] = r.baseline;
+  if (!r.parallel.is_null()) j["parallel"] = r.parallel;
   return j;
 }
 
@@ -296,6 +297,7 @@ Report report_from_json(const json& j) {
       r.tilings.push_back(std::move(te));
     }
     r.baseline = j.value("baseline", json());
+    r.parallel = j.value("parallel", json());
     return r;
   } catch (const json::exception& e) {
     throw ReportError(std::string("malformed report: ") + e.what());

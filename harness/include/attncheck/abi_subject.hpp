@@ -64,6 +64,7 @@ struct BackendResolution {
 };
 BackendResolution resolve_backend(Backend requested);
 bool cuda_device_available();
+int cuda_device_count();  // 0 without CUDA or device
 std::string cuda_device_name();  // "" without CUDA or device
 
 // The built-in kernels of kernels/ for one backend (auto is resolved first; its choice is

@@ -355,7 +355,31 @@ struct CheckOptions {
   bool quiet = false, no_plots = false, tiling = false;
   int jobs = 0;           // 0: every core
   int call_timeout = 120;  // seconds a subject call (and the judgement of its case) may take
+  std::string devices = "all";
 };
+
+// --devices: "all" (every visible GPU on the cuda backend; no pinning on the host backend) or a
+// list of device indices. On the host backend a list is accepted and only labels the children:
+// that is how a run across several GPUs is exercised where there is none.
+std::vector<std::string> parse_devices(const std::string& text, bool cuda) {
+  std::vector<std::string> out;
+  if (text == "all") {
+    if (cuda)
+      for (int i = 0; i < ac::cuda_device_count(); ++i) out.push_back(std::to_string(i));
+    return out;
+  }
+  const int count = cuda ? ac::cuda_device_count() : 1024;
+  for (const auto& d : ac::cli::split_csv({text})) {
+    const auto v = ac::json_fields::parse_decimal_u64(d);
+    if (!v || *v >= uint64_t(count))
+      throw UsageError("--devices " + text + ": '" + d + "' is not a device index" +
+                       (cuda ? " (0.." + std::to_string(count - 1) + " visible)" : ""));
+    if (std::find(out.begin(), out.end(), d) != out.end()) throw UsageError("--devices " + text + ": '" + d + "' named twice");
+    out.push_back(d);
+  }
+  if (out.empty()) throw UsageError("--devices: give all or a list of device indices");
+  return out;
+}
 
 // The write-ahead case a dead child left for (subject, property), kept as a corpus case.
 std::string keep_write_ahead_case(const std::string& corpus_dir, const std::string& subject, const std::string& property) {
@@ -484,6 +508,9 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   auto finished = [&](size_t i, ac::ReportEntry e) {
     const auto& [subject, property] = plan[i];
     ++done_pairs;
+    // The reproduce command must work when pasted: it names the plugins and backend of this run.
+    if (!e.reproduce_command.empty() && e.reproduce_command.find(" --backend ") == std::string::npos)
+      e.reproduce_command += plugin_flags(o.plugins) + " --backend " + report.backend;
     progress.clear();
     if (!o.quiet)
       std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs, plan.size(),
@@ -497,12 +524,17 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   fs::create_directories(scratch, scratch_ec);
   if (scratch_ec) throw UsageError("cannot create " + scratch + ": " + scratch_ec.message());
   ac::cli::PoolOptions pool;
+  pool.devices = parse_devices(o.devices, set.backend == ac::Backend::cuda);
   pool.jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   pool.scratch_dir = scratch;
   pool.cancel = &g_interrupted;
   const auto t_start = std::chrono::steady_clock::now();
+  std::map<std::string, std::pair<int, double>> device_use;  // device -> (pairs, busy seconds)
   ac::cli::run_pairs_in_children(argv_, plan.size(), pool, [&](const ac::cli::ChildOutcome& out) {
     const auto& [subject, property] = plan[out.pair];
+    auto& use = device_use[out.device.empty() ? "inherited" : out.device];
+    ++use.first;
+    use.second += out.seconds;
     if (out.result_written) {
       try {
         const ac::Report part = ac::read_report_file(out.result_path);
@@ -527,11 +559,16 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     const std::string kept = keep_write_ahead_case(corpus_dir, subject->name(), property->name);
     if (!kept.empty()) {
       e.corpus_files.push_back(kept);
-      e.reproduce_command = "attncheck replay " + kept + " --subject " + subject->name() + plugin_flags(o.plugins);
+      e.reproduce_command = "attncheck replay " + kept + " --subject " + subject->name();
     }
     finished(out.pair, std::move(e));
   });
   fs::remove_all(scratch, scratch_ec);
+  report.parallel = {{"jobs", pool.jobs},
+                     {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()},
+                     {"devices", nlohmann::json::array()}};
+  for (const auto& [dev, use] : device_use)
+    report.parallel["devices"].push_back({{"device", dev}, {"pairs", use.first}, {"busy_seconds", use.second}});
   for (size_t i = 0; i < plan.size(); ++i)
     if (results[i]) report.entries.push_back(std::move(*results[i]));
   report.interrupted = g_interrupted.load();
@@ -845,6 +882,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   check->add_option("--call-timeout", co.call_timeout, "seconds one subject call and its judgement may take before the pair counts as hung (default 120)")
       ->check(CLI::Range(1, 86400));
+  check->add_option("--devices", co.devices, "all (default: every visible GPU) or device indices 0,1,...: children run round-robin on them");
   check->add_flag("--quiet", co.quiet, "print only the final line and regressions");
   check->add_flag("--no-plots", co.no_plots, "do not render plots");
 

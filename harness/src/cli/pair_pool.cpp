@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -21,6 +22,7 @@ namespace {
 
 struct Running {
   pid_t pid = -1;
+  std::chrono::steady_clock::time_point start;
   int err_fd = -1;
   ChildOutcome outcome;
 };
@@ -100,6 +102,8 @@ void run_pairs_in_children(char** argv, size_t count, const PoolOptions& opt,
       r.outcome.pair = next;
       r.outcome.result_path = opt.scratch_dir + "/pair-" + std::to_string(next) + ".json";
       const std::string device = opt.devices.empty() ? "" : opt.devices[next % opt.devices.size()];
+      r.outcome.device = device;
+      r.start = std::chrono::steady_clock::now();
       r.pid = spawn_child(argv, next, r.outcome.result_path, device, r.err_fd);
       running.emplace(r.pid, std::move(r));
       ++next;
@@ -142,6 +146,7 @@ void run_pairs_in_children(char** argv, size_t count, const PoolOptions& opt,
         while ((n = ::read(r.err_fd, buf, sizeof buf)) > 0) keep_tail(r.outcome.stderr_tail, buf, size_t(n));
         ::close(r.err_fd);
       }
+      r.outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
       if (WIFEXITED(status)) r.outcome.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) r.outcome.signal = WTERMSIG(status);
       r.outcome.result_written = ::access(r.outcome.result_path.c_str(), R_OK) == 0;
