@@ -55,6 +55,10 @@ int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char
 int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
 #endif
 
+// The capabilities of the fused subjects (fp16 / bf16, head sizes 64 and 128, causal, mask, varlen,
+// GQA, LSE [heads, tokens], the tilings of kFusedTilings) with the given LSE base and empty-row
+// sign; split-KV attention declares the same with its own tilings, splits and fold orders.
+ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign);
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
 
 }  // namespace attncheck::kern
