@@ -9,8 +9,8 @@
 // its kernel bit for bit there; fma is correctly rounded on both sides and matches exactly. The fma
 // is spelled out because nvcc contracts a * b + c into an fma and g++ does not: a twin that writes
 // fma_f rounds where its kernel rounds.
-// Bit casts (float_bits / bits_float) are exact on both sides; the infinities are
-// __builtin_huge_valf, the value INFINITY expands to, usable in device code without <cmath>.
+// Bit casts (float_bits / bits_float) are exact on both sides; the infinities come from
+// __builtin_huge_valf (equal to INFINITY), which host and device compilers both fold to a constant.
 #pragma once
 #include <cmath>
 #include <cstdint>
