@@ -1,35 +1,15 @@
 // Storage formats of kernel inputs and outputs, as bit patterns, shared by device and host code.
 // Conversions float -> fp16 / bf16 round to nearest, ties to even, with subnormals and overflow
 // to infinity: the same single rounding __float2half_rn / __float2bfloat16_rn perform, so a
-// host twin rounds exactly where and how its kernel does.
+// host twin rounds exactly where and how its kernel does. The bit casts are hd.h's.
 #pragma once
 #include <cstdint>
-#include <cstring>
 
 #include "hd.h"
 
 namespace attncheck::kern {
 
 enum class DType : int { f32 = 0, f16 = 1, bf16 = 2 };  // values match ac_dtype
-
-AC_HD uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-AC_HD float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
 
 AC_HD float f16_to_float(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -81,8 +61,9 @@ AC_HD uint16_t float_to_bf16(float f) {
 
 // Decode one stored element (bits in the low 16 or all 32 bits) to float.
 AC_HD float load_as_float(DType t, uint32_t bits) {
-  return t == DType::f32 ? bits_float(bits) : t == DType::f16 ? f16_to_float(uint16_t(bits))
-                                                               : bf16_to_float(uint16_t(bits));
+  return t == DType::f32   ? bits_float(bits)
+         : t == DType::f16 ? f16_to_float(uint16_t(bits))
+                           : bf16_to_float(uint16_t(bits));
 }
 // Round a float to the storage format, as the kernel's final store does.
 AC_HD uint32_t store_from_float(DType t, float f) {

@@ -20,10 +20,16 @@
 
 namespace attncheck::kern {
 
+namespace fused {
+enum class Mutation : int;  // fused_math.h; complete here (fixed underlying type)
+}
+
 struct FusedOptions {
-  int lse_base = 0;         // 0: natural log; 2: base 2
-  int empty_lse_sign = -1;  // -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2)
-  bool synchronize = true;  // CUDA: synchronise the stream before returning (false: benchmarks)
+  int lse_base = 0;            // 0: natural log; 2: base 2
+  int empty_lse_sign = -1;     // -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2)
+  bool synchronize = true;     // CUDA: synchronise the stream before returning (false: benchmarks)
+  fused::Mutation mutation{};  // host twin: none (0); another value runs an attention mutant
+                               // (kernels/mutants/) through the twin's own walk
 };
 
 // The compiled (Br, Bc) tilings, one list that both the kernel instantiations and the subjects'
@@ -41,16 +47,18 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
 
 // Host twin: tensors in host memory; walks the same tiles in the same order with the same
 // rounding points.
-int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err,
-                         size_t err_len);
+int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
 
 #if defined(ATTNCHECK_HAVE_CUDA)
 // CUDA kernel: tensors in device memory, launched on a.stream, synchronised before returning (a
 // device fault becomes AC_ERR_DEVICE). Pointers q, k, v must be 16-byte aligned, out 4-byte.
-int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err,
-                         size_t err_len);
+int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
 #endif
 
+// The capabilities of the fused subjects (fp16 / bf16, head sizes 64 and 128, causal, mask, varlen,
+// GQA, LSE [heads, tokens], the tilings of kFusedTilings) with the given LSE base and empty-row
+// sign; split-KV attention declares the same with its own tilings, splits and fold orders.
+ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign);
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
 
 }  // namespace attncheck::kern

@@ -2,7 +2,9 @@
 // tiles of Bc), the same per-element math (fused_math.h), the same rounding points: the dot
 // product in fp32, P rounded to the input type before P V, m / l / O in fp32, O rounded to the
 // input type at the store. LSE fp32, [heads, tokens], natural or base 2; empty row: O = 0 and
-// LSE = -inf (or +inf, FlashAttention-2's convention, on request).
+// LSE = -inf (or +inf, FlashAttention-2's convention, on request). FusedOptions::mutation runs
+// one of the attention mutants (kernels/mutants/) through this same walk instead; the race (12)
+// and the 32-bit offsets (13) have no host analogue and are refused.
 // Also holds fused_check_args, the argument checks the CUDA launcher runs as well.
 // Check: ctest --test-dir build -R kernels_attention_twin
 #include <algorithm>
@@ -32,8 +34,8 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
   if (a.head_size != 64 && a.head_size != 128)
     AC_REFUSE("fused attention: head size %d is not supported (64 or 128)", a.head_size);
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
-    AC_REFUSE("fused attention: num_heads %d is not a positive multiple of num_kv_heads %d",
-              a.num_heads, a.num_kv_heads);
+    AC_REFUSE("fused attention: num_heads %d is not a positive multiple of num_kv_heads %d", a.num_heads,
+              a.num_kv_heads);
   if (a.tiling < 0 || a.tiling >= num_tilings)
     AC_REFUSE("fused attention: tiling index %d out of range [0, %d)", a.tiling, num_tilings);
   if (a.num_seqs < 0) AC_REFUSE("fused attention: negative num_seqs %d", a.num_seqs);
@@ -49,10 +51,9 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
     if (a.cu_seqlens_q_host[s + 1] < a.cu_seqlens_q_host[s] ||
         a.cu_seqlens_k_host[s + 1] < a.cu_seqlens_k_host[s])
       AC_REFUSE("fused attention: cu_seqlens decrease at sequence %d", s);
-    if (a.mask && (!a.cu_mask_host ||
-                   a.cu_mask_host[s + 1] - a.cu_mask_host[s] !=
-                       int64_t(a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s]) *
-                           (a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s])))
+    if (a.mask && (!a.cu_mask_host || a.cu_mask_host[s + 1] - a.cu_mask_host[s] !=
+                                          int64_t(a.cu_seqlens_q_host[s + 1] - a.cu_seqlens_q_host[s]) *
+                                              (a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s])))
       AC_REFUSE("fused attention: mask block of sequence %d is not Tq x Tk (cu_mask)", s);
   }
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
@@ -74,51 +75,57 @@ void store_row(const fused::TwinRowState& s, DType t, void* out, int64_t out_ind
     static_cast<uint16_t*>(out)[out_index + int64_t(c)] = uint16_t(bits);
   }
   if (lse) {
-    const float sentinel = o.empty_lse_sign > 0 ? fused::pos_inf_f() : fused::neg_inf_f();
+    const float sentinel = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
     lse[lse_index] = fused::final_lse(s.m, s.l, o.lse_base == 2, sentinel);
+  }
+}
+
+// The whole walk: every (sequence, head), row tiles of Br over the key range in tiles of Bc, each
+// finished row stored. M is fused::Mutation::none for the twin, another value for a mutant.
+template <fused::Mutation M>
+void fused_host_rows(const ac_attention_args& a, const FusedOptions& o) {
+  const fused::TwinArgs x = fused::decode_args(a);
+  const int br = kFusedTilings[a.tiling].br, bc = kFusedTilings[a.tiling].bc;
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int64_t q0 = a.cu_seqlens_q_host[s];
+    for (int head = 0; head < x.h; ++head) {
+      const fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
+      for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
+        const auto states = fused::twin_row_tile<M>(view, row0, br, bc, 0, view.tk);
+        for (size_t r = 0; r < states.size(); ++r) {
+          const int64_t tok = q0 + row0 + int64_t(r);
+          store_row(states[r], x.dtype, a.out, (tok * x.h + head) * x.d, a.lse,
+                    int64_t(head) * x.total_q + tok, o);
+        }
+      }
+    }
   }
 }
 
 }  // namespace
 
-int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err,
-                         size_t err_len) {
+int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
   if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
-  const DType t = DType(a.dtype);
-  const int d = a.head_size, h = a.num_heads, hkv = a.num_kv_heads, group = h / hkv;
-  const int br = kFusedTilings[a.tiling].br, bc = kFusedTilings[a.tiling].bc;
-  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
-  const int64_t total_k = a.cu_seqlens_k_host[a.num_seqs];
-  const std::vector<float> q = fused::decode_tensor(t, a.q, total_q * h * d);
-  const std::vector<float> k = fused::decode_tensor(t, a.k, total_k * hkv * d);
-  const std::vector<float> v = fused::decode_tensor(t, a.v, total_k * hkv * d);
-  const float scale_log2 = a.softmax_scale * fused::kLog2e;
-  for (int s = 0; s < a.num_seqs; ++s) {
-    const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.cu_seqlens_k_host[s];
-    const int64_t tq = a.cu_seqlens_q_host[s + 1] - q0, tk = a.cu_seqlens_k_host[s + 1] - k0;
-    for (int head = 0; head < h; ++head) {
-      const int kvh = head / group;
-      fused::TwinHeadView view{t,
-                               d,
-                               tq,
-                               tk,
-                               q.data() + (q0 * h + head) * d,
-                               k.data() + (k0 * hkv + kvh) * d,
-                               v.data() + (k0 * hkv + kvh) * d,
-                               int64_t(h) * d,
-                               int64_t(hkv) * d,
-                               a.mask ? a.mask + a.cu_mask_host[s] : nullptr,
-                               a.causal != 0,
-                               scale_log2};
-      for (int64_t row0 = 0; row0 < tq; row0 += br) {
-        const auto states = fused::twin_row_tile(view, row0, br, bc, 0, tk);
-        for (size_t r = 0; r < states.size(); ++r) {
-          const int64_t tok = q0 + row0 + int64_t(r);
-          store_row(states[r], t, a.out, (tok * h + head) * d, a.lse, int64_t(head) * total_q + tok, o);
-        }
-      }
-    }
+  using fused::Mutation;
+  switch (o.mutation) {
+    case Mutation::none:
+      fused_host_rows<Mutation::none>(a, o);
+      break;
+    case Mutation::forget_rescale_o:
+      fused_host_rows<Mutation::forget_rescale_o>(a, o);
+      break;
+    case Mutation::finite_mask_sentinel:
+      fused_host_rows<Mutation::finite_mask_sentinel>(a, o);
+      break;
+    case Mutation::gqa_head_mod:
+      fused_host_rows<Mutation::gqa_head_mod>(a, o);
+      break;
+    case Mutation::causal_off_by_one:
+      fused_host_rows<Mutation::causal_off_by_one>(a, o);
+      break;
+    default:
+      AC_REFUSE("fused attention: mutation %d has no host twin", int(o.mutation));
   }
   return AC_OK;
 }

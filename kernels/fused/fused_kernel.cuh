@@ -19,9 +19,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <iterator>
+#include <utility>
 
 #include "attncheck/plugin_abi.h"
+#include "fused/fused.h"
 #include "fused/fused_math.h"
 
 namespace attncheck::kern::fused {
@@ -145,7 +149,8 @@ constexpr int fused_min_ctas() {
 }
 
 template <bool BF16, int D, int BR, int BC, bool SPLIT, Mutation M = Mutation::none>
-__global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fused_attention_kernel(const KernelParams p) {
+__global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
+    fused_attention_kernel(const KernelParams p) {
   static_assert(BR % 16 == 0 && BC % 16 == 0 && D % 16 == 0, "tile sizes are multiples of 16");
   constexpr int NW = BR / 16, NT = NW * 32;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -189,7 +194,8 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
   dev::load_tile<BR, D, NT>(sQ, gq, int64_t(p.num_heads) * D, tq - row0, tid);
   if (n_tiles > 0) {
     dev::load_tile<BC, D, NT>(smem, gk + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo, tid);
-    dev::load_tile<BC, D, NT>(smem + BC * D, gv + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo, tid);
+    dev::load_tile<BC, D, NT>(smem + BC * D, gv + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo,
+                              tid);
   }
   dev::cp_async_commit();
   dev::cp_async_wait<0>();
@@ -199,7 +205,8 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
   uint32_t qf[D / 16][4];
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks)
-    dev::ldsm_x4(qf[ks], dev::smem_addr(sQ + dev::swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4))));
+    dev::ldsm_x4(qf[ks], dev::smem_addr(sQ + dev::swz<D>(warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                         2 * ks + (lane >> 4))));
   __syncthreads();  // sQ is the second K/V buffer: every warp has read it before the prefetch
 
   float o[D / 8][4];
@@ -349,9 +356,11 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>()) fus
       float* po = p.part_o + ((int64_t(split) * p.total_q + tok) * p.num_heads + head) * D;
 #pragma unroll
       for (int i = 0; i < D / 8; ++i)
-        *reinterpret_cast<float2*>(po + i * 8 + 2 * t4) = make_float2(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
+        *reinterpret_cast<float2*>(po + i * 8 + 2 * t4) =
+            make_float2(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
       if (t4 == 0)
-        p.part_lse[(int64_t(split) * p.total_q + tok) * p.num_heads + head] = partial_lse2(m_run[r], l_row[r]);
+        p.part_lse[(int64_t(split) * p.total_q + tok) * p.num_heads + head] =
+            partial_lse2(m_run[r], l_row[r]);
     } else {
       uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
 #pragma unroll
@@ -377,6 +386,28 @@ cudaError_t launch_fused_kernel(const KernelParams& p, int max_tq, int num_seqs,
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
   kernel<<<grid, BR / 16 * 32, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+using LaunchFn = cudaError_t (*)(const KernelParams&, int, int, cudaStream_t);
+
+// The launchers of every tiling of TILINGS (kFusedTilings or kSplitKVTilings: one list gives both
+// the instantiations and the subjects' caps) for one dtype and head size, in the list's order.
+template <const auto& TILINGS, bool SPLIT, bool BF16, int D, size_t... Is>
+constexpr std::array<LaunchFn, sizeof...(Is)> launch_table(std::index_sequence<Is...>) {
+  return {&launch_fused_kernel<BF16, D, TILINGS[Is].br, TILINGS[Is].bc, SPLIT>...};
+}
+// The launcher for fp16 or bf16, head size 64 or 128 and tiling index `tiling` of TILINGS (the
+// caller has checked all three).
+template <const auto& TILINGS, bool SPLIT>
+LaunchFn pick_launch(bool bf16, int head_size, int tiling) {
+  constexpr auto kIndices = std::make_index_sequence<std::size(TILINGS)>{};
+  static constexpr auto kF16D64 = launch_table<TILINGS, SPLIT, false, 64>(kIndices);
+  static constexpr auto kF16D128 = launch_table<TILINGS, SPLIT, false, 128>(kIndices);
+  static constexpr auto kBf16D64 = launch_table<TILINGS, SPLIT, true, 64>(kIndices);
+  static constexpr auto kBf16D128 = launch_table<TILINGS, SPLIT, true, 128>(kIndices);
+  const auto& table =
+      bf16 ? (head_size == 64 ? kBf16D64 : kBf16D128) : (head_size == 64 ? kF16D64 : kF16D128);
+  return table[size_t(tiling)];
 }
 
 // Host side, shared by every launcher of this mainloop (fused, split-KV, the mutants): the
@@ -414,5 +445,12 @@ inline int max_seqlen_q_host(const ac_attention_args& a) {
   }
   return max_tq;
 }
+
+// Runs launcher `fn` of the unsplit mainloop on arguments that passed fused_check_args: the
+// device-side refusals (16-byte q / k / v for cp.async, 4-byte out, device cu_seqlens, the grid's
+// 65535 sequences), the parameters with o's LSE base and empty-row sentinel, the launch and, with
+// o.synchronize, the stream sync. Defined in fused.cu; the fused launcher and the fused mutants'
+// launcher (kernels/mutants/mutants.cu) differ only in the instantiation they pass.
+int run_unsplit(const ac_attention_args& a, const FusedOptions& o, LaunchFn fn, char* err, size_t err_len);
 
 }  // namespace attncheck::kern::fused

@@ -15,48 +15,34 @@
 // ln 2 * (m + log2 l) (natural); an empty row gets the caller's sentinel (-inf or +inf).
 // Accumulators m, l, O are fp32; rounding happens at the dot product (fp32), at P (rounded to the
 // input type before P V, as production kernels do) and at the final store of O (input type).
+// exp2 and log2 are hd.h's exp2_f / log2_f: exp2f / log2f on the device, std::exp2 / std::log2
+// (float) in the twin, so the twin's p and LSE may differ from the GPU's by an ulp of exp2.
+// Mutation switch (kernels/mutants/): the helpers a mutant changes take a compile-time Mutation;
+// the correct kernels and twins use Mutation::none, each mutant one other value.
 // Check: ctest --test-dir build -R kernels_attention
 #pragma once
-#include <cmath>
 #include <cstdint>
 
 #include "common/hd.h"
 
 namespace attncheck::kern::fused {
 
-// Compile-time switch point for the deliberately broken variants of kernels/mutants/ (issue 6).
-// The correct kernels use Mutation::none; each mutant is one instantiation with another value.
+// Compile-time switch point for the deliberately broken variants of kernels/mutants/ (values are
+// the mutants' numbers). The correct kernels use Mutation::none; each mutant is one instantiation
+// with another value.
 enum class Mutation : int {
   none = 0,
-  forget_rescale_o = 6,   // rescales l but not O when the max moves
+  forget_rescale_o = 6,      // rescales l but not O when the max moves
   finite_mask_sentinel = 7,  // masked logits get a finite -5e4 (natural units) instead of -inf
-  gqa_head_mod = 9,       // query head i reads KV head i mod h_kv instead of i / (h / h_kv)
-  causal_off_by_one = 10, // causal sees one key too many (t + Tk - Tq + 1)
-  combine_plus_inf = 11,  // split-KV combine writes +inf (FlashAttention-2 style) for an all-empty row
-  missing_barrier = 12,   // drops the barrier that protects a shared-memory buffer before reuse
-  offsets_32bit = 13,     // element offsets computed in 32 bits
+  gqa_head_mod = 9,          // query head i reads KV head i mod h_kv instead of i / (h / h_kv)
+  causal_off_by_one = 10,    // causal sees one key too many (t + Tk - Tq + 1)
+  combine_plus_inf = 11,     // split-KV combine writes +inf (FlashAttention-2 style) for an all-empty row
+  missing_barrier = 12,      // drops the barrier that protects a shared-memory buffer before reuse
+  offsets_32bit = 13,        // element offsets computed in 32 bits
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-AC_HD float neg_inf_f() { return -__builtin_huge_valf(); }
-AC_HD float pos_inf_f() { return __builtin_huge_valf(); }
-
-AC_HD float exp2_f(float x) {
-#if defined(__CUDA_ARCH__)
-  return exp2f(x);
-#else
-  return std::exp2(x);
-#endif
-}
-AC_HD float log2_f(float x) {
-#if defined(__CUDA_ARCH__)
-  return log2f(x);
-#else
-  return std::log2(x);
-#endif
-}
 
 // Is key `key` (0-based within its sequence) visible to query row `row` under bottom-right
 // causal alignment? Query t sees keys 0 .. t + Tk - Tq.
@@ -111,8 +97,6 @@ AC_HD float final_lse(float m, float l, bool base2, float empty_sentinel) {
   return base2 ? lse2 : lse2 * kLn2;
 }
 // The base-2 LSE a split partial carries (-inf when its key range saw nothing).
-AC_HD float partial_lse2(float m, float l) {
-  return l == 0.0f ? neg_inf_f() : m + log2_f(l);
-}
+AC_HD float partial_lse2(float m, float l) { return l == 0.0f ? neg_inf_f() : m + log2_f(l); }
 
 }  // namespace attncheck::kern::fused

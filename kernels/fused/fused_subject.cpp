@@ -26,7 +26,13 @@ int run_fused(void* self, const ac_attention_args* args, char* err, size_t err_l
   return fused_attention_host(*args, s->options, err, err_len);
 }
 
-ac_caps fused_caps(bool cuda, int lse_base, int empty_sign) {
+// Static storage: subjects hand out `self` pointers that must outlive the registry.
+FusedSubjectSelf g_self[2][3] = {{{{0, -1, true}, false}, {{0, 1, true}, false}, {{2, -1, true}, false}},
+                                 {{{0, -1, true}, true}, {{0, 1, true}, true}, {{2, -1, true}, true}}};
+
+}  // namespace
+
+ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign) {
   ac_caps c{};
   c.ops = AC_OP_ATTENTION;
   c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
@@ -37,7 +43,7 @@ ac_caps fused_caps(bool cuda, int lse_base, int empty_sign) {
   c.num_head_sizes = 2;
   c.lse_base = lse_base;
   c.lse_layout = AC_LSE_HEADS_TOKENS;
-  c.empty_lse_sign = empty_sign;
+  c.empty_lse_sign = empty_lse_sign;
   c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
   c.tilings = kFusedTilings;
   c.num_tilings = kNumFusedTilings;
@@ -45,13 +51,6 @@ ac_caps fused_caps(bool cuda, int lse_base, int empty_sign) {
   c.fold_orders = 0;
   return c;
 }
-
-// Static storage: subjects hand out `self` pointers that must outlive the registry.
-FusedSubjectSelf g_self[2][3] = {
-    {{{0, -1, true}, false}, {{0, 1, true}, false}, {{2, -1, true}, false}},
-    {{{0, -1, true}, true}, {{0, 1, true}, true}, {{2, -1, true}, true}}};
-
-}  // namespace
 
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)

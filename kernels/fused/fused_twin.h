@@ -1,15 +1,19 @@
 // Host twin core of the fused attention forward, shared by the fused twin (fused_host.cpp) and the
-// split-KV twin (kernels/splitkv/splitkv_host.cpp): walks one (sequence, head) as the CUDA kernel
+// split-KV twin (kernels/splitkv/splitkv_host.cpp), and through them by the attention mutants:
+// decodes a call's tensors once, views one (sequence, head), and walks it as the CUDA kernel
 // does, row tiles of Br, key tiles of Bc from the start of the key range, with the per-element math
 // of fused_math.h. Rounding points as on the GPU: the dot product in fp32, P rounded to the input
 // type before P V, m / l / O in fp32. It does not match the GPU bit for bit (the tensor core sums
 // in another order, exp2 differs), it computes the same function with the same hazards.
+// Mutation switch: head_view<M> and twin_row_tile<M> take the fused::Mutation of fused_math.h;
+// Mutation::none is the correct twin.
 // Check: ctest --test-dir build -R kernels_attention_twin
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "attncheck/plugin_abi.h"
 #include "common/storage.h"
 #include "fused/fused_math.h"
 
@@ -20,15 +24,74 @@ namespace attncheck::kern::fused {
 struct TwinHeadView {
   DType dtype;
   int head_size;
-  int64_t tq, tk;          // queries and keys of the sequence
-  const float* q;          // row t at q + t * q_stride
-  const float* k;          // key j at k + j * kv_stride
+  int64_t tq, tk;  // queries and keys of the sequence
+  const float* q;  // row t at q + t * q_stride
+  const float* k;  // key j at k + j * kv_stride
   const float* v;
   int64_t q_stride, kv_stride;
-  const uint8_t* mask;     // [tq, tk] or null
+  const uint8_t* mask;  // [tq, tk] or null
   bool causal;
-  float scale_log2;        // softmax_scale * log2 e, rounded to float once
+  float scale_log2;  // softmax_scale * log2 e, rounded to float once
 };
+
+// Decode a stored tensor of n elements to floats.
+inline std::vector<float> decode_tensor(DType t, const void* data, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (t == DType::f32) {
+    const float* f = static_cast<const float*>(data);
+    std::copy(f, f + n, out.begin());
+  } else {
+    const uint16_t* b = static_cast<const uint16_t*>(data);
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = load_as_float(t, b[i]);
+  }
+  return out;
+}
+
+// The tensors of one call, decoded once, and its head counts (group = h / h_kv query heads per
+// KV head).
+struct TwinArgs {
+  DType dtype;
+  int d, h, hkv, group;
+  int64_t total_q;
+  std::vector<float> q, k, v;
+};
+
+inline TwinArgs decode_args(const ac_attention_args& a) {
+  TwinArgs x{DType(a.dtype),
+             a.head_size,
+             a.num_heads,
+             a.num_kv_heads,
+             a.num_heads / a.num_kv_heads,
+             a.cu_seqlens_q_host[a.num_seqs],
+             {},
+             {},
+             {}};
+  const int64_t total_k = a.cu_seqlens_k_host[a.num_seqs];
+  x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
+  x.k = decode_tensor(x.dtype, a.k, total_k * x.hkv * x.d);
+  x.v = decode_tensor(x.dtype, a.v, total_k * x.hkv * x.d);
+  return x;
+}
+
+// The view of (sequence s, query head `head`), reading the KV head kv_head_of<M> picks (mutant 9
+// changes exactly that).
+template <Mutation M = Mutation::none>
+TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int head) {
+  const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.cu_seqlens_k_host[s];
+  const int kvh = kv_head_of<M>(head, x.group, x.hkv);
+  return TwinHeadView{x.dtype,
+                      x.d,
+                      a.cu_seqlens_q_host[s + 1] - q0,
+                      a.cu_seqlens_k_host[s + 1] - k0,
+                      x.q.data() + (q0 * x.h + head) * x.d,
+                      x.k.data() + (k0 * x.hkv + kvh) * x.d,
+                      x.v.data() + (k0 * x.hkv + kvh) * x.d,
+                      int64_t(x.h) * x.d,
+                      int64_t(x.hkv) * x.d,
+                      a.mask ? a.mask + a.cu_mask_host[s] : nullptr,
+                      a.causal != 0,
+                      a.softmax_scale * kLog2e};
+}
 
 // The unnormalised state of one row after the key range [k_lo, k_hi): m (base-2 scaled logits),
 // l, O~ (head_size floats).
@@ -40,11 +103,12 @@ struct TwinRowState {
 // Runs the row tile [row0, row0 + br) over keys [k_lo, k_hi) in tiles of bc, as one CTA does, and
 // returns the state of every row of the tile that exists (row < tq).
 template <Mutation M = Mutation::none>
-std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int br, int bc,
-                                        int64_t k_lo, int64_t k_hi) {
+std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int br, int bc, int64_t k_lo,
+                                        int64_t k_hi) {
   const int d = h.head_size;
   const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(br, h.tq - row0));
-  std::vector<TwinRowState> st(size_t(rows), TwinRowState{neg_inf_f(), 0.0f, std::vector<float>(size_t(d), 0.0f)});
+  std::vector<TwinRowState> st(size_t(rows),
+                               TwinRowState{neg_inf_f(), 0.0f, std::vector<float>(size_t(d), 0.0f)});
   // The kernel stops at the last key the tile's last row can see under causal masking.
   int64_t k_end = k_hi;
   if (h.causal) {
@@ -96,19 +160,6 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
     }
   }
   return st;
-}
-
-// Decode a stored tensor of n elements to floats.
-inline std::vector<float> decode_tensor(DType t, const void* data, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  if (t == DType::f32) {
-    const float* f = static_cast<const float*>(data);
-    std::copy(f, f + n, out.begin());
-  } else {
-    const uint16_t* b = static_cast<const uint16_t*>(data);
-    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = load_as_float(t, b[i]);
-  }
-  return out;
 }
 
 }  // namespace attncheck::kern::fused

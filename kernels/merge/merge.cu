@@ -16,12 +16,10 @@
 // runs one thread per element (every head size 1..512). Indices are 32-bit when the whole
 // problem fits in 2^31 work items, 64-bit otherwise; element offsets are always 64-bit.
 // Check: ctest -R kernels_basic_merge_gpu   (bandwidth: build/tests/kernels_basic/merge_bench)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 #include "common/cuda_check.h"
+#include "common/device_storage.cuh"
 #include "merge/merge.h"
 #include "merge/merge_math.h"
 
@@ -29,26 +27,7 @@ namespace attncheck::kern {
 
 namespace {
 
-template <int DT>
-struct Elem;
-template <>
-struct Elem<AC_DTYPE_F32> {
-  using T = float;
-  static __device__ __forceinline__ float load(T v) { return v; }
-  static __device__ __forceinline__ T store(float f) { return f; }
-};
-template <>
-struct Elem<AC_DTYPE_F16> {
-  using T = __half;
-  static __device__ __forceinline__ float load(T v) { return __half2float(v); }
-  static __device__ __forceinline__ T store(float f) { return __float2half_rn(f); }
-};
-template <>
-struct Elem<AC_DTYPE_BF16> {
-  using T = __nv_bfloat16;
-  static __device__ __forceinline__ float load(T v) { return __bfloat162float(v); }
-  static __device__ __forceinline__ T store(float f) { return __float2bfloat16_rn(f); }
-};
+using dev::Elem;  // common/device_storage.cuh: fp32 on load, one rounding on store
 
 constexpr int kThreads = 256;
 
@@ -64,8 +43,7 @@ __device__ __forceinline__ RowIndex<I> split_index(I idx, I per_row, I num_heads
 
 template <int DT, typename I, MergeMutation M>
 __global__ void __launch_bounds__(kThreads)
-    merge_vector_kernel(const ac_merge_args a, const int lse_base, const I packs_per_row,
-                        const I total) {
+    merge_vector_kernel(const ac_merge_args a, const int lse_base, const I packs_per_row, const I total) {
   using E = Elem<DT>;
   using T = typename E::T;
   constexpr int kPack = 16 / int(sizeof(T));
@@ -75,10 +53,10 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t tok = int64_t(r.tok), h = int64_t(r.head), e = int64_t(r.sub) * kPack;
     const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
     const MergeWeights w = merge_weights<M>(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
-    const T* p = static_cast<const T*>(a.prefix_out) + tok * a.prefix_stride_token +
-                 h * a.prefix_stride_head + e;
-    const T* s = static_cast<const T*>(a.suffix_out) + tok * a.suffix_stride_token +
-                 h * a.suffix_stride_head + e;
+    const T* p =
+        static_cast<const T*>(a.prefix_out) + tok * a.prefix_stride_token + h * a.prefix_stride_head + e;
+    const T* s =
+        static_cast<const T*>(a.suffix_out) + tok * a.suffix_stride_token + h * a.suffix_stride_head + e;
     T* o = static_cast<T*>(a.out) + tok * a.out_stride_token + h * a.out_stride_head + e;
     const uint4 pv = __ldg(reinterpret_cast<const uint4*>(p));
     const uint4 sv = __ldg(reinterpret_cast<const uint4*>(s));
@@ -104,8 +82,10 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t tok = int64_t(r.tok), h = int64_t(r.head), e = int64_t(r.sub);
     const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
     const MergeWeights w = merge_weights<M>(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
-    const T p = static_cast<const T*>(a.prefix_out)[tok * a.prefix_stride_token + h * a.prefix_stride_head + e];
-    const T s = static_cast<const T*>(a.suffix_out)[tok * a.suffix_stride_token + h * a.suffix_stride_head + e];
+    const T p =
+        static_cast<const T*>(a.prefix_out)[tok * a.prefix_stride_token + h * a.prefix_stride_head + e];
+    const T s =
+        static_cast<const T*>(a.suffix_out)[tok * a.suffix_stride_token + h * a.suffix_stride_head + e];
     static_cast<T*>(a.out)[tok * a.out_stride_token + h * a.out_stride_head + e] =
         E::store(merge_element<M>(E::load(p), E::load(s), w));
     if (a.out_lse != nullptr && r.sub == 0) a.out_lse[li] = w.out_lse;
@@ -122,10 +102,11 @@ unsigned grid_for(int64_t total) {
 }
 
 template <int DT, typename I, MergeMutation M = MergeMutation::none>
-void launch(const ac_merge_args& a, const MergeOptions& o, bool vector, int64_t total,
-            int64_t packs_per_row, cudaStream_t stream) {
+void launch(const ac_merge_args& a, const MergeOptions& o, bool vector, int64_t total, int64_t packs_per_row,
+            cudaStream_t stream) {
   if (vector)
-    merge_vector_kernel<DT, I, M><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(packs_per_row), I(total));
+    merge_vector_kernel<DT, I, M>
+        <<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(packs_per_row), I(total));
   else
     merge_scalar_kernel<DT, I, M><<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, I(total));
 }
@@ -135,18 +116,21 @@ void launch_dtype(const ac_merge_args& a, const MergeOptions& o, bool vector, in
                   int64_t packs_per_row, cudaStream_t stream) {
   // Mutants (kernels/mutants/) are instantiated with 64-bit indices only, to keep the build small.
   switch (o.mutation) {
-    case MergeMutation::none: break;
+    case MergeMutation::none:
+      break;
     case MergeMutation::no_inf_mapping:
       return launch<DT, int64_t, MergeMutation::no_inf_mapping>(a, o, vector, total, packs_per_row, stream);
     case MergeMutation::no_both_empty_guard:
-      return launch<DT, int64_t, MergeMutation::no_both_empty_guard>(a, o, vector, total, packs_per_row, stream);
+      return launch<DT, int64_t, MergeMutation::no_both_empty_guard>(a, o, vector, total, packs_per_row,
+                                                                     stream);
     case MergeMutation::multiply_then_divide:
-      return launch<DT, int64_t, MergeMutation::multiply_then_divide>(a, o, vector, total, packs_per_row, stream);
+      return launch<DT, int64_t, MergeMutation::multiply_then_divide>(a, o, vector, total, packs_per_row,
+                                                                      stream);
     case MergeMutation::base_swap:
       return launch<DT, int64_t, MergeMutation::base_swap>(a, o, vector, total, packs_per_row, stream);
   }
   // 32-bit index arithmetic (cheap division) when every work item index and its grid-stride
-  // successor fit; 64-bit otherwise, so huge tensors never wrap (issue 6, mutant 13).
+  // successor fit; 64-bit otherwise, so huge tensors never wrap (the bug of kernels/mutants/ mutant 13).
   if (total < (int64_t(1) << 31) - int64_t(kThreads) * (int64_t(1) << 22))
     launch<DT, uint32_t>(a, o, vector, total, packs_per_row, stream);
   else
@@ -159,10 +143,9 @@ bool merge_cuda_uses_vector_path(const ac_merge_args& a, const MergeOptions& o) 
   if (!o.allow_vector) return false;
   const int64_t elem = a.dtype == AC_DTYPE_F32 ? 4 : 2;
   return (int64_t(a.head_size) * elem) % 16 == 0 && aligned16(a.out) && aligned16(a.prefix_out) &&
-         aligned16(a.suffix_out) && stride16(a.out_stride_token, elem) &&
-         stride16(a.out_stride_head, elem) && stride16(a.prefix_stride_token, elem) &&
-         stride16(a.prefix_stride_head, elem) && stride16(a.suffix_stride_token, elem) &&
-         stride16(a.suffix_stride_head, elem);
+         aligned16(a.suffix_out) && stride16(a.out_stride_token, elem) && stride16(a.out_stride_head, elem) &&
+         stride16(a.prefix_stride_token, elem) && stride16(a.prefix_stride_head, elem) &&
+         stride16(a.suffix_stride_token, elem) && stride16(a.suffix_stride_head, elem);
 }
 
 int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len) {
@@ -174,9 +157,15 @@ int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t 
   const int64_t packs_per_row = vector ? int64_t(a.head_size) * elem / 16 : int64_t(a.head_size);
   const int64_t total = int64_t(a.num_tokens) * a.num_heads * packs_per_row;
   switch (a.dtype) {
-    case AC_DTYPE_F32: launch_dtype<AC_DTYPE_F32>(a, o, vector, total, packs_per_row, stream); break;
-    case AC_DTYPE_F16: launch_dtype<AC_DTYPE_F16>(a, o, vector, total, packs_per_row, stream); break;
-    case AC_DTYPE_BF16: launch_dtype<AC_DTYPE_BF16>(a, o, vector, total, packs_per_row, stream); break;
+    case AC_DTYPE_F32:
+      launch_dtype<AC_DTYPE_F32>(a, o, vector, total, packs_per_row, stream);
+      break;
+    case AC_DTYPE_F16:
+      launch_dtype<AC_DTYPE_F16>(a, o, vector, total, packs_per_row, stream);
+      break;
+    case AC_DTYPE_BF16:
+      launch_dtype<AC_DTYPE_BF16>(a, o, vector, total, packs_per_row, stream);
+      break;
   }
   AC_CUDA_TRY_LAUNCH();
   if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));

@@ -24,7 +24,7 @@ struct MergeOptions {
   bool synchronize = true;   // CUDA only: false skips the final stream sync (benchmarks, callers
                              // that sync themselves); launch errors are still reported
   MergeMutation mutation{};  // none (0); another value runs a deliberately broken variant
-                             // (kernels/mutants/, issue 6) compiled from the same math
+                             // (kernels/mutants/) compiled from the same math
 };
 
 // The checks both launchers run before touching memory: dtype, lse_base, head size (1..512),

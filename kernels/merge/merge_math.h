@@ -8,23 +8,21 @@
 //   out_lse = log(out_se) + M
 // Everything is fp32: the LSEs are fp32 by ABI, outputs are widened to fp32 on load, the scales
 // and the combination are fp32 and the only rounding to the storage type is the final store.
-// The combination is written as an explicit fmaf so host and device round it identically
-// (nvcc would contract p * p_scale + s * s_scale into this fma anyway; g++ would not).
-// Base: lse_base 0 uses expf/logf (natural log, vLLM, FlashAttention); 2 uses exp2f/log2f
-// (FlashInfer, TensorRT-LLM).
+// The combination is written as an explicit fma (hd.h's fma_f) so host and device round it
+// identically (nvcc would contract p * p_scale + s * s_scale into this fma anyway; g++ would not).
+// Base: lse_base 0 uses exp_f/log_f (natural log, vLLM, FlashAttention); 2 uses exp2_f/log2_f
+// (FlashInfer, TensorRT-LLM); hd.h picks expf / std::exp and so on per side.
 // Guards, both from production incidents (FACTS.md):
 //   - an LSE of +inf is FlashAttention-2's empty-row sentinel and is read as -inf (empty);
 //   - both sides empty (M = -inf) would give (-inf) - (-inf) = NaN: the merge of two empty
 //     states is the identity (0, -inf), so the scales are 0 and out_lse is -inf, and the
 //     kernel writes out = 0 exactly (whatever the inputs hold).
 // A NaN LSE propagates (it is not a convention, it is a bug upstream, and must stay visible).
-// Mutation switch (issue 6, kernels/mutants/): merge_weights / merge_element take a compile-time
+// Mutation switch (kernels/mutants/): merge_weights / merge_element take a compile-time
 // MergeMutation; the correct merge is MergeMutation::none, each mutant one other value, so a
 // mutant is the same code with one guard or one order changed, on the GPU and in the host twin.
 // Check: ctest -R kernels_basic_merge
 #pragma once
-#include <cmath>
-
 #include "common/hd.h"
 
 namespace attncheck::kern {
@@ -37,7 +35,7 @@ struct MergeWeights {
   float divisor = 1.0f;  // only MergeMutation::multiply_then_divide divides afterwards
 };
 
-// Deliberately broken variants of the merge (kernels/mutants/, issue 6). none is the kernel.
+// Deliberately broken variants of the merge (kernels/mutants/). none is the kernel.
 enum class MergeMutation : int {
   none = 0,
   no_inf_mapping = 1,        // +inf (FlashAttention-2's empty sentinel) taken as a huge mass
@@ -46,30 +44,12 @@ enum class MergeMutation : int {
   base_swap = 4,             // LSEs read in the other base than the one declared (e <-> 2)
 };
 
-AC_HD float merge_exp(float x, int lse_base) {
-#if defined(__CUDA_ARCH__)
-  return lse_base == 2 ? exp2f(x) : expf(x);
-#else
-  return lse_base == 2 ? std::exp2(x) : std::exp(x);
-#endif
-}
-AC_HD float merge_log(float x, int lse_base) {
-#if defined(__CUDA_ARCH__)
-  return lse_base == 2 ? log2f(x) : logf(x);
-#else
-  return lse_base == 2 ? std::log2(x) : std::log(x);
-#endif
-}
-AC_HD float merge_fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return fmaf(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
+// The LSE base is a declared convention: 0 is natural (e), 2 is base 2 (hd.h's functions).
+AC_HD float merge_exp(float x, int lse_base) { return lse_base == 2 ? exp2_f(x) : exp_f(x); }
+AC_HD float merge_log(float x, int lse_base) { return lse_base == 2 ? log2_f(x) : log_f(x); }
 
 // FlashAttention-2 writes +inf for a row with no keys; every merge maps it to -inf first.
-AC_HD float empty_sentinel_to_neg_inf(float lse) { return lse == INFINITY ? -INFINITY : lse; }
+AC_HD float empty_sentinel_to_neg_inf(float lse) { return lse == pos_inf_f() ? neg_inf_f() : lse; }
 
 template <MergeMutation M = MergeMutation::none>
 AC_HD MergeWeights merge_weights(float p_lse, float s_lse, int lse_base) {
@@ -84,7 +64,7 @@ AC_HD MergeWeights merge_weights(float p_lse, float s_lse, int lse_base) {
   }
   const float max_lse = p_lse > s_lse ? p_lse : s_lse;
   if constexpr (M != MergeMutation::no_both_empty_guard)
-    if (max_lse == -INFINITY) return MergeWeights{0.0f, 0.0f, -INFINITY, true};
+    if (max_lse == neg_inf_f()) return MergeWeights{0.0f, 0.0f, neg_inf_f(), true};
   const float p_se = merge_exp(p_lse - max_lse, lse_base);
   const float s_se = merge_exp(s_lse - max_lse, lse_base);
   const float out_se = p_se + s_se;
@@ -105,8 +85,9 @@ AC_HD MergeWeights merge_weights(float p_lse, float s_lse, int lse_base) {
 template <MergeMutation M = MergeMutation::none>
 AC_HD float merge_element(float p, float s, const MergeWeights& w) {
   if (w.both_empty) return 0.0f;
-  if constexpr (M == MergeMutation::multiply_then_divide) return merge_fma(p, w.p_scale, s * w.s_scale) / w.divisor;
-  return merge_fma(p, w.p_scale, s * w.s_scale);
+  if constexpr (M == MergeMutation::multiply_then_divide)
+    return fma_f(p, w.p_scale, s * w.s_scale) / w.divisor;
+  return fma_f(p, w.p_scale, s * w.s_scale);
 }
 
 }  // namespace attncheck::kern

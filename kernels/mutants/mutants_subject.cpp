@@ -1,13 +1,14 @@
-// ac_subject adapters (plugin ABI) of the mutants (issue 6) and the table that describes them.
-// Each mutant declares exactly the capabilities and conventions of its correct twin (see
-// mutants.h), so the properties judge it by the contract the correct kernel meets. Host twins
-// are registered for every mutant but 12 (a shared-memory race has no host analogue) and 13 (it
-// needs a tensor past 2^31 elements); CUDA variants for all but the two softmax mutants'
-// (which run the CUDA softmax kernel with the same switch) are registered in a CUDA build.
+// ac_subject adapters (plugin ABI) of the mutants and the table that describes them. Each mutant
+// runs its correct twin's own code (merge_host / merge_cuda, softmax_host / softmax_cuda,
+// fused_attention_host, splitkv_attention_host / _cuda, or the fused kernel template through
+// fused_mutant_cuda) with one mutation switched on, and declares the capabilities and conventions
+// of its correct twin's registered subject (mutant_caps), so the properties judge it by the
+// contract the correct kernel meets. Host twins are registered for every mutant but 12 (a
+// shared-memory race has no host analogue) and 13 (it needs a tensor past 2^31 elements); a CUDA
+// build registers every mutant for the CUDA backend as well.
 // Check: ctest --test-dir build -R mutants
-#include <algorithm>
-#include <climits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/registry.h"
@@ -25,37 +26,41 @@ namespace {
 
 constexpr MutantInfo kMutants[] = {
     {1, "mutant-merge-no-inf-map",
-     "merge without the +inf -> -inf mapping: FlashAttention-2's empty sentinel is taken as a huge mass (NaN)",
+     "merge without the +inf -> -inf mapping: FlashAttention-2's empty sentinel is taken as a huge mass "
+     "(NaN)",
      "merge", "merge_sentinels", false},
     {2, "mutant-merge-no-empty-guard",
      "merge without the both-empty guard: (-inf) - (-inf) = NaN (chunked prefill, no prefix hit)", "merge",
      "merge_sentinels", false},
     {3, "mutant-merge-mul-then-div",
-     "merge multiplies by e^(LSE-M) and divides afterwards: p + s overflows fp32 when |O| is near FLT_MAX (fp32, bf16)",
+     "merge multiplies by e^(LSE-M) and divides afterwards: p + s overflows fp32 when |O| is near FLT_MAX "
+     "(fp32, bf16)",
      "merge", "no_spurious_nonfinite", false},
-    {4, "mutant-merge-base2-as-e", "merge declares natural-log LSEs but computes in base 2 (exp2/log2)", "merge",
-     "accuracy", false},
+    {4, "mutant-merge-base2-as-e", "merge declares natural-log LSEs but computes in base 2 (exp2/log2)",
+     "merge", "accuracy", false},
     {5, "mutant-softmax-l-fp16", "online softmax with the running sum l rounded to fp16 after every update",
      "softmax-online", "accuracy", false},
-    {6, "mutant-fused-no-o-rescale", "fused attention rescales l but not O when the running max moves", "fused",
-     "accuracy", false},
+    {6, "mutant-fused-no-o-rescale", "fused attention rescales l but not O when the running max moves",
+     "fused", "accuracy", false},
     {7, "mutant-fused-finite-mask", "fused attention masks with a finite -5e4 instead of -inf", "fused",
      "empty_row_contract", false},
     {8, "mutant-softmax-no-max",
      "softmax without subtracting the max (exp rounded to storage) and without declaring AC_FEAT_NAIVE_EXP",
      "softmax-safe", "no_spurious_nonfinite", false},
-    {9, "mutant-fused-gqa-mod", "fused attention: query head i reads KV head i mod h_kv instead of i / (h / h_kv)",
+    {9, "mutant-fused-gqa-mod",
+     "fused attention: query head i reads KV head i mod h_kv instead of i / (h / h_kv)", "fused", "accuracy",
+     false},
+    {10, "mutant-fused-causal-off-by-one", "fused attention: causal row t sees key t + Tk - Tq + 1 too",
      "fused", "accuracy", false},
-    {10, "mutant-fused-causal-off-by-one", "fused attention: causal row t sees key t + Tk - Tq + 1 too", "fused",
-     "accuracy", false},
     {11, "mutant-splitkv-combine-plus-inf",
      "split-KV combine writes FlashAttention-2's +inf LSE for an all-empty row (declares -inf)", "splitkv",
      "empty_row_contract", false},
     {12, "mutant-fused-missing-barrier",
-     "fused attention without the barrier that protects a K/V buffer before the next prefetch (a race)", "fused",
-     "gpu test: racecheck + run-to-run nondeterminism", true},
-    {13, "mutant-fused-offsets-32bit", "fused attention computes K/V tile offsets in 32 bits (wrap past 2^31)",
-     "fused", "gpu test [large]: 131080 tokens x 128 KV heads x 128", true},
+     "fused attention without the barrier that protects a K/V buffer before the next prefetch (a race)",
+     "fused", "gpu test: racecheck + run-to-run nondeterminism", true},
+    {13, "mutant-fused-offsets-32bit",
+     "fused attention computes K/V tile offsets in 32 bits (wrap past 2^31)", "fused",
+     "gpu test [large]: 131080 tokens x 128 KV heads x 128", true},
 };
 
 enum class Family { merge, softmax, fused, splitkv };
@@ -87,69 +92,46 @@ int softmax_mutant(void* self, const ac_softmax_args* args, char* err, size_t er
 int attention_mutant(void* self, const ac_attention_args* args, char* err, size_t err_len) {
   const auto* s = static_cast<const MutantSelf*>(self);
   if (s->family == Family::splitkv) {
+    SplitKVOptions o;
+    o.mutation = fused::Mutation(s->mutation);
 #if defined(ATTNCHECK_HAVE_CUDA)
-    if (s->cuda) {
-      SplitKVOptions o;
-      o.mutation = fused::Mutation(s->mutation);
-      return splitkv_attention_cuda(*args, o, err, err_len);
-    }
+    if (s->cuda) return splitkv_attention_cuda(*args, o, err, err_len);
 #endif
-    return splitkv_mutant_host(s->mutation, *args, err, err_len);
+    return splitkv_attention_host(*args, o, err, err_len);
   }
 #if defined(ATTNCHECK_HAVE_CUDA)
   if (s->cuda) return fused_mutant_cuda(s->mutation, *args, err, err_len);
 #endif
-  return fused_mutant_host(s->mutation, *args, err, err_len);
-}
-
-ac_caps merge_caps(bool cuda) {
-  ac_caps c{};
-  c.ops = AC_OP_MERGE;
-  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F32) | AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
-  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
-  c.head_size_min = 1;
-  c.head_size_max = 512;
-  c.lse_base = 0;
-  c.lse_layout = AC_LSE_HEADS_TOKENS;
-  c.empty_lse_sign = -1;
-  return c;
-}
-
-ac_caps softmax_caps(bool cuda) {
-  ac_caps c{};
-  c.ops = AC_OP_SOFTMAX;
-  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F32) | AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
-  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
-  c.head_size_min = 1;
-  c.head_size_max = INT_MAX;
-  c.lse_base = 0;
-  c.lse_layout = AC_LSE_HEADS_TOKENS;
-  c.empty_lse_sign = -1;
-  c.features = 0;  // mutant 8's whole point: the naive exp is NOT declared
-  return c;
+  FusedOptions o;
+  o.mutation = fused::Mutation(s->mutation);
+  return fused_attention_host(*args, o, err, err_len);
 }
 
 constexpr int32_t kHead128[] = {128};
 
-// One tiling, (64, 64) = kFusedTilings[0], keeps the CUDA mutants' build small (mutants.cu).
-ac_caps attention_caps(bool cuda, bool splitkv, bool fp16_d128_only) {
-  ac_caps c{};
-  c.ops = splitkv ? AC_OP_SPLITKV : AC_OP_ATTENTION;
-  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | (fp16_d128_only ? 0u : AC_DTYPE_BIT(AC_DTYPE_BF16));
-  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
-  c.head_size_min = fp16_d128_only ? 128 : 64;
-  c.head_size_max = 128;
-  c.head_sizes = fp16_d128_only ? kHead128 : kFusedHeadSizes;
-  c.num_head_sizes = fp16_d128_only ? 1 : 2;
-  c.lse_base = 0;
-  c.lse_layout = AC_LSE_HEADS_TOKENS;
-  c.empty_lse_sign = -1;
-  c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
-  c.tilings = splitkv ? kSplitKVTilings : kFusedTilings;
-  c.num_tilings = splitkv ? kNumSplitKVTilings : 1;
-  c.max_splits = splitkv ? kSplitKVMaxSplits : 1;
-  c.fold_orders = splitkv ? AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE) : 0;
+// A mutant declares its correct twin's capabilities (so it is judged by the contract the correct
+// kernel meets), narrowed to what the mutants compile: the CUDA fused mutants (mutants.cu) are
+// built for one tiling, (64, 64) = the first of kFusedTilings, and the GPU-only ones for fp16 at
+// head size 128 only. Everything else is the twin's, declarations included: mutant 8 runs the
+// naive softmax under softmax-safe's features, without AC_FEAT_NAIVE_EXP, which is its bug.
+ac_caps mutant_caps(const ac_caps& correct, Family family, bool gpu_only) {
+  ac_caps c = correct;
+  if (family == Family::fused) {
+    c.num_tilings = 1;
+    if (gpu_only) {
+      c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16);
+      c.head_size_min = 128;
+      c.head_sizes = kHead128;
+      c.num_head_sizes = 1;
+    }
+  }
   return c;
+}
+
+const ac_subject* find_subject(const std::vector<ac_subject>& subjects, const char* name) {
+  for (const ac_subject& s : subjects)
+    if (std::string_view(s.name) == name) return &s;
+  return nullptr;
 }
 
 struct Registration {
@@ -195,29 +177,30 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
   if (cuda) return;
 #endif
   const int b = cuda ? 1 : 0;
+  const std::vector<ac_subject> correct = builtin_subjects(cuda);
   for (int i = 0; i < kNumMutants; ++i) {
     const MutantInfo& m = kMutants[i];
     const Registration& r = kRegistrations[i];
     if (m.gpu_only && !cuda) continue;
+    const ac_subject* twin = find_subject(correct, m.correct_subject);
+    if (!twin) continue;  // cannot happen for the table above; tests/mutants checks every name
     g_self[b][i] = MutantSelf{r.family, r.mutation, cuda};
-    g_description[b][i] = std::string("MUTANT ") + std::to_string(m.number) + ": " + m.bug + " (killer: " +
-                          m.expected_killer + ")" + (cuda ? "" : " (host twin)");
+    g_description[b][i] = std::string("MUTANT ") + std::to_string(m.number) + ": " + m.bug +
+                          " (killer: " + m.expected_killer + ")" + (cuda ? "" : " (host twin)");
     ac_subject s{};
     s.name = m.name;
     s.description = g_description[b][i].c_str();
     s.self = &g_self[b][i];
+    s.caps = mutant_caps(twin->caps, r.family, m.gpu_only);
     switch (r.family) {
       case Family::merge:
-        s.caps = merge_caps(cuda);
         s.merge = merge_mutant;
         break;
       case Family::softmax:
-        s.caps = softmax_caps(cuda);
         s.softmax = softmax_mutant;
         break;
       case Family::fused:
       case Family::splitkv:
-        s.caps = attention_caps(cuda, r.family == Family::splitkv, m.gpu_only);
         s.attention = attention_mutant;
         break;
     }

@@ -12,7 +12,7 @@
 
 namespace attncheck::kern {
 
-// online_l_fp16 is a deliberately broken variant (kernels/mutants/, issue 6, mutant 5): the online
+// online_l_fp16 is a deliberately broken variant (kernels/mutants/, mutant 5): the online
 // fold with its running sum l rounded to fp16 after every update; never a registered subject of
 // its own except as a mutant.
 enum class SoftmaxVariant { naive, safe, online, online_l_fp16 };

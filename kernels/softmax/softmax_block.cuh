@@ -1,38 +1,16 @@
 // Device side of the row softmax: one thread block of kSoftmaxThreads threads per row, the
 // per-element math and fold order of softmax_math.h (whose header block states the numerics and
-// conventions). Included by softmax.cu and textbook.cu (the textbook softmax step), so the
-// standalone softmax and the textbook attention's P are computed by the same code.
+// conventions); element loads and stores are common/device_storage.cuh's. Included by softmax.cu and
+// textbook.cu (the textbook softmax step), so the standalone softmax and the textbook attention's P are
+// computed by the same code.
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
+#include "common/device_storage.cuh"
 #include "softmax/softmax.h"
 #include "softmax/softmax_math.h"
 
 namespace attncheck::kern::dev {
-
-template <int DT>
-struct Elem;
-template <>
-struct Elem<AC_DTYPE_F32> {
-  using T = float;
-  static __device__ __forceinline__ float load(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
-  static __device__ __forceinline__ void store(void* p, int64_t i, float f) { static_cast<float*>(p)[i] = f; }
-};
-template <>
-struct Elem<AC_DTYPE_F16> {
-  using T = __half;
-  static __device__ __forceinline__ float load(const void* p, int64_t i) { return __half2float(static_cast<const __half*>(p)[i]); }
-  static __device__ __forceinline__ void store(void* p, int64_t i, float f) { static_cast<__half*>(p)[i] = __float2half_rn(f); }
-};
-template <>
-struct Elem<AC_DTYPE_BF16> {
-  using T = __nv_bfloat16;
-  static __device__ __forceinline__ float load(const void* p, int64_t i) { return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]); }
-  static __device__ __forceinline__ void store(void* p, int64_t i, float f) { static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(f); }
-};
 
 __device__ __forceinline__ float shfl_xor(float v, int off) { return __shfl_xor_sync(0xffffffffu, v, off); }
 __device__ __forceinline__ OnlineState shfl_xor(OnlineState v, int off) {
@@ -59,10 +37,18 @@ __device__ T block_fold(T v, T identity, Op op, T* scratch) {
   return scratch[kSoftmaxWarps];
 }
 
-struct FoldMax { __device__ float operator()(float a, float b) const { return fold_max(a, b); } };
-struct FoldSum { __device__ float operator()(float a, float b) const { return fold_sum(a, b); } };
+struct FoldMax {
+  __device__ float operator()(float a, float b) const { return fold_max(a, b); }
+};
+struct FoldSum {
+  __device__ float operator()(float a, float b) const { return fold_sum(a, b); }
+};
 template <bool kLInFp16 = false>
-struct FoldOnline { __device__ OnlineState operator()(OnlineState a, OnlineState b) const { return online_combine<kLInFp16>(a, b); } };
+struct FoldOnline {
+  __device__ OnlineState operator()(OnlineState a, OnlineState b) const {
+    return online_combine<kLInFp16>(a, b);
+  }
+};
 
 // Softmax of one row by the whole block: x (DTIN) -> y (DTOUT), cols elements each. Returns the
 // row's natural-log LSE in every thread. Must be called by all threads of the block.
@@ -77,7 +63,7 @@ __device__ float softmax_row_block(const void* x, void* y, int64_t cols) {
     // e[j] = exp(x[j]) rounded to the output type and stored in y: the materialised intermediate.
     float sum = 0.0f;
     for (int64_t j = t0; j < cols; j += kSoftmaxThreads) {
-      Out::store(y, j, sm_exp(In::load(x, j)));
+      Out::store(y, j, exp_f(In::load(x, j)));
       sum += Out::load(y, j);  // the stored (rounded) value is what gets summed
     }
     sum = block_fold(sum, 0.0f, FoldSum{}, scratch);
@@ -86,14 +72,14 @@ __device__ float softmax_row_block(const void* x, void* y, int64_t cols) {
   } else {
     float m, l;
     if constexpr (V == SoftmaxVariant::safe) {
-      m = -INFINITY;
+      m = neg_inf_f();
       for (int64_t j = t0; j < cols; j += kSoftmaxThreads) m = fold_max(m, In::load(x, j));
-      m = block_fold(m, -INFINITY, FoldMax{}, scratch);
+      m = block_fold(m, neg_inf_f(), FoldMax{}, scratch);
       l = 0.0f;
       for (int64_t j = t0; j < cols; j += kSoftmaxThreads) l += shifted_exp(In::load(x, j), m);
       l = block_fold(l, 0.0f, FoldSum{}, scratch);
     } else {
-      constexpr bool l16 = V == SoftmaxVariant::online_l_fp16;  // the mutant (issue 6, mutant 5)
+      constexpr bool l16 = V == SoftmaxVariant::online_l_fp16;  // the mutant (kernels/mutants/, mutant 5)
       OnlineState s = online_identity();
       for (int64_t j = t0; j < cols; j += kSoftmaxThreads) s = online_push<l16>(s, In::load(x, j));
       s = block_fold(s, online_identity(), FoldOnline<l16>{}, scratch_online);

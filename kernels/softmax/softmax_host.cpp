@@ -21,8 +21,7 @@ int softmax_check_args(const ac_softmax_args& a, char* err, size_t err_len) {
     AC_REFUSE("softmax: impossible shape: rows %d, cols %d", int(a.rows), int(a.cols));
   if (a.rows == 0 || a.cols == 0) return AC_OK;
   if (a.rows > 1 && a.row_stride < a.cols)
-    AC_REFUSE("softmax: impossible shape: row_stride %lld < cols %d", (long long)a.row_stride,
-              int(a.cols));
+    AC_REFUSE("softmax: impossible shape: row_stride %lld < cols %d", (long long)a.row_stride, int(a.cols));
   if (!a.x || !a.y) AC_REFUSE("softmax: null tensor pointer (x, y)");
   const uintptr_t elem = uintptr_t(dtype_size(DType(a.dtype)));
   if (!aligned_to(a.x, elem) || !aligned_to(a.y, elem))
@@ -37,7 +36,7 @@ float softmax_row_host(SoftmaxVariant v, DType in, const void* x, DType out, voi
     for (int64_t t = 0; t < kT; ++t) {
       float sum = 0.0f;
       for (int64_t j = t; j < cols; j += kT) {
-        store_host(y, out, j, sm_exp(load_host(x, in, j)));
+        store_host(y, out, j, exp_f(load_host(x, in, j)));
         sum += load_host(y, out, j);  // the stored (rounded) e[j] is what gets summed
       }
       partial[t] = sum;
@@ -50,11 +49,11 @@ float softmax_row_host(SoftmaxVariant v, DType in, const void* x, DType out, voi
   if (v == SoftmaxVariant::safe) {
     float partial[kSoftmaxThreads];
     for (int64_t t = 0; t < kT; ++t) {
-      float mt = -INFINITY;
+      float mt = neg_inf_f();
       for (int64_t j = t; j < cols; j += kT) mt = fold_max(mt, load_host(x, in, j));
       partial[t] = mt;
     }
-    m = block_fold_host(partial, -INFINITY, fold_max);
+    m = block_fold_host(partial, neg_inf_f(), fold_max);
     for (int64_t t = 0; t < kT; ++t) {
       float lt = 0.0f;
       for (int64_t j = t; j < cols; j += kT) lt += shifted_exp(load_host(x, in, j), m);
@@ -62,7 +61,7 @@ float softmax_row_host(SoftmaxVariant v, DType in, const void* x, DType out, voi
     }
     l = block_fold_host(partial, 0.0f, fold_sum);
   } else {
-    const bool l16 = v == SoftmaxVariant::online_l_fp16;  // the mutant (issue 6, mutant 5)
+    const bool l16 = v == SoftmaxVariant::online_l_fp16;  // the mutant (kernels/mutants/, mutant 5)
     OnlineState partial[kSoftmaxThreads];
     for (int64_t t = 0; t < kT; ++t) {
       OnlineState s = online_identity();
@@ -85,8 +84,7 @@ int softmax_host(const ac_softmax_args& a, SoftmaxVariant v, char* err, size_t e
   const int64_t elem = dtype_size(t);
   for (int64_t r = 0; r < a.rows; ++r) {
     const int64_t off = r * a.row_stride * elem;
-    softmax_row_host(v, t, static_cast<const char*>(a.x) + off, t, static_cast<char*>(a.y) + off,
-                     a.cols);
+    softmax_row_host(v, t, static_cast<const char*>(a.x) + off, t, static_cast<char*>(a.y) + off, a.cols);
   }
   return AC_OK;
 }

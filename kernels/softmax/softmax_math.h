@@ -11,7 +11,8 @@
 //   online  two passes (Milakov and Gimelshein, arXiv:1805.02867): one pass keeps (m, l) with
 //           l rescaled by exp(m_old - m_new) when the max moves; then y = exp(x - m) / l.
 // Accumulators: max, sum and (m, l) are fp32 for every storage type; inputs are widened to fp32
-// on load. Rounding: the output store (y rounded once to the storage type, nearest-even); in the
+// on load; exp and log are hd.h's exp_f / log_f (expf / logf on the device, the float overloads of
+// <cmath> on the host). Rounding: the output store (y rounded once to the storage type, nearest-even); in the
 // naive variant also e[j], rounded to the storage type before the sum (that is the hazard).
 // Fold order (kept identical on host and device): a block of kSoftmaxThreads threads, thread t
 // folds columns t, t + kSoftmaxThreads, ... in order; then each warp of 32 combines its lanes by
@@ -22,13 +23,11 @@
 // variant a row whose e[j] all underflow to 0 in the storage type takes the same path (zeros):
 // that underflow is part of its hazard. Inputs are finite or -inf; +inf or NaN gives NaN.
 // LSE (textbook attention): natural log, m + log(l) (naive: log(sum)), -inf for an empty row.
-// Mutation switch (issue 6, kernels/mutants/): online_push / online_combine take a compile-time
+// Mutation switch (kernels/mutants/, mutant 5): online_push / online_combine take a compile-time
 // flag that keeps l in fp16 (rounded after every update): the "What has to be fp32" hazard, l
 // stalls at 2048 for unit terms and overflows at 65504. The correct kernels never set it.
 // Check: ctest -R kernels_basic_softmax
 #pragma once
-#include <cmath>
-
 #include "common/hd.h"
 #include "common/storage.h"
 
@@ -37,32 +36,17 @@ namespace attncheck::kern {
 constexpr int kSoftmaxThreads = 256;
 constexpr int kSoftmaxWarps = kSoftmaxThreads / 32;
 
-AC_HD float sm_exp(float x) {
-#if defined(__CUDA_ARCH__)
-  return expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-AC_HD float sm_log(float x) {
-#if defined(__CUDA_ARCH__)
-  return logf(x);
-#else
-  return std::log(x);
-#endif
-}
-
 // Online (m, l): l is the sum of exp(x - m) over the folded entries, m their max.
 struct OnlineState {
   float m;
   float l;
 };
-AC_HD OnlineState online_identity() { return OnlineState{-INFINITY, 0.0f}; }
+AC_HD OnlineState online_identity() { return OnlineState{neg_inf_f(), 0.0f}; }
 template <bool kLInFp16 = false>
 AC_HD OnlineState online_push(OnlineState s, float x) {
-  if (x == -INFINITY) return s;  // contributes nothing, and exp((-inf) - (-inf)) would be NaN
+  if (x == neg_inf_f()) return s;  // contributes nothing, and exp((-inf) - (-inf)) would be NaN
   const float m_new = s.m > x ? s.m : x;
-  s.l = s.l * sm_exp(s.m - m_new) + sm_exp(x - m_new);  // s.m = -inf: the first term is 0
+  s.l = s.l * exp_f(s.m - m_new) + exp_f(x - m_new);  // s.m = -inf: the first term is 0
   if constexpr (kLInFp16) s.l = round_through(DType::f16, s.l);
   s.m = m_new;
   return s;
@@ -70,25 +54,25 @@ AC_HD OnlineState online_push(OnlineState s, float x) {
 // Symmetric in a and b (bitwise), so the xor butterfly's operand order does not matter.
 template <bool kLInFp16 = false>
 AC_HD OnlineState online_combine(OnlineState a, OnlineState b) {
-  if (a.m == -INFINITY) return b;
-  if (b.m == -INFINITY) return a;
+  if (a.m == neg_inf_f()) return b;
+  if (b.m == neg_inf_f()) return a;
   const float m = a.m > b.m ? a.m : b.m;
-  float l = a.l * sm_exp(a.m - m) + b.l * sm_exp(b.m - m);
+  float l = a.l * exp_f(a.m - m) + b.l * exp_f(b.m - m);
   if constexpr (kLInFp16) l = round_through(DType::f16, l);
   return OnlineState{m, l};
 }
 
 // exp(x - m) with the fully-masked guard (m = -inf means every x is -inf).
-AC_HD float shifted_exp(float x, float m) { return m == -INFINITY ? 0.0f : sm_exp(x - m); }
+AC_HD float shifted_exp(float x, float m) { return m == neg_inf_f() ? 0.0f : exp_f(x - m); }
 
 // Naive: exp(x) rounded to the storage type (+inf once the exact value rounds past the format).
-AC_HD float naive_stored_exp(DType storage, float x) { return round_through(storage, sm_exp(x)); }
+AC_HD float naive_stored_exp(DType storage, float x) { return round_through(storage, exp_f(x)); }
 
 // The normalisation, with the empty-row convention (sum 0: zeros, not 0/0).
 AC_HD float normalise(float e, float sum) { return sum == 0.0f ? 0.0f : e / sum; }
 
-AC_HD float safe_lse(float m, float l) { return l == 0.0f ? -INFINITY : m + sm_log(l); }
-AC_HD float naive_lse(float sum) { return sm_log(sum); }  // log 0 = -inf; log inf = inf
+AC_HD float safe_lse(float m, float l) { return l == 0.0f ? neg_inf_f() : m + log_f(l); }
+AC_HD float naive_lse(float sum) { return log_f(sum); }  // log 0 = -inf; log inf = inf
 
 AC_HD float fold_max(float a, float b) { return a > b ? a : b; }
 AC_HD float fold_sum(float a, float b) { return a + b; }

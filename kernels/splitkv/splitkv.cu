@@ -7,11 +7,10 @@
 //      O to the input type, writes LSE natural, [heads, tokens], -inf for an empty row.
 // No atomics: every output is written by one thread, so num_splits = 1 is bitwise reproducible.
 // Check: ctest --test-dir build -L gpu -R kernels_attention
-#include <array>
 #include <cstdint>
-#include <utility>
 
 #include "common/cuda_check.h"
+#include "common/device_storage.cuh"
 #include "common/host_tensor.h"
 #include "fused/fused_kernel.cuh"
 #include "splitkv/splitkv.h"
@@ -22,10 +21,10 @@ namespace attncheck::kern {
 namespace {
 
 template <bool BF16, fused::Mutation M = fused::Mutation::none>
-__global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __restrict__ part_o,
-                                                              const float* __restrict__ part_lse, void* out,
-                                                              float* lse, int64_t total_q, int num_heads,
-                                                              int head_size, int num_splits, ac_fold order) {
+__global__ void __launch_bounds__(128)
+    splitkv_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* out,
+                           float* lse, int64_t total_q, int num_heads, int head_size, int num_splits,
+                           ac_fold order) {
   const int64_t pair = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);  // (token, head)
   const int lane = threadIdx.x & 31;
   if (pair >= total_q * num_heads) return;
@@ -35,9 +34,9 @@ __global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __res
   float pl[splitkv::kMaxSplits];
 #pragma unroll
   for (int s = 0; s < splitkv::kMaxSplits; ++s)
-    pl[s] = s < num_splits ? part_lse[s * part_stride + pair] : fused::neg_inf_f();
-  float lse_final = fused::neg_inf_f();
-  uint16_t* o16 = static_cast<uint16_t*>(out) + pair * head_size;
+    pl[s] = s < num_splits ? part_lse[s * part_stride + pair] : neg_inf_f();
+  float lse_final = neg_inf_f();
+  using Out = dev::Elem<BF16 ? AC_DTYPE_BF16 : AC_DTYPE_F16>;
   for (int c = lane; c < head_size; c += 32) {
     float po[splitkv::kMaxSplits], pl_copy[splitkv::kMaxSplits];
 #pragma unroll
@@ -47,28 +46,12 @@ __global__ void __launch_bounds__(128) splitkv_combine_kernel(const float* __res
     }
     float o_final;
     splitkv::fold_partials<M>(po, pl_copy, num_splits, order, o_final, lse_final);
-    if constexpr (BF16) {
-      o16[c] = __bfloat16_as_ushort(__float2bfloat16_rn(o_final));
-    } else {
-      o16[c] = __half_as_ushort(__float2half_rn(o_final));
-    }
+    Out::store(out, pair * head_size + c, o_final);
   }
   if (lse && lane == 0) {
     // Lane 0 folded at least one element (head_size >= 32), so lse_final is the folded LSE.
     lse[int64_t(head) * total_q + tok] = splitkv::final_lse_natural<M>(lse_final);
   }
-}
-
-using PartialFn = cudaError_t (*)(const fused::KernelParams&, int, int, cudaStream_t);
-
-template <bool BF16, int D, size_t... Is>
-constexpr std::array<PartialFn, sizeof...(Is)> partial_table(std::index_sequence<Is...>) {
-  return {&fused::launch_fused_kernel<BF16, D, kSplitKVTilings[Is].br, kSplitKVTilings[Is].bc, true>...};
-}
-template <bool BF16, int D>
-PartialFn pick(int tiling) {
-  static constexpr auto table = partial_table<BF16, D>(std::make_index_sequence<kNumSplitKVTilings>{});
-  return table[size_t(tiling)];
 }
 
 }  // namespace
@@ -85,7 +68,8 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   if (!aligned_to(a.out, 2)) AC_REFUSE("split-KV attention: out must be 2-byte aligned");
   if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("split-KV attention: device cu_seqlens missing");
   if (int64_t(a.num_seqs) * a.num_splits > 65535)
-    AC_REFUSE("split-KV attention: %d sequences x %d splits exceed the grid (65535)", a.num_seqs, a.num_splits);
+    AC_REFUSE("split-KV attention: %d sequences x %d splits exceed the grid (65535)", a.num_seqs,
+              a.num_splits);
   const int max_tq = fused::max_seqlen_q_host(a);
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
   if (total_q == 0) return AC_OK;
@@ -104,8 +88,7 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
 
   const bool bf16 = a.dtype == AC_DTYPE_BF16;
-  PartialFn fn = bf16 ? (a.head_size == 64 ? pick<true, 64>(a.tiling) : pick<true, 128>(a.tiling))
-                      : (a.head_size == 64 ? pick<false, 64>(a.tiling) : pick<false, 128>(a.tiling));
+  const fused::LaunchFn fn = fused::pick_launch<kSplitKVTilings, true>(bf16, a.head_size, a.tiling);
   cudaError_t e = fn(p, max_tq, a.num_seqs, stream);
   if (e == cudaSuccess) {
     const int64_t pairs = total_q * a.num_heads;
@@ -120,11 +103,11 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
       splitkv_combine_kernel<false, kPlusInf><<<blocks, 128, 0, stream>>>(
           p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
     else if (bf16)
-      splitkv_combine_kernel<true><<<blocks, 128, 0, stream>>>(p.part_o, p.part_lse, a.out, a.lse, total_q,
-                                                               a.num_heads, a.head_size, a.num_splits, a.fold_order);
+      splitkv_combine_kernel<true><<<blocks, 128, 0, stream>>>(
+          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
     else
-      splitkv_combine_kernel<false><<<blocks, 128, 0, stream>>>(p.part_o, p.part_lse, a.out, a.lse, total_q,
-                                                                a.num_heads, a.head_size, a.num_splits, a.fold_order);
+      splitkv_combine_kernel<false><<<blocks, 128, 0, stream>>>(
+          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
     e = cudaGetLastError();
   }
   if (!o.workspace) {

@@ -25,8 +25,8 @@ struct SplitKVOptions {
   bool synchronize = true;    // CUDA: synchronise the stream before returning
   void* workspace = nullptr;  // CUDA: device workspace of splitkv_workspace_bytes(); null: allocated per call
   size_t workspace_bytes = 0;
-  // none; combine_plus_inf runs mutant 11's combine (kernels/mutants/, issue 6). CUDA only: the
-  // host twin of the mutant lives in kernels/mutants/.
+  // none; combine_plus_inf runs mutant 11's combine (kernels/mutants/), on both backends; the
+  // partials are the correct ones.
   fused::Mutation mutation = fused::Mutation::none;
 };
 
@@ -35,6 +35,7 @@ size_t splitkv_workspace_bytes(const ac_attention_args& a);
 int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len);
 
 int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len);
+int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len);
 #if defined(ATTNCHECK_HAVE_CUDA)
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len);
 int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len);

@@ -2,7 +2,8 @@
 // key range, the fused twin's tile walk (kernels/fused/fused_twin.h) over that part only, giving
 // the fp32 partial O / l and base-2 LSE the CUDA kernel writes; then the fold of splitkv_math.h in
 // the requested order, in fp32; O rounded to the input type at the store. LSE natural,
-// [heads, tokens]; an empty row: O = 0, LSE = -inf.
+// [heads, tokens]; an empty row: O = 0, LSE = -inf. SplitKVOptions::mutation runs mutant 11
+// (kernels/mutants/) through this same walk instead.
 // Also holds the argument checks and the workspace size shared with the CUDA launcher.
 // Check: ctest --test-dir build -R kernels_attention_twin
 #include <cstdint>
@@ -32,60 +33,70 @@ int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len) {
   return fused_check_args(a, FusedOptions{}, kNumSplitKVTilings, err, err_len);
 }
 
-int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len) {
-  if (int rc = splitkv_check_args(a, err, err_len)) return rc;
-  if (a.num_seqs == 0) return AC_OK;
-  const DType t = DType(a.dtype);
-  const int d = a.head_size, h = a.num_heads, hkv = a.num_kv_heads, group = h / hkv;
+namespace {
+
+// The whole walk: per (sequence, head, row tile) the fused twin's tile walk over each part of the
+// key range, then per element the fold of the parts. M is fused::Mutation::none for the twin,
+// another value for a mutant.
+template <fused::Mutation M>
+void splitkv_host_rows(const ac_attention_args& a) {
+  const fused::TwinArgs x = fused::decode_args(a);
   const int br = kSplitKVTilings[a.tiling].br, bc = kSplitKVTilings[a.tiling].bc;
   const int ns = a.num_splits;
-  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
-  const int64_t total_k = a.cu_seqlens_k_host[a.num_seqs];
-  const std::vector<float> q = fused::decode_tensor(t, a.q, total_q * h * d);
-  const std::vector<float> k = fused::decode_tensor(t, a.k, total_k * hkv * d);
-  const std::vector<float> v = fused::decode_tensor(t, a.v, total_k * hkv * d);
-  const float scale_log2 = a.softmax_scale * fused::kLog2e;
   uint16_t* out = static_cast<uint16_t*>(a.out);
   for (int s = 0; s < a.num_seqs; ++s) {
-    const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.cu_seqlens_k_host[s];
-    const int64_t tq = a.cu_seqlens_q_host[s + 1] - q0;
-    const int tk = a.cu_seqlens_k_host[s + 1] - int(k0);
-    for (int head = 0; head < h; ++head) {
-      const int kvh = head / group;
-      const fused::TwinHeadView view{t, d, tq, tk,
-                                     q.data() + (q0 * h + head) * d,
-                                     k.data() + (k0 * hkv + kvh) * d,
-                                     v.data() + (k0 * hkv + kvh) * d,
-                                     int64_t(h) * d, int64_t(hkv) * d,
-                                     a.mask ? a.mask + a.cu_mask_host[s] : nullptr,
-                                     a.causal != 0, scale_log2};
-      for (int64_t row0 = 0; row0 < tq; row0 += br) {
+    const int64_t q0 = a.cu_seqlens_q_host[s];
+    for (int head = 0; head < x.h; ++head) {
+      const fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
+      for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
         // Partials of every part, as the CUDA kernel writes them to its workspace.
         std::vector<std::vector<fused::TwinRowState>> parts(static_cast<size_t>(ns));
         for (int sp = 0; sp < ns; ++sp) {
           int lo, hi;
-          splitkv::split_range(tk, ns, sp, lo, hi);
-          parts[size_t(sp)] = fused::twin_row_tile(view, row0, br, bc, lo, hi);
+          splitkv::split_range(int(view.tk), ns, sp, lo, hi);
+          parts[size_t(sp)] = fused::twin_row_tile<M>(view, row0, br, bc, lo, hi);
         }
         for (size_t r = 0; r < parts[0].size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
-          float lse_final = fused::neg_inf_f();
-          for (int c = 0; c < d; ++c) {
+          float lse_final = neg_inf_f();
+          for (int c = 0; c < x.d; ++c) {
             float po[splitkv::kMaxSplits] = {}, pl[splitkv::kMaxSplits];
-            for (int sp = 0; sp < splitkv::kMaxSplits; ++sp) pl[sp] = fused::neg_inf_f();
+            for (int sp = 0; sp < splitkv::kMaxSplits; ++sp) pl[sp] = neg_inf_f();
             for (int sp = 0; sp < ns; ++sp) {
               const fused::TwinRowState& st = parts[size_t(sp)][r];
               po[sp] = st.o[size_t(c)] * fused::inverse_row_sum(st.l);
               pl[sp] = fused::partial_lse2(st.m, st.l);
             }
             float o_final;
-            splitkv::fold_partials(po, pl, ns, a.fold_order, o_final, lse_final);
-            out[(tok * h + head) * d + c] = uint16_t(store_from_float(t, o_final));
+            splitkv::fold_partials<M>(po, pl, ns, a.fold_order, o_final, lse_final);
+            out[(tok * x.h + head) * x.d + c] = uint16_t(store_from_float(x.dtype, o_final));
           }
-          if (a.lse) a.lse[int64_t(head) * total_q + tok] = lse_final * fused::kLn2;
+          if (a.lse) a.lse[int64_t(head) * x.total_q + tok] = splitkv::final_lse_natural<M>(lse_final);
         }
       }
     }
+  }
+}
+
+}  // namespace
+
+int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len) {
+  return splitkv_attention_host(a, SplitKVOptions{}, err, err_len);
+}
+
+int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
+  if (int rc = splitkv_check_args(a, err, err_len)) return rc;
+  if (a.num_seqs == 0) return AC_OK;
+  using fused::Mutation;
+  switch (o.mutation) {
+    case Mutation::none:
+      splitkv_host_rows<Mutation::none>(a);
+      break;
+    case Mutation::combine_plus_inf:
+      splitkv_host_rows<Mutation::combine_plus_inf>(a);
+      break;
+    default:
+      AC_REFUSE("split-KV attention: mutation %d has no host twin", int(o.mutation));
   }
   return AC_OK;
 }

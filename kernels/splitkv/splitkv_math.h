@@ -11,6 +11,8 @@
 // The fold order is selectable: left to right ((p0 p1) p2) ..., right to left p0 (p1 (p2 ...)),
 // or a pairwise tree (p0 p1) (p2 p3) ... then pairs of pairs; all in fp32. They agree in real
 // arithmetic; the last bits differ, which is what the fold-order properties look at.
+// exp2 and log2 are hd.h's exp2_f / log2_f (exp2f / log2f on the device, std::exp2 / std::log2
+// in the twin). Mutation switch (kernels/mutants/, mutant 11): final_lse_natural<M>.
 // Check: ctest --test-dir build -R kernels_attention_twin
 #pragma once
 #include "attncheck/plugin_abi.h"
@@ -27,25 +29,25 @@ inline constexpr int kMaxSplits = 16;
 template <Mutation M = Mutation::none>
 AC_HD void merge_partial(float& o_a, float& lse_a, float o_b, float lse_b) {
   const float m = lse_a > lse_b ? lse_a : lse_b;
-  if (m == fused::neg_inf_f()) {  // both empty
+  if (m == neg_inf_f()) {  // both empty
     o_a = 0.0f;
-    lse_a = fused::neg_inf_f();
+    lse_a = neg_inf_f();
     return;
   }
-  const float w_a = fused::exp2_f(lse_a - m), w_b = fused::exp2_f(lse_b - m);
+  const float w_a = exp2_f(lse_a - m), w_b = exp2_f(lse_b - m);
   const float s = w_a + w_b;
   o_a = o_a * (w_a / s) + o_b * (w_b / s);
-  lse_a = m + fused::log2_f(s);
+  lse_a = m + log2_f(s);
 }
 
 // Fold n <= kMaxSplits partials (o[i], lse[i]) in the given order; the result is left in
 // (o_out, lse_out). Indices are compile-time after unrolling, so a GPU thread keeps the arrays in
 // registers.
 template <Mutation M = Mutation::none>
-AC_HD void fold_partials(float (&o)[kMaxSplits], float (&lse)[kMaxSplits], int n, ac_fold order,
-                         float& o_out, float& lse_out) {
+AC_HD void fold_partials(float (&o)[kMaxSplits], float (&lse)[kMaxSplits], int n, ac_fold order, float& o_out,
+                         float& lse_out) {
   if (order == AC_FOLD_RIGHT) {
-    float so = 0.0f, sl = fused::neg_inf_f();
+    float so = 0.0f, sl = neg_inf_f();
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -90,7 +92,7 @@ AC_HD void fold_partials(float (&o)[kMaxSplits], float (&lse)[kMaxSplits], int n
 template <Mutation M = Mutation::none>
 AC_HD float final_lse_natural(float lse2) {
   if constexpr (M == Mutation::combine_plus_inf)
-    if (lse2 == fused::neg_inf_f()) return fused::pos_inf_f();
+    if (lse2 == neg_inf_f()) return pos_inf_f();
   return lse2 * fused::kLn2;
 }
 

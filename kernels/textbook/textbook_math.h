@@ -5,8 +5,8 @@
 //   S[h, i, j] = scale * sum_c Q[i, h, c] K[j, kv(h), c]   if key j is visible to query i,
 //              = -inf                                       otherwise,
 //   P[h, i, :] = softmax(S[h, i, :]),  O[i, h, :] = sum_j P[h, i, j] V[j, kv(h), :].
-// Accumulators: the dot product and P V are fp32 fma chains in index order (c = 0 .. d-1,
-// j = 0 .. T_k-1), the same order on host and device; the scale multiplies the finished dot
+// Accumulators: the dot product and P V are fp32 fma chains (hd.h's fma_f) in index order
+// (c = 0 .. d-1, j = 0 .. T_k-1), the same order on host and device; the scale multiplies the finished dot
 // product. Rounding points: S to its storage type (fp32, or the input type for the naive
 // variant), P to the input type (as production kernels round P before P V), O to the input type.
 // Conventions: GQA kv(h) = h / (num_heads / num_kv_heads); causal is bottom-right aligned (query
@@ -15,7 +15,6 @@
 // m + log(l) of the row of S, in [heads, total_q] or [total_q, heads] layout.
 // Check: ctest -R kernels_basic_textbook
 #pragma once
-#include <cmath>
 #include <cstdint>
 
 #include "attncheck/plugin_abi.h"
@@ -28,14 +27,9 @@ AC_HD int32_t kv_head_of(int32_t h, int32_t num_heads, int32_t num_kv_heads) {
 }
 AC_HD bool causal_visible(int64_t i, int64_t j, int64_t tq, int64_t tk) { return j <= i + tk - tq; }
 
-AC_HD float dot_step(float acc, float q, float k) {
-#if defined(__CUDA_ARCH__)
-  return fmaf(q, k, acc);
-#else
-  return std::fma(q, k, acc);
-#endif
-}
-AC_HD float masked_score(bool visible, float dot, float scale) { return visible ? scale * dot : -INFINITY; }
+// One step of the fp32 dot-product chain, an explicit fma (hd.h) so host and device round alike.
+AC_HD float dot_step(float acc, float q, float k) { return fma_f(q, k, acc); }
+AC_HD float masked_score(bool visible, float dot, float scale) { return visible ? scale * dot : neg_inf_f(); }
 
 AC_HD int64_t lse_index(ac_lse_layout layout, int64_t head, int64_t token, int64_t num_heads,
                         int64_t total_q) {
