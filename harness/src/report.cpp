@@ -3,6 +3,8 @@
 // the strings "inf", "-inf" and "nan" and read back as such.
 #include "attncheck/report.hpp"
 
+#include "attncheck/version.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,7 +22,7 @@
 
 namespace attncheck {
 
-const char* const kToolVersion = "0.1.0";
+const char* const kToolVersion = ATTNCHECK_VERSION;  // project(VERSION) in the root CMakeLists.txt
 
 using nlohmann::json;
 
