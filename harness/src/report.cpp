@@ -3,8 +3,6 @@
 // the strings "inf", "-inf" and "nan" and read back as such.
 #include "attncheck/report.hpp"
 
-#include "attncheck/version.hpp"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,6 +17,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "attncheck/version.hpp"
 
 namespace attncheck {
 
