@@ -1,14 +1,16 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Pictures of an attncheck report directory, drawn from its report.json (schema: reports/README.md).
 
-    /usr/bin/python3 harness/plots/plot_report.py REPORT_DIR/report.json --out REPORT_DIR/plots
+    attncheck plot REPORT_DIR
+    python3 harness/plots/plot_report.py REPORT_DIR/report.json --out REPORT_DIR/plots
 
 Writes, as PNG and SVG:
   tiling-<subject>-<dtype>.{png,svg}   heatmaps of max and p99 ulp error per tiling (Br x Bc)
   histogram-<subject>.{png,svg}        ulp-error histogram of each subject (all properties, dtypes, outputs)
   drift-<subject>-<dtype>.{png,svg}    split-order drift: max ulp per split count, one line per fold order
-Uses Debian's python3-matplotlib (run with /usr/bin/python3, not a pyenv python). Without
-matplotlib it prints one note and exits 0: the report files never depend on the pictures.
+Uses matplotlib (Debian: python3-matplotlib). Without it, it prints one note and exits
+EXIT_NO_MATPLOTLIB, which `attncheck plot` (harness/src/plot.cpp) takes as "try the next python3 on
+PATH"; the report files never depend on the pictures.
 Each file is written under a temporary name and renamed, so a reader never sees half a picture.
 """
 import argparse
@@ -17,6 +19,8 @@ import math
 import os
 import re
 import sys
+
+EXIT_NO_MATPLOTLIB = 3  # kScriptNoMatplotlib in harness/src/plot.cpp
 
 
 def safe(name):
@@ -145,8 +149,8 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("plots skipped: matplotlib is not installed for this python (apt install python3-matplotlib)")
-        return 0
+        print(f"plots skipped: {sys.executable} has no matplotlib (apt-get install python3-matplotlib)", file=sys.stderr)
+        return EXIT_NO_MATPLOTLIB
     with open(args.report) as f:
         report = json.load(f)
     os.makedirs(args.out, exist_ok=True)

@@ -23,9 +23,11 @@
 #include <set>
 #include <sstream>
 
+#include "attncheck/version.hpp"
+
 namespace attncheck {
 
-const char* const kToolVersion = "0.1.0";
+const char* const kToolVersion = ATTNCHECK_VERSION;  // project(VERSION) in the root CMakeLists.txt
 
 using nlohmann::json;
 

@@ -21,7 +21,7 @@
 namespace attncheck {
 
 constexpr int kReportSchemaVersion = 1;
-extern const char* const kToolVersion;  // attncheck's version, "0.1.0"
+extern const char* const kToolVersion;  // attncheck's version (version.hpp)
 
 struct ReportError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -43,12 +43,10 @@
 #include "mutants.hpp"
 #include "options.hpp"
 #include "pair_pool.hpp"
+#include "plot.hpp"
 
 #ifndef ATTNCHECK_GIT_DESCRIBE
 #define ATTNCHECK_GIT_DESCRIBE ""
-#endif
-#ifndef ATTNCHECK_PLOT_SCRIPT
-#define ATTNCHECK_PLOT_SCRIPT ""
 #endif
 
 namespace ac = attncheck;
@@ -319,23 +317,7 @@ class Progress {
   clock::time_point start_;
 };
 
-void render_plots(const std::string& dir, bool quiet) {
-  const std::string script = ATTNCHECK_PLOT_SCRIPT;
-  if (script.empty() || !fs::exists(script)) return;
-  if (!fs::exists("/usr/bin/python3")) {
-    if (!quiet) std::fprintf(stderr, "plots skipped: /usr/bin/python3 not found\n");
-    return;
-  }
-  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + dir + "/report.json' --out '" + dir + "/plots' 2>&1";
-  if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[512];
-    std::string out;
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    const int rc = ::pclose(p);
-    if (!quiet && !out.empty()) std::fprintf(stderr, "%s", out.c_str());
-    if (rc != 0 && !quiet) std::fprintf(stderr, "plots: the plotting script failed (report files are complete)\n");
-  }
-}
+using ac::render_plots;  // plot.cpp
 
 int worst_exit(const ac::Report& r) {
   const std::string v = r.verdict();
@@ -847,7 +829,9 @@ int run_report_merge(const std::vector<std::string>& dirs, const std::string& ou
 int main(int argc, char** argv) {
   CLI::App app{"attncheck: checks attention kernels against exact (arbitrary-precision) answers"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("attncheck ") + ac::kToolVersion + " " + ATTNCHECK_GIT_DESCRIBE);
+  const std::string git_describe = ATTNCHECK_GIT_DESCRIBE;
+  app.set_version_flag("--version", std::string("attncheck ") + ac::kToolVersion +
+                                        (git_describe.empty() ? "" : " (" + git_describe + ")"));
   const std::string command = joined_command(argc, argv);
 
   std::string backend = "auto";
@@ -941,6 +925,7 @@ int main(int argc, char** argv) {
 
   auto* selfcheck = app.add_subcommand("selfcheck", "the exact reference checks itself against known values");
   const auto mutants = ac::cli::add_mutants_command(app);  // mutants.cpp (issue 6)
+  const auto plot = ac::cli::add_plot_command(app);        // plot.cpp
 
   try {
     app.parse(argc, argv);
@@ -978,6 +963,7 @@ int main(int argc, char** argv) {
     }
     if (rmerge->parsed()) return run_report_merge(merge_dirs, merge_out, merge_no_plots);
     if (mutants.app->parsed()) return mutants.run();
+    if (plot.app->parsed()) return plot.run();
     if (selfcheck->parsed()) {
       try {
         std::printf("%s\n", attncheck::ref::self_check().c_str());

@@ -1,0 +1,184 @@
+// See plot.hpp. The script is started with posix_spawn and an argument vector (no shell), so
+// report directories with spaces or quotes in their names need no escaping.
+#include "plot.hpp"
+
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#ifndef ATTNCHECK_PLOT_SCRIPT_FROM_BIN
+#define ATTNCHECK_PLOT_SCRIPT_FROM_BIN ""
+#endif
+#ifndef ATTNCHECK_PLOT_SCRIPT_SOURCE
+#define ATTNCHECK_PLOT_SCRIPT_SOURCE ""
+#endif
+
+extern char** environ;
+
+namespace attncheck {
+namespace fs = std::filesystem;
+
+namespace {
+
+// plot_report.py's exit status when its python has no matplotlib (EXIT_NO_MATPLOTLIB there).
+constexpr int kScriptNoMatplotlib = 3;
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// Every python3 on PATH, in PATH order. More than one is common (a pyenv or venv python first,
+// the distribution's after it), and only some of them have matplotlib.
+std::vector<std::string> pythons_on_path() {
+  std::vector<std::string> found;
+  std::set<std::string> seen;
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    const std::string candidate = dir + "/python3";
+    if (::access(candidate.c_str(), X_OK) != 0 || !is_file(candidate)) continue;
+    std::error_code ec;
+    const std::string key = fs::canonical(candidate, ec).string();
+    if (!seen.insert(ec ? candidate : key).second) continue;
+    found.push_back(candidate);
+  }
+  return found;
+}
+
+struct Run {
+  int status = -1;  // exit status; -1 when it could not be started or did not exit normally
+  std::string output;
+};
+
+// Runs argv[0] with argv, stdout and stderr captured together.
+Run run_captured(const std::vector<std::string>& args) {
+  Run r;
+  int fds[2];
+  if (::pipe(fds) != 0) return r;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  posix_spawn_file_actions_addclose(&fa, fds[1]);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int err = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(fds[1]);
+  if (err == 0) {
+    char buf[512];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof buf)) > 0) r.output.append(buf, size_t(n));
+  }
+  ::close(fds[0]);
+  if (err != 0) return r;
+  int ws = 0;
+  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
+  return r;
+}
+
+std::string how_to_get_pictures(const std::string& report_dir) {
+  return "for pictures: apt-get install python3-matplotlib, then attncheck plot " + report_dir;
+}
+
+}  // namespace
+
+std::string find_plot_script(std::string* tried) {
+  std::string chosen;
+  if (const char* env = std::getenv("ATTNCHECK_PLOT_SCRIPT"); env && *env) {
+    chosen = env;
+  } else {
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    const std::string from_bin = ATTNCHECK_PLOT_SCRIPT_FROM_BIN;
+    if (!ec && !from_bin.empty() && is_file(exe.parent_path() / from_bin))
+      chosen = (exe.parent_path() / from_bin).lexically_normal().string();
+    else
+      chosen = ATTNCHECK_PLOT_SCRIPT_SOURCE;
+  }
+  if (tried) *tried = chosen;
+  return !chosen.empty() && is_file(chosen) ? chosen : std::string();
+}
+
+PlotStatus render_plots(const std::string& report_dir, bool quiet) {
+  auto note = [&](const std::string& line) {
+    if (!quiet) std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  const std::string report = report_dir + "/report.json";
+  if (!is_file(report)) {
+    note("plots: no report.json in " + report_dir);
+    return PlotStatus::no_report;
+  }
+  std::string tried;
+  const std::string script = find_plot_script(&tried);
+  if (script.empty()) {
+    note("plots skipped: plot script " + (tried.empty() ? std::string("plot_report.py") : tried) +
+         " not found (set ATTNCHECK_PLOT_SCRIPT)");
+    return PlotStatus::no_script;
+  }
+  const auto pythons = pythons_on_path();
+  if (pythons.empty()) {
+    note("plots skipped: no python3 on PATH; " + how_to_get_pictures(report_dir));
+    return PlotStatus::no_python;
+  }
+  for (const auto& python : pythons) {
+    const Run r = run_captured({python, script, report, "--out", report_dir + "/plots"});
+    if (r.status == kScriptNoMatplotlib) continue;  // try the next python3 on PATH
+    if (r.status == 0) {
+      if (!quiet && !r.output.empty()) std::fprintf(stderr, "%s", r.output.c_str());
+      return PlotStatus::drawn;
+    }
+    if (!quiet) {
+      if (!r.output.empty()) std::fprintf(stderr, "%s", r.output.c_str());
+      std::fprintf(stderr, "plots: %s %s failed (report files are complete)\n", python.c_str(),
+                   script.c_str());
+    }
+    return PlotStatus::failed;
+  }
+  note("plots skipped: no python3 on PATH has matplotlib; " + how_to_get_pictures(report_dir));
+  return PlotStatus::no_matplotlib;
+}
+
+namespace cli {
+
+PlotCommand add_plot_command(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  PlotCommand c;
+  c.app = app.add_subcommand(
+      "plot", "draw a report directory's pictures into REPORT_DIR/plots (python3, matplotlib)");
+  c.app->add_option("report_dir", *dir, "report directory (holds report.json)")->required();
+  // Exit 0 drawn; 1 the script failed; 2 nothing drawn (no report, script, python3 or matplotlib).
+  c.run = [dir]() {
+    switch (render_plots(*dir, false)) {
+      case PlotStatus::drawn:
+        std::printf("attncheck: plots in %s/plots/\n", dir->c_str());
+        return 0;
+      case PlotStatus::failed:
+        return 1;
+      default:
+        return 2;
+    }
+  };
+  return c;
+}
+
+}  // namespace cli
+}  // namespace attncheck
