@@ -38,6 +38,7 @@
 #include "attncheck/shard.hpp"
 #include "mutants.hpp"
 #include "options.hpp"
+#include "worker_subject.hpp"
 
 #ifndef ATTNCHECK_GIT_DESCRIBE
 #define ATTNCHECK_GIT_DESCRIBE ""
@@ -124,6 +125,25 @@ struct SubjectSet {
   size_t first_plugin = 0;         // all[first_plugin..] came from plugins
 };
 
+// Worker subjects (--worker, --isolate, --call-timeout), shared by every command that loads subjects.
+struct WorkerFlags {
+  std::vector<std::string> commands;
+  bool isolate = false;
+  double call_timeout_s = ac::worker::kDefaultCallTimeoutS;
+};
+WorkerFlags g_worker_flags;
+
+void load_worker(SubjectSet& set, const std::string& command, const std::string& origin) {
+  ac::worker::WorkerOptions wo;
+  wo.call_timeout_s = g_worker_flags.call_timeout_s;
+  wo.origin = origin;
+  try {
+    for (auto& s : ac::worker::load_worker_subjects(command, wo)) set.all.push_back(std::move(s));
+  } catch (const ac::worker::HandshakeError& e) {
+    throw UsageError(e.what());
+  }
+}
+
 SubjectSet load_subject_set(const std::string& backend_name, const std::vector<std::string>& plugins) {
   SubjectSet set;
   ac::Backend requested;
@@ -140,8 +160,13 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
   }
   set.first_plugin = set.all.size();
   const bool cuda_usable = set.backend == ac::Backend::cuda || ac::cuda_device_available();
+  if (!(g_worker_flags.call_timeout_s > 0)) throw UsageError("--call-timeout must be positive");
   for (const auto& path : plugins) {
     if (!fs::exists(path)) throw UsageError("plugin " + path + ": no such file");
+    if (g_worker_flags.isolate) {
+      load_worker(set, ac::worker::isolate_command(fs::absolute(path).string()), path);
+      continue;
+    }
     ac::LoadedPlugin p;
     try {
       p = ac::load_plugin(path);
@@ -156,8 +181,9 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
       set.all.push_back(std::move(s));
     }
   }
+  for (const auto& command : g_worker_flags.commands) load_worker(set, command, "");
   const std::string dup = ac::first_duplicate_name(set.all);
-  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in and plugin, or two plugins)");
+  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
   return set;
 }
 
@@ -299,7 +325,8 @@ struct CheckOptions {
 int run_check(const CheckOptions& o, const std::string& command) {
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
-  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects), !o.plugins.empty());
+  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects),
+                                                           !o.plugins.empty() || !g_worker_flags.commands.empty());
   const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
@@ -372,6 +399,7 @@ int run_check(const CheckOptions& o, const std::string& command) {
     // A plugin is foreign code that may kill the process on the host too: write each case
     // before calling it, as for CUDA subjects (the properties always do for those).
     cfg.write_ahead = subject->origin() != "builtin";
+    cfg.before_launch = ac::worker::call_context_hook(*subject, shard_index);
     const ac::PropertyResult r = ac::run_property(property->name, *subject, cfg);
     ac::ReportEntry e = ac::entry_from_result(r, *subject, shard_index);
     e.shards = {shard_index};
@@ -473,6 +501,7 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
   for (const auto& it : items) {
     ac::Subject* s = find(subject_name.empty() ? it.c.subject : subject_name);
     ac::ReplayResult r;
+    ac::worker::set_call_context(*s, it.c.property, it.path);
     try {
       r = ac::replay_case(it.c, *s, it.path);
     } catch (const ac::SubjectError& e) {
@@ -595,7 +624,8 @@ int run_list(const std::string& backend, const std::vector<std::string>& plugins
   std::printf("\nsubjects:\n");
   for (const auto& s : set.all) {
     std::printf("  %-22s %-4s %-8s %s\n", s->name().c_str(), s->backend().c_str(),
-                s->origin() == "builtin" ? "builtin" : "plugin", s->description().c_str());
+                s->origin() == "builtin" ? "builtin" : s->origin().rfind("worker", 0) == 0 ? "worker" : "plugin",
+                s->description().c_str());
     std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
     if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
   }
@@ -647,6 +677,12 @@ int main(int argc, char** argv) {
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("--backend", backend, "auto (GPU if present, else host twins) | cuda | host");
     sub->add_option("--plugin", plugins, "shared library exporting the attncheck plugin ABI (repeatable)");
+    sub->add_option("--worker", g_worker_flags.commands,
+                    "\"CMD ARGS\": a worker process serving subjects (WORKER_PROTOCOL.md; repeatable)")
+        ->allow_extra_args(false);
+    sub->add_flag("--isolate", g_worker_flags.isolate, "host each --plugin in a worker process (a crash is exit 3, not a dead harness)");
+    sub->add_option("--call-timeout", g_worker_flags.call_timeout_s,
+                    "seconds a worker may take per call before it is killed and restarted (default 60)");
   };
 
   auto* list = app.add_subcommand("list", "subjects (built-in and plugin) with capabilities; properties");
