@@ -38,7 +38,7 @@ struct Host {
 };
 
 [[noreturn]] void transport_failed(const Host& h, const std::string& what) {
-  throw SubjectError(SubjectError::Kind::transport_failed, "transport failed: worker '" + h.command + "' " + what);
+  throw SubjectError(SubjectError::Kind::transport_failed, "transport failed: " + what + " [worker: " + h.command + "]");
 }
 
 void require_size(const char* what, size_t got, size_t want) {
@@ -216,7 +216,7 @@ class WorkerSubject final : public Subject {
     reply = host_->hello(std::max(kMinHandshakeTimeoutS, host_->call_timeout_s));
     if (reply.value("status", "") != "ok" || !reply.contains("subjects") || reply["subjects"] != host_->declared) {
       host_->process.shutdown();
-      throw TransportError("declared different subjects after its restart (" + reply.dump().substr(0, 80) + ")");
+      throw TransportError("worker declared different subjects after its restart (" + reply.dump().substr(0, 80) + ")");
     }
   }
 
@@ -248,11 +248,11 @@ class WorkerSubject final : public Subject {
     if (status == "error") throw SubjectError(SubjectError::Kind::internal, where + why);
     if (status != "ok") {
       host_->process.shutdown();
-      transport_failed(*host_, "broke the protocol: unknown reply status '" + status + "' (ok, unsupported, device_error, error)");
+      transport_failed(*host_, "worker broke the protocol: unknown reply status '" + status + "' (ok, unsupported, device_error, error)");
     }
     if (!reply.contains("written") || !reply["written"].is_object()) {
       host_->process.shutdown();
-      transport_failed(*host_, "broke the protocol: an ok reply without \"written\" (bytes written per output)");
+      transport_failed(*host_, "worker broke the protocol: an ok reply without \"written\" (bytes written per output)");
     }
     for (const auto& [name, t] : outputs) {
       const json& w = reply["written"];
