@@ -108,9 +108,11 @@ def check(subject_or_callable, properties=None, cases=100, seed=1, *, suite=None
         cmd += ["--max-keys", str(max_keys)]
     cmd += list(extra_args)
     env = dict(os.environ)
-    # The worker imports this package from where it is, installed or not.
+    # The worker imports this package from where it is (installed or not), and sees the test's
+    # sys.path, so whatever the test could import (conftest-added folders included) it can too.
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    paths = [pkg_root] + [p for p in sys.path if p and os.path.isdir(p)]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.setdefault("CI", "true")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     report = None
@@ -120,11 +122,11 @@ def check(subject_or_callable, properties=None, cases=100, seed=1, *, suite=None
             report = json.load(f)
     result = CheckResult(proc.returncode, report_dir, report, proc.stdout, proc.stderr, shlex.join(cmd))
     if proc.returncode != 0 and raise_on_failure:
-        raise AttncheckFailure(_summary(result, binary, worker), result)
+        raise AttncheckFailure(_summary(result, binary, worker, env), result)
     return result
 
 
-def _summary(result, binary, worker):
+def _summary(result, binary, worker, env):
     lines = [f"attncheck exited {result.exit_code}; report in {result.report_dir}/ (report.md, report.json)"]
     if result.report is None:
         err = result.stderr.strip().splitlines()
@@ -140,7 +142,7 @@ def _summary(result, binary, worker):
             rep = f"{shlex.quote(binary)} replay {shlex.quote(f)} --subject {r['subject']} --worker {shlex.quote(worker)}"
             if r["status"] == "failed":
                 try:
-                    out = subprocess.run(shlex.split(rep), capture_output=True, text=True, timeout=600).stdout
+                    out = subprocess.run(shlex.split(rep), capture_output=True, text=True, timeout=600, env=env).stdout
                     worst = [ln for ln in out.splitlines() if ln.startswith("  ") and "ulp" in ln][:5]
                     lines += ["  worst: " + w.strip() for w in worst]
                 except (OSError, subprocess.TimeoutExpired):
