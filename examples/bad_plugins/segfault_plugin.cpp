@@ -25,7 +25,8 @@ ac_caps caps() {
   c.empty_lse_sign = -1;
   return c;
 }
-const ac_subject g_subjects[] = {{"segfault-merge", "dies of SIGSEGV on every call", caps(), segfaulting_merge, nullptr, nullptr, nullptr}};
+const ac_subject g_subjects[] = {{"segfault-merge", "dies of SIGSEGV on every call", caps(),
+                                  segfaulting_merge, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "segfault", 1, g_subjects};
 }  // namespace
 

@@ -2,7 +2,6 @@
 (failing property, worst elements, shrunk case, reproduce command), a crashing one says so."""
 import os
 
-import numpy as np
 import pytest
 
 import attncheck as ac
@@ -16,24 +15,11 @@ def test_passing_subject(binary, tmp_path):
     assert os.path.exists(tmp_path / "r" / "report.md")
 
 
-def _merge_without_empty_guard(call):
-    # The chunked-prefill bug: weights e^(lse - max) with max = -inf when both states are empty.
-    import numpy_subjects
-    out, lse = numpy_subjects.merge_states(call)
-    pl = ac.helpers.lse_from_layout(np.asarray(call.prefix_lse), call.lse_layout)
-    sl = ac.helpers.lse_from_layout(np.asarray(call.suffix_lse), call.lse_layout)
-    both = (pl == -np.inf) & (sl == -np.inf)
-    out = np.where(both[..., None], np.array(np.nan, out.dtype), out)
-    lse = ac.helpers.lse_to_layout(np.where(both, np.float32(np.nan), ac.helpers.lse_from_layout(lse, call.lse_layout)), call.lse_layout)
-    return out, lse
-
-
-unguarded_merge = ac.subject(name="merge-np-unguarded", ops="merge", dtypes=("fp32",))(_merge_without_empty_guard)
-
-
 def test_failing_subject_reports_property_worst_elements_case_and_reproduce(binary, tmp_path):
     with pytest.raises(ac.AttncheckFailure) as e:
-        ac.check(unguarded_merge, properties="merge_sentinels", cases=100, report_dir=tmp_path / "r", binary=binary)
+        # A "module:object" spec: the worker imports it from the test's sys.path.
+        ac.check("unguarded_merge:merge_np_unguarded", properties="merge_sentinels", cases=100, report_dir=tmp_path / "r",
+                 binary=binary)
     msg = str(e.value)
     assert "merge-np-unguarded / merge_sentinels: failed" in msg
     assert "worst:" in msg and "case file:" in msg and "reproduce:" in msg and "--worker" in msg

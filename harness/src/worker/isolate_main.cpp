@@ -38,12 +38,15 @@ void map_arena(size_t bytes) {
   if (bytes <= g_arena_size) return;
   if (g_arena) ::munmap(g_arena, g_arena_size);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, w::kArenaFd, 0);
-  if (p == MAP_FAILED) throw w::ProtocolError("cannot map the arena (fd 3, " + std::to_string(bytes) + " bytes)");
+  if (p == MAP_FAILED)
+    throw w::ProtocolError("cannot map the arena (fd 3, " + std::to_string(bytes) + " bytes)");
   g_arena = static_cast<unsigned char*>(p);
   g_arena_size = bytes;
 }
 
-w::TensorRef in(const json& r, const char* group, const char* name) { return w::tensor_from_json(r.at(group).at(name), name); }
+w::TensorRef in(const json& r, const char* group, const char* name) {
+  return w::tensor_from_json(r.at(group).at(name), name);
+}
 
 json serve_call(const json& r, ac::Subject& s) {
   const std::string op = r.at("op");
@@ -146,8 +149,12 @@ int main(int argc, char** argv) {
           continue;
         }
         json subjects = json::array();
-        for (const auto& s : plugin.subjects) subjects.push_back(w::caps_to_json(s->name(), s->description(), s->caps()));
-        reply({{"status", "ok"}, {"protocol", w::kProtocolVersion}, {"worker", "attncheck-isolate " + plugin.path}, {"subjects", subjects}});
+        for (const auto& s : plugin.subjects)
+          subjects.push_back(w::caps_to_json(s->name(), s->description(), s->caps()));
+        reply({{"status", "ok"},
+               {"protocol", w::kProtocolVersion},
+               {"worker", "attncheck-isolate " + plugin.path},
+               {"subjects", subjects}});
         continue;
       }
       if (op == "shutdown") {

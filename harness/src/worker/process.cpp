@@ -58,9 +58,11 @@ void Arena::reserve(size_t bytes) {
   if (bytes <= size_) return;
   size_t n = size_ ? size_ : 1;
   while (n < bytes) n *= 2;
-  if (::ftruncate(fd_, off_t(n)) != 0) throw TransportError(std::string("cannot grow the shared arena: ") + std::strerror(errno));
+  if (::ftruncate(fd_, off_t(n)) != 0)
+    throw TransportError(std::string("cannot grow the shared arena: ") + std::strerror(errno));
   void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) throw TransportError(std::string("cannot map the shared arena: ") + std::strerror(errno));
+  if (p == MAP_FAILED)
+    throw TransportError(std::string("cannot map the shared arena: ") + std::strerror(errno));
   if (base_) ::munmap(base_, size_);
   base_ = static_cast<unsigned char*>(p);
   size_ = n;
@@ -104,7 +106,8 @@ void WorkerProcess::start() {
   posix_spawnattr_setsigdefault(&attr, &dflt);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   const std::string script = "exec " + command_;
-  char* argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"), const_cast<char*>(script.c_str()), nullptr};
+  char* argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"), const_cast<char*>(script.c_str()),
+                  nullptr};
   pid_t pid = -1;
   const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -122,7 +125,8 @@ void WorkerProcess::start() {
   to_worker_ = in[1];
   from_worker_ = out[0];
   err_from_worker_ = err[0];
-  for (int fd : {to_worker_, from_worker_, err_from_worker_}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  for (int fd : {to_worker_, from_worker_, err_from_worker_})
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   out_buf_.clear();
   err_partial_.clear();
   err_lines_.clear();
@@ -180,7 +184,8 @@ std::string WorkerProcess::death_reason() {
   } else if (WIFEXITED(status)) {
     why = "exited with status " + std::to_string(WEXITSTATUS(status));
   } else if (WIFSIGNALED(status)) {
-    why = "killed by signal " + std::to_string(WTERMSIG(status)) + " (SIG" + sigabbrev_np(WTERMSIG(status)) + ")";
+    why = "killed by signal " + std::to_string(WTERMSIG(status)) + " (SIG" + sigabbrev_np(WTERMSIG(status)) +
+          ")";
   } else {
     why = "ended";
   }
@@ -207,14 +212,16 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
   if (!running()) start();
   const auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
   const std::string op = request.value("op", std::string("?"));
-  const std::string what = op + (request.contains("case_id") ? " (case " + request["case_id"].get<std::string>() + ")" : "");
+  const std::string what =
+      op + (request.contains("case_id") ? " (case " + request["case_id"].get<std::string>() + ")" : "");
   std::string line = request.dump() + "\n";
   size_t sent = 0;
   while (sent < line.size()) {
     pollfd p[2] = {{to_worker_, POLLOUT, 0}, {err_from_worker_, POLLIN, 0}};
     if (::poll(p, 2, ms_left(deadline)) <= 0 && ms_left(deadline) == 0) {
       kill_group();
-      fail("worker hung: did not read the " + what + " request within " + std::to_string(timeout_s) + " s; killed");
+      fail("worker hung: did not read the " + what + " request within " + std::to_string(timeout_s) +
+           " s; killed");
     }
     if (p[1].revents) drain_stderr(0);
     if (!(p[0].revents & (POLLOUT | POLLERR | POLLHUP))) continue;
@@ -240,18 +247,21 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
       }
       if (!j.is_object() || !j.contains("status") || !j["status"].is_string()) {
         kill_group();
-        fail("worker broke the protocol: its reply to " + what + " has no \"status\": '" + printable(reply) + "'");
+        fail("worker broke the protocol: its reply to " + what + " has no \"status\": '" + printable(reply) +
+             "'");
       }
       return j;
     }
     if (out_buf_.size() > kMaxReplyBytes) {
       kill_group();
-      fail("worker broke the protocol: more than 1 MiB on stdout without a newline ('" + printable(out_buf_) + "')");
+      fail("worker broke the protocol: more than 1 MiB on stdout without a newline ('" + printable(out_buf_) +
+           "')");
     }
     const int left = ms_left(deadline);
     if (left == 0) {
       kill_group();
-      fail("worker hung: no reply to " + what + " within " + std::to_string(timeout_s).substr(0, std::to_string(timeout_s).find('.') + 2) +
+      fail("worker hung: no reply to " + what + " within " +
+           std::to_string(timeout_s).substr(0, std::to_string(timeout_s).find('.') + 2) +
            " s (--call-timeout); killed");
     }
     pollfd p[2] = {{from_worker_, POLLIN, 0}, {err_from_worker_, POLLIN, 0}};
@@ -266,7 +276,10 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
         drain_stderr(300);
         const bool partial = !out_buf_.empty();
         const std::string why = death_reason();
-        fail(std::string("worker crashed: ") + (partial ? "closed its pipe mid-reply (" + std::to_string(out_buf_.size()) + " bytes of a line) and " : "") +
+        fail(std::string("worker crashed: ") +
+             (partial
+                  ? "closed its pipe mid-reply (" + std::to_string(out_buf_.size()) + " bytes of a line) and "
+                  : "") +
              why + " during " + what);
       }
       out_buf_.append(buf, size_t(n));

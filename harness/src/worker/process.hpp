@@ -55,7 +55,7 @@ class WorkerProcess {
   void start();  // spawn (no handshake); TransportError if the command cannot start
   // Send one request, wait for one reply line. On timeout the process group is killed.
   nlohmann::json call(const nlohmann::json& request, double timeout_s);
-  void shutdown();        // {"op":"shutdown"}, a short wait, then SIGKILL to the group
+  void shutdown();  // {"op":"shutdown"}, a short wait, then SIGKILL to the group
   Arena& arena() { return arena_; }
   std::string last_stderr(size_t lines = 5) const;  // joined with " | "
   int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }

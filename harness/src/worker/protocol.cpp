@@ -15,8 +15,13 @@ struct Word {
   const char* word;
   uint32_t bit;
 };
-const Word kOps[] = {{"merge", AC_OP_MERGE}, {"softmax", AC_OP_SOFTMAX}, {"attention", AC_OP_ATTENTION}, {"splitkv", AC_OP_SPLITKV}};
-const Word kDtypes[] = {{"fp32", AC_DTYPE_BIT(AC_DTYPE_F32)}, {"fp16", AC_DTYPE_BIT(AC_DTYPE_F16)}, {"bf16", AC_DTYPE_BIT(AC_DTYPE_BF16)}};
+const Word kOps[] = {{"merge", AC_OP_MERGE},
+                     {"softmax", AC_OP_SOFTMAX},
+                     {"attention", AC_OP_ATTENTION},
+                     {"splitkv", AC_OP_SPLITKV}};
+const Word kDtypes[] = {{"fp32", AC_DTYPE_BIT(AC_DTYPE_F32)},
+                        {"fp16", AC_DTYPE_BIT(AC_DTYPE_F16)},
+                        {"bf16", AC_DTYPE_BIT(AC_DTYPE_BF16)}};
 const Word kFeatures[] = {{"causal", AC_FEAT_CAUSAL},
                           {"mask", AC_FEAT_MASK},
                           {"varlen", AC_FEAT_VARLEN},
@@ -24,7 +29,9 @@ const Word kFeatures[] = {{"causal", AC_FEAT_CAUSAL},
                           {"lse", AC_FEAT_LSE},
                           {"naive_exp", AC_FEAT_NAIVE_EXP},
                           {"scores_in_input_type", AC_FEAT_SCORES_IN_INPUT_TYPE}};
-const Word kFolds[] = {{"left", AC_FOLD_BIT(AC_FOLD_LEFT)}, {"right", AC_FOLD_BIT(AC_FOLD_RIGHT)}, {"tree", AC_FOLD_BIT(AC_FOLD_TREE)}};
+const Word kFolds[] = {{"left", AC_FOLD_BIT(AC_FOLD_LEFT)},
+                       {"right", AC_FOLD_BIT(AC_FOLD_RIGHT)},
+                       {"tree", AC_FOLD_BIT(AC_FOLD_TREE)}};
 
 template <size_t N>
 json words_of(uint32_t bits, const Word (&table)[N]) {
@@ -49,7 +56,8 @@ uint32_t bits_of(const json& j, const char* field, const Word (&table)[N]) {
     if (!known) {
       std::string list;
       for (const Word& t : table) list += (list.empty() ? "" : ", ") + std::string(t.word);
-      throw ProtocolError(std::string("unknown word '") + w.get<std::string>() + "' in '" + field + "' (known: " + list + ")");
+      throw ProtocolError(std::string("unknown word '") + w.get<std::string>() + "' in '" + field +
+                          "' (known: " + list + ")");
     }
   }
   return bits;
@@ -88,8 +96,12 @@ DeclaredSubject& DeclaredSubject::operator=(const DeclaredSubject& o) {
   return *this;
 }
 
-const char* layout_word(ac_lse_layout l) { return l == AC_LSE_TOKENS_HEADS ? "tokens_heads" : "heads_tokens"; }
-const char* fold_word(ac_fold f) { return f == AC_FOLD_RIGHT ? "right" : f == AC_FOLD_TREE ? "tree" : "left"; }
+const char* layout_word(ac_lse_layout l) {
+  return l == AC_LSE_TOKENS_HEADS ? "tokens_heads" : "heads_tokens";
+}
+const char* fold_word(ac_fold f) {
+  return f == AC_FOLD_RIGHT ? "right" : f == AC_FOLD_TREE ? "tree" : "left";
+}
 ac_fold fold_from_word(const std::string& w) {
   if (w == "left") return AC_FOLD_LEFT;
   if (w == "right") return AC_FOLD_RIGHT;
@@ -132,16 +144,19 @@ json caps_to_json(const std::string& name, const std::string& description, const
 DeclaredSubject caps_from_json(const json& j) {
   DeclaredSubject s;
   s.name = need_string(j, "name");
-  s.description = j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
+  s.description =
+      j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
   ac_caps& c = s.caps;
   c.ops = bits_of(need(j, "ops"), "ops", kOps);
   c.dtypes = bits_of(need(j, "dtypes"), "dtypes", kDtypes);
   const std::string mem = need_string(j, "memory");
-  if (mem != "host" && mem != "cuda") throw ProtocolError("'memory' must be \"host\" or \"cuda\", not '" + mem + "'");
+  if (mem != "host" && mem != "cuda")
+    throw ProtocolError("'memory' must be \"host\" or \"cuda\", not '" + mem + "'");
   c.memory = mem == "cuda" ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
   if (j.contains("head_sizes")) {
     const json& hs = j["head_sizes"];
-    if (!hs.is_array() || hs.empty()) throw ProtocolError("'head_sizes' must be a non-empty list of integers");
+    if (!hs.is_array() || hs.empty())
+      throw ProtocolError("'head_sizes' must be a non-empty list of integers");
     for (const json& h : hs) {
       if (!h.is_number_integer()) throw ProtocolError("'head_sizes' holds a non-integer");
       s.head_sizes.push_back(h.get<int32_t>());
@@ -151,14 +166,16 @@ DeclaredSubject caps_from_json(const json& j) {
     c.head_size_max = int32_t(need_int(j, "head_size_max"));
   }
   const std::string base = j.contains("lse_base") ? need_string(j, "lse_base") : "e";
-  if (base != "e" && base != "2") throw ProtocolError("'lse_base' must be \"e\" or \"2\", not '" + base + "'");
+  if (base != "e" && base != "2")
+    throw ProtocolError("'lse_base' must be \"e\" or \"2\", not '" + base + "'");
   c.lse_base = base == "2" ? 2 : 0;
   const std::string layout = j.contains("lse_layout") ? need_string(j, "lse_layout") : "heads_tokens";
   if (layout != "heads_tokens" && layout != "tokens_heads")
     throw ProtocolError("'lse_layout' must be \"heads_tokens\" or \"tokens_heads\", not '" + layout + "'");
   c.lse_layout = layout == "tokens_heads" ? AC_LSE_TOKENS_HEADS : AC_LSE_HEADS_TOKENS;
   const std::string empty = j.contains("empty_lse") ? need_string(j, "empty_lse") : "-inf";
-  if (empty != "-inf" && empty != "+inf") throw ProtocolError("'empty_lse' must be \"-inf\" or \"+inf\", not '" + empty + "'");
+  if (empty != "-inf" && empty != "+inf")
+    throw ProtocolError("'empty_lse' must be \"-inf\" or \"+inf\", not '" + empty + "'");
   c.empty_lse_sign = empty == "+inf" ? 1 : -1;
   c.features = j.contains("features") ? bits_of(j["features"], "features", kFeatures) : 0;
   if (j.contains("tilings")) {
@@ -177,7 +194,11 @@ DeclaredSubject caps_from_json(const json& j) {
 }
 
 json tensor_json(const TensorRef& t) {
-  return {{"dtype", t.dtype}, {"shape", t.shape}, {"strides", t.strides}, {"offset", t.offset}, {"bytes", t.bytes}};
+  return {{"dtype", t.dtype},
+          {"shape", t.shape},
+          {"strides", t.strides},
+          {"offset", t.offset},
+          {"bytes", t.bytes}};
 }
 
 TensorRef tensor_from_json(const json& j, const char* what) {
@@ -190,7 +211,8 @@ TensorRef tensor_from_json(const json& j, const char* what) {
     t.bytes = j.at("bytes").get<size_t>();
     return t;
   } catch (const json::exception&) {
-    throw ProtocolError(std::string("tensor '") + what + "' is not a {dtype, shape, strides, offset, bytes} object");
+    throw ProtocolError(std::string("tensor '") + what +
+                        "' is not a {dtype, shape, strides, offset, bytes} object");
   }
 }
 
@@ -240,13 +262,15 @@ Bits get_bits(const unsigned char* base, const TensorRef& t, ac_dtype d, size_t 
 }
 
 // LSE [tokens, heads] logical <-> the declared layout, in the arena.
-void put_lse(unsigned char* base, const TensorRef& t, ac_lse_layout layout, const std::vector<float>& logical, int64_t tokens, int64_t heads) {
+void put_lse(unsigned char* base, const TensorRef& t, ac_lse_layout layout, const std::vector<float>& logical,
+             int64_t tokens, int64_t heads) {
   float* p = reinterpret_cast<float*>(base + t.offset);
   for (int64_t tk = 0; tk < tokens; ++tk)
     for (int64_t h = 0; h < heads; ++h)
       p[layout == AC_LSE_TOKENS_HEADS ? tk * heads + h : h * tokens + tk] = logical[size_t(tk * heads + h)];
 }
-std::vector<float> get_lse(const unsigned char* base, const TensorRef& t, ac_lse_layout layout, int64_t tokens, int64_t heads) {
+std::vector<float> get_lse(const unsigned char* base, const TensorRef& t, ac_lse_layout layout,
+                           int64_t tokens, int64_t heads) {
   const float* p = reinterpret_cast<const float*>(base + t.offset);
   std::vector<float> out(size_t(tokens * heads));
   for (int64_t tk = 0; tk < tokens; ++tk)
@@ -255,7 +279,8 @@ std::vector<float> get_lse(const unsigned char* base, const TensorRef& t, ac_lse
   return out;
 }
 std::vector<int64_t> lse_shape(ac_lse_layout layout, int64_t tokens, int64_t heads) {
-  return layout == AC_LSE_TOKENS_HEADS ? std::vector<int64_t>{tokens, heads} : std::vector<int64_t>{heads, tokens};
+  return layout == AC_LSE_TOKENS_HEADS ? std::vector<int64_t>{tokens, heads}
+                                       : std::vector<int64_t>{heads, tokens};
 }
 
 }  // namespace attncheck::worker

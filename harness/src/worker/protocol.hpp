@@ -52,7 +52,7 @@ size_t dtype_bytes(ac_dtype);
 
 // One tensor's place in the arena and its shape, as a request or reply names it.
 struct TensorRef {
-  std::string dtype;  // "fp32" | "fp16" | "bf16" | "u8"
+  std::string dtype;                    // "fp32" | "fp16" | "bf16" | "u8"
   std::vector<int64_t> shape, strides;  // strides in elements, row-major contiguous
   size_t offset = 0, bytes = 0;
 };
@@ -74,9 +74,10 @@ class Layout {
 void put_bits(unsigned char* base, const TensorRef& t, ac_dtype d, const Bits& bits);
 void fill_bits(unsigned char* base, const TensorRef& t, ac_dtype d, uint32_t pattern, size_t n);
 Bits get_bits(const unsigned char* base, const TensorRef& t, ac_dtype d, size_t n);
-void put_lse(unsigned char* base, const TensorRef& t, ac_lse_layout layout, const std::vector<float>& logical, int64_t tokens,
-             int64_t heads);
-std::vector<float> get_lse(const unsigned char* base, const TensorRef& t, ac_lse_layout layout, int64_t tokens, int64_t heads);
+void put_lse(unsigned char* base, const TensorRef& t, ac_lse_layout layout, const std::vector<float>& logical,
+             int64_t tokens, int64_t heads);
+std::vector<float> get_lse(const unsigned char* base, const TensorRef& t, ac_lse_layout layout,
+                           int64_t tokens, int64_t heads);
 std::vector<int64_t> lse_shape(ac_lse_layout layout, int64_t tokens, int64_t heads);
 
 }  // namespace attncheck::worker

@@ -84,7 +84,8 @@ double bench_shm(size_t in_bytes, size_t out_bytes) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The child maps the arena by its fd, as a worker maps fd 3.
-    unsigned char* a = static_cast<unsigned char*>(::mmap(nullptr, arena.size(), PROT_READ | PROT_WRITE, MAP_SHARED, arena.fd(), 0));
+    unsigned char* a = static_cast<unsigned char*>(
+        ::mmap(nullptr, arena.size(), PROT_READ | PROT_WRITE, MAP_SHARED, arena.fd(), 0));
     std::vector<unsigned char> out(out_bytes, 0x3c);
     unsigned char line[256];
     for (int i = 0; i < kReps; ++i) {
@@ -116,13 +117,14 @@ double bench_shm(size_t in_bytes, size_t out_bytes) {
 
 int main() {
   const size_t T = 4096, H = 32, D = 128;
-  std::printf("worker transport, one merge of %zu tokens x %zu heads x %zu, round trip, median of %d\n", T, H, D, kReps);
+  std::printf("worker transport, one merge of %zu tokens x %zu heads x %zu, round trip, median of %d\n", T, H,
+              D, kReps);
   std::printf("%-6s %10s %10s %12s %12s %8s\n", "dtype", "in MiB", "out MiB", "pipe ms", "shm ms", "ratio");
   for (size_t es : {size_t(4), size_t(2)}) {
     const size_t in_bytes = 2 * T * H * D * es + 2 * T * H * 4, out_bytes = T * H * D * es + T * H * 4;
     const double p = bench_pipe(in_bytes, out_bytes), s = bench_shm(in_bytes, out_bytes);
-    std::printf("%-6s %10.1f %10.1f %12.2f %12.2f %8.2f\n", es == 4 ? "fp32" : "fp16", in_bytes / 1048576.0, out_bytes / 1048576.0, p, s,
-                p / s);
+    std::printf("%-6s %10.1f %10.1f %12.2f %12.2f %8.2f\n", es == 4 ? "fp32" : "fp16", in_bytes / 1048576.0,
+                out_bytes / 1048576.0, p, s, p / s);
   }
   return 0;
 }

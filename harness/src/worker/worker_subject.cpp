@@ -32,19 +32,24 @@ struct Host {
   explicit Host(std::string cmd) : command(cmd), process(std::move(cmd)) {}
 
   json hello(double timeout_s) {
-    return process.call({{"op", "hello"}, {"protocol", kProtocolVersion}, {"arena_fd", kArenaFd}, {"arena_bytes", process.arena().size()}},
+    return process.call({{"op", "hello"},
+                         {"protocol", kProtocolVersion},
+                         {"arena_fd", kArenaFd},
+                         {"arena_bytes", process.arena().size()}},
                         timeout_s);
   }
 };
 
 [[noreturn]] void transport_failed(const Host& h, const std::string& what) {
-  throw SubjectError(SubjectError::Kind::transport_failed, "transport failed: " + what + " [worker: " + h.command + "]");
+  throw SubjectError(SubjectError::Kind::transport_failed,
+                     "transport failed: " + what + " [worker: " + h.command + "]");
 }
 
 void require_size(const char* what, size_t got, size_t want) {
   if (got != want)
-    throw SubjectError(SubjectError::Kind::internal, std::string("case tensor ") + what + " has " + std::to_string(got) +
-                                                         " elements, expected " + std::to_string(want));
+    throw SubjectError(SubjectError::Kind::internal, std::string("case tensor ") + what + " has " +
+                                                         std::to_string(got) + " elements, expected " +
+                                                         std::to_string(want));
 }
 
 class WorkerSubject final : public Subject {
@@ -87,7 +92,10 @@ class WorkerSubject final : public Subject {
     r["num_tokens"] = T;
     r["num_heads"] = H;
     r["head_size"] = D;
-    r["inputs"] = {{"prefix_out", tensor_json(po)}, {"prefix_lse", tensor_json(pl)}, {"suffix_out", tensor_json(so)}, {"suffix_lse", tensor_json(sl)}};
+    r["inputs"] = {{"prefix_out", tensor_json(po)},
+                   {"prefix_lse", tensor_json(pl)},
+                   {"suffix_out", tensor_json(so)},
+                   {"suffix_lse", tensor_json(sl)}};
     r["outputs"] = {{"out", tensor_json(out)}, {"out_lse", tensor_json(out_lse)}};
     a = call(r, {{"out", out}, {"out_lse", out_lse}});
     MergeOutput m;
@@ -97,7 +105,8 @@ class WorkerSubject final : public Subject {
   }
 
   SoftmaxOutput softmax(const SoftmaxInput& in) override {
-    if (!has_op(AC_OP_SOFTMAX)) throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no softmax");
+    if (!has_op(AC_OP_SOFTMAX))
+      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no softmax");
     const size_t n = size_t(int64_t(in.rows) * in.cols);
     require_size("x", in.x.size(), n);
     const std::string dt = dtype_name(in.dtype);
@@ -130,7 +139,8 @@ class WorkerSubject final : public Subject {
       max_q = std::max(max_q, in.seqlens_q[s]);
       max_k = std::max(max_k, in.seqlens_k[s]);
     }
-    const int64_t TQ = cu_q.back(), TK = cu_k.back(), H = in.num_heads, HK = in.num_kv_heads, D = in.head_size;
+    const int64_t TQ = cu_q.back(), TK = cu_k.back(), H = in.num_heads, HK = in.num_kv_heads,
+                  D = in.head_size;
     require_size("q", in.q.size(), size_t(TQ * H * D));
     require_size("k", in.k.size(), size_t(TK * HK * D));
     require_size("v", in.v.size(), size_t(TK * HK * D));
@@ -214,9 +224,11 @@ class WorkerSubject final : public Subject {
     if (host_->process.running()) return;
     json reply;
     reply = host_->hello(std::max(kMinHandshakeTimeoutS, host_->call_timeout_s));
-    if (reply.value("status", "") != "ok" || !reply.contains("subjects") || reply["subjects"] != host_->declared) {
+    if (reply.value("status", "") != "ok" || !reply.contains("subjects") ||
+        reply["subjects"] != host_->declared) {
       host_->process.shutdown();
-      throw TransportError("worker declared different subjects after its restart (" + reply.dump().substr(0, 80) + ")");
+      throw TransportError("worker declared different subjects after its restart (" +
+                           reply.dump().substr(0, 80) + ")");
     }
   }
 
@@ -241,26 +253,31 @@ class WorkerSubject final : public Subject {
       transport_failed(*host_, e.what());
     }
     const std::string status = reply["status"].get<std::string>();
-    const std::string why = reply.contains("error") && reply["error"].is_string() ? reply["error"].get<std::string>() : "no reason given";
+    const std::string why = reply.contains("error") && reply["error"].is_string()
+                                ? reply["error"].get<std::string>()
+                                : "no reason given";
     const std::string where = d_.name + " " + r["op"].get<std::string>() + ": ";
     if (status == "unsupported") throw SubjectError(SubjectError::Kind::unsupported, where + why);
     if (status == "device_error") throw SubjectError(SubjectError::Kind::device_fault, where + why);
     if (status == "error") throw SubjectError(SubjectError::Kind::internal, where + why);
     if (status != "ok") {
       host_->process.shutdown();
-      transport_failed(*host_, "worker broke the protocol: unknown reply status '" + status + "' (ok, unsupported, device_error, error)");
+      transport_failed(*host_, "worker broke the protocol: unknown reply status '" + status +
+                                   "' (ok, unsupported, device_error, error)");
     }
     if (!reply.contains("written") || !reply["written"].is_object()) {
       host_->process.shutdown();
-      transport_failed(*host_, "worker broke the protocol: an ok reply without \"written\" (bytes written per output)");
+      transport_failed(
+          *host_, "worker broke the protocol: an ok reply without \"written\" (bytes written per output)");
     }
     for (const auto& [name, t] : outputs) {
       const json& w = reply["written"];
       const int64_t got = w.contains(name) && w[name].is_number_integer() ? w[name].get<int64_t>() : -1;
       if (got != int64_t(t.bytes))
-        throw SubjectError(SubjectError::Kind::internal, where + "returned a wrong-sized output: " + name + " of " +
-                                                             (got < 0 ? std::string("no") : std::to_string(got)) + " bytes, expected " +
-                                                             std::to_string(t.bytes));
+        throw SubjectError(SubjectError::Kind::internal,
+                           where + "returned a wrong-sized output: " + name + " of " +
+                               (got < 0 ? std::string("no") : std::to_string(got)) + " bytes, expected " +
+                               std::to_string(t.bytes));
     }
     return host_->process.arena().data();
   }
@@ -279,7 +296,8 @@ std::string shell_quote(const std::string& s) {
 
 }  // namespace
 
-std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& command, const WorkerOptions& opt) {
+std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& command,
+                                                           const WorkerOptions& opt) {
   const std::string where = "worker '" + command + "': ";
   if (!(opt.call_timeout_s > 0)) throw HandshakeError("--call-timeout must be positive");
   auto host = std::make_shared<Host>(command);
@@ -293,9 +311,11 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     throw HandshakeError(where + "handshake failed: " + e.what());
   }
   if (reply["status"] != "ok")
-    throw HandshakeError(where + "handshake refused: " + (reply.contains("error") ? reply["error"].dump() : reply.dump()));
+    throw HandshakeError(
+        where + "handshake refused: " + (reply.contains("error") ? reply["error"].dump() : reply.dump()));
   if (!reply.contains("protocol") || reply["protocol"] != kProtocolVersion)
-    throw HandshakeError(where + "speaks protocol " + (reply.contains("protocol") ? reply["protocol"].dump() : "(none)") +
+    throw HandshakeError(where + "speaks protocol " +
+                         (reply.contains("protocol") ? reply["protocol"].dump() : "(none)") +
                          ", this attncheck speaks " + std::to_string(kProtocolVersion));
   if (!reply.contains("subjects") || !reply["subjects"].is_array() || reply["subjects"].empty())
     throw HandshakeError(where + "declares no subjects");
@@ -327,7 +347,8 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
     const auto problems = validate_subject(s);
     if (!problems.empty()) throw HandshakeError(where + "subject " + label + ": " + problems.front());
-    if (!names.insert(d.name).second) throw HandshakeError(where + "subject name " + label + " declared twice");
+    if (!names.insert(d.name).second)
+      throw HandshakeError(where + "subject name " + label + " declared twice");
     out.push_back(std::make_unique<WorkerSubject>(host, std::move(d)));
   }
   return out;
@@ -354,7 +375,8 @@ std::function<void(const Case&)> call_context_hook(Subject& s, int shard_index) 
   if (!w) return nullptr;
   auto n = std::make_shared<int64_t>(0);
   return [w, n, shard_index](const Case& c) {
-    w->set_context(c.property, c.subject + "/" + c.property + "/" + std::to_string(shard_index) + "/" + std::to_string(++*n));
+    w->set_context(c.property, c.subject + "/" + c.property + "/" + std::to_string(shard_index) + "/" +
+                                   std::to_string(++*n));
   };
 }
 

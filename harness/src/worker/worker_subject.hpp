@@ -34,7 +34,8 @@ struct WorkerOptions {
 };
 
 // Starts the worker, performs the handshake and returns its subjects (which share the process).
-std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& command, const WorkerOptions& = {});
+std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& command,
+                                                           const WorkerOptions& = {});
 
 // The worker command that hosts a C-ABI plugin in attncheck's own worker (attncheck-isolate,
 // found beside the running attncheck executable).
