@@ -44,50 +44,32 @@ const std::vector<double>& ulp_histogram_edges() {
 
 const char* status_name(PropertyResult::Status s) {
   switch (s) {
-    case PropertyResult::Status::passed:
-      return "passed";
-    case PropertyResult::Status::failed:
-      return "failed";
-    case PropertyResult::Status::crashed:
-      return "crashed";
-    case PropertyResult::Status::not_applicable:
-      return "not_applicable";
+    case PropertyResult::Status::passed: return "passed";
+    case PropertyResult::Status::failed: return "failed";
+    case PropertyResult::Status::crashed: return "crashed";
+    case PropertyResult::Status::not_applicable: return "not_applicable";
   }
   return "?";
 }
 
 const std::vector<PropertyInfo>& all_properties() {
   static const std::vector<PropertyInfo> props = {
-      {"accuracy",
-       "Every output is within the subject's ulp budget of the exact reference (cancellation-aware bound; "
-       "plain ulp reported).",
-       "Verify it on numbers; What has to be fp32",
-       AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
-      {"no_spurious_nonfinite",
-       "No NaN or Inf where the exact result is finite (declared naive-exp hazard rows excepted).",
-       "(2) Safe softmax; The base case is a NaN factory",
-       AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
-      {"empty_row_contract",
-       "A row with no visible key gives O = 0 exactly and the declared LSE sentinel (softmax: Y = 0).",
+      {"accuracy", "Every output is within the subject's ulp budget of the exact reference (cancellation-aware bound; plain ulp reported).",
+       "Verify it on numbers; What has to be fp32", AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
+      {"no_spurious_nonfinite", "No NaN or Inf where the exact result is finite (declared naive-exp hazard rows excepted).",
+       "(2) Safe softmax; The base case is a NaN factory", AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
+      {"empty_row_contract", "A row with no visible key gives O = 0 exactly and the declared LSE sentinel (softmax: Y = 0).",
        "The base case is a NaN factory", AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
-      {"merge_sentinels",
-       "Merging with an empty state returns the other state; +inf is empty; two empty states give O = 0 and "
-       "-inf, never NaN.",
+      {"merge_sentinels", "Merging with an empty state returns the other state; +inf is empty; two empty states give O = 0 and -inf, never NaN.",
        "The base case is a NaN factory", AC_OP_MERGE, true},
-      {"split_equals_whole",
-       "Attention over K[0:a] merged with attention over K[a:] matches attention over K, for every cut a.",
+      {"split_equals_whole", "Attention over K[0:a] merged with attention over K[a:] matches attention over K, for every cut a.",
        "The state that gets passed around is the log-sum-exp", AC_OP_ATTENTION | AC_OP_SPLITKV, true},
-      {"split_order_drift",
-       "Every num_splits and fold order stays within budget of the exact answer; drift is measured; "
-       "num_splits = 1 is bitwise reproducible.",
+      {"split_order_drift", "Every num_splits and fold order stays within budget of the exact answer; drift is measured; num_splits = 1 is bitwise reproducible.",
        "Bitwise reproducibility is a casualty", AC_OP_SPLITKV, true},
-      {"fp16_overflow",
-       "A declared naive exp overflows exactly where the exact exp rounds to inf in the storage type; safe "
-       "and online variants never do.",
+      {"fp16_overflow", "A declared naive exp overflows exactly where the exact exp rounds to inf in the storage type; safe and online variants never do.",
        "(1) Naive softmax, and why it is unusable", AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
       {"lse_convention", "The LSE matches the declared base (e or 2) and layout.",
-       "The state that gets passed around is the log-sum-exp", AC_OP_MERGE | AC_OP_ATTENTION | AC_OP_SPLITKV,
-       true},
+       "The state that gets passed around is the log-sum-exp", AC_OP_MERGE | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
   };
   return props;
 }
@@ -192,8 +174,7 @@ void rule_accuracy(Outcome& o, const Judgement& J, bool finite_only) {
       fail(o, "nonfinite", "non-finite output where the exact value is finite: " + elem_line(e));
     } else if (!finite_only && !e.within) {
       keep_worst(o, e);
-      fail(o, r.empty ? "empty_row" : "accuracy",
-           (r.empty ? "empty-row contract: " : "over budget: ") + elem_line(e));
+      fail(o, r.empty ? "empty_row" : "accuracy", (r.empty ? "empty-row contract: " : "over budget: ") + elem_line(e));
     }
   }
 }
@@ -210,11 +191,8 @@ void rule_empty(Outcome& o, const Judgement& J, const Conventions& cv) {
     }
     if (!good) {
       keep_worst(o, e);
-      fail(
-          o, "empty_row",
-          "empty row: " + e.where + " is " + hexfloat(e.out_value) +
-              (e.out == Out::LSE ? std::string(", declared sentinel ") + (cv.empty_sign > 0 ? "+inf" : "-inf")
-                                 : ", want 0"));
+      fail(o, "empty_row", "empty row: " + e.where + " is " + hexfloat(e.out_value) +
+                               (e.out == Out::LSE ? std::string(", declared sentinel ") + (cv.empty_sign > 0 ? "+inf" : "-inf") : ", want 0"));
     }
   }
 }
@@ -228,9 +206,7 @@ void rule_overflow(Outcome& o, const Judgement& J, const Conventions& cv) {
     if (info.ambiguous || info.underflow || info.empty) continue;
     const bool predicted = cv.naive_exp && info.hazard;
     if (predicted && !row_nonfinite[size_t(r)])
-      fail(o, "overflow",
-           "row " + std::to_string(r) +
-               ": the naive exp must overflow here (exact exp rounds to inf) but the output is finite");
+      fail(o, "overflow", "row " + std::to_string(r) + ": the naive exp must overflow here (exact exp rounds to inf) but the output is finite");
     if (!predicted && row_nonfinite[size_t(r)]) {
       for (const Elem& e : J.elems)
         if (e.row == r && !e.out_finite && e.out != Out::LSE) {
@@ -272,8 +248,7 @@ void rule_lse(Outcome& o, const Judgement& J, const Conventions& cv, int64_t tok
     if (transposed && lse[size_t(src)]) {
       const Elem* s = lse[size_t(src)];
       const double want = e->exact.convert_to<double>();
-      const bool match =
-          e->exact_finite ? std::fabs(s->out_value - want) <= e->allowed * 8 : s->out_value == want;
+      const bool match = e->exact_finite ? std::fabs(s->out_value - want) <= e->allowed * 8 : s->out_value == want;
       if (!match) transposed = false;
     }
   }
@@ -281,16 +256,12 @@ void rule_lse(Outcome& o, const Judgement& J, const Conventions& cv, int64_t tok
   for (const Elem* e : lse)
     if (e && !e->within) keep_worst(o, *e);
   if (other_base)
-    fail(o, "lse_base",
-         std::string("LSE is in base ") + (cv.base == ref::LseBase::e ? "2" : "e") +
-             " but the subject declares base " + (cv.base == ref::LseBase::e ? "e" : "2") + ": " +
-             elem_line(o.worst.front()));
+    fail(o, "lse_base", std::string("LSE is in base ") + (cv.base == ref::LseBase::e ? "2" : "e") + " but the subject declares base " +
+                            (cv.base == ref::LseBase::e ? "e" : "2") + ": " + elem_line(o.worst.front()));
   else if (transposed)
-    fail(o, "lse_layout",
-         std::string("LSE declared ") +
-             (cv.layout == AC_LSE_HEADS_TOKENS ? "[heads, tokens]" : "[tokens, heads]") + " but written " +
-             (cv.layout == AC_LSE_HEADS_TOKENS ? "[tokens, heads]" : "[heads, tokens]") + ": " +
-             elem_line(o.worst.front()));
+    fail(o, "lse_layout", std::string("LSE declared ") + (cv.layout == AC_LSE_HEADS_TOKENS ? "[heads, tokens]" : "[tokens, heads]") +
+                              " but written " + (cv.layout == AC_LSE_HEADS_TOKENS ? "[tokens, heads]" : "[heads, tokens]") + ": " +
+                              elem_line(o.worst.front()));
   else
     fail(o, "accuracy", "LSE over budget: " + elem_line(o.worst.front()));
 }
@@ -321,10 +292,8 @@ Outcome check_case(Ctx& ctx, const Case& c) {
     o.digest = digest_bits(out.out, out.lse);
     const Judgement J = judge_merge(*m, out, ctx.cv, ctx.budget);
     record_stats(ctx, J);
-    if (p == "no_spurious_nonfinite")
-      rule_accuracy(o, J, true);
-    else if (p == "lse_convention")
-      rule_lse(o, J, ctx.cv, m->num_tokens, m->num_heads);
+    if (p == "no_spurious_nonfinite") rule_accuracy(o, J, true);
+    else if (p == "lse_convention") rule_lse(o, J, ctx.cv, m->num_tokens, m->num_heads);
     else {
       rule_accuracy(o, J, false);
       if (p == "merge_sentinels" && !o.ok && o.failure_class != "nonfinite") o.failure_class = "sentinel";
@@ -337,14 +306,10 @@ Outcome check_case(Ctx& ctx, const Case& c) {
     o.digest = digest_bits(out.y, {});
     const Judgement J = judge_softmax(*x, out, ctx.cv, ctx.budget);
     record_stats(ctx, J);
-    if (p == "no_spurious_nonfinite")
-      rule_accuracy(o, J, true);
-    else if (p == "empty_row_contract")
-      rule_empty(o, J, ctx.cv);
-    else if (p == "fp16_overflow")
-      rule_overflow(o, J, ctx.cv);
-    else
-      rule_accuracy(o, J, false);
+    if (p == "no_spurious_nonfinite") rule_accuracy(o, J, true);
+    else if (p == "empty_row_contract") rule_empty(o, J, ctx.cv);
+    else if (p == "fp16_overflow") rule_overflow(o, J, ctx.cv);
+    else rule_accuracy(o, J, false);
     return o;
   }
   const auto& a = std::get<AttentionInput>(c.input);
@@ -411,14 +376,11 @@ Outcome check_case(Ctx& ctx, const Case& c) {
           std::vector<double> o_allowed[2];
           for (int i = 0; i < 2; ++i) {
             st[i].lse = Real(double(po[i].lse[size_t(row)]));
-            for (int64_t d = 0; d < D; ++d)
-              st[i].o.push_back(Real(decode(a.dtype, po[i].out[size_t(row * D + d)])));
+            for (int64_t d = 0; d < D; ++d) st[i].o.push_back(Real(decode(a.dtype, po[i].out[size_t(row * D + d)])));
             for (const Elem& e : pj[i].elems)
               if (e.row == row) {
-                if (e.out == Out::LSE)
-                  lse_allowed[i] = e.allowed;
-                else
-                  o_allowed[i].push_back(e.allowed);
+                if (e.out == Out::LSE) lse_allowed[i] = e.allowed;
+                else o_allowed[i].push_back(e.allowed);
               }
           }
           const ref::ExactState merged = ref::exact_merge({st[0], st[1]}, ctx.cv.base, true);
@@ -438,13 +400,10 @@ Outcome check_case(Ctx& ctx, const Case& c) {
           for (int64_t d = 0; d < D; ++d) {
             const double got = merged.o[size_t(d)].convert_to<double>();
             const double want = ex.o[size_t(d)].convert_to<double>();
-            const double oa = st[0].o[size_t(d)].convert_to<double>(),
-                         ob = st[1].o[size_t(d)].convert_to<double>();
+            const double oa = st[0].o[size_t(d)].convert_to<double>(), ob = st[1].o[size_t(d)].convert_to<double>();
             const double al0 = o_allowed[0].size() > size_t(d) ? o_allowed[0][size_t(d)] : 0;
             const double al1 = o_allowed[1].size() > size_t(d) ? o_allowed[1][size_t(d)] : 0;
-            const double mix = w0 > 0 && w1 > 0 ? 2 * w0 * w1 * std::fabs(oa - ob) *
-                                                      (lse_allowed[0] + lse_allowed[1]) * lse_to_nat
-                                                : 0.0;
+            const double mix = w0 > 0 && w1 > 0 ? 2 * w0 * w1 * std::fabs(oa - ob) * (lse_allowed[0] + lse_allowed[1]) * lse_to_nat : 0.0;
             const double allowed = w0 * al0 + w1 * al1 + mix + 1e-300;
             const double err = std::fabs(got - want);
             if (!(err <= allowed * 1.0001)) {
@@ -452,8 +411,7 @@ Outcome check_case(Ctx& ctx, const Case& c) {
               e.out = Out::O;
               e.dtype = a.dtype;
               e.row = row;
-              e.where = "O[token=" + std::to_string(t) + ",head=" + std::to_string(h) +
-                        ",d=" + std::to_string(d) + "] cut=" + std::to_string(cut);
+              e.where = "O[token=" + std::to_string(t) + ",head=" + std::to_string(h) + ",d=" + std::to_string(d) + "] cut=" + std::to_string(cut);
               e.exact = ex.o[size_t(d)];
               e.out_value = got;
               e.out_bits = round_bits(AC_DTYPE_F32, got);
@@ -462,9 +420,7 @@ Outcome check_case(Ctx& ctx, const Case& c) {
               e.allowed = allowed;
               e.inputs = "lse parts " + hexfloat(l0) + ", " + hexfloat(l1);
               keep_worst(o, e);
-              fail(o, "split",
-                   "merge(attention(K[0:" + std::to_string(cut) + "]), attention(K[" + std::to_string(cut) +
-                       ":])) != attention(K): " + elem_line(e));
+              fail(o, "split", "merge(attention(K[0:" + std::to_string(cut) + "]), attention(K[" + std::to_string(cut) + ":])) != attention(K): " + elem_line(e));
             }
           }
         }
@@ -490,8 +446,7 @@ Outcome check_case(Ctx& ctx, const Case& c) {
       rule_accuracy(sub, J, false);
       if (!sub.ok && o.ok) {
         o = sub;
-        o.message = "num_splits=" + std::to_string(opt.num_splits) +
-                    " fold=" + std::to_string(int(opt.fold_order)) + ": " + sub.message;
+        o.message = "num_splits=" + std::to_string(opt.num_splits) + " fold=" + std::to_string(int(opt.fold_order)) + ": " + sub.message;
       }
       if (opt.num_splits == 1 && opt.fold_order == configs.front().fold_order) {
         const AttentionOutput again = s.attention(a, opt);
@@ -527,16 +482,11 @@ Outcome check_case(Ctx& ctx, const Case& c) {
   o.digest = digest_bits(out.out, out.lse);
   const Judgement J = judge_attention(a, out, ctx.cv, ctx.budget);
   record_stats(ctx, J);
-  if (p == "no_spurious_nonfinite")
-    rule_accuracy(o, J, true);
-  else if (p == "empty_row_contract")
-    rule_empty(o, J, ctx.cv);
-  else if (p == "fp16_overflow")
-    rule_overflow(o, J, ctx.cv);
-  else if (p == "lse_convention")
-    rule_lse(o, J, ctx.cv, total_q(a), a.num_heads);
-  else
-    rule_accuracy(o, J, false);
+  if (p == "no_spurious_nonfinite") rule_accuracy(o, J, true);
+  else if (p == "empty_row_contract") rule_empty(o, J, ctx.cv);
+  else if (p == "fp16_overflow") rule_overflow(o, J, ctx.cv);
+  else if (p == "lse_convention") rule_lse(o, J, ctx.cv, total_q(a), a.num_heads);
+  else rule_accuracy(o, J, false);
   return o;
 }
 
@@ -553,14 +503,10 @@ rc::Gen<Case> case_gen(Ctx& ctx, uint32_t op) {
     } else if (op == AC_OP_SOFTMAX) {
       c.input = p == "fp16_overflow" ? *gen::softmax_overflow_band_input(dom) : *gen::softmax_input(dom);
     } else {
-      if (p == "empty_row_contract")
-        c.input = *gen::attention_empty_rows_input(dom);
-      else if (p == "fp16_overflow")
-        c.input = *gen::attention_overflow_band_input(dom);
-      else if (p == "split_equals_whole")
-        c.input = *gen::attention_split_input(dom);
-      else
-        c.input = *gen::attention_input(dom);
+      if (p == "empty_row_contract") c.input = *gen::attention_empty_rows_input(dom);
+      else if (p == "fp16_overflow") c.input = *gen::attention_overflow_band_input(dom);
+      else if (p == "split_equals_whole") c.input = *gen::attention_split_input(dom);
+      else c.input = *gen::attention_input(dom);
       if (caps.num_tilings > 1) c.options.tiling = *rc::gen::inRange(0, caps.num_tilings);
       if (op == AC_OP_SPLITKV && p != "split_order_drift") {
         c.options.num_splits = *rc::gen::inRange(1, std::max(1, caps.max_splits) + 1);
@@ -588,8 +534,7 @@ uint64_t hash_str(const std::string& s) {
 
 std::string safe(const std::string& s) {
   std::string out;
-  for (char ch : s)
-    out.push_back(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ? ch : '_');
+  for (char ch : s) out.push_back(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ? ch : '_');
   return out;
 }
 
@@ -610,13 +555,11 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     return res;
   }
   const uint32_t op = op_for(*info, subject);
-  Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {},
-          {},      true};
+  Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {}, {}, true};
   if (!cfg.corpus_dir.empty() && (cfg.write_ahead || subject.caps().memory == AC_MEMORY_CUDA))
-    ctx.write_ahead_path =
-        (std::filesystem::path(cfg.corpus_dir) /
-         ("inflight-" + safe(subject.name()) + "-" + name + "-" + std::to_string(cfg.shard_index) + ".json"))
-            .string();
+    ctx.write_ahead_path = (std::filesystem::path(cfg.corpus_dir) /
+                            ("inflight-" + safe(subject.name()) + "-" + name + "-" + std::to_string(cfg.shard_index) + ".json"))
+                               .string();
   const rc::Gen<Case> gen = case_gen(ctx, op);
 
   std::optional<Case> last_failing;
@@ -675,9 +618,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   };
 
   rc::detail::TestParams params;
-  params.seed = splitmix(
-      cfg.seed ^ splitmix(uint64_t(cfg.shard_index) * 0x9e3779b97f4a7c15ull + uint64_t(cfg.shard_count)) ^
-      hash_str(name) ^ splitmix(hash_str(subject.name())));
+  params.seed = splitmix(cfg.seed ^ splitmix(uint64_t(cfg.shard_index) * 0x9e3779b97f4a7c15ull + uint64_t(cfg.shard_count)) ^
+                         hash_str(name) ^ splitmix(hash_str(subject.name())));
   params.maxSuccess = std::max(1, cfg.num_cases);
   params.maxSize = std::min(100, std::max(0, cfg.max_size));
   params.maxDiscardRatio = 20;
@@ -725,10 +667,9 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       }
     }
     res.reproduce_command = file.empty()
-                                ? "attncheck check --subject " + subject.name() + " --property " + name +
-                                      " --seed " + std::to_string(cfg.seed) + " --shard " +
-                                      std::to_string(cfg.shard_index) + "/" + std::to_string(cfg.shard_count)
-                                : "attncheck replay " + file + " --subject " + subject.name();
+        ? "attncheck check --subject " + subject.name() + " --property " + name + " --seed " + std::to_string(cfg.seed) +
+              " --shard " + std::to_string(cfg.shard_index) + "/" + std::to_string(cfg.shard_count)
+        : "attncheck replay " + file + " --subject " + subject.name();
   } else if (rc::detail::GaveUpResult gave; result.match(gave)) {
     res.status = supported ? PropertyResult::Status::passed : PropertyResult::Status::not_applicable;
     res.message = gave.description;
@@ -743,10 +684,10 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   return res;
 }
 
+
 ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path) {
   ReplayResult r;
-  r.reproduce_command = "attncheck replay " + (file_path.empty() ? std::string("FILE") : file_path) +
-                        " --subject " + subject.name();
+  r.reproduce_command = "attncheck replay " + (file_path.empty() ? std::string("FILE") : file_path) + " --subject " + subject.name();
   uint32_t op = op_from_name(c.op);
   if (op == AC_OP_ATTENTION && !subject.has_op(op) && subject.has_op(AC_OP_SPLITKV)) op = AC_OP_SPLITKV;
   if (op == AC_OP_SPLITKV && !subject.has_op(op) && subject.has_op(AC_OP_ATTENTION)) op = AC_OP_ATTENTION;
@@ -756,18 +697,13 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
     r.verdict = "not applicable: " + why;
     return r;
   };
-  if (!subject.has_op(op))
-    return not_applicable("subject " + subject.name() + " has no " + c.op + " operation");
+  if (!subject.has_op(op)) return not_applicable("subject " + subject.name() + " has no " + c.op + " operation");
   ac_dtype dtype;
   int32_t head_size = 0;
-  if (const auto* m = std::get_if<MergeInput>(&c.input))
-    dtype = m->dtype, head_size = m->head_size;
-  else if (const auto* x = std::get_if<SoftmaxInput>(&c.input))
-    dtype = x->dtype;
-  else
-    dtype = std::get<AttentionInput>(c.input).dtype, head_size = std::get<AttentionInput>(c.input).head_size;
-  if (!subject.has_dtype(dtype))
-    return not_applicable(std::string("subject lacks dtype ") + dtype_name(dtype));
+  if (const auto* m = std::get_if<MergeInput>(&c.input)) dtype = m->dtype, head_size = m->head_size;
+  else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) dtype = x->dtype;
+  else dtype = std::get<AttentionInput>(c.input).dtype, head_size = std::get<AttentionInput>(c.input).head_size;
+  if (!subject.has_dtype(dtype)) return not_applicable(std::string("subject lacks dtype ") + dtype_name(dtype));
   if (op != AC_OP_SOFTMAX && head_size > 0 && !subject.supports_head_size(head_size))
     return not_applicable("subject does not support head size " + std::to_string(head_size));
   std::string prop = c.property;
@@ -827,8 +763,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
     }
     for (int n = 1; n <= std::max(1, caps.max_splits); ++n)
       for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE})
-        if ((caps.fold_orders & AC_FOLD_BIT(f)) || (caps.fold_orders == 0 && f == AC_FOLD_LEFT))
-          configs.push_back({t, n, f});
+        if ((caps.fold_orders & AC_FOLD_BIT(f)) || (caps.fold_orders == 0 && f == AC_FOLD_LEFT)) configs.push_back({t, n, f});
   }
   const Conventions cv = conventions_of(subject);
   for (const Config& cf : configs) {
@@ -838,8 +773,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
     for (const AttentionInput& a : inputs) {
       try {
         const AttentionOutput out = subject.attention(a, AttentionOptions{cf.tiling, cf.splits, cf.fold});
-        accumulate_stats(stats, judge_attention(a, out, cv, default_budget(AC_OP_ATTENTION, a.dtype)), ulps,
-                         cancels);
+        accumulate_stats(stats, judge_attention(a, out, cv, default_budget(AC_OP_ATTENTION, a.dtype)), ulps, cancels);
       } catch (const SubjectError& e) {
         if (e.kind != SubjectError::Kind::unsupported) throw;
       }
@@ -852,10 +786,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
         row.bc = caps.tilings[cf.tiling].bc;
       }
       row.num_splits = cf.splits;
-      row.fold = split ? (cf.fold == AC_FOLD_LEFT    ? "left"
-                          : cf.fold == AC_FOLD_RIGHT ? "right"
-                                                     : "tree")
-                       : "";
+      row.fold = split ? (cf.fold == AC_FOLD_LEFT ? "left" : cf.fold == AC_FOLD_RIGHT ? "right" : "tree") : "";
       row.stats = s;
       rows.push_back(row);
     }

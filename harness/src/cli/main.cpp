@@ -85,8 +85,7 @@ std::string caps_string(const ac::Subject& s) {
   for (ac_dtype d : {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16})
     if (s.has_dtype(d)) o << " " << ac::dtype_name(d);
   // Head sizes and LSE conventions mean nothing to a softmax-only subject.
-  const bool has_lse =
-      (c.ops & AC_OP_MERGE) || ((c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && (c.features & AC_FEAT_LSE));
+  const bool has_lse = (c.ops & AC_OP_MERGE) || ((c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && (c.features & AC_FEAT_LSE));
   if (c.ops != AC_OP_SOFTMAX) {
     o << "; d ";
     if (c.head_sizes) {
@@ -176,8 +175,7 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
     }
     for (auto& s : p.subjects) {
       if (s->backend() == "cuda" && !cuda_usable) {
-        set.notes.push_back("plugin subject " + s->name() +
-                            " is a CUDA subject and no CUDA device is usable: skipped");
+        set.notes.push_back("plugin subject " + s->name() + " is a CUDA subject and no CUDA device is usable: skipped");
         continue;
       }
       set.all.push_back(std::move(s));
@@ -185,13 +183,11 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
   }
   for (const auto& command : g_worker_flags.commands) load_worker(set, command, "");
   const std::string dup = ac::first_duplicate_name(set.all);
-  if (!dup.empty())
-    throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
+  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
   return set;
 }
 
-std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names,
-                                        bool plugins_given) {
+std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names, bool plugins_given) {
   std::vector<ac::Subject*> out;
   if (names.empty()) {
     // With plugins and no --subject, test the plugins' subjects: that is what the user brought.
@@ -213,8 +209,7 @@ std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::
   return out;
 }
 
-std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::string>& names,
-                                                     const std::string& suite) {
+std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::string>& names, const std::string& suite) {
   std::vector<const ac::PropertyInfo*> out;
   if (!names.empty()) {
     for (const auto& n : names) {
@@ -298,16 +293,14 @@ void render_plots(const std::string& dir, bool quiet) {
     if (!quiet) std::fprintf(stderr, "plots skipped: /usr/bin/python3 not found\n");
     return;
   }
-  const std::string cmd =
-      "/usr/bin/python3 '" + script + "' '" + dir + "/report.json' --out '" + dir + "/plots' 2>&1";
+  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + dir + "/report.json' --out '" + dir + "/plots' 2>&1";
   if (std::FILE* p = ::popen(cmd.c_str(), "r")) {
     char buf[512];
     std::string out;
     while (std::fgets(buf, sizeof buf, p)) out += buf;
     const int rc = ::pclose(p);
     if (!quiet && !out.empty()) std::fprintf(stderr, "%s", out.c_str());
-    if (rc != 0 && !quiet)
-      std::fprintf(stderr, "plots: the plotting script failed (report files are complete)\n");
+    if (rc != 0 && !quiet) std::fprintf(stderr, "plots: the plotting script failed (report files are complete)\n");
   }
 }
 
@@ -322,8 +315,7 @@ int worst_exit(const ac::Report& r) {
 // ---- check ----------------------------------------------------------------------------------
 struct CheckOptions {
   std::vector<std::string> subjects, plugins, properties;
-  std::string backend = "auto", suite = "gate", report_dir = "attncheck-report", corpus_dir, baseline,
-              shard = "0/1";
+  std::string backend = "auto", suite = "gate", report_dir = "attncheck-report", corpus_dir, baseline, shard = "0/1";
   uint64_t seed = 1;
   int cases = 100;
   int max_keys = 64;
@@ -333,8 +325,8 @@ struct CheckOptions {
 int run_check(const CheckOptions& o, const std::string& command) {
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
-  const std::vector<ac::Subject*> subjects = pick_subjects(
-      set, attncheck::cli::split_csv(o.subjects), !o.plugins.empty() || !g_worker_flags.commands.empty());
+  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects),
+                                                           !o.plugins.empty() || !g_worker_flags.commands.empty());
   const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
@@ -400,8 +392,8 @@ int run_check(const CheckOptions& o, const std::string& command) {
     if (g_interrupted.load()) break;
     if (device_dead && subject->backend() == "cuda") continue;
     ac::RunConfig cfg = base_cfg;
-    const std::string what = "[" + std::to_string(index) + "/" + std::to_string(plan.size()) + "] " +
-                             subject->name() + " / " + property->name;
+    const std::string what = "[" + std::to_string(index) + "/" + std::to_string(plan.size()) + "] " + subject->name() +
+                             " / " + property->name;
     cfg.progress = [&, what](int done, int) { progress.update(done_before, done, what); };
     cfg.seed = ac::case_stream_seed(o.seed, shard_index, shard_count, property->name, subject->name());
     // A plugin is foreign code that may kill the process on the host too: write each case
@@ -415,9 +407,8 @@ int run_check(const CheckOptions& o, const std::string& command) {
     done_before += o.cases;
     progress.clear();
     if (!o.quiet)
-      std::fprintf(stderr, "%s: %s (%lld cases, %.2f s)%s%s\n", what.c_str(), e.status.c_str(),
-                   (long long)e.cases_run, e.seconds, e.status == "passed" ? "" : "  ",
-                   e.status == "passed" ? "" : e.message.c_str());
+      std::fprintf(stderr, "%s: %s (%lld cases, %.2f s)%s%s\n", what.c_str(), e.status.c_str(), (long long)e.cases_run,
+                   e.seconds, e.status == "passed" ? "" : "  ", e.status == "passed" ? "" : e.message.c_str());
     if (e.status == "crashed" && e.failure_class == "device_fault") device_dead = true;
     report.entries.push_back(std::move(e));
   }
@@ -457,17 +448,15 @@ int run_check(const CheckOptions& o, const std::string& command) {
   if (!o.no_plots) render_plots(o.report_dir, o.quiet);
   int passed = 0;
   for (const auto& e : report.entries) passed += e.status == "passed";
-  std::printf(
-      "attncheck: %s: %d of %zu subject x property results passed%s; report in %s/ (report.md, junit.xml, "
-      "report.json)\n",
-      report.verdict().c_str(), passed, report.entries.size(), report.interrupted ? " (interrupted)" : "",
-      o.report_dir.c_str());
+  std::printf("attncheck: %s: %d of %zu subject x property results passed%s; report in %s/ (report.md, junit.xml, report.json)\n",
+              report.verdict().c_str(), passed, report.entries.size(), report.interrupted ? " (interrupted)" : "",
+              o.report_dir.c_str());
   return worst_exit(report);
 }
 
 // ---- replay ---------------------------------------------------------------------------------
-int run_replay(const std::vector<std::string>& inputs, const std::string& subject_name,
-               const std::string& backend, const std::vector<std::string>& plugins) {
+int run_replay(const std::vector<std::string>& inputs, const std::string& subject_name, const std::string& backend,
+               const std::vector<std::string>& plugins) {
   // Named files must parse (exit 2 otherwise); files met inside a directory are skipped with a note.
   struct Item {
     std::string path;
@@ -502,12 +491,10 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
       if (s->name() == n) return s.get();
     return nullptr;
   };
-  if (!subject_name.empty() && !find(subject_name))
-    throw UsageError("unknown subject '" + subject_name + "'");
+  if (!subject_name.empty() && !find(subject_name)) throw UsageError("unknown subject '" + subject_name + "'");
   for (const auto& it : items) {
     const std::string n = subject_name.empty() ? it.c.subject : subject_name;
-    if (!find(n))
-      throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
+    if (!find(n)) throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
   }
   for (const auto& s : skipped) std::printf("skipped (malformed): %s\n", s.c_str());
   int failed = 0, crashed = 0;
@@ -529,20 +516,18 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
         std::printf("  %s  inputs %s  exact %s  rounded %s  output %s  ulp %.3g (cancellation-aware %.3g)\n",
                     w.where.c_str(), w.input_bits.c_str(), w.exact.c_str(), w.rounded_exact.c_str(),
                     w.output_bits.c_str(), w.ulp, w.cancel_ulp);
-      if (it.c.seed)
-        std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
-                    it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
+      if (it.c.seed) std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
+                                 it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
     }
-    if (!r.reproduce_command.empty() && !r.passed)
-      std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
+    if (!r.reproduce_command.empty() && !r.passed) std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
   }
   if (crashed) return kExitCrashed;
   return failed ? kExitFailed : kExitOk;
 }
 
 // ---- prefill --------------------------------------------------------------------------------
-int run_prefill_cmd(const std::string& scenario, const std::string& attention, const std::string& merge,
-                    int chunk, const std::string& backend, const std::vector<std::string>& plugins) {
+int run_prefill_cmd(const std::string& scenario, const std::string& attention, const std::string& merge, int chunk,
+                    const std::string& backend, const std::vector<std::string>& plugins) {
   std::ifstream in(scenario);
   if (!in) throw UsageError("scenario " + scenario + ": cannot read");
   std::stringstream ss;
@@ -574,8 +559,8 @@ int run_prefill_cmd(const std::string& scenario, const std::string& attention, c
   }
   std::printf("%s\n", r.summary.c_str());
   for (const auto& f : r.findings)
-    std::printf("  %s at request %d, chunk %d, token %d, head %d, stage %s%s%s\n", f.value.c_str(), f.request,
-                f.chunk, f.token, f.head, f.stage.c_str(), f.detail.empty() ? "" : ": ", f.detail.c_str());
+    std::printf("  %s at request %d, chunk %d, token %d, head %d, stage %s%s%s\n", f.value.c_str(), f.request, f.chunk,
+                f.token, f.head, f.stage.c_str(), f.detail.empty() ? "" : ": ", f.detail.c_str());
   return r.ok ? kExitOk : kExitFailed;
 }
 
@@ -585,8 +570,7 @@ int run_tiling(const std::string& name, const std::string& backend, const std::v
   SubjectSet set = load_subject_set(backend, plugins);
   ac::Subject* s = pick_subjects(set, {name}, false).front();
   if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV)))
-    throw UsageError("subject '" + name +
-                     "' has no attention: tiling needs a fused-attention or split-KV subject");
+    throw UsageError("subject '" + name + "' has no attention: tiling needs a fused-attention or split-KV subject");
   if (!report_dir.empty()) {
     try {
       ac::ensure_writable_dir(report_dir);
@@ -598,12 +582,12 @@ int run_tiling(const std::string& name, const std::string& backend, const std::v
   cfg.seed = seed;
   cfg.num_cases = cases;
   const auto rows = ac::tiling_report(*s, cfg);
-  std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype",
-              "out", "max ulp", "p99 ulp", "mean ulp", "nonfinite");
+  std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype", "out",
+              "max ulp", "p99 ulp", "mean ulp", "nonfinite");
   for (const auto& r : rows)
     std::printf("%-6d %-6d %-7d %-6s %-5s %-4s %10.3g %10.3g %10.3g %10lld\n", r.br, r.bc, r.num_splits,
-                r.fold.empty() ? "-" : r.fold.c_str(), r.stats.dtype.c_str(), r.stats.output.c_str(),
-                r.stats.max_ulp, r.stats.p99_ulp, r.stats.mean_ulp, (long long)r.stats.nonfinite);
+                r.fold.empty() ? "-" : r.fold.c_str(), r.stats.dtype.c_str(), r.stats.output.c_str(), r.stats.max_ulp,
+                r.stats.p99_ulp, r.stats.mean_ulp, (long long)r.stats.nonfinite);
   if (!report_dir.empty()) {
     ac::Report rep;
     rep.timestamp = ac::utc_timestamp();
@@ -640,17 +624,15 @@ int run_list(const std::string& backend, const std::vector<std::string>& plugins
   std::printf("\nsubjects:\n");
   for (const auto& s : set.all) {
     std::printf("  %-22s %-4s %-8s %s\n", s->name().c_str(), s->backend().c_str(),
-                s->origin() == "builtin"              ? "builtin"
-                : s->origin().rfind("worker", 0) == 0 ? "worker"
-                                                      : "plugin",
+                s->origin() == "builtin" ? "builtin" : s->origin().rfind("worker", 0) == 0 ? "worker" : "plugin",
                 s->description().c_str());
     std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
     if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
   }
   std::printf("\nproperties (gate = in the default suite):\n");
   for (const auto& p : ac::all_properties())
-    std::printf("  %-24s %-4s %-9s %s  [%s]\n", p.name.c_str(), p.in_gate ? "gate" : "full",
-                ops_string(p.ops).c_str(), p.description.c_str(), p.seed_section.c_str());
+    std::printf("  %-24s %-4s %-9s %s  [%s]\n", p.name.c_str(), p.in_gate ? "gate" : "full", ops_string(p.ops).c_str(),
+                p.description.c_str(), p.seed_section.c_str());
   return kExitOk;
 }
 
@@ -687,8 +669,7 @@ int run_report_merge(const std::vector<std::string>& dirs, const std::string& ou
 int main(int argc, char** argv) {
   CLI::App app{"attncheck: checks attention kernels against exact (arbitrary-precision) answers"};
   app.require_subcommand(1);
-  app.set_version_flag("--version",
-                       std::string("attncheck ") + ac::kToolVersion + " " + ATTNCHECK_GIT_DESCRIBE);
+  app.set_version_flag("--version", std::string("attncheck ") + ac::kToolVersion + " " + ATTNCHECK_GIT_DESCRIBE);
   const std::string command = joined_command(argc, argv);
 
   std::string backend = "auto";
@@ -699,8 +680,7 @@ int main(int argc, char** argv) {
     sub->add_option("--worker", g_worker_flags.commands,
                     "\"CMD ARGS\": a worker process serving subjects (WORKER_PROTOCOL.md; repeatable)")
         ->allow_extra_args(false);
-    sub->add_flag("--isolate", g_worker_flags.isolate,
-                  "host each --plugin in a worker process (a crash is exit 3, not a dead harness)");
+    sub->add_flag("--isolate", g_worker_flags.isolate, "host each --plugin in a worker process (a crash is exit 3, not a dead harness)");
     sub->add_option("--call-timeout", g_worker_flags.call_timeout_s,
                     "seconds a worker may take per call before it is killed and restarted (default 60)");
   };
@@ -711,22 +691,17 @@ int main(int argc, char** argv) {
   CheckOptions co;
   auto* check = app.add_subcommand("check", "run properties over subjects and write a report directory");
   add_common(check);
-  check->add_option(
-      "--subject", co.subjects,
-      "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)");
-  check->add_option("--property", co.properties,
-                    "property names (repeatable or comma-separated; overrides --suite)");
+  check->add_option("--subject", co.subjects, "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)");
+  check->add_option("--property", co.properties, "property names (repeatable or comma-separated; overrides --suite)");
   check->add_option("--suite", co.suite, "gate (default, fast) | full");
   check->add_option("--seed", co.seed, "seed of the case stream (default 1)");
   check->add_option("--cases", co.cases, "cases per (subject, property) (default 100)");
   check->add_option("--max-keys", co.max_keys, "longest key row generated (default 64)");
   check->add_option("--report-dir", co.report_dir, "report directory (default attncheck-report)");
-  check->add_option("--corpus-dir", co.corpus_dir,
-                    "where shrunk failures are written (default REPORT_DIR/corpus)");
+  check->add_option("--corpus-dir", co.corpus_dir, "where shrunk failures are written (default REPORT_DIR/corpus)");
   check->add_option("--baseline", co.baseline, "baseline report.json: fail on regressions against it");
   check->add_option("--shard", co.shard, "I/N: run shard I (0-based) of N disjoint case streams");
-  check->add_flag("--tiling", co.tiling,
-                  "also run every tiling / split count of attention subjects (always with --suite full)");
+  check->add_flag("--tiling", co.tiling, "also run every tiling / split count of attention subjects (always with --suite full)");
   check->add_flag("--quiet", co.quiet, "print only the final line and regressions");
   check->add_flag("--no-plots", co.no_plots, "do not render plots");
 
@@ -739,8 +714,7 @@ int main(int argc, char** argv) {
 
   std::string scenario, prefill_attention = "fused", prefill_merge = "merge";
   int chunk = 0;
-  auto* prefill = app.add_subcommand(
-      "prefill", "replay a chunked-prefill scenario through prefix/suffix attention and merge");
+  auto* prefill = app.add_subcommand("prefill", "replay a chunked-prefill scenario through prefix/suffix attention and merge");
   add_common(prefill);
   prefill->add_option("--scenario", scenario, "scenario JSON (corpus/prefill/*.json)")->required();
   prefill->add_option("--attention", prefill_attention, "attention subject (default fused)");
@@ -751,8 +725,7 @@ int main(int argc, char** argv) {
   uint64_t tiling_seed = 1;
   int tiling_cases = 20;
   bool tiling_no_plots = false;
-  auto* tiling = app.add_subcommand(
-      "tiling", "ulp error of one attention subject per tiling, split count and fold order");
+  auto* tiling = app.add_subcommand("tiling", "ulp error of one attention subject per tiling, split count and fold order");
   add_common(tiling);
   tiling->add_option("--subject", tiling_subject, "fused-attention or split-KV subject")->required();
   tiling->add_option("--seed", tiling_seed, "seed (default 1)");
@@ -761,18 +734,14 @@ int main(int argc, char** argv) {
   tiling->add_flag("--no-plots", tiling_no_plots, "do not render plots");
 
   std::string round_to, round_value;
-  auto* round =
-      app.add_subcommand("round", "correctly rounded value of VALUE (decimal or hexfloat) in a format");
+  auto* round = app.add_subcommand("round", "correctly rounded value of VALUE (decimal or hexfloat) in a format");
   round->add_option("--to", round_to, "fp16 | bf16 | fp32")->required();
   round->add_option("value", round_value, "decimal or hexfloat")->required();
 
   std::string exact_what, exact_logits;
   int exact_base = 0;
-  auto* exact =
-      app.add_subcommand("exact", "exact lse or softmax of logits, with their rounded fp16/bf16/fp32 values");
-  exact->add_option("what", exact_what, "lse | softmax")
-      ->required()
-      ->check(CLI::IsMember({"lse", "softmax"}));
+  auto* exact = app.add_subcommand("exact", "exact lse or softmax of logits, with their rounded fp16/bf16/fp32 values");
+  exact->add_option("what", exact_what, "lse | softmax")->required()->check(CLI::IsMember({"lse", "softmax"}));
   exact->add_option("--logits", exact_logits, "x1,x2,...")->required();
   exact->add_option("--base", exact_base, "LSE base: e (default) or 2")->check(CLI::IsMember({0, 2}));
 
@@ -809,20 +778,17 @@ int main(int argc, char** argv) {
       return run_check(co, command);
     }
     if (replay->parsed()) return run_replay(replay_files, replay_subject, backend, plugins);
-    if (prefill->parsed())
-      return run_prefill_cmd(scenario, prefill_attention, prefill_merge, chunk, backend, plugins);
+    if (prefill->parsed()) return run_prefill_cmd(scenario, prefill_attention, prefill_merge, chunk, backend, plugins);
     if (tiling->parsed())
-      return run_tiling(tiling_subject, backend, plugins, tiling_seed, tiling_cases, tiling_dir,
-                        tiling_no_plots);
+      return run_tiling(tiling_subject, backend, plugins, tiling_seed, tiling_cases, tiling_dir, tiling_no_plots);
     if (round->parsed()) {
-      std::printf("%s\n",
-                  attncheck::ref::ask_round(attncheck::ref::parse_format(round_to), round_value).c_str());
+      std::printf("%s\n", attncheck::ref::ask_round(attncheck::ref::parse_format(round_to), round_value).c_str());
       return kExitOk;
     }
     if (exact->parsed()) {
-      std::printf("%s\n", attncheck::ref::ask_exact(
-                              exact_what, exact_logits,
-                              exact_base == 2 ? attncheck::ref::LseBase::two : attncheck::ref::LseBase::e)
+      std::printf("%s\n", attncheck::ref::ask_exact(exact_what, exact_logits,
+                                                    exact_base == 2 ? attncheck::ref::LseBase::two
+                                                                    : attncheck::ref::LseBase::e)
                               .c_str());
       return kExitOk;
     }
