@@ -402,6 +402,9 @@ int run_check(const CheckOptions& o, const std::string& command) {
     cfg.before_launch = ac::worker::call_context_hook(*subject, shard_index);
     const ac::PropertyResult r = ac::run_property(property->name, *subject, cfg);
     ac::ReportEntry e = ac::entry_from_result(r, *subject, shard_index);
+    // A worker's subjects exist only with their worker: the reproduce command must start it too.
+    if (subject->origin().rfind("worker: ", 0) == 0 && e.reproduce_command.rfind("attncheck replay", 0) == 0)
+      e.reproduce_command += " --worker \"" + subject->origin().substr(8) + "\"";
     e.shards = {shard_index};
     if (g_interrupted.load() && e.status == "passed") e.status = "interrupted";
     done_before += o.cases;

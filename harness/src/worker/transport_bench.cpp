@@ -7,6 +7,11 @@
 //         the child copies its output into the arena, the harness copies it out.
 // Both include the harness's copy of the inputs into the transport and of the output out of it.
 // Prints the median of 15 round trips; asserts nothing.
+//
+// With a plugin path (worker_transport_bench build/examples/libattncheck_example_plugin.so) it also
+// times one merge of that shape through the plugin in-process (AbiSubject) and through
+// attncheck-isolate (WorkerSubject, the whole protocol): their difference is the worker's
+// per-call overhead.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -18,7 +23,9 @@
 #include <cstring>
 #include <vector>
 
+#include "attncheck/plugin.hpp"
 #include "process.hpp"
+#include "worker_subject.hpp"
 
 namespace {
 
@@ -115,7 +122,51 @@ double bench_shm(size_t in_bytes, size_t out_bytes) {
 
 }  // namespace
 
-int main() {
+double time_merge(attncheck::Subject& s, const attncheck::MergeInput& in) {
+  std::vector<double> t;
+  for (int i = 0; i < 7; ++i) {
+    const auto t0 = Clock::now();
+    const auto out = s.merge(in);
+    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (out.out.size() != in.prefix_out.size()) std::_Exit(1);
+  }
+  return median(t);
+}
+
+void bench_subjects(const char* plugin) {
+  namespace ac = attncheck;
+  ac::MergeInput in;
+  in.dtype = AC_DTYPE_F16;
+  in.num_tokens = 4096;
+  in.num_heads = 32;
+  in.head_size = 128;
+  const size_t n = size_t(in.num_tokens) * in.num_heads * in.head_size,
+               nl = size_t(in.num_tokens) * in.num_heads;
+  in.prefix_out.assign(n, 0x3c00);
+  in.suffix_out.assign(n, 0x4000);
+  in.prefix_lse.assign(nl, 1.0f);
+  in.suffix_lse.assign(nl, 2.0f);
+  auto direct = ac::load_plugin(plugin);
+  auto isolated = ac::worker::load_worker_subjects(ac::worker::isolate_command(plugin));
+  ac::Subject* d = nullptr;
+  ac::Subject* w = nullptr;
+  for (auto& s : direct.subjects)
+    if (s->has_op(AC_OP_MERGE) && s->backend() == "host") d = s.get();
+  for (auto& s : isolated)
+    if (d && s->name() == d->name()) w = s.get();
+  if (!d || !w) {
+    std::printf("no host merge subject in %s\n", plugin);
+    return;
+  }
+  const double td = time_merge(*d, in), tw = time_merge(*w, in);
+  std::printf("\n%s fp16 merge 4096 x 32 x 128, median of 7 calls (host subject):\n", d->name().c_str());
+  std::printf(
+      "  in-process (C ABI)        %8.2f ms\n  through attncheck-isolate %8.2f ms\n  worker overhead per "
+      "call  %8.2f ms (%.2fx)\n",
+      td, tw, tw - td, tw / td);
+}
+
+int main(int argc, char** argv) {
   const size_t T = 4096, H = 32, D = 128;
   std::printf("worker transport, one merge of %zu tokens x %zu heads x %zu, round trip, median of %d\n", T, H,
               D, kReps);
@@ -126,5 +177,6 @@ int main() {
     std::printf("%-6s %10.1f %10.1f %12.2f %12.2f %8.2f\n", es == 4 ? "fp32" : "fp16", in_bytes / 1048576.0,
                 out_bytes / 1048576.0, p, s, p / s);
   }
+  if (argc > 1) bench_subjects(argv[1]);
   return 0;
 }

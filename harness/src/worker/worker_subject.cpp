@@ -258,7 +258,11 @@ class WorkerSubject final : public Subject {
                                 : "no reason given";
     const std::string where = d_.name + " " + r["op"].get<std::string>() + ": ";
     if (status == "unsupported") throw SubjectError(SubjectError::Kind::unsupported, where + why);
-    if (status == "device_error") throw SubjectError(SubjectError::Kind::device_fault, where + why);
+    if (status == "device_error") {
+      // A faulted CUDA context is unusable: the next call gets a fresh worker.
+      host_->process.shutdown();
+      throw SubjectError(SubjectError::Kind::device_fault, where + why + " (worker restarted)");
+    }
     if (status == "error") throw SubjectError(SubjectError::Kind::internal, where + why);
     if (status != "ok") {
       host_->process.shutdown();
