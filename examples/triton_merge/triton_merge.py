@@ -36,8 +36,8 @@ def _merge_kernel(out_ptr, out_lse_ptr, p_out_ptr, p_lse_ptr, s_out_ptr, s_lse_p
     p_lse = tl.where(p_lse == float("inf"), float("-inf"), p_lse)
     s_lse = tl.where(s_lse == float("inf"), float("-inf"), s_lse)
     m = tl.maximum(p_lse, s_lse)
+    both_empty = m == float("-inf")
     if GUARD_BOTH_EMPTY:
-        both_empty = m == float("-inf")
         m = tl.where(both_empty, 0.0, m)
     p_w = tl.exp(p_lse - m)
     s_w = tl.exp(s_lse - m)
