@@ -7,12 +7,20 @@ harness's diagnosis tests. Usage: python3 bad_worker.py MODE, MODE one of
   wrong-size         says it wrote fewer bytes of "out" than asked          -> crashed, exit 3
   close-mid-reply    writes half a reply line and exits                     -> crashed, exit 3
   silent             never answers a call                                   -> hung, exit 3
+  lie-on-restart     exits on its first call; restarted, it declares other
+                     capabilities (STATE_FILE marks the restart)            -> crashed, exit 3
 """
 import json
+import os
 import sys
 import time
 
 mode = sys.argv[1]
+restarted = False
+if mode == "lie-on-restart":
+    state = sys.argv[2]
+    restarted = os.path.exists(state)
+    open(state, "w").close()
 SUBJECT = {"name": "bad-merge", "description": "breaks the protocol", "ops": ["merge"], "dtypes": ["fp32"],
            "memory": "host", "head_size_min": 1, "head_size_max": 512}
 
@@ -31,6 +39,8 @@ for line in sys.stdin:
             send({"status": "ok", "protocol": 1, "subjects": [dict(SUBJECT, dtypes=["fp8"])]})
         elif mode == "old-protocol":
             send({"status": "ok", "protocol": 0, "subjects": [SUBJECT]})
+        elif restarted:
+            send({"status": "ok", "protocol": 1, "subjects": [dict(SUBJECT, head_size_max=64)]})
         else:
             send({"status": "ok", "protocol": 1, "subjects": [SUBJECT]})
         continue
@@ -47,3 +57,5 @@ for line in sys.stdin:
         sys.exit(0)
     elif mode == "silent":
         time.sleep(3600)
+    elif mode == "lie-on-restart":
+        sys.exit(1)
