@@ -236,12 +236,20 @@ def _is_device_fault(e):
     return "CUDA error" in text or "illegal memory access" in text or "device-side assert" in text
 
 
+def private_stdout():
+    """The protocol's own copy of stdout; fd 1 (and sys.stdout) then go to stderr, so whatever the
+    subject's code or its libraries print, at import or at call time, cannot corrupt a reply."""
+    proto_out = os.fdopen(os.dup(1), "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return proto_out
+
+
 def serve(subjects, stdin=None, proto_out=None):
     """Answers requests until stdin closes or a shutdown request arrives."""
     if proto_out is None:
-        proto_out = os.fdopen(os.dup(1), "w", buffering=1)
-        os.dup2(2, 1)
-        sys.stdout = sys.stderr
+        proto_out = private_stdout()
     stdin = stdin or sys.stdin
     server = _Server(subjects)
 
@@ -279,14 +287,16 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
         return 2
+    proto_out = private_stdout()
     try:
         subjects = load_subjects(argv)
     except Exception as e:
         # A failed handshake: the harness reports this line and exits 2.
         traceback.print_exc(file=sys.stderr)
-        print(json.dumps({"status": "error", "error": f"cannot load {' '.join(argv)}: {_one_line(e)}"}), flush=True)
+        proto_out.write(json.dumps({"status": "error", "error": f"cannot load {' '.join(argv)}: {_one_line(e)}"}) + "\n")
+        proto_out.flush()
         return 1
-    serve(subjects)
+    serve(subjects, proto_out=proto_out)
     return 0
 
 
