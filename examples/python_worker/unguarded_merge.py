@@ -2,7 +2,7 @@
 (LSE -inf on both sides, a request with no prefix hit) give weights e^(-inf - (-inf)) = NaN.
 
     build/attncheck prefill --scenario corpus/prefill/miss-in-batch.json --backend host \\
-        --attention fused --merge merge-np-unguarded \\
+        --attention textbook --merge merge-np-unguarded \\
         --worker "python3 -m attncheck.worker examples/python_worker/unguarded_merge.py"
 """
 import numpy as np

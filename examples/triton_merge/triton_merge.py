@@ -10,7 +10,7 @@ triton-merge-th          LSE [tokens, heads] (SGLang's layout), with the guard
 triton-merge-unguarded   [heads, tokens], the guard removed: two empty states (a request with no
                          prefix hit under chunked prefill) give max = -inf, (-inf) - (-inf) = NaN:
 
-    build/attncheck prefill --scenario corpus/prefill/miss-in-batch.json --attention fused \\
+    build/attncheck prefill --scenario corpus/prefill/miss-in-batch.json --attention textbook \\
         --merge triton-merge-unguarded --worker "python3 -m attncheck.worker examples/triton_merge/triton_merge.py"
 
 Needs a CUDA GPU, torch and triton; importing this file without them fails (the worker's

@@ -27,8 +27,8 @@ python3 -c 'import torch, triton, numpy; print("torch", torch.__version__, "trit
 step list                 0 "$AC" list --worker "$TRITON"
 step triton_gate          0 "$AC" check --worker "$TRITON" --subject triton-merge,triton-merge-th --cases 100 --no-plots --report-dir "$OUT/triton"
 step triton_unguarded     1 "$AC" check --worker "$TRITON" --subject triton-merge-unguarded --property merge_sentinels --cases 100 --no-plots --report-dir "$OUT/triton-unguarded"
-step prefill_unguarded    1 "$AC" prefill --scenario corpus/prefill/miss-in-batch.json --attention fused --merge triton-merge-unguarded --worker "$TRITON"
-step prefill_guarded      0 "$AC" prefill --scenario corpus/prefill/miss-in-batch.json --attention fused --merge triton-merge --worker "$TRITON"
+step prefill_unguarded    1 "$AC" prefill --scenario corpus/prefill/miss-in-batch.json --attention textbook --merge triton-merge-unguarded --worker "$TRITON"
+step prefill_guarded      0 "$AC" prefill --scenario corpus/prefill/miss-in-batch.json --attention textbook --merge triton-merge --worker "$TRITON"
 # Speed: the same merge kernel (the example plugin wraps the built-in CUDA merge) in-process and
 # through attncheck-isolate, gate suite, 100 cases per property; then the Triton merge through the
 # Python worker beside the built-in merge through the C ABI.
