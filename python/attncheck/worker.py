@@ -38,7 +38,10 @@ class _Arena:
     def ensure(self, size):
         if size > self.size:
             if self.map is not None:
-                self.map.close()
+                try:
+                    self.map.close()
+                except BufferError:
+                    pass  # a subject still holds a view of the old mapping: leave it to the GC
             self.map = mmap.mmap(ARENA_FD, size)
             self.size = size
 
