@@ -103,6 +103,13 @@ bool property_applies(const PropertyInfo& p, const Subject& s) {
 
 namespace detail {
 
+// The failure class of a crash: "device_fault", "transport_failed" (a worker died or hung) or "internal".
+const char* crash_kind_name(SubjectError::Kind k) {
+  if (k == SubjectError::Kind::device_fault) return "device_fault";
+  if (k == SubjectError::Kind::transport_failed) return "transport_failed";
+  return "internal";
+}
+
 // Outcome of one check of one case.
 struct Outcome {
   bool ok = true;
@@ -574,7 +581,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     } catch (const SubjectError& e) {
       if (e.kind == SubjectError::Kind::unsupported) RC_DISCARD(std::string("unsupported: ") + e.what());
       crashed = true;
-      crash_kind = e.kind == SubjectError::Kind::device_fault ? "device_fault" : "internal";
+      crash_kind = crash_kind_name(e.kind);
       o.ok = false;
       o.crashed = true;
       o.failure_class = crash_kind;
@@ -722,7 +729,7 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
   } catch (const SubjectError& e) {
     if (e.kind == SubjectError::Kind::unsupported) return not_applicable(e.what());
     r.passed = false;
-    r.verdict = std::string("CRASH ") + (e.kind == SubjectError::Kind::device_fault ? "device_fault" : "internal") + ": " + e.what();
+    r.verdict = std::string("CRASH ") + crash_kind_name(e.kind) + ": " + e.what();
   } catch (const ref::ReferenceError& e) {
     r.passed = false;
     r.verdict = std::string("invalid case: ") + e.what();

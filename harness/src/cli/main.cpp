@@ -44,6 +44,7 @@
 #include "options.hpp"
 #include "pair_pool.hpp"
 #include "plot.hpp"
+#include "worker_subject.hpp"
 
 #ifndef ATTNCHECK_GIT_DESCRIBE
 #define ATTNCHECK_GIT_DESCRIBE ""
@@ -126,6 +127,25 @@ struct SubjectSet {
   size_t first_plugin = 0;         // all[first_plugin..] came from plugins
 };
 
+// Worker subjects (--worker, --isolate, --call-timeout), shared by every command that loads subjects.
+struct WorkerFlags {
+  std::vector<std::string> commands;
+  bool isolate = false;
+  double call_timeout_s = ac::worker::kDefaultCallTimeoutS;
+};
+WorkerFlags g_worker_flags;
+
+void load_worker(SubjectSet& set, const std::string& command, const std::string& origin) {
+  ac::worker::WorkerOptions wo;
+  wo.call_timeout_s = g_worker_flags.call_timeout_s;
+  wo.origin = origin;
+  try {
+    for (auto& s : ac::worker::load_worker_subjects(command, wo)) set.all.push_back(std::move(s));
+  } catch (const ac::worker::HandshakeError& e) {
+    throw UsageError(e.what());
+  }
+}
+
 SubjectSet load_subject_set(const std::string& backend_name, const std::vector<std::string>& plugins) {
   SubjectSet set;
   ac::Backend requested;
@@ -142,8 +162,13 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
   }
   set.first_plugin = set.all.size();
   const bool cuda_usable = set.backend == ac::Backend::cuda || ac::cuda_device_available();
+  if (!(g_worker_flags.call_timeout_s > 0)) throw UsageError("--call-timeout must be positive");
   for (const auto& path : plugins) {
     if (!fs::exists(path)) throw UsageError("plugin " + path + ": no such file");
+    if (g_worker_flags.isolate) {
+      load_worker(set, ac::worker::isolate_command(fs::absolute(path).string()), path);
+      continue;
+    }
     ac::LoadedPlugin p;
     try {
       p = ac::load_plugin(path);
@@ -158,8 +183,9 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
       set.all.push_back(std::move(s));
     }
   }
+  for (const auto& command : g_worker_flags.commands) load_worker(set, command, "");
   const std::string dup = ac::first_duplicate_name(set.all);
-  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in and plugin, or two plugins)");
+  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
   return set;
 }
 
@@ -336,7 +362,6 @@ struct CheckOptions {
   int max_keys = 64;
   bool quiet = false, no_plots = false, tiling = false;
   int jobs = 0;           // 0: every core
-  int call_timeout = 120;  // seconds a subject call (and the judgement of its case) may take
   std::string devices = "all";
 };
 
@@ -382,8 +407,8 @@ std::string keep_write_ahead_case(const std::string& corpus_dir, const std::stri
   return "";
 }
 
-std::string describe_death(const ac::cli::ChildOutcome& o, int call_timeout) {
-  std::string why = o.signal == SIGALRM ? "hung: a subject call gave no answer within --call-timeout " + std::to_string(call_timeout) + " s"
+std::string describe_death(const ac::cli::ChildOutcome& o, double call_timeout) {
+  std::string why = o.signal == SIGALRM ? "hung: a subject call gave no answer within --call-timeout " + std::to_string(int(call_timeout)) + " s"
                     : o.signal ? "killed by signal " + std::to_string(o.signal) + " (" + strsignal(o.signal) + ")"
                              : "exited with status " + std::to_string(o.exit_code) + " before reporting";
   std::string tail = o.stderr_tail;
@@ -395,7 +420,8 @@ std::string describe_death(const ac::cli::ChildOutcome& o, int call_timeout) {
 int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
-  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects), !o.plugins.empty());
+  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects),
+                                                           !o.plugins.empty() || !g_worker_flags.commands.empty());
   const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
@@ -461,10 +487,16 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     // A plugin is foreign code that may kill the process on the host too: write each case
     // before calling it, as for CUDA subjects (the properties always do for those).
     cfg.write_ahead = subject->origin() != "builtin";
-    if (child) {
-      // A hung subject: the alarm is armed before each call and disarmed when its case is judged;
-      // SIGALRM's default action ends this process, and the parent reports the pair as hung.
-      cfg.before_launch = [&](const ac::Case&) { ::alarm(unsigned(o.call_timeout)); };
+    const auto worker_hook = ac::worker::call_context_hook(*subject, shard_index);
+    cfg.before_launch = worker_hook;
+    // A worker subject enforces --call-timeout itself (and restarts its worker); an in-process
+    // subject is timed here: the alarm is armed before each call and disarmed when its case is
+    // judged, and SIGALRM's default action ends this child, which the parent reports as hung.
+    if (child && subject->origin().rfind("worker: ", 0) != 0) {
+      cfg.before_launch = [&, worker_hook](const ac::Case& c) {
+        if (worker_hook) worker_hook(c);
+        ::alarm(unsigned(std::ceil(g_worker_flags.call_timeout_s)));
+      };
       cfg.progress = [&](int done, int) {
         ::alarm(0);
         on_case(done);
@@ -472,6 +504,9 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     }
     const ac::PropertyResult r = ac::run_property(property->name, *subject, cfg);
     ac::ReportEntry e = ac::entry_from_result(r, *subject, shard_index);
+    // A worker's subjects exist only with their worker: the reproduce command must start it too.
+    if (subject->origin().rfind("worker: ", 0) == 0 && e.reproduce_command.rfind("attncheck replay", 0) == 0)
+      e.reproduce_command += " --worker \"" + subject->origin().substr(8) + "\"";
     e.shards = {shard_index};
     if (g_interrupted.load() && e.status == "passed") e.status = "interrupted";
     return e;
@@ -534,7 +569,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     e.origin = subject->origin();
     e.property = property->name;
     e.status = "crashed";
-    e.message = describe_death(out, o.call_timeout);
+    e.message = describe_death(out, g_worker_flags.call_timeout_s);
     e.failure_class = out.signal == SIGALRM ? "hung" : "process_died";
     e.shards = {shard_index};
     e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
@@ -651,6 +686,7 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
   for (const auto& it : items) {
     ac::Subject* s = find(subject_name.empty() ? it.c.subject : subject_name);
     ac::ReplayResult r;
+    ac::worker::set_call_context(*s, it.c.property, it.path);
     try {
       r = ac::replay_case(it.c, *s, it.path);
     } catch (const ac::SubjectError& e) {
@@ -785,7 +821,8 @@ int run_list(const std::string& backend, const std::vector<std::string>& plugins
   std::printf("\nsubjects:\n");
   for (const auto& s : set.all) {
     std::printf("  %-22s %-4s %-8s %s\n", s->name().c_str(), s->backend().c_str(),
-                s->origin() == "builtin" ? "builtin" : "plugin", s->description().c_str());
+                s->origin() == "builtin" ? "builtin" : s->origin().rfind("worker", 0) == 0 ? "worker" : "plugin",
+                s->description().c_str());
     std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
     if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
   }
@@ -839,6 +876,12 @@ int main(int argc, char** argv) {
   auto add_common = [&](CLI::App* sub) {
     sub->add_option("--backend", backend, "auto (GPU if present, else host twins) | cuda | host");
     sub->add_option("--plugin", plugins, "shared library exporting the attncheck plugin ABI (repeatable)");
+    sub->add_option("--worker", g_worker_flags.commands,
+                    "\"CMD ARGS\": a worker process serving subjects (WORKER_PROTOCOL.md; repeatable)")
+        ->allow_extra_args(false);
+    sub->add_flag("--isolate", g_worker_flags.isolate, "host each --plugin in a worker process (a crash is exit 3, not a dead harness)");
+    sub->add_option("--call-timeout", g_worker_flags.call_timeout_s,
+                    "seconds a worker may take per call before it is killed and restarted (default 60)");
   };
 
   auto* list = app.add_subcommand("list", "subjects (built-in and plugin) with capabilities; properties");
@@ -864,8 +907,6 @@ int main(int argc, char** argv) {
   check->add_flag("--tiling", co.tiling, "also run every tiling / split count of attention subjects (always with --suite full)");
   check->add_option("--jobs", co.jobs, "(subject, property) pairs run at once, each in its own process (default: every core)")
       ->check(CLI::Range(1, 1024));
-  check->add_option("--call-timeout", co.call_timeout, "seconds one subject call and its judgement may take before the pair counts as hung (default 120)")
-      ->check(CLI::Range(1, 86400));
   check->add_option("--devices", co.devices, "all (default: every visible GPU) or device indices 0,1,...: children run round-robin on them");
   check->add_flag("--quiet", co.quiet, "print only the final line and regressions");
   check->add_flag("--no-plots", co.no_plots, "do not render plots");

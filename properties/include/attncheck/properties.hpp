@@ -76,7 +76,8 @@ struct PropertyResult {
   std::string property, subject;
   Status status = Status::passed;
   // failed: "accuracy" | "nonfinite" | "overflow" | "empty_row" | "sentinel" | "lse_base" |
-  // "lse_layout" | "drift" | "nondeterministic" | "split"; crashed: "device_fault" | "internal".
+  // "lse_layout" | "drift" | "nondeterministic" | "split"; crashed: "device_fault" | "transport_failed"
+  // (a worker died, hung or broke the protocol) | "internal".
   std::string failure_class;
   int cases_run = 0, failures = 0;
   std::vector<OutputStats> stats;

@@ -59,8 +59,10 @@ struct AttentionOutput {
 };
 
 // A subject refused a case (unsupported shape, dtype...) or failed while running it.
+// transport_failed: the process serving the subject (a worker) died, hung or broke the protocol;
+// its own outcome, never read as a fault of the device.
 struct SubjectError : std::runtime_error {
-  enum class Kind { unsupported, device_fault, internal };
+  enum class Kind { unsupported, device_fault, internal, transport_failed };
   Kind kind;
   SubjectError(Kind k, const std::string& what) : std::runtime_error(what), kind(k) {}
 };

@@ -1,0 +1,101 @@
+"""torch.nn.functional.scaled_dot_product_attention with one chosen backend, as attncheck subjects
+(the README's recipe). Needs a CUDA GPU and torch >= 2.3.
+
+    build/attncheck check --worker "python3 -m attncheck.worker examples/torch_sdpa/sdpa_subjects.py" \\
+        --subject sdpa-flash,sdpa-efficient,sdpa-math --report-dir sdpa-report
+
+What an SDPA adapter must take care of, and where this file does it:
+- LSE: SDPA returns none. The flash backend's aten op returns its logsumexp (base e,
+  [batch, heads, tokens]); sdpa-flash declares "lse" and returns it. The other two do not.
+- Causal alignment: is_causal=True is top-left; attncheck's (and chunked prefill's) is
+  bottom-right. sdpa-efficient / sdpa-math pass helpers' bottom-right mask; sdpa-flash takes no
+  mask, so it uses is_causal only where Tq == Tk (the two agree) and refuses Tq != Tk.
+- Masks: SDPA's boolean attn_mask is True = take part, attncheck's mask nonzero = visible (the
+  same sense). Rows with no visible key come back NaN or garbage from SDPA; attncheck requires
+  O = 0 and LSE = -inf: they are zeroed here (helpers.empty_rows).
+- GQA: helpers.expand_kv_heads (repeat_interleave), so it also works before enable_gqa.
+- Layout: attncheck packs [tokens, heads, d] with cu_seqlens; SDPA wants [batch, heads, tokens, d]:
+  one SDPA call per sequence (helpers.sequences).
+- One backend: sdpa_kernel([backend]) turns "this backend cannot run this input" into an error,
+  reported as ac.Unsupported instead of a silent fallback to another backend.
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attncheck as ac
+from attncheck import helpers
+
+
+def _bhtd(x, num_heads=None):
+    if num_heads is not None:
+        x = helpers.expand_kv_heads(x, num_heads)
+    return x.transpose(0, 1).unsqueeze(0)  # [T, H, D] -> [1, H, T, D]
+
+
+def _run(call, attend):
+    out = torch.zeros_like(call.q)
+    lse = torch.full((call.q.shape[0], call.num_heads), float("-inf"), device=call.q.device, dtype=torch.float32)
+    for _, qs, ks, visible in helpers.sequences(call):
+        tq, tk = qs.stop - qs.start, ks.stop - ks.start
+        if tq == 0 or tk == 0:
+            continue  # no queries, or every row empty: O = 0, LSE = -inf already
+        q, k, v = _bhtd(call.q[qs]), _bhtd(call.k[ks], call.num_heads), _bhtd(call.v[ks], call.num_heads)
+        try:
+            o, l = attend(q, k, v, visible, tq, tk, float(call.softmax_scale))
+        except RuntimeError as e:
+            if "No available kernel" in str(e) or "not supported" in str(e).lower():
+                raise ac.Unsupported(str(e).splitlines()[0]) from None
+            raise
+        o = o[0].transpose(0, 1)  # [Tq, H, D]
+        if visible is not None:
+            empty = torch.from_numpy(helpers.empty_rows(visible)).to(o.device)
+            o = torch.where(empty[:, None, None], torch.zeros((), dtype=o.dtype, device=o.device), o)
+        out[qs] = o
+        if l is not None:
+            l = l[0].transpose(0, 1).float()  # [Tq, H]
+            if visible is not None:
+                l = torch.where(empty[:, None], torch.tensor(float("-inf"), device=l.device), l)
+            lse[qs] = l
+    return out, helpers.lse_to_layout(lse, call.lse_layout)
+
+
+def _sdpa(backend):
+    def attend(q, k, v, visible, tq, tk, scale):
+        mask = None if visible is None else torch.from_numpy(np.ascontiguousarray(visible)).to(q.device)
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale), None
+    return attend
+
+
+def _flash(q, k, v, visible, tq, tk, scale):
+    causal = False
+    if visible is not None:
+        if tq != tk or not np.array_equal(visible, helpers.causal_mask(tq, tk, "top_left")):
+            raise ac.Unsupported("the flash backend takes no mask and aligns causal top-left: only Tq == Tk causal")
+        causal = True
+    r = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    return r[0], r[1]
+
+
+COMMON = dict(ops="attention", memory="cuda", framework="torch", head_sizes=[64, 128], lse_layout="heads_tokens",
+              tilings=[(64, 64)])
+
+
+@ac.subject(name="sdpa-flash", dtypes=("fp16", "bf16"), features=("causal", "varlen", "gqa", "lse"),
+            description="SDPA flash backend (aten flash op, with its LSE)", **COMMON)
+def sdpa_flash(call):
+    return _run(call, _flash)
+
+
+@ac.subject(name="sdpa-efficient", dtypes=("fp32", "fp16", "bf16"), features=("causal", "mask", "varlen", "gqa"),
+            description="SDPA memory-efficient backend, bottom-right causal as a mask", **COMMON)
+def sdpa_efficient(call):
+    return _run(call, _sdpa(SDPBackend.EFFICIENT_ATTENTION))[0]
+
+
+@ac.subject(name="sdpa-math", dtypes=("fp32", "fp16", "bf16"), features=("causal", "mask", "varlen", "gqa"),
+            description="SDPA math backend, bottom-right causal as a mask", **COMMON)
+def sdpa_math(call):
+    return _run(call, _sdpa(SDPBackend.MATH))[0]

@@ -1,0 +1,79 @@
+// A worker process as the harness sees it: spawned in its own process group, spoken to by one line
+// of JSON per request on its stdin and one line per reply on its stdout, with tensors in a shared
+// arena (a memfd handed to it as fd 3). Its stderr is drained into a ring of its last lines, which
+// every failure message quotes.
+//
+// Failure modes, each one line (TransportError): the worker died (exit status or signal), did not
+// answer within the deadline (it is then killed, with its whole process group), wrote a line that
+// is not protocol JSON, or closed its stdout mid-reply. After any of them the process is gone; the
+// next call() restarts it and repeats the handshake (WorkerSubject checks that the subjects did not
+// change).
+#pragma once
+#include <sys/types.h>
+
+#include <cstddef>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace attncheck::worker {
+
+// The worker died, hung or broke the protocol. what() is one line.
+struct TransportError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A shared-memory arena: a memfd mapped here, inherited by the worker as fd 3. It only grows.
+class Arena {
+ public:
+  Arena();
+  ~Arena();
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  void reserve(size_t bytes);  // grow (ftruncate + remap) to at least `bytes`
+  unsigned char* data() { return base_; }
+  size_t size() const { return size_; }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  unsigned char* base_ = nullptr;
+  size_t size_ = 0;
+};
+
+class WorkerProcess {
+ public:
+  // command runs through /bin/sh -c "exec COMMAND", so quoting works as in a shell.
+  explicit WorkerProcess(std::string command);
+  ~WorkerProcess();  // asks the worker to shut down, then kills what is left of its group
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  const std::string& command() const { return command_; }
+  bool running() const { return pid_ > 0; }
+  void start();  // spawn (no handshake); TransportError if the command cannot start
+  // Send one request, wait for one reply line. On timeout the process group is killed.
+  nlohmann::json call(const nlohmann::json& request, double timeout_s);
+  void shutdown();  // {"op":"shutdown"}, a short wait, then SIGKILL to the group
+  Arena& arena() { return arena_; }
+  std::string last_stderr(size_t lines = 5) const;  // joined with " | "
+  int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }
+
+ private:
+  std::string death_reason();  // reaps the child: "exited with status 1" / "killed by signal 6 (SIGABRT)"
+  void kill_group();
+  void drain_stderr(int timeout_ms);
+  void close_fds();
+  [[noreturn]] void fail(const std::string& what);
+
+  std::string command_;
+  Arena arena_;
+  pid_t pid_ = -1;
+  int to_worker_ = -1, from_worker_ = -1, err_from_worker_ = -1;
+  std::string out_buf_, err_partial_;
+  std::deque<std::string> err_lines_;
+  int starts_ = 0;
+};
+
+}  // namespace attncheck::worker

@@ -1,0 +1,286 @@
+// Capability words and arena layout of the worker protocol (see protocol.hpp and
+// harness/WORKER_PROTOCOL.md). Each rejection names the field and the word it did not know.
+#include "protocol.hpp"
+
+#include <cstring>
+#include <utility>
+
+namespace attncheck::worker {
+
+using nlohmann::json;
+
+namespace {
+
+struct Word {
+  const char* word;
+  uint32_t bit;
+};
+const Word kOps[] = {{"merge", AC_OP_MERGE},
+                     {"softmax", AC_OP_SOFTMAX},
+                     {"attention", AC_OP_ATTENTION},
+                     {"splitkv", AC_OP_SPLITKV}};
+const Word kDtypes[] = {{"fp32", AC_DTYPE_BIT(AC_DTYPE_F32)},
+                        {"fp16", AC_DTYPE_BIT(AC_DTYPE_F16)},
+                        {"bf16", AC_DTYPE_BIT(AC_DTYPE_BF16)}};
+const Word kFeatures[] = {{"causal", AC_FEAT_CAUSAL},
+                          {"mask", AC_FEAT_MASK},
+                          {"varlen", AC_FEAT_VARLEN},
+                          {"gqa", AC_FEAT_GQA},
+                          {"lse", AC_FEAT_LSE},
+                          {"naive_exp", AC_FEAT_NAIVE_EXP},
+                          {"scores_in_input_type", AC_FEAT_SCORES_IN_INPUT_TYPE}};
+const Word kFolds[] = {{"left", AC_FOLD_BIT(AC_FOLD_LEFT)},
+                       {"right", AC_FOLD_BIT(AC_FOLD_RIGHT)},
+                       {"tree", AC_FOLD_BIT(AC_FOLD_TREE)}};
+
+template <size_t N>
+json words_of(uint32_t bits, const Word (&table)[N]) {
+  json a = json::array();
+  for (const Word& w : table)
+    if (bits & w.bit) a.push_back(w.word);
+  return a;
+}
+
+template <size_t N>
+uint32_t bits_of(const json& j, const char* field, const Word (&table)[N]) {
+  if (!j.is_array()) throw ProtocolError(std::string("'") + field + "' must be a list of words");
+  uint32_t bits = 0;
+  for (const json& w : j) {
+    if (!w.is_string()) throw ProtocolError(std::string("'") + field + "' holds a non-string");
+    bool known = false;
+    for (const Word& t : table)
+      if (w.get<std::string>() == t.word) {
+        bits |= t.bit;
+        known = true;
+      }
+    if (!known) {
+      std::string list;
+      for (const Word& t : table) list += (list.empty() ? "" : ", ") + std::string(t.word);
+      throw ProtocolError(std::string("unknown word '") + w.get<std::string>() + "' in '" + field +
+                          "' (known: " + list + ")");
+    }
+  }
+  return bits;
+}
+
+const json& need(const json& j, const char* field) {
+  if (!j.is_object() || !j.contains(field)) throw ProtocolError(std::string("missing field '") + field + "'");
+  return j.at(field);
+}
+
+int64_t need_int(const json& j, const char* field) {
+  const json& v = need(j, field);
+  if (!v.is_number_integer()) throw ProtocolError(std::string("'") + field + "' must be an integer");
+  return v.get<int64_t>();
+}
+
+std::string need_string(const json& j, const char* field) {
+  const json& v = need(j, field);
+  if (!v.is_string()) throw ProtocolError(std::string("'") + field + "' must be a string");
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+DeclaredSubject& DeclaredSubject::operator=(const DeclaredSubject& o) {
+  if (this == &o) return *this;
+  name = o.name;
+  description = o.description;
+  caps = o.caps;
+  head_sizes = o.head_sizes;
+  tilings = o.tilings;
+  caps.head_sizes = head_sizes.empty() ? nullptr : head_sizes.data();
+  caps.num_head_sizes = int32_t(head_sizes.size());
+  caps.tilings = tilings.empty() ? nullptr : tilings.data();
+  caps.num_tilings = int32_t(tilings.size());
+  return *this;
+}
+
+const char* layout_word(ac_lse_layout l) {
+  return l == AC_LSE_TOKENS_HEADS ? "tokens_heads" : "heads_tokens";
+}
+const char* fold_word(ac_fold f) {
+  return f == AC_FOLD_RIGHT ? "right" : f == AC_FOLD_TREE ? "tree" : "left";
+}
+ac_fold fold_from_word(const std::string& w) {
+  if (w == "left") return AC_FOLD_LEFT;
+  if (w == "right") return AC_FOLD_RIGHT;
+  if (w == "tree") return AC_FOLD_TREE;
+  throw ProtocolError("unknown fold order '" + w + "'");
+}
+ac_dtype dtype_from_word(const std::string& w) {
+  if (w == "fp32") return AC_DTYPE_F32;
+  if (w == "fp16") return AC_DTYPE_F16;
+  if (w == "bf16") return AC_DTYPE_BF16;
+  throw ProtocolError("unknown dtype '" + w + "'");
+}
+size_t dtype_bytes(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
+
+json caps_to_json(const std::string& name, const std::string& description, const ac_caps& c) {
+  json j;
+  j["name"] = name;
+  j["description"] = description;
+  j["ops"] = words_of(c.ops, kOps);
+  j["dtypes"] = words_of(c.dtypes, kDtypes);
+  j["memory"] = c.memory == AC_MEMORY_CUDA ? "cuda" : "host";
+  if (c.head_sizes) {
+    j["head_sizes"] = std::vector<int32_t>(c.head_sizes, c.head_sizes + c.num_head_sizes);
+  } else {
+    j["head_size_min"] = c.head_size_min;
+    j["head_size_max"] = c.head_size_max;
+  }
+  j["lse_base"] = c.lse_base == 2 ? "2" : "e";
+  j["lse_layout"] = layout_word(c.lse_layout);
+  j["empty_lse"] = c.empty_lse_sign > 0 ? "+inf" : "-inf";
+  j["features"] = words_of(c.features, kFeatures);
+  json t = json::array();
+  for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) t.push_back({c.tilings[i].br, c.tilings[i].bc});
+  j["tilings"] = t;
+  j["max_splits"] = c.max_splits;
+  j["fold_orders"] = words_of(c.fold_orders, kFolds);
+  return j;
+}
+
+DeclaredSubject caps_from_json(const json& j) {
+  DeclaredSubject s;
+  s.name = need_string(j, "name");
+  s.description =
+      j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
+  ac_caps& c = s.caps;
+  c.ops = bits_of(need(j, "ops"), "ops", kOps);
+  c.dtypes = bits_of(need(j, "dtypes"), "dtypes", kDtypes);
+  const std::string mem = need_string(j, "memory");
+  if (mem != "host" && mem != "cuda")
+    throw ProtocolError("'memory' must be \"host\" or \"cuda\", not '" + mem + "'");
+  c.memory = mem == "cuda" ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
+  if (j.contains("head_sizes")) {
+    const json& hs = j["head_sizes"];
+    if (!hs.is_array() || hs.empty())
+      throw ProtocolError("'head_sizes' must be a non-empty list of integers");
+    for (const json& h : hs) {
+      if (!h.is_number_integer()) throw ProtocolError("'head_sizes' holds a non-integer");
+      s.head_sizes.push_back(h.get<int32_t>());
+    }
+  } else {
+    c.head_size_min = int32_t(need_int(j, "head_size_min"));
+    c.head_size_max = int32_t(need_int(j, "head_size_max"));
+  }
+  const std::string base = j.contains("lse_base") ? need_string(j, "lse_base") : "e";
+  if (base != "e" && base != "2")
+    throw ProtocolError("'lse_base' must be \"e\" or \"2\", not '" + base + "'");
+  c.lse_base = base == "2" ? 2 : 0;
+  const std::string layout = j.contains("lse_layout") ? need_string(j, "lse_layout") : "heads_tokens";
+  if (layout != "heads_tokens" && layout != "tokens_heads")
+    throw ProtocolError("'lse_layout' must be \"heads_tokens\" or \"tokens_heads\", not '" + layout + "'");
+  c.lse_layout = layout == "tokens_heads" ? AC_LSE_TOKENS_HEADS : AC_LSE_HEADS_TOKENS;
+  const std::string empty = j.contains("empty_lse") ? need_string(j, "empty_lse") : "-inf";
+  if (empty != "-inf" && empty != "+inf")
+    throw ProtocolError("'empty_lse' must be \"-inf\" or \"+inf\", not '" + empty + "'");
+  c.empty_lse_sign = empty == "+inf" ? 1 : -1;
+  c.features = j.contains("features") ? bits_of(j["features"], "features", kFeatures) : 0;
+  if (j.contains("tilings")) {
+    const json& t = j["tilings"];
+    if (!t.is_array()) throw ProtocolError("'tilings' must be a list of [br, bc] pairs");
+    for (const json& p : t) {
+      if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
+        throw ProtocolError("'tilings' entries must be [br, bc] integer pairs");
+      s.tilings.push_back({p[0].get<int32_t>(), p[1].get<int32_t>()});
+    }
+  }
+  c.max_splits = j.contains("max_splits") ? int32_t(need_int(j, "max_splits")) : 0;
+  c.fold_orders = j.contains("fold_orders") ? bits_of(j["fold_orders"], "fold_orders", kFolds) : 0;
+  s = DeclaredSubject(s);  // points caps at the own arrays
+  return s;
+}
+
+json tensor_json(const TensorRef& t) {
+  return {{"dtype", t.dtype},
+          {"shape", t.shape},
+          {"strides", t.strides},
+          {"offset", t.offset},
+          {"bytes", t.bytes}};
+}
+
+TensorRef tensor_from_json(const json& j, const char* what) {
+  try {
+    TensorRef t;
+    t.dtype = j.at("dtype").get<std::string>();
+    t.shape = j.at("shape").get<std::vector<int64_t>>();
+    t.strides = j.at("strides").get<std::vector<int64_t>>();
+    t.offset = j.at("offset").get<size_t>();
+    t.bytes = j.at("bytes").get<size_t>();
+    return t;
+  } catch (const json::exception&) {
+    throw ProtocolError(std::string("tensor '") + what +
+                        "' is not a {dtype, shape, strides, offset, bytes} object");
+  }
+}
+
+TensorRef Layout::add(const std::string& dtype, std::vector<int64_t> shape) {
+  TensorRef t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.strides.assign(t.shape.size(), 1);
+  for (size_t i = t.shape.size(); i-- > 1;) t.strides[i - 1] = t.strides[i] * t.shape[i];
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  const size_t es = dtype == "fp32" ? 4 : dtype == "u8" ? 1 : dtype == "i32" ? 4 : dtype == "i64" ? 8 : 2;
+  t.bytes = size_t(n) * es;
+  t.offset = end_;
+  end_ += (t.bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  return t;
+}
+
+// Fills n elements of the arena at `t` from bit patterns (one uint32 per element).
+void put_bits(unsigned char* base, const TensorRef& t, ac_dtype d, const Bits& bits) {
+  unsigned char* p = base + t.offset;
+  if (d == AC_DTYPE_F32) {
+    if (!bits.empty()) std::memcpy(p, bits.data(), bits.size() * 4);
+    return;
+  }
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint16_t h = uint16_t(bits[i]);
+    std::memcpy(p + 2 * i, &h, 2);
+  }
+}
+void fill_bits(unsigned char* base, const TensorRef& t, ac_dtype d, uint32_t pattern, size_t n) {
+  put_bits(base, t, d, Bits(n, pattern));
+}
+Bits get_bits(const unsigned char* base, const TensorRef& t, ac_dtype d, size_t n) {
+  Bits out(n);
+  const unsigned char* p = base + t.offset;
+  if (d == AC_DTYPE_F32) {
+    if (n) std::memcpy(out.data(), p, n * 4);
+    return out;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    out[i] = h;
+  }
+  return out;
+}
+
+// LSE [tokens, heads] logical <-> the declared layout, in the arena.
+void put_lse(unsigned char* base, const TensorRef& t, ac_lse_layout layout, const std::vector<float>& logical,
+             int64_t tokens, int64_t heads) {
+  float* p = reinterpret_cast<float*>(base + t.offset);
+  for (int64_t tk = 0; tk < tokens; ++tk)
+    for (int64_t h = 0; h < heads; ++h)
+      p[layout == AC_LSE_TOKENS_HEADS ? tk * heads + h : h * tokens + tk] = logical[size_t(tk * heads + h)];
+}
+std::vector<float> get_lse(const unsigned char* base, const TensorRef& t, ac_lse_layout layout,
+                           int64_t tokens, int64_t heads) {
+  const float* p = reinterpret_cast<const float*>(base + t.offset);
+  std::vector<float> out(size_t(tokens * heads));
+  for (int64_t tk = 0; tk < tokens; ++tk)
+    for (int64_t h = 0; h < heads; ++h)
+      out[size_t(tk * heads + h)] = p[layout == AC_LSE_TOKENS_HEADS ? tk * heads + h : h * tokens + tk];
+  return out;
+}
+std::vector<int64_t> lse_shape(ac_lse_layout layout, int64_t tokens, int64_t heads) {
+  return layout == AC_LSE_TOKENS_HEADS ? std::vector<int64_t>{tokens, heads}
+                                       : std::vector<int64_t>{heads, tokens};
+}
+
+}  // namespace attncheck::worker

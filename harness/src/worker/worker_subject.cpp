@@ -1,0 +1,387 @@
+// WorkerSubject (see worker_subject.hpp): encodes a case into the shared arena and one request
+// line, and decodes the reply. Inputs are written into the arena once, in the subject's element
+// type and LSE layout; outputs are poisoned there first (as AbiSubject does), so an element the
+// worker never wrote reads back as NaN.
+#include "worker_subject.hpp"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <set>
+
+#include "attncheck/abi_subject.hpp"
+#include "attncheck/plugin.hpp"
+#include "process.hpp"
+#include "protocol.hpp"
+
+namespace attncheck::worker {
+
+using nlohmann::json;
+
+namespace {
+
+// The process and what its first handshake declared, shared by all of its subjects.
+struct Host {
+  std::string command, origin;
+  double call_timeout_s = kDefaultCallTimeoutS;
+  WorkerProcess process;
+  json declared;  // the subjects list of the first handshake
+  explicit Host(std::string cmd) : command(cmd), process(std::move(cmd)) {}
+
+  json hello(double timeout_s) {
+    return process.call({{"op", "hello"},
+                         {"protocol", kProtocolVersion},
+                         {"arena_fd", kArenaFd},
+                         {"arena_bytes", process.arena().size()}},
+                        timeout_s);
+  }
+};
+
+[[noreturn]] void transport_failed(const Host& h, const std::string& what) {
+  throw SubjectError(SubjectError::Kind::transport_failed,
+                     "transport failed: " + what + " [worker: " + h.command + "]");
+}
+
+void require_size(const char* what, size_t got, size_t want) {
+  if (got != want)
+    throw SubjectError(SubjectError::Kind::internal, std::string("case tensor ") + what + " has " +
+                                                         std::to_string(got) + " elements, expected " +
+                                                         std::to_string(want));
+}
+
+class WorkerSubject final : public Subject {
+ public:
+  WorkerSubject(std::shared_ptr<Host> host, DeclaredSubject d) : host_(std::move(host)), d_(std::move(d)) {}
+
+  const std::string& name() const override { return d_.name; }
+  const std::string& description() const override { return d_.description; }
+  const ac_caps& caps() const override { return d_.caps; }
+  std::string backend() const override { return d_.caps.memory == AC_MEMORY_CUDA ? "cuda" : "host"; }
+  std::string origin() const override { return host_->origin; }
+
+  void set_context(const std::string& property, const std::string& case_id) {
+    property_ = property;
+    case_id_ = case_id;
+  }
+
+  MergeOutput merge(const MergeInput& in) override {
+    if (!has_op(AC_OP_MERGE)) throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no merge");
+    const int64_t T = in.num_tokens, H = in.num_heads, D = in.head_size;
+    const size_t n_out = size_t(T * H * D), n_lse = size_t(T * H);
+    require_size("prefix_out", in.prefix_out.size(), n_out);
+    require_size("suffix_out", in.suffix_out.size(), n_out);
+    require_size("prefix_lse", in.prefix_lse.size(), n_lse);
+    require_size("suffix_lse", in.suffix_lse.size(), n_lse);
+    const ac_lse_layout lay = d_.caps.lse_layout;
+    const std::string dt = dtype_name(in.dtype);
+    Layout L;
+    const TensorRef po = L.add(dt, {T, H, D}), so = L.add(dt, {T, H, D});
+    const TensorRef pl = L.add("fp32", lse_shape(lay, T, H)), sl = L.add("fp32", lse_shape(lay, T, H));
+    const TensorRef out = L.add(dt, {T, H, D}), out_lse = L.add("fp32", lse_shape(lay, T, H));
+    unsigned char* a = arena(L.size());
+    put_bits(a, po, in.dtype, in.prefix_out);
+    put_bits(a, so, in.dtype, in.suffix_out);
+    put_lse(a, pl, lay, in.prefix_lse, T, H);
+    put_lse(a, sl, lay, in.suffix_lse, T, H);
+    fill_bits(a, out, in.dtype, poison_bits(in.dtype), n_out);
+    fill_bits(a, out_lse, AC_DTYPE_F32, kPoisonF32, n_lse);
+    json r = request("merge", dt, L.size());
+    r["num_tokens"] = T;
+    r["num_heads"] = H;
+    r["head_size"] = D;
+    r["inputs"] = {{"prefix_out", tensor_json(po)},
+                   {"prefix_lse", tensor_json(pl)},
+                   {"suffix_out", tensor_json(so)},
+                   {"suffix_lse", tensor_json(sl)}};
+    r["outputs"] = {{"out", tensor_json(out)}, {"out_lse", tensor_json(out_lse)}};
+    a = call(r, {{"out", out}, {"out_lse", out_lse}});
+    MergeOutput m;
+    m.out = get_bits(a, out, in.dtype, n_out);
+    m.lse = get_lse(a, out_lse, lay, T, H);
+    return m;
+  }
+
+  SoftmaxOutput softmax(const SoftmaxInput& in) override {
+    if (!has_op(AC_OP_SOFTMAX))
+      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no softmax");
+    const size_t n = size_t(int64_t(in.rows) * in.cols);
+    require_size("x", in.x.size(), n);
+    const std::string dt = dtype_name(in.dtype);
+    Layout L;
+    const TensorRef x = L.add(dt, {in.rows, in.cols}), y = L.add(dt, {in.rows, in.cols});
+    unsigned char* a = arena(L.size());
+    put_bits(a, x, in.dtype, in.x);
+    fill_bits(a, y, in.dtype, poison_bits(in.dtype), n);
+    json r = request("softmax", dt, L.size());
+    r["rows"] = in.rows;
+    r["cols"] = in.cols;
+    r["inputs"] = {{"x", tensor_json(x)}};
+    r["outputs"] = {{"y", tensor_json(y)}};
+    a = call(r, {{"y", y}});
+    return SoftmaxOutput{get_bits(a, y, in.dtype, n)};
+  }
+
+  AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+    if (!(has_op(AC_OP_ATTENTION) || has_op(AC_OP_SPLITKV)))
+      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no attention");
+    if (in.seqlens_q.size() != in.seqlens_k.size())
+      throw SubjectError(SubjectError::Kind::internal, "seqlens_q and seqlens_k differ in length");
+    const size_t S = in.seqlens_q.size();
+    std::vector<int64_t> cu_q(S + 1, 0), cu_k(S + 1, 0), cu_mask(S + 1, 0);
+    int32_t max_q = 0, max_k = 0;
+    for (size_t s = 0; s < S; ++s) {
+      cu_q[s + 1] = cu_q[s] + in.seqlens_q[s];
+      cu_k[s + 1] = cu_k[s] + in.seqlens_k[s];
+      cu_mask[s + 1] = cu_mask[s] + int64_t(in.seqlens_q[s]) * in.seqlens_k[s];
+      max_q = std::max(max_q, in.seqlens_q[s]);
+      max_k = std::max(max_k, in.seqlens_k[s]);
+    }
+    const int64_t TQ = cu_q.back(), TK = cu_k.back(), H = in.num_heads, HK = in.num_kv_heads,
+                  D = in.head_size;
+    require_size("q", in.q.size(), size_t(TQ * H * D));
+    require_size("k", in.k.size(), size_t(TK * HK * D));
+    require_size("v", in.v.size(), size_t(TK * HK * D));
+    const bool has_mask = !in.mask.empty();
+    if (has_mask) require_size("mask", in.mask.size(), size_t(cu_mask.back()));
+    const bool wants_lse = (d_.caps.features & AC_FEAT_LSE) != 0;
+    const ac_lse_layout lay = d_.caps.lse_layout;
+    const std::string dt = dtype_name(in.dtype);
+    Layout L;
+    const TensorRef q = L.add(dt, {TQ, H, D}), k = L.add(dt, {TK, HK, D}), v = L.add(dt, {TK, HK, D});
+    const TensorRef mask = L.add("u8", {has_mask ? cu_mask.back() : 0});
+    const TensorRef out = L.add(dt, {TQ, H, D});
+    const TensorRef lse = L.add("fp32", wants_lse ? lse_shape(lay, TQ, H) : std::vector<int64_t>{0});
+    unsigned char* a = arena(L.size());
+    put_bits(a, q, in.dtype, in.q);
+    put_bits(a, k, in.dtype, in.k);
+    put_bits(a, v, in.dtype, in.v);
+    if (has_mask) std::memcpy(a + mask.offset, in.mask.data(), in.mask.size());
+    fill_bits(a, out, in.dtype, poison_bits(in.dtype), size_t(TQ * H * D));
+    if (wants_lse) fill_bits(a, lse, AC_DTYPE_F32, kPoisonF32, size_t(TQ * H));
+    const bool splitkv = !has_op(AC_OP_ATTENTION) || opt.num_splits > 1;
+    json r = request(splitkv ? "splitkv" : "attention", dt, L.size());
+    r["num_seqs"] = S;
+    r["seqlens_q"] = in.seqlens_q;
+    r["seqlens_k"] = in.seqlens_k;
+    r["cu_seqlens_q"] = cu_q;
+    r["cu_seqlens_k"] = cu_k;
+    r["max_seqlen_q"] = max_q;
+    r["max_seqlen_k"] = max_k;
+    r["num_heads"] = H;
+    r["num_kv_heads"] = HK;
+    r["head_size"] = D;
+    r["causal"] = in.causal;
+    r["softmax_scale"] = double(in.softmax_scale);  // exact: every float is a double
+    uint32_t scale_bits;
+    std::memcpy(&scale_bits, &in.softmax_scale, 4);
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%08x", scale_bits);
+    r["softmax_scale_bits"] = hex;
+    json tiling = {{"index", opt.tiling}};
+    if (opt.tiling >= 0 && opt.tiling < int32_t(d_.tilings.size())) {
+      tiling["br"] = d_.tilings[size_t(opt.tiling)].br;
+      tiling["bc"] = d_.tilings[size_t(opt.tiling)].bc;
+    }
+    r["tiling"] = tiling;
+    r["num_splits"] = opt.num_splits;
+    r["fold_order"] = fold_word(opt.fold_order);
+    r["inputs"] = {{"q", tensor_json(q)}, {"k", tensor_json(k)}, {"v", tensor_json(v)}};
+    if (has_mask) {
+      r["inputs"]["mask"] = tensor_json(mask);
+      r["cu_mask"] = cu_mask;
+    } else {
+      r["cu_mask"] = nullptr;
+    }
+    r["outputs"] = {{"out", tensor_json(out)}};
+    std::vector<std::pair<std::string, TensorRef>> outs = {{"out", out}};
+    if (wants_lse) {
+      r["outputs"]["lse"] = tensor_json(lse);
+      outs.push_back({"lse", lse});
+    }
+    a = call(r, outs);
+    AttentionOutput o;
+    o.out = get_bits(a, out, in.dtype, size_t(TQ * H * D));
+    if (wants_lse) o.lse = get_lse(a, lse, lay, TQ, H);
+    return o;
+  }
+
+ private:
+  unsigned char* arena(size_t bytes) {
+    try {
+      ensure_running();
+      host_->process.arena().reserve(bytes);
+    } catch (const TransportError& e) {
+      transport_failed(*host_, e.what());
+    }
+    return host_->process.arena().data();
+  }
+
+  // A restarted worker must declare the same subjects as the first one did.
+  void ensure_running() {
+    if (host_->process.running()) return;
+    json reply;
+    reply = host_->hello(std::max(kMinHandshakeTimeoutS, host_->call_timeout_s));
+    if (reply.value("status", "") != "ok" || !reply.contains("subjects") ||
+        reply["subjects"] != host_->declared) {
+      host_->process.shutdown();
+      throw TransportError("worker declared different subjects after its restart (" +
+                           reply.dump().substr(0, 80) + ")");
+    }
+  }
+
+  json request(const char* op, const std::string& dtype, size_t arena_bytes) {
+    ++calls_;
+    return {{"op", op},
+            {"subject", d_.name},
+            {"case_id", case_id_.empty() ? d_.name + "/" + std::to_string(calls_) : case_id_},
+            {"property", property_},
+            {"dtype", dtype},
+            {"arena_bytes", std::max(arena_bytes, host_->process.arena().size())}};
+  }
+
+  // Sends the request; on success checks the byte counts the worker says it wrote and returns the
+  // arena's base (it may have moved while growing).
+  unsigned char* call(const json& r, const std::vector<std::pair<std::string, TensorRef>>& outputs) {
+    json reply;
+    try {
+      ensure_running();
+      reply = host_->process.call(r, host_->call_timeout_s);
+    } catch (const TransportError& e) {
+      transport_failed(*host_, e.what());
+    }
+    const std::string status = reply["status"].get<std::string>();
+    const std::string why = reply.contains("error") && reply["error"].is_string()
+                                ? reply["error"].get<std::string>()
+                                : "no reason given";
+    const std::string where = d_.name + " " + r["op"].get<std::string>() + ": ";
+    if (status == "unsupported") throw SubjectError(SubjectError::Kind::unsupported, where + why);
+    if (status == "device_error") {
+      // A faulted CUDA context is unusable: the next call gets a fresh worker.
+      host_->process.shutdown();
+      throw SubjectError(SubjectError::Kind::device_fault, where + why + " (worker restarted)");
+    }
+    if (status == "error") throw SubjectError(SubjectError::Kind::internal, where + why);
+    if (status != "ok") {
+      host_->process.shutdown();
+      transport_failed(*host_, "worker broke the protocol: unknown reply status '" + status +
+                                   "' (ok, unsupported, device_error, error)");
+    }
+    if (!reply.contains("written") || !reply["written"].is_object()) {
+      host_->process.shutdown();
+      transport_failed(
+          *host_, "worker broke the protocol: an ok reply without \"written\" (bytes written per output)");
+    }
+    for (const auto& [name, t] : outputs) {
+      const json& w = reply["written"];
+      const int64_t got = w.contains(name) && w[name].is_number_integer() ? w[name].get<int64_t>() : -1;
+      if (got != int64_t(t.bytes))
+        throw SubjectError(SubjectError::Kind::internal,
+                           where + "returned a wrong-sized output: " + name + " of " +
+                               (got < 0 ? std::string("no") : std::to_string(got)) + " bytes, expected " +
+                               std::to_string(t.bytes));
+    }
+    return host_->process.arena().data();
+  }
+
+  std::shared_ptr<Host> host_;
+  DeclaredSubject d_;
+  std::string property_, case_id_;
+  int64_t calls_ = 0;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& command,
+                                                           const WorkerOptions& opt) {
+  const std::string where = "worker '" + command + "': ";
+  if (!(opt.call_timeout_s > 0)) throw HandshakeError("--call-timeout must be positive");
+  auto host = std::make_shared<Host>(command);
+  host->call_timeout_s = opt.call_timeout_s;
+  host->origin = opt.origin.empty() ? "worker: " + command : opt.origin;
+  json reply;
+  try {
+    host->process.start();
+    reply = host->hello(std::max(kMinHandshakeTimeoutS, opt.call_timeout_s));
+  } catch (const TransportError& e) {
+    throw HandshakeError(where + "handshake failed: " + e.what());
+  }
+  if (reply["status"] != "ok")
+    throw HandshakeError(
+        where + "handshake refused: " + (reply.contains("error") ? reply["error"].dump() : reply.dump()));
+  if (!reply.contains("protocol") || reply["protocol"] != kProtocolVersion)
+    throw HandshakeError(where + "speaks protocol " +
+                         (reply.contains("protocol") ? reply["protocol"].dump() : "(none)") +
+                         ", this attncheck speaks " + std::to_string(kProtocolVersion));
+  if (!reply.contains("subjects") || !reply["subjects"].is_array() || reply["subjects"].empty())
+    throw HandshakeError(where + "declares no subjects");
+  host->declared = reply["subjects"];
+  std::vector<std::unique_ptr<Subject>> out;
+  std::set<std::string> names;
+  for (size_t i = 0; i < host->declared.size(); ++i) {
+    DeclaredSubject d;
+    const json& j = host->declared[i];
+    // Built with append rather than operator+ chains: GCC 12 -Wrestrict misfires on those.
+    std::string label;
+    if (j.contains("name") && j["name"].is_string())
+      label.append(1, '\'').append(j["name"].get<std::string>()).append(1, '\'');
+    else
+      label.append("#").append(std::to_string(i));
+    try {
+      d = caps_from_json(j);
+    } catch (const ProtocolError& e) {
+      throw HandshakeError(where + "subject " + label + ": " + e.what());
+    }
+    // The same validation as a C-ABI plugin's, with stand-in function pointers: a worker serves
+    // every operation it declares.
+    ac_subject s{};
+    s.name = d.name.c_str();
+    s.description = d.description.c_str();
+    s.caps = d.caps;
+    s.merge = [](void*, const ac_merge_args*, char*, size_t) { return AC_OK; };
+    s.softmax = [](void*, const ac_softmax_args*, char*, size_t) { return AC_OK; };
+    s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
+    const auto problems = validate_subject(s);
+    if (!problems.empty()) throw HandshakeError(where + "subject " + label + ": " + problems.front());
+    if (!names.insert(d.name).second)
+      throw HandshakeError(where + "subject name " + label + " declared twice");
+    out.push_back(std::make_unique<WorkerSubject>(host, std::move(d)));
+  }
+  return out;
+}
+
+std::string isolate_command(const std::string& plugin_path) {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir = ".";
+  if (n > 0) {
+    self[n] = 0;
+    dir = std::string(self);
+    dir = dir.substr(0, dir.rfind('/'));
+  }
+  return shell_quote(dir + "/attncheck-isolate") + " " + shell_quote(plugin_path);
+}
+
+void set_call_context(Subject& s, const std::string& property, const std::string& case_id) {
+  if (auto* w = dynamic_cast<WorkerSubject*>(&s)) w->set_context(property, case_id);
+}
+
+std::function<void(const Case&)> call_context_hook(Subject& s, int shard_index) {
+  auto* w = dynamic_cast<WorkerSubject*>(&s);
+  if (!w) return nullptr;
+  auto n = std::make_shared<int64_t>(0);
+  return [w, n, shard_index](const Case& c) {
+    w->set_context(c.property, c.subject + "/" + c.property + "/" + std::to_string(shard_index) + "/" +
+                                   std::to_string(++*n));
+  };
+}
+
+}  // namespace attncheck::worker

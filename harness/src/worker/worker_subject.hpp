@@ -1,0 +1,52 @@
+// WorkerSubject: a subject served by a worker process over the worker protocol
+// (harness/WORKER_PROTOCOL.md), seen as an attncheck::Subject.
+//
+// One worker process serves every subject it declares, for every property of a run: it is
+// started and warmed up once (the handshake), restarted after it dies or hangs, and shut down
+// cleanly when the last of its subjects is destroyed. A dead, hung or protocol-breaking worker
+// surfaces as SubjectError::Kind::transport_failed (one line: what happened, the exit status or
+// signal, the worker's last stderr lines), never as a device fault; the next call restarts it.
+#pragma once
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attncheck/case.hpp"
+#include "attncheck/subject.hpp"
+
+namespace attncheck::worker {
+
+// The worker did not start, or its handshake failed or declared something invalid. One line;
+// the CLI turns it into exit 2 before any work is done.
+struct HandshakeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+constexpr double kDefaultCallTimeoutS = 60.0;
+// The handshake may import frameworks and compile kernels: it gets at least this long.
+constexpr double kMinHandshakeTimeoutS = 120.0;
+
+struct WorkerOptions {
+  double call_timeout_s = kDefaultCallTimeoutS;
+  std::string origin;  // shown as the subjects' origin; default "worker: COMMAND"
+};
+
+// Starts the worker, performs the handshake and returns its subjects (which share the process).
+std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& command,
+                                                           const WorkerOptions& = {});
+
+// The worker command that hosts a C-ABI plugin in attncheck's own worker (attncheck-isolate,
+// found beside the running attncheck executable).
+std::string isolate_command(const std::string& plugin_path);
+
+// Every request carries a case id and the property name, so a worker's logs can be matched to
+// the report. For a WorkerSubject this sets them for the following calls; for any other subject
+// it does nothing.
+void set_call_context(Subject& s, const std::string& property, const std::string& case_id);
+// A RunConfig::before_launch hook numbering the cases of one (subject, property):
+// "<subject>/<property>/<shard>/<n>"; nullptr for subjects that are not workers.
+std::function<void(const Case&)> call_context_hook(Subject& s, int shard_index);
+
+}  // namespace attncheck::worker

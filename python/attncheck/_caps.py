@@ -1,0 +1,91 @@
+"""The capability vocabulary of a subject: the same words as the worker protocol's handshake
+(harness/WORKER_PROTOCOL.md), which are the C ABI's ac_caps fields written as names.
+validate_caps() rejects anything the harness would reject, with one clear message, at
+registration time rather than at the first call."""
+
+OPS = ("merge", "softmax", "attention", "splitkv")
+DTYPES = ("fp32", "fp16", "bf16")
+MEMORY = ("host", "cuda")
+LSE_BASES = ("e", "2")
+LSE_LAYOUTS = ("heads_tokens", "tokens_heads")
+EMPTY_LSE = ("-inf", "+inf")
+FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type")
+FOLDS = ("left", "right", "tree")
+
+
+class CapsError(ValueError):
+    """A subject declared capabilities the harness would refuse."""
+
+
+def _words(name, field, value, known):
+    if isinstance(value, str):
+        value = (value,)
+    try:
+        value = tuple(value)
+    except TypeError:
+        raise CapsError(f"subject {name!r}: {field!r} must be a word or a list of words from {', '.join(known)}") from None
+    for w in value:
+        if w not in known:
+            raise CapsError(f"subject {name!r}: unknown word {w!r} in {field!r} (known: {', '.join(known)})")
+    return value
+
+
+def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_size_range=None, lse_base="e",
+                  lse_layout="heads_tokens", empty_lse="-inf", features=(), tilings=(), max_splits=0,
+                  fold_orders=(), description=""):
+    """Returns the handshake dictionary of one subject, or raises CapsError naming the problem."""
+    if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
+        raise CapsError(f"subject name {name!r} must be non-empty letters, digits, '-', '_', '.'")
+    ops = _words(name, "ops", ops, OPS)
+    dtypes = _words(name, "dtypes", dtypes, DTYPES)
+    features = _words(name, "features", features, FEATURES)
+    fold_orders = _words(name, "fold_orders", fold_orders, FOLDS)
+    if not ops:
+        raise CapsError(f"subject {name!r} declares no operation (ops)")
+    if not dtypes:
+        raise CapsError(f"subject {name!r} declares no dtype (dtypes)")
+    if memory not in MEMORY:
+        raise CapsError(f"subject {name!r}: memory must be 'host' or 'cuda', not {memory!r}")
+    if str(lse_base) not in LSE_BASES:
+        raise CapsError(f"subject {name!r}: lse_base must be 'e' or 2, not {lse_base!r}")
+    if lse_layout not in LSE_LAYOUTS:
+        raise CapsError(f"subject {name!r}: lse_layout must be one of {', '.join(LSE_LAYOUTS)}, not {lse_layout!r}")
+    if empty_lse not in EMPTY_LSE:
+        raise CapsError(f"subject {name!r}: empty_lse must be '-inf' or '+inf', not {empty_lse!r}")
+    d = {"name": name, "description": description or name, "ops": list(ops), "dtypes": list(dtypes),
+         "memory": memory, "lse_base": str(lse_base), "lse_layout": lse_layout, "empty_lse": empty_lse,
+         "features": list(features)}
+    if head_sizes is not None and head_size_range is not None:
+        raise CapsError(f"subject {name!r}: give head_sizes or head_size_range, not both")
+    if head_sizes is not None:
+        hs = [int(h) for h in head_sizes]
+        if not hs or any(h <= 0 for h in hs):
+            raise CapsError(f"subject {name!r}: head_sizes must be a non-empty list of positive sizes")
+        d["head_sizes"] = hs
+    else:
+        lo, hi = head_size_range if head_size_range is not None else (1, 512)
+        if int(lo) < 1 or int(hi) < int(lo):
+            raise CapsError(f"subject {name!r}: head_size_range ({lo}, {hi}) is empty or starts below 1")
+        d["head_size_min"], d["head_size_max"] = int(lo), int(hi)
+    tl = []
+    for t in tilings:
+        try:
+            br, bc = (int(x) for x in t)
+        except (TypeError, ValueError):
+            raise CapsError(f"subject {name!r}: tilings must be (br, bc) pairs, got {t!r}") from None
+        if br <= 0 or bc <= 0:
+            raise CapsError(f"subject {name!r}: tiling {t!r} has Br or Bc <= 0")
+        tl.append([br, bc])
+    if ("attention" in ops or "splitkv" in ops) and not tl:
+        # Black-box kernels have no tiling to choose; one nominal tiling (64 x 64) keeps the
+        # protocol version 1 rule that attention subjects declare one.
+        tl = [[64, 64]]
+    d["tilings"] = tl
+    if "splitkv" in ops:
+        if int(max_splits) < 1:
+            raise CapsError(f"subject {name!r} declares splitkv but max_splits < 1")
+        if not fold_orders:
+            raise CapsError(f"subject {name!r} declares splitkv but no fold_orders")
+    d["max_splits"] = int(max_splits)
+    d["fold_orders"] = list(fold_orders)
+    return d

@@ -1,0 +1,46 @@
+"""bf16 on numpy (which has no bfloat16): bit patterns as uint16, converted exactly to float32 and
+back with one round-to-nearest-even (NaN kept quiet), the rounding a bf16 kernel's store does."""
+import numpy as np
+
+NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
+
+
+def bf16_to_float32(bits):
+    """uint16 bf16 bit patterns -> float32 values (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def float32_to_bf16(x):
+    """float32 values -> uint16 bf16 bit patterns, rounded to nearest even."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    return np.where(nan, ((u >> 16) | np.uint32(0x40)).astype(np.uint16), rounded)
+
+
+def to_float32(a, dtype):
+    """Any host input of the given protocol dtype as float32 values."""
+    return bf16_to_float32(a) if dtype == "bf16" else np.asarray(a, dtype=np.float32)
+
+
+def float64_to_bf16(x):
+    """float64 values -> uint16 bf16 bit patterns with one rounding (to nearest even), computed in
+    float64 where every step below is exact: the quantum of the value's bf16 binade is a power of
+    two (2^-133 at the least, for subnormals), rint rounds to nearest even."""
+    x = np.asarray(x, dtype=np.float64)
+    finite = np.isfinite(x)
+    xf = np.where(finite, x, 0.0)
+    _, e = np.frexp(xf)
+    q = np.ldexp(1.0, np.maximum(e, -125) - 8)
+    r = np.rint(xf / q) * q
+    r = np.where(np.abs(r) >= 2.0 ** 128, np.copysign(np.inf, xf), r)
+    r = np.where(finite, r, x)
+    return float32_to_bf16(r.astype(np.float32))
+
+
+def from_float(x, dtype):
+    """float32 / float64 values -> the storage array of a protocol dtype, with one rounding."""
+    x = np.asarray(x)
+    if dtype == "bf16":
+        return float64_to_bf16(x) if x.dtype == np.float64 else float32_to_bf16(x)
+    return x.astype(NUMPY_DTYPES[dtype])

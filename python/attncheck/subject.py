@@ -1,0 +1,87 @@
+"""Declaring subjects: a decorator for one function, or a class with one method per operation.
+
+    import attncheck as ac
+
+    @ac.subject(name="merge-np", ops="merge", dtypes=("fp32", "fp16"), lse_layout="heads_tokens")
+    def merge_np(call):              # call: ac.MergeCall
+        ...
+        return out, lse              # out [tokens, heads, d] in call's dtype, lse fp32 in the layout
+
+    class MyAttention(ac.Subject):
+        name = "my-attn"
+        ops = ("attention",)
+        dtypes = ("fp16", "bf16")
+        features = ("causal", "varlen", "gqa", "lse")
+        def attention(self, call):   # call: ac.AttentionCall
+            return out, lse
+
+Capabilities use the worker protocol's words (the C ABI's ac_caps as names) and are validated
+when the subject is created: a bad declaration raises CapsError at import, naming the field.
+Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or module:object).
+
+Raise ac.Unsupported for inputs the subject refuses (skipped, not a failure) and ac.DeviceError
+when the device faulted; any other exception fails the call (a crash of the subject, exit 3).
+"""
+from ._caps import validate_caps
+
+
+class Unsupported(Exception):
+    """The subject refuses this input (dtype, head size, shape): the case is skipped."""
+
+
+class DeviceError(Exception):
+    """The device faulted (an illegal address, a launch failure)."""
+
+
+_CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
+               "features", "tilings", "max_splits", "fold_orders", "description")
+
+
+class Subject:
+    """A subject: capabilities plus merge / softmax / attention methods for the declared ops.
+    Subclass it and set the capability attributes, or build one with subject()."""
+
+    name = None
+    ops = ()
+    dtypes = ()
+    memory = "host"
+    head_sizes = None
+    head_size_range = None
+    lse_base = "e"
+    lse_layout = "heads_tokens"
+    empty_lse = "-inf"
+    features = ()
+    tilings = ()
+    max_splits = 0
+    fold_orders = ()
+    description = ""
+    # For memory="cuda": "torch" or "cupy" tensors (default: torch when importable, else cupy).
+    framework = None
+
+    def __init__(self, **caps):
+        for k, v in caps.items():
+            if k not in _CAP_FIELDS + ("name", "framework"):
+                raise TypeError(f"unknown capability {k!r} (known: name, framework, {', '.join(_CAP_FIELDS)})")
+            setattr(self, k, v)
+        self.declaration = validate_caps(self.name, **{k: getattr(self, k) for k in _CAP_FIELDS})
+        for op, method in (("merge", "merge"), ("softmax", "softmax"), ("attention", "attention"), ("splitkv", "attention")):
+            if op in self.declaration["ops"] and not callable(getattr(self, method, None)):
+                from ._caps import CapsError
+                raise CapsError(f"subject {self.name!r} declares {op} but has no {method}(call) method")
+
+    def __repr__(self):
+        return f"<attncheck subject {self.name}: {', '.join(self.declaration['ops'])}>"
+
+
+def subject(name, **caps):
+    """Decorator: the function serves every op the subject declares (merge, softmax, attention or
+    splitkv: the call object says which)."""
+    def wrap(fn):
+        s = Subject.__new__(Subject)
+        for op in ("merge", "softmax", "attention"):
+            setattr(s, op, fn)
+        Subject.__init__(s, name=name, **caps)
+        s.function = fn
+        s.__doc__ = fn.__doc__
+        return s
+    return wrap

@@ -1,0 +1,307 @@
+"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), version 1.
+
+    python3 -m attncheck.worker SPEC [SPEC...]
+
+SPEC is module:object or path/to/file.py:object (object: a Subject, a list of them, or a
+function returning either); without ':object', every Subject found in the module is served.
+attncheck starts this with `attncheck check --worker "python3 -m attncheck.worker SPEC"`.
+
+Requests arrive as JSON lines on stdin, replies leave as JSON lines on the original stdout; fd 1
+is pointed at stderr first, so print() in a subject cannot corrupt the protocol. Tensors live in
+the shared arena at fd 3 (mapped once, remapped when the harness grows it).
+"""
+import importlib
+import importlib.util
+import json
+import mmap
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from . import calls as _calls
+from .dtypes import NUMPY_DTYPES
+from .subject import DeviceError, Subject, Unsupported
+
+PROTOCOL_VERSION = 1
+ARENA_FD = 3
+
+_ELEM = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8}
+
+
+class _Arena:
+    def __init__(self):
+        self.map = None
+        self.size = 0
+
+    def ensure(self, size):
+        if size > self.size:
+            if self.map is not None:
+                try:
+                    self.map.close()
+                except BufferError:
+                    pass  # a subject still holds a view of the old mapping: leave it to the GC
+            self.map = mmap.mmap(ARENA_FD, size)
+            self.size = size
+
+    def view(self, t, writable=False):
+        n = 1
+        for d in t["shape"]:
+            n *= d
+        a = np.frombuffer(self.map, dtype=_ELEM[t["dtype"]], count=n, offset=t["offset"]).reshape(t["shape"])
+        if not writable:
+            a.flags.writeable = False
+        return a
+
+
+def load_subjects(specs):
+    """Subjects named by module:object or file.py:object specs."""
+    found = []
+    for spec in specs:
+        target, _, attr = spec.partition(":")
+        if target.endswith(".py"):
+            path = os.path.abspath(target)
+            sys.path.insert(0, os.path.dirname(path))
+            modname = os.path.splitext(os.path.basename(path))[0]
+            if modname in sys.modules and getattr(sys.modules[modname], "__file__", None) == path:
+                mod = sys.modules[modname]
+            else:
+                s = importlib.util.spec_from_file_location(modname, path)
+                mod = importlib.util.module_from_spec(s)
+                sys.modules[modname] = mod
+                s.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(target)
+        if attr:
+            obj = mod
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+            if callable(obj) and not isinstance(obj, Subject) and not isinstance(obj, type):
+                obj = obj()
+            if isinstance(obj, type) and issubclass(obj, Subject):
+                obj = obj()
+            objs = list(obj) if isinstance(obj, (list, tuple)) else [obj]
+        else:
+            objs = [v for v in vars(mod).values() if isinstance(v, Subject)]
+        for o in objs:
+            if not isinstance(o, Subject):
+                raise TypeError(f"{spec}: {o!r} is not an attncheck Subject (decorate it with @attncheck.subject(...))")
+        if not objs:
+            raise TypeError(f"{spec}: no attncheck Subject found")
+        found.extend(objs)
+    return found
+
+
+def _framework(subject):
+    if subject.framework:
+        return subject.framework
+    try:
+        import torch  # noqa: F401  (only when a CUDA subject is served)
+        return "torch"
+    except ImportError:
+        return "cupy"
+
+
+def _to_device(a, dtype, framework):
+    a = np.ascontiguousarray(a)
+    if framework == "torch":
+        import torch
+        if dtype == "bf16":
+            return torch.from_numpy(a.view(np.int16).copy()).cuda().view(torch.bfloat16)
+        return torch.from_numpy(a.copy()).cuda()
+    import cupy
+    return cupy.asarray(a)  # bf16 stays uint16 bits: CuPy has no bfloat16
+
+
+def _to_host(x, dtype):
+    if isinstance(x, np.ndarray):
+        return x
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        import torch
+        if x.dtype == torch.bfloat16:
+            return x.detach().view(torch.int16).cpu().numpy().view(np.uint16)
+        return x.detach().cpu().numpy()
+    if mod.startswith("cupy"):
+        import cupy
+        return cupy.asnumpy(x)
+    return np.asarray(x)
+
+
+def _storage_dtype(dtype):
+    return np.dtype(NUMPY_DTYPES[dtype])
+
+
+class _Server:
+    def __init__(self, subjects):
+        self.subjects = {s.name: s for s in subjects}
+        if len(self.subjects) != len(subjects):
+            raise TypeError("two subjects share a name")
+        self.arena = _Arena()
+
+    def inputs(self, req, subject, names):
+        out = {}
+        for n in names:
+            t = req["inputs"].get(n)
+            if t is None:
+                out[n] = None
+                continue
+            a = self.arena.view(t)
+            if subject.declaration["memory"] == "cuda":
+                a = _to_device(a, t["dtype"], _framework(subject))
+            out[n] = a
+        return out
+
+    def write(self, req, subject, name, value, want_dtype):
+        t = req["outputs"][name]
+        v = _to_host(value, want_dtype)
+        shape = tuple(t["shape"])
+        if tuple(v.shape) != shape:
+            raise _Wrong(f"{subject.name} returned {name} of shape {tuple(v.shape)}, expected {shape}")
+        want = np.dtype(_ELEM[t["dtype"]])
+        if v.dtype != want:
+            raise _Wrong(f"{subject.name} returned {name} of dtype {v.dtype}, expected {want} ({t['dtype']})")
+        self.arena.view(t, writable=True)[...] = v
+        return t["bytes"]
+
+    def handle(self, req):
+        op = req["op"]
+        s = self.subjects.get(req.get("subject"))
+        if s is None:
+            return {"status": "error", "error": f"unknown subject {req.get('subject')!r}"}
+        cuda = s.declaration["memory"] == "cuda"
+        if op == "merge":
+            call = _calls.MergeCall(req, s)
+            for k in ("num_tokens", "num_heads", "head_size"):
+                setattr(call, k, req[k])
+            for k, v in self.inputs(req, s, ("prefix_out", "prefix_lse", "suffix_out", "suffix_lse")).items():
+                setattr(call, k, v)
+            res = s.merge(call)
+            if not isinstance(res, tuple) or len(res) != 2:
+                raise _Wrong(f"{s.name} merge returned {type(res).__name__}, expected (out, lse)")
+            written = {"out": self.write(req, s, "out", res[0], call.dtype), "out_lse": self.write(req, s, "out_lse", res[1], "fp32")}
+        elif op == "softmax":
+            call = _calls.SoftmaxCall(req, s)
+            call.rows, call.cols = req["rows"], req["cols"]
+            call.x = self.inputs(req, s, ("x",))["x"]
+            written = {"y": self.write(req, s, "y", s.softmax(call), call.dtype)}
+        elif op in ("attention", "splitkv"):
+            call = _calls.AttentionCall(req, s)
+            call.op = op
+            for k in ("num_seqs", "num_heads", "num_kv_heads", "head_size", "max_seqlen_q", "max_seqlen_k", "causal",
+                      "softmax_scale", "num_splits", "fold_order"):
+                setattr(call, k, req[k])
+            call.tiling = (req["tiling"]["index"], req["tiling"].get("br"), req["tiling"].get("bc"))
+            call.cu_seqlens_q_host = list(req["cu_seqlens_q"])
+            call.cu_seqlens_k_host = list(req["cu_seqlens_k"])
+            call.cu_mask_host = None if req.get("cu_mask") is None else list(req["cu_mask"])
+            cu_q = np.asarray(req["cu_seqlens_q"], dtype=np.int32)
+            cu_k = np.asarray(req["cu_seqlens_k"], dtype=np.int32)
+            cu_m = None if call.cu_mask_host is None else np.asarray(call.cu_mask_host, dtype=np.int64)
+            if cuda:
+                fw = _framework(s)
+                cu_q, cu_k = _to_device(cu_q, None, fw), _to_device(cu_k, None, fw)
+                cu_m = None if cu_m is None else _to_device(cu_m, None, fw)
+            call.cu_seqlens_q, call.cu_seqlens_k, call.cu_mask = cu_q, cu_k, cu_m
+            for k, v in self.inputs(req, s, ("q", "k", "v", "mask")).items():
+                setattr(call, k, v)
+            res = s.attention(call)
+            wants_lse = "lse" in req["outputs"]
+            if wants_lse:
+                if not isinstance(res, tuple) or len(res) != 2:
+                    raise _Wrong(f"{s.name} attention returned {type(res).__name__}, expected (out, lse): it declares the lse feature")
+                out, lse = res
+            else:
+                out = res[0] if isinstance(res, tuple) else res
+            written = {"out": self.write(req, s, "out", out, call.dtype)}
+            if wants_lse:
+                written["lse"] = self.write(req, s, "lse", lse, "fp32")
+        else:
+            return {"status": "error", "error": f"unknown op {op!r}"}
+        if cuda and _framework(s) == "torch":
+            import torch
+            torch.cuda.synchronize()
+        return {"status": "ok", "written": written}
+
+
+class _Wrong(Exception):
+    """The subject returned something of the wrong shape or type."""
+
+
+def _one_line(e):
+    s = f"{type(e).__name__}: {e}".replace("\n", " ")
+    return s[:500]
+
+
+def _is_device_fault(e):
+    text = str(e)
+    return "CUDA error" in text or "illegal memory access" in text or "device-side assert" in text
+
+
+def private_stdout():
+    """The protocol's own copy of stdout; fd 1 (and sys.stdout) then go to stderr, so whatever the
+    subject's code or its libraries print, at import or at call time, cannot corrupt a reply."""
+    proto_out = os.fdopen(os.dup(1), "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return proto_out
+
+
+def serve(subjects, stdin=None, proto_out=None):
+    """Answers requests until stdin closes or a shutdown request arrives."""
+    if proto_out is None:
+        proto_out = private_stdout()
+    stdin = stdin or sys.stdin
+    server = _Server(subjects)
+
+    def reply(obj):
+        proto_out.write(json.dumps(obj, allow_nan=False) + "\n")
+        proto_out.flush()
+
+    for line in stdin:
+        try:
+            req = json.loads(line)
+            if "arena_bytes" in req:
+                server.arena.ensure(int(req["arena_bytes"]))
+            op = req.get("op")
+            if op == "hello":
+                reply({"status": "ok", "protocol": PROTOCOL_VERSION, "worker": "attncheck.worker (python)",
+                       "subjects": [s.declaration for s in subjects]})
+                continue
+            if op == "shutdown":
+                reply({"status": "ok"})
+                return
+            reply(server.handle(req))
+        except Unsupported as e:
+            reply({"status": "unsupported", "error": _one_line(e)})
+        except DeviceError as e:
+            reply({"status": "device_error", "error": _one_line(e)})
+        except _Wrong as e:
+            reply({"status": "error", "error": str(e)})
+        except Exception as e:  # the subject failed: the harness records a crash, with this line
+            traceback.print_exc(file=sys.stderr)
+            reply({"status": "device_error" if _is_device_fault(e) else "error", "error": _one_line(e)})
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    proto_out = private_stdout()
+    try:
+        subjects = load_subjects(argv)
+    except Exception as e:
+        # A failed handshake: the harness reports this line and exits 2.
+        traceback.print_exc(file=sys.stderr)
+        proto_out.write(json.dumps({"status": "error", "error": f"cannot load {' '.join(argv)}: {_one_line(e)}"}) + "\n")
+        proto_out.flush()
+        return 1
+    serve(subjects, proto_out=proto_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+// The handshake's capability words: every built-in subject's ac_caps written as words and read
+// back is the same ac_caps (the C structs of kernels/ are the independent source), and unknown
+// words are refused with a message naming the field.
+#include <catch2/catch.hpp>
+
+#include "attncheck/abi_subject.hpp"
+#include "protocol.hpp"
+
+namespace ac = attncheck;
+namespace w = attncheck::worker;
+
+TEST_CASE("caps round-trip through the handshake words for every built-in subject", "[worker]") {
+  const auto subjects = ac::load_builtin_subjects(ac::Backend::host, nullptr);
+  REQUIRE(!subjects.empty());
+  for (const auto& s : subjects) {
+    INFO(s->name());
+    const ac_caps& c = s->caps();
+    const w::DeclaredSubject d = w::caps_from_json(w::caps_to_json(s->name(), s->description(), c));
+    CHECK(d.name == s->name());
+    CHECK(d.caps.ops == c.ops);
+    CHECK(d.caps.dtypes == c.dtypes);
+    CHECK(d.caps.memory == c.memory);
+    CHECK(d.caps.lse_base == c.lse_base);
+    CHECK(d.caps.lse_layout == c.lse_layout);
+    CHECK(d.caps.empty_lse_sign == (c.empty_lse_sign > 0 ? 1 : -1));
+    CHECK(d.caps.features == c.features);
+    CHECK(d.caps.max_splits == c.max_splits);
+    CHECK(d.caps.fold_orders == c.fold_orders);
+    CHECK(d.caps.num_tilings == c.num_tilings);
+    for (int32_t i = 0; i < c.num_tilings; ++i) {
+      CHECK(d.caps.tilings[i].br == c.tilings[i].br);
+      CHECK(d.caps.tilings[i].bc == c.tilings[i].bc);
+    }
+    if (c.head_sizes) {
+      REQUIRE(d.caps.num_head_sizes == c.num_head_sizes);
+      for (int32_t i = 0; i < c.num_head_sizes; ++i) CHECK(d.caps.head_sizes[i] == c.head_sizes[i]);
+    } else {
+      CHECK(d.caps.head_sizes == nullptr);
+      CHECK(d.caps.head_size_min == c.head_size_min);
+      CHECK(d.caps.head_size_max == c.head_size_max);
+    }
+  }
+}
+
+TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
+  auto j = w::caps_to_json("x", "",
+                           ac_caps{AC_OP_MERGE, AC_DTYPE_BIT(AC_DTYPE_F32), AC_MEMORY_HOST, 1, 8, nullptr, 0,
+                                   0, AC_LSE_HEADS_TOKENS, -1, 0, nullptr, 0, 0, 0});
+  CHECK_NOTHROW(w::caps_from_json(j));
+  auto bad = j;
+  bad["features"] = {"causal", "sliding_window"};
+  CHECK_THROWS_WITH(w::caps_from_json(bad), Catch::Contains("unknown word 'sliding_window' in 'features'"));
+  bad = j;
+  bad["lse_layout"] = "bhs";
+  CHECK_THROWS_WITH(w::caps_from_json(bad), Catch::Contains("'lse_layout' must be"));
+  bad = j;
+  bad.erase("ops");
+  CHECK_THROWS_WITH(w::caps_from_json(bad), Catch::Contains("missing field 'ops'"));
+}
+
+TEST_CASE("the arena layout aligns and never overlaps", "[worker]") {
+  w::Layout L;
+  const auto a = L.add("fp16", {3, 5});
+  const auto b = L.add("fp32", {2});
+  CHECK(a.offset == 0);
+  CHECK(a.bytes == 30);
+  CHECK(a.strides == std::vector<int64_t>{5, 1});
+  CHECK(b.offset == w::kArenaAlign);
+  CHECK(L.size() == 2 * w::kArenaAlign);
+}
