@@ -139,4 +139,71 @@ double split_merge_allowance(double w0, double w1, double o_allowed0, double o_a
 }
 bool within_split_merge_allowance(double err, double allowed) { return err <= allowed * 1.0001; }
 
+// --- The kernel tests' bounds ---------------------------------------------------------------------
+
+// Attention kernels (fused, split-KV, cascade) against an fp64 attention, with y_j the exact softmax
+// weights and A = sum_j y_j |v_j|:
+//   - P is rounded to the input type before P V: each weight off by at most u relative: u A;
+//   - l sums the unrounded p while P V uses the rounded ones: another u A;
+//   - the final store of O rounds once: u |o|;
+//   - fp32 dot products (d terms) perturb a logit by at most e = d 2^-24 scale sum_i |q_i k_i|,
+//     which moves each weight by a factor within e^(+-2e): 2 e' A with e' = e (1 + e);
+//   - fp32 accumulation of O over Tk keys: Tk 2^-24 A;
+//   - fp16 only: a weight below 2^-14 (relative to the row max) rounds to a subnormal, absolute
+//     error up to 2^-25 each: Tk 2^-25 max|v| / l (l >= 1 is the shifted sum).
+// Bound: |o - o_exact| <= 2 (2u A + u |o_exact| + 2 e' A + Tk 2^-24 A + sub) + 1e-30, a factor 2 of
+// slack for the exp2 / log2 approximations (a few fp32 ulps each). LSE (fp32): |lse - exact| <=
+// 2 (e + Tk 2^-23 + 4 2^-24 (|lse| + 1)).
+double kernel_logit_error(double head_size, double abs_dot) { return head_size * 0x1p-24 * abs_dot; }
+double kernel_subnormal_p_error(bool fp16, double keys, double vmax, double l) {
+  return fp16 ? keys * 0x1p-25 * vmax / l : 0.0;
+}
+double kernel_attention_o_bound(double u, double A, double o, double max_logit_err, double keys,
+                                double subnormal_p) {
+  const double e2 = 2 * max_logit_err * (1 + max_logit_err);
+  return 2 * (2 * u * A + u * std::fabs(o) + e2 * A + keys * 0x1p-24 * A + subnormal_p) + 1e-30;
+}
+// Each extra rounding of O to the input type (cascade: the partials are stored before the merge)
+// adds u (A + |o|): a partial off by u relative moves the convex combination by at most u A, the
+// extra store by u |o|; with the same factor 2 of slack.
+double kernel_extra_o_rounding_bound(int extra_roundings, double u, double A, double o) {
+  return 2 * extra_roundings * u * (A + std::fabs(o));
+}
+double kernel_attention_lse_bound(double max_logit_err, double keys, double lse) {
+  return 2 * (max_logit_err + keys * 0x1p-23 + 4 * 0x1p-24 * (std::fabs(lse) + 1));
+}
+
+// Merge: the fp32 weights carry a few fp32 roundings (exp, sum, divide: <= 8 u32 relative), the fma
+// one more, and the store half an ulp of the storage type. The LSE: log of the sum and the added
+// max, 4 fp32 ulps of |lse| + 1.
+double kernel_merge_o_bound(double ulp_of_exact, double scale) {
+  return 0.5 * ulp_of_exact + 10 * kFp32Unit * scale;
+}
+double kernel_merge_lse_bound(double lse) { return 4 * kFp32Unit * (std::fabs(lse) + 1); }
+
+// Softmax: the fp32 sum and exp carry <= (cols + 8) u32 relative error, the rounded argument x - max
+// (or x, naive) adds |argument| * u32 through exp, the store half an ulp; the naive variant also
+// rounds every e^x to the storage type (u of the type, relative), which moves the sum and the
+// numerator by that much each.
+double kernel_softmax_bound(double u, double ulp_of_exact, double w, double cols, double arg,
+                            bool naive_exp) {
+  const double rel = (cols + 8 + 2 * arg) * kFp32Unit + (naive_exp ? 3 * u : 0.0);
+  return 0.5 * ulp_of_exact + rel * w;
+}
+
+// Textbook attention: P rounded to the input type moves each p_j by u relative (naive: S is
+// rounded too, moving p_j by ~|s| u), fp32 accumulation adds (keys + d) u32, the store half an
+// ulp: |O - O_exact| <= (2u + 2u|s|max [naive] + (keys + d + 8) u32) sum p|v| + ulp/2. The LSE:
+// the scores' error (naive: 2u (|s|max + 1), else 4 u32 (|s|max + 1)), 8 fp32 ulps of |lse| + 1,
+// and for the naive exp the rounded sum, 4u.
+double kernel_textbook_o_bound(double u, bool naive_exp, double max_abs_s, double keys, double head_size,
+                               double sum_p_abs_v, double ulp_of_exact) {
+  const double rel = 2 * u + (naive_exp ? 2 * u * (max_abs_s + 1) : 0.0) + (keys + head_size + 8) * kFp32Unit;
+  return rel * sum_p_abs_v + 0.5 * ulp_of_exact;
+}
+double kernel_textbook_lse_bound(double u, bool naive_exp, double max_abs_s, double lse) {
+  const double s_err = naive_exp ? 2 * u * (max_abs_s + 1) : 4 * kFp32Unit * (max_abs_s + 1);
+  return s_err + 8 * kFp32Unit * (std::fabs(lse) + 1) + (naive_exp ? 4 * u : 0.0);
+}
+
 }  // namespace attncheck

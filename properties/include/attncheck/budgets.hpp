@@ -64,7 +64,28 @@ double split_merge_allowance(double w0, double w1, double o_allowed0, double o_a
                              double lse_allowed0, double lse_allowed1, double lse_to_nat);
 bool within_split_merge_allowance(double err, double allowed);
 
-// --- The kernel tests' bounds (host twins and CUDA kernels against an fp64 oracle) --------------
-// Declared in kernel_bounds below when the tests need them.
+// --- The kernel tests' bounds: a built-in kernel (host twin or CUDA) against an fp64 oracle -------
+// Tighter than the properties' budgets: they follow where each built-in kernel rounds. u is the
+// unit roundoff of the kernel's input type.
+
+// Attention (tests/kernels_attention): the fp32 error of one logit, e = d 2^-24 |scale| sum |q k|.
+double kernel_logit_error(double head_size, double abs_dot);
+// The fp16 P that rounds to a subnormal: keys 2^-25 max|v| / l (0 for other types).
+double kernel_subnormal_p_error(bool fp16, double keys, double vmax, double l);
+// O element: A = sum_j y_j |v_j|, o the exact output, max_logit_err the largest e of the row.
+double kernel_attention_o_bound(double u, double A, double o, double max_logit_err, double keys,
+                                double subnormal_p);
+// What each extra rounding of O to the input type adds (cascade stores its partials).
+double kernel_extra_o_rounding_bound(int extra_roundings, double u, double A, double o);
+double kernel_attention_lse_bound(double max_logit_err, double keys, double lse);  // natural log
+// Merge (tests/kernels_basic): O of weights w_a, w_b; scale = w_a |O_a| + w_b |O_b|.
+double kernel_merge_o_bound(double ulp_of_exact, double scale);
+double kernel_merge_lse_bound(double lse);
+// Softmax: arg the exponent argument's magnitude (|x - max|, naive |x| + |max|), w the exact y.
+double kernel_softmax_bound(double u, double ulp_of_exact, double w, double cols, double arg, bool naive_exp);
+// Textbook attention: max_abs_s the largest |score| of the row, sum_p_abs_v the largest sum p|v|.
+double kernel_textbook_o_bound(double u, bool naive_exp, double max_abs_s, double keys, double head_size,
+                               double sum_p_abs_v, double ulp_of_exact);
+double kernel_textbook_lse_bound(double u, bool naive_exp, double max_abs_s, double lse);
 
 }  // namespace attncheck
