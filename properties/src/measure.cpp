@@ -1,7 +1,7 @@
 // Judging one output against the exact reference, element by element.
 //
 // For every output element: the exact value (reference/, 200-bit MPFR), the plain ulp error of the
-// output format, the cancellation-aware error and whether it meets the budget of budgets.hpp. Rows a
+// output format, the cancellation-aware error and whether it meets the budget of budgets.cpp. Rows a
 // declared naive-exp hazard makes unpredictable (predicted overflow, an underflowing largest term,
 // a term within rounding of the overflow threshold) are flagged so properties can skip or demand
 // them. The bound's conditioning terms (fp32 scores, exponent arguments) are evaluated in double:
