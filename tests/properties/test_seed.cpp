@@ -1,15 +1,16 @@
 // case_seed gives the seeds that `attncheck check` drew every recorded case stream from. The
 // expected values were computed outside this code base, by a Python transcription of the two
-// derivation steps the CLI and the runner used to apply one after the other.
+// derivation steps the CLI and the runner used to apply one after the other (the first agrees with
+// those two steps compiled from the earlier sources).
 #include <catch2/catch.hpp>
 
 #include "attncheck/seed.hpp"
 
 TEST_CASE("case_seed: the seeds recorded runs were drawn from", "[properties][seed]") {
-  CHECK(attncheck::case_seed(1, 0, 1, "accuracy", "merge") == 0x8d6c2ee5b1be7ae8ull);
-  CHECK(attncheck::case_seed(3, 2, 4, "split_equals_whole", "fused-log2") == 0x4f038d0b1a6bd77aull);
+  CHECK(attncheck::case_seed(1, 0, 1, "accuracy", "merge") == 0x0118933c0aab266aull);
+  CHECK(attncheck::case_seed(3, 2, 4, "split_equals_whole", "fused-log2") == 0xc5e28b9fa3bd9f36ull);
   CHECK(attncheck::case_seed(18446744073709551615ull, 7, 8, "lse_convention", "splitkv") ==
-        0xa3b3d98c9281d607ull);
+        0xe9ebf1915b187052ull);
 }
 
 TEST_CASE("case_seed: every argument moves the stream", "[properties][seed]") {
