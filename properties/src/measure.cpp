@@ -172,7 +172,7 @@ RowKeys row_keys(const AttentionInput& a, int64_t token) {
   return r;
 }
 
-static ref::AttentionProblem problem_of(const AttentionInput& a) {
+ref::AttentionProblem problem_of(const AttentionInput& a) {
   ref::AttentionProblem p;
   p.dtype = fmt(a.dtype);
   p.num_heads = a.num_heads;

@@ -39,23 +39,6 @@ AttentionInput part_of(const AttentionInput& a, int64_t cut, int i) {
   return p;
 }
 
-ref::AttentionProblem problem_of(const AttentionInput& a) {
-  ref::AttentionProblem q;
-  q.dtype = fmt(a.dtype);
-  q.num_heads = a.num_heads;
-  q.num_kv_heads = a.num_kv_heads;
-  q.head_size = a.head_size;
-  q.seqlens_q = a.seqlens_q;
-  q.seqlens_k = a.seqlens_k;
-  q.causal = a.causal;
-  q.mask = a.mask;
-  q.softmax_scale = a.softmax_scale;
-  q.q = a.q;
-  q.k = a.k;
-  q.v = a.v;
-  return q;
-}
-
 class SplitEqualsWhole final : public Property {
  public:
   SplitEqualsWhole()
