@@ -368,7 +368,6 @@ int run_check(const CheckOptions& o, const std::string& command) {
     const std::string what = "[" + std::to_string(index) + "/" + std::to_string(plan.size()) + "] " + subject->name() +
                              " / " + property->name;
     cfg.progress = [&, what](int done, int) { progress.update(done_before, done, what); };
-    cfg.seed = ac::case_stream_seed(o.seed, shard_index, shard_count, property->name, subject->name());
     // A plugin is foreign code that may kill the process on the host too: write each case
     // before calling it, as for CUDA subjects (the properties always do for those).
     cfg.write_ahead = subject->origin() != "builtin";
