@@ -5,7 +5,7 @@
 
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/json_fields.hpp"
-#include "attncheck/shard.hpp"
+#include "attncheck/hash.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -453,7 +453,7 @@ namespace {
 constexpr const char* kManifest = "manifest.json";
 std::string content_hash(const std::string& text) {
   char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(text)));
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash::fnv1a64(text)));
   return buf;
 }
 }  // namespace

@@ -1,12 +1,209 @@
-// Default budgets (the derivation is in budgets.hpp, the one place the numbers are explained).
+// Error budgets: every formula, each next to its derivation. Changing a number here changes
+// verdicts; the derivations say what a correct kernel can be off by and why.
+//
+// A correct kernel accumulates in fp32, may round P to the storage format before P*V (FA2 style),
+// and rounds the output once. With u_F = 2^-p the unit roundoff of the output format F:
+//   - rounding P to F perturbs each weight by at most u_F relatively, so O moves by at most
+//     u_F * S with S = sum_j p_j |v_j|: at most 1 ulp_F(S) (ulp_F(S) is between u_F S and 2 u_F S);
+//   - the final rounding of O adds 0.5 ulp_F(O) <= 0.5 ulp_F(S);
+//   - fp32 accumulation over N keys and d products adds up to (N + d) 2^-24 S, and rounding an fp32
+//     score s_j = scale * q.k_j moves exp(s_j - m) by up to (d |scale| sum_c |q_c k_jc| +
+//     |s_j - m| + 4) 2^-24 relatively: the conditioning of the problem in fp32, not kernel slack.
+//   - where P = e^(s - m) is subnormal in F its rounding error is absolute: up to half the smallest
+//     subnormal per key, so O moves by up to N sub_F max|v| / (2 l), l = sum e^(s - m) >= 1.
+// o_ulp = 4 passes this analysis (1.5) with margin; the deliberately broken kernels (mutants) err
+// by whole units (NaN, a lost rescale, a wrong base, a missed head), far beyond it.
+// The error itself is measured exactly (measure.cpp); the allowances are evaluated in double, as
+// they only size the bound.
 #include "attncheck/budgets.hpp"
+
+#include <algorithm>
+#include <cmath>
 
 namespace attncheck {
 
+namespace {
+constexpr double kFp32Unit = 0x1p-24;  // u of fp32, in which every correct kernel accumulates
+}  // namespace
+
 Budget default_budget(uint32_t /*op*/, ac_dtype /*dtype*/) {
   // The same numbers for every op and dtype: the budgets are in ulps of the output format, and the
-  // format-dependent parts (u_F, fp32 conditioning) are in the bound's formula, not the constants.
+  // format-dependent parts (u_F, fp32 conditioning) are in the formulas below, not the constants.
   return Budget{};
+}
+
+double unit_roundoff(ac_dtype d) {
+  return d == AC_DTYPE_F16 ? 0x1p-11 : d == AC_DTYPE_BF16 ? 0x1p-8 : 0x1p-24;
+}
+double min_subnormal(ac_dtype d) {
+  return d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
+}
+
+// c_j, in units of 2^-24 relative to p_j: d fp32 products and their sum (d |scale| sum |q k|), the
+// exponent argument s_j - m rounded in fp32 (|s_j - m|), and the exp and the division (4). A score
+// stored in the input format (AC_FEAT_SCORES_IN_INPUT_TYPE) is off by up to u_F |s_j| (and half its
+// smallest subnormal); that moves p_j relatively by as much, and the normalisation by as much again.
+double score_conditioning(ac_dtype d, double head_size, double abs_dot, double dist, double score,
+                          bool scores_rounded) {
+  double c = head_size * abs_dot + dist + 4;
+  if (scores_rounded) c += 2 * (unit_roundoff(d) * std::fabs(score) + 0.5 * min_subnormal(d)) / kFp32Unit;
+  return c;
+}
+
+// A naive exp overflows when the score, as the kernel computed it, exceeds ln of the overflow
+// threshold. The kernel's fp32 score is off by up to 2 d 2^-24 |scale| sum |q k| (products and
+// sum), our double evaluation by a relative 1e-6 at most; a score stored in the input format
+// decides overflow after its own rounding, u_F |s|.
+double naive_exp_overflow_slack(ac_dtype d, double head_size, double abs_dot, double score,
+                                bool scores_rounded) {
+  const double slack = 1e-6 * std::max(1.0, std::fabs(score)) + 2 * head_size * kFp32Unit * abs_dot;
+  return slack + (scores_rounded ? unit_roundoff(d) * std::fabs(score) : 0.0);
+}
+// Softmax inputs are stored values: only our evaluation of the threshold is uncertain.
+double softmax_overflow_slack(double x) { return 1e-6 * std::fabs(x); }
+
+// Attention O: |O - O_exact| <= o_ulp * ulp_F(S) + 2^-24 [(N + d + 8) S + sum_j p_j |v_j| c_j]
+//   + N sub_F max|v| / (2 l).
+// A declared naive exp (AC_FEAT_NAIVE_EXP) stores e^s rounded to F (u_F per term), sums the rounded
+// terms and rounds P again: + 3 u_F S, plus the subnormal absolute error of the stored e^s,
+// N sub_F max|v| / sum e^s. (Rows whose exp overflows, or whose largest term is subnormal, are the
+// hazard and are skipped by the properties.)
+double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_S, double S, double cond,
+                             double vmax) {
+  const double N = r.keys;
+  double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8) * S + cond);
+  if (N > 0) allowed += 0.5 * min_subnormal(r.dtype) * N * vmax / std::max(r.sum_exp_scaled, 1.0);
+  if (r.naive_exp && N > 0) {
+    const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
+    allowed += 3 * unit_roundoff(r.dtype) * S + N * min_subnormal(r.dtype) * vmax / std::max(sum_exp, 1e-300);
+  }
+  return allowed;
+}
+
+// Attention LSE (fp32): |LSE - exact| <= 2^-24 [lse_ulp * max(1, |exact|) + (N + 2 + sum_j p_j c_j)
+// per natural-log unit]: the sum of N terms, the log and the final addition of the max. lse_ulp =
+// 16. A declared naive exp takes the log of a sum of e^s rounded to the storage format: the sum is
+// off by 2 u_F relatively, plus the subnormal absolute error of each stored term.
+double attention_lse_allowance(const Budget& b, const AttentionRow& r, double lse_scale, double cond,
+                               double lse_unit) {
+  const double N = r.keys;
+  double allowed = kFp32Unit * (b.lse_ulp * lse_scale + (N + 2 + cond) * lse_unit);
+  if (r.naive_exp && N > 0) {
+    const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
+    allowed +=
+        (2 * unit_roundoff(r.dtype) + N * min_subnormal(r.dtype) / std::max(sum_exp, 1e-300)) * lse_unit;
+  }
+  return allowed;
+}
+
+// Merge O: |O - exact| <= o_ulp * ulp_F(S) + 2^-23 (|M| + 8) S with S = w_a|O_a| + w_b|O_b| and M
+// the larger LSE: fp32 LSE differences are exact to 2^-24 |M|, and the weights' exp, sum and
+// division add a few fp32 ulps each.
+double merge_o_allowance(const Budget& b, double ulp_S, double S, double max_lse_abs) {
+  return b.o_ulp * ulp_S + 0x1p-23 * (max_lse_abs + 8) * S;
+}
+// Merge LSE: as attention's with N = 2 and no score conditioning: 2^-24 (lse_ulp max(1, |M|) + 4).
+double merge_lse_allowance(const Budget& b, double lse_scale) {
+  return 0x1p-24 * (b.lse_ulp * lse_scale + 4);
+}
+
+// Softmax: |y - exact| <= softmax_ulp * ulp_F(exact) + 2^-24 (N + |x - max| + 8) |exact|: the fp32
+// sum of N terms, the exponent argument x - max, the exp and the division. A declared naive exp
+// adds, as for attention, 3 u_F |exact| + N sub_F / sum e^x.
+double softmax_allowance(const Budget& b, ac_dtype d, double ulp_exact, double keys, double dist_to_max,
+                         double y_abs, bool naive_exp, double sum_exp) {
+  double allowed = b.softmax_ulp * ulp_exact + kFp32Unit * (keys + dist_to_max + 8) * y_abs;
+  if (naive_exp && keys > 0)
+    allowed += 3 * unit_roundoff(d) * y_abs + keys * min_subnormal(d) / std::max(sum_exp, 1e-300);
+  return allowed;
+}
+
+// An LSE in the other base (or written in the other layout) differs from the declared reading by
+// far more than the budget; within 8 budgets of the other reading (and a relative 1e-6 for the
+// double evaluation of the other base) is that confusion, not an inaccuracy.
+double lse_other_base_tolerance(double allowed, double out_value) {
+  return 8 * allowed + 1e-6 * std::fabs(out_value);
+}
+double lse_other_layout_tolerance(double allowed) { return allowed * 8; }
+
+// split_equals_whole: merging the two partial states exactly leaves each part's O error weighted
+// by its share (w0 e0 + w1 e1), and each part's LSE error moves the shares: d w0 = w0 w1 (dL0 -
+// dL1) in natural-log units, which moves the merged O by w0 w1 |O0 - O1| |dL0 - dL1|, bounded with
+// a factor 2 of margin. 1e-300 keeps a zero allowance from failing an exact zero; the comparison
+// allows a relative 1e-4 for evaluating all of this in double.
+double split_merge_allowance(double w0, double w1, double o_allowed0, double o_allowed1, double o0, double o1,
+                             double lse_allowed0, double lse_allowed1, double lse_to_nat) {
+  const double mix =
+      w0 > 0 && w1 > 0 ? 2 * w0 * w1 * std::fabs(o0 - o1) * (lse_allowed0 + lse_allowed1) * lse_to_nat : 0.0;
+  return w0 * o_allowed0 + w1 * o_allowed1 + mix + 1e-300;
+}
+bool within_split_merge_allowance(double err, double allowed) { return err <= allowed * 1.0001; }
+
+// --- The kernel tests' bounds ---------------------------------------------------------------------
+
+// Attention kernels (fused, split-KV, cascade) against an fp64 attention, with y_j the exact softmax
+// weights and A = sum_j y_j |v_j|:
+//   - P is rounded to the input type before P V: each weight off by at most u relative: u A;
+//   - l sums the unrounded p while P V uses the rounded ones: another u A;
+//   - the final store of O rounds once: u |o|;
+//   - fp32 dot products (d terms) perturb a logit by at most e = d 2^-24 scale sum_i |q_i k_i|,
+//     which moves each weight by a factor within e^(+-2e): 2 e' A with e' = e (1 + e);
+//   - fp32 accumulation of O over Tk keys: Tk 2^-24 A;
+//   - fp16 only: a weight below 2^-14 (relative to the row max) rounds to a subnormal, absolute
+//     error up to 2^-25 each: Tk 2^-25 max|v| / l (l >= 1 is the shifted sum).
+// Bound: |o - o_exact| <= 2 (2u A + u |o_exact| + 2 e' A + Tk 2^-24 A + sub) + 1e-30, a factor 2 of
+// slack for the exp2 / log2 approximations (a few fp32 ulps each). LSE (fp32): |lse - exact| <=
+// 2 (e + Tk 2^-23 + 4 2^-24 (|lse| + 1)).
+double kernel_logit_error(double head_size, double abs_dot) { return head_size * 0x1p-24 * abs_dot; }
+double kernel_subnormal_p_error(bool fp16, double keys, double vmax, double l) {
+  return fp16 ? keys * 0x1p-25 * vmax / l : 0.0;
+}
+double kernel_attention_o_bound(double u, double A, double o, double max_logit_err, double keys,
+                                double subnormal_p) {
+  const double e2 = 2 * max_logit_err * (1 + max_logit_err);
+  return 2 * (2 * u * A + u * std::fabs(o) + e2 * A + keys * 0x1p-24 * A + subnormal_p) + 1e-30;
+}
+// Each extra rounding of O to the input type (cascade: the partials are stored before the merge)
+// adds u (A + |o|): a partial off by u relative moves the convex combination by at most u A, the
+// extra store by u |o|; with the same factor 2 of slack.
+double kernel_extra_o_rounding_bound(int extra_roundings, double u, double A, double o) {
+  return 2 * extra_roundings * u * (A + std::fabs(o));
+}
+double kernel_attention_lse_bound(double max_logit_err, double keys, double lse) {
+  return 2 * (max_logit_err + keys * 0x1p-23 + 4 * 0x1p-24 * (std::fabs(lse) + 1));
+}
+
+// Merge: the fp32 weights carry a few fp32 roundings (exp, sum, divide: <= 8 u32 relative), the fma
+// one more, and the store half an ulp of the storage type. The LSE: log of the sum and the added
+// max, 4 fp32 ulps of |lse| + 1.
+double kernel_merge_o_bound(double ulp_of_exact, double scale) {
+  return 0.5 * ulp_of_exact + 10 * kFp32Unit * scale;
+}
+double kernel_merge_lse_bound(double lse) { return 4 * kFp32Unit * (std::fabs(lse) + 1); }
+
+// Softmax: the fp32 sum and exp carry <= (cols + 8) u32 relative error, the rounded argument x - max
+// (or x, naive) adds |argument| * u32 through exp, the store half an ulp; the naive variant also
+// rounds every e^x to the storage type (u of the type, relative), which moves the sum and the
+// numerator by that much each.
+double kernel_softmax_bound(double u, double ulp_of_exact, double w, double cols, double arg,
+                            bool naive_exp) {
+  const double rel = (cols + 8 + 2 * arg) * kFp32Unit + (naive_exp ? 3 * u : 0.0);
+  return 0.5 * ulp_of_exact + rel * w;
+}
+
+// Textbook attention: P rounded to the input type moves each p_j by u relative (naive: S is
+// rounded too, moving p_j by ~|s| u), fp32 accumulation adds (keys + d) u32, the store half an
+// ulp: |O - O_exact| <= (2u + 2u|s|max [naive] + (keys + d + 8) u32) sum p|v| + ulp/2. The LSE:
+// the scores' error (naive: 2u (|s|max + 1), else 4 u32 (|s|max + 1)), 8 fp32 ulps of |lse| + 1,
+// and for the naive exp the rounded sum, 4u.
+double kernel_textbook_o_bound(double u, bool naive_exp, double max_abs_s, double keys, double head_size,
+                               double sum_p_abs_v, double ulp_of_exact) {
+  const double rel = 2 * u + (naive_exp ? 2 * u * (max_abs_s + 1) : 0.0) + (keys + head_size + 8) * kFp32Unit;
+  return rel * sum_p_abs_v + 0.5 * ulp_of_exact;
+}
+double kernel_textbook_lse_bound(double u, bool naive_exp, double max_abs_s, double lse) {
+  const double s_err = naive_exp ? 2 * u * (max_abs_s + 1) : 4 * kFp32Unit * (max_abs_s + 1);
+  return s_err + 8 * kFp32Unit * (std::fabs(lse) + 1) + (naive_exp ? 4 * u : 0.0);
 }
 
 }  // namespace attncheck

@@ -5,6 +5,7 @@
 #include "attncheck/case.hpp"
 
 #include "attncheck/atomic_file.hpp"
+#include "attncheck/hash.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/names.hpp"
 
@@ -369,14 +370,6 @@ Case case_from_json(const std::string& text) {
 }
 
 namespace {
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 std::string safe_name(const std::string& s) {
   std::string out;
   for (char ch : s) out.push_back((std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
@@ -396,7 +389,7 @@ void write_case_atomic_to(const std::string& path, const Case& c) { write_text_a
 std::string write_case_atomic(const std::string& dir, const Case& c) {
   const std::string text = case_to_json(c);
   char hash[20];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(hash::fnv1a64(text, hash::kLegacyStart)));
   const std::string name = safe_name(c.op) + "-" + safe_name(c.subject) + "-" + safe_name(c.property) + "-" + hash + ".json";
   const std::string path = (std::filesystem::path(dir.empty() ? "." : dir) / name).string();
   write_text_atomic(path, text);

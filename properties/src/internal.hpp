@@ -32,7 +32,7 @@ struct Conventions {
   int empty_sign = -1;
   bool naive_exp = false;
   bool scores_rounded = false;  // AC_FEAT_SCORES_IN_INPUT_TYPE: S stored in the input format
-  bool has_lse = false;  // attention: writes LSE (AC_FEAT_LSE); merge always has one
+  bool has_lse = false;         // attention: writes LSE (AC_FEAT_LSE); merge always has one
   ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
 };
 Conventions conventions_of(const Subject&);
@@ -46,8 +46,8 @@ struct Elem {
   int64_t row = 0;                // token * heads + head (softmax: row)
   std::string where, inputs;
   bool exact_finite = true;
-  Real exact;          // in the subject's declared base for LSE
-  Real exact_other;    // LSE only: the exact value in the other base
+  Real exact;        // in the subject's declared base for LSE
+  Real exact_other;  // LSE only: the exact value in the other base
   double out_value = 0;
   uint32_t out_bits = 0;
   bool out_finite = true;
@@ -59,10 +59,10 @@ struct Elem {
 };
 
 struct RowInfo {
-  bool empty = false;     // no visible key / all -inf / both merge states empty
-  bool hazard = false;    // naive-exp overflow predicted: exact exp rounds to +inf
-  bool underflow = false; // naive-exp: the largest term is subnormal or zero in the format
-  bool ambiguous = false; // a term sits within rounding of the overflow threshold
+  bool empty = false;      // no visible key / all -inf / both merge states empty
+  bool hazard = false;     // naive-exp overflow predicted: exact exp rounds to +inf
+  bool underflow = false;  // naive-exp: the largest term is subnormal or zero in the format
+  bool ambiguous = false;  // a term sits within rounding of the overflow threshold
   int64_t visible = 0;
 };
 
@@ -84,11 +84,14 @@ struct RowKeys {
   std::vector<uint8_t> visible;  // num_keys entries
 };
 RowKeys row_keys(const AttentionInput&, int64_t token);
+// The reference's view of an attention input (the same tensors, the format named).
+ref::AttentionProblem problem_of(const AttentionInput&);
 int64_t total_q(const AttentionInput&);
 int64_t total_k(const AttentionInput&);
 
 // Statistics over judged elements (skipping rows a naive-exp hazard makes unpredictable).
-void accumulate_stats(std::vector<OutputStats>&, const Judgement&, std::vector<std::vector<double>>& ulp_samples,
+void accumulate_stats(std::vector<OutputStats>&, const Judgement&,
+                      std::vector<std::vector<double>>& ulp_samples,
                       std::vector<std::vector<double>>& cancel_samples);
 void finish_stats(std::vector<OutputStats>&, std::vector<std::vector<double>>& ulp_samples,
                   std::vector<std::vector<double>>& cancel_samples);

@@ -1,7 +1,7 @@
 // Judging one output against the exact reference, element by element.
 //
 // For every output element: the exact value (reference/, 200-bit MPFR), the plain ulp error of the
-// output format, the cancellation-aware error and whether it meets the budget of budgets.hpp. Rows a
+// output format, the cancellation-aware error and whether it meets the budget of budgets.cpp. Rows a
 // declared naive-exp hazard makes unpredictable (predicted overflow, an underflowing largest term,
 // a term within rounding of the overflow threshold) are flagged so properties can skip or demand
 // them. The bound's conditioning terms (fp32 scores, exponent arguments) are evaluated in double:
@@ -18,9 +18,12 @@ namespace attncheck::detail {
 
 ref::Format fmt(ac_dtype d) {
   switch (d) {
-    case AC_DTYPE_F16: return ref::Format::fp16;
-    case AC_DTYPE_BF16: return ref::Format::bf16;
-    default: return ref::Format::fp32;
+    case AC_DTYPE_F16:
+      return ref::Format::fp16;
+    case AC_DTYPE_BF16:
+      return ref::Format::bf16;
+    default:
+      return ref::Format::fp32;
   }
 }
 double decode(ac_dtype d, uint32_t bits) { return ref::decode(fmt(d), bits); }
@@ -32,14 +35,15 @@ std::string hexfloat(double x) { return ref::to_hexfloat(x); }
 double overflow_log_threshold(ac_dtype d) {
   // The rounding threshold to +inf: largest finite + half an ulp.
   switch (d) {
-    case AC_DTYPE_F16: return std::log(65520.0);
-    case AC_DTYPE_BF16: return std::log((2.0 - std::ldexp(1.0, -8)) * std::ldexp(1.0, 127));
-    default: return std::log((2.0 - std::ldexp(1.0, -24)) * std::ldexp(1.0, 127));
+    case AC_DTYPE_F16:
+      return std::log(65520.0);
+    case AC_DTYPE_BF16:
+      return std::log((2.0 - std::ldexp(1.0, -8)) * std::ldexp(1.0, 127));
+    default:
+      return std::log((2.0 - std::ldexp(1.0, -24)) * std::ldexp(1.0, 127));
   }
 }
-double min_normal_log(ac_dtype d) {
-  return d == AC_DTYPE_F16 ? -14 * std::log(2.0) : -126 * std::log(2.0);
-}
+double min_normal_log(ac_dtype d) { return d == AC_DTYPE_F16 ? -14 * std::log(2.0) : -126 * std::log(2.0); }
 
 Conventions conventions_of(const Subject& s) {
   const ac_caps& c = s.caps();
@@ -55,19 +59,19 @@ Conventions conventions_of(const Subject& s) {
 
 const char* out_name(Out o) {
   switch (o) {
-    case Out::O: return "O";
-    case Out::LSE: return "LSE";
-    case Out::Y: return "Y";
+    case Out::O:
+      return "O";
+    case Out::LSE:
+      return "LSE";
+    case Out::Y:
+      return "Y";
   }
   return "?";
 }
 
 namespace {
 
-constexpr double kU32 = 0x1p-24;
 const double kLn2 = std::log(2.0);
-double unit_roundoff(ac_dtype d) { return d == AC_DTYPE_F16 ? 0x1p-11 : d == AC_DTYPE_BF16 ? 0x1p-8 : 0x1p-24; }
-double min_subnormal(ac_dtype d) { return d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149; }
 
 double to_d(const Real& x) { return x.convert_to<double>(); }
 
@@ -168,7 +172,7 @@ RowKeys row_keys(const AttentionInput& a, int64_t token) {
   return r;
 }
 
-static ref::AttentionProblem problem_of(const AttentionInput& a) {
+ref::AttentionProblem problem_of(const AttentionInput& a) {
   ref::AttentionProblem p;
   p.dtype = fmt(a.dtype);
   p.num_heads = a.num_heads;
@@ -205,7 +209,6 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
   J.num_rows = T * H;
   J.num_heads = H;
   J.rows.resize(size_t(T * H));
-  const double u_f = unit_roundoff(a.dtype);
   const double lse_unit = cv.base == ref::LseBase::two ? 1.0 / kLn2 : 1.0;
   const bool want_lse = cv.has_lse && out.lse.size() == size_t(T * H);
   const double thr = overflow_log_threshold(a.dtype);
@@ -243,21 +246,26 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
       double sum_exp_scaled = 0;  // sum e^(s - smax)
       for (size_t i = 0; i < keys.size(); ++i) {
         pj[i] = std::isfinite(lse_e) ? std::exp(s[i] - lse_e) : 0;
-        cj[i] = double(D) * A[i] + std::fabs(s[i] - smax) + 4;
-        // A score stored in the input format is off by up to u_F |s_j| (and half its smallest
-        // subnormal); that moves p_j relatively by as much, and the normalisation by as much again.
-        if (cv.scores_rounded) cj[i] += 2 * (u_f * std::fabs(s[i]) + 0.5 * min_subnormal(a.dtype)) / kU32;
+        cj[i] = score_conditioning(a.dtype, double(D), A[i], std::fabs(s[i] - smax), s[i], cv.scores_rounded);
         sum_exp_scaled += std::exp(s[i] - smax);
         if (cv.naive_exp) {
-          const double slack = 1e-6 * std::max(1.0, std::fabs(s[i])) + 2 * double(D) * kU32 * A[i];
-          // scores stored in the input format decide overflow after their own rounding
-          const double slack_total = slack + (cv.scores_rounded ? u_f * std::fabs(s[i]) : 0.0);
-          if (s[i] > thr + slack_total) info.hazard = true;
-          else if (s[i] > thr - slack_total) info.ambiguous = true;
+          const double slack_total =
+              naive_exp_overflow_slack(a.dtype, double(D), A[i], s[i], cv.scores_rounded);
+          if (s[i] > thr + slack_total)
+            info.hazard = true;
+          else if (s[i] > thr - slack_total)
+            info.ambiguous = true;
         }
       }
       if (cv.naive_exp && !keys.empty() && smax < under) info.underflow = true;
       const double N = double(keys.size());
+      AttentionRow ar;
+      ar.dtype = a.dtype;
+      ar.keys = N;
+      ar.head_size = double(D);
+      ar.max_score = smax;
+      ar.sum_exp_scaled = sum_exp_scaled;
+      ar.naive_exp = cv.naive_exp;
       // O
       for (int64_t c = 0; c < D; ++c) {
         Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
@@ -268,16 +276,8 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
           cond += pj[i] * v * cj[i];
           vmax = std::max(vmax, v);
         }
-        double allowed = b.o_ulp * to_d(ref::ulp_at(fmt(a.dtype), Real(S))) + kU32 * ((N + double(D) + 8) * S + cond);
-        // P = e^(s - m) rounded to the input format before P V (FA2 style): where p is subnormal its
-        // error is absolute, up to half the smallest subnormal per key, relative to l >= 1.
-        if (N > 0) allowed += 0.5 * min_subnormal(a.dtype) * N * vmax / std::max(sum_exp_scaled, 1.0);
-        if (cv.naive_exp && N > 0) {
-          // e^s rounded to the storage format (u_F per term), the sum of rounded terms, and P rounded
-          // again; plus the subnormal absolute error of the stored e^s.
-          const double sum_exp = std::exp(smax) * sum_exp_scaled;
-          allowed += 3 * u_f * S + N * min_subnormal(a.dtype) * vmax / std::max(sum_exp, 1e-300);
-        }
+        const double allowed =
+            attention_o_allowance(b, ar, to_d(ref::ulp_at(fmt(a.dtype), Real(S))), S, cond, vmax);
         measure_bits(e, a.dtype, out.out[size_t(row * D + c)], S, allowed);
         if (e.exact_finite && e.out_finite && S == 0) e.within = e.out_value == 0;
         e.inputs = "visible_keys=" + std::to_string(keys.size()) + " max_score=" + hexfloat(smax) +
@@ -303,13 +303,7 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
         double cond = 0;
         for (size_t i = 0; i < keys.size(); ++i) cond += pj[i] * cj[i];
         const double scale = std::isfinite(lse_e) ? std::max(1.0, std::fabs(lse_e * lse_unit)) : 1.0;
-        double allowed = kU32 * (b.lse_ulp * scale + (N + 2 + cond) * lse_unit);
-        if (cv.naive_exp && N > 0) {
-          // LSE = log(sum of e^s rounded to the storage format): the sum is off by u_F relatively.
-          const double sum_exp = std::exp(smax) * sum_exp_scaled;
-          allowed += (2 * u_f + N * min_subnormal(a.dtype) / std::max(sum_exp, 1e-300)) * lse_unit;
-        }
-        measure_lse(e, out.lse[size_t(row)], allowed);
+        measure_lse(e, out.lse[size_t(row)], attention_lse_allowance(b, ar, scale, cond, lse_unit));
         J.elems.push_back(std::move(e));
       }
     }
@@ -342,14 +336,14 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
       info.visible = (ea > -INFINITY) + (eb > -INFINITY);
       auto w = [&](double l) { return info.empty ? 0.0 : (base2 ? std::exp2(l - M) : std::exp(l - M)); };
       const double wa = w(ea), wb = w(eb), ws = wa + wb;
-      const std::string in_lse = "prefix_lse=" + fbits(la) + " (" + hexfloat(double(la)) + ") suffix_lse=" +
-                                 fbits(lb) + " (" + hexfloat(double(lb)) + ")";
+      const std::string in_lse = "prefix_lse=" + fbits(la) + " (" + hexfloat(double(la)) +
+                                 ") suffix_lse=" + fbits(lb) + " (" + hexfloat(double(lb)) + ")";
       for (int64_t c = 0; c < D; ++c) {
         Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
         const double oa = to_d(A.o[size_t(c)]), ob = to_d(B.o[size_t(c)]);
         const double S = info.empty ? 0 : (wa * std::fabs(oa) + wb * std::fabs(ob)) / ws;
         const double Mabs = std::isfinite(M) ? std::fabs(M) : 0;
-        const double allowed = b.o_ulp * to_d(ref::ulp_at(fmt(m.dtype), Real(S))) + 0x1p-23 * (Mabs + 8) * S;
+        const double allowed = merge_o_allowance(b, to_d(ref::ulp_at(fmt(m.dtype), Real(S))), S, Mabs);
         measure_bits(e, m.dtype, out.out[size_t(row * D + c)], S, allowed);
         e.inputs = in_lse + " prefix_out=" + hexfloat(m.dtype, m.prefix_out[size_t(row * D + c)]) +
                    " suffix_out=" + hexfloat(m.dtype, m.suffix_out[size_t(row * D + c)]);
@@ -368,25 +362,27 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
           e.exact = ex.lse;
           e.exact_finite = isfinite(e.exact);
           // The other base's reading of the same numbers: what a base-confused subject returns.
-          const ref::ExactState other = ref::exact_merge({A, B}, base2 ? ref::LseBase::e : ref::LseBase::two, true);
+          const ref::ExactState other =
+              ref::exact_merge({A, B}, base2 ? ref::LseBase::e : ref::LseBase::two, true);
           e.exact_other = other.lse;
         }
         const double scale = std::max(1.0, std::isfinite(M) ? std::fabs(M) : 1.0);
-        measure_lse(e, out.lse[size_t(row)], 0x1p-24 * (b.lse_ulp * scale + 4));
+        measure_lse(e, out.lse[size_t(row)], merge_lse_allowance(b, scale));
         // An empty merge may also answer with -inf whatever the declared attention sentinel.
-        if (info.empty && !e.within && std::isinf(out.lse[size_t(row)]) && out.lse[size_t(row)] < 0) e.within = true;
+        if (info.empty && !e.within && std::isinf(out.lse[size_t(row)]) && out.lse[size_t(row)] < 0)
+          e.within = true;
         J.elems.push_back(std::move(e));
       }
     }
   return J;
 }
 
-Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const Conventions& cv, const Budget& b) {
+Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const Conventions& cv,
+                        const Budget& b) {
   Judgement J;
   J.num_rows = s.rows;
   J.rows.resize(size_t(s.rows));
   const double thr = overflow_log_threshold(s.dtype), under = min_normal_log(s.dtype);
-  const double u_f = unit_roundoff(s.dtype);
   for (int64_t r = 0; r < s.rows; ++r) {
     RowInfo& info = J.rows[size_t(r)];
     std::vector<Real> x;
@@ -399,8 +395,10 @@ Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const C
       xmax = std::max(xmax, v);
       if (v > -INFINITY) ++info.visible;
       if (cv.naive_exp && std::isfinite(v)) {
-        if (v > thr + 1e-6 * std::fabs(v)) info.hazard = true;
-        else if (v > thr - 1e-6 * std::fabs(v)) info.ambiguous = true;
+        if (v > thr + softmax_overflow_slack(v))
+          info.hazard = true;
+        else if (v > thr - softmax_overflow_slack(v))
+          info.ambiguous = true;
       }
     }
     info.empty = info.visible == 0;
@@ -418,10 +416,9 @@ Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const C
       e.exact = y[size_t(c)];
       e.exact_finite = isfinite(e.exact);
       const double yd = to_d(e.exact);
-      double allowed = b.softmax_ulp * to_d(ref::ulp_at(fmt(s.dtype), e.exact)) +
-                       kU32 * (N + (std::isfinite(xd[size_t(c)]) ? std::fabs(xd[size_t(c)] - xmax) : 0.0) + 8) * std::fabs(yd);
-      if (cv.naive_exp && N > 0)
-        allowed += 3 * u_f * std::fabs(yd) + N * min_subnormal(s.dtype) / std::max(sum_exp, 1e-300);
+      const double dist = std::isfinite(xd[size_t(c)]) ? std::fabs(xd[size_t(c)] - xmax) : 0.0;
+      const double allowed = softmax_allowance(b, s.dtype, to_d(ref::ulp_at(fmt(s.dtype), e.exact)), N, dist,
+                                               std::fabs(yd), cv.naive_exp, sum_exp);
       measure_bits(e, s.dtype, out.y[size_t(r * s.cols + c)], std::fabs(yd), allowed);
       J.elems.push_back(std::move(e));
     }
@@ -429,8 +426,8 @@ Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const C
   return J;
 }
 
-void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J, std::vector<std::vector<double>>& ulps,
-                      std::vector<std::vector<double>>& cancels) {
+void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J,
+                      std::vector<std::vector<double>>& ulps, std::vector<std::vector<double>>& cancels) {
   const auto& edges = ulp_histogram_edges();
   for (const Elem& e : J.elems) {
     if (J.row_skipped(e.row) || !e.exact_finite) continue;

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 
+#include "attncheck/hash.hpp"
 #include "attncheck/reference/format.hpp"
 
 namespace attncheck {
@@ -381,7 +382,7 @@ PeerResult run_peer_oracle(PeerOracle o, Subject& s, uint64_t seed, int num_case
   }
   // One stream per (oracle, subject's correct-or-mutant-independent op): the same inputs for a
   // mutant and its correct twin, so their verdicts compare like for like.
-  Rng rng(seed * 0x9e3779b97f4a7c15ull + uint64_t(o) * 1000003u + op);
+  Rng rng(seed * hash::kGoldenGamma + uint64_t(o) * 1000003u + op);
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   bool any = false;

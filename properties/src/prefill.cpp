@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "attncheck/hash.hpp"
 #include "attncheck/json_fields.hpp"
 #include <set>
 #include <sstream>
@@ -91,12 +92,9 @@ Scenario parse(const std::string& text) {
 
 struct Stream {
   uint64_t x;
-  double next() {  // uniform in [-1, 1)
-    x += 0x9e3779b97f4a7c15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+  double next() {  // uniform in [-1, 1): splitmix64's generator
+    const uint64_t z = hash::splitmix64(x);
+    x += hash::kGoldenGamma;
     return double(z >> 11) * 0x1p-52 - 1.0;
   }
 };

@@ -2,19 +2,8 @@
 // attention written here (independent of the kernels: plain loops, double accumulation, no
 // tiling, no online softmax) and an error bound derived from where the kernels round.
 //
-// Error bound per output element, with u the unit roundoff of the input type (fp16 2^-11, bf16
-// 2^-8), y_j the exact softmax weights, A = sum_j y_j |v_j|:
-//   - P is rounded to the input type before P V: each weight off by at most u relative: u A;
-//   - l sums the unrounded p while P V uses the rounded ones: another u A;
-//   - the final store of O rounds once: u |o|;
-//   - fp32 dot products (d terms) perturb a logit by at most e = d 2^-24 scale sum_i |q_i k_i|,
-//     which moves each weight by a factor within e^(+-2e): 2 e' A with e' = e (1 + e);
-//   - fp32 accumulation of O over Tk keys: Tk 2^-24 A;
-//   - fp16 only: a weight below 2^-14 (relative to the row max) rounds to a subnormal, absolute
-//     error up to 2^-25 each: Tk 2^-25 max|v| / l (l >= 1 is the shifted sum).
-// Bound: |o - o_exact| <= 2 (2u A + u |o_exact| + 2 e' A + Tk 2^-24 A + sub) + 1e-30, a factor 2 of
-// slack for the exp2 / log2 approximations (a few fp32 ulps each). LSE (fp32): |lse - exact| <=
-// 2 (e + Tk 2^-23 + 4 2^-24 (|lse| + 1)).
+// The error bounds (kernel_attention_o_bound and friends) and their derivation are in
+// properties/src/budgets.cpp, with every other budget.
 // Empty rows (no visible key): O must be exactly 0 and LSE the subject's sentinel.
 #pragma once
 #include <algorithm>
@@ -25,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/budgets.hpp"
 #include "attncheck/plugin_abi.h"
 #include "common/storage.h"
 
@@ -55,15 +45,13 @@ struct AttnCase {
   }
 };
 
-inline uint16_t round_to_input(DType t, float x) {
-  return uint16_t(kern::store_from_float(t, x));
-}
+inline uint16_t round_to_input(DType t, float x) { return uint16_t(kern::store_from_float(t, x)); }
 
 // Inputs ~ N(0, spread^2) rounded to the input type; mask ~ Bernoulli(keep) plus, when with_mask,
 // every fourth row of each sequence fully masked (the empty-row case).
-inline AttnCase make_case(uint64_t seed, DType dt, int heads, int kv_heads, int d,
-                          std::vector<int32_t> sq, std::vector<int32_t> sk, bool causal,
-                          bool with_mask, float spread = 1.0f, float keep = 0.7f) {
+inline AttnCase make_case(uint64_t seed, DType dt, int heads, int kv_heads, int d, std::vector<int32_t> sq,
+                          std::vector<int32_t> sk, bool causal, bool with_mask, float spread = 1.0f,
+                          float keep = 0.7f) {
   AttnCase c;
   c.dtype = dt;
   c.heads = heads;
@@ -170,7 +158,7 @@ inline RowRef exact_row(const AttnCase& c, int seq, int row, int head) {
   double l = 0, max_logit_err = 0;
   for (size_t j = 0; j < x.size(); ++j) {
     l += std::exp(x[j] - m);
-    max_logit_err = std::max(max_logit_err, d * std::ldexp(1.0, -24) * absdot[j]);
+    max_logit_err = std::max(max_logit_err, attncheck::kernel_logit_error(double(d), absdot[j]));
   }
   r.lse = m + std::log(l);
   std::vector<double> a(size_t(d), 0.0);
@@ -185,24 +173,22 @@ inline RowRef exact_row(const AttnCase& c, int seq, int row, int head) {
       vmax = std::max(vmax, std::fabs(vi));
     }
   }
-  const double e2 = 2 * max_logit_err * (1 + max_logit_err);
-  const double sub = c.dtype == DType::f16 ? tk * std::ldexp(1.0, -25) * vmax / l : 0.0;
+  const double sub = attncheck::kernel_subnormal_p_error(c.dtype == DType::f16, double(tk), vmax, l);
   for (int i = 0; i < d; ++i)
     r.o_bound[size_t(i)] =
-        2 * (2 * u * a[size_t(i)] + u * std::fabs(r.o[size_t(i)]) + e2 * a[size_t(i)] + tk * std::ldexp(1.0, -24) * a[size_t(i)] + sub) + 1e-30;
+        attncheck::kernel_attention_o_bound(u, a[size_t(i)], r.o[size_t(i)], max_logit_err, double(tk), sub);
   r.abs_weighted = a;
-  r.lse_bound = 2 * (max_logit_err + tk * std::ldexp(1.0, -23) + 4 * std::ldexp(1.0, -24) * (std::fabs(r.lse) + 1));
+  r.lse_bound = attncheck::kernel_attention_lse_bound(max_logit_err, double(tk), r.lse);
   return r;
 }
 
 // Compare a subject's output (O bits in the input type, LSE in [heads, tokens] layout) with the
 // fp64 attention; returns "" or the first few mismatches, with enough to reproduce them.
 struct Conventions {
-  int lse_base = 0;        // 0 natural, 2 base 2
-  int empty_lse_sign = -1; // sentinel of an empty row
+  int lse_base = 0;         // 0 natural, 2 base 2
+  int empty_lse_sign = -1;  // sentinel of an empty row
   // Extra roundings of O to the input type (cascade: the partials are stored before the merge);
-  // each adds u (A + |o|) to the bound (a partial off by u relative moves the convex combination
-  // by at most u A; the extra store by u |o|), with the same factor 2 of slack.
+  // see kernel_extra_o_rounding_bound.
   int extra_o_roundings = 0;
 };
 inline std::string compare_with_exact(const AttnCase& c, const std::vector<uint16_t>& out,
@@ -218,8 +204,9 @@ inline std::string compare_with_exact(const AttnCase& c, const std::vector<uint1
     for (int i = 0; i < d && failures < 8; ++i) {
       const double got = double(kern::load_as_float(c.dtype, out[size_t((tok * c.heads + head) * d + i)]));
       const double u = c.dtype == DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-      const double bound = r.o_bound[size_t(i)] +
-                           2 * conv.extra_o_roundings * u * (r.abs_weighted[size_t(i)] + std::fabs(r.o[size_t(i)]));
+      const double bound =
+          r.o_bound[size_t(i)] + attncheck::kernel_extra_o_rounding_bound(
+                                     conv.extra_o_roundings, u, r.abs_weighted[size_t(i)], r.o[size_t(i)]);
       const bool ok = r.empty ? got == 0.0 : std::fabs(got - r.o[size_t(i)]) <= bound;
       if (!ok) {
         ++failures;

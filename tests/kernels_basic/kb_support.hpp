@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "attncheck/budgets.hpp"
 #include "common/storage.h"
 
 namespace kb {
@@ -23,7 +24,9 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Unit roundoff of each storage format (half an ulp at 1).
 inline double unit_roundoff(DType t) {
-  return t == DType::f32 ? std::ldexp(1.0, -24) : t == DType::f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  return t == DType::f32   ? std::ldexp(1.0, -24)
+         : t == DType::f16 ? std::ldexp(1.0, -11)
+                           : std::ldexp(1.0, -8);
 }
 // Spacing of the format at |x| (subnormal spacing below the normal range).
 inline double ulp_at(DType t, double x) {

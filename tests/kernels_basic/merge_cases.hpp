@@ -3,7 +3,6 @@
 // check of a result. The launcher under test is passed in (host twin or a CUDA wrapper).
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <functional>
 #include <string>
 
@@ -65,22 +64,23 @@ struct MergeCase {
     a.lse_stride_head = lse_sh();
     return a;
   }
-  ac_merge_args host_args() { return args(out.data(), prefix.data(), suffix.data(), out_lse.data(), p_lse.data(), s_lse.data()); }
+  ac_merge_args host_args() {
+    return args(out.data(), prefix.data(), suffix.data(), out_lse.data(), p_lse.data(), s_lse.data());
+  }
 
   // Every output element within its bound of the fp64 merge; never NaN; empty rows exactly 0.
-  // Bound: the fp32 weights carry a few fp32 roundings (exp, sum, divide: <= 8 u32 relative), the
-  // fma one more, and the store half an ulp of the storage type.
+  // Bounds: kernel_merge_o_bound, kernel_merge_lse_bound (derived in properties/src/budgets.cpp).
   void check_against_exact(const std::string& what) const {
-    const double u32 = std::ldexp(1.0, -24);
     for (int t = 0; t < tokens; ++t)
       for (int h = 0; h < heads; ++h) {
         const MergeExact w = merge_exact(p_lse[lse_at(t, h)], s_lse[lse_at(t, h)], lse_base);
-        INFO(what << " t=" << t << " h=" << h << " p_lse=" << p_lse[lse_at(t, h)] << " s_lse=" << s_lse[lse_at(t, h)]);
+        INFO(what << " t=" << t << " h=" << h << " p_lse=" << p_lse[lse_at(t, h)]
+                  << " s_lse=" << s_lse[lse_at(t, h)]);
         const double got_lse = out_lse[lse_at(t, h)];
         if (w.empty || w.lse == -kInf) {
           REQUIRE(got_lse == -kInf);
         } else {
-          REQUIRE(std::fabs(got_lse - w.lse) <= 4 * u32 * (std::fabs(w.lse) + 1));
+          REQUIRE(std::fabs(got_lse - w.lse) <= attncheck::kernel_merge_lse_bound(w.lse));
         }
         for (int e = 0; e < d; ++e) {
           const size_t i = at(t, h, e);
@@ -93,7 +93,7 @@ struct MergeCase {
           const double p = prefix.get(i), s = suffix.get(i);
           const double want = w.p_weight * p + w.s_weight * s;
           const double scale = w.p_weight * std::fabs(p) + w.s_weight * std::fabs(s);
-          const double bound = 0.5 * ulp_at(type, want) + 10 * u32 * scale;
+          const double bound = attncheck::kernel_merge_o_bound(ulp_at(type, want), scale);
           INFO("e=" << e << " got " << got << " want " << want << " bound " << bound);
           REQUIRE(std::fabs(got - want) <= bound);
         }

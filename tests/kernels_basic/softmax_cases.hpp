@@ -2,7 +2,6 @@
 // fp64 check, and the naive overflow band. The launcher under test is passed in.
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <functional>
 #include <string>
 
@@ -26,7 +25,8 @@ inline ac_softmax_args softmax_args(const Tensor& x, Tensor& y, int rows, int co
 
 // Rows: normal logits (sigma 3), a late outlier (40 at a late column), some -inf entries, one
 // all -inf row. Row r has cols entries, stored at r * stride.
-inline Tensor softmax_rows(DType t, int rows, int cols, int64_t stride, std::mt19937_64& rng, bool naive_safe_range) {
+inline Tensor softmax_rows(DType t, int rows, int cols, int64_t stride, std::mt19937_64& rng,
+                           bool naive_safe_range) {
   Tensor x(t, size_t(rows) * size_t(stride));
   std::normal_distribution<float> n(0.0f, naive_safe_range ? 1.5f : 3.0f);
   std::bernoulli_distribution masked(0.1);
@@ -34,20 +34,17 @@ inline Tensor softmax_rows(DType t, int rows, int cols, int64_t stride, std::mt1
     for (int j = 0; j < cols; ++j) {
       float v = n(rng);
       if (masked(rng)) v = -INFINITY;
-      if (r == 1) v = -INFINITY;  // fully masked row
+      if (r == 1) v = -INFINITY;                                        // fully masked row
       if (!naive_safe_range && r == 2 && j == cols * 3 / 4) v = 40.0f;  // late outlier
       x.set(size_t(r) * size_t(stride) + size_t(j), v);
     }
   return x;
 }
 
-// Bound per element: the fp32 sum and exp carry <= (cols + 8) u32 relative error, the rounded
-// argument x - max (or x, naive) adds |argument| * u32 through exp, the store half an ulp; the
-// naive variant also rounds every e^x to the storage type (u of the type, relative),
-// which moves the sum and the numerator by that much each.
+// Bound per element: kernel_softmax_bound (its derivation is in properties/src/budgets.cpp).
 inline void check_softmax_exact(const Tensor& x, const Tensor& y, int rows, int cols, int64_t stride,
                                 bool naive, const std::string& what) {
-  const double u32 = std::ldexp(1.0, -24), u = unit_roundoff(x.type);
+  const double u = unit_roundoff(x.type);
   for (int r = 0; r < rows; ++r) {
     std::vector<double> row(static_cast<size_t>(cols));
     for (int j = 0; j < cols; ++j) row[size_t(j)] = x.get(size_t(r) * size_t(stride) + size_t(j));
@@ -61,9 +58,9 @@ inline void check_softmax_exact(const Tensor& x, const Tensor& y, int rows, int 
         continue;
       }
       const double arg = naive ? std::fabs(row[size_t(j)]) + std::fabs(m) : std::fabs(row[size_t(j)] - m);
-      const double rel = (cols + 8 + 2 * arg) * u32 + (naive ? 3 * u : 0.0);
-      const double bound = 0.5 * ulp_at(y.type, w) + rel * w;
-      INFO(what << " row " << r << " col " << j << " x " << row[size_t(j)] << " got " << got << " want " << w);
+      const double bound = attncheck::kernel_softmax_bound(u, ulp_at(y.type, w), w, double(cols), arg, naive);
+      INFO(what << " row " << r << " col " << j << " x " << row[size_t(j)] << " got " << got << " want "
+                << w);
       REQUIRE(std::fabs(got - w) <= bound);
     }
   }
@@ -91,7 +88,8 @@ inline void check_naive_overflow_band(const SoftmaxRun& run) {
       } else {
         for (int j = 0; j < cols; ++j) {
           REQUIRE(std::isfinite(y.get(size_t(j))));
-          REQUIRE(std::fabs(y.get(size_t(j)) - want[size_t(j)]) <= 0.5 * ulp_at(DType::f16, want[size_t(j)]) + 4e-3 * want[size_t(j)]);
+          REQUIRE(std::fabs(y.get(size_t(j)) - want[size_t(j)]) <=
+                  0.5 * ulp_at(DType::f16, want[size_t(j)]) + 4e-3 * want[size_t(j)]);
         }
       }
     }

@@ -3,7 +3,6 @@
 // range, every dtype, odd head sizes; checked against the fp64 attention of kb_support.hpp.
 #pragma once
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <random>
@@ -65,12 +64,10 @@ inline std::vector<AttnCase> textbook_cases() {
   return cases;
 }
 
-// Bound per output element: P rounded to the input type moves each p_j by u relative
-// (naive: S is rounded too, moving p_j by ~|s| u), fp32 accumulation adds (keys + d) u32, the
-// store half an ulp: |O - O_exact| <= (2u + 2u|s|max [naive] + (keys + d + 8) u32) sum p|v| + ulp/2.
+// Bounds: kernel_textbook_o_bound, kernel_textbook_lse_bound (derived in properties/src/budgets.cpp).
 inline void check_textbook(const AttnCase& c, const TextbookResult& r, bool naive, const std::string& what) {
   const auto rows = c.exact();
-  const double u = unit_roundoff(c.type), u32 = std::ldexp(1.0, -24);
+  const double u = unit_roundoff(c.type);
   REQUIRE(r.bytes == c.expected_intermediate_bytes(naive ? attncheck::kern::dtype_size(c.type) : 4,
                                                    attncheck::kern::dtype_size(c.type)));
   for (int tok = 0; tok < c.total_q; ++tok)
@@ -83,13 +80,14 @@ inline void check_textbook(const AttnCase& c, const TextbookResult& r, bool naiv
         for (int e = 0; e < c.d; ++e) REQUIRE(r.out.bits((size_t(tok) * c.heads + h) * c.d + e) == 0u);
         continue;
       }
-      const double s_err = naive ? 2 * u * (row.max_abs_s + 1) : 4 * u32 * (row.max_abs_s + 1);
-      REQUIRE(std::fabs(lse - row.lse) <= s_err + 8 * u32 * (std::fabs(row.lse) + 1) + (naive ? 4 * u : 0.0));
-      const double rel = 2 * u + (naive ? 2 * u * (row.max_abs_s + 1) : 0.0) + (row.keys + c.d + 8) * u32;
+      REQUIRE(std::fabs(lse - row.lse) <=
+              attncheck::kernel_textbook_lse_bound(u, naive, row.max_abs_s, row.lse));
       for (int e = 0; e < c.d; ++e) {
         const double got = r.out.get((size_t(tok) * c.heads + h) * c.d + e), want = row.o[size_t(e)];
         INFO("e " << e << " got " << got << " want " << want);
-        REQUIRE(std::fabs(got - want) <= rel * row.sum_p_abs_v_max + 0.5 * ulp_at(c.type, want));
+        REQUIRE(std::fabs(got - want) <=
+                attncheck::kernel_textbook_o_bound(u, naive, row.max_abs_s, double(row.keys), double(c.d),
+                                                   row.sum_p_abs_v_max, ulp_at(c.type, want)));
       }
     }
 }
@@ -100,7 +98,9 @@ inline void check_textbook_suite(const TextbookRun& run, uint64_t seed) {
     for (bool naive : {false, true}) {
       c.build(rng);
       const TextbookResult r = run(c, naive);
-      check_textbook(c, r, naive, std::string(naive ? "naive" : "safe") + " dtype " + std::to_string(int(c.type)) + " d " + std::to_string(c.d));
+      check_textbook(c, r, naive,
+                     std::string(naive ? "naive" : "safe") + " dtype " + std::to_string(int(c.type)) + " d " +
+                         std::to_string(c.d));
     }
 }
 

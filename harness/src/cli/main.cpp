@@ -39,7 +39,6 @@
 #include "attncheck/reference/format.hpp"
 #include "attncheck/reference/precision.hpp"
 #include "attncheck/report.hpp"
-#include "attncheck/shard.hpp"
 #include "mutants.hpp"
 #include "options.hpp"
 #include "pair_pool.hpp"
@@ -483,7 +482,6 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     const auto& [subject, property] = plan[i];
     ac::RunConfig cfg = base_cfg;
     cfg.progress = [&](int done, int) { on_case(done); };
-    cfg.seed = ac::case_stream_seed(o.seed, shard_index, shard_count, property->name, subject->name());
     // A plugin is foreign code that may kill the process on the host too: write each case
     // before calling it, as for CUDA subjects (the properties always do for those).
     cfg.write_ahead = subject->origin() != "builtin";

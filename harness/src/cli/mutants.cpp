@@ -34,7 +34,6 @@
 #include "attncheck/peer_oracles.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/report.hpp"
-#include "attncheck/shard.hpp"
 #include "common/registry.h"
 #include "mutants/mutants.h"
 
@@ -86,7 +85,7 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
   for (const PropertyInfo& p : all_properties()) {
     if (!p.in_gate || !property_applies(p, s)) continue;
     RunConfig cfg;
-    cfg.seed = case_stream_seed(o.seed, 0, 1, p.name, s.name());
+    cfg.seed = o.seed;
     cfg.num_cases = o.cases;
     cfg.max_keys = o.max_keys;
     cfg.corpus_dir = o.report_dir + "/corpus";

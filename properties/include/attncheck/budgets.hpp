@@ -1,37 +1,91 @@
-// Error budgets: the one place their numbers live, with the reasoning behind them.
+// Error budgets: every formula a verdict or a kernel test compares an error against. The
+// formulas, and the derivation next to each, are in properties/src/budgets.cpp; this header only
+// declares them. The README's property section states the attention O budget in one line.
 //
-// A correct kernel accumulates in fp32, may round P to the storage format before P*V (FA2 style),
-// and rounds the output once. With u_F = 2^-p the unit roundoff of the output format F:
-//   - rounding P to F perturbs each weight by at most u_F relatively, so O moves by at most
-//     u_F * S with S = sum_j p_j |v_j|: at most 1 ulp_F(S) (ulp_F(S) is between u_F S and 2 u_F S);
-//   - the final rounding of O adds 0.5 ulp_F(O) <= 0.5 ulp_F(S);
-//   - fp32 accumulation over N keys and d products adds up to (N + d) 2^-24 S, and rounding an fp32
-//     score s_j = scale * q.k_j moves exp(s_j - m) by up to (d |scale| sum_c |q_c k_jc| +
-//     |s_j - m| + 4) 2^-24 relatively: the conditioning of the problem in fp32, not kernel slack.
-//   - where P = e^(s - m) is subnormal in F its rounding error is absolute: up to half the smallest
-//     subnormal per key, so O moves by up to N sub_F max|v| / (2 l), l = sum e^(s - m) >= 1.
-// Budget: |O - O_exact| <= o_ulp * ulp_F(S) + 2^-24 [(N + d + 8) S + sum_j p_j |v_j| c_j]
-//   + N sub_F max|v| / (2 l), with c_j the score/exponent term above.
-// A declared naive exp (AC_FEAT_NAIVE_EXP) stores e^s rounded to F, sums the rounded terms and
-// rounds P again: + 3 u_F S + N sub_F max|v| / sum e^s for O, + 2 u_F + N sub_F / sum e^s for LSE
-// (rows whose exp overflows, or whose largest term is subnormal, are the hazard and are skipped). o_ulp = 4 passes the analysis (1.5) with margin; the mutants of
-// issue 6 err by whole units (NaN, a lost rescale, a wrong base, a missed head), far beyond it.
-// LSE (fp32): |LSE - exact| <= 2^-24 [lse_ulp * max(1, |exact|) + N + sum_j p_j c_j], lse_ulp = 16.
-// Merge: |O - exact| <= o_ulp * ulp_F(S) + 2^-23 (|M| + 8) S with S = w_a|O_a| + w_b|O_b| and M the
-// larger LSE (fp32 LSE differences are exact to 2^-24 |M|); LSE as above with N = 2.
-// Softmax: |y - exact| <= softmax_ulp * ulp_F(exact) + 2^-24 (N + |x - max| + 8) |exact|.
-// Split-order drift: each split count and fold order must meet the accuracy budget, so pairwise
-// drift is bounded by twice it; the drift itself is reported.
+// Notation: F the output (storage) format, u_F its unit roundoff, sub_F its smallest subnormal,
+// ulp_F(x) the ulp of x in F, N the visible keys of a row, d the head size, S the scale an output is
+// computed at (attention: sum_j p_j |v_j|), c_j the fp32 conditioning of score j.
 #pragma once
 #include "attncheck/plugin_abi.h"
 
 namespace attncheck {
 
 struct Budget {
-  double o_ulp = 4;         // attention / merge O, in ulps of the cancellation-aware scale
-  double lse_ulp = 16;      // LSE, fp32 ulps of max(1, |LSE|)
-  double softmax_ulp = 2;   // softmax Y, ulps of the exact value
+  double o_ulp = 4;        // attention / merge O, in ulps of the cancellation-aware scale
+  double lse_ulp = 16;     // LSE, fp32 ulps of max(1, |LSE|)
+  double softmax_ulp = 2;  // softmax Y, ulps of the exact value
 };
 Budget default_budget(uint32_t op, ac_dtype);
+
+double unit_roundoff(ac_dtype);  // u_F: fp16 2^-11, bf16 2^-8, fp32 2^-24
+double min_subnormal(ac_dtype);  // sub_F: fp16 2^-24, bf16 2^-133, fp32 2^-149
+
+// --- The properties' budgets (absolute allowances for |output - exact|) -------------------------
+
+// c_j for score s_j = scale q.k_j: abs_dot = |scale| sum_c |q_c k_jc|, dist = |s_j - max_j s_j|.
+double score_conditioning(ac_dtype, double head_size, double abs_dot, double dist, double score,
+                          bool scores_rounded);
+// Where a declared naive exp decides overflow: a score above threshold + slack overflows, one
+// within slack of it is ambiguous (attention; softmax takes abs_dot = 0 and head_size = 0).
+double naive_exp_overflow_slack(ac_dtype, double head_size, double abs_dot, double score,
+                                bool scores_rounded);
+double softmax_overflow_slack(double x);
+
+// One row of attention: what its O and LSE allowances share.
+struct AttentionRow {
+  ac_dtype dtype = AC_DTYPE_F32;
+  double keys = 0;            // N
+  double head_size = 0;       // d
+  double max_score = 0;       // max_j s_j
+  double sum_exp_scaled = 0;  // l = sum_j e^(s_j - max), >= 1 when N > 0
+  bool naive_exp = false;     // AC_FEAT_NAIVE_EXP
+};
+// ulp_S = ulp_F(S); cond = sum_j p_j |v_j| c_j; vmax = max_j |v_j| over the column.
+double attention_o_allowance(const Budget&, const AttentionRow&, double ulp_S, double S, double cond,
+                             double vmax);
+// lse_scale = max(1, |LSE|) in the declared base; cond = sum_j p_j c_j; lse_unit = 1 (base e) or
+// 1 / ln 2 (base 2).
+double attention_lse_allowance(const Budget&, const AttentionRow&, double lse_scale, double cond,
+                               double lse_unit);
+// Merge of two states: S = w_a|O_a| + w_b|O_b|, max_lse_abs = |max(LSE_a, LSE_b)| (0 when empty).
+double merge_o_allowance(const Budget&, double ulp_S, double S, double max_lse_abs);
+double merge_lse_allowance(const Budget&, double lse_scale);
+// Softmax element y of x in a row of N visible entries; sum_exp = sum e^x (naive exp only).
+double softmax_allowance(const Budget&, ac_dtype, double ulp_exact, double keys, double dist_to_max,
+                         double y_abs, bool naive_exp, double sum_exp);
+// lse_convention: how close the other base's (or layout's) reading must be to call the LSE
+// confused rather than merely inaccurate.
+double lse_other_base_tolerance(double allowed, double out_value);
+double lse_other_layout_tolerance(double allowed);
+// split_equals_whole: the exact merge of the subject's two partial states against attention over
+// all keys. w0, w1 the normalised weights of the parts, o_allowed0/1 their O allowances, lse_allowed0/1
+// their LSE allowances, o0/o1 their O values, lse_to_nat ln 2 for base-2 LSEs (1 for base e).
+double split_merge_allowance(double w0, double w1, double o_allowed0, double o_allowed1, double o0, double o1,
+                             double lse_allowed0, double lse_allowed1, double lse_to_nat);
+bool within_split_merge_allowance(double err, double allowed);
+
+// --- The kernel tests' bounds: a built-in kernel (host twin or CUDA) against an fp64 oracle -------
+// Tighter than the properties' budgets: they follow where each built-in kernel rounds. u is the
+// unit roundoff of the kernel's input type.
+
+// Attention (tests/kernels_attention): the fp32 error of one logit, e = d 2^-24 |scale| sum |q k|.
+double kernel_logit_error(double head_size, double abs_dot);
+// The fp16 P that rounds to a subnormal: keys 2^-25 max|v| / l (0 for other types).
+double kernel_subnormal_p_error(bool fp16, double keys, double vmax, double l);
+// O element: A = sum_j y_j |v_j|, o the exact output, max_logit_err the largest e of the row.
+double kernel_attention_o_bound(double u, double A, double o, double max_logit_err, double keys,
+                                double subnormal_p);
+// What each extra rounding of O to the input type adds (cascade stores its partials).
+double kernel_extra_o_rounding_bound(int extra_roundings, double u, double A, double o);
+double kernel_attention_lse_bound(double max_logit_err, double keys, double lse);  // natural log
+// Merge (tests/kernels_basic): O of weights w_a, w_b; scale = w_a |O_a| + w_b |O_b|.
+double kernel_merge_o_bound(double ulp_of_exact, double scale);
+double kernel_merge_lse_bound(double lse);
+// Softmax: arg the exponent argument's magnitude (|x - max|, naive |x| + |max|), w the exact y.
+double kernel_softmax_bound(double u, double ulp_of_exact, double w, double cols, double arg, bool naive_exp);
+// Textbook attention: max_abs_s the largest |score| of the row, sum_p_abs_v the largest sum p|v|.
+double kernel_textbook_o_bound(double u, bool naive_exp, double max_abs_s, double keys, double head_size,
+                               double sum_p_abs_v, double ulp_of_exact);
+double kernel_textbook_lse_bound(double u, bool naive_exp, double max_abs_s, double lse);
 
 }  // namespace attncheck

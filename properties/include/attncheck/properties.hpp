@@ -1,11 +1,12 @@
 // Properties: named claims of the seed chapter, checked against a Subject with RapidCheck
-// generators (generators.hpp) and the exact reference (reference/). Each property is registered
-// once (all_properties) and runs against every subject that has its operation. A failure is
-// re-run to rule out non-determinism, shrunk by RapidCheck to a minimal case, written atomically
-// into the corpus, and reported with the run's seed, RapidCheck's reproduce string and a
-// one-line `attncheck replay` command.
+// generators (generators.hpp) and the exact reference (reference/). Each property is one object,
+// registered once from its own file under properties/src/props/ (all_properties lists them), and
+// runs against every subject that has its operation. A failure is re-run to rule out
+// non-determinism, shrunk by RapidCheck to a minimal case, written atomically into the corpus, and
+// reported with the run's seed, RapidCheck's reproduce string and a one-line `attncheck replay`
+// command.
 //
-// Error measures (both reported, see budgets.hpp for the numbers and their derivation):
+// Error measures (both reported, see budgets.cpp for the formulas and their derivation):
 //   ulp         |y - exact| / ulp_F(exact): the plain ulp error of the output format F.
 //   cancel_ulp  |y - exact| / ulp_F(S) with S = sum_j p_j |v_j| (attention), w_a|O_a| + w_b|O_b|
 //               (merge), |exact| (softmax): error relative to the scale the output is computed at,
@@ -44,14 +45,14 @@ const PropertyInfo* find_property(const std::string& name);  // nullptr if unkno
 bool property_applies(const PropertyInfo&, const Subject&);
 
 struct RunConfig {
-  uint64_t seed = 1;
-  int num_cases = 100;       // RapidCheck max_success per (property, subject)
+  uint64_t seed = 1;    // the run's seed; each (shard, property, subject) stream is case_seed of it
+  int num_cases = 100;  // RapidCheck max_success per (property, subject)
   int shard_index = 0, shard_count = 1;  // shard I of N draws a disjoint, deterministic stream
-  std::string corpus_dir;    // where shrunk failures go ("" = do not write)
+  std::string corpus_dir;                // where shrunk failures go ("" = do not write)
   bool shrink = true;
-  int max_size = 100;        // RapidCheck size cap (<= 100, see FACTS.md); shapes scale from it
-  int max_keys = 64;         // longest key row generated; raise for long rows (8192 and beyond)
-  bool write_ahead = false;  // write-ahead for host subjects too (always on for cuda subjects)
+  int max_size = 100;            // RapidCheck size cap (<= 100, see FACTS.md); shapes scale from it
+  int max_keys = 64;             // longest key row generated; raise for long rows (8192 and beyond)
+  bool write_ahead = false;      // write-ahead for host subjects too (always on for cuda subjects)
   std::vector<ac_dtype> dtypes;  // empty: every dtype the subject has
   std::function<void(int done, int total)> progress;  // called after each case
   const std::atomic<bool>* cancel = nullptr;          // set: stop after the current case
@@ -59,10 +60,10 @@ struct RunConfig {
 };
 
 struct OutputStats {
-  std::string dtype;   // "fp16" | "bf16" | "fp32"
-  std::string output;  // "O" | "LSE" | "Y" (softmax)
-  int64_t count = 0;      // elements measured (finite exact value)
-  int64_t nonfinite = 0;  // NaN/Inf outputs where the exact value is finite
+  std::string dtype;                              // "fp16" | "bf16" | "fp32"
+  std::string output;                             // "O" | "LSE" | "Y" (softmax)
+  int64_t count = 0;                              // elements measured (finite exact value)
+  int64_t nonfinite = 0;                          // NaN/Inf outputs where the exact value is finite
   double max_ulp = 0, p99_ulp = 0, mean_ulp = 0;  // plain ulp error
   double max_cancel_ulp = 0, p99_cancel_ulp = 0;  // cancellation-aware error (LSE: scaled fp32 ulps)
   // Counts of plain ulp errors per bin; bin i holds [edge(i), edge(i+1)), see ulp_histogram_edges.
@@ -85,13 +86,13 @@ struct PropertyResult {
   std::string message;                 // one line; the worst element of the shrunk case
   std::string counterexample_summary;  // describe_size of the shrunk case, plus its note
   CaseSize counterexample_size;
-  uint64_t seed = 0;                   // the run's seed
-  std::string rc_reproduce;            // RapidCheck reproduce string ("" when passed)
-  std::string reproduce_command;       // "attncheck replay FILE --subject NAME" or a check command
+  uint64_t seed = 0;              // the run's seed
+  std::string rc_reproduce;       // RapidCheck reproduce string ("" when passed)
+  std::string reproduce_command;  // "attncheck replay FILE --subject NAME" or a check command
   double seconds = 0;
-  int cases_to_first_failure = -1;     // 1-based count of cases run when the first failure appeared
+  int cases_to_first_failure = -1;  // 1-based count of cases run when the first failure appeared
   double seconds_to_first_failure = -1;
-  double max_drift_ulp = 0;            // split_order_drift: largest pairwise drift, output ulps
+  double max_drift_ulp = 0;  // split_order_drift: largest pairwise drift, output ulps
 };
 const char* status_name(PropertyResult::Status);
 
@@ -103,9 +104,9 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
 // Replay: re-run one case against a subject, judged by the property the case names (accuracy and
 // no_spurious_nonfinite when it names none or one that does not apply to the subject).
 struct WorstElement {
-  std::string where;        // "O[token=0,head=1,d=3]", "LSE[token=0,head=1]", "Y[row=0,col=2]"
-  std::string input_bits;   // the inputs that matter, as hexfloats (a logit, an LSE pair, ...)
-  std::string exact;        // exact value, 36 significant digits
+  std::string where;          // "O[token=0,head=1,d=3]", "LSE[token=0,head=1]", "Y[row=0,col=2]"
+  std::string input_bits;     // the inputs that matter, as hexfloats (a logit, an LSE pair, ...)
+  std::string exact;          // exact value, 36 significant digits
   std::string rounded_exact;  // exact rounded once to the output format, hexfloat
   std::string output_bits;    // the subject's output: 0x.... and hexfloat
   double ulp = 0;             // plain ulp error
@@ -113,8 +114,8 @@ struct WorstElement {
 };
 struct ReplayResult {
   bool passed = false;
-  bool applicable = true;   // false: the subject lacks the op/dtype/head size (not a failure)
-  std::string verdict;      // one line: "pass", "FAIL accuracy: ...", "not applicable: ..."
+  bool applicable = true;  // false: the subject lacks the op/dtype/head size (not a failure)
+  std::string verdict;     // one line: "pass", "FAIL accuracy: ...", "not applicable: ..."
   std::vector<WorstElement> worst_elements;  // up to 5, worst first
   std::string reproduce_command;             // attncheck replay FILE --subject NAME
 };
@@ -136,9 +137,9 @@ std::vector<TilingRow> tiling_report(Subject&, const RunConfig&);
 // chunks), and the merge of the two.
 struct PrefillFinding {
   int request = -1, chunk = -1, token = -1, head = -1;  // token: index within the request
-  std::string stage;  // "prefix" | "suffix" | "merge"
-  std::string value;  // "nan", "inf", ...
-  std::string detail; // the inputs of that element (LSE pair for a merge)
+  std::string stage;                                    // "prefix" | "suffix" | "merge"
+  std::string value;                                    // "nan", "inf", ...
+  std::string detail;                                   // the inputs of that element (LSE pair for a merge)
 };
 struct PrefillReport {
   bool ok = true;  // no non-finite value anywhere

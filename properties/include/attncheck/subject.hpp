@@ -65,6 +65,10 @@ struct SubjectError : std::runtime_error {
   enum class Kind { unsupported, device_fault, internal, transport_failed };
   Kind kind;
   SubjectError(Kind k, const std::string& what) : std::runtime_error(what), kind(k) {}
+  // The failure class a crash of this kind is reported under (report.json, replay verdicts).
+  const char* failure_class() const {
+    return kind == Kind::device_fault ? "device_fault" : kind == Kind::transport_failed ? "transport_failed" : "internal";
+  }
 };
 
 class Subject {

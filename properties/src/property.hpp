@@ -1,0 +1,95 @@
+// The property interface. A property is one object in one file under props/: its PropertyInfo
+// (name, description, seed chapter sections, ops, suite), which subjects it applies to beyond
+// having one of its ops, the generator of its cases, its check and its replay. The file registers
+// the object once with AC_REGISTER_PROPERTY; the runner (properties.cpp) knows only this interface.
+// The rules several properties share (rule_accuracy, rule_empty, rule_overflow, rule_lse) are in
+// rules.cpp; every budget they compare against is in budgets.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attncheck/generators.hpp"
+#include "internal.hpp"
+
+namespace attncheck::detail {
+
+// Outcome of one check of one case.
+struct Outcome {
+  bool ok = true;
+  bool crashed = false;
+  std::string failure_class, message;
+  std::vector<Elem> worst;  // failing elements, worst first (up to 5)
+  std::string digest;       // the output bits, for the determinism re-run
+  double drift = 0;
+};
+
+// What a check needs besides the case: the subject, its conventions and budget, the write-ahead
+// file, and the statistics of the cases counted so far.
+struct Ctx {
+  Subject& subject;
+  const RunConfig& cfg;
+  Conventions cv;
+  Budget budget;
+  std::string write_ahead_path;
+  std::string property;
+  std::vector<OutputStats> stats;
+  std::vector<std::vector<double>> ulps, cancels;
+  bool counting = true;
+};
+
+class Property {
+ public:
+  explicit Property(PropertyInfo info) : info_(std::move(info)) {}
+  virtual ~Property() = default;
+  const PropertyInfo& info() const { return info_; }
+
+  // What the subject must declare beyond one of info().ops; `op` is the op the property runs on it.
+  virtual bool applies_to(const Subject&, uint32_t /*op*/) const { return true; }
+  // Draws the input of one case of `op` into c.input; called inside the case generator, so each
+  // `*gen` here is one RapidCheck draw (shrinkable). The default is the op's everything-generator.
+  virtual void draw_input(Case& c, const gen::Domain&, uint32_t op) const;
+  // Split-KV cases draw num_splits and fold order at random unless the check sweeps them itself.
+  virtual bool draws_split_options() const { return true; }
+  // Runs the subject on the case (calling before_launch before each subject call) and judges it.
+  virtual Outcome check(Ctx&, const Case&) const = 0;
+  // A replay that passes this property's check is also held to the accuracy budget: true for the
+  // claims that check one rule (a sentinel, a convention) and would otherwise pass a wrong answer.
+  virtual bool replay_adds_accuracy() const { return false; }
+
+ private:
+  PropertyInfo info_;
+};
+
+// The registry. `position` orders `attncheck list`, the suites and the reports' entries.
+struct PropertyRegistration {
+  PropertyRegistration(int position, std::unique_ptr<Property>);
+};
+#define AC_REGISTER_PROPERTY(position, Type)                                              \
+  static const ::attncheck::detail::PropertyRegistration ac_registration_##Type(position, \
+                                                                                std::make_unique<Type>())
+
+const Property* find_property_object(const std::string& name);  // nullptr if unknown
+
+// Helpers for checks.
+void before_launch(Ctx&, const Case&);
+std::string digest_bits(const Bits& out, const std::vector<float>& lse);
+void keep_worst(Outcome&, const Elem&);
+std::string elem_line(const Elem&);
+void fail(Outcome&, const std::string& failure_class, const std::string& message);
+void record_stats(Ctx&, const Judgement&);  // only while counting (before the first failure)
+// Runs the subject once on the case, sets o.digest, judges the output and records its stats.
+Judgement run_once(Ctx&, const Case&, Outcome& o);
+
+// Rules over a judgement, shared by several properties (rules.cpp).
+// Every element within budget; finite_only: only "no NaN or Inf where the exact value is finite".
+void rule_accuracy(Outcome&, const Judgement&, bool finite_only);
+// Empty rows: O = 0 exactly and the declared LSE sentinel.
+void rule_empty(Outcome&, const Judgement&, const Conventions&);
+// Non-finite output exactly on the rows a declared naive exp overflows.
+void rule_overflow(Outcome&, const Judgement&, const Conventions&);
+// LSE in the declared base and layout; a failure is classified as base or layout confusion when
+// the other reading matches.
+void rule_lse(Outcome&, const Judgement&, const Conventions&);
+
+}  // namespace attncheck::detail

@@ -1,0 +1,26 @@
+// no_spurious_nonfinite: no NaN or Inf where the exact result is finite. Rows where a declared
+// naive exp is predicted to overflow are the subject's stated hazard and are skipped.
+#include "../property.hpp"
+
+namespace attncheck::detail {
+namespace {
+
+class NoSpuriousNonfinite final : public Property {
+ public:
+  NoSpuriousNonfinite()
+      : Property({"no_spurious_nonfinite",
+                  "No NaN or Inf where the exact result is finite (declared naive-exp hazard rows excepted).",
+                  "\"(2) Safe softmax, and why it costs three passes\", \"The base case is a NaN factory\"",
+                  AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
+
+  Outcome check(Ctx& ctx, const Case& c) const override {
+    Outcome o;
+    const Judgement J = run_once(ctx, c, o);
+    rule_accuracy(o, J, true);
+    return o;
+  }
+};
+
+}  // namespace
+AC_REGISTER_PROPERTY(20, NoSpuriousNonfinite);
+}  // namespace attncheck::detail

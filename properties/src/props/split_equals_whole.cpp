@@ -1,0 +1,158 @@
+// split_equals_whole: attention over K[0:a] merged with attention over K[a:] matches attention
+// over all of K, for every cut a. The subject's two partial states (O and LSE) are merged exactly,
+// reading the LSE in the declared base, so any error is the subject's; the allowance combines the
+// parts' own budgets (budgets.cpp, split_merge_allowance).
+#include <algorithm>
+#include <cmath>
+
+#include "../property.hpp"
+
+namespace attncheck::detail {
+namespace {
+
+// Cuts: every a for short rows, else 0, N, and six spread points.
+std::vector<int64_t> cuts_of(int64_t N) {
+  std::vector<int64_t> cuts;
+  if (N <= 16) {
+    for (int64_t k = 0; k <= N; ++k) cuts.push_back(k);
+  } else {
+    for (int64_t k : {int64_t(0), N / 7, N / 3, N / 2, N / 2 + 1, 2 * N / 3, N - 1, N}) cuts.push_back(k);
+  }
+  return cuts;
+}
+
+// The attention over keys [0, cut) (part 0) or [cut, N) (part 1) of a one-sequence input.
+AttentionInput part_of(const AttentionInput& a, int64_t cut, int i) {
+  const int64_t N = a.seqlens_k.at(0), D = a.head_size, Hkv = a.num_kv_heads, TQ = total_q(a);
+  const auto split = a.k.begin() + cut * Hkv * D;
+  AttentionInput p = a;
+  p.seqlens_k = {int32_t(i == 0 ? cut : N - cut)};
+  p.k.assign(i == 0 ? a.k.begin() : split, i == 0 ? split : a.k.end());
+  const auto vsplit = a.v.begin() + cut * Hkv * D;
+  p.v.assign(i == 0 ? a.v.begin() : vsplit, i == 0 ? vsplit : a.v.end());
+  if (!a.mask.empty()) {
+    p.mask.clear();
+    for (int64_t t = 0; t < TQ; ++t)
+      for (int64_t j = 0; j < N; ++j)
+        if ((j < cut) == (i == 0)) p.mask.push_back(a.mask[size_t(t * N + j)]);
+  }
+  return p;
+}
+
+class SplitEqualsWhole final : public Property {
+ public:
+  SplitEqualsWhole()
+      : Property({"split_equals_whole",
+                  "Attention over K[0:a] merged with attention over K[a:] matches attention over K, for "
+                  "every cut a.",
+                  "\"The state that gets passed around is the log-sum-exp\"", AC_OP_ATTENTION | AC_OP_SPLITKV,
+                  true}) {}
+
+  // The merge needs the partial LSEs.
+  bool applies_to(const Subject& s, uint32_t) const override {
+    return (s.caps().features & AC_FEAT_LSE) != 0;
+  }
+
+  void draw_input(Case& c, const gen::Domain& dom, uint32_t) const override {
+    c.input = *gen::attention_split_input(dom);
+  }
+
+  Outcome check(Ctx& ctx, const Case& c) const override {
+    Outcome o;
+    Subject& s = ctx.subject;
+    const auto& a = std::get<AttentionInput>(c.input);
+    const int64_t N = a.seqlens_k.at(0);
+    const std::vector<int64_t> cuts = cuts_of(N);
+    before_launch(ctx, c);
+    const AttentionOutput whole = s.attention(a, c.options);
+    o.digest = digest_bits(whole.out, whole.lse);
+    const int64_t TQ = total_q(a), H = a.num_heads, D = a.head_size;
+    const ref::AttentionProblem whole_p = problem_of(a);
+    for (int64_t cut : cuts) {
+      const AttentionInput part[2] = {part_of(a, cut, 0), part_of(a, cut, 1)};
+      AttentionOutput po[2];
+      Judgement pj[2];
+      for (int i = 0; i < 2; ++i) {
+        Case pc = c;
+        pc.input = part[i];
+        before_launch(ctx, pc);
+        po[i] = s.attention(part[i], c.options);
+        pj[i] = judge_attention(part[i], po[i], ctx.cv, ctx.budget);
+      }
+      for (int64_t t = 0; t < TQ; ++t)
+        for (int64_t h = 0; h < H; ++h) check_row(o, ctx, a, whole_p, po, pj, cut, t, h, D);
+    }
+    return o;
+  }
+
+ private:
+  // Merge the subject's two states of one row exactly and compare with the exact attention over
+  // all keys.
+  static void check_row(Outcome& o, const Ctx& ctx, const AttentionInput& a,
+                        const ref::AttentionProblem& whole_p, const AttentionOutput (&po)[2],
+                        const Judgement (&pj)[2], int64_t cut, int64_t t, int64_t h, int64_t D) {
+    const int64_t row = t * a.num_heads + h;
+    if (pj[0].row_skipped(row) || pj[1].row_skipped(row)) return;
+    ref::ExactState st[2];
+    double lse_allowed[2] = {0, 0};
+    std::vector<double> o_allowed[2];
+    for (int i = 0; i < 2; ++i) {
+      st[i].lse = Real(double(po[i].lse[size_t(row)]));
+      for (int64_t d = 0; d < D; ++d)
+        st[i].o.push_back(Real(decode(a.dtype, po[i].out[size_t(row * D + d)])));
+      for (const Elem& e : pj[i].elems)
+        if (e.row == row) {
+          if (e.out == Out::LSE)
+            lse_allowed[i] = e.allowed;
+          else
+            o_allowed[i].push_back(e.allowed);
+        }
+    }
+    const ref::ExactState merged = ref::exact_merge({st[0], st[1]}, ctx.cv.base, true);
+    const ref::ExactRow ex = ref::exact_attention_row(whole_p, t, int32_t(h), ctx.cv.base);
+    const double l0 = st[0].lse.convert_to<double>(), l1 = st[1].lse.convert_to<double>();
+    const double e0 = l0 == INFINITY ? -INFINITY : l0, e1 = l1 == INFINITY ? -INFINITY : l1;
+    const double M = std::max(e0, e1);
+    double w0 = 0, w1 = 0;
+    if (M > -INFINITY) {
+      w0 = ctx.cv.base == ref::LseBase::two ? std::exp2(e0 - M) : std::exp(e0 - M);
+      w1 = ctx.cv.base == ref::LseBase::two ? std::exp2(e1 - M) : std::exp(e1 - M);
+      const double ws = w0 + w1;
+      w0 /= ws;
+      w1 /= ws;
+    }
+    const double lse_to_nat = ctx.cv.base == ref::LseBase::two ? std::log(2.0) : 1.0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double got = merged.o[size_t(d)].convert_to<double>();
+      const double want = ex.o[size_t(d)].convert_to<double>();
+      const double oa = st[0].o[size_t(d)].convert_to<double>(), ob = st[1].o[size_t(d)].convert_to<double>();
+      const double al0 = o_allowed[0].size() > size_t(d) ? o_allowed[0][size_t(d)] : 0;
+      const double al1 = o_allowed[1].size() > size_t(d) ? o_allowed[1][size_t(d)] : 0;
+      const double allowed =
+          split_merge_allowance(w0, w1, al0, al1, oa, ob, lse_allowed[0], lse_allowed[1], lse_to_nat);
+      const double err = std::fabs(got - want);
+      if (within_split_merge_allowance(err, allowed)) continue;
+      Elem e;
+      e.out = Out::O;
+      e.dtype = a.dtype;
+      e.row = row;
+      e.where = "O[token=" + std::to_string(t) + ",head=" + std::to_string(h) + ",d=" + std::to_string(d) +
+                "] cut=" + std::to_string(cut);
+      e.exact = ex.o[size_t(d)];
+      e.out_value = got;
+      e.out_bits = round_bits(AC_DTYPE_F32, got);
+      e.out_finite = std::isfinite(got);
+      e.ratio = err / allowed;
+      e.allowed = allowed;
+      e.inputs = "lse parts " + hexfloat(l0) + ", " + hexfloat(l1);
+      keep_worst(o, e);
+      fail(o, "split",
+           "merge(attention(K[0:" + std::to_string(cut) + "]), attention(K[" + std::to_string(cut) +
+               ":])) != attention(K): " + elem_line(e));
+    }
+  }
+};
+
+}  // namespace
+AC_REGISTER_PROPERTY(50, SplitEqualsWhole);
+}  // namespace attncheck::detail

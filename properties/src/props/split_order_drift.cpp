@@ -1,0 +1,91 @@
+// split_order_drift: split-KV attention runs the same case with every num_splits (up to 8) and
+// every declared fold order; each must meet the accuracy budget (so two of them differ by at most
+// twice it), the largest pairwise difference is reported as drift, and num_splits = 1 must be
+// bitwise reproducible run to run.
+#include <algorithm>
+#include <cmath>
+
+#include "../property.hpp"
+
+namespace attncheck::detail {
+namespace {
+
+class SplitOrderDrift final : public Property {
+ public:
+  SplitOrderDrift()
+      : Property(
+            {"split_order_drift",
+             "Every num_splits and fold order stays within budget of the exact answer; drift is measured; "
+             "num_splits = 1 is bitwise reproducible.",
+             "\"Bitwise reproducibility is a casualty\"", AC_OP_SPLITKV, true}) {}
+
+  // The check sweeps split counts and fold orders itself.
+  bool draws_split_options() const override { return false; }
+
+  Outcome check(Ctx& ctx, const Case& c) const override {
+    Outcome o;
+    Subject& s = ctx.subject;
+    const auto& a = std::get<AttentionInput>(c.input);
+    const ac_caps& caps = s.caps();
+    std::vector<AttentionOptions> configs;
+    for (int32_t n = 1; n <= std::max(1, std::min(caps.max_splits, 8)); ++n)
+      for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE})
+        if ((caps.fold_orders & AC_FOLD_BIT(f)) || (caps.fold_orders == 0 && f == AC_FOLD_LEFT))
+          configs.push_back(AttentionOptions{c.options.tiling, n, f});
+    std::vector<AttentionOutput> outs;
+    for (const AttentionOptions& opt : configs) {
+      Case cc = c;
+      cc.options = opt;
+      before_launch(ctx, cc);
+      outs.push_back(s.attention(a, opt));
+      const Judgement J = judge_attention(a, outs.back(), ctx.cv, ctx.budget);
+      record_stats(ctx, J);
+      Outcome sub;
+      rule_accuracy(sub, J, false);
+      if (!sub.ok && o.ok) {
+        o = sub;
+        o.message = "num_splits=" + std::to_string(opt.num_splits) +
+                    " fold=" + std::to_string(int(opt.fold_order)) + ": " + sub.message;
+      }
+      if (opt.num_splits == 1 && opt.fold_order == configs.front().fold_order) {
+        const AttentionOutput again = s.attention(a, opt);
+        if (digest_bits(again.out, again.lse) != digest_bits(outs.back().out, outs.back().lse))
+          fail(o, "nondeterministic", "num_splits = 1 is not bitwise reproducible run to run");
+      }
+    }
+    o.digest = outs.empty() ? std::string() : digest_bits(outs.front().out, outs.front().lse);
+    o.drift = drift_ulps(ctx, a, outs);
+    return o;
+  }
+
+ private:
+  // The largest difference of one O element across configs, in ulps of its exact value.
+  static double drift_ulps(const Ctx& ctx, const AttentionInput& a,
+                           const std::vector<AttentionOutput>& outs) {
+    double drift = 0;
+    const Judgement J0 = judge_attention(a, outs.front(), ctx.cv, ctx.budget);
+    int64_t prev_row = -1, col = 0;
+    for (const Elem& e : J0.elems) {
+      if (e.row != prev_row) {
+        prev_row = e.row;
+        col = 0;
+      }
+      if (e.out != Out::O) continue;
+      const size_t idx = size_t(e.row * a.head_size + col++);
+      if (!e.exact_finite || J0.row_skipped(e.row)) continue;
+      double lo = INFINITY, hi = -INFINITY;
+      for (const auto& out : outs) {
+        const double v = decode(a.dtype, out.out[idx]);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      if (std::isfinite(lo) && std::isfinite(hi))
+        drift = std::max(drift, (hi - lo) / ref::ulp_at(fmt(a.dtype), e.exact).convert_to<double>());
+    }
+    return drift;
+  }
+};
+
+}  // namespace
+AC_REGISTER_PROPERTY(60, SplitOrderDrift);
+}  // namespace attncheck::detail

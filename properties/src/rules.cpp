@@ -1,0 +1,184 @@
+// The rules several properties share, and the helpers every check uses. A rule reads a Judgement
+// (measure.cpp) and records the first failure in an Outcome; the tolerances it uses are in
+// budgets.cpp.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "property.hpp"
+
+namespace attncheck::detail {
+
+void before_launch(Ctx& ctx, const Case& c) {
+  if (!ctx.write_ahead_path.empty()) write_case_atomic_to(ctx.write_ahead_path, c);
+  if (ctx.cfg.before_launch) ctx.cfg.before_launch(c);
+}
+
+std::string digest_bits(const Bits& b, const std::vector<float>& lse) {
+  std::string d(reinterpret_cast<const char*>(b.data()), b.size() * 4);
+  d.append(reinterpret_cast<const char*>(lse.data()), lse.size() * 4);
+  return d;
+}
+
+void keep_worst(Outcome& o, const Elem& e) {
+  o.worst.push_back(e);
+  std::sort(o.worst.begin(), o.worst.end(), [](const Elem& a, const Elem& b) { return a.ratio > b.ratio; });
+  if (o.worst.size() > 5) o.worst.resize(5);
+}
+
+std::string elem_line(const Elem& e) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, " (ulp %.3g, cancel-ulp %.3g, %.3gx budget)", e.ulp, e.cancel, e.ratio);
+  return e.where + ": exact " + ref::to_decimal(e.exact, 12) + ", got " + hexfloat(e.out_value) + buf;
+}
+
+void fail(Outcome& o, const std::string& cls, const std::string& msg) {
+  if (o.ok) {
+    o.ok = false;
+    o.failure_class = cls;
+    o.message = msg;
+  }
+}
+
+void record_stats(Ctx& ctx, const Judgement& J) {
+  if (ctx.counting) accumulate_stats(ctx.stats, J, ctx.ulps, ctx.cancels);
+}
+
+Judgement run_once(Ctx& ctx, const Case& c, Outcome& o) {
+  Subject& s = ctx.subject;
+  Judgement J;
+  if (const auto* m = std::get_if<MergeInput>(&c.input)) {
+    before_launch(ctx, c);
+    const MergeOutput out = s.merge(*m);
+    o.digest = digest_bits(out.out, out.lse);
+    J = judge_merge(*m, out, ctx.cv, ctx.budget);
+  } else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) {
+    before_launch(ctx, c);
+    const SoftmaxOutput out = s.softmax(*x);
+    o.digest = digest_bits(out.y, {});
+    J = judge_softmax(*x, out, ctx.cv, ctx.budget);
+  } else {
+    const auto& a = std::get<AttentionInput>(c.input);
+    before_launch(ctx, c);
+    const AttentionOutput out = s.attention(a, c.options);
+    o.digest = digest_bits(out.out, out.lse);
+    J = judge_attention(a, out, ctx.cv, ctx.budget);
+  }
+  record_stats(ctx, J);
+  return J;
+}
+
+void rule_accuracy(Outcome& o, const Judgement& J, bool finite_only) {
+  for (const Elem& e : J.elems) {
+    if (J.row_skipped(e.row)) continue;
+    const RowInfo& r = J.rows[size_t(e.row)];
+    if (e.exact_finite && !e.out_finite) {
+      keep_worst(o, e);
+      fail(o, "nonfinite", "non-finite output where the exact value is finite: " + elem_line(e));
+    } else if (!finite_only && !e.within) {
+      keep_worst(o, e);
+      fail(o, r.empty ? "empty_row" : "accuracy",
+           (r.empty ? "empty-row contract: " : "over budget: ") + elem_line(e));
+    }
+  }
+}
+
+void rule_empty(Outcome& o, const Judgement& J, const Conventions& cv) {
+  for (const Elem& e : J.elems) {
+    if (!J.rows[size_t(e.row)].empty) continue;
+    bool good;
+    if (e.out == Out::LSE) {
+      const double want = cv.empty_sign > 0 ? INFINITY : -INFINITY;
+      good = e.out_value == want;
+    } else {
+      good = e.out_value == 0;  // +0 or -0: "O = 0 exactly"
+    }
+    if (!good) {
+      keep_worst(o, e);
+      fail(
+          o, "empty_row",
+          "empty row: " + e.where + " is " + hexfloat(e.out_value) +
+              (e.out == Out::LSE ? std::string(", declared sentinel ") + (cv.empty_sign > 0 ? "+inf" : "-inf")
+                                 : ", want 0"));
+    }
+  }
+}
+
+void rule_overflow(Outcome& o, const Judgement& J, const Conventions& cv) {
+  std::vector<int> row_nonfinite(size_t(J.num_rows), 0);
+  for (const Elem& e : J.elems)
+    if (e.out != Out::LSE && !e.out_finite) row_nonfinite[size_t(e.row)] = 1;
+  for (int64_t r = 0; r < J.num_rows; ++r) {
+    const RowInfo& info = J.rows[size_t(r)];
+    if (info.ambiguous || info.underflow || info.empty) continue;
+    const bool predicted = cv.naive_exp && info.hazard;
+    if (predicted && !row_nonfinite[size_t(r)])
+      fail(o, "overflow",
+           "row " + std::to_string(r) +
+               ": the naive exp must overflow here (exact exp rounds to inf) but the output is finite");
+    if (!predicted && row_nonfinite[size_t(r)]) {
+      for (const Elem& e : J.elems)
+        if (e.row == r && !e.out_finite && e.out != Out::LSE) {
+          keep_worst(o, e);
+          fail(o, "overflow", "overflow where none is predicted: " + elem_line(e));
+          break;
+        }
+    }
+  }
+}
+
+void rule_lse(Outcome& o, const Judgement& J, const Conventions& cv) {
+  // Rows are token * heads + head for merge and attention alike.
+  const int64_t heads = J.num_heads, tokens = heads > 0 ? J.num_rows / heads : 0;
+  std::vector<const Elem*> lse(size_t(J.num_rows), nullptr);
+  for (const Elem& e : J.elems)
+    if (e.out == Out::LSE) lse[size_t(e.row)] = &e;
+  bool all_within = true, other_base = true, transposed = tokens > 1 && heads > 1;
+  for (int64_t r = 0; r < J.num_rows; ++r) {
+    const Elem* e = lse[size_t(r)];
+    if (!e || J.row_skipped(r)) continue;
+    if (!e->within) all_within = false;
+    if (e->exact_finite) {
+      const double err = abs(Real(e->out_value) - e->exact_other).convert_to<double>();
+      if (!(err <= lse_other_base_tolerance(e->allowed, e->out_value))) other_base = false;
+    } else if (!e->within) {
+      other_base = false;
+    }
+    // The value this row would hold had the subject written the other layout.
+    const int64_t t = r / heads, h = r % heads;
+    int64_t src;
+    if (cv.layout == AC_LSE_HEADS_TOKENS) {
+      const int64_t idx = t * heads + h;  // written [tokens, heads]; read [heads, tokens]
+      src = (idx % tokens) * heads + idx / tokens;
+    } else {
+      const int64_t idx = h * tokens + t;
+      src = (idx / heads) * heads + idx % heads;
+    }
+    if (transposed && lse[size_t(src)]) {
+      const Elem* s = lse[size_t(src)];
+      const double want = e->exact.convert_to<double>();
+      const bool match = e->exact_finite
+                             ? std::fabs(s->out_value - want) <= lse_other_layout_tolerance(e->allowed)
+                             : s->out_value == want;
+      if (!match) transposed = false;
+    }
+  }
+  if (all_within) return;
+  for (const Elem* e : lse)
+    if (e && !e->within) keep_worst(o, *e);
+  if (other_base)
+    fail(o, "lse_base",
+         std::string("LSE is in base ") + (cv.base == ref::LseBase::e ? "2" : "e") +
+             " but the subject declares base " + (cv.base == ref::LseBase::e ? "e" : "2") + ": " +
+             elem_line(o.worst.front()));
+  else if (transposed)
+    fail(o, "lse_layout",
+         std::string("LSE declared ") +
+             (cv.layout == AC_LSE_HEADS_TOKENS ? "[heads, tokens]" : "[tokens, heads]") + " but written " +
+             (cv.layout == AC_LSE_HEADS_TOKENS ? "[tokens, heads]" : "[heads, tokens]") + ": " +
+             elem_line(o.worst.front()));
+  else
+    fail(o, "accuracy", "LSE over budget: " + elem_line(o.worst.front()));
+}
+
+}  // namespace attncheck::detail
