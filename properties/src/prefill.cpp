@@ -111,6 +111,8 @@ std::string fmt_value(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" :
 
 }  // namespace
 
+void validate_prefill_scenario(const std::string& text) { (void)parse(text); }
+
 PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subject& merge) {
   const Scenario sc = parse(text);
   if (!attention.has_op(AC_OP_ATTENTION)) throw PrefillScenarioError("subject " + attention.name() + " has no attention operation");
