@@ -15,7 +15,8 @@
 namespace {
 bool parse(const std::string& text, attncheck::Report& out) {
   try {
-    out = attncheck::report_from_json(attncheck::json_fields::parse_strict<attncheck::ReportError>(text, "report"));
+    out = attncheck::report_from_json(
+        attncheck::json_fields::parse_strict<attncheck::ReportError>(text, "report"));
     return true;
   } catch (const attncheck::ReportError&) {
     return false;

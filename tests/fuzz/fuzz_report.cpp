@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   attncheck::Report r;
   try {
-    r = attncheck::report_from_json(attncheck::json_fields::parse_strict<attncheck::ReportError>(text, "report"));
+    r = attncheck::report_from_json(
+        attncheck::json_fields::parse_strict<attncheck::ReportError>(text, "report"));
   } catch (const attncheck::ReportError&) {
     return 0;
   }
@@ -23,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string twice;
   try {
     twice = attncheck::report_to_json(
-                attncheck::report_from_json(attncheck::json_fields::parse_strict<attncheck::ReportError>(once, "report")))
+                attncheck::report_from_json(
+                    attncheck::json_fields::parse_strict<attncheck::ReportError>(once, "report")))
                 .dump();
   } catch (const attncheck::ReportError& e) {
     std::fprintf(stderr, "a report that parsed does not parse after writing it: %s\n", e.what());

@@ -22,13 +22,14 @@ if ! command -v clang++ >/dev/null; then
 fi
 # Coverage instrumentation and sanitizers on every library the targets link, not only on the
 # targets: the parsers live in the libraries.
+work="$BUILD/fuzz"
+mkdir -p "$work"
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNCHECK_CUDA=OFF \
-  -DATTNCHECK_FUZZ=ON -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" >"$BUILD.configure.log" 2>&1 ||
-  { cat "$BUILD.configure.log" >&2; exit 1; }
+  -DATTNCHECK_FUZZ=ON -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" >"$work.configure.log" 2>&1 ||
+  { cat "$work.configure.log" >&2; exit 1; }
 cmake --build "$BUILD" -j "$JOBS" --target attncheck_fuzz
 
-work="$BUILD/fuzz"
 rm -rf "$work/seeds" "$work/artifacts"
 mkdir -p "$work/artifacts"
 python3 tests/fuzz/make_seeds.py . "$work/seeds"

@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -204,22 +205,26 @@ std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::stri
   return out;
 }
 
-// "I/N", shard index 0-based: 0/4 .. 3/4.
+// "I/N", shard index 0-based: 0/4 .. 3/4. Digits only: " 1/3" or "+1/3" is a typo, not shard 1.
 std::pair<int, int> parse_shard(const std::string& s) {
   const auto slash = s.find('/');
-  try {
-    if (slash == std::string::npos) throw std::invalid_argument("no slash");
-    size_t used = 0;
-    const int i = std::stoi(s.substr(0, slash), &used);
-    if (used != slash) throw std::invalid_argument("index");
-    const std::string ns = s.substr(slash + 1);
-    const int n = std::stoi(ns, &used);
-    if (used != ns.size()) throw std::invalid_argument("count");
-    if (n < 1 || i < 0 || i >= n) throw std::invalid_argument("range");
-    return {i, n};
-  } catch (const std::exception&) {
-    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N (shards are numbered from 0)");
+  std::optional<uint64_t> i, n;
+  if (slash != std::string::npos) {
+    i = ac::json_fields::parse_decimal_u64(std::string_view(s).substr(0, slash));
+    n = ac::json_fields::parse_decimal_u64(std::string_view(s).substr(slash + 1));
   }
+  if (!i || !n || *n < 1 || *n > uint64_t(ac::cli::Limits::kMaxShards) || *i >= *n)
+    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N <= " +
+                     std::to_string(ac::cli::Limits::kMaxShards) + " (shards are numbered from 0)");
+  return {int(*i), int(*n)};
+}
+
+// A list option given but naming nothing ("--subject ," or "--property ''") is a typo: read as
+// no list, it would silently run everything.
+std::vector<std::string> named_list(const std::vector<std::string>& given, const char* option) {
+  std::vector<std::string> names = attncheck::cli::split_csv(given);
+  if (!given.empty() && names.empty()) throw UsageError(std::string(option) + " names nothing");
+  return names;
 }
 
 // A report directory, made ready before any work: writable, no report file shadowed by a
@@ -348,8 +353,9 @@ struct CheckOptions {
 int run_check(const CheckOptions& o, const std::string& command) {
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
-  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects), !o.plugins.empty());
-  const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
+  const std::vector<ac::Subject*> subjects =
+      pick_subjects(set, named_list(o.subjects, "--subject"), !o.plugins.empty());
+  const auto properties = pick_properties(named_list(o.properties, "--property"), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
   ac::Report baseline;

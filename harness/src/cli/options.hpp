@@ -18,6 +18,7 @@ struct Limits {
   static constexpr int kMaxTilingCases = 10000;  // tiling --cases (every case runs once per tiling)
   static constexpr int kMaxKeys = 65536;         // --max-keys
   static constexpr int kMaxChunk = 1 << 20;      // prefill --chunk
+  static constexpr int kMaxShards = 1 << 16;     // check --shard I/N
 };
 
 // A check for CLI11: a decimal unsigned 64-bit integer, digits only ("-1" and " 1" are refused,
