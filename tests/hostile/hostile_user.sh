@@ -174,6 +174,8 @@ row cases-fraction 2 'cases' "$AC" "${C[@]}" --cases 1.5
 row tiling-cases-1e9 2 'cases' "$AC" tiling --subject fused --backend host --no-plots --cases 1000000000
 row tiling-cases-zero 2 'cases' "$AC" tiling --subject fused --backend host --no-plots --cases 0
 row mutants-cases-zero 2 'cases' "$AC" mutants --backend host --cases 0
+row mutants-mutant-only-comma 2 'mutant' "$AC" mutants --backend host --mutant , --cases 1 --report-dir "$S/mut"
+row mutants-oracle-empty 2 'oracle' "$AC" mutants --backend host --oracle '' --cases 1 --report-dir "$S/mut"
 row mutants-max-keys-huge 2 'max-keys' "$AC" mutants --backend host --max-keys 2147483647
 row seed-minus-one 2 'seed' "$AC" "${C[@]}" --seed -1
 row seed-leading-space 2 'seed' "$AC" "${C[@]}" --seed " 1"

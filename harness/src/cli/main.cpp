@@ -219,14 +219,6 @@ std::pair<int, int> parse_shard(const std::string& s) {
   return {int(*i), int(*n)};
 }
 
-// A list option given but naming nothing ("--subject ," or "--property ''") is a typo: read as
-// no list, it would silently run everything.
-std::vector<std::string> named_list(const std::vector<std::string>& given, const char* option) {
-  std::vector<std::string> names = attncheck::cli::split_csv(given);
-  if (!given.empty() && names.empty()) throw UsageError(std::string(option) + " names nothing");
-  return names;
-}
-
 // A report directory, made ready before any work: writable, no report file shadowed by a
 // directory, temporaries of killed writers removed, and a set left mixed by a killed run named.
 void prepare_report_dir(const std::string& dir, bool quiet) {
@@ -354,8 +346,8 @@ int run_check(const CheckOptions& o, const std::string& command) {
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
   const std::vector<ac::Subject*> subjects =
-      pick_subjects(set, named_list(o.subjects, "--subject"), !o.plugins.empty());
-  const auto properties = pick_properties(named_list(o.properties, "--property"), o.suite);
+      pick_subjects(set, attncheck::cli::split_csv(o.subjects), !o.plugins.empty());
+  const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
   ac::Report baseline;
@@ -729,9 +721,15 @@ int main(int argc, char** argv) {
   CheckOptions co;
   auto* check = app.add_subcommand("check", "run properties over subjects and write a report directory");
   add_common(check);
-  check->add_option("--subject", co.subjects, "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)")
-      ->check(ac::cli::non_empty());
-  check->add_option("--property", co.properties, "property names (repeatable or comma-separated; overrides --suite)");
+  check
+      ->add_option(
+          "--subject", co.subjects,
+          "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)")
+      ->check(ac::cli::names_something());
+  check
+      ->add_option("--property", co.properties,
+                   "property names (repeatable or comma-separated; overrides --suite)")
+      ->check(ac::cli::names_something());
   check->add_option("--suite", co.suite, "gate (default, fast) | full");
   check->add_option("--seed", co.seed, "seed of the case stream (default 1)")->check(ac::cli::decimal_u64());
   check->add_option("--cases", co.cases, "cases per (subject, property) (default 100)")
