@@ -228,11 +228,13 @@ else
   row replay-unreadable-subdir-chmod 2 'cannot list' "$AC" replay "$S/locked" --backend host
   chmod 755 "$S/locked/sub"
 fi
-# A subdirectory that cannot be opened, whoever runs the test: its path is longer than PATH_MAX.
+# A case file that cannot be read whoever runs the test (its path is longer than PATH_MAX) next to
+# a good one: skipped and named with the true reason, the good one replayed.
 mkdir -p "$S/longpath"
 cp "$D/valid.json" "$S/longpath/"
-(cd "$S/longpath" && for i in $(seq 20); do d=$(printf 'd%.0s' $(seq 250)); mkdir "$d" && cd "$d" || exit 1; done)
-row replay-unopenable-subdir 2 'cannot list' "$AC" replay "$S/longpath" --backend host
+(cd "$S/longpath" && for i in $(seq 20); do d=$(printf 'd%.0s' $(seq 250)); mkdir "$d" && cd "$d" || exit 1; done &&
+  cp "$D/valid.json" deep.json)
+row replay-unreadable-file-in-dir 0 'skipped \(malformed\).*(too long)' "$AC" replay "$S/longpath" --backend host
 
 # Case files: strictness and bounds.
 row case-lse-base-1 2 'lse_base' "$AC" replay "$D/lse-base-1.json" --backend host
