@@ -3,16 +3,13 @@
 // the strings "inf", "-inf" and "nan" and read back as such.
 #include "attncheck/report.hpp"
 
-#include "attncheck/atomic_file.hpp"
-#include "attncheck/json_fields.hpp"
-#include "attncheck/hash.hpp"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -23,6 +20,9 @@
 #include <set>
 #include <sstream>
 
+#include "attncheck/atomic_file.hpp"
+#include "attncheck/hash.hpp"
+#include "attncheck/json_fields.hpp"
 #include "attncheck/version.hpp"
 
 namespace attncheck {
@@ -49,6 +49,25 @@ double get_num(const json& j) {
   throw ReportError("expected a number, got " + j.dump());
 }
 
+// Integers are read as JSON integers within a stated range: a float (1e300) or an out-of-range
+// value would otherwise convert with undefined behaviour or wrap. Counts stay below 2^40, so that
+// merging up to 2^16 shards cannot overflow int64.
+constexpr int64_t kMaxCount = int64_t(1) << 40;
+constexpr int64_t kMaxShardCount = 1 << 16;
+int64_t integer(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi) {
+  return json_fields::get_int<ReportError>(obj, key, where, lo, hi);
+}
+template <class T>
+std::vector<T> integers_or_empty(const json& obj, const char* key, const std::string& where, int64_t lo,
+                                 int64_t hi) {
+  std::vector<T> out;
+  if (!obj.is_object() || !obj.contains(key)) return out;
+  const json& a = obj.at(key);
+  if (!a.is_array()) throw ReportError(where + "." + key + " must be an array of integers");
+  for (const json& e : a) out.push_back(T(integer(json{{key, e}}, key, where, lo, hi)));
+  return out;
+}
+
 json stats_to_json(const OutputStats& s) {
   return json{{"dtype", s.dtype},           {"output", s.output},
               {"count", s.count},           {"nonfinite", s.nonfinite},
@@ -60,14 +79,14 @@ OutputStats stats_from_json(const json& j) {
   OutputStats s;
   s.dtype = j.at("dtype").get<std::string>();
   s.output = j.at("output").get<std::string>();
-  s.count = j.at("count").get<int64_t>();
-  s.nonfinite = j.at("nonfinite").get<int64_t>();
+  s.count = integer(j, "count", "stats", 0, kMaxCount);
+  s.nonfinite = integer(j, "nonfinite", "stats", 0, kMaxCount);
   s.max_ulp = get_num(j.at("max_ulp"));
   s.p99_ulp = get_num(j.at("p99_ulp"));
   s.mean_ulp = get_num(j.at("mean_ulp"));
   s.max_cancel_ulp = get_num(j.value("max_cancel_ulp", json(0.0)));
   s.p99_cancel_ulp = get_num(j.value("p99_cancel_ulp", json(0.0)));
-  s.histogram = j.value("histogram", std::vector<int64_t>{});
+  s.histogram = integers_or_empty<int64_t>(j, "histogram", "stats", 0, kMaxCount);
   return s;
 }
 
@@ -239,7 +258,7 @@ Report report_from_json(const json& j) {
     if (!j.is_object() || j.value("schema", "") != "attncheck-report")
       throw ReportError("not an attncheck report (missing \"schema\": \"attncheck-report\")");
     Report r;
-    r.schema_version = j.at("schema_version").get<int>();
+    r.schema_version = int(integer(j, "schema_version", "report", 0, 1 << 20));
     if (r.schema_version != kReportSchemaVersion)
       throw ReportError("report schema version " + std::to_string(r.schema_version) + ", this attncheck reads " +
                         std::to_string(kReportSchemaVersion));
@@ -249,11 +268,12 @@ Report report_from_json(const json& j) {
     r.command = j.value("command", "");
     r.backend = j.at("backend").get<std::string>();
     r.device = j.value("device", "");
-    r.seed = j.at("seed").get<uint64_t>();
-    r.num_cases = j.at("num_cases").get<int>();
-    r.shard_index = j.at("shard").at("index").get<int>();
-    r.shard_count = j.at("shard").at("count").get<int>();
-    r.shards_merged = j.at("shard").value("merged", std::vector<int>{});
+    r.seed = json_fields::get_uint64<ReportError>(j, "seed", "report");
+    r.num_cases = int(integer(j, "num_cases", "report", 0, INT32_MAX));
+    const json& shard = json_fields::field<ReportError>(j, "shard", "report");
+    r.shard_count = int(integer(shard, "count", "shard", 1, kMaxShardCount));
+    r.shard_index = int(integer(shard, "index", "shard", 0, r.shard_count - 1));
+    r.shards_merged = integers_or_empty<int>(shard, "merged", "shard", 0, r.shard_count - 1);
     r.suite = j.value("suite", "");
     r.shape_set = j.value("shape_set", "");
     r.interrupted = j.value("interrupted", false);
@@ -268,17 +288,18 @@ Report report_from_json(const json& j) {
       if (status_rank(e.status) == 0 && e.status != "passed" && e.status != "not_applicable")
         throw ReportError("unknown status '" + e.status + "'");
       e.failure_class = x.value("failure_class", "");
-      e.cases_run = x.at("cases_run").get<int64_t>();
-      e.failures = x.at("failures").get<int64_t>();
+      e.cases_run = integer(x, "cases_run", "results", 0, kMaxCount);
+      e.failures = integer(x, "failures", "results", 0, kMaxCount);
       e.seconds = get_num(x.value("seconds", json(0.0)));
-      e.cases_to_first_failure = x.value("cases_to_first_failure", int64_t(-1));
+      e.cases_to_first_failure =
+          json_fields::get_int_or<ReportError>(x, "cases_to_first_failure", "results", -1, kMaxCount, -1);
       e.max_drift_ulp = get_num(x.value("max_drift_ulp", json(0.0)));
       e.message = x.value("message", "");
       e.counterexample = x.value("counterexample", "");
       e.rc_reproduce = x.value("rc_reproduce", "");
       e.reproduce_command = x.value("reproduce_command", "");
       e.corpus_files = x.value("corpus_files", std::vector<std::string>{});
-      e.shards = x.value("shards", std::vector<int>{});
+      e.shards = integers_or_empty<int>(x, "shards", "results", 0, kMaxShardCount - 1);
       for (const auto& s : x.at("stats")) e.stats.push_back(stats_from_json(s));
       r.entries.push_back(std::move(e));
     }
@@ -289,9 +310,10 @@ Report report_from_json(const json& j) {
       te.dtype = t.value("dtype", "");
       for (const auto& row : t.at("rows")) {
         TilingRow tr;
-        tr.br = row.at("br").get<int>();
-        tr.bc = row.at("bc").get<int>();
-        tr.num_splits = row.value("num_splits", 1);
+        tr.br = int(integer(row, "br", "tilings.rows", 0, 1 << 20));
+        tr.bc = int(integer(row, "bc", "tilings.rows", 0, 1 << 20));
+        tr.num_splits =
+            int(json_fields::get_int_or<ReportError>(row, "num_splits", "tilings.rows", 1, 1 << 20, 1));
         tr.fold = row.value("fold", "");
         tr.stats = stats_from_json(row.at("stats"));
         te.rows.push_back(std::move(tr));

@@ -203,6 +203,12 @@ ac_fold fold_from_name(const std::string& s) {
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;
 constexpr int64_t kMaxElements = int64_t(1) << 28;
+// Work a case may declare beyond what its tensors carry, so that a small file cannot ask for
+// hours: a softmax row costs a reference row even with no columns (tens of microseconds; generated
+// cases have at most 5 rows), and attention scores number sum_i Tq_i Tk_i x heads x head size
+// while the file holds only (Tq + Tk) x heads x head size elements.
+constexpr int64_t kMaxSoftmaxRows = int64_t(1) << 16;
+constexpr int64_t kMaxAttentionWork = int64_t(1) << 32;
 
 int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& what) {
   int64_t p = 1;
@@ -319,7 +325,7 @@ Case case_from_json(const std::string& text) {
   } else if (op == AC_OP_SOFTMAX) {
     SoftmaxInput s;
     s.dtype = dtype;
-    s.rows = int32_t(get_int(in, "rows", w, 0, kMaxDim));
+    s.rows = int32_t(get_int(in, "rows", w, 0, kMaxSoftmaxRows));
     s.cols = int32_t(get_int(in, "cols", w, 0, kMaxDim));
     s.x = decode_elements(get_string(in, "x", w), eb, "input.x");
     expect_size(s.x.size(), checked_product({s.rows, s.cols}, w), "input.x");
@@ -349,6 +355,9 @@ Case case_from_json(const std::string& text) {
       mask_elems += checked_product({a.seqlens_q[i], a.seqlens_k[i]}, "input.mask");
       if (total_q > kMaxDim || total_k > kMaxDim || mask_elems > kMaxElements) throw CaseError("input: sequences too long");
     }
+    // mask_elems <= 2^28, heads and head size <= 2^24: divide rather than multiply.
+    if (mask_elems > 0 && (kMaxAttentionWork / mask_elems) / a.num_heads < a.head_size)
+      throw CaseError("input: attention work (sum Tq x Tk x heads x head size) beyond the bound 2^32");
     const std::string mask = get_string_or(in, "mask", w, "");
     if (!mask.empty()) {
       const auto m = decode_elements(mask, 1, "input.mask");

@@ -31,7 +31,8 @@ std::optional<std::string> try_read_text_file(const std::string& path, size_t ma
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (ec || !fs::exists(st)) {
-    error = "no such file";
+    // A path too long or a directory without search permission is not a missing file.
+    error = ec && ec != std::errc::no_such_file_or_directory ? ec.message() : "no such file";
     return std::nullopt;
   }
   if (!fs::is_regular_file(st)) {

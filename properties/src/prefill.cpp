@@ -13,15 +13,15 @@
 // The first non-finite value (O anywhere, or a NaN LSE) is reported with its provenance.
 // Tensors come from a deterministic splitmix64 stream seeded by the scenario, so a scenario file is
 // small and still bit-reproducible. LSEs are converted between the two subjects' bases if they differ.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
-
-#include "attncheck/hash.hpp"
-#include "attncheck/json_fields.hpp"
 #include <set>
 #include <sstream>
 
+#include "attncheck/hash.hpp"
+#include "attncheck/json_fields.hpp"
 #include "internal.hpp"
 
 namespace attncheck {
@@ -49,6 +49,11 @@ constexpr int kMaxRequests = 4096;
 constexpr size_t kMaxScenarioFileBytes = size_t(16) << 20;
 constexpr int64_t kMaxScenarioTokens = int64_t(1) << 20;      // cached prefix + new tokens, all requests
 constexpr int64_t kMaxScenarioElements = int64_t(1) << 28;    // tokens x KV heads x head size
+// Every chunk of every request runs one prefix attention per context chunk of the whole batch, so
+// a small file (chunk_size 1, one long cached prefix, many requests) could ask for billions of
+// subject calls: the calls and the attention work (scores x head size) are bounded as well.
+constexpr double kMaxScenarioCalls = double(1 << 20);
+constexpr double kMaxScenarioWork = 0x1p32;
 
 int get_int(const json& j, const char* key, const std::string& where, int lo, int hi) {
   return int(json_fields::get_int<PrefillScenarioError>(j, key, where, lo, hi));
@@ -87,6 +92,20 @@ Scenario parse(const std::string& text) {
     throw PrefillScenarioError("scenario: " + std::to_string(tokens) + " tokens in all requests is beyond the stated bound (" +
                                std::to_string(kMaxScenarioTokens) + " tokens, " + std::to_string(kMaxScenarioElements) +
                                " K elements)");
+  int64_t max_prefix = 0;
+  for (const Request& q : s.requests)
+    max_prefix = std::max<int64_t>(max_prefix, q.prefix_hit ? q.cached_prefix : 0);
+  const double context_chunks = double((max_prefix + s.chunk_size - 1) / s.chunk_size);
+  double calls = 0, work = 0;
+  for (const Request& q : s.requests) {
+    const double chunks = double((q.new_tokens + s.chunk_size - 1) / s.chunk_size), n = q.new_tokens;
+    calls += chunks * (2 * context_chunks + 2);  // prefix attentions and merges, suffix, final merge
+    work += n * (context_chunks * s.chunk_size + n) * s.num_heads * s.head_size;
+  }
+  if (calls > kMaxScenarioCalls || work > kMaxScenarioWork)
+    throw PrefillScenarioError("scenario: chunks x context chunks beyond the stated bound (" +
+                               std::to_string(int64_t(kMaxScenarioCalls)) +
+                               " subject calls, 2^32 attention work)");
   return s;
 }
 
@@ -108,6 +127,8 @@ Bits random_bits(Stream& st, ac_dtype d, int64_t n, double amp) {
 std::string fmt_value(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"; }
 
 }  // namespace
+
+void validate_prefill_scenario(const std::string& text) { (void)parse(text); }
 
 PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subject& merge) {
   const Scenario sc = parse(text);

@@ -36,7 +36,7 @@ namespace {
 constexpr double kU = 0x1p-53;
 constexpr double kExpRel = 0x1p-50;    // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
 constexpr double kLogRel = 0x1p-50;    // glibc log: likewise
-constexpr double kExpAbs = 0x1p-1072;  // exp results in double's subnormal range: 4 subnormal ulps
+// exp results in double's subnormal range err by up to 4 subnormal ulps (2^-1072 each): kTiny covers them.
 constexpr double kTiny = 0x1p-900;     // covers all underflow terms (n 2^-1072 |v|max < 2^-900)
 constexpr double kMaxLogit = 0x1p32;   // beyond: the MPFR margin below is not justified, escalate
 constexpr double kEval = 1 + 0x1p-40;  // inflation covering the rounding of the bound expressions

@@ -21,9 +21,9 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,22 +230,18 @@ std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::stri
   return out;
 }
 
-// "I/N", shard index 0-based: 0/4 .. 3/4.
+// "I/N", shard index 0-based: 0/4 .. 3/4. Digits only: " 1/3" or "+1/3" is a typo, not shard 1.
 std::pair<int, int> parse_shard(const std::string& s) {
   const auto slash = s.find('/');
-  try {
-    if (slash == std::string::npos) throw std::invalid_argument("no slash");
-    size_t used = 0;
-    const int i = std::stoi(s.substr(0, slash), &used);
-    if (used != slash) throw std::invalid_argument("index");
-    const std::string ns = s.substr(slash + 1);
-    const int n = std::stoi(ns, &used);
-    if (used != ns.size()) throw std::invalid_argument("count");
-    if (n < 1 || i < 0 || i >= n) throw std::invalid_argument("range");
-    return {i, n};
-  } catch (const std::exception&) {
-    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N (shards are numbered from 0)");
+  std::optional<uint64_t> i, n;
+  if (slash != std::string::npos) {
+    i = ac::json_fields::parse_decimal_u64(std::string_view(s).substr(0, slash));
+    n = ac::json_fields::parse_decimal_u64(std::string_view(s).substr(slash + 1));
   }
+  if (!i || !n || *n < 1 || *n > uint64_t(ac::cli::Limits::kMaxShards) || *i >= *n)
+    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N <= " +
+                     std::to_string(ac::cli::Limits::kMaxShards) + " (shards are numbered from 0)");
+  return {int(*i), int(*n)};
 }
 
 // A report directory, made ready before any work: writable, no report file shadowed by a
@@ -888,9 +884,15 @@ int main(int argc, char** argv) {
   CheckOptions co;
   auto* check = app.add_subcommand("check", "run properties over subjects and write a report directory");
   add_common(check);
-  check->add_option("--subject", co.subjects, "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)")
-      ->check(ac::cli::non_empty());
-  check->add_option("--property", co.properties, "property names (repeatable or comma-separated; overrides --suite)");
+  check
+      ->add_option(
+          "--subject", co.subjects,
+          "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)")
+      ->check(ac::cli::names_something());
+  check
+      ->add_option("--property", co.properties,
+                   "property names (repeatable or comma-separated; overrides --suite)")
+      ->check(ac::cli::names_something());
   check->add_option("--suite", co.suite, "gate (default, fast) | full");
   check->add_option("--seed", co.seed, "seed of the case stream (default 1)")->check(ac::cli::decimal_u64());
   check->add_option("--cases", co.cases, "cases per (subject, property) (default 100)")

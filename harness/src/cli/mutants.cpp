@@ -367,9 +367,12 @@ MutantsCommand add_mutants_command(CLI::App& app) {
   c.app = app.add_subcommand("mutants",
                              "mutation self-test: the default gate against every deliberately broken kernel");
   c.app->add_option("--backend", o->backend, "host (default: the host twins) | cuda (GPU mutants too) | auto");
-  c.app->add_option("--oracle", o->oracles,
-                    "attncheck (default) | vllm | flashattn | pytorch | all (repeatable or comma-separated)");
-  c.app->add_option("--mutant", o->only, "only these mutants (names, repeatable or comma-separated)");
+  c.app
+      ->add_option("--oracle", o->oracles,
+                   "attncheck (default) | vllm | flashattn | pytorch | all (repeatable or comma-separated)")
+      ->check(names_something());
+  c.app->add_option("--mutant", o->only, "only these mutants (names, repeatable or comma-separated)")
+      ->check(names_something());
   c.app->add_option("--seed", o->seed, "seed (default 1)")->check(decimal_u64());
   c.app->add_option("--cases", o->cases, "gate cases per (subject, property) (default 100, the gate's)")
       ->check(CLI::Range(1, Limits::kMaxCases));

@@ -18,7 +18,30 @@ struct Limits {
   static constexpr int kMaxTilingCases = 10000;  // tiling --cases (every case runs once per tiling)
   static constexpr int kMaxKeys = 65536;         // --max-keys
   static constexpr int kMaxChunk = 1 << 20;      // prefill --chunk
+  static constexpr int kMaxShards = 1 << 16;     // check --shard I/N
 };
+
+// Repeatable options that also take comma-separated lists: {"a,b", "c"} -> {"a", "b", "c"}.
+inline std::vector<std::string> split_csv(const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    std::stringstream ss(item);
+    std::string part;
+    while (std::getline(ss, part, ','))
+      if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+// A check for CLI11 on list options: the value names at least one item. "" or "," is a typo that,
+// read as no list, would silently select everything.
+inline CLI::Validator names_something() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return split_csv({text}).empty() ? "must name at least one item" : "";
+      },
+      "LIST");
+}
 
 // A check for CLI11: a decimal unsigned 64-bit integer, digits only ("-1" and " 1" are refused,
 // where a plain conversion would wrap or skip the space).
@@ -35,18 +58,6 @@ inline CLI::Validator decimal_u64() {
 inline CLI::Validator non_empty() {
   return CLI::Validator(
       [](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; }, "TEXT");
-}
-
-// Repeatable options that also take comma-separated lists: {"a,b", "c"} -> {"a", "b", "c"}.
-inline std::vector<std::string> split_csv(const std::vector<std::string>& items) {
-  std::vector<std::string> out;
-  for (const auto& item : items) {
-    std::stringstream ss(item);
-    std::string part;
-    while (std::getline(ss, part, ','))
-      if (!part.empty()) out.push_back(part);
-  }
-  return out;
 }
 
 }  // namespace attncheck::cli

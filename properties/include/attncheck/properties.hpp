@@ -150,6 +150,9 @@ struct PrefillReport {
 struct PrefillScenarioError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// Parses and validates a scenario's text (format, fields, stated bounds) without running it:
+// PrefillScenarioError with one line on anything run_prefill_text would refuse.
+void validate_prefill_scenario(const std::string& scenario_json);
 PrefillReport run_prefill(const std::string& scenario_json_path, Subject& attention, Subject& merge);
 PrefillReport run_prefill_text(const std::string& scenario_json, Subject& attention, Subject& merge);
 
