@@ -84,10 +84,14 @@ void store_row(const fused::TwinRowState& s, DType t, void* out, int64_t out_ind
 int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err,
                          size_t err_len) {
   if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len)) return rc;
-  if (a.num_seqs == 0) return AC_OK;
+  fused_twin_tiles(a, o, kFusedTilings[a.tiling].br, kFusedTilings[a.tiling].bc);
+  return AC_OK;
+}
+
+void fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, int bc) {
+  if (a.num_seqs == 0) return;
   const DType t = DType(a.dtype);
   const int d = a.head_size, h = a.num_heads, hkv = a.num_kv_heads, group = h / hkv;
-  const int br = kFusedTilings[a.tiling].br, bc = kFusedTilings[a.tiling].bc;
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
   const int64_t total_k = a.cu_seqlens_k_host[a.num_seqs];
   const std::vector<float> q = fused::decode_tensor(t, a.q, total_q * h * d);
@@ -120,7 +124,6 @@ int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char
       }
     }
   }
-  return AC_OK;
 }
 
 }  // namespace attncheck::kern

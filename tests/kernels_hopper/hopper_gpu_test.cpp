@@ -1,0 +1,205 @@
+// GPU tests of fused-hopper (kernels/hopper/hopper_kernel.cuh), label `gpu`: the sm_90a kernel
+// against the fp64 attention of attention_case.h (derived error bound) and against its host twin
+// (fused's twin with the Hopper tile), over every tiling, fp16 and bf16, head sizes 64 and 128,
+// causal with Tq < Tk, ragged key ranges (the partial V tile the producer writes itself), key
+// ranges several times the ring (the pipeline phases wrap), GQA ratios, varlen with zero-length
+// ranges, masks; run-to-run bitwise reproducibility; the seed's shape on sampled rows; and the
+// Hopper mutants, which must differ from the exact result or from run to run.
+// Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_hopper
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "device_case.h"
+#include "hopper/hopper.h"
+
+using namespace attncheck;
+using namespace attncheck::test;
+
+namespace {
+
+struct GpuResult {
+  int rc;
+  std::string err;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+GpuResult run_gpu(const AttnCase& c, int tiling, kern::FusedOptions opt = {},
+                  kern::HopperMutation m = kern::HopperMutation::none) {
+  DeviceCase dc(c);
+  ac_attention_args a = dc.args(c, tiling);
+  char err[256] = {0};
+  GpuResult r;
+#if defined(ATTNCHECK_HAVE_SM90A)
+  r.rc = kern::hopper_attention_cuda(a, opt, err, sizeof err, m);
+#else
+  r.rc = AC_ERR_UNSUPPORTED;
+  std::snprintf(err, sizeof err, "built without sm_90a");
+#endif
+  r.err = err;
+  r.out = dc.out.to_host();
+  r.lse = dc.lse.to_host();
+  return r;
+}
+
+std::string check_gpu(const AttnCase& c, int tiling, kern::FusedOptions opt = {}) {
+  const GpuResult r = run_gpu(c, tiling, opt);
+  if (r.rc != AC_OK) return "rc " + std::to_string(r.rc) + ": " + r.err;
+  return compare_with_exact(c, r.out, &r.lse, Conventions{opt.lse_base, opt.empty_lse_sign});
+}
+
+// Elements more than 2 ulps of the input type apart (sign-magnitude distance).
+int far_apart(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y) {
+  int far = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int diff = std::abs(int(x[i] & 0x7fff) - int(y[i] & 0x7fff));
+    if ((x[i] ^ y[i]) & 0x8000 ? (x[i] & 0x7fff) + (y[i] & 0x7fff) > 2 : diff > 2) ++far;
+  }
+  return far;
+}
+
+}  // namespace
+
+TEST_CASE("hopper gpu: every tiling, dtype, head size, causal or not, against fp64", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 7000;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          // 700 keys: several passes round the ring, a ragged last tile; 1 query, 64 queries.
+          const AttnCase c = make_case(seed++, dt, 4, 2, d, {150, 1, 64, 300}, {200, 77, 700, 300}, causal, false);
+          INFO("tiling " << tiling << " d " << d << " causal " << causal);
+          CHECK(check_gpu(c, tiling) == "");
+        }
+}
+
+TEST_CASE("hopper gpu: GQA ratios, varlen with zero-length key ranges, masks, conventions", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 8000;
+  for (int ratio : {1, 2, 4, 8})
+    for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+      const AttnCase c = make_case(seed++, ratio % 2 ? DType::f16 : DType::bf16, 8, 8 / ratio, 128,
+                                   {5, 33, 0, 17, 3, 40}, {40, 33, 7, 0, 130, 300}, true, ratio >= 4);
+      INFO("ratio " << ratio << " tiling " << tiling);
+      CHECK(check_gpu(c, tiling) == "");
+    }
+  const AttnCase m = make_case(seed++, DType::f16, 4, 4, 64, {70, 9}, {90, 0}, false, true, 1.0f, 0.3f);
+  CHECK(check_gpu(m, 0) == "");
+  kern::FusedOptions fa2;
+  fa2.empty_lse_sign = 1;
+  CHECK(check_gpu(m, 1, fa2) == "");
+  kern::FusedOptions log2;
+  log2.lse_base = 2;
+  CHECK(check_gpu(m, 2, log2) == "");
+  const AttnCase big = make_case(seed++, DType::f16, 2, 1, 64, {100}, {300}, true, true, 8.0f);
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) CHECK(check_gpu(big, tiling) == "");
+}
+
+TEST_CASE("hopper gpu: CUDA and host twin agree within 2 ulps", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+    const AttnCase c = make_case(9100 + uint64_t(tiling), DType::bf16, 4, 1, 128, {65, 130, 200}, {129, 64, 517},
+                                 true, tiling == 2);
+    const GpuResult g = run_gpu(c, tiling);
+    REQUIRE(g.rc == AC_OK);
+    std::vector<uint16_t> out(g.out.size());
+    std::vector<float> lse(g.lse.size());
+    ac_attention_args a = host_args(c, out.data(), lse.data(), tiling);
+    char err[256];
+    REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
+    INFO("tiling " << tiling);
+    CHECK(compare_with_exact(c, out, &lse, {}) == "");
+    CHECK(compare_with_exact(c, g.out, &g.lse, {}) == "");
+    CHECK(far_apart(out, g.out) == 0);
+  }
+}
+
+TEST_CASE("hopper gpu: bitwise reproducible run to run", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9200, DType::f16, 8, 2, 128, {300, 17}, {1513, 100}, true, false);
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+    const GpuResult a = run_gpu(c, tiling), b = run_gpu(c, tiling);
+    REQUIRE(a.rc == AC_OK);
+    CHECK(a.out == b.out);
+    CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("hopper gpu: the seed's shape on sampled rows", "[hopper][gpu][seed]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9300, DType::f16, 32, 8, 128, {8192}, {8192}, false, false);
+  std::vector<std::pair<int64_t, int>> rows;
+  for (int i = 0; i < 16; ++i) rows.push_back({int64_t((i * 2654435761u) % 8192u), (i * 7) % 32});
+  rows.push_back({8191, 31});
+  rows.push_back({0, 0});
+  for (bool causal : {false, true}) {
+    AttnCase cc = c;
+    cc.causal = causal;
+    for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+      const GpuResult r = run_gpu(cc, tiling);
+      REQUIRE(r.rc == AC_OK);
+      INFO("causal " << causal << " tiling " << tiling);
+      CHECK(compare_with_exact(cc, r.out, &r.lse, {}, &rows) == "");
+    }
+  }
+}
+
+TEST_CASE("hopper gpu: refuses misaligned pointers and fp32 before launch", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9400, DType::f16, 2, 1, 64, {8}, {8}, false, false);
+  DeviceCase dc(c);
+  ac_attention_args a = dc.args(c, 0);
+  char err[256];
+  ac_attention_args b = a;
+  b.k = static_cast<const char*>(a.k) + 2;
+#if defined(ATTNCHECK_HAVE_SM90A)
+  CHECK(kern::hopper_attention_cuda(b, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::strstr(err, "aligned") != nullptr);
+  b = a;
+  b.dtype = AC_DTYPE_F32;
+  CHECK(kern::hopper_attention_cuda(b, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::strstr(err, "fp32") != nullptr);
+#endif
+}
+
+// A mutant is caught when some run is outside the exact bound or two runs differ bitwise.
+// Many heads and long key ranges give the races room; five runs each.
+TEST_CASE("hopper gpu: the Hopper mutants are caught", "[hopper][gpu][mutants]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9500, DType::f16, 32, 8, 128, {256, 256}, {4100, 3000}, false, false);
+  struct M {
+    kern::HopperMutation m;
+    const char* name;
+    bool must_catch;
+  };
+  for (const M& m : {M{kern::HopperMutation::no_full_wait, "no-full-wait", true},
+                     M{kern::HopperMutation::stale_phase, "stale-phase", true},
+                     M{kern::HopperMutation::no_proxy_fence, "no-proxy-fence", false}}) {
+    bool caught = false;
+    std::vector<uint16_t> first;
+    std::string why;
+    for (int run = 0; run < 5 && !caught; ++run) {
+      const GpuResult r = run_gpu(c, 0, {}, m.m);
+      if (r.rc != AC_OK) {
+        caught = true;
+        why = "rc " + std::to_string(r.rc);
+        break;
+      }
+      const std::string cmp = compare_with_exact(c, r.out, &r.lse, {});
+      if (!cmp.empty()) {
+        caught = true;
+        why = "outside the exact bound";
+      } else if (!first.empty() && first != r.out) {
+        caught = true;
+        why = "run-to-run difference";
+      }
+      if (first.empty()) first = r.out;
+    }
+    INFO("mutant " << m.name << (caught ? " caught: " + why : " not caught"));
+    if (m.must_catch)
+      CHECK(caught);
+    else
+      WARN("mutant " << m.name << (caught ? " caught: " + why : std::string(" not caught in 5 runs")));
+  }
+}
