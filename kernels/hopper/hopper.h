@@ -31,8 +31,10 @@ inline constexpr int kNumHopperTilings = int(sizeof(kHopperTilings) / sizeof(kHo
 enum class HopperMutation : int {
   none = 0,
   no_full_wait = 1,     // consumers read the K and V stages without waiting on their full mbarriers
-  stale_phase = 2,      // consumers wait on parity 0 forever: from the second pass round the ring on,
-                        // the wait succeeds on the previous pass's completion, before the new data lands
+  stale_phase = 2,      // consumers wait on parity 0 forever: on odd passes round the ring the wait
+                        // succeeds on the previous pass's completion, before the new data lands; the
+                        // consumers then run ahead, the producer's next expect_tx lands on a phase
+                        // still pending, and the pipeline deadlocks (caught by the wait's trap)
   no_proxy_fence = 3,   // the partial V tile written by ordinary stores lacks fence.proxy.async
                         // before the barrier that hands it to wgmma
 };

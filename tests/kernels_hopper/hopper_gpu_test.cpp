@@ -172,52 +172,6 @@ TEST_CASE("hopper gpu: refuses misaligned pointers and fp32 before launch", "[ho
 #endif
 }
 
-// A mutant is caught when some run is outside the exact bound or two runs differ bitwise.
-// Many heads and long key ranges give the races room; five runs each.
-TEST_CASE("hopper gpu: the Hopper mutants are caught", "[hopper][gpu][mutants]") {
-  if (!kern::hopper_built()) return;
-  // K/V of 32 KV heads x 16380 keys x d 64 (268 MB, past L2) so the copy engine lags the consumers,
-  // which is when a missing or stale wait reads a stage before its data lands; 16380 keys leave a
-  // partial V tile (the producer's own stores, the fence mutant's site).
-  const AttnCase c = make_case(9500, DType::f16, 32, 32, 64, {128}, {16380}, false, false);
-  std::vector<std::pair<int64_t, int>> rows;
-  for (int i = 0; i < 64; ++i) rows.push_back({int64_t((i * 37) % 128), (i * 5) % 32});
-  struct M {
-    kern::HopperMutation m;
-    const char* name;
-    bool must_catch;
-  };
-  for (const M& m : {M{kern::HopperMutation::no_full_wait, "no-full-wait", true},
-                     M{kern::HopperMutation::stale_phase, "stale-phase", true},
-                     M{kern::HopperMutation::no_proxy_fence, "no-proxy-fence", false}}) {
-    bool caught = false;
-    std::vector<uint16_t> first;
-    std::string why;
-    for (int run = 0; run < 5 && !caught; ++run) {
-      const GpuResult r = run_gpu(c, 0, {}, m.m);
-      if (r.rc != AC_OK) {
-        caught = true;
-        why = "rc " + std::to_string(r.rc);
-        break;
-      }
-      const std::string cmp = compare_with_exact(c, r.out, &r.lse, {}, &rows);
-      if (!cmp.empty()) {
-        caught = true;
-        why = "outside the exact bound";
-      } else if (!first.empty() && first != r.out) {
-        caught = true;
-        why = "run-to-run difference";
-      }
-      if (first.empty()) first = r.out;
-    }
-    INFO("mutant " << m.name << (caught ? " caught: " + why : " not caught"));
-    if (m.must_catch)
-      CHECK(caught);
-    else
-      WARN("mutant " << m.name << (caught ? " caught: " + why : std::string(" not caught in 5 runs")));
-  }
-}
-
 // splitkv-packed: the split-KV contract against fp64 and against the split-KV twin (its twin).
 namespace {
 
@@ -281,4 +235,81 @@ TEST_CASE("packed gpu: decode against fp64 and the split-KV twin; machine-sized 
   const PackedResult a = run_packed(c, 1, 5, AC_FOLD_TREE), b = run_packed(c, 1, 5, AC_FOLD_TREE);
   REQUIRE(a.rc == AC_OK);
   CHECK(a.out == b.out);  // no atomics: bitwise reproducible
+}
+
+// Small shapes for compute-sanitizer (memcheck, racecheck, synccheck): every tiling, both head
+// sizes, causal with a ragged key range (the producer's own V stores), GQA; and splitkv-packed.
+TEST_CASE("hopper gpu: small shapes for the sanitizers", "[sanitize]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 9800;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (int d : {64, 128}) {
+      const AttnCase c = make_case(seed++, DType::f16, 4, 2, d, {70, 1}, {300, 0}, true, tiling == 1);
+      INFO("tiling " << tiling << " d " << d);
+      CHECK(check_gpu(c, tiling) == "");
+    }
+  const AttnCase c = make_case(seed++, DType::bf16, 8, 2, 128, {1, 3}, {700, 90}, true, false);
+  const PackedResult r = run_packed(c, 1, 3, AC_FOLD_LEFT);
+  REQUIRE(r.rc == AC_OK);
+  CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
+}
+
+// The Hopper mutants once each on a small shape, results unchecked: for the sanitizers to judge.
+TEST_CASE("hopper gpu: mutants under the sanitizers", "[sanitize-mutants]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9900, DType::f16, 4, 2, 64, {128}, {1000}, false, false);
+  for (auto m : {kern::HopperMutation::no_proxy_fence, kern::HopperMutation::no_full_wait,
+                 kern::HopperMutation::stale_phase}) {
+    const GpuResult r = run_gpu(c, 0, {}, m);
+    WARN("mutant " << int(m) << ": rc " << r.rc << ", exact check: "
+                   << (compare_with_exact(c, r.out, &r.lse, {}).empty() ? "within bound" : "outside bound"));
+  }
+}
+
+// A mutant is caught when some run fails (a trapped deadlock), is outside the exact bound, or two
+// runs differ bitwise. Declared last: a trap ends the process's use of the GPU.
+// Many heads and long key ranges give the races room; five runs each.
+TEST_CASE("hopper gpu: the Hopper mutants are caught", "[hopper][gpu][mutants]") {
+  if (!kern::hopper_built()) return;
+  // K/V of 32 KV heads x 16380 keys x d 64 (268 MB, past L2) so the copy engine lags the consumers,
+  // which is when a missing or stale wait reads a stage before its data lands; 16380 keys leave a
+  // partial V tile (the producer's own stores, the fence mutant's site).
+  const AttnCase c = make_case(9500, DType::f16, 32, 32, 64, {128}, {16380}, false, false);
+  std::vector<std::pair<int64_t, int>> rows;
+  for (int i = 0; i < 64; ++i) rows.push_back({int64_t((i * 37) % 128), (i * 5) % 32});
+  struct M {
+    kern::HopperMutation m;
+    const char* name;
+    bool must_catch;
+  };
+  // stale-phase last: its deadlock traps (the wait's guard), and a trap leaves the context unusable.
+  for (const M& m : {M{kern::HopperMutation::no_proxy_fence, "no-proxy-fence", false},
+                     M{kern::HopperMutation::no_full_wait, "no-full-wait", true},
+                     M{kern::HopperMutation::stale_phase, "stale-phase", true}}) {
+    bool caught = false;
+    std::vector<uint16_t> first;
+    std::string why;
+    for (int run = 0; run < 5 && !caught; ++run) {
+      const GpuResult r = run_gpu(c, 0, {}, m.m);
+      if (r.rc != AC_OK) {
+        caught = true;
+        why = "rc " + std::to_string(r.rc);
+        break;
+      }
+      const std::string cmp = compare_with_exact(c, r.out, &r.lse, {}, &rows);
+      if (!cmp.empty()) {
+        caught = true;
+        why = "outside the exact bound";
+      } else if (!first.empty() && first != r.out) {
+        caught = true;
+        why = "run-to-run difference";
+      }
+      if (first.empty()) first = r.out;
+    }
+    INFO("mutant " << m.name << (caught ? " caught: " + why : " not caught"));
+    if (m.must_catch)
+      CHECK(caught);
+    else
+      WARN("mutant " << m.name << (caught ? " caught: " + why : std::string(" not caught in 5 runs")));
+  }
 }
