@@ -30,13 +30,13 @@ inline constexpr int kNumHopperTilings = int(sizeof(kHopperTilings) / sizeof(kHo
 // compile-time instantiation; the correct kernel uses none.
 enum class HopperMutation : int {
   none = 0,
-  no_full_wait = 1,     // consumers read the K and V stages without waiting on their full mbarriers
-  stale_phase = 2,      // consumers wait on parity 0 forever: on odd passes round the ring the wait
-                        // succeeds on the previous pass's completion, before the new data lands; the
-                        // consumers then run ahead, the producer's next expect_tx lands on a phase
-                        // still pending, and the pipeline deadlocks (caught by the wait's trap)
-  no_proxy_fence = 3,   // the partial V tile written by ordinary stores lacks fence.proxy.async
-                        // before the barrier that hands it to wgmma
+  no_full_wait = 1,    // consumers read the K and V stages without waiting on their full mbarriers
+  stale_phase = 2,     // consumers wait on parity 0 forever: on odd passes round the ring the wait
+                       // succeeds on the previous pass's completion, before the new data lands; the
+                       // consumers then run ahead, the producer's next expect_tx lands on a phase
+                       // still pending, and the pipeline deadlocks (caught by the wait's trap)
+  no_proxy_fence = 3,  // the partial V tile written by ordinary stores lacks fence.proxy.async
+                       // before the barrier that hands it to wgmma
 };
 
 // True when this build holds the sm_90a kernels (nvcc able to target compute_90a).

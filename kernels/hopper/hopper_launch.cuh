@@ -22,8 +22,8 @@ using LaunchFn = cudaError_t (*)(const CUtensorMap&, const CUtensorMap&, const C
                                  const fused::KernelParams&, int, int, cudaStream_t);
 
 template <bool BF16, int D, int BR, int BC, HopperMutation HM>
-cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv, const fused::KernelParams& p,
-                   int max_tq, int num_seqs, cudaStream_t stream) {
+cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv,
+                   const fused::KernelParams& p, int max_tq, int num_seqs, cudaStream_t stream) {
   using L = Layout<BR, BC, D>;
   auto kernel = hopper_attention_kernel<BF16, D, BR, BC, HM>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
@@ -44,7 +44,8 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
       f = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
@@ -54,16 +55,18 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 
 // A [tokens, heads, d] tensor as a 3-D map (d, head, token); one box is 64 d x 1 head x rows
 // tokens, 128-byte swizzled; reads past the last token are zero-filled.
-inline bool make_map(CUtensorMap* m, const void* base, bool bf16, int d, int heads, int64_t tokens, int rows) {
+inline bool make_map(CUtensorMap* m, const void* base, bool bf16, int d, int heads, int64_t tokens,
+                     int rows) {
   auto fn = encode_fn();
   if (!fn) return false;
   const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(tokens > 0 ? tokens : 1)};
   const cuuint64_t strides[2] = {cuuint64_t(d) * 2, cuuint64_t(heads) * cuuint64_t(d) * 2};
   const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)};
   const cuuint32_t estr[3] = {1, 1, 1};
-  return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, const_cast<void*>(base),
-            dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+            const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <HopperMutation HM>
@@ -78,7 +81,8 @@ int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, siz
   int dev = 0, major = 0;
   AC_CUDA_TRY(cudaGetDevice(&dev));
   AC_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (major != 9) AC_REFUSE("fused-hopper: needs a compute capability 9.0 GPU (sm_90a code), found %d.x", major);
+  if (major != 9)
+    AC_REFUSE("fused-hopper: needs a compute capability 9.0 GPU (sm_90a code), found %d.x", major);
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs], total_k = a.cu_seqlens_k_host[a.num_seqs];
   if (total_q >= (int64_t(1) << 31) || total_k >= (int64_t(1) << 31))
     AC_REFUSE("fused-hopper: more than 2^31 tokens (tensor-map coordinates are 32-bit)");

@@ -18,8 +18,8 @@ struct HopperSelf {
 };
 
 int run_hopper_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
-  const auto* s = static_cast<const HopperSelf*>(self);
 #if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
+  const auto* s = static_cast<const HopperSelf*>(self);
   if (s->cuda) return hopper_attention_cuda(*args, FusedOptions{}, err, err_len, s->mutation);
 #endif
   return hopper_attention_host(*args, FusedOptions{}, err, err_len);
@@ -46,9 +46,11 @@ ac_caps hopper_caps(bool cuda) {
 }
 
 HopperSelf g_self[2] = {{HopperMutation::none, false}, {HopperMutation::none, true}};
+#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
 HopperSelf g_mutants[3] = {{HopperMutation::no_full_wait, true},
                            {HopperMutation::stale_phase, true},
                            {HopperMutation::no_proxy_fence, true}};
+#endif
 
 }  // namespace
 
@@ -59,10 +61,12 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
     return;
   }
 #endif
-  out.push_back({"fused-hopper",
-                 cuda ? "Hopper attention forward (TMA ring, mbarriers, warp-specialized wgmma), natural LSE, empty -inf"
-                      : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
-                 hopper_caps(cuda), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0]});
+  out.push_back(
+      {"fused-hopper",
+       cuda
+           ? "Hopper attention forward (TMA ring, mbarriers, warp-specialized wgmma), natural LSE, empty -inf"
+           : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
+       hopper_caps(cuda), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0]});
   append_packed_subjects(out, cuda);
 }
 
@@ -71,16 +75,19 @@ void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
   if (!cuda) return;
   out.push_back({"mutant-hopper-no-full-wait",
                  "MUTANT: fused-hopper consumers read K/V stages without waiting on their full mbarriers "
-                 "(killer: accuracy / run-to-run nondeterminism, racecheck)",
+                 "(killer: accuracy when the copy engine lags; racecheck reports nothing)",
                  hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[0]});
-  out.push_back({"mutant-hopper-stale-phase",
-                 "MUTANT: fused-hopper consumers wait on a fixed mbarrier parity (wrong pipeline phase after the "
-                 "ring wraps) (killer: accuracy on > stages key tiles)",
-                 hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[1]});
-  out.push_back({"mutant-hopper-no-proxy-fence",
-                 "MUTANT: fused-hopper's partial V tile, written by ordinary stores, misses fence.proxy.async "
-                 "before wgmma reads it (killer: accuracy on ragged key ranges, if the hardware shows it)",
-                 hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[2]});
+  out.push_back(
+      {"mutant-hopper-stale-phase",
+       "MUTANT: fused-hopper consumers wait on a fixed mbarrier parity (wrong pipeline phase after the "
+       "ring wraps): they run ahead and the pipeline deadlocks; the wait's guard traps (killer: device "
+       "error, exit 3)",
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[1]});
+  out.push_back(
+      {"mutant-hopper-no-proxy-fence",
+       "MUTANT: fused-hopper's partial V tile, written by ordinary stores, misses fence.proxy.async "
+       "before wgmma reads it (killer: none seen on the H200: within the exact bound in every run)",
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[2]});
 #else
   (void)out;
   (void)cuda;

@@ -38,7 +38,8 @@ namespace {
 // so each K/V element is read from shared memory once per CTA. STAGES tiles in flight: 3 when
 // several CTAs share an SM, 6 when the grid gives each SM about one (decode at batch 1).
 constexpr int kBC = 64, kWarps = 4, kKeysPerWarp = kBC / kWarps;
-static_assert(kSplitKVTilings[0].bc == kBC && kSplitKVTilings[1].bc == kBC, "the twin's key tile is this kernel's");
+static_assert(kSplitKVTilings[0].bc == kBC && kSplitKVTilings[1].bc == kBC,
+              "the twin's key tile is this kernel's");
 
 struct PackedParams {
   const uint16_t* q;
@@ -58,11 +59,11 @@ struct PackedParams {
 
 template <int D, int ROWS, int STAGES>
 struct PackedSmem {
-  static constexpr int kTile = kBC * D * 2;                       // one K or V tile, bytes
-  static constexpr int kKV = 0;                                   // [stage][K | V]
-  static constexpr int kQ = kKV + STAGES * 2 * kTile;            // [ROWS][D] fp32
-  static constexpr int kP = kQ + ROWS * D * 4;                    // [ROWS][64] fp32 (P rounded)
-  static constexpr int kRed = kP + ROWS * kBC * 4;                // [2][kWarps][ROWS] fp32 (max, sum)
+  static constexpr int kTile = kBC * D * 2;            // one K or V tile, bytes
+  static constexpr int kKV = 0;                        // [stage][K | V]
+  static constexpr int kQ = kKV + STAGES * 2 * kTile;  // [ROWS][D] fp32
+  static constexpr int kP = kQ + ROWS * D * 4;         // [ROWS][64] fp32 (P rounded)
+  static constexpr int kRed = kP + ROWS * kBC * 4;     // [2][kWarps][ROWS] fp32 (max, sum)
   static constexpr int kBytes = kRed + 2 * kWarps * ROWS * 4;
   static_assert(kWarps * ROWS * D * 4 <= STAGES * 2 * kTile, "the O reduction reuses the K/V stages");
 };
@@ -89,8 +90,8 @@ __device__ __forceinline__ int tile_off(int row, int chunk) {
 }
 
 template <int D>
-__device__ __forceinline__ void load_kv(unsigned char* sk, unsigned char* sv, const uint16_t* gk, const uint16_t* gv,
-                                        int64_t stride, int valid) {
+__device__ __forceinline__ void load_kv(unsigned char* sk, unsigned char* sv, const uint16_t* gk,
+                                        const uint16_t* gv, int64_t stride, int valid) {
   constexpr int CH = D / 8;
   for (int idx = threadIdx.x; idx < kBC * CH; idx += kWarps * 32) {
     const int r = idx / CH, c = idx % CH;
@@ -151,8 +152,8 @@ __global__ void __launch_bounds__(kWarps * 32) packed_kernel(const PackedParams 
   for (int t = 0; t < STAGES - 1; ++t) {
     if (t < n_tiles) {
       unsigned char* st = smem + S::kKV + t * 2 * S::kTile;
-      load_kv<D>(st, st + S::kTile, gk + int64_t(k_lo + t * kBC) * kv_stride, gv + int64_t(k_lo + t * kBC) * kv_stride,
-                 kv_stride, k_end - k_lo - t * kBC);
+      load_kv<D>(st, st + S::kTile, gk + int64_t(k_lo + t * kBC) * kv_stride,
+                 gv + int64_t(k_lo + t * kBC) * kv_stride, kv_stride, k_end - k_lo - t * kBC);
     }
     fused::dev::cp_async_commit();
   }
@@ -162,12 +163,13 @@ __global__ void __launch_bounds__(kWarps * 32) packed_kernel(const PackedParams 
     const int i = first_row + r;
     float val = 0.0f;
     if (i < tile_tokens * p.group)
-      val = to_float<BF16>(p.q[((q0 + tok0 + i / p.group) * p.num_heads + kvh * p.group + i % p.group) * D + c]);
+      val = to_float<BF16>(
+          p.q[((q0 + tok0 + i / p.group) * p.num_heads + kvh * p.group + i % p.group) * D + c]);
     sq[idx] = val;
   }
 
   constexpr int DL = D / 32;  // O elements per lane: d = lane * DL .. + DL - 1
-  float o[ROWS][DL];           // this warp's share (its 16 keys of every tile)
+  float o[ROWS][DL];          // this warp's share (its 16 keys of every tile)
   float m_run[ROWS], l_run[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {

@@ -49,10 +49,11 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
   c.num_tilings = kNumSplitKVTilings;
   c.max_splits = kPackedMaxSplits;
   c.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
-  out.push_back({"splitkv-packed",
-                 cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head)"
-                      : "split-KV decode with packed GQA heads, host twin (the split-KV twin)",
-                 c, nullptr, nullptr, run_packed, &g_packed_cuda[cuda ? 1 : 0]});
+  out.push_back(
+      {"splitkv-packed",
+       cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head)"
+            : "split-KV decode with packed GQA heads, host twin (the split-KV twin)",
+       c, nullptr, nullptr, run_packed, &g_packed_cuda[cuda ? 1 : 0]});
 }
 
 }  // namespace attncheck::kern

@@ -41,7 +41,8 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
 // The combine alone, for other producers of the same partials (layout of SplitKVOptions' workspace:
 // part_o [num_splits, total_q, heads, d], part_lse [num_splits, total_q, heads], base 2), folding
 // a.num_splits parts in a.fold_order into a.out / a.lse on `stream`. Returns a cudaError_t.
-int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a, void* stream);
+int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
+                         void* stream);
 #endif
 
 void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda);

@@ -69,7 +69,8 @@ TEST_CASE("hopper gpu: every tiling, dtype, head size, causal or not, against fp
       for (int d : {64, 128})
         for (bool causal : {false, true}) {
           // 700 keys: several passes round the ring, a ragged last tile; 1 query, 64 queries.
-          const AttnCase c = make_case(seed++, dt, 4, 2, d, {150, 1, 64, 300}, {200, 77, 700, 300}, causal, false);
+          const AttnCase c =
+              make_case(seed++, dt, 4, 2, d, {150, 1, 64, 300}, {200, 77, 700, 300}, causal, false);
           INFO("tiling " << tiling << " d " << d << " causal " << causal);
           CHECK(check_gpu(c, tiling) == "");
         }
@@ -100,8 +101,8 @@ TEST_CASE("hopper gpu: GQA ratios, varlen with zero-length key ranges, masks, co
 TEST_CASE("hopper gpu: CUDA and host twin compute the same function", "[hopper][gpu]") {
   if (!kern::hopper_built()) return;
   for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
-    const AttnCase c = make_case(9100 + uint64_t(tiling), DType::bf16, 4, 1, 128, {65, 130, 200}, {129, 64, 517},
-                                 true, tiling == 2);
+    const AttnCase c = make_case(9100 + uint64_t(tiling), DType::bf16, 4, 1, 128, {65, 130, 200},
+                                 {129, 64, 517}, true, tiling == 2);
     const GpuResult g = run_gpu(c, tiling);
     REQUIRE(g.rc == AC_OK);
     std::vector<uint16_t> out(g.out.size());
@@ -215,7 +216,8 @@ TEST_CASE("packed gpu: split counts, fold orders, GQA ratios, causal, masks agai
 }
 
 TEST_CASE("packed gpu: decode against fp64 and the split-KV twin; machine-sized splits", "[packed][gpu]") {
-  const AttnCase c = make_case(9700, DType::bf16, 32, 8, 128, {1, 1, 1, 1}, {8192, 3000, 16, 1}, false, false);
+  const AttnCase c =
+      make_case(9700, DType::bf16, 32, 8, 128, {1, 1, 1, 1}, {8192, 3000, 16, 1}, false, false);
   for (int splits : {16, 0}) {
     const PackedResult r = run_packed(c, 1, splits, AC_FOLD_LEFT);
     INFO("splits " << splits << " " << r.err);

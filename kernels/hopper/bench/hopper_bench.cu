@@ -8,7 +8,7 @@
 //   Every number is the median of the repeats, timed with CUDA events around one launch, with
 //   L2 flushed (a 512 MiB memset) before each repeat and random non-zero inputs.
 // Output: one line per measurement, "name shape ... ms value unit".
-// Run: build-cuda/tests/kernels_hopper/hopper_bench [repeats]
+// Run: build-cuda/tests/kernels_hopper/hopper_bench [repeats] [decode | hopper8192]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -38,7 +38,8 @@ namespace {
 
 // Uniform in [-1, 1] from a hash of (seed, index), never zero, rounded to fp16 or bf16.
 __global__ void fill_random(uint16_t* x, int64_t n, uint32_t seed, bool bf16) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
     h ^= h >> 16;
     h *= 0x85EBCA6Bu;
@@ -129,20 +130,20 @@ Problem make_problem(int batch, int tq, int tk, int heads, int kv_heads, int d, 
 }
 
 void free_problem(Problem& p) {
-  for (void* x : {static_cast<void*>(p.q), static_cast<void*>(p.k), static_cast<void*>(p.v),
-                  static_cast<void*>(p.o), static_cast<void*>(p.lse), static_cast<void*>(p.cu_q),
-                  static_cast<void*>(p.cu_k)})
+  for (void* x :
+       {static_cast<void*>(p.q), static_cast<void*>(p.k), static_cast<void*>(p.v), static_cast<void*>(p.o),
+        static_cast<void*>(p.lse), static_cast<void*>(p.cu_q), static_cast<void*>(p.cu_k)})
     cudaFree(x);
 }
 
-void attention(int t, bool bf16, bool causal) {
+void attention(int t, bool bf16, bool causal, bool with_fused) {
   Problem p = make_problem(1, t, t, 32, 8, 128, bf16, causal);
   const double flops = 4.0 * double(t) * double(t) * 32 * 128 * (causal ? 0.5 : 1.0);
   const char* dt = bf16 ? "bf16" : "fp16";
   char err[256];
   kern::FusedOptions o;
   o.synchronize = false;
-  for (int tiling = 0; tiling < kern::kNumFusedTilings; ++tiling) {
+  for (int tiling = 0; with_fused && tiling < kern::kNumFusedTilings; ++tiling) {
     p.a.tiling = tiling;
     const float ms = median_ms([&] {
       if (kern::fused_attention_cuda(p.a, o, err, sizeof err) != AC_OK) {
@@ -150,8 +151,9 @@ void attention(int t, bool bf16, bool causal) {
         std::exit(3);
       }
     });
-    std::printf("attn fused        T=%-5d %s causal=%d tiling=(%d,%d) %8.3f ms %6.1f TFLOP/s\n", t, dt, causal,
-                kern::kFusedTilings[tiling].br, kern::kFusedTilings[tiling].bc, ms, flops / ms * 1e-9);
+    std::printf("attn fused        T=%-5d %s causal=%d tiling=(%d,%d) %8.3f ms %6.1f TFLOP/s\n", t, dt,
+                causal, kern::kFusedTilings[tiling].br, kern::kFusedTilings[tiling].bc, ms,
+                flops / ms * 1e-9);
   }
 #if defined(ATTNCHECK_HAVE_SM90A)
   for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
@@ -162,8 +164,9 @@ void attention(int t, bool bf16, bool causal) {
         std::exit(3);
       }
     });
-    std::printf("attn fused-hopper T=%-5d %s causal=%d tiling=(%d,%d) %8.3f ms %6.1f TFLOP/s\n", t, dt, causal,
-                kern::kHopperTilings[tiling].br, kern::kHopperTilings[tiling].bc, ms, flops / ms * 1e-9);
+    std::printf("attn fused-hopper T=%-5d %s causal=%d tiling=(%d,%d) %8.3f ms %6.1f TFLOP/s\n", t, dt,
+                causal, kern::kHopperTilings[tiling].br, kern::kHopperTilings[tiling].bc, ms,
+                flops / ms * 1e-9);
   }
 #endif
   std::fflush(stdout);
@@ -183,8 +186,8 @@ void decode(int batch, int tk) {
         std::exit(3);
       }
     });
-    std::printf("decode splitkv-packed batch=%-3d Tk=%-6d splits=auto %8.4f ms %7.1f GB/s (K/V/Q/O once)\n", batch,
-                tk, ms, bytes / ms * 1e-6);
+    std::printf("decode splitkv-packed batch=%-3d Tk=%-6d splits=auto %8.4f ms %7.1f GB/s (K/V/Q/O once)\n",
+                batch, tk, ms, bytes / ms * 1e-6);
   }
   std::fflush(stdout);
   free_problem(p);
@@ -197,7 +200,8 @@ void copy_ceiling() {
   BENCH_CHECK(cudaMalloc(&b, n));
   BENCH_CHECK(cudaMemset(a, 1, n));
   const float ms = median_ms([&] { BENCH_CHECK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice)); });
-  std::printf("copy 1 GiB device-to-device %8.3f ms %7.1f GB/s (read + write)\n", ms, 2.0 * double(n) / ms * 1e-6);
+  std::printf("copy 1 GiB device-to-device %8.3f ms %7.1f GB/s (read + write)\n", ms,
+              2.0 * double(n) / ms * 1e-6);
   cudaFree(a);
   cudaFree(b);
 }
@@ -206,7 +210,9 @@ void copy_ceiling() {
 
 int main(int argc, char** argv) {
   if (argc > 1) g_repeats = std::max(1, std::atoi(argv[1]));
+  // Optional second argument: "decode" (decode only) or "hopper8192" (fused-hopper at T = 8192 only).
   const bool only_decode = argc > 2 && std::string_view(argv[2]) == "decode";
+  const bool only_hopper = argc > 2 && std::string_view(argv[2]) == "hopper8192";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::fprintf(stderr, "hopper_bench: no GPU\n");
@@ -214,10 +220,15 @@ int main(int argc, char** argv) {
   }
   BENCH_CHECK(cudaMalloc(&g_flush, kFlushBytes));
   copy_ceiling();
+  if (only_hopper) {
+    for (bool bf16 : {false, true})
+      for (bool causal : {false, true}) attention(8192, bf16, causal, false);
+    return 0;
+  }
   if (!only_decode)
     for (int t : {2048, 8192})
       for (bool bf16 : {false, true})
-        for (bool causal : {false, true}) attention(t, bf16, causal);
+        for (bool causal : {false, true}) attention(t, bf16, causal, true);
   for (int batch : {1, 64})
     for (int tk : {8192, 32768, 131072}) decode(batch, tk);
   return 0;
