@@ -17,6 +17,7 @@ std::vector<ac_subject> builtin_subjects(bool cuda) {
   append_textbook_subjects(out, cuda);
   append_fused_subjects(out, cuda);
   append_splitkv_subjects(out, cuda);
+  append_hopper_subjects(out, cuda);
   return out;
 }
 

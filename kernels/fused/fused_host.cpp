@@ -83,9 +83,8 @@ void store_row(const fused::TwinRowState& s, DType t, void* out, int64_t out_ind
 // The whole walk: every (sequence, head), row tiles of Br over the key range in tiles of Bc, each
 // finished row stored. M is fused::Mutation::none for the twin, another value for a mutant.
 template <fused::Mutation M>
-void fused_host_rows(const ac_attention_args& a, const FusedOptions& o) {
+void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, int bc) {
   const fused::TwinArgs x = fused::decode_args(a);
-  const int br = kFusedTilings[a.tiling].br, bc = kFusedTilings[a.tiling].bc;
   for (int s = 0; s < a.num_seqs; ++s) {
     const int64_t q0 = a.cu_seqlens_q_host[s];
     for (int head = 0; head < x.h; ++head) {
@@ -106,23 +105,27 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o) {
 
 int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
   if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len)) return rc;
+  return fused_twin_tiles(a, o, kFusedTilings[a.tiling].br, kFusedTilings[a.tiling].bc, err, err_len);
+}
+
+int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, int bc, char* err, size_t err_len) {
   if (a.num_seqs == 0) return AC_OK;
   using fused::Mutation;
   switch (o.mutation) {
     case Mutation::none:
-      fused_host_rows<Mutation::none>(a, o);
+      fused_host_rows<Mutation::none>(a, o, br, bc);
       break;
     case Mutation::forget_rescale_o:
-      fused_host_rows<Mutation::forget_rescale_o>(a, o);
+      fused_host_rows<Mutation::forget_rescale_o>(a, o, br, bc);
       break;
     case Mutation::finite_mask_sentinel:
-      fused_host_rows<Mutation::finite_mask_sentinel>(a, o);
+      fused_host_rows<Mutation::finite_mask_sentinel>(a, o, br, bc);
       break;
     case Mutation::gqa_head_mod:
-      fused_host_rows<Mutation::gqa_head_mod>(a, o);
+      fused_host_rows<Mutation::gqa_head_mod>(a, o, br, bc);
       break;
     case Mutation::causal_off_by_one:
-      fused_host_rows<Mutation::causal_off_by_one>(a, o);
+      fused_host_rows<Mutation::causal_off_by_one>(a, o, br, bc);
       break;
     default:
       AC_REFUSE("fused attention: mutation %d has no host twin", int(o.mutation));

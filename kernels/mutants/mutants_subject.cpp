@@ -14,6 +14,7 @@
 #include "common/registry.h"
 #include "fused/fused.h"
 #include "fused/fused_math.h"
+#include "hopper/hopper.h"
 #include "merge/merge.h"
 #include "merge/merge_math.h"
 #include "mutants/mutants.h"
@@ -206,6 +207,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     }
     out.push_back(s);
   }
+  append_hopper_mutant_subjects(out, cuda);  // mutant-hopper-* (kernels/hopper/), CUDA sm_90a only
 }
 
 }  // namespace attncheck::kern

@@ -56,6 +56,22 @@ __global__ void __launch_bounds__(128)
 
 }  // namespace
 
+int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
+                         void* stream) {
+  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
+  const int64_t pairs = total_q * a.num_heads;
+  if (pairs == 0) return int(cudaSuccess);
+  const unsigned blocks = unsigned((pairs + 3) / 4);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (a.dtype == AC_DTYPE_BF16)
+    splitkv_combine_kernel<true><<<blocks, 128, 0, s>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
+                                                        a.head_size, a.num_splits, a.fold_order);
+  else
+    splitkv_combine_kernel<false><<<blocks, 128, 0, s>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
+                                                         a.head_size, a.num_splits, a.fold_order);
+  return int(cudaGetLastError());
+}
+
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len) {
   return splitkv_attention_cuda(a, SplitKVOptions{}, err, err_len);
 }

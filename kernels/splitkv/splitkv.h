@@ -39,6 +39,11 @@ int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, 
 #if defined(ATTNCHECK_HAVE_CUDA)
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len);
 int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len);
+// The combine alone, for other producers of the same partials (layout of SplitKVOptions' workspace:
+// part_o [num_splits, total_q, heads, d], part_lse [num_splits, total_q, heads], base 2), folding
+// a.num_splits parts in a.fold_order into a.out / a.lse on `stream`. Returns a cudaError_t.
+int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
+                         void* stream);
 #endif
 
 void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda);

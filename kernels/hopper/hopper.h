@@ -1,0 +1,72 @@
+// Launchers of the Hopper attention forward `fused-hopper` (sm_90a) and of the GQA-packed split-KV
+// decode `splitkv-packed`.
+//
+// fused-hopper: the same function, conventions and capabilities as `fused` (kernels/fused/fused.h):
+// Q [total_q, h, d], K/V [total_k, h_kv, d], cu_seqlens, optional per-sequence mask, bottom-right
+// causal, GQA; O in the input type, LSE fp32 [heads, tokens], natural or base 2, empty row O = 0
+// and LSE -inf (or +inf). Per CTA BR = 64 x (consumer warpgroups) query rows of one (sequence,
+// head): one producer warpgroup streams Q, K and V with the tensor memory accelerator into a
+// shared-memory ring guarded by mbarriers; each consumer warpgroup computes S = Q K^T and
+// O += P V with wgmma (fp32 accumulators, P rounded to the input type in registers) and the online
+// softmax of fused_math.h between them. The host twin is fused's twin walked with these tilings.
+//
+// splitkv-packed: decode-shaped split-KV (AC_OP_SPLITKV) where the query heads that share one KV
+// head are one tile, so each K/V element is read once per KV head (not once per query head).
+// Check: ctest --test-dir build -R kernels_hopper
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "attncheck/plugin_abi.h"
+#include "fused/fused.h"
+
+namespace attncheck::kern {
+
+// (BR, BC): BR / 64 consumer warpgroups, BC keys per ring stage.
+inline constexpr ac_tiling kHopperTilings[] = {{128, 128}, {128, 64}, {192, 64}};
+inline constexpr int kNumHopperTilings = int(sizeof(kHopperTilings) / sizeof(kHopperTilings[0]));
+
+// The deliberately broken variants of the Hopper kernel (subjects mutant-hopper-*), each one
+// compile-time instantiation; the correct kernel uses none.
+enum class HopperMutation : int {
+  none = 0,
+  no_full_wait = 1,    // consumers read the K and V stages without waiting on their full mbarriers
+  stale_phase = 2,     // consumers wait on parity 0 forever: on odd passes round the ring the wait
+                       // succeeds on the previous pass's completion, before the new data lands; the
+                       // consumers then run ahead, the producer's next expect_tx lands on a phase
+                       // still pending, and the pipeline deadlocks (caught by the wait's trap)
+  no_proxy_fence = 3,  // the partial V tile written by ordinary stores lacks fence.proxy.async
+                       // before the barrier that hands it to wgmma
+};
+
+// True when this build holds the sm_90a kernels (nvcc able to target compute_90a).
+bool hopper_built();
+
+int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
+// Host twin: fused's twin (fused_twin.h) with the tile (BR, BC) of kHopperTilings[a.tiling].
+int hopper_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
+
+#if defined(ATTNCHECK_HAVE_CUDA)
+int hopper_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len,
+                          HopperMutation m = HopperMutation::none);
+// The mutants' instantiations (hopper_mutants.cu); m != none.
+int hopper_mutant_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len,
+                       HopperMutation m);
+#endif
+
+// splitkv-packed: split-KV's tilings (BR = the token tile that sets the causal end; key tiles of
+// 64 in both), num_splits 1..kPackedMaxSplits.
+inline constexpr int kPackedMaxSplits = 16;
+int packed_check_args(const ac_attention_args& a, char* err, size_t err_len);
+int packed_attention_host(const ac_attention_args& a, char* err, size_t err_len);
+#if defined(ATTNCHECK_HAVE_CUDA)
+// num_splits 0 in args picks the split count from the machine (fills every SM); the caps say 1..16.
+int packed_attention_cuda(const ac_attention_args& a, char* err, size_t err_len, bool synchronize = true);
+#endif
+
+void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda);
+// splitkv-packed (packed_subject.cpp), appended by append_hopper_subjects.
+void append_packed_subjects(std::vector<ac_subject>& out, bool cuda);
+void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda);
+
+}  // namespace attncheck::kern

@@ -1,0 +1,29 @@
+// Host side of fused-hopper that needs no GPU: its argument checks (fused's, against the Hopper
+// tilings) and its host twin, fused's twin walked with the tile (BR, BC) of kHopperTilings: the
+// Hopper kernel walks row tiles of BR and key tiles of BC from key 0 with the causal end of the
+// tile's last row, and rounds where fused rounds (dot in fp32, P to the input type, m / l / O
+// fp32, O to the input type at the store).
+// Check: ctest --test-dir build -R kernels_hopper
+#include "common/cuda_check.h"
+#include "hopper/hopper.h"
+
+namespace attncheck::kern {
+
+bool hopper_built() {
+#if defined(ATTNCHECK_HAVE_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
+  return fused_check_args(a, o, kNumHopperTilings, err, err_len);
+}
+
+int hopper_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
+  if (int rc = hopper_check_args(a, o, err, err_len)) return rc;
+  return fused_twin_tiles(a, o, kHopperTilings[a.tiling].br, kHopperTilings[a.tiling].bc, err, err_len);
+}
+
+}  // namespace attncheck::kern

@@ -1,0 +1,368 @@
+// The Hopper attention forward kernel (sm_90a), launched by hopper.cu.
+//
+// CTA = 1 producer warpgroup + NC = BR / 64 consumer warpgroups. Shared memory (1024-byte aligned,
+// as the 128-byte swizzle needs): Q [BR x D], then STAGES stages of K [BC x D] and V [BC x D]. Every
+// tile is stored as D / 64 column blocks of rows x 128 bytes, 16-byte chunks swizzled by
+// chunk ^ (row % 8) (the tensor map's CU_TENSOR_MAP_SWIZZLE_128B, which the wgmma descriptors'
+// 128-byte swizzle mode reads back).
+// Barriers: q_full; per stage k_full, v_full (the producer's expect_tx, completed by the copy
+// engine's bytes) and kv_empty (one arrival per consumer thread once it has read the stage).
+// Producer: one thread issues the bulk tensor copies; a V tile that runs past the key range is
+// instead written by the whole producer warpgroup with ordinary loads and stores (rows past the
+// range zeroed, as fused's cp.async zero-fill does, so masked keys meet V = 0), then
+// fence.proxy.async makes those stores visible to wgmma, a named barrier gathers the warpgroup
+// and one thread arrives on v_full.
+// Consumer warpgroup c owns rows [row0 + 64 c, +64): S = Q K^T by D / 16 wgmma (SS, both K-major),
+// the online softmax of fused_math.h on the accumulator registers, P packed to the input type as
+// the register A operand, O += P V by BC / 16 wgmma (RS, V transposed: MN-major descriptor).
+// The tile walk (row tiles of BR, key tiles of BC from key 0, causal end from the tile's last row)
+// and the rounding points are fused's, so fused's twin with (BR, BC) is this kernel's twin.
+// Check: ctest --test-dir build -L gpu -R kernels_hopper
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "fused/fused_kernel.cuh"
+#include "fused/fused_math.h"
+#include "hopper/hopper.h"
+#include "hopper/hopper_wgmma.cuh"
+
+namespace attncheck::kern::hopper {
+
+template <int BR, int BC, int D>
+struct Layout {
+  static constexpr int kConsumers = BR / 64;
+  static constexpr int kThreads = (kConsumers + 1) * 128;
+  static constexpr int kStages = BC == 128 ? 2 : 3;
+  static constexpr int kQBytes = BR * D * 2, kTileBytes = BC * D * 2;
+  static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes;
+  static constexpr int kBar = kV + kStages * kTileBytes;  // q_full, k_full[S], v_full[S], kv_empty[S]
+  static constexpr int kBytes = kBar + 8 * (1 + 3 * kStages) + 1024;  // + slack for the alignment
+  // Registers per thread after setmaxnreg: 128 x producer + 128 NC x consumer <= 64 K.
+  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
+  static_assert(BR % 64 == 0 && (BC == 64 || BC == 128) && (D == 64 || D == 128), "tile shape");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+  static_assert(kBytes <= 227 * 1024, "shared memory");
+};
+
+namespace dev {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Blocks until the phase with the given parity has completed. With GUARD (the mutants' builds), a
+// wait that lasts more than kHangNs (a broken pipeline protocol: a phase that never completes)
+// traps, so the launch fails with a device error instead of hanging the test process. The correct
+// kernel spins without the check: the timer read in its waits cost about 10% (measured on the
+// H200: 392 -> 350 TFLOP/s at the seed's shape, tiling (192, 64)).
+constexpr uint64_t kHangNs = 10ull * 1000 * 1000 * 1000;
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+template <bool GUARD>
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint64_t t0 = 0;
+  for (uint32_t it = 1;; ++it) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    if (done) return;
+    if (GUARD && (it & 1023u) == 0) {
+      const uint64_t now = global_ns();
+      if (t0 == 0)
+        t0 = now;
+      else if (now - t0 > kHangNs)
+        __trap();
+    }
+  }
+}
+// Bulk tensor copy of one box (3-D map: d, head, token) into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                          uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+      "%4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait0() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// wgmma shared-memory descriptor, 128-byte swizzle: start address, leading and stride byte
+// offsets (all >> 4), layout type 1 (SWIZZLE_128B) in bits 62-63; base offset 0 (tiles are
+// 1024-byte aligned; the k-step advance inside a swizzle row only moves the start address).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr >> 4) & 0x3fff) | (uint64_t((lbo >> 4) & 0x3fff) << 16) |
+         (uint64_t((sbo >> 4) & 0x3fff) << 32) | (uint64_t(1) << 62);
+}
+
+}  // namespace dev
+
+template <bool BF16, int D, int BR, int BC, HopperMutation HM = HopperMutation::none>
+__global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
+    hopper_attention_kernel(const __grid_constant__ CUtensorMap tm_q,
+                            const __grid_constant__ CUtensorMap tm_k,
+                            const __grid_constant__ CUtensorMap tm_v, const fused::KernelParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layout<BR, BC, D>;
+  constexpr bool kGuard = HM != HopperMutation::none;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = dev::smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* const smem = smem_raw + (base - raw);
+  const uint32_t sQ = base + L::kQ, sK = base + L::kK, sV = base + L::kV;
+  const uint32_t bar_q = base + L::kBar;
+  auto bar_k = [&](int s) { return bar_q + 8u * uint32_t(1 + s); };
+  auto bar_v = [&](int s) { return bar_q + 8u * uint32_t(1 + L::kStages + s); };
+  auto bar_e = [&](int s) { return bar_q + 8u * uint32_t(1 + 2 * L::kStages + s); };
+
+  const int wg = int(threadIdx.x) / 128, wtid = int(threadIdx.x) % 128;
+  const int head = blockIdx.y, seq = blockIdx.z;
+  const int64_t q0 = p.cu_q[seq], k0 = p.cu_k[seq];
+  const int tq = p.cu_q[seq + 1] - int(q0), tk = p.cu_k[seq + 1] - int(k0);
+  const int tile = p.reverse_tiles ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int row0 = tile * BR;
+  if (row0 >= tq) return;  // the whole CTA leaves before any barrier exists
+  const int kvh = fused::kv_head_of(head, p.group, p.num_kv_heads);
+  int k_end = tk;
+  if (p.causal) {
+    const int last_row = (row0 + BR < tq ? row0 + BR : tq) - 1;
+    const int lim = last_row + tk - tq + 1;
+    k_end = lim < k_end ? lim : k_end;
+  }
+  const int n_tiles = k_end > 0 ? (k_end + BC - 1) / BC : 0;
+
+  if (threadIdx.x == 0) {
+    dev::mbar_init(bar_q, 1);
+    for (int s = 0; s < L::kStages; ++s) {
+      dev::mbar_init(bar_k(s), 1);
+      dev::mbar_init(bar_v(s), 1);
+      dev::mbar_init(bar_e(s), 128 * L::kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer warpgroup.
+    dev::setmaxnreg_dec<L::kProducerRegs>();
+    if (n_tiles == 0) return;
+    if (wtid == 0) {
+      dev::mbar_expect_tx(bar_q, L::kQBytes);
+#pragma unroll
+      for (int cb = 0; cb < D / 64; ++cb)
+        dev::tma_load3(sQ + uint32_t(cb * BR * 128), &tm_q, cb * 64, head, int(q0) + row0, bar_q);
+    }
+    const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
+    const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % L::kStages;
+      const uint32_t phase = uint32_t(j / L::kStages) & 1u;
+      const int n0 = j * BC;
+      dev::mbar_wait<kGuard>(bar_e(s), phase ^ 1u);  // the consumers released this stage's previous tile
+      const uint32_t dk = sK + uint32_t(s * L::kTileBytes), dv = sV + uint32_t(s * L::kTileBytes);
+      if (wtid == 0) {
+        dev::mbar_expect_tx(bar_k(s), L::kTileBytes);
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb)
+          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * 64, kvh, int(k0) + n0, bar_k(s));
+      }
+      if (n0 + BC <= k_end) {
+        if (wtid == 0) {
+          dev::mbar_expect_tx(bar_v(s), L::kTileBytes);
+#pragma unroll
+          for (int cb = 0; cb < D / 64; ++cb)
+            dev::tma_load3(dv + uint32_t(cb * BC * 128), &tm_v, cb * 64, kvh, int(k0) + n0, bar_v(s));
+        }
+      } else {
+        // The last tile runs past the key range: rows past it must be zero (P = 0 there, and
+        // 0 x V must stay 0), which the copy engine cannot do inside the tensor, so the
+        // warpgroup writes the tile itself, swizzled as the copy engine would.
+        const int valid = k_end - n0;
+        unsigned char* tile_v = smem + (L::kV + s * L::kTileBytes);
+        for (int idx = wtid; idx < BC * D / 8; idx += 128) {
+          const int r = idx / (D / 8), c = idx % (D / 8);
+          uint4 val = make_uint4(0u, 0u, 0u, 0u);
+          if (r < valid) val = *reinterpret_cast<const uint4*>(gv + (int64_t(n0) + r) * kv_stride + c * 8);
+          *reinterpret_cast<uint4*>(tile_v + (c / 8) * BC * 128 + r * 128 + (((c % 8) ^ (r & 7)) << 4)) = val;
+        }
+        if constexpr (HM != HopperMutation::no_proxy_fence) dev::fence_proxy_async();
+        dev::named_sync(1, 128);
+        if (wtid == 0) dev::mbar_arrive(bar_v(s));
+      }
+    }
+    return;
+  }
+
+  // Consumer warpgroups.
+  dev::setmaxnreg_inc<L::kConsumerRegs>();
+  const int c = wg - 1;
+  const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t4 = lane & 3;
+  const int warp_row0 = row0 + c * 64 + warp * 16;
+  const int row_a = warp_row0 + g, row_b = row_a + 8;
+  const uint8_t* mask = p.mask ? p.mask + p.cu_mask[seq] : nullptr;
+  const int diag = tk - tq;
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float m_run[2] = {fused::neg_inf_f(), fused::neg_inf_f()};
+  float l_run[2] = {0.0f, 0.0f};
+
+  if (n_tiles > 0) dev::mbar_wait<kGuard>(bar_q, 0);
+  for (int j = 0; j < n_tiles; ++j) {
+    const int s = j % L::kStages;
+    uint32_t phase = uint32_t(j / L::kStages) & 1u;
+    if constexpr (HM == HopperMutation::stale_phase) phase = 0;
+    const int n0 = j * BC;
+    if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_k(s), phase);
+    const uint32_t tk_s = sK + uint32_t(s * L::kTileBytes), tv_s = sV + uint32_t(s * L::kTileBytes);
+
+    // S = Q K^T: A = this warpgroup's 64 Q rows, B = the BC keys, both K-major; a k16 step moves
+    // 32 bytes along a swizzled 128-byte row, a column block is rows x 128 bytes further.
+    float sacc[BC / 2];
+    dev::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t qa = sQ + uint32_t((ks / 4) * BR * 128 + c * 64 * 128 + (ks % 4) * 32);
+      const uint32_t kb = tk_s + uint32_t((ks / 4) * BC * 128 + (ks % 4) * 32);
+      dev::wgmma_ss<BC, BF16>(sacc, dev::desc_sw128(qa, 16, 1024), dev::desc_sw128(kb, 16, 1024), ks > 0);
+    }
+    dev::wgmma_commit();
+    dev::wgmma_wait0();
+
+    // Scale, mask, row max: accumulator element 4 i + e is row (e < 2 ? g : g + 8) of the warp's
+    // 16, column 8 i + 2 t4 + (e & 1) of the tile (the mma.sync C layout per warp).
+    const bool full = n0 + BC <= tk && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
+    float mx[2] = {fused::neg_inf_f(), fused::neg_inf_f()};
+#pragma unroll
+    for (int i = 0; i < BC / 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = __fmul_rn(sacc[4 * i + e], p.scale_log2);
+        if (!full) {
+          const int row = e < 2 ? row_a : row_b;
+          const int col = n0 + i * 8 + 2 * t4 + (e & 1);
+          bool vis = row < tq && col < tk;
+          if (p.causal) vis = vis && fused::causal_visible(row, col, tq, tk);
+          if (mask && vis) vis = mask[int64_t(row) * tk + col] != 0;
+          if (!vis) x = row < tq && col < tk ? fused::masked_logit() : fused::neg_inf_f();
+        }
+        sacc[4 * i + e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float alpha[2], off[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m_run[r], mx[r]);
+      alpha[r] = fused::rescale_factor(m_run[r], m_new);
+      off[r] = fused::exponent_offset(m_new);
+      m_run[r] = m_new;
+    }
+    float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < BC / 2; ++i) {
+      sacc[i] = fused::tile_probability(sacc[i], off[(i & 3) >> 1]);
+      tile_sum[(i & 3) >> 1] += sacc[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + tile_sum[r];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
+
+    // P rounded to the input type: keys 16 kk .. 16 kk + 15 are accumulator groups 2 kk and
+    // 2 kk + 1, which is the register A fragment of m64nNk16.
+    uint32_t pa[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      pa[kk][0] = fused::dev::pack2<BF16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
+      pa[kk][1] = fused::dev::pack2<BF16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+      pa[kk][2] = fused::dev::pack2<BF16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+      pa[kk][3] = fused::dev::pack2<BF16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+    }
+
+    // O += P V: B = V [keys x d] with d contiguous (MN-major); a k16 step is 16 rows = 2048
+    // bytes; leading offset = the next 64-column block, stride offset = the next 8 keys.
+    if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_v(s), phase);
+    dev::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      dev::wgmma_rs<D, BF16>(o, pa[kk],
+                             dev::desc_sw128(tv_s + uint32_t(kk * 2048), uint32_t(BC * 128), 1024));
+    dev::wgmma_commit();
+    dev::wgmma_wait0();
+    dev::mbar_arrive(bar_e(s));
+  }
+
+  // Epilogue (as fused): reduce l over the quad, normalise, store O and LSE.
+  float l_row[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_run[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    l_row[r] = l;
+  }
+  const float inv[2] = {fused::inverse_row_sum(l_row[0]), fused::inverse_row_sum(l_row[1])};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r == 0 ? row_a : row_b;
+    if (row >= tq) continue;
+    const int64_t tok = q0 + row;
+    uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<uint32_t*>(po + i * 8 + 2 * t4) =
+          fused::dev::pack2<BF16>(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
+    if (p.lse && t4 == 0)
+      p.lse[int64_t(head) * p.total_q + tok] =
+          fused::final_lse(m_run[r], l_row[r], p.lse_base2 != 0, p.empty_lse);
+  }
+#endif
+}
+
+}  // namespace attncheck::kern::hopper

@@ -1,0 +1,114 @@
+// Host side of the Hopper attention forward, shared by hopper.cu (the correct kernel) and
+// hopper_mutants.cu (the mutants): tensor maps, argument checks, launch of one instantiation.
+// Check: ctest --test-dir build -L gpu -R kernels_hopper
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <utility>
+
+#include "common/cuda_check.h"
+#include "common/host_tensor.h"
+#include "hopper/hopper.h"
+#include "hopper/hopper_kernel.cuh"
+
+namespace attncheck::kern::hopper {
+
+using LaunchFn = cudaError_t (*)(const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
+                                 const fused::KernelParams&, int, int, cudaStream_t);
+
+template <bool BF16, int D, int BR, int BC, HopperMutation HM>
+cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv,
+                   const fused::KernelParams& p, int max_tq, int num_seqs, cudaStream_t stream) {
+  using L = Layout<BR, BC, D>;
+  auto kernel = hopper_attention_kernel<BF16, D, BR, BC, HM>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(unsigned((max_tq + BR - 1) / BR), unsigned(p.num_heads), unsigned(num_seqs));
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
+  kernel<<<grid, L::kThreads, L::kBytes, stream>>>(mq, mk, mv, p);
+  return cudaGetLastError();
+}
+
+template <bool BF16, int D, HopperMutation HM, size_t... Is>
+constexpr std::array<LaunchFn, sizeof...(Is)> table(std::index_sequence<Is...>) {
+  return {&launch<BF16, D, kHopperTilings[Is].br, kHopperTilings[Is].bc, HM>...};
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A [tokens, heads, d] tensor as a 3-D map (d, head, token); one box is 64 d x 1 head x rows
+// tokens, 128-byte swizzled; reads past the last token are zero-filled.
+inline bool make_map(CUtensorMap* m, const void* base, bool bf16, int d, int heads, int64_t tokens,
+                     int rows) {
+  auto fn = encode_fn();
+  if (!fn) return false;
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(tokens > 0 ? tokens : 1)};
+  const cuuint64_t strides[2] = {cuuint64_t(d) * 2, cuuint64_t(heads) * cuuint64_t(d) * 2};
+  const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+            const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <HopperMutation HM>
+int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
+  if (int rc = hopper_check_args(a, o, err, err_len)) return rc;
+  if (a.num_seqs == 0) return AC_OK;
+  if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
+    AC_REFUSE("fused-hopper: q, k and v must be 16-byte aligned (tensor maps)");
+  if (!aligned_to(a.out, 4)) AC_REFUSE("fused-hopper: out must be 4-byte aligned");
+  if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("fused-hopper: device cu_seqlens missing");
+  if (a.num_seqs > 65535) AC_REFUSE("fused-hopper: %d sequences exceed the grid (65535)", a.num_seqs);
+  int dev = 0, major = 0;
+  AC_CUDA_TRY(cudaGetDevice(&dev));
+  AC_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major != 9)
+    AC_REFUSE("fused-hopper: needs a compute capability 9.0 GPU (sm_90a code), found %d.x", major);
+  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs], total_k = a.cu_seqlens_k_host[a.num_seqs];
+  if (total_q >= (int64_t(1) << 31) || total_k >= (int64_t(1) << 31))
+    AC_REFUSE("fused-hopper: more than 2^31 tokens (tensor-map coordinates are 32-bit)");
+  const int max_tq = fused::max_seqlen_q_host(a);
+  if (max_tq == 0) return AC_OK;
+  const bool bf16 = a.dtype == AC_DTYPE_BF16;
+  const int br = kHopperTilings[a.tiling].br, bc = kHopperTilings[a.tiling].bc;
+  CUtensorMap mq{}, mk{}, mv{};
+  if (!make_map(&mq, a.q, bf16, a.head_size, a.num_heads, total_q, br) ||
+      !make_map(&mk, a.k, bf16, a.head_size, a.num_kv_heads, total_k, bc) ||
+      !make_map(&mv, a.v, bf16, a.head_size, a.num_kv_heads, total_k, bc)) {
+    if (err && err_len) std::snprintf(err, err_len, "fused-hopper: cuTensorMapEncodeTiled failed");
+    return AC_ERR_DEVICE;
+  }
+  fused::KernelParams p = fused::params_from_args(a);
+  p.lse_base2 = o.lse_base == 2;
+  p.empty_lse = o.empty_lse_sign > 0 ? fused::pos_inf_f() : fused::neg_inf_f();
+  static constexpr auto t16_64 = table<false, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});
+  static constexpr auto t16_128 = table<false, 128, HM>(std::make_index_sequence<kNumHopperTilings>{});
+  static constexpr auto tb_64 = table<true, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});
+  static constexpr auto tb_128 = table<true, 128, HM>(std::make_index_sequence<kNumHopperTilings>{});
+  const auto& t = bf16 ? (a.head_size == 64 ? tb_64 : tb_128) : (a.head_size == 64 ? t16_64 : t16_128);
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  AC_CUDA_TRY(t[size_t(a.tiling)](mq, mk, mv, p, max_tq, a.num_seqs, stream));
+  if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
+  return AC_OK;
+}
+
+}  // namespace attncheck::kern::hopper

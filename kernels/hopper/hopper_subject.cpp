@@ -1,0 +1,97 @@
+// ac_subject adapters of the Hopper kernels:
+//   fused-hopper            the sm_90a attention forward, fused's caps with the Hopper tilings
+//                           (CUDA only where the build targets sm_90a; the host twin always)
+//   mutant-hopper-*         its compile-time broken variants (CUDA only: each is a
+//                           synchronisation bug with no host analogue), never default subjects
+// Check: ctest --test-dir build -R kernels_hopper
+#include <vector>
+
+#include "hopper/hopper.h"
+
+namespace attncheck::kern {
+
+namespace {
+
+struct HopperSelf {
+  HopperMutation mutation;
+  bool cuda;
+};
+
+int run_hopper_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
+  const auto* s = static_cast<const HopperSelf*>(self);
+  if (s->cuda) return hopper_attention_cuda(*args, FusedOptions{}, err, err_len, s->mutation);
+#endif
+  return hopper_attention_host(*args, FusedOptions{}, err, err_len);
+}
+
+ac_caps hopper_caps(bool cuda) {
+  ac_caps c{};
+  c.ops = AC_OP_ATTENTION;
+  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
+  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
+  c.head_size_min = 64;
+  c.head_size_max = 128;
+  c.head_sizes = kFusedHeadSizes;
+  c.num_head_sizes = 2;
+  c.lse_base = 0;
+  c.lse_layout = AC_LSE_HEADS_TOKENS;
+  c.empty_lse_sign = -1;
+  c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  c.tilings = kHopperTilings;
+  c.num_tilings = kNumHopperTilings;
+  c.max_splits = 1;
+  c.fold_orders = 0;
+  return c;
+}
+
+HopperSelf g_self[2] = {{HopperMutation::none, false}, {HopperMutation::none, true}};
+#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
+HopperSelf g_mutants[3] = {{HopperMutation::no_full_wait, true},
+                           {HopperMutation::stale_phase, true},
+                           {HopperMutation::no_proxy_fence, true}};
+#endif
+
+}  // namespace
+
+void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
+#if !defined(ATTNCHECK_HAVE_CUDA) || !defined(ATTNCHECK_HAVE_SM90A)
+  if (cuda) {
+    append_packed_subjects(out, cuda);
+    return;
+  }
+#endif
+  out.push_back(
+      {"fused-hopper",
+       cuda
+           ? "Hopper attention forward (TMA ring, mbarriers, warp-specialized wgmma), natural LSE, empty -inf"
+           : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
+       hopper_caps(cuda), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0]});
+  append_packed_subjects(out, cuda);
+}
+
+void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
+#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
+  if (!cuda) return;
+  out.push_back({"mutant-hopper-no-full-wait",
+                 "MUTANT: fused-hopper consumers read K/V stages without waiting on their full mbarriers "
+                 "(killer: accuracy when the copy engine lags; racecheck reports nothing)",
+                 hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[0]});
+  out.push_back(
+      {"mutant-hopper-stale-phase",
+       "MUTANT: fused-hopper consumers wait on a fixed mbarrier parity (wrong pipeline phase after the "
+       "ring wraps): they run ahead and the pipeline deadlocks; the wait's guard traps (killer: device "
+       "error, exit 3)",
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[1]});
+  out.push_back(
+      {"mutant-hopper-no-proxy-fence",
+       "MUTANT: fused-hopper's partial V tile, written by ordinary stores, misses fence.proxy.async "
+       "before wgmma reads it (killer: none seen on the H200: within the exact bound in every run)",
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[2]});
+#else
+  (void)out;
+  (void)cuda;
+#endif
+}
+
+}  // namespace attncheck::kern

