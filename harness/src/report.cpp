@@ -163,13 +163,7 @@ ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int sha
   e.backend = s.backend();
   e.origin = s.origin();
   e.property = r.property;
-  // Spelled here rather than through status_name() so reports need only the properties' types.
-  switch (r.status) {
-    case PropertyResult::Status::passed: e.status = "passed"; break;
-    case PropertyResult::Status::failed: e.status = "failed"; break;
-    case PropertyResult::Status::crashed: e.status = "crashed"; break;
-    case PropertyResult::Status::not_applicable: e.status = "not_applicable"; break;
-  }
+  e.status = status_name(r.status);
   e.failure_class = r.failure_class;
   e.cases_run = r.cases_run;
   e.failures = r.failures;

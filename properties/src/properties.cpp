@@ -36,20 +36,6 @@ const std::vector<double>& ulp_histogram_edges() {
   return edges;
 }
 
-const char* status_name(PropertyResult::Status s) {
-  switch (s) {
-    case PropertyResult::Status::passed:
-      return "passed";
-    case PropertyResult::Status::failed:
-      return "failed";
-    case PropertyResult::Status::crashed:
-      return "crashed";
-    case PropertyResult::Status::not_applicable:
-      return "not_applicable";
-  }
-  return "?";
-}
-
 namespace detail {
 namespace {
 
@@ -232,6 +218,14 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       o.message = e.what();
     } catch (const ref::ReferenceError& e) {
       RC_DISCARD(std::string("reference refused the case: ") + e.what());
+    } catch (const std::exception& e) {
+      // Anything else a subject or a check throws is a crash of this case, kept with its case;
+      // left to RapidCheck it would be a failure with no case, which must never read as a pass.
+      crashed = true;
+      o.ok = false;
+      o.crashed = true;
+      o.failure_class = "internal";
+      o.message = std::string("the check raised an exception: ") + e.what();
     }
     if (ctx.counting) {
       res.max_drift_ulp = std::max(res.max_drift_ulp, o.drift);
@@ -302,15 +296,23 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
                                       " --seed " + std::to_string(cfg.seed) + " --shard " +
                                       std::to_string(cfg.shard_index) + "/" + std::to_string(cfg.shard_count)
                                 : "attncheck replay " + file + " --subject " + subject.name();
-  } else if (result.kind == RapidCheckResult::Kind::gave_up) {
-    res.status = supported ? PropertyResult::Status::passed : PropertyResult::Status::not_applicable;
-    res.message = result.description;
-  } else if (result.kind == RapidCheckResult::Kind::error) {
+  } else if (result.kind == RapidCheckResult::Kind::failed || result.kind == RapidCheckResult::Kind::error) {
+    // A failure that left no case behind (something outside the check threw): never a pass.
     res.status = PropertyResult::Status::crashed;
+    res.failures = 1;
     res.failure_class = "internal";
+    res.message = "the property stopped without a judged case: " + result.description;
+  } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported) {
+    res.status = PropertyResult::Status::not_applicable;
     res.message = result.description;
+  } else if (res.cases_run == 0) {
+    // passed needs a judged case; a run cancelled before its first case is interrupted.
+    res.status = cancelled ? PropertyResult::Status::interrupted : PropertyResult::Status::crashed;
+    if (!cancelled) res.failure_class = "internal";
+    res.message = cancelled ? "cancelled before any case ran" : "no case ran";
   } else {
     res.status = PropertyResult::Status::passed;
+    if (result.kind == RapidCheckResult::Kind::gave_up) res.message = result.description;
     if (cancelled) res.message = "cancelled after " + std::to_string(res.cases_run) + " cases";
   }
   return res;

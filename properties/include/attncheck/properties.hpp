@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attncheck/case.hpp"
+#include "attncheck/names.hpp"
 #include "attncheck/subject.hpp"
 
 namespace attncheck {
@@ -73,7 +74,8 @@ struct OutputStats {
 const std::vector<double>& ulp_histogram_edges();
 
 struct PropertyResult {
-  enum class Status { passed, failed, crashed, not_applicable };
+  // interrupted: cancelled (Ctrl-C) before any case ran; passed needs at least one case run.
+  using Status = RunStatus;
   std::string property, subject;
   Status status = Status::passed;
   // failed: "accuracy" | "nonfinite" | "overflow" | "empty_row" | "sentinel" | "lse_base" |
@@ -94,7 +96,6 @@ struct PropertyResult {
   double seconds_to_first_failure = -1;
   double max_drift_ulp = 0;  // split_order_drift: largest pairwise drift, output ulps
 };
-const char* status_name(PropertyResult::Status);
 
 // Runs one property against one subject. Never throws for subject failures: a SubjectError of kind
 // unsupported skips the case, device_fault / internal give Status::crashed (the write-ahead file
