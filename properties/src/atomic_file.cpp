@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 namespace attncheck {
 namespace fs = std::filesystem;
@@ -76,6 +77,20 @@ void write_file_atomic(const std::string& path, std::string_view text) {
   sync_directory(dir);
 }
 
+namespace {
+// Whether the process `pid` still runs. A killed writer whose parent died too may stay a zombie
+// for as long as nobody reaps it (a container's init may not): it exists, but writes nothing more.
+bool writer_runs(long pid) {
+  if (::kill(pid_t(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;  // no /proc: trust kill()
+  const size_t paren = text.rfind(')');
+  const char state = paren != std::string::npos && paren + 2 < text.size() ? text[paren + 2] : '?';
+  return state != 'Z' && state != 'X';
+}
+}  // namespace
+
 std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
   std::vector<std::string> removed;
   std::error_code ec;
@@ -83,7 +98,7 @@ std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
     const std::string name = it->path().filename().string();
     if (name.rfind(kPrefix, 0) != 0) continue;
     const long pid = writer_pid(name);
-    if (pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM)) continue;  // its writer still runs
+    if (pid > 0 && writer_runs(pid)) continue;
     std::error_code rm;
     fs::remove_all(it->path(), rm);
     if (!rm) removed.push_back(name);

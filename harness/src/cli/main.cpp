@@ -25,6 +25,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -188,7 +189,9 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
   return set;
 }
 
-std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names, bool plugins_given) {
+// skip_unknown: names not in the set are left out (a child of check, which loads no worker).
+std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names, bool plugins_given,
+                                        bool skip_unknown = false) {
   std::vector<ac::Subject*> out;
   if (names.empty()) {
     // With plugins and no --subject, test the plugins' subjects: that is what the user brought.
@@ -200,6 +203,7 @@ std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::
     ac::Subject* found = nullptr;
     for (auto& s : set.all)
       if (s->name() == n) found = s.get();
+    if (!found && skip_unknown) continue;
     if (!found) {
       std::string known;
       for (auto& s : set.all) known += (known.empty() ? "" : ", ") + s->name();
@@ -413,10 +417,19 @@ std::string describe_death(const ac::cli::ChildOutcome& o, double call_timeout) 
 }
 
 int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
+  // A child runs one pair of its parent's run, and only pairs of in-process subjects: worker
+  // subjects' pairs run in the parent, which starts each worker once for the whole run. So a child
+  // starts no worker, and its plan is the parent's plan without the workers' pairs.
+  const auto child = ac::cli::child_pair_from_env();
+  const bool plugins_given = !o.plugins.empty() || !g_worker_flags.commands.empty();
+  if (child) {
+    g_worker_flags.commands.clear();
+    if (g_worker_flags.isolate) const_cast<std::vector<std::string>&>(o.plugins).clear();
+  }
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
-  const std::vector<ac::Subject*> subjects = pick_subjects(set, attncheck::cli::split_csv(o.subjects),
-                                                           !o.plugins.empty() || !g_worker_flags.commands.empty());
+  const std::vector<ac::Subject*> subjects =
+      pick_subjects(set, attncheck::cli::split_csv(o.subjects), plugins_given, /*skip_unknown=*/bool(child));
   const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
@@ -430,8 +443,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     }
   }
   const std::string corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
-  // A child runs one pair of its parent's run: the parent prepared the directories.
-  const auto child = ac::cli::child_pair_from_env();
+  // The parent prepared the directories for its children.
   if (!child) {
     prepare_report_dir(o.report_dir, o.quiet);
     prepare_corpus_dir(corpus_dir, o.quiet);
@@ -486,7 +498,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     // A worker subject enforces --call-timeout itself (and restarts its worker); an in-process
     // subject is timed here: the alarm is armed before each call and disarmed when its case is
     // judged, and SIGALRM's default action ends this child, which the parent reports as hung.
-    if (child && subject->origin().rfind("worker: ", 0) != 0) {
+    if (child) {
       cfg.before_launch = [&, worker_hook](const ac::Case& c) {
         if (worker_hook) worker_hook(c);
         ::alarm(unsigned(std::ceil(g_worker_flags.call_timeout_s)));
@@ -516,12 +528,15 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   Progress progress(o.quiet, int64_t(plan.size()) * o.cases);
   std::vector<std::optional<ac::ReportEntry>> results(plan.size());
   int64_t done_pairs = 0;
+  std::mutex finished_mutex;  // the worker pairs' thread and the child pool both finish pairs
   auto finished = [&](size_t i, ac::ReportEntry e) {
+    const std::lock_guard<std::mutex> lock(finished_mutex);
     const auto& [subject, property] = plan[i];
     ++done_pairs;
     // The reproduce command must work when pasted: it names the plugins and backend of this run.
     if (!e.reproduce_command.empty() && e.reproduce_command.find(" --backend ") == std::string::npos)
-      e.reproduce_command += plugin_flags(o.plugins) + " --backend " + report.backend;
+      e.reproduce_command += plugin_flags(o.plugins) + (g_worker_flags.isolate ? " --isolate" : "") + " --backend " +
+                             report.backend;
     progress.clear();
     if (!o.quiet)
       std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs, plan.size(),
@@ -541,7 +556,21 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   pool.cancel = &g_interrupted;
   const auto t_start = std::chrono::steady_clock::now();
   std::map<std::string, std::pair<int, double>> device_use;  // device -> (pairs, busy seconds)
-  ac::cli::run_pairs_in_children(argv_, plan.size(), pool, [&](const ac::cli::ChildOutcome& out) {
+  // Pairs of worker subjects run here, one after another on one thread (RapidCheck's state is
+  // per process, and this is the only thread of this process that uses it), each worker started
+  // once for the run and isolated by its own process; the other pairs run in children meanwhile.
+  std::vector<size_t> in_children, here;
+  for (size_t i = 0; i < plan.size(); ++i)
+    (ac::worker::is_worker_subject(*plan[i].first) ? here : in_children).push_back(i);
+  std::thread worker_pairs([&] {
+    for (size_t i : here) {
+      if (g_interrupted.load()) break;
+      finished(i, run_pair(i, [](int) {}));
+    }
+  });
+  ac::cli::run_pairs_in_children(argv_, in_children.size(), pool, [&](const ac::cli::ChildOutcome& child_out) {
+    ac::cli::ChildOutcome out = child_out;
+    out.pair = in_children[child_out.pair];
     const auto& [subject, property] = plan[out.pair];
     auto& use = device_use[out.device.empty() ? "inherited" : out.device];
     ++use.first;
@@ -574,6 +603,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     }
     finished(out.pair, std::move(e));
   });
+  worker_pairs.join();
   fs::remove_all(scratch, scratch_ec);
   report.parallel = {{"jobs", pool.jobs},
                      {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()},

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,11 +48,13 @@ pid_t spawn_child(char** argv, size_t pair, const std::string& result, const std
   std::vector<std::string> env_store;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
-    if (kv.rfind(kChildPairEnv, 0) == 0 || kv.rfind(kChildResultEnv, 0) == 0) continue;
+    if (kv.rfind(kChildPairEnv, 0) == 0 || kv.rfind(kChildResultEnv, 0) == 0 || kv.rfind(kChildParentEnv, 0) == 0)
+      continue;
     if (!device.empty() && kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
     env_store.push_back(kv);
   }
   env_store.push_back(std::string(kChildPairEnv) + "=" + std::to_string(pair));
+  env_store.push_back(std::string(kChildParentEnv) + "=" + std::to_string(::getpid()));
   env_store.push_back(std::string(kChildResultEnv) + "=" + result);
   if (!device.empty()) env_store.push_back("CUDA_VISIBLE_DEVICES=" + device);
   std::vector<char*> envp;
@@ -80,6 +83,12 @@ std::optional<std::pair<size_t, std::string>> child_pair_from_env() {
   const char* pair = std::getenv(kChildPairEnv);
   const char* result = std::getenv(kChildResultEnv);
   if (!pair || !result) return std::nullopt;
+  // A child outlives nothing: if the parent is killed (kill -9 included), the kernel kills the
+  // child too, so no orphan keeps writing into a report or corpus directory the next run owns.
+  // The parent may have died before this line: then its pid is no longer our parent's.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const char* parent = std::getenv(kChildParentEnv);
+  if (parent && std::to_string(::getppid()) != parent) ::_exit(137);
   return std::make_pair(size_t(std::strtoull(pair, nullptr, 10)), std::string(result));
 }
 

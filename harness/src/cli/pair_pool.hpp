@@ -23,6 +23,7 @@ namespace attncheck::cli {
 
 constexpr const char* kChildPairEnv = "ATTNCHECK_CHILD_PAIR";      // index into the plan
 constexpr const char* kChildResultEnv = "ATTNCHECK_CHILD_RESULT";  // where the child writes its entry
+constexpr const char* kChildParentEnv = "ATTNCHECK_CHILD_PARENT";  // the parent's pid
 
 struct ChildOutcome {
   size_t pair = 0;

@@ -374,6 +374,8 @@ void set_call_context(Subject& s, const std::string& property, const std::string
   if (auto* w = dynamic_cast<WorkerSubject*>(&s)) w->set_context(property, case_id);
 }
 
+bool is_worker_subject(const Subject& s) { return dynamic_cast<const WorkerSubject*>(&s) != nullptr; }
+
 std::function<void(const Case&)> call_context_hook(Subject& s, int shard_index) {
   auto* w = dynamic_cast<WorkerSubject*>(&s);
   if (!w) return nullptr;
