@@ -175,6 +175,9 @@ ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int sha
   e.reproduce_command = r.reproduce_command;
   e.seconds = r.seconds;
   e.cases_to_first_failure = r.cases_to_first_failure;
+  e.seconds_to_first_failure = r.seconds_to_first_failure;
+  e.shrink_seconds = r.shrink_seconds;
+  e.shrink_cut = r.shrink_cut;
   e.max_drift_ulp = r.max_drift_ulp;
   e.shards = {shard_index};
   return e;
@@ -223,6 +226,9 @@ json report_to_json(const Report& r) {
                        {"failures", e.failures},
                        {"seconds", num(e.seconds)},
                        {"cases_to_first_failure", e.cases_to_first_failure},
+                       {"seconds_to_first_failure", num(e.seconds_to_first_failure)},
+                       {"shrink_seconds", num(e.shrink_seconds)},
+                       {"shrink_cut", e.shrink_cut},
                        {"max_drift_ulp", num(e.max_drift_ulp)},
                        {"message", e.message},
                        {"counterexample", e.counterexample},
@@ -287,6 +293,9 @@ Report report_from_json(const json& j) {
       e.seconds = get_num(x.value("seconds", json(0.0)));
       e.cases_to_first_failure =
           json_fields::get_int_or<ReportError>(x, "cases_to_first_failure", "results", -1, kMaxCount, -1);
+      e.seconds_to_first_failure = get_num(x.value("seconds_to_first_failure", json(-1.0)));
+      e.shrink_seconds = get_num(x.value("shrink_seconds", json(0.0)));
+      e.shrink_cut = json_fields::get_bool_or<ReportError>(x, "shrink_cut", "results", false);
       e.max_drift_ulp = get_num(x.value("max_drift_ulp", json(0.0)));
       e.message = x.value("message", "");
       e.counterexample = x.value("counterexample", "");
@@ -589,6 +598,9 @@ Report merge_reports(const std::vector<Report>& parts) {
         m.rc_reproduce = e.rc_reproduce;
         m.reproduce_command = e.reproduce_command;
         m.cases_to_first_failure = e.cases_to_first_failure;
+        m.seconds_to_first_failure = e.seconds_to_first_failure;
+        m.shrink_seconds = e.shrink_seconds;
+        m.shrink_cut = e.shrink_cut;
       }
       m.cases_run += e.cases_run;
       m.failures += e.failures;

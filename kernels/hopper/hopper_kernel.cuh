@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   float o[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-  float m_run[2] = {fused::neg_inf_f(), fused::neg_inf_f()};
+  float m_run[2] = {neg_inf_f(), neg_inf_f()};
   float l_run[2] = {0.0f, 0.0f};
 
   if (n_tiles > 0) dev::mbar_wait<kGuard>(bar_q, 0);
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     // Scale, mask, row max: accumulator element 4 i + e is row (e < 2 ? g : g + 8) of the warp's
     // 16, column 8 i + 2 t4 + (e & 1) of the tile (the mma.sync C layout per warp).
     const bool full = n0 + BC <= tk && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
-    float mx[2] = {fused::neg_inf_f(), fused::neg_inf_f()};
+    float mx[2] = {neg_inf_f(), neg_inf_f()};
 #pragma unroll
     for (int i = 0; i < BC / 8; ++i) {
 #pragma unroll
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
           bool vis = row < tq && col < tk;
           if (p.causal) vis = vis && fused::causal_visible(row, col, tq, tk);
           if (mask && vis) vis = mask[int64_t(row) * tk + col] != 0;
-          if (!vis) x = row < tq && col < tk ? fused::masked_logit() : fused::neg_inf_f();
+          if (!vis) x = row < tq && col < tk ? fused::masked_logit() : neg_inf_f();
         }
         sacc[4 * i + e] = x;
         mx[e >> 1] = fmaxf(mx[e >> 1], x);

@@ -99,7 +99,7 @@ int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, siz
   }
   fused::KernelParams p = fused::params_from_args(a);
   p.lse_base2 = o.lse_base == 2;
-  p.empty_lse = o.empty_lse_sign > 0 ? fused::pos_inf_f() : fused::neg_inf_f();
+  p.empty_lse = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
   static constexpr auto t16_64 = table<false, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});
   static constexpr auto t16_128 = table<false, 128, HM>(std::make_index_sequence<kNumHopperTilings>{});
   static constexpr auto tb_64 = table<true, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});

@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kWarps * 32) packed_kernel(const PackedParams 
   float m_run[ROWS], l_run[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    m_run[r] = fused::neg_inf_f();
+    m_run[r] = neg_inf_f();
     l_run[r] = 0.0f;
 #pragma unroll
     for (int e = 0; e < DL; ++e) o[r][e] = 0.0f;
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kWarps * 32) packed_kernel(const PackedParams 
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       const float d = dot[r] + __shfl_xor_sync(0xffffffffu, dot[r], 16);
-      float xv = fused::neg_inf_f();
+      float xv = neg_inf_f();
       if (col < range_end) {
         bool vis = col < k_end && (!p.causal || fused::causal_visible(row_tok[r], col, tq, tk));
         if (mask && vis && row_ok[r]) vis = mask[int64_t(row_tok[r]) * tk + col] != 0;

@@ -199,12 +199,22 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   bool crashed = false, cancelled = false;
   int supported = 0;
 
+  // A shrink candidate that returns without failing is rejected; once the time bound has passed
+  // (or on cancel) every candidate returns at once, so RapidCheck ends with the smallest failing
+  // case found so far: last_failing, which the reproduce string also leads to.
+  auto shrink_over = [&] {
+    if (ctx.counting) return false;
+    if (!res.shrink_cut && elapsed() - res.seconds_to_first_failure > cfg.shrink_seconds) res.shrink_cut = true;
+    return res.shrink_cut;
+  };
   auto property = [&]() {
     if (crashed || cancelled) return;  // nothing more runs on a faulted device
     if (cfg.cancel && cfg.cancel->load()) {
       cancelled = true;
+      if (!ctx.counting) res.shrink_cut = true;
       return;
     }
+    if (shrink_over()) return;
     Case c = *gen;
     Outcome o;
     try {
@@ -264,6 +274,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   const RapidCheckResult result = check_with_rapidcheck(property, run);
 
   res.seconds = elapsed();
+  if (res.seconds_to_first_failure >= 0) res.shrink_seconds = res.seconds - res.seconds_to_first_failure;
   finish_stats(ctx.stats, ctx.ulps, ctx.cancels);
   res.stats = ctx.stats;
   if (!ctx.write_ahead_path.empty()) {
@@ -278,6 +289,9 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     res.rc_reproduce = result.reproduce;
     Case& c = *last_failing;
     c.rc_reproduce = res.rc_reproduce;
+    if (res.shrink_cut)
+      res.message += " (shrinking cut after " + std::to_string(int(res.shrink_seconds)) +
+                     " s: the smallest failing case found so far)";
     c.note = res.failure_class + ": " + res.message;
     if (c.note.size() > 400) c.note.resize(400);
     res.counterexample_size = case_size(c);

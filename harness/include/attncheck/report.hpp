@@ -38,6 +38,9 @@ struct ReportEntry {
   std::string message, counterexample, rc_reproduce, reproduce_command;
   double seconds = 0;
   int64_t cases_to_first_failure = -1;
+  double seconds_to_first_failure = -1;  // excludes shrinking
+  double shrink_seconds = 0;
+  bool shrink_cut = false;  // shrinking stopped by --shrink-time or Ctrl-C
   double max_drift_ulp = 0;
   std::vector<int> shards;  // the shards that contributed (merge_reports)
 };

@@ -359,7 +359,8 @@ struct CheckOptions {
   uint64_t seed = 1;
   int cases = 100;
   int max_keys = 64;
-  bool quiet = false, no_plots = false, tiling = false;
+  bool quiet = false, no_plots = false, tiling = false, no_shrink = false;
+  double shrink_time = 20;  // seconds per failure
   int jobs = 0;           // 0: every core
   std::string devices = "all";
 };
@@ -476,6 +477,8 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   base_cfg.shard_count = shard_count;
   base_cfg.corpus_dir = corpus_dir;
   base_cfg.max_keys = o.max_keys;
+  base_cfg.shrink = !o.no_shrink;
+  base_cfg.shrink_seconds = o.shrink_time;
   base_cfg.cancel = &g_interrupted;
   report.shape_set = shape_set_of(base_cfg);
 
@@ -934,6 +937,10 @@ int main(int argc, char** argv) {
       ->check(ac::cli::non_empty());
   check->add_option("--baseline", co.baseline, "baseline report.json: fail on regressions against it");
   check->add_option("--shard", co.shard, "I/N: run shard I (0-based) of N disjoint case streams");
+  check->add_flag("--no-shrink", co.no_shrink, "keep each failure's first failing case, unshrunk");
+  check->add_option("--shrink-time", co.shrink_time,
+                    "seconds each failure may spend shrinking (default 20); then the smallest case so far is kept")
+      ->check(CLI::Range(0.0, double(attncheck::cli::Limits::kMaxShrinkSeconds)));
   check->add_flag("--tiling", co.tiling, "also run every tiling / split count of attention subjects (always with --suite full)");
   check->add_option("--jobs", co.jobs, "(subject, property) pairs run at once, each in its own process (default: every core)")
       ->check(CLI::Range(1, 1024));

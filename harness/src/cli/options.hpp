@@ -19,6 +19,7 @@ struct Limits {
   static constexpr int kMaxKeys = 65536;         // --max-keys
   static constexpr int kMaxChunk = 1 << 20;      // prefill --chunk
   static constexpr int kMaxShards = 1 << 16;     // check --shard I/N
+  static constexpr int kMaxShrinkSeconds = 86400;  // check --shrink-time
 };
 
 // Repeatable options that also take comma-separated lists: {"a,b", "c"} -> {"a", "b", "c"}.

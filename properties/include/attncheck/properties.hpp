@@ -51,6 +51,9 @@ struct RunConfig {
   int shard_index = 0, shard_count = 1;  // shard I of N draws a disjoint, deterministic stream
   std::string corpus_dir;                // where shrunk failures go ("" = do not write)
   bool shrink = true;
+  // Seconds a failure may spend shrinking, from its discovery; past it (or on cancel) the smallest
+  // failing case found so far is the counterexample and the result says the shrink was cut.
+  double shrink_seconds = 20;
   int max_size = 100;            // RapidCheck size cap (<= 100, see FACTS.md); shapes scale from it
   int max_keys = 64;             // longest key row generated; raise for long rows (8192 and beyond)
   bool write_ahead = false;      // write-ahead for host subjects too (always on for cuda subjects)
@@ -94,6 +97,8 @@ struct PropertyResult {
   double seconds = 0;
   int cases_to_first_failure = -1;  // 1-based count of cases run when the first failure appeared
   double seconds_to_first_failure = -1;
+  double shrink_seconds = 0;  // from the first failure to the end of shrinking
+  bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
   double max_drift_ulp = 0;  // split_order_drift: largest pairwise drift, output ulps
 };
 
