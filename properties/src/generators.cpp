@@ -16,6 +16,12 @@ namespace g = rc::gen;
 
 namespace {
 
+// A class pick: uniform over [0, n) at every size, shrinking toward 0 (the plainest class).
+// gen::inRange scales its range with RapidCheck's size, which is below 20 in a run's first 20
+// cases: a class picked with it would stay near 0 early on, and later classes would appear only
+// late in a run, or never in a short one.
+int pick_class(int n) { return *g::resize(rc::kNominalSize, g::inRange(0, n)); }
+
 // A "normal-ish" sample: uniform magnitude in [0, 3 sigma] with a sign, shrinking to 0.
 double sample_sigma(double sigma) {
   const int mag = *g::inRange(0, 3073);
@@ -90,7 +96,7 @@ rc::Gen<std::vector<double>> huge_magnitude_logits(int n) {
     const double big = *g::element(100.0, 1e4, 6e4);
     std::vector<double> x(static_cast<size_t>(n));
     for (double& v : x) {
-      const int kind = *g::inRange(0, 4);
+      const int kind = pick_class(4);
       v = kind == 0 ? sample_sigma(1.0) : kind == 1 ? -big : kind == 2 ? big : -big + sample_sigma(1.0);
     }
     return x;
@@ -124,7 +130,7 @@ rc::Gen<uint32_t> special_bits(ac_dtype d) {
 
 rc::Gen<uint32_t> finite_bits(ac_dtype d) {
   return g::exec([d] {
-    const int kind = *g::inRange(0, 8);
+    const int kind = pick_class(8);
     if (kind == 0) return round_bits(d, double(*g::element(0, 1, -1, 2, -2)) / (*g::element(1, 2, 4)));
     if (kind == 1) {
       // Subnormals and tiny magnitudes, which RapidCheck's float generators never produce.
@@ -206,7 +212,7 @@ rc::Gen<std::vector<uint8_t>> all_but_one_masked(int tq, int tk) {
 rc::Gen<std::vector<uint8_t>> random_mask(int tq, int tk) {
   return g::exec([tq, tk] {
     std::vector<uint8_t> m(size_t(tq) * size_t(tk));
-    for (uint8_t& x : m) x = *g::inRange(0, 4) == 0 ? 0 : 1;
+    for (uint8_t& x : m) x = pick_class(4) == 0 ? 0 : 1;
     return m;
   });
 }
@@ -219,7 +225,7 @@ rc::Gen<std::vector<uint8_t>> any_mask(int tq, int tk) {
 rc::Gen<std::pair<float, float>> merge_lse_pair() {
   return g::exec([] {
     auto ordinary = [] { return float(sample_sigma(*g::element(1.0, 10.0))); };
-    const int kind = *g::inRange(0, 12);
+    const int kind = pick_class(12);
     switch (kind) {
       case 0: return std::pair<float, float>{INFINITY, ordinary()};   // FA2 sentinel, prefix side
       case 1: return std::pair<float, float>{ordinary(), INFINITY};   // suffix side
@@ -268,8 +274,8 @@ rc::Gen<MergeInput> merge_input(const Domain& dom) {
   return g::exec([dom] {
     MergeInput m;
     m.dtype = *g::elementOf(dom.dtypes);
-    m.num_tokens = int32_t(*g::inRange(0, 5));
-    m.num_heads = int32_t(*g::inRange(1, 5));
+    m.num_tokens = int32_t(pick_class(5));
+    m.num_heads = int32_t(1 + pick_class(4));
     const int64_t rows = int64_t(m.num_tokens) * m.num_heads;
     // LSEs are picked before the head size and values: gen::exec picks are positional, so a shrink
     // of the head size (fewer value picks) leaves the LSE pairs, which usually carry the failure, alone.
@@ -281,7 +287,7 @@ rc::Gen<MergeInput> merge_input(const Domain& dom) {
     m.head_size = *g::elementOf(dom.head_sizes);
     // One case in eight holds output states near the format's largest value on both sides (issue 6,
     // mutant 3: an unscaled p + s overflows fp32 there; fp32 and bf16 reach it, fp16 cannot).
-    const bool near_max = *g::inRange(0, 8) == 0;
+    const bool near_max = pick_class(8) == 0;
     m.prefix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size) : *any_values(m.dtype, int(rows), m.head_size);
     m.suffix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size) : *any_values(m.dtype, int(rows), m.head_size);
     return m;
@@ -293,7 +299,7 @@ rc::Gen<MergeInput> merge_sentinel_input(const Domain& dom) {
     MergeInput m = *merge_input(dom);
     // Force at least one empty side (+inf or -inf) on every row.
     for (size_t r = 0; r < m.prefix_lse.size(); ++r) {
-      const int which = *g::inRange(0, 6);
+      const int which = pick_class(6);
       const float empty = *g::element(-INFINITY, INFINITY);
       if (which <= 1) m.prefix_lse[r] = empty;
       else if (which <= 3) m.suffix_lse[r] = empty;
@@ -311,15 +317,15 @@ rc::Gen<SoftmaxInput> softmax_input(const Domain& dom) {
   return g::exec([dom] {
     SoftmaxInput s;
     s.dtype = *g::elementOf(dom.dtypes);
-    s.rows = int32_t(*g::inRange(0, 5));
-    s.cols = int32_t(dom.max_keys > 256 && *g::inRange(0, 4) == 0 ? *g::inRange(dom.max_keys / 2, dom.max_keys + 1)
+    s.rows = int32_t(pick_class(5));
+    s.cols = int32_t(dom.max_keys > 256 && pick_class(4) == 0 ? *g::inRange(dom.max_keys / 2, dom.max_keys + 1)
                                                                     : scaled_count(std::min(dom.max_keys, 64)));
     for (int r = 0; r < s.rows; ++r) {
       const auto x = *any_logits(s.dtype, s.cols);
-      const int masking = *g::inRange(0, 6);  // 0: fully masked row, 1: random -inf entries
+      const int masking = pick_class(6);  // 0: fully masked row, 1: random -inf entries
       for (int c = 0; c < s.cols; ++c) {
         double v = x[size_t(c)];
-        if (masking == 0 || (masking == 1 && *g::inRange(0, 3) == 0)) v = -INFINITY;
+        if (masking == 0 || (masking == 1 && pick_class(3) == 0)) v = -INFINITY;
         s.x.push_back(round_bits(s.dtype, v));
       }
     }
@@ -355,7 +361,7 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
   a.num_heads = a.num_kv_heads * ratio;
   const bool varlen = (dom.features & AC_FEAT_VARLEN) != 0 && !choice.split;
   const int nseq = varlen ? *g::inRange(1, 4) : 1;
-  const bool long_rows = dom.max_keys > 256 && *g::inRange(0, 4) == 0;
+  const bool long_rows = dom.max_keys > 256 && pick_class(4) == 0;
   for (int s = 0; s < nseq; ++s) {
     const int tq = int(*g::inRange(choice.split ? 1 : 0, dom.max_tokens + 1));
     int tk = long_rows ? int(*g::inRange(dom.max_keys / 2, dom.max_keys + 1))
@@ -363,15 +369,15 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     // One row in four spans two key tiles of the subject (up to 2 Bc + 8 keys), or the rescale of
     // O and l between tiles is never exercised (issue 6: mutant 6, "forgets to rescale O", survived
     // the gate with rows of at most 64 keys and Bc = 64).
-    if (!long_rows && dom.tile_keys > 0 && *g::inRange(0, 4) == 0)
+    if (!long_rows && dom.tile_keys > 0 && pick_class(4) == 0)
       tk = int(*g::inRange(dom.tile_keys + 1, 2 * dom.tile_keys + 9));
     if (choice.overflow_band) tk = std::max(tk, 1);
     a.seqlens_q.push_back(tq);
     a.seqlens_k.push_back(tk);
   }
-  if (!choice.split && (dom.features & AC_FEAT_CAUSAL)) a.causal = *g::inRange(0, 3) == 0;
+  if (!choice.split && (dom.features & AC_FEAT_CAUSAL)) a.causal = pick_class(3) == 0;
   const bool use_mask = (dom.features & AC_FEAT_MASK) && !choice.overflow_band &&
-                        (choice.empty_rows || *g::inRange(0, 3) == 0);
+                        (choice.empty_rows || pick_class(3) == 0);
   if (use_mask)
     for (int s = 0; s < nseq; ++s) {
       const auto m = choice.empty_rows ? *fully_masked_rows_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)])
@@ -387,7 +393,7 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
   a.q.assign(size_t(TQ * H * D), round_bits(a.dtype, 0.0));
   a.k.assign(size_t(TK * Hkv * D), round_bits(a.dtype, 0.0));
-  const bool structured = choice.overflow_band || *g::inRange(0, 3) != 0;
+  const bool structured = choice.overflow_band || pick_class(3) != 0;
   if (structured) {
     // Query row (t, h) is one-hot on coordinate (t*H + h) % D; k carries the target logits there.
     a.softmax_scale = 1.0f;
@@ -419,7 +425,7 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
 
 rc::Gen<AttentionInput> attention_input(const Domain& dom) {
   return g::exec([dom] {
-    const int kind = *g::inRange(0, 8);
+    const int kind = pick_class(8);
     ShapeChoice c;
     c.empty_rows = kind == 0;
     c.overflow_band = kind == 1;
