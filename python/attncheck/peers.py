@@ -1,0 +1,61 @@
+"""PyTorch's attention backends at the shapes of hopper_bench, timed the same way.
+
+    python3 -m attncheck.peers [repeats]
+
+For each shape (T in {2048, 8192}, 32 query heads, 8 KV heads, d = 128, fp16 and bf16, causal and
+not) and each SDPA backend that runs it (FlashAttention-2, cuDNN), prints one line in
+hopper_bench's format: "peer-<backend> <shape> <ms> ms <TFLOP/s> TFLOP/s". Each number is the median
+of `repeats` launches, each timed alone with CUDA events after a 512 MiB memset that flushes L2,
+on random inputs in [-1, 1]. TFLOP/s counts 4 T^2 h d flops, half of it when causal, as
+hopper_bench does. K and V are expanded to 32 heads (SDPA's FlashAttention path has no GQA), which
+the flop count does not include. Needs torch with CUDA; never imported by the rest of the SDK.
+"""
+
+import statistics
+import sys
+
+
+def main(argv):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    repeats = int(argv[1]) if len(argv) > 1 else 10
+    dev = torch.device("cuda")
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
+    backends = [("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
+    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}, median of {repeats}")
+    for dtype_name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        for t in (2048, 8192):
+            q = torch.rand(1, 32, t, 128, device=dev, dtype=dtype) * 2 - 1
+            k = torch.rand(1, 8, t, 128, device=dev, dtype=dtype) * 2 - 1
+            v = torch.rand(1, 8, t, 128, device=dev, dtype=dtype) * 2 - 1
+            k32, v32 = k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1)
+            for causal in (False, True):
+                flops = 4.0 * t * t * 32 * 128 * (0.5 if causal else 1.0)
+                for name, backend in backends:
+                    try:
+                        with sdpa_kernel(backend):
+                            F.scaled_dot_product_attention(q, k32, v32, is_causal=causal)
+                            torch.cuda.synchronize()
+                            times = []
+                            for _ in range(repeats):
+                                flush.zero_()
+                                start = torch.cuda.Event(enable_timing=True)
+                                end = torch.cuda.Event(enable_timing=True)
+                                start.record()
+                                F.scaled_dot_product_attention(q, k32, v32, is_causal=causal)
+                                end.record()
+                                torch.cuda.synchronize()
+                                times.append(start.elapsed_time(end))
+                    except RuntimeError as e:
+                        print(f"peer-{name} T={t} {dtype_name} causal={int(causal)}: not run ({str(e).splitlines()[0]})")
+                        continue
+                    ms = statistics.median(times)
+                    print(f"peer-{name} T={t} h=32/8 d=128 {dtype_name} causal={int(causal)} {ms:.4f} ms "
+                          f"{flops / ms / 1e9:.1f} TFLOP/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
