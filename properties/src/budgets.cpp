@@ -96,11 +96,15 @@ double attention_lse_allowance(const Budget& b, const AttentionRow& r, double ls
   return allowed;
 }
 
-// Merge O: |O - exact| <= o_ulp * ulp_F(S) + 2^-23 (|M| + 8) S with S = w_a|O_a| + w_b|O_b| and M
-// the larger LSE: fp32 LSE differences are exact to 2^-24 |M|, and the weights' exp, sum and
-// division add a few fp32 ulps each.
-double merge_o_allowance(const Budget& b, double ulp_S, double S, double max_lse_abs) {
-  return b.o_ulp * ulp_S + 0x1p-23 * (max_lse_abs + 8) * S;
+// Merge O: |O - exact| <= o_ulp * ulp_F(S) + 2^-23 (|M| + 8) S + 2^-149 T with S = w_a|O_a| +
+// w_b|O_b| and M the larger LSE: fp32 LSE differences are exact to 2^-24 |M|, and the weights' exp,
+// sum and division add a few fp32 ulps each. T sums |O_i| over the sides whose weight e^(L_i - M)
+// lies below fp32's normal range (2^-126): such a weight is an fp32 subnormal, off by up to half
+// the subnormal spacing 2^-149 absolutely however it is computed (its exp rounds once more there:
+// one full spacing), and that absolute error is multiplied by O_i. Relative terms cannot cover it:
+// with L_a - M = -104, the exact weight e^-104 = 6.8e-46 rounds to 2^-149 = 1.4e-45 at best.
+double merge_o_allowance(const Budget& b, double ulp_S, double S, double max_lse_abs, double subnormal_weighted) {
+  return b.o_ulp * ulp_S + 0x1p-23 * (max_lse_abs + 8) * S + 0x1p-149 * subnormal_weighted;
 }
 // Merge LSE: as attention's with N = 2 and no score conditioning: 2^-24 (lse_ulp max(1, |M|) + 4).
 double merge_lse_allowance(const Budget& b, double lse_scale) {

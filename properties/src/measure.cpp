@@ -330,9 +330,12 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
       const ref::ExactState ex = ref::exact_merge({A, B}, cv.base, true);
       // Weights in double, for the allowance.
       const double ea = la == INFINITY ? -INFINITY : la, eb = lb == INFINITY ? -INFINITY : lb;
-      const double M = std::max(ea, eb);
+      // A NaN LSE on either side makes the exact merge NaN (O and LSE): a NaN is propagated, never
+      // read as an empty state, since a merge that hid it would hide the bug upstream that made it.
+      const bool nan_in = std::isnan(ea) || std::isnan(eb);
+      const double M = nan_in ? NAN : std::max(ea, eb);
       RowInfo& info = J.rows[size_t(row)];
-      info.empty = !(M > -INFINITY);
+      info.empty = !nan_in && !(M > -INFINITY);
       info.visible = (ea > -INFINITY) + (eb > -INFINITY);
       auto w = [&](double l) { return info.empty ? 0.0 : (base2 ? std::exp2(l - M) : std::exp(l - M)); };
       const double wa = w(ea), wb = w(eb), ws = wa + wb;
@@ -341,9 +344,12 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
       for (int64_t c = 0; c < D; ++c) {
         Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
         const double oa = to_d(A.o[size_t(c)]), ob = to_d(B.o[size_t(c)]);
-        const double S = info.empty ? 0 : (wa * std::fabs(oa) + wb * std::fabs(ob)) / ws;
+        const double S = info.empty || nan_in ? 0 : (wa * std::fabs(oa) + wb * std::fabs(ob)) / ws;
         const double Mabs = std::isfinite(M) ? std::fabs(M) : 0;
-        const double allowed = merge_o_allowance(b, to_d(ref::ulp_at(fmt(m.dtype), Real(S))), S, Mabs);
+        const double tiny = 0x1p-126 * ws;  // a normalised weight below fp32's normal range
+        const double sub_weighted = (wa > 0 && wa < tiny ? std::fabs(oa) : 0) + (wb > 0 && wb < tiny ? std::fabs(ob) : 0);
+        const double allowed =
+            merge_o_allowance(b, to_d(ref::ulp_at(fmt(m.dtype), Real(S))), S, Mabs, sub_weighted);
         measure_bits(e, m.dtype, out.out[size_t(row * D + c)], S, allowed);
         e.inputs = in_lse + " prefix_out=" + hexfloat(m.dtype, m.prefix_out[size_t(row * D + c)]) +
                    " suffix_out=" + hexfloat(m.dtype, m.suffix_out[size_t(row * D + c)]);

@@ -9,8 +9,8 @@ targets=$(cmake --build "$BUILD_DIR" --target help | sed -n 's/^\([A-Za-z0-9_]*\
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target $targets
 rm -rf gpu-bin && mkdir -p gpu-bin
 for t in $targets; do f=$(find "$BUILD_DIR" -type f -name "$t" -perm -u+x | head -1); [ -n "$f" ] && cp "$f" gpu-bin/; done
-cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target attncheck attncheck-isolate attncheck_example_plugin
-cp "$BUILD_DIR/attncheck" "$BUILD_DIR/attncheck-isolate" gpu-bin/
+cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target attncheck attncheck-isolate attncheck_example_plugin worker_transport_bench
+cp "$BUILD_DIR/attncheck" "$BUILD_DIR/attncheck-isolate" "$BUILD_DIR"/worker_transport_bench gpu-bin/
 cp "$BUILD_DIR"/examples/libattncheck_example_plugin.so gpu-bin/
 strip gpu-bin/* 2>/dev/null || true
 du -sh gpu-bin; ls gpu-bin
