@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One short GPU lease in one call: the GPU tests, the harness on the CUDA backend and the worker
+# checks run side by side (the H200 has room for all of them; none of them is timed), then the
+# sanitizers on the small shapes, then the benchmarks alone on the idle GPU. Every step has its own
+# timeout, so a hang costs only its step. Logs under $OUT; one summary line per step.
+#   bash tests/gpu/session.sh        (from the repo root, with gpu-pack/ carried)
+set -u
+BIN="${BIN:-gpu-bin}"
+[ -d "$BIN" ] || { [ -f gpu-pack/bin.tar.xz ] && tar xJf gpu-pack/bin.tar.xz; }
+OUT="${OUT:-out}"; mkdir -p "$OUT"
+export AC_EXAMPLE_PLUGIN_PATH="$PWD/$BIN/libattncheck_example_plugin.so"
+summary="$OUT/summary.txt"; : > "$summary"
+note() { echo "$*" >> "$summary"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv >> "$summary" 2>&1
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+
+tests() {
+  for t in "$BIN"/*_gpu; do
+    local s=$(date +%s)
+    timeout 150 "$t" > "$OUT/test-$(basename "$t").log" 2>&1; local rc=$?
+    note "test $(basename "$t") rc=$rc $(tail -n 2 "$OUT/test-$(basename "$t").log" | tr '\n' ' ' | cut -c1-160) ($(($(date +%s) - s)) s)"
+  done
+}
+harness() {
+  local s=$(date +%s)
+  timeout 200 "$BIN/attncheck" check --backend cuda --suite gate --no-plots --report-dir "$OUT/gate" > "$OUT/gate.log" 2>&1
+  note "harness gate (cuda) rc=$? ($(($(date +%s) - s)) s): $(tail -n 1 "$OUT/gate.log" | cut -c1-200)"
+  s=$(date +%s)
+  timeout 200 "$BIN/attncheck" mutants --backend cuda --oracle all --first-kill --no-shrink --report-dir "$OUT/mutants" > "$OUT/mutants.log" 2>&1
+  note "harness mutants (cuda) rc=$? ($(($(date +%s) - s)) s): $(tail -n 1 "$OUT/mutants.log" | cut -c1-200)"
+}
+worker() {
+  OUT="$OUT/worker" timeout 240 bash tests/gpu/worker_gpu.sh > "$OUT/worker_gpu.out" 2>&1
+  note "worker_gpu rc=$?"
+}
+tests & harness & worker &
+wait
+
+if [ -n "$cs" ] && [ -x "$BIN/kernels_hopper_gpu" ]; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 100 "$cs" --tool "$tool" --error-exitcode 99 "$BIN/kernels_hopper_gpu" "[sanitize]" > "$OUT/san.log" 2>&1
+    note "sanitizer $tool hopper [sanitize] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san.log" | tr '\n' ' ')"
+    timeout 60 "$cs" --tool "$tool" --error-exitcode 99 "$BIN/kernels_hopper_gpu" "[sanitize-mutants]" > "$OUT/san-m.log" 2>&1
+    note "sanitizer $tool hopper mutants rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|mutant [0-9]' "$OUT/san-m.log" | tr '\n' ' ' | cut -c1-300)"
+    cat "$OUT/san.log" "$OUT/san-m.log" >> "$OUT/sanitizer.log"
+  done
+  for t in kernels_attention_fused_gpu mutants_gpu; do
+    timeout 60 "$cs" --tool memcheck --error-exitcode 99 "$BIN/$t" "~[seed]~[large]~[race]" > "$OUT/san.log" 2>&1
+    note "sanitizer memcheck $t rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san.log" | tr '\n' ' ')"
+  done
+  rm -f "$OUT/san.log" "$OUT/san-m.log"
+fi
+
+{ echo "===== hopper_bench"; timeout 150 "$BIN/hopper_bench" 10; echo "rc=$?";
+  echo "===== merge_bench"; timeout 40 "$BIN/merge_bench"; echo "rc=$?";
+  echo "===== attncheck.peers"; PYTHONPATH="$PWD/python" timeout 90 python3 -m attncheck.peers 10; echo "rc=$?"; } > "$OUT/bench.log" 2>&1
+note "benchmarks done"
+tar czf "$OUT/reports.tgz" -C "$OUT" gate mutants worker 2>/dev/null
+rm -rf "$OUT/gate" "$OUT/mutants" "$OUT/worker"/triton* "$OUT/worker"/g-* "$OUT/worker"/sdpa
+cat "$summary"
