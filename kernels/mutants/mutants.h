@@ -24,12 +24,12 @@
 namespace attncheck::kern {
 
 struct MutantInfo {
-  int number;                   // 1..13, the numbering of the README's mutation self-test
+  int number;                   // 1..16, the numbering of the README's mutation self-test
   const char* name;             // subject name, "mutant-..."
   const char* bug;              // one line: what is wrong
   const char* correct_subject;  // the correct built-in subject it differs from (and copies caps of)
   const char* expected_killer;  // the gate property expected to kill it (or the GPU test)
-  bool gpu_only;                // no host twin: a race (12) or a > 2^31-element tensor (13)
+  bool gpu_only;                // no host twin: a race (12), a > 2^31-element tensor (13), Hopper (14-16)
 };
 
 // Every mutant, in number order.

@@ -62,9 +62,19 @@ constexpr MutantInfo kMutants[] = {
     {13, "mutant-fused-offsets-32bit",
      "fused attention computes K/V tile offsets in 32 bits (wrap past 2^31)", "fused",
      "gpu test [large]: 131080 tokens x 128 KV heads x 128", true},
+    // The Hopper pipeline's bug classes; their subjects come from kernels/hopper/ (sm_90a builds only).
+    {14, "mutant-hopper-no-full-wait",
+     "fused-hopper consumers read K/V stages without waiting on their full mbarriers", "fused-hopper",
+     "accuracy at long key rows (--max-keys 16384; the copy engine must lag)", true},
+    {15, "mutant-hopper-stale-phase",
+     "fused-hopper consumers wait on a fixed mbarrier parity: the pipeline deadlocks after the ring wraps",
+     "fused-hopper", "any property: the wait's guard traps (device fault, exit 3)", true},
+    {16, "mutant-hopper-no-proxy-fence",
+     "fused-hopper's partial V tile, stored by ordinary stores, misses fence.proxy.async before wgmma",
+     "fused-hopper", "none seen on the H200 (synccheck and memcheck report it)", true},
 };
 
-enum class Family { merge, softmax, fused, splitkv };
+enum class Family { merge, softmax, fused, splitkv, hopper };
 
 struct MutantSelf {
   Family family;
@@ -154,6 +164,9 @@ constexpr Registration kRegistrations[] = {
     {11, Family::splitkv, int(fused::Mutation::combine_plus_inf)},
     {12, Family::fused, int(fused::Mutation::missing_barrier)},
     {13, Family::fused, int(fused::Mutation::offsets_32bit)},
+    {14, Family::hopper, 0},
+    {15, Family::hopper, 0},
+    {16, Family::hopper, 0},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -183,6 +196,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     const MutantInfo& m = kMutants[i];
     const Registration& r = kRegistrations[i];
     if (m.gpu_only && !cuda) continue;
+    if (r.family == Family::hopper) continue;  // append_hopper_mutant_subjects, below
     const ac_subject* twin = find_subject(correct, m.correct_subject);
     if (!twin) continue;  // cannot happen for the table above; tests/mutants checks every name
     g_self[b][i] = MutantSelf{r.family, r.mutation, cuda};
@@ -202,6 +216,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
         break;
       case Family::fused:
       case Family::splitkv:
+      case Family::hopper:
         s.attention = attention_mutant;
         break;
     }

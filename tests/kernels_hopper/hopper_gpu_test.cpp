@@ -257,7 +257,8 @@ TEST_CASE("hopper gpu: small shapes for the sanitizers", "[sanitize]") {
 }
 
 // The Hopper mutants once each on a small shape, results unchecked: for the sanitizers to judge.
-TEST_CASE("hopper gpu: mutants under the sanitizers", "[sanitize-mutants]") {
+// Hidden from a plain run: the stale-phase mutant traps, and a trap leaves the context unusable.
+TEST_CASE("hopper gpu: mutants under the sanitizers", "[.sanitize-mutants]") {
   if (!kern::hopper_built()) return;
   const AttnCase c = make_case(9900, DType::f16, 4, 2, 64, {128}, {1000}, false, false);
   for (auto m : {kern::HopperMutation::no_proxy_fence, kern::HopperMutation::no_full_wait,
