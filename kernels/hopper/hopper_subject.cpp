@@ -75,7 +75,7 @@ void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
   if (!cuda) return;
   out.push_back({"mutant-hopper-no-full-wait",
                  "MUTANT: fused-hopper consumers read K/V stages without waiting on their full mbarriers "
-                 "(killer: accuracy when the copy engine lags; racecheck reports nothing)",
+                 "(killers: split_equals_whole and accuracy, nondeterministic output; synccheck: missing wait)",
                  hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[0]});
   out.push_back(
       {"mutant-hopper-stale-phase",
@@ -86,7 +86,8 @@ void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
   out.push_back(
       {"mutant-hopper-no-proxy-fence",
        "MUTANT: fused-hopper's partial V tile, written by ordinary stores, misses fence.proxy.async "
-       "before wgmma reads it (killer: none seen on the H200: within the exact bound in every run)",
+       "before wgmma reads it (killer: none on the H200: within the exact bound, memcheck, racecheck and "
+       "synccheck silent)",
        hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[2]});
 #else
   (void)out;

@@ -65,13 +65,13 @@ constexpr MutantInfo kMutants[] = {
     // The Hopper pipeline's bug classes; their subjects come from kernels/hopper/ (sm_90a builds only).
     {14, "mutant-hopper-no-full-wait",
      "fused-hopper consumers read K/V stages without waiting on their full mbarriers", "fused-hopper",
-     "accuracy at long key rows (--max-keys 16384; the copy engine must lag)", true},
+     "split_equals_whole, accuracy (nondeterministic); synccheck: missing wait", true},
     {15, "mutant-hopper-stale-phase",
      "fused-hopper consumers wait on a fixed mbarrier parity: the pipeline deadlocks after the ring wraps",
      "fused-hopper", "any property: the wait's guard traps (device fault, exit 3)", true},
     {16, "mutant-hopper-no-proxy-fence",
      "fused-hopper's partial V tile, stored by ordinary stores, misses fence.proxy.async before wgmma",
-     "fused-hopper", "none seen on the H200 (synccheck and memcheck report it)", true},
+     "fused-hopper", "none on the H200: within the exact bound; memcheck, racecheck, synccheck silent", true},
 };
 
 enum class Family { merge, softmax, fused, splitkv, hopper };

@@ -6,6 +6,7 @@
 // ranges, masks; run-to-run bitwise reproducibility; the seed's shape on sampled rows; and the
 // Hopper mutants, which must differ from the exact result or from run to run.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_hopper
+#include <cstdlib>
 #include <catch2/catch.hpp>
 #include <cstring>
 
@@ -258,11 +259,14 @@ TEST_CASE("hopper gpu: small shapes for the sanitizers", "[sanitize]") {
 
 // The Hopper mutants once each on a small shape, results unchecked: for the sanitizers to judge.
 // Hidden from a plain run: the stale-phase mutant traps, and a trap leaves the context unusable.
+// AC_HOPPER_MUTANT=N runs only mutation N, so each sanitizer report belongs to one mutant.
 TEST_CASE("hopper gpu: mutants under the sanitizers", "[.sanitize-mutants]") {
   if (!kern::hopper_built()) return;
   const AttnCase c = make_case(9900, DType::f16, 4, 2, 64, {128}, {1000}, false, false);
+  const char* only = std::getenv("AC_HOPPER_MUTANT");
   for (auto m : {kern::HopperMutation::no_proxy_fence, kern::HopperMutation::no_full_wait,
                  kern::HopperMutation::stale_phase}) {
+    if (only && std::atoi(only) != int(m)) continue;
     const GpuResult r = run_gpu(c, 0, {}, m);
     WARN("mutant " << int(m) << ": rc " << r.rc << ", exact check: "
                    << (compare_with_exact(c, r.out, &r.lse, {}).empty() ? "within bound" : "outside bound"));

@@ -67,6 +67,7 @@ struct GateOutcome {
   CaseSize size;
   bool has_size = false;
   std::vector<std::string> all_killers;
+  bool device_fault = false;  // a property crashed the device: later GPU runs in this process are void
   std::string note;
 };
 
@@ -97,6 +98,7 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
       std::fprintf(stderr, "  %-34s %-22s %-8s %4d cases %7.2f s%s%s\n", s.name().c_str(), p.name.c_str(),
                    status_name(r.status), r.cases_run, r.seconds, fail ? "  " : "", fail ? r.message.c_str() : "");
     if (!fail) continue;
+    if (r.status == PropertyResult::Status::crashed && r.failure_class == "device_fault") g.device_fault = true;
     g.failed = true;
     g.all_killers.push_back(p.name);
     const int c = r.cases_to_first_failure > 0 ? r.cases_to_first_failure : r.cases_run;
@@ -323,9 +325,21 @@ int run(const Options& o) {
 
   // 3. Run.
   if (!o.quiet) std::fprintf(stderr, "%s\n", note.c_str());
+  // A device fault (a trap, an illegal address) leaves this process's CUDA context unusable: every
+  // later GPU run would "fail" with it. Those rows are not run, never counted as kills.
+  // Mutants expected to fault the device run last, after every other row (correct twins included).
+  std::stable_partition(rows.begin(), rows.end(),
+                        [](const Row& r) { return r.expected.find("device fault") == std::string::npos; });
+  std::string faulted_by;
   for (Row& r : rows) {
     if (!r.subject) continue;
+    if (!faulted_by.empty() && r.subject->backend() == "cuda") {
+      r.gate.note = "not run: the device faulted under " + faulted_by + "; run it alone with --mutant " + r.name;
+      if (!o.quiet) std::fprintf(stderr, "  %-34s %s\n", r.name.c_str(), r.gate.note.c_str());
+      continue;
+    }
     if (gate && r.number != 13) r.gate = run_gate(*r.subject, o, r.number > 0);
+    if (r.gate.device_fault) faulted_by = r.name;
     for (const auto& p : peers) {
       const PeerResult pr = run_peer_oracle(*parse_peer_oracle(p), *r.subject, o.seed, o.peer_cases);
       if (!o.quiet)
