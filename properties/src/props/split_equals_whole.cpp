@@ -10,14 +10,16 @@
 namespace attncheck::detail {
 namespace {
 
-// Cuts: every a for short rows, else 0, N, and six spread points.
-std::vector<int64_t> cuts_of(int64_t N) {
+// Cuts: every a for short rows, else 0, N, and six spread points. A subject that refuses zero-key
+// ranges is never handed an empty piece: the cuts 0 and N are left out and the others kept.
+std::vector<int64_t> cuts_of(int64_t N, bool zero_keys) {
   std::vector<int64_t> cuts;
   if (N <= 16) {
     for (int64_t k = 0; k <= N; ++k) cuts.push_back(k);
   } else {
     for (int64_t k : {int64_t(0), N / 7, N / 3, N / 2, N / 2 + 1, 2 * N / 3, N - 1, N}) cuts.push_back(k);
   }
+  if (!zero_keys) std::erase_if(cuts, [N](int64_t k) { return k <= 0 || k >= N; });
   return cuts;
 }
 
@@ -62,7 +64,7 @@ class SplitEqualsWhole final : public Property {
     Subject& s = ctx.subject;
     const auto& a = std::get<AttentionInput>(c.input);
     const int64_t N = a.seqlens_k.at(0);
-    const std::vector<int64_t> cuts = cuts_of(N);
+    const std::vector<int64_t> cuts = cuts_of(N, !ctx.cv.refuses_zero_keys);
     before_launch(ctx, c);
     const AttentionOutput whole = s.attention(a, c.options);
     o.digest = digest_bits(whole.out, whole.lse);
