@@ -262,8 +262,9 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   d.max_keys = std::max(1, max_keys);
   for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) d.tile_keys = std::max(d.tile_keys, int(c.tilings[i].bc));
   // A black-box kernel declares no tilings; its key tiles are unknown, so rows still cross the
-  // common ones.
-  if (c.num_tilings <= 0 && (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV))) d.tile_keys = kNominalTileKeys;
+  // common ones, where the run allows rows that long (a declared tile is crossed regardless).
+  if (c.num_tilings <= 0 && (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && d.max_keys >= kNominalTileKeys)
+    d.tile_keys = kNominalTileKeys;
   d.zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) == 0;
   return d;
 }

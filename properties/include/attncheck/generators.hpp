@@ -27,8 +27,8 @@ struct Domain {
   int tile_keys = 0;                // the subject's largest key tile (Bc); 0: none
   bool zero_keys = true;            // sequences of 0 keys allowed (AC_CAP_REFUSES_ZERO_KEYS: not)
 };
-// The key tile a subject that declares no tilings is tested as if it had: rows of up to
-// 2 * 64 + 8 keys then cross the key-tile boundaries of the common 64- and 128-key tiles.
+// The key tile a subject that declares no tilings is tested as if it had, when the run's max_keys
+// reaches it: rows of up to 2 * 64 + 8 keys then cross the boundaries of 64- and 128-key tiles.
 constexpr int kNominalTileKeys = 64;
 // Whether attention inputs with empty rows can be drawn for the domain: a mask, a zero-key range,
 // or causal alignment with more queries than keys.
