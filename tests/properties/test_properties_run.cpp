@@ -179,6 +179,7 @@ TEST_CASE("undefined empty-row LSE: a wrong sentinel passes, O is still held to 
   sentinel.set_flags(AC_CAP_EMPTY_LSE_UNDEFINED);
   expect_pass("empty_row_contract", sentinel);
   expect_pass("lse_convention", sentinel);
+  expect_pass("split_equals_whole", sentinel);
   Fake finite_mask("attn-undefined-finite-mask", AC_OP_ATTENTION, Bug::attention_finite_mask, 0, -1,
                    fakes::kAttnFeatures);
   finite_mask.set_flags(AC_CAP_EMPTY_LSE_UNDEFINED);

@@ -100,12 +100,18 @@ class SplitEqualsWhole final : public Property {
     std::vector<double> o_allowed[2];
     for (int i = 0; i < 2; ++i) {
       st[i].lse = Real(double(po[i].lse[size_t(row)]));
+      // A piece whose row sees no key has a meaningless LSE when the subject declares it so; the
+      // caller merging the pieces stands in the empty state's -inf.
+      if (ctx.cv.empty_lse_undefined && pj[i].rows[size_t(row)].empty) st[i].lse = Real(-INFINITY);
       for (int64_t d = 0; d < D; ++d)
         st[i].o.push_back(Real(decode(a.dtype, po[i].out[size_t(row * D + d)])));
       for (const Elem& e : pj[i].elems)
         if (e.row == row) {
           if (e.out == Out::LSE)
             lse_allowed[i] = e.allowed;
+          else if (ctx.cv.flushes_subnormals && e.within && e.out_value == 0 && e.exact_finite)
+            // A zero the flush rule accepted (budgets.cpp) is off by |exact|: that is its allowance.
+            o_allowed[i].push_back(std::max(e.allowed, std::fabs(e.exact.convert_to<double>())));
           else
             o_allowed[i].push_back(e.allowed);
         }
