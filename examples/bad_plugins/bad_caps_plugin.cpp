@@ -1,6 +1,8 @@
 // A deliberately invalid plugin: version and symbols are right, but its one subject declares
 // attention without any tiling and without an attention function. attncheck must refuse it
-// (exit 2, naming the subject and the first problem).
+// (exit 2, naming the subject and the first problem). Built as a version-1 plugin, where an
+// attention subject must declare a tiling.
+#define AC_TARGET_ABI_VERSION 1
 #include "attncheck/plugin_abi.h"
 
 namespace {

@@ -7,6 +7,9 @@
 // fp32 / fp16 / bf16, head sizes 1..512. No rounding happens in this file; the wrapped kernel
 // computes in fp32 and rounds once when it stores each output element.
 //
+// It is built as a version-1 plugin (examples/CMakeLists.txt defines AC_TARGET_ABI_VERSION=1), the
+// binary layout attncheck must keep loading; examples/plugin_v2_caps is its version-2 sibling.
+//
 // Build: cmake --build build --target attncheck_example_plugin
 // Check: build/attncheck check --plugin build/examples/libattncheck_example_plugin.so
 //        (add --subject example-merge to run only the host twin)

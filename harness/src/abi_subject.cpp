@@ -355,7 +355,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
   a.mask = has_mask ? static_cast<const uint8_t*>(mask.get()) : nullptr;
   a.cu_mask = has_mask ? static_cast<const int64_t*>(cu_mask_s.get()) : nullptr;
   a.cu_mask_host = has_mask ? cu_mask.data() : nullptr;
-  a.tiling = opt.tiling;
+  a.tiling = subject_.caps.num_tilings > 0 ? opt.tiling : -1;  // -1: the subject declares no tilings
   a.num_splits = opt.num_splits;
   a.fold_order = opt.fold_order;
   a.stream = nullptr;

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <set>
 
 #include "attncheck/abi_subject.hpp"
@@ -25,9 +26,60 @@ bool valid_name(const char* n) {
   return true;
 }
 
+// A version-1 subject must read the same through either layout: every field they share sits at
+// the same offset, so the copy below is field by field only for clarity.
+#define AC_SAME_OFFSET(f) \
+  static_assert(offsetof(ac_caps, f) == offsetof(ac_caps_v1, f), "ac_caps." #f " moved")
+AC_SAME_OFFSET(ops);
+AC_SAME_OFFSET(dtypes);
+AC_SAME_OFFSET(memory);
+AC_SAME_OFFSET(head_size_min);
+AC_SAME_OFFSET(head_size_max);
+AC_SAME_OFFSET(head_sizes);
+AC_SAME_OFFSET(num_head_sizes);
+AC_SAME_OFFSET(lse_base);
+AC_SAME_OFFSET(lse_layout);
+AC_SAME_OFFSET(empty_lse_sign);
+AC_SAME_OFFSET(features);
+AC_SAME_OFFSET(tilings);
+AC_SAME_OFFSET(num_tilings);
+AC_SAME_OFFSET(max_splits);
+AC_SAME_OFFSET(fold_orders);
+#undef AC_SAME_OFFSET
+static_assert(offsetof(ac_caps, flags) >= offsetof(ac_caps_v1, fold_orders) + sizeof(uint32_t));
+
 }  // namespace
 
-std::vector<std::string> validate_subject(const ac_subject& s) {
+ac_subject subject_from_v1(const ac_subject_v1& v) {
+  ac_subject s{};
+  s.name = v.name;
+  s.description = v.description;
+  const ac_caps_v1& a = v.caps;
+  ac_caps& c = s.caps;
+  c.ops = a.ops;
+  c.dtypes = a.dtypes;
+  c.memory = a.memory;
+  c.head_size_min = a.head_size_min;
+  c.head_size_max = a.head_size_max;
+  c.head_sizes = a.head_sizes;
+  c.num_head_sizes = a.num_head_sizes;
+  c.lse_base = a.lse_base;
+  c.lse_layout = a.lse_layout;
+  c.empty_lse_sign = a.empty_lse_sign;
+  c.features = a.features;
+  c.tilings = a.tilings;
+  c.num_tilings = a.num_tilings;
+  c.max_splits = a.max_splits;
+  c.fold_orders = a.fold_orders;
+  c.flags = 0;  // version 1 has no contract bits
+  s.merge = v.merge;
+  s.softmax = v.softmax;
+  s.attention = v.attention;
+  s.self = v.self;
+  return s;
+}
+
+std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_version) {
   std::vector<std::string> problems;
   auto bad = [&](const std::string& p) { problems.push_back(p); };
   const ac_caps& c = s.caps;
@@ -52,13 +104,25 @@ std::vector<std::string> validate_subject(const ac_subject& s) {
   if (c.lse_base != 0 && c.lse_base != 2) bad("caps.lse_base must be 0 (natural) or 2");
   if (c.lse_layout != AC_LSE_HEADS_TOKENS && c.lse_layout != AC_LSE_TOKENS_HEADS)
     bad("caps.lse_layout is not a known layout");
-  if (c.empty_lse_sign != -1 && c.empty_lse_sign != 1) bad("caps.empty_lse_sign must be -1 or +1");
+  if (abi_version < 2 && c.flags != 0) bad("caps.flags is a version-2 field; this subject is version 1");
+  if (c.flags & ~uint32_t(AC_CAP_KNOWN_V2)) bad("unknown bits in caps.flags");
+  if (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) {
+    if (c.empty_lse_sign != 0) bad("caps.empty_lse_sign must be 0 with AC_CAP_EMPTY_LSE_UNDEFINED");
+  } else if (c.empty_lse_sign != -1 && c.empty_lse_sign != 1) {
+    bad(abi_version < 2 ? "caps.empty_lse_sign must be -1 or +1"
+                        : "caps.empty_lse_sign must be -1 or +1 (or 0 with AC_CAP_EMPTY_LSE_UNDEFINED)");
+  }
   if ((c.ops & AC_OP_MERGE) && !s.merge) bad("declares merge but the merge function is NULL");
   if ((c.ops & AC_OP_SOFTMAX) && !s.softmax) bad("declares softmax but the softmax function is NULL");
   const bool attention_like = (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) != 0;
   if (attention_like) {
     if (!s.attention) bad("declares attention/split-KV but the attention function is NULL");
-    if (!c.tilings || c.num_tilings <= 0) bad("declares attention/split-KV but no tilings");
+    // Version 2 lets a black-box kernel declare none; version 1 plugins may index caps.tilings
+    // with the call's tiling unconditionally, so they must declare one.
+    if (abi_version < 2 && (!c.tilings || c.num_tilings <= 0))
+      bad("declares attention/split-KV but no tilings (version 2 may declare none)");
+    if (c.num_tilings < 0 || (c.num_tilings > 0 && !c.tilings))
+      bad("caps.num_tilings is negative, or positive with tilings NULL");
     for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i)
       if (c.tilings[i].br <= 0 || c.tilings[i].bc <= 0)
         bad("tiling " + std::to_string(i) + " has Br or Bc <= 0");
@@ -90,22 +154,31 @@ LoadedPlugin load_plugin(const std::string& path) {
   if (!version_fn)
     throw PluginError(where + "missing symbol attncheck_plugin_abi_version (not an attncheck plugin, or not extern \"C\")");
   const uint32_t version = version_fn();
-  if (version != AC_ABI_VERSION)
-    throw PluginError(where + "ABI version " + std::to_string(version) + ", this attncheck speaks version " +
-                      std::to_string(AC_ABI_VERSION) + " (rebuild the plugin against this plugin_abi.h)");
+  if (version < AC_ABI_VERSION_MIN || version > AC_ABI_VERSION_MAX)
+    throw PluginError(where + "ABI version " + std::to_string(version) + ", this attncheck speaks versions " +
+                      std::to_string(AC_ABI_VERSION_MIN) + " to " + std::to_string(AC_ABI_VERSION_MAX) +
+                      " (rebuild the plugin against this plugin_abi.h)");
   auto plugin_fn = reinterpret_cast<ac_plugin_fn>(dlsym(handle, "attncheck_plugin"));
   if (!plugin_fn) throw PluginError(where + "missing symbol attncheck_plugin");
   const ac_plugin* p = plugin_fn();
   if (!p) throw PluginError(where + "attncheck_plugin() returned NULL");
-  if (p->abi_version != AC_ABI_VERSION)
-    throw PluginError(where + "ac_plugin.abi_version is " + std::to_string(p->abi_version) + ", expected " +
-                      std::to_string(AC_ABI_VERSION));
+  // The plugin's two statements of its version must agree: the array's layout follows from it.
+  if (p->abi_version != version)
+    throw PluginError(where + "ac_plugin.abi_version is " + std::to_string(p->abi_version) +
+                      ", but attncheck_plugin_abi_version() said " + std::to_string(version));
   if (p->num_subjects <= 0 || !p->subjects) throw PluginError(where + "declares no subjects");
 
   LoadedPlugin out;
   out.path = path;
   out.name = p->name ? p->name : path;
-  std::vector<ac_subject> subjects(p->subjects, p->subjects + p->num_subjects);
+  std::vector<ac_subject> subjects;
+  if (version == 1) {
+    // Read with the version-1 stride and layout; `flags` is never read from such a plugin.
+    const auto* v1 = reinterpret_cast<const ac_subject_v1*>(p->subjects);
+    for (int32_t i = 0; i < p->num_subjects; ++i) subjects.push_back(subject_from_v1(v1[i]));
+  } else {
+    subjects.assign(p->subjects, p->subjects + p->num_subjects);
+  }
   std::set<std::string> names;
   for (size_t i = 0; i < subjects.size(); ++i) {
     const ac_subject& s = subjects[i];
@@ -116,7 +189,7 @@ LoadedPlugin load_plugin(const std::string& path) {
     } else {
       label.append("#").append(std::to_string(i));
     }
-    const auto problems = validate_subject(s);
+    const auto problems = validate_subject(s, version);
     if (!problems.empty()) throw PluginError(where + "subject " + label + ": " + problems.front());
     if (!names.insert(s.name).second) throw PluginError(where + "subject name " + label + " declared twice");
   }

@@ -38,7 +38,9 @@ int textbook_check_args(const ac_attention_args& a, const TextbookOptions& o, ch
     AC_REFUSE("textbook: impossible head counts: num_heads %d, num_kv_heads %d", int(a.num_heads),
               int(a.num_kv_heads));
   if (a.num_heads > 65535) AC_REFUSE("textbook: num_heads %d > 65535", int(a.num_heads));
-  if (a.tiling != 0) AC_REFUSE("textbook: tiling index %d (one fixed tiling, index 0)", int(a.tiling));
+  // The subject declares no tilings, so the loader passes -1; 0 is kept for direct callers.
+  if (a.tiling != -1 && a.tiling != 0)
+    AC_REFUSE("textbook: tiling index %d (no tilings declared: -1, or 0)", int(a.tiling));
   if (a.num_seqs < 0) AC_REFUSE("textbook: impossible shape: num_seqs %d", int(a.num_seqs));
   if (a.num_seqs == 0) return AC_OK;
   if (!a.cu_seqlens_q_host || !a.cu_seqlens_k_host)

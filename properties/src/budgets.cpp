@@ -122,6 +122,26 @@ double softmax_allowance(const Budget& b, ac_dtype d, double ulp_exact, double k
   return allowed;
 }
 
+// Flushed subnormals (AC_CAP_FLUSHES_SUBNORMALS): a kernel running with FTZ / DAZ replaces a
+// result whose magnitude is below the smallest normal min_F of its format by a zero, instead of the
+// subnormal (or the rounding to a subnormal) a correct IEEE kernel would store. A correct kernel's
+// value y before the flush is within the element's ordinary allowance a of the exact value x,
+// |y - x| <= a; it is flushed exactly when 0 < |y| < min_F. So a stored zero is what such a kernel
+// may write iff some y in [x - a, x + a] lies in the subnormal range (-min_F, min_F) \ {0}:
+//   |x| - a < min_F  (the budget interval reaches into the subnormal range),
+// and for its sign: +0 is the usual flush result, and the flush of a negative y may keep its sign,
+// so -0 also needs a negative y in range, x - a < 0. Nothing else is relaxed: a nonzero output is
+// judged by the ordinary allowance, and a zero where every y within budget is normal (|x| - a >=
+// min_F) is still an error. An fp32 intermediate flushed inside the kernel moves its result by less
+// than 2^-126 per flushed term; a declared flush buys no allowance for that beyond the zero above,
+// so a kernel whose intermediate flushes push a normal output past its budget fails.
+double min_normal(ac_dtype d) { return d == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126; }
+bool flushed_zero_allowed(ac_dtype d, double exact, double allowed, bool negative) {
+  if (!std::isfinite(exact)) return false;
+  if (!(std::fabs(exact) - allowed < min_normal(d))) return false;
+  return !negative || exact - allowed < 0;
+}
+
 // An LSE in the other base (or written in the other layout) differs from the declared reading by
 // far more than the budget; within 8 budgets of the other reading (and a relative 1e-6 for the
 // double evaluation of the other base) is that confusion, not an inaccuracy.

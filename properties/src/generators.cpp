@@ -267,7 +267,16 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   d.features = c.features;
   d.max_keys = std::max(1, max_keys);
   for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) d.tile_keys = std::max(d.tile_keys, int(c.tilings[i].bc));
+  // A black-box kernel declares no tilings; its key tiles are unknown, so rows still cross the
+  // common ones, where the run allows rows that long (a declared tile is crossed regardless).
+  if (c.num_tilings <= 0 && (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && d.max_keys >= kNominalTileKeys)
+    d.tile_keys = kNominalTileKeys;
+  d.zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) == 0;
   return d;
+}
+
+bool can_draw_empty_attention_rows(const Domain& d) {
+  return d.zero_keys || (d.features & (AC_FEAT_MASK | AC_FEAT_CAUSAL)) != 0;
 }
 
 rc::Gen<MergeInput> merge_input(const Domain& dom) {
@@ -364,8 +373,11 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
   const bool long_rows = dom.max_keys > 256 && pick_class(4) == 0;
   for (int s = 0; s < nseq; ++s) {
     const int tq = int(*g::inRange(choice.split ? 1 : 0, dom.max_tokens + 1));
+    // A subject refusing zero keys gets at least one (a split case two: each piece one).
+    const int min_tk = dom.zero_keys ? 0 : choice.split ? 2 : 1;
     int tk = long_rows ? int(*g::inRange(dom.max_keys / 2, dom.max_keys + 1))
-                       : int(*g::inRange(0, std::min(dom.max_keys, 64) + 1));
+                       : int(*g::inRange(min_tk, std::max(min_tk, std::min(dom.max_keys, 64)) + 1));
+    tk = std::max(tk, min_tk);
     // One row in four spans two key tiles of the subject (up to 2 Bc + 8 keys), or the rescale of
     // O and l between tiles is never exercised (issue 6: mutant 6, "forgets to rescale O", survived
     // the gate with rows of at most 64 keys and Bc = 64).
@@ -376,7 +388,10 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     a.seqlens_k.push_back(tk);
   }
   if (!choice.split && (dom.features & AC_FEAT_CAUSAL)) a.causal = pick_class(3) == 0;
-  const bool use_mask = (dom.features & AC_FEAT_MASK) && !choice.overflow_band &&
+  // Empty rows without a zero-key range: a mask, else causal alignment (below).
+  const bool causal_empty = choice.empty_rows && !dom.zero_keys && (dom.features & AC_FEAT_CAUSAL) &&
+                            (!(dom.features & AC_FEAT_MASK) || pick_class(2) == 0);
+  const bool use_mask = (dom.features & AC_FEAT_MASK) && !choice.overflow_band && !causal_empty &&
                         (choice.empty_rows || pick_class(3) == 0);
   if (use_mask)
     for (int s = 0; s < nseq; ++s) {
@@ -384,7 +399,11 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
                                        : *any_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)]);
       a.mask.insert(a.mask.end(), m.begin(), m.end());
     }
-  if (choice.empty_rows && !use_mask) {
+  if (causal_empty) {
+    // Bottom-right alignment: query t sees keys up to t + Tk - Tq, so the first Tq - Tk rows see none.
+    a.causal = true;
+    a.seqlens_q[0] = a.seqlens_k[0] + int32_t(*g::inRange(1, 4));
+  } else if (choice.empty_rows && !use_mask && dom.zero_keys) {
     // Without a mask, empty rows come from zero-length key ranges or causal alignment (Tq > Tk).
     a.seqlens_k[0] = 0;
     if (a.seqlens_q[0] == 0) a.seqlens_q[0] = 1;

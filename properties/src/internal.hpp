@@ -34,6 +34,10 @@ struct Conventions {
   bool scores_rounded = false;  // AC_FEAT_SCORES_IN_INPUT_TYPE: S stored in the input format
   bool has_lse = false;         // attention: writes LSE (AC_FEAT_LSE); merge always has one
   ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
+  // Contract bits of ac_caps.flags (version 2).
+  bool empty_lse_undefined = false;  // an empty row's LSE is not judged
+  bool flushes_subnormals = false;   // a zero may stand for an exact subnormal (budgets.cpp)
+  bool refuses_zero_keys = false;    // never called with a sequence of 0 keys
 };
 Conventions conventions_of(const Subject&);
 
@@ -72,6 +76,11 @@ struct Judgement {
   int64_t num_rows = 0, num_heads = 1;
   bool row_skipped(int64_t r) const { return rows[r].hazard || rows[r].underflow || rows[r].ambiguous; }
 };
+
+// The declared contracts applied to a finished judgement: the empty rows' LSE elements of a subject
+// whose empty LSE is undefined pass unjudged, and a flushing subject's zeros pass where
+// flushed_zero_allowed says so. Every judge_* ends with it.
+void apply_declared_contracts(Judgement&, const Conventions&);
 
 Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const Conventions&, const Budget&);
 Judgement judge_merge(const MergeInput&, const MergeOutput&, const Conventions&, const Budget&);

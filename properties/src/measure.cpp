@@ -54,7 +54,27 @@ Conventions conventions_of(const Subject& s) {
   v.scores_rounded = (c.features & AC_FEAT_SCORES_IN_INPUT_TYPE) != 0;
   v.has_lse = (c.features & AC_FEAT_LSE) != 0;
   v.layout = c.lse_layout;
+  v.empty_lse_undefined = (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) != 0;
+  v.flushes_subnormals = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0;
+  v.refuses_zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
   return v;
+}
+
+void apply_declared_contracts(Judgement& J, const Conventions& cv) {
+  if (!cv.empty_lse_undefined && !cv.flushes_subnormals) return;
+  for (Elem& e : J.elems) {
+    if (e.within) continue;
+    if (cv.empty_lse_undefined && e.out == Out::LSE && J.rows[size_t(e.row)].empty) {
+      e.within = true;
+      e.ratio = 0;
+      continue;
+    }
+    if (cv.flushes_subnormals && e.exact_finite && e.out_value == 0 &&
+        flushed_zero_allowed(e.dtype, e.exact.convert_to<double>(), e.allowed, std::signbit(e.out_value))) {
+      e.within = true;
+      e.ratio = std::min(e.ratio, 1.0);
+    }
+  }
 }
 
 const char* out_name(Out o) {
@@ -308,6 +328,7 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
       }
     }
   }
+  apply_declared_contracts(J, cv);
   return J;
 }
 
@@ -380,6 +401,7 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
         J.elems.push_back(std::move(e));
       }
     }
+  apply_declared_contracts(J, cv);
   return J;
 }
 
@@ -429,6 +451,7 @@ Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const C
       J.elems.push_back(std::move(e));
     }
   }
+  apply_declared_contracts(J, cv);
   return J;
 }
 

@@ -136,6 +136,8 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
   if (!merge.has_op(AC_OP_MERGE)) throw PrefillScenarioError("subject " + merge.name() + " has no merge operation");
   if (!(attention.caps().features & AC_FEAT_LSE)) throw PrefillScenarioError("subject " + attention.name() + " writes no LSE");
   const double att_to_nat = attention.caps().lse_base == 2 ? std::log(2.0) : 1.0;
+  const bool refuses_zero_keys = (attention.caps().flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
+  const bool empty_lse_undefined = (attention.caps().flags & AC_CAP_EMPTY_LSE_UNDEFINED) != 0;
   const double nat_to_merge = merge.caps().lse_base == 2 ? 1.0 / std::log(2.0) : 1.0;
   const int H = sc.num_heads, Hkv = sc.num_kv_heads, D = sc.head_size, C = sc.chunk_size;
   int max_prefix = 0;
@@ -180,6 +182,14 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
       ++rep.chunks;
       rep.rows_checked += tq * H;
       auto attend = [&](const Bits& k, const Bits& v, int64_t k0, int tk, bool causal) {
+        if (tk == 0 && refuses_zero_keys) {
+          // Such a kernel is never called on an empty context chunk; its caller stands in the
+          // empty state, O = 0 and LSE = -inf, which is what the merge then receives.
+          AttentionOutput empty;
+          empty.out.assign(size_t(int64_t(tq) * H * D), detail::round_bits(sc.dtype, 0.0));
+          empty.lse.assign(size_t(int64_t(tq) * H), -INFINITY);
+          return empty;
+        }
         AttentionInput a;
         a.dtype = sc.dtype;
         a.num_heads = H;
@@ -193,6 +203,8 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
         a.k.assign(k.begin() + k0 * Hkv * D, k.begin() + (k0 + tk) * Hkv * D);
         a.v.assign(v.begin() + k0 * Hkv * D, v.begin() + (k0 + tk) * Hkv * D);
         AttentionOutput out = attention.attention(a, AttentionOptions{});
+        // An empty chunk's LSE is declared meaningless; the caller stands in -inf before merging.
+        if (tk == 0 && empty_lse_undefined) out.lse.assign(out.lse.size(), -INFINITY);
         for (float& l : out.lse) l = float(double(l) * att_to_nat * nat_to_merge);  // into the merge's base
         return out;
       };

@@ -86,6 +86,7 @@ void rule_accuracy(Outcome& o, const Judgement& J, bool finite_only) {
 void rule_empty(Outcome& o, const Judgement& J, const Conventions& cv) {
   for (const Elem& e : J.elems) {
     if (!J.rows[size_t(e.row)].empty) continue;
+    if (e.out == Out::LSE && cv.empty_lse_undefined) continue;  // declared undefined: O alone is judged
     bool good;
     if (e.out == Out::LSE) {
       const double want = cv.empty_sign > 0 ? INFINITY : -INFINITY;

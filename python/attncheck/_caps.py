@@ -8,7 +8,7 @@ DTYPES = ("fp32", "fp16", "bf16")
 MEMORY = ("host", "cuda")
 LSE_BASES = ("e", "2")
 LSE_LAYOUTS = ("heads_tokens", "tokens_heads")
-EMPTY_LSE = ("-inf", "+inf")
+EMPTY_LSE = ("-inf", "+inf", "undefined")
 FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type")
 FOLDS = ("left", "right", "tree")
 
@@ -32,8 +32,14 @@ def _words(name, field, value, known):
 
 def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_size_range=None, lse_base="e",
                   lse_layout="heads_tokens", empty_lse="-inf", features=(), tilings=(), max_splits=0,
-                  fold_orders=(), description=""):
-    """Returns the handshake dictionary of one subject, or raises CapsError naming the problem."""
+                  fold_orders=(), description="", refuses_zero_keys=False, flushes_subnormals=False):
+    """Returns the handshake dictionary of one subject (protocol 2), or raises CapsError naming the
+    problem.
+
+    refuses_zero_keys: the subject cannot be called with a sequence of 0 keys; attncheck never does.
+    flushes_subnormals: outputs whose exact value is subnormal may come back as 0 (FTZ / DAZ).
+    empty_lse="undefined": an empty row's LSE is not judged (its O = 0 still is).
+    tilings: may be empty for attention / splitkv (a black-box kernel picks its own)."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
         raise CapsError(f"subject name {name!r} must be non-empty letters, digits, '-', '_', '.'")
     ops = _words(name, "ops", ops, OPS)
@@ -51,10 +57,14 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
     if lse_layout not in LSE_LAYOUTS:
         raise CapsError(f"subject {name!r}: lse_layout must be one of {', '.join(LSE_LAYOUTS)}, not {lse_layout!r}")
     if empty_lse not in EMPTY_LSE:
-        raise CapsError(f"subject {name!r}: empty_lse must be '-inf' or '+inf', not {empty_lse!r}")
+        raise CapsError(f"subject {name!r}: empty_lse must be '-inf', '+inf' or 'undefined', not {empty_lse!r}")
+    for field, value in (("refuses_zero_keys", refuses_zero_keys), ("flushes_subnormals", flushes_subnormals)):
+        if not isinstance(value, bool):
+            raise CapsError(f"subject {name!r}: {field} must be True or False, not {value!r}")
     d = {"name": name, "description": description or name, "ops": list(ops), "dtypes": list(dtypes),
          "memory": memory, "lse_base": str(lse_base), "lse_layout": lse_layout, "empty_lse": empty_lse,
-         "features": list(features)}
+         "features": list(features), "refuses_zero_keys": refuses_zero_keys,
+         "flushes_subnormals": flushes_subnormals}
     if head_sizes is not None and head_size_range is not None:
         raise CapsError(f"subject {name!r}: give head_sizes or head_size_range, not both")
     if head_sizes is not None:
@@ -76,10 +86,7 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
         if br <= 0 or bc <= 0:
             raise CapsError(f"subject {name!r}: tiling {t!r} has Br or Bc <= 0")
         tl.append([br, bc])
-    if ("attention" in ops or "splitkv" in ops) and not tl:
-        # Black-box kernels have no tiling to choose; one nominal tiling (64 x 64) keeps the
-        # protocol version 1 rule that attention subjects declare one.
-        tl = [[64, 64]]
+    # Empty for a black-box kernel: protocol 2 lets attention subjects declare no tilings.
     d["tilings"] = tl
     if "splitkv" in ops:
         if int(max_splits) < 1:
@@ -89,3 +96,23 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
     d["max_splits"] = int(max_splits)
     d["fold_orders"] = list(fold_orders)
     return d
+
+
+# The fields protocol 2 added; as_protocol_1() removes them.
+V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals")
+
+
+def as_protocol_1(d):
+    """The declaration for an attncheck that speaks only protocol 1, or CapsError when the subject
+    relies on something version 1 cannot say (its result would be judged by the wrong rules)."""
+    needs = [f for f in V2_FIELDS if d.get(f)]
+    if d["empty_lse"] == "undefined":
+        needs.append("empty_lse='undefined'")
+    if needs:
+        raise CapsError(f"subject {d['name']!r} declares {', '.join(needs)}, which needs worker protocol 2; "
+                        "this attncheck speaks protocol 1 (upgrade attncheck)")
+    d1 = {k: v for k, v in d.items() if k not in V2_FIELDS}
+    if ("attention" in d["ops"] or "splitkv" in d["ops"]) and not d1["tilings"]:
+        # Version 1 requires one tiling; a nominal 64 x 64 stands in for the kernel's own choice.
+        d1["tilings"] = [[64, 64]]
+    return d1

@@ -41,7 +41,8 @@ class AttentionCall(_Call):
     [total_k, num_kv_heads, head_size]; cu_seqlens_q / cu_seqlens_k: num_seqs + 1 int32 offsets
     (cu_seqlens_*_host: the same as a list); causal is bottom-right aligned; mask: None or the
     per-sequence row-major [Tq_i, Tk_i] uint8 blocks back to back (block i at cu_mask_host[i]);
-    softmax_scale: a Python float holding the float32 value exactly; tiling: (index, br, bc);
+    softmax_scale: a Python float holding the float32 value exactly; tiling: (index, br, bc), or
+    None when the subject declares no tilings;
     num_splits and fold_order for split-KV. Return out, or (out, lse) when the subject declares
     the "lse" feature (lse fp32 in the declared layout, [num_heads, total_q] or [total_q, num_heads])."""
     op = "attention"

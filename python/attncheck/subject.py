@@ -17,6 +17,9 @@
 
 Capabilities use the worker protocol's words (the C ABI's ac_caps as names) and are validated
 when the subject is created: a bad declaration raises CapsError at import, naming the field.
+Contracts of real kernels: refuses_zero_keys=True (the kernel cannot take a sequence with no
+keys), flushes_subnormals=True (FTZ / DAZ), empty_lse="undefined" (an empty row's LSE is garbage),
+and tilings may be left empty.
 Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or module:object).
 
 Raise ac.Unsupported for inputs the subject refuses (skipped, not a failure) and ac.DeviceError
@@ -34,7 +37,8 @@ class DeviceError(Exception):
 
 
 _CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
-               "features", "tilings", "max_splits", "fold_orders", "description")
+               "features", "tilings", "max_splits", "fold_orders", "description", "refuses_zero_keys",
+               "flushes_subnormals")
 
 
 class Subject:
@@ -49,9 +53,11 @@ class Subject:
     head_size_range = None
     lse_base = "e"
     lse_layout = "heads_tokens"
-    empty_lse = "-inf"
+    empty_lse = "-inf"  # or "+inf", or "undefined": an empty row's LSE is then not judged
     features = ()
-    tilings = ()
+    tilings = ()  # (br, bc) pairs; empty: a black-box kernel that picks its own
+    refuses_zero_keys = False  # never called with a sequence of 0 keys
+    flushes_subnormals = False  # FTZ / DAZ: an exact subnormal output may come back as 0
     max_splits = 0
     fold_orders = ()
     description = ""

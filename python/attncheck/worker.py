@@ -1,4 +1,4 @@
-"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), version 1.
+"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), versions 1 and 2.
 
     python3 -m attncheck.worker SPEC [SPEC...]
 
@@ -21,10 +21,11 @@ import traceback
 import numpy as np
 
 from . import calls as _calls
+from ._caps import CapsError, as_protocol_1
 from .dtypes import NUMPY_DTYPES
 from .subject import DeviceError, Subject, Unsupported
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 ARENA_FD = 3
 
 _ELEM = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8}
@@ -192,7 +193,9 @@ class _Server:
             for k in ("num_seqs", "num_heads", "num_kv_heads", "head_size", "max_seqlen_q", "max_seqlen_k", "causal",
                       "softmax_scale", "num_splits", "fold_order"):
                 setattr(call, k, req[k])
-            call.tiling = (req["tiling"]["index"], req["tiling"].get("br"), req["tiling"].get("bc"))
+            # None when the subject declares no tilings (protocol 2).
+            t = req.get("tiling")
+            call.tiling = None if t is None else (t["index"], t.get("br"), t.get("bc"))
             call.cu_seqlens_q_host = list(req["cu_seqlens_q"])
             call.cu_seqlens_k_host = list(req["cu_seqlens_k"])
             call.cu_mask_host = None if req.get("cu_mask") is None else list(req["cu_mask"])
@@ -249,6 +252,17 @@ def private_stdout():
     return proto_out
 
 
+def hello(req, subjects):
+    """The handshake reply: the newest protocol both sides speak (the request names attncheck's
+    newest; an attncheck of version 1 is answered in version 1 where the subjects allow it)."""
+    version = min(PROTOCOL_VERSION, int(req.get("protocol", 1)))
+    try:
+        decls = [s.declaration if version >= 2 else as_protocol_1(s.declaration) for s in subjects]
+    except CapsError as e:
+        return {"status": "error", "error": str(e)}
+    return {"status": "ok", "protocol": version, "worker": "attncheck.worker (python)", "subjects": decls}
+
+
 def serve(subjects, stdin=None, proto_out=None):
     """Answers requests until stdin closes or a shutdown request arrives."""
     if proto_out is None:
@@ -267,8 +281,7 @@ def serve(subjects, stdin=None, proto_out=None):
                 server.arena.ensure(int(req["arena_bytes"]))
             op = req.get("op")
             if op == "hello":
-                reply({"status": "ok", "protocol": PROTOCOL_VERSION, "worker": "attncheck.worker (python)",
-                       "subjects": [s.declaration for s in subjects]})
+                reply(hello(req, subjects))
                 continue
             if op == "shutdown":
                 reply({"status": "ok"})

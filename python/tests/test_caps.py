@@ -15,7 +15,9 @@ def test_valid_declaration_is_the_handshake_dictionary():
     (dict(ops="fused", dtypes="fp16"), "unknown word 'fused' in 'ops'"),
     (dict(ops=(), dtypes="fp16"), "declares no operation"),
     (dict(ops="merge", dtypes="fp16", lse_layout="thd"), "lse_layout must be one of heads_tokens, tokens_heads"),
-    (dict(ops="merge", dtypes="fp16", empty_lse="nan"), "empty_lse must be '-inf' or '+inf'"),
+    (dict(ops="merge", dtypes="fp16", empty_lse="nan"), "empty_lse must be '-inf', '+inf' or 'undefined'"),
+    (dict(ops="merge", dtypes="fp16", refuses_zero_keys="yes"), "refuses_zero_keys must be True or False"),
+    (dict(ops="merge", dtypes="fp16", flushes_subnormals=1), "flushes_subnormals must be True or False"),
     (dict(ops="merge", dtypes="fp16", head_size_range=(0, 8)), "head_size_range (0, 8) is empty or starts below 1"),
     (dict(ops="splitkv", dtypes="fp16"), "declares splitkv but max_splits < 1"),
     (dict(ops="attention", dtypes="fp16", tilings=[(64, 0)]), "has Br or Bc <= 0"),
@@ -37,3 +39,31 @@ def test_bad_name_and_missing_method():
         dtypes = ("fp16",)
     with pytest.raises(ac.CapsError, match="declares attention but has no attention"):
         NoAttention()
+
+
+def test_protocol_2_contracts_are_declared_and_tilings_optional():
+    s = ac.subject(name="fa", ops="attention", dtypes="fp16", features="lse", refuses_zero_keys=True,
+                   flushes_subnormals=True, empty_lse="undefined")(lambda call: None)
+    d = s.declaration
+    assert d["refuses_zero_keys"] is True and d["flushes_subnormals"] is True
+    assert d["empty_lse"] == "undefined" and d["tilings"] == []
+
+
+def test_unknown_capability_names_the_new_fields():
+    with pytest.raises(TypeError, match="refuses_zero_keys"):
+        ac.Subject(name="x", ops="merge", dtypes="fp32", refuse_zero_keys=True)
+
+
+def test_hello_answers_the_newest_common_protocol():
+    from attncheck.worker import hello
+    plain = ac.subject(name="att", ops="attention", dtypes="fp16")(lambda call: None)
+    r2 = hello({"op": "hello", "protocol": 2}, [plain])
+    assert r2["protocol"] == 2 and r2["subjects"][0]["tilings"] == []
+    # An attncheck speaking version 1: the version-1 form, with a nominal tiling and no new fields.
+    r1 = hello({"op": "hello", "protocol": 1}, [plain])
+    assert r1["status"] == "ok" and r1["protocol"] == 1
+    assert r1["subjects"][0]["tilings"] == [[64, 64]] and "refuses_zero_keys" not in r1["subjects"][0]
+    # A contract version 1 cannot state is an error, not a silent drop.
+    nozero = ac.subject(name="nz", ops="attention", dtypes="fp16", refuses_zero_keys=True)(lambda call: None)
+    r = hello({"op": "hello", "protocol": 1}, [nozero])
+    assert r["status"] == "error" and "needs worker protocol 2" in r["error"] and "refuses_zero_keys" in r["error"]

@@ -104,3 +104,86 @@ TEST_CASE("validate_subject names each missing piece", "[plugin]") {
   bad_sign.caps.empty_lse_sign = 0;
   CHECK(attncheck::validate_subject(bad_sign).size() == 1);
 }
+
+// Version 2's contract word: read only from version-2 plugins; the version-1 rules still hold for
+// version-1 subjects (no flags, at least one tiling).
+TEST_CASE("ABI versions: v1 and v2 plugins load, flags are read only from v2", "[plugin][abi2]") {
+  attncheck::LoadedPlugin v1 = attncheck::load_plugin(AC_EXAMPLE_PLUGIN);
+  REQUIRE(!v1.subjects.empty());
+  CHECK(v1.subjects.front()->caps().flags == 0u);
+  CHECK(v1.subjects.front()->caps().empty_lse_sign == -1);
+  CHECK(v1.subjects.front()->caps().head_size_max == 512);
+
+  attncheck::LoadedPlugin v2 = attncheck::load_plugin(AC_EXAMPLE_PLUGIN_V2);
+  REQUIRE(v2.subjects.size() == 1);
+  attncheck::Subject& s = *v2.subjects.front();
+  CHECK(s.name() == "example-merge-v2");
+  CHECK(s.caps().flags == AC_CAP_FLUSHES_SUBNORMALS);
+  attncheck::MergeInput in;
+  in.dtype = AC_DTYPE_F32;
+  in.num_tokens = 1;
+  in.num_heads = 1;
+  in.head_size = 1;
+  in.prefix_out = {as_bits(4.0f)};
+  in.suffix_out = {as_bits(8.0f)};
+  in.prefix_lse = {0.0f};
+  in.suffix_lse = {float(std::log(3.0))};
+  CHECK(as_float(s.merge(in).out[0]) == Approx(7.0).epsilon(1e-6));
+}
+
+TEST_CASE("a version-1 subject read through the frozen layout keeps every field", "[plugin][abi2]") {
+  static const int32_t sizes[] = {64, 128};
+  ac_subject_v1 v{};
+  v.name = "v1";
+  v.description = "d";
+  v.caps.ops = AC_OP_MERGE;
+  v.caps.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16);
+  v.caps.head_sizes = sizes;
+  v.caps.num_head_sizes = 2;
+  v.caps.lse_base = 2;
+  v.caps.lse_layout = AC_LSE_TOKENS_HEADS;
+  v.caps.empty_lse_sign = 1;
+  v.caps.fold_orders = 5;
+  v.merge = [](void*, const ac_merge_args*, char*, size_t) { return 0; };
+  const ac_subject s = attncheck::subject_from_v1(v);
+  CHECK(std::string(s.name) == "v1");
+  CHECK(s.caps.head_sizes == sizes);
+  CHECK(s.caps.num_head_sizes == 2);
+  CHECK(s.caps.lse_base == 2);
+  CHECK(s.caps.lse_layout == AC_LSE_TOKENS_HEADS);
+  CHECK(s.caps.empty_lse_sign == 1);
+  CHECK(s.caps.fold_orders == 5u);
+  CHECK(s.caps.flags == 0u);
+  CHECK(s.merge == v.merge);
+  CHECK(attncheck::validate_subject(s, 1).empty());
+}
+
+TEST_CASE("validate_subject: version-2 flags, undefined empty LSE, optional tilings", "[plugin][abi2]") {
+  ac_subject s{};
+  s.name = "black-box";
+  s.description = "d";
+  s.caps.ops = AC_OP_ATTENTION;
+  s.caps.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16);
+  s.caps.head_size_min = 64;
+  s.caps.head_size_max = 128;
+  s.caps.empty_lse_sign = -1;
+  s.attention = [](void*, const ac_attention_args*, char*, size_t) { return 0; };
+  // No tilings: fine in version 2, refused in version 1.
+  CHECK(attncheck::validate_subject(s, 2).empty());
+  CHECK(attncheck::validate_subject(s, 1).size() == 1);
+  ac_subject flagged = s;
+  flagged.caps.flags = AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS;
+  CHECK(attncheck::validate_subject(flagged, 2).empty());
+  ac_subject unknown = s;
+  unknown.caps.flags = 1u << 20;
+  CHECK(attncheck::validate_subject(unknown, 2).size() == 1);
+  ac_subject undefined = s;
+  undefined.caps.flags = AC_CAP_EMPTY_LSE_UNDEFINED;
+  undefined.caps.empty_lse_sign = 0;
+  CHECK(attncheck::validate_subject(undefined, 2).empty());
+  undefined.caps.empty_lse_sign = -1;  // undefined with a sentinel: ambiguous
+  CHECK(attncheck::validate_subject(undefined, 2).size() == 1);
+  ac_subject zero_sign = s;
+  zero_sign.caps.empty_lse_sign = 0;  // 0 without the flag
+  CHECK(attncheck::validate_subject(zero_sign, 2).size() == 1);
+}

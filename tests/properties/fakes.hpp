@@ -187,11 +187,33 @@ class Fake : public Subject {
     }
     return out;
   }
+  // Version-2 contract bits (AC_CAP_*), declared after construction.
+  void set_flags(uint32_t flags) {
+    caps_.flags = flags;
+    if (flags & AC_CAP_EMPTY_LSE_UNDEFINED) caps_.empty_lse_sign = 0;
+  }
 
  private:
   std::string name_, desc_;
   Bug bug_;
   ac_caps caps_;
+};
+
+// A correct attention that cannot take a sequence without keys: a call with one is a crash
+// (SubjectError internal), so a property that makes it fails with "crashed".
+class NoZeroKeys final : public Fake {
+ public:
+  using Fake::Fake;
+  int zero_key_calls = 0, calls = 0;
+  AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+    ++calls;
+    for (int32_t k : in.seqlens_k)
+      if (k == 0) {
+        ++zero_key_calls;
+        throw SubjectError(SubjectError::Kind::internal, "called with a zero-key sequence");
+      }
+    return Fake::attention(in, opt);
+  }
 };
 
 inline constexpr uint32_t kAttnFeatures = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;

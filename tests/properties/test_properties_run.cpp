@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
+#include "attncheck/budgets.hpp"
 #include "attncheck/properties.hpp"
 #include "fakes.hpp"
 
@@ -152,6 +153,53 @@ TEST_CASE("attention properties: correct passes every property; each bug is caug
   // Flipping one bit is within budget, so it passes accuracy: non-determinism surfaces only where a
   // failure is re-run. Combine with a real failure through the split-KV drift check below instead.
   expect_pass("accuracy", flaky);
+}
+
+TEST_CASE("zero-key ranges: a declared refusal is never called with one and every property still runs",
+          "[properties][abi2]") {
+  fakes::NoZeroKeys declared("attn-nozero", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  declared.set_flags(AC_CAP_REFUSES_ZERO_KEYS);
+  for (const auto& p : all_properties())
+    if (property_applies(p, declared)) expect_pass(p.name, declared);
+  CHECK(declared.calls > 0);
+  CHECK(declared.zero_key_calls == 0);
+  // The control: the same kernel undeclared is handed zero-key ranges and crashes.
+  fakes::NoZeroKeys undeclared("attn-nozero-undeclared", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult r = run("split_equals_whole", undeclared);
+  CHECK(r.status == PropertyResult::Status::crashed);
+  CHECK(undeclared.zero_key_calls > 0);
+  // Without a mask or causal masking such a subject has no way to an empty row.
+  fakes::NoZeroKeys plain("attn-nozero-plain", AC_OP_ATTENTION, Bug::none, 0, -1, AC_FEAT_LSE);
+  plain.set_flags(AC_CAP_REFUSES_ZERO_KEYS);
+  CHECK_FALSE(property_applies(*find_property("empty_row_contract"), plain));
+}
+
+TEST_CASE("undefined empty-row LSE: a wrong sentinel passes, O is still held to 0", "[properties][abi2]") {
+  Fake sentinel("attn-undefined-lse", AC_OP_ATTENTION, Bug::attention_wrong_sentinel, 0, -1, fakes::kAttnFeatures);
+  sentinel.set_flags(AC_CAP_EMPTY_LSE_UNDEFINED);
+  expect_pass("empty_row_contract", sentinel);
+  expect_pass("lse_convention", sentinel);
+  expect_pass("split_equals_whole", sentinel);
+  Fake finite_mask("attn-undefined-finite-mask", AC_OP_ATTENTION, Bug::attention_finite_mask, 0, -1,
+                   fakes::kAttnFeatures);
+  finite_mask.set_flags(AC_CAP_EMPTY_LSE_UNDEFINED);
+  expect_fail("empty_row_contract", finite_mask, "empty_row");
+}
+
+// Hand-derived: fp16's smallest normal is 2^-14; an fp16 value of 2^-20 is subnormal.
+TEST_CASE("flushed subnormals: a zero where the exact value is subnormal, and nowhere else", "[properties][abi2]") {
+  CHECK(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-20, 0x1p-30, false));
+  CHECK_FALSE(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-20, 0x1p-30, true));  // -0 for a positive value
+  CHECK(flushed_zero_allowed(AC_DTYPE_F16, -0x1p-20, 0x1p-30, true));
+  CHECK(flushed_zero_allowed(AC_DTYPE_F16, -0x1p-20, 0x1p-30, false));  // +0 always may stand
+  CHECK_FALSE(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-13, 0x1p-30, false));  // normal, far from min
+  // Just above the smallest normal, but a value within budget lies below it: that may be flushed.
+  CHECK(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-14 + 0x1p-24, 0x1p-23, false));
+  CHECK_FALSE(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-14 + 0x1p-22, 0x1p-23, false));
+  CHECK(flushed_zero_allowed(AC_DTYPE_F32, 0x1p-130, 0.0, false));
+  CHECK(flushed_zero_allowed(AC_DTYPE_BF16, 0x1p-127, 0.0, false));
+  CHECK_FALSE(flushed_zero_allowed(AC_DTYPE_F32, 0x1p-125, 0.0, false));
+  CHECK_FALSE(flushed_zero_allowed(AC_DTYPE_F32, INFINITY, 0.0, false));
 }
 
 TEST_CASE("split-KV: correct passes drift, +inf combine for empty rows is caught", "[properties][splitkv]") {

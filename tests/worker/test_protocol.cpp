@@ -22,7 +22,8 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
     CHECK(d.caps.memory == c.memory);
     CHECK(d.caps.lse_base == c.lse_base);
     CHECK(d.caps.lse_layout == c.lse_layout);
-    CHECK(d.caps.empty_lse_sign == (c.empty_lse_sign > 0 ? 1 : -1));
+    CHECK(d.caps.empty_lse_sign == c.empty_lse_sign);
+    CHECK(d.caps.flags == c.flags);
     CHECK(d.caps.features == c.features);
     CHECK(d.caps.max_splits == c.max_splits);
     CHECK(d.caps.fold_orders == c.fold_orders);
@@ -45,7 +46,7 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
 TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
   auto j = w::caps_to_json("x", "",
                            ac_caps{AC_OP_MERGE, AC_DTYPE_BIT(AC_DTYPE_F32), AC_MEMORY_HOST, 1, 8, nullptr, 0,
-                                   0, AC_LSE_HEADS_TOKENS, -1, 0, nullptr, 0, 0, 0});
+                                   0, AC_LSE_HEADS_TOKENS, -1, 0, nullptr, 0, 0, 0, 0});
   CHECK_NOTHROW(w::caps_from_json(j));
   auto bad = j;
   bad["features"] = {"causal", "sliding_window"};
@@ -56,6 +57,35 @@ TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
   bad = j;
   bad.erase("ops");
   CHECK_THROWS_WITH(w::caps_from_json(bad), Catch::Contains("missing field 'ops'"));
+}
+
+TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in version-1 ones", "[worker]") {
+  auto j = w::caps_to_json(
+      "x", "",
+      ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr, 0, 0,
+              AC_LSE_HEADS_TOKENS, 0, AC_FEAT_LSE, nullptr, 0, 0, 0,
+              AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED});
+  CHECK(j["refuses_zero_keys"] == true);
+  CHECK(j["flushes_subnormals"] == true);
+  CHECK(j["empty_lse"] == "undefined");
+  CHECK(j["tilings"].empty());
+  const w::DeclaredSubject d = w::caps_from_json(j, 2);
+  CHECK(d.caps.flags == (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED));
+  CHECK(d.caps.empty_lse_sign == 0);
+  CHECK(d.caps.num_tilings == 0);
+  // A version-1 reply cannot carry them: refused, naming the field and the version.
+  CHECK_THROWS_WITH(w::caps_from_json(j, 1), Catch::Contains("needs protocol 2"));
+  auto v1 = j;
+  v1.erase("refuses_zero_keys");
+  v1.erase("flushes_subnormals");
+  CHECK_THROWS_WITH(w::caps_from_json(v1, 1), Catch::Contains("'empty_lse' \"undefined\" needs protocol 2"));
+  v1["empty_lse"] = "+inf";
+  const w::DeclaredSubject d1 = w::caps_from_json(v1, 1);
+  CHECK(d1.caps.flags == 0u);
+  CHECK(d1.caps.empty_lse_sign == 1);
+  auto bad = j;
+  bad["refuses_zero_keys"] = "yes";
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 2), Catch::Contains("'refuses_zero_keys' must be true or false"));
 }
 
 TEST_CASE("the arena layout aligns and never overlaps", "[worker]") {

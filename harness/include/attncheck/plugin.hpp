@@ -29,10 +29,14 @@ struct LoadedPlugin {
 LoadedPlugin load_plugin(const std::string& path);
 
 // Problems with one declared subject (empty when it is valid): name syntax, known op / dtype /
-// layout / fold bits, head sizes, LSE base and sentinel, a function pointer for each declared
-// operation, at least one tiling (with positive Br, Bc) for attention and split-KV, max_splits
-// and fold orders for split-KV.
-std::vector<std::string> validate_subject(const ac_subject& s);
+// layout / fold / flag bits, head sizes, LSE base and sentinel (0 exactly when the empty LSE is
+// declared undefined), a function pointer for each declared operation, tilings with positive Br,
+// Bc (at least one for attention and split-KV in version 1), max_splits and fold orders for
+// split-KV. `abi_version` is the version the subject was declared under: version 1 has no flags.
+std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_version = AC_ABI_VERSION_MAX);
+
+// A version-1 plugin's subject in the current layout, with no contract flags.
+ac_subject subject_from_v1(const ac_subject_v1& v);
 
 // Names must be unique across everything loaded (built-ins and plugins): returns the first
 // duplicate name, or "" when all are distinct.

@@ -1,15 +1,16 @@
 /*
- * attncheck plugin ABI, version 1: the one public header a user's kernel needs.
+ * attncheck plugin ABI, version 2: the one public header a user's kernel needs.
  *
  * A plugin is a shared library that exports two C symbols:
  *
  *   uint32_t            attncheck_plugin_abi_version(void);  // must return AC_ABI_VERSION
  *   const ac_plugin*    attncheck_plugin(void);              // subjects and their capabilities
  *
- * attncheck loads it with `attncheck check --plugin PATH`, checks the version first (a mismatch
- * is refused before anything else in the library is read), then runs properties against every
- * subject the plugin declares. The built-in kernels of kernels/ are registered through exactly
- * this ABI, so a plugin is tested by the same code path as attncheck's own subjects.
+ * attncheck loads it with `attncheck check --plugin PATH`, checks the version first (a version
+ * outside AC_ABI_VERSION_MIN..AC_ABI_VERSION_MAX is refused before anything else in the library
+ * is read), then runs properties against every subject the plugin declares. The built-in kernels
+ * of kernels/ are registered through exactly this ABI, so a plugin is tested by the same code path
+ * as attncheck's own subjects.
  *
  * Conventions (every pointer below lives in the memory space the subject declares in
  * ac_caps.memory: host memory for AC_MEMORY_HOST, CUDA device memory for AC_MEMORY_CUDA;
@@ -22,7 +23,8 @@
  *   - Query head i reads KV head i / (num_heads / num_kv_heads).
  *   - Causal masking is bottom-right aligned: query t of a sequence with Tq queries and Tk keys
  *     sees keys 0 .. t + Tk - Tq (chunked prefill's convention).
- *   - A row that sees no key is "empty": O = 0 and LSE = the subject's declared sentinel.
+ *   - A row that sees no key is "empty": O = 0 and LSE = the subject's declared sentinel (or
+ *     anything, for a subject that declares AC_CAP_EMPTY_LSE_UNDEFINED).
  *   - Return 0 on success, AC_ERR_* otherwise, with a one-line reason written to err.
  */
 #ifndef ATTNCHECK_PLUGIN_ABI_H
@@ -35,7 +37,40 @@
 extern "C" {
 #endif
 
+/*
+ * Versions. A plugin is built against one version and says which (attncheck_plugin_abi_version()
+ * and ac_plugin.abi_version, the same number). attncheck accepts versions 1 and 2:
+ *
+ *   1  ac_caps ends at fold_orders (the frozen layout ac_caps_v1 / ac_subject_v1 below).
+ *   2  ac_caps gains one trailing word, `flags` (AC_CAP_* bits), and attention / split-KV subjects
+ *      may declare no tilings (num_tilings = 0).
+ *
+ * ac_caps is embedded by value in ac_subject, and a plugin hands attncheck an array of
+ * ac_subject. Where `flags` lands depends on the target: on LP64 it fills what was tail padding
+ * of ac_caps_v1 (sizes unchanged), elsewhere it may grow ac_caps and with it the array's stride.
+ * Neither may be read from a version-1 plugin: its padding bytes are indeterminate (a subject
+ * built on the stack and copied out carries whatever was there), and its stride is its own. The
+ * loader therefore reads a version-1 plugin's array as ac_subject_v1, copies each entry into the
+ * current layout with flags = 0, and reads `flags` only from a plugin that says 2. The fields the
+ * two layouts share sit at the same offsets (the loader asserts it).
+ *
+ * Which version a plugin targets is chosen when it is compiled: by default the newest;
+ * `#define AC_TARGET_ABI_VERSION 1` before including this header gives the version-1 layout, with
+ * ac_caps and ac_subject naming ac_caps_v1 and ac_subject_v1 and AC_ABI_VERSION equal to 1, so a
+ * version-1 plugin's source builds unchanged into a version-1 binary.
+ */
+#ifndef AC_TARGET_ABI_VERSION
+#define AC_TARGET_ABI_VERSION 2
+#endif
+#if AC_TARGET_ABI_VERSION == 1
 #define AC_ABI_VERSION 1u
+#elif AC_TARGET_ABI_VERSION == 2
+#define AC_ABI_VERSION 2u
+#else
+#error "AC_TARGET_ABI_VERSION must be 1 or 2"
+#endif
+#define AC_ABI_VERSION_MIN 1u /* the oldest version attncheck loads */
+#define AC_ABI_VERSION_MAX 2u /* the newest */
 
 typedef enum { AC_DTYPE_F32 = 0, AC_DTYPE_F16 = 1, AC_DTYPE_BF16 = 2 } ac_dtype;
 #define AC_DTYPE_BIT(d) (1u << (unsigned)(d))
@@ -82,6 +117,42 @@ typedef struct {
   int32_t bc; /* keys per tile */
 } ac_tiling;
 
+/* The version-1 layout of ac_caps, frozen: what a version-1 plugin's subjects hold. */
+typedef struct {
+  uint32_t ops;
+  uint32_t dtypes;
+  ac_memory memory;
+  int32_t head_size_min;
+  int32_t head_size_max;
+  const int32_t* head_sizes;
+  int32_t num_head_sizes;
+  int32_t lse_base;
+  ac_lse_layout lse_layout;
+  int32_t empty_lse_sign;
+  uint32_t features;
+  const ac_tiling* tilings;
+  int32_t num_tilings;
+  int32_t max_splits;
+  uint32_t fold_orders;
+} ac_caps_v1;
+
+/* Version 2: ac_caps.flags, contract bits of a subject (version-1 plugins have none: 0). */
+/* The subject cannot be called with a sequence of 0 keys (it refuses or crashes on one). attncheck
+ * then never calls it with one: generators draw at least one key per sequence, split_equals_whole
+ * skips the cuts that would leave a piece without keys, and empty rows come only from masks or
+ * causal alignment. */
+#define AC_CAP_REFUSES_ZERO_KEYS 1u
+/* The subject flushes subnormals to zero (FTZ / DAZ in its outputs or its intermediates). An
+ * output whose exact value lies in the subnormal range of its format may then be 0 (+0, or 0 of
+ * the exact value's sign); nothing else is relaxed (budgets.cpp derives the rule). */
+#define AC_CAP_FLUSHES_SUBNORMALS 2u
+/* An empty row's LSE is undefined: it is not judged (O = 0 still is). empty_lse_sign must be 0. */
+#define AC_CAP_EMPTY_LSE_UNDEFINED 4u
+#define AC_CAP_KNOWN_V2 (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED)
+
+#if AC_TARGET_ABI_VERSION == 1
+typedef ac_caps_v1 ac_caps;
+#else
 typedef struct {
   uint32_t ops;           /* AC_OP_* bits */
   uint32_t dtypes;        /* AC_DTYPE_BIT bits */
@@ -92,13 +163,16 @@ typedef struct {
   int32_t num_head_sizes;
   int32_t lse_base;       /* 0: natural log; 2: base 2 */
   ac_lse_layout lse_layout;
-  int32_t empty_lse_sign; /* -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2) */
+  int32_t empty_lse_sign; /* -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2); 0 with
+                           * AC_CAP_EMPTY_LSE_UNDEFINED */
   uint32_t features;      /* AC_FEAT_* bits, attention and split-KV */
-  const ac_tiling* tilings; /* attention: the tilings selectable by ac_attention_args.tiling */
-  int32_t num_tilings;
+  const ac_tiling* tilings; /* attention: the tilings selectable by ac_attention_args.tiling; */
+  int32_t num_tilings;      /* version 2: may be 0 (a black-box kernel), the call's tiling is -1 */
   int32_t max_splits;     /* split-KV: num_splits from 1 to max_splits */
   uint32_t fold_orders;   /* split-KV: AC_FOLD_BIT bits */
+  uint32_t flags;         /* version 2: AC_CAP_* bits */
 } ac_caps;
+#endif
 
 /* out = merge((prefix_out, prefix_lse), (suffix_out, suffix_lse)), per (token, head).
  * LSE element (t, h) lives at lse[t * lse_stride_token + h * lse_stride_head], the same strides
@@ -152,7 +226,7 @@ typedef struct {
   const uint8_t* mask;
   const int64_t* cu_mask;
   const int64_t* cu_mask_host;
-  int32_t tiling;      /* index into caps.tilings */
+  int32_t tiling;      /* index into caps.tilings; -1 when the subject declares none */
   int32_t num_splits;  /* split-KV only */
   ac_fold fold_order;  /* split-KV only */
   void* stream;
@@ -162,6 +236,20 @@ typedef int (*ac_merge_fn)(void* self, const ac_merge_args* args, char* err, siz
 typedef int (*ac_softmax_fn)(void* self, const ac_softmax_args* args, char* err, size_t err_len);
 typedef int (*ac_attention_fn)(void* self, const ac_attention_args* args, char* err, size_t err_len);
 
+/* The version-1 layout of ac_subject, frozen (see the versions note at the top). */
+typedef struct {
+  const char* name;
+  const char* description;
+  ac_caps_v1 caps;
+  ac_merge_fn merge;
+  ac_softmax_fn softmax;
+  ac_attention_fn attention;
+  void* self;
+} ac_subject_v1;
+
+#if AC_TARGET_ABI_VERSION == 1
+typedef ac_subject_v1 ac_subject;
+#else
 typedef struct {
   const char* name;        /* unique among loaded subjects: letters, digits, '-', '_', '.' */
   const char* description; /* one line */
@@ -171,9 +259,10 @@ typedef struct {
   ac_attention_fn attention; /* NULL unless caps.ops has AC_OP_ATTENTION or AC_OP_SPLITKV */
   void* self;                /* passed back as the first argument */
 } ac_subject;
+#endif
 
 typedef struct {
-  uint32_t abi_version; /* AC_ABI_VERSION */
+  uint32_t abi_version; /* AC_ABI_VERSION: says how `subjects` is laid out */
   const char* name;
   int32_t num_subjects;
   const ac_subject* subjects;

@@ -99,9 +99,16 @@ std::string caps_string(const ac::Subject& s) {
   if (has_lse)
     o << "; LSE base " << (c.lse_base == 2 ? "2" : "e") << " "
       << (c.lse_layout == AC_LSE_HEADS_TOKENS ? "[heads,tokens]" : "[tokens,heads]");
-  if (c.ops != AC_OP_SOFTMAX) o << "; empty row LSE " << (c.empty_lse_sign > 0 ? "+inf" : "-inf");
+  if (c.ops != AC_OP_SOFTMAX)
+    o << "; empty row LSE "
+      << ((c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) ? "undefined"
+          : c.empty_lse_sign > 0                 ? "+inf"
+                                                 : "-inf");
+  if (c.flags & AC_CAP_REFUSES_ZERO_KEYS) o << "; refuses zero keys";
+  if (c.flags & AC_CAP_FLUSHES_SUBNORMALS) o << "; flushes subnormals";
   if (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
     o << "; tilings";
+    if (c.num_tilings <= 0) o << " none declared";
     for (int32_t i = 0; i < c.num_tilings; ++i) o << " " << c.tilings[i].br << "x" << c.tilings[i].bc;
     if (c.features & AC_FEAT_CAUSAL) o << "; causal";
     if (c.features & AC_FEAT_MASK) o << "; mask";
@@ -806,12 +813,17 @@ int run_tiling(const std::string& name, const std::string& backend, const std::v
   cfg.seed = seed;
   cfg.num_cases = cases;
   const auto rows = ac::tiling_report(*s, cfg);
+  if (s->caps().num_tilings <= 0)
+    std::printf("%s declares no tilings: one row per split configuration, Br and Bc shown as -\n",
+                name.c_str());
   std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype", "out",
               "max ulp", "p99 ulp", "mean ulp", "nonfinite");
   for (const auto& r : rows)
-    std::printf("%-6d %-6d %-7d %-6s %-5s %-4s %10.3g %10.3g %10.3g %10lld\n", r.br, r.bc, r.num_splits,
-                r.fold.empty() ? "-" : r.fold.c_str(), r.stats.dtype.c_str(), r.stats.output.c_str(), r.stats.max_ulp,
-                r.stats.p99_ulp, r.stats.mean_ulp, (long long)r.stats.nonfinite);
+    std::printf("%-6s %-6s %-7d %-6s %-5s %-4s %10.3g %10.3g %10.3g %10lld\n",
+                r.br > 0 ? std::to_string(r.br).c_str() : "-", r.bc > 0 ? std::to_string(r.bc).c_str() : "-",
+                r.num_splits, r.fold.empty() ? "-" : r.fold.c_str(), r.stats.dtype.c_str(),
+                r.stats.output.c_str(), r.stats.max_ulp, r.stats.p99_ulp, r.stats.mean_ulp,
+                (long long)r.stats.nonfinite);
   if (!report_dir.empty()) {
     ac::Report rep;
     rep.timestamp = ac::utc_timestamp();

@@ -100,7 +100,8 @@ json serve_call(const json& r, ac::Subject& s) {
       a.mask.assign(g_arena + m.offset, g_arena + m.offset + m.bytes);
     }
     ac::AttentionOptions opt;
-    opt.tiling = r.at("tiling").at("index");
+    // null: the subject declares no tilings (AbiSubject then passes the plugin -1).
+    opt.tiling = r.at("tiling").is_null() ? 0 : r.at("tiling").at("index").get<int32_t>();
     opt.num_splits = r.at("num_splits");
     opt.fold_order = w::fold_from_word(r.at("fold_order"));
     const ac::AttentionOutput o = s.attention(a, opt);

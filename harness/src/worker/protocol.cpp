@@ -131,7 +131,11 @@ json caps_to_json(const std::string& name, const std::string& description, const
   }
   j["lse_base"] = c.lse_base == 2 ? "2" : "e";
   j["lse_layout"] = layout_word(c.lse_layout);
-  j["empty_lse"] = c.empty_lse_sign > 0 ? "+inf" : "-inf";
+  j["empty_lse"] = (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) ? "undefined"
+                   : c.empty_lse_sign > 0                 ? "+inf"
+                                                          : "-inf";
+  j["refuses_zero_keys"] = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
+  j["flushes_subnormals"] = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0;
   j["features"] = words_of(c.features, kFeatures);
   json t = json::array();
   for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) t.push_back({c.tilings[i].br, c.tilings[i].bc});
@@ -141,7 +145,18 @@ json caps_to_json(const std::string& name, const std::string& description, const
   return j;
 }
 
-DeclaredSubject caps_from_json(const json& j) {
+namespace {
+bool need_bool(const json& j, const char* field, int protocol) {
+  if (!j.contains(field)) return false;
+  if (protocol < 2)
+    throw ProtocolError(std::string("'") + field + "' needs protocol 2 (the worker answered protocol " +
+                        std::to_string(protocol) + ")");
+  if (!j[field].is_boolean()) throw ProtocolError(std::string("'") + field + "' must be true or false");
+  return j[field].get<bool>();
+}
+}  // namespace
+
+DeclaredSubject caps_from_json(const json& j, int protocol) {
   DeclaredSubject s;
   s.name = need_string(j, "name");
   s.description =
@@ -174,9 +189,15 @@ DeclaredSubject caps_from_json(const json& j) {
     throw ProtocolError("'lse_layout' must be \"heads_tokens\" or \"tokens_heads\", not '" + layout + "'");
   c.lse_layout = layout == "tokens_heads" ? AC_LSE_TOKENS_HEADS : AC_LSE_HEADS_TOKENS;
   const std::string empty = j.contains("empty_lse") ? need_string(j, "empty_lse") : "-inf";
-  if (empty != "-inf" && empty != "+inf")
-    throw ProtocolError("'empty_lse' must be \"-inf\" or \"+inf\", not '" + empty + "'");
-  c.empty_lse_sign = empty == "+inf" ? 1 : -1;
+  if (empty == "undefined" && protocol < 2)
+    throw ProtocolError("'empty_lse' \"undefined\" needs protocol 2 (the worker answered protocol " +
+                        std::to_string(protocol) + ")");
+  if (empty != "-inf" && empty != "+inf" && empty != "undefined")
+    throw ProtocolError("'empty_lse' must be \"-inf\", \"+inf\" or \"undefined\", not '" + empty + "'");
+  c.empty_lse_sign = empty == "+inf" ? 1 : empty == "undefined" ? 0 : -1;
+  if (empty == "undefined") c.flags |= AC_CAP_EMPTY_LSE_UNDEFINED;
+  if (need_bool(j, "refuses_zero_keys", protocol)) c.flags |= AC_CAP_REFUSES_ZERO_KEYS;
+  if (need_bool(j, "flushes_subnormals", protocol)) c.flags |= AC_CAP_FLUSHES_SUBNORMALS;
   c.features = j.contains("features") ? bits_of(j["features"], "features", kFeatures) : 0;
   if (j.contains("tilings")) {
     const json& t = j["tilings"];

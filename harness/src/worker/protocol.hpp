@@ -1,4 +1,4 @@
-// The worker protocol, version 1 (harness/WORKER_PROTOCOL.md is its one description): the
+// The worker protocol, versions 1 and 2 (harness/WORKER_PROTOCOL.md is its one description): the
 // vocabulary shared by the harness side (WorkerSubject) and attncheck's own C++ worker
 // (attncheck-isolate). Messages are single lines of JSON; tensors travel through a shared-memory
 // arena, never through the pipe, so a 4096 x 32 x 128 merge costs one copy in and one copy out.
@@ -18,7 +18,11 @@
 
 namespace attncheck::worker {
 
-constexpr int kProtocolVersion = 1;
+// The newest version this side speaks (the hello request names it) and the oldest it accepts in
+// a reply. Version 2 adds subject fields (refuses_zero_keys, flushes_subnormals, empty_lse
+// "undefined", no tilings); a version-1 reply is read without them.
+constexpr int kProtocolVersion = 2;
+constexpr int kMinProtocolVersion = 1;
 // The worker finds the arena at this file descriptor (a memfd the harness creates and grows).
 constexpr int kArenaFd = 3;
 // Every tensor in the arena starts at a multiple of this many bytes (vector loads, cache lines).
@@ -41,8 +45,11 @@ struct DeclaredSubject {
   DeclaredSubject& operator=(const DeclaredSubject& o);  // re-points caps at the own arrays
 };
 
+// Written as protocol kProtocolVersion.
 nlohmann::json caps_to_json(const std::string& name, const std::string& description, const ac_caps& caps);
-DeclaredSubject caps_from_json(const nlohmann::json& j);  // ProtocolError on anything unknown
+// Read as `protocol` says: a version-2 field in a version-1 reply is refused rather than ignored,
+// since dropping a declared contract would judge the subject by the wrong rules.
+DeclaredSubject caps_from_json(const nlohmann::json& j, int protocol = kProtocolVersion);  // ProtocolError
 
 const char* layout_word(ac_lse_layout);
 const char* fold_word(ac_fold);

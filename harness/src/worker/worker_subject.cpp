@@ -28,7 +28,8 @@ struct Host {
   std::string command, origin;
   double call_timeout_s = kDefaultCallTimeoutS;
   WorkerProcess process;
-  json declared;  // the subjects list of the first handshake
+  json declared;                    // the subjects list of the first handshake
+  int protocol = kProtocolVersion;  // the version the worker answered with
   explicit Host(std::string cmd) : command(cmd), process(std::move(cmd)) {}
 
   json hello(double timeout_s) {
@@ -180,12 +181,16 @@ class WorkerSubject final : public Subject {
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%08x", scale_bits);
     r["softmax_scale_bits"] = hex;
-    json tiling = {{"index", opt.tiling}};
-    if (opt.tiling >= 0 && opt.tiling < int32_t(d_.tilings.size())) {
-      tiling["br"] = d_.tilings[size_t(opt.tiling)].br;
-      tiling["bc"] = d_.tilings[size_t(opt.tiling)].bc;
+    if (d_.tilings.empty()) {
+      r["tiling"] = nullptr;  // protocol 2: the subject declares no tilings
+    } else {
+      json tiling = {{"index", opt.tiling}};
+      if (opt.tiling >= 0 && opt.tiling < int32_t(d_.tilings.size())) {
+        tiling["br"] = d_.tilings[size_t(opt.tiling)].br;
+        tiling["bc"] = d_.tilings[size_t(opt.tiling)].bc;
+      }
+      r["tiling"] = tiling;
     }
-    r["tiling"] = tiling;
     r["num_splits"] = opt.num_splits;
     r["fold_order"] = fold_word(opt.fold_order);
     r["inputs"] = {{"q", tensor_json(q)}, {"k", tensor_json(k)}, {"v", tensor_json(v)}};
@@ -317,10 +322,15 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
   if (reply["status"] != "ok")
     throw HandshakeError(
         where + "handshake refused: " + (reply.contains("error") ? reply["error"].dump() : reply.dump()));
-  if (!reply.contains("protocol") || reply["protocol"] != kProtocolVersion)
+  const bool known_protocol = reply.contains("protocol") && reply["protocol"].is_number_integer() &&
+                              reply["protocol"].get<int>() >= kMinProtocolVersion &&
+                              reply["protocol"].get<int>() <= kProtocolVersion;
+  if (!known_protocol)
     throw HandshakeError(where + "speaks protocol " +
                          (reply.contains("protocol") ? reply["protocol"].dump() : "(none)") +
-                         ", this attncheck speaks " + std::to_string(kProtocolVersion));
+                         ", this attncheck speaks " + std::to_string(kMinProtocolVersion) + " to " +
+                         std::to_string(kProtocolVersion));
+  host->protocol = reply["protocol"].get<int>();
   if (!reply.contains("subjects") || !reply["subjects"].is_array() || reply["subjects"].empty())
     throw HandshakeError(where + "declares no subjects");
   host->declared = reply["subjects"];
@@ -336,7 +346,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     else
       label.append("#").append(std::to_string(i));
     try {
-      d = caps_from_json(j);
+      d = caps_from_json(j, host->protocol);
     } catch (const ProtocolError& e) {
       throw HandshakeError(where + "subject " + label + ": " + e.what());
     }
@@ -349,7 +359,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     s.merge = [](void*, const ac_merge_args*, char*, size_t) { return AC_OK; };
     s.softmax = [](void*, const ac_softmax_args*, char*, size_t) { return AC_OK; };
     s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
-    const auto problems = validate_subject(s);
+    const auto problems = validate_subject(s, uint32_t(host->protocol));
     if (!problems.empty()) throw HandshakeError(where + "subject " + label + ": " + problems.front());
     if (!names.insert(d.name).second)
       throw HandshakeError(where + "subject name " + label + " declared twice");

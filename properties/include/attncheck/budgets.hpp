@@ -54,6 +54,10 @@ double merge_lse_allowance(const Budget&, double lse_scale);
 // Softmax element y of x in a row of N visible entries; sum_exp = sum e^x (naive exp only).
 double softmax_allowance(const Budget&, ac_dtype, double ulp_exact, double keys, double dist_to_max,
                          double y_abs, bool naive_exp, double sum_exp);
+// A subject that declares AC_CAP_FLUSHES_SUBNORMALS may write a zero (negative: a -0) where the
+// exact value is `exact` and the element's own allowance is `allowed` in format F (budgets.cpp).
+double min_normal(ac_dtype);  // fp16 2^-14, bf16 and fp32 2^-126
+bool flushed_zero_allowed(ac_dtype, double exact, double allowed, bool negative);
 // lse_convention: how close the other base's (or layout's) reading must be to call the LSE
 // confused rather than merely inaccurate.
 double lse_other_base_tolerance(double allowed, double out_value);

@@ -25,7 +25,14 @@ struct Domain {
   int max_tokens = 8;               // query rows per sequence
   int max_heads = 4;                // query heads (GQA ratios 1, 2, 4, 8 within it)
   int tile_keys = 0;                // the subject's largest key tile (Bc); 0: none
+  bool zero_keys = true;            // sequences of 0 keys allowed (AC_CAP_REFUSES_ZERO_KEYS: not)
 };
+// The key tile a subject that declares no tilings is tested as if it had, when the run's max_keys
+// reaches it: rows of up to 2 * 64 + 8 keys then cross the boundaries of 64- and 128-key tiles.
+constexpr int kNominalTileKeys = 64;
+// Whether attention inputs with empty rows can be drawn for the domain: a mask, a zero-key range,
+// or causal alignment with more queries than keys.
+bool can_draw_empty_attention_rows(const Domain&);
 Domain domain_for(const Subject&, int max_keys, const std::vector<ac_dtype>& only_dtypes = {});
 
 // Logit rows (exact doubles, not yet rounded), length n, one generator per class.

@@ -13,6 +13,11 @@ class EmptyRowContract final : public Property {
              "A row with no visible key gives O = 0 exactly and the declared LSE sentinel (softmax: Y = 0).",
              "\"The base case is a NaN factory\"", AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
 
+  // A subject refusing zero keys has empty attention rows only through a mask or causal alignment.
+  bool applies_to(const Subject& s, uint32_t op) const override {
+    return op == AC_OP_SOFTMAX || gen::can_draw_empty_attention_rows(gen::domain_for(s, 64));
+  }
+
   void draw_input(Case& c, const gen::Domain& dom, uint32_t op) const override {
     if (op == AC_OP_SOFTMAX)
       c.input = *gen::softmax_input(dom);

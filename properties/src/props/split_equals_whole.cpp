@@ -10,14 +10,16 @@
 namespace attncheck::detail {
 namespace {
 
-// Cuts: every a for short rows, else 0, N, and six spread points.
-std::vector<int64_t> cuts_of(int64_t N) {
+// Cuts: every a for short rows, else 0, N, and six spread points. A subject that refuses zero-key
+// ranges is never handed an empty piece: the cuts 0 and N are left out and the others kept.
+std::vector<int64_t> cuts_of(int64_t N, bool zero_keys) {
   std::vector<int64_t> cuts;
   if (N <= 16) {
     for (int64_t k = 0; k <= N; ++k) cuts.push_back(k);
   } else {
     for (int64_t k : {int64_t(0), N / 7, N / 3, N / 2, N / 2 + 1, 2 * N / 3, N - 1, N}) cuts.push_back(k);
   }
+  if (!zero_keys) std::erase_if(cuts, [N](int64_t k) { return k <= 0 || k >= N; });
   return cuts;
 }
 
@@ -62,7 +64,7 @@ class SplitEqualsWhole final : public Property {
     Subject& s = ctx.subject;
     const auto& a = std::get<AttentionInput>(c.input);
     const int64_t N = a.seqlens_k.at(0);
-    const std::vector<int64_t> cuts = cuts_of(N);
+    const std::vector<int64_t> cuts = cuts_of(N, !ctx.cv.refuses_zero_keys);
     before_launch(ctx, c);
     const AttentionOutput whole = s.attention(a, c.options);
     o.digest = digest_bits(whole.out, whole.lse);
@@ -98,12 +100,18 @@ class SplitEqualsWhole final : public Property {
     std::vector<double> o_allowed[2];
     for (int i = 0; i < 2; ++i) {
       st[i].lse = Real(double(po[i].lse[size_t(row)]));
+      // A piece whose row sees no key has a meaningless LSE when the subject declares it so; the
+      // caller merging the pieces stands in the empty state's -inf.
+      if (ctx.cv.empty_lse_undefined && pj[i].rows[size_t(row)].empty) st[i].lse = Real(-INFINITY);
       for (int64_t d = 0; d < D; ++d)
         st[i].o.push_back(Real(decode(a.dtype, po[i].out[size_t(row * D + d)])));
       for (const Elem& e : pj[i].elems)
         if (e.row == row) {
           if (e.out == Out::LSE)
             lse_allowed[i] = e.allowed;
+          else if (ctx.cv.flushes_subnormals && e.within && e.out_value == 0 && e.exact_finite)
+            // A zero the flush rule accepted (budgets.cpp) is off by |exact|: that is its allowance.
+            o_allowed[i].push_back(std::max(e.allowed, std::fabs(e.exact.convert_to<double>())));
           else
             o_allowed[i].push_back(e.allowed);
         }

@@ -1,0 +1,91 @@
+"""Subjects declaring the contracts of real kernels (worker protocol 2), in plain numpy, each the
+numpy attention or merge of numpy_subjects.py with one change:
+
+attention-np-nozero        refuses zero-key ranges (declared) and declares no tilings: it raises
+                           on a sequence with no keys, so one such call is a crash; attncheck must
+                           never make it.
+attention-np-nozero-undeclared  the same kernel without the declaration: attncheck calls it with
+                           zero keys and it crashes (the control of the one above).
+merge-np-ftz               flushes every output whose value is subnormal in its format to +0
+                           (FTZ), declared.
+merge-np-ftz-undeclared    the same without the declaration: over budget where the exact output
+                           is subnormal.
+attention-np-lse-undefined the empty rows' LSE is garbage (12345.0 and NaN), declared "undefined".
+attention-np-o-garbage     the same declaration, but the empty rows' O is garbage too: the O = 0
+                           contract still holds and is caught.
+
+    build/attncheck check --worker "python3 -m attncheck.worker examples/python_worker/contract_subjects.py"
+"""
+import numpy as np
+
+import attncheck as ac
+from attncheck import helpers
+from numpy_subjects import attention as _attention, merge_states as _merge_states
+
+_ATT = dict(ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
+            features=("causal", "mask", "varlen", "gqa", "lse"))
+
+
+def _no_zero_keys(call):
+    ck = call.cu_seqlens_k_host
+    for i in range(len(ck) - 1):
+        if ck[i + 1] - ck[i] == 0:
+            raise RuntimeError(f"sequence {i} has no keys: this kernel cannot take a zero-key range")
+    return _attention(call)
+
+
+attention_np_nozero = ac.subject(name="attention-np-nozero", refuses_zero_keys=True, **_ATT,
+                                 description="numpy attention that refuses zero-key ranges, no tilings")(_no_zero_keys)
+attention_np_nozero_undeclared = ac.subject(name="attention-np-nozero-undeclared", **_ATT,
+                                            description="refuses zero-key ranges without saying so")(_no_zero_keys)
+
+# The smallest normal of each format: below it, an FTZ store writes +0.
+_MIN_NORMAL = {"fp32": 2.0 ** -126, "fp16": 2.0 ** -14, "bf16": 2.0 ** -126}
+
+
+def _ftz(call):
+    out, lse = _merge_states(call)
+    vals = ac.to_float32(out, call.dtype).astype(np.float64)
+    tiny = (np.abs(vals) < _MIN_NORMAL[call.dtype]) & (vals != 0)
+    out = out.copy()
+    out[tiny] = 0  # +0 in every format's bits
+    return out, lse
+
+
+_MERGE = dict(ops="merge", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 512), lse_layout="heads_tokens")
+merge_np_ftz = ac.subject(name="merge-np-ftz", flushes_subnormals=True, **_MERGE,
+                          description="numpy merge flushing subnormal outputs to zero, declared")(_ftz)
+merge_np_ftz_undeclared = ac.subject(name="merge-np-ftz-undeclared", **_MERGE,
+                                     description="numpy merge flushing subnormal outputs to zero, undeclared")(_ftz)
+
+
+def _empty_rows(call):
+    """[total_q, heads] booleans: the rows that see no key."""
+    empty = np.zeros((call.q.shape[0], call.num_heads), bool)
+    for _, qs, ks, visible in helpers.sequences(call):
+        tq, tk = qs.stop - qs.start, ks.stop - ks.start
+        if visible is None:
+            visible = np.ones((tq, tk), bool)
+        empty[qs] = helpers.empty_rows(visible)[:, None]
+    return empty
+
+
+def _garbage_lse(call):
+    out, lse = _attention(call)
+    empty = _empty_rows(call)
+    lse_th = helpers.lse_from_layout(lse, call.lse_layout).copy()
+    lse_th[empty] = np.where(np.arange(empty.sum()) % 2 == 0, 12345.0, np.nan).astype(np.float32)
+    return out, helpers.lse_to_layout(lse_th, call.lse_layout)
+
+
+def _garbage_lse_and_o(call):
+    out, lse = _garbage_lse(call)
+    out = out.copy()
+    out[_empty_rows(call)] = ac.from_float(np.float64(0.5), call.dtype)
+    return out, lse
+
+
+attention_np_lse_undefined = ac.subject(name="attention-np-lse-undefined", empty_lse="undefined", tilings=[(64, 64)],
+                                        **_ATT, description="garbage LSE on empty rows, declared undefined")(_garbage_lse)
+attention_np_o_garbage = ac.subject(name="attention-np-o-garbage", empty_lse="undefined", tilings=[(64, 64)], **_ATT,
+                                    description="garbage LSE and O on empty rows")(_garbage_lse_and_o)
