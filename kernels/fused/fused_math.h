@@ -52,8 +52,8 @@ AC_HD bool causal_visible(int64_t row, int64_t key, int64_t tq, int64_t tk) {
   return key <= row + tk - tq;
 }
 
-// The logit a masked key (causal or explicit mask) gets: -inf, never a finite sentinel (FACTS.md:
-// a -5e4 sentinel let masked keys win against extreme real logits, and a fully masked row then
+// The logit a masked key (causal or explicit mask) gets: -inf, never a finite sentinel
+// (a -5e4 sentinel let masked keys win against extreme real logits, and a fully masked row then
 // averages V instead of being empty). The mutant's sentinel is in natural units, scaled to base 2.
 template <Mutation M = Mutation::none>
 AC_HD float masked_logit() {
@@ -69,7 +69,7 @@ AC_HD int kv_head_of(int head, int group, int num_kv_heads) {
 }
 
 // Element offset of row `row` of a tensor with `stride` elements per row, in 64 bits: K and V
-// pass 2^31 elements at 128 KV heads x 128 dims x 131080 tokens (FACTS.md's regression shape).
+// pass 2^31 elements at 128 KV heads x 128 dims x 131080 tokens (a regression shape of a real overflow).
 template <Mutation M = Mutation::none>
 AC_HD int64_t row_offset(int64_t row, int64_t stride) {
   if constexpr (M == Mutation::offsets_32bit) return int64_t(int32_t(uint32_t(row) * uint32_t(stride)));

@@ -12,7 +12,7 @@
 // identically (nvcc would contract p * p_scale + s * s_scale into this fma anyway; g++ would not).
 // Base: lse_base 0 uses exp_f/log_f (natural log, vLLM, FlashAttention); 2 uses exp2_f/log2_f
 // (FlashInfer, TensorRT-LLM); hd.h picks expf / std::exp and so on per side.
-// Guards, both from production incidents (FACTS.md):
+// Guards, both from production incidents:
 //   - an LSE of +inf is FlashAttention-2's empty-row sentinel and is read as -inf (empty);
 //   - both sides empty (M = -inf) would give (-inf) - (-inf) = NaN: the merge of two empty
 //     states is the identity (0, -inf), so the scales are 0 and out_lse is -inf, and the

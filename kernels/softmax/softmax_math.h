@@ -5,7 +5,7 @@
 //   naive   e[j] = exp(x[j]) rounded to the output storage type and stored (the intermediate the
 //           textbook kernels materialise); sum the stored e[j] in fp32; y[j] = e[j] / sum.
 //           The hazard is real: in fp16, exp(11.09375) = 65758.9 >= 65520 stores +inf, the sum is
-//           +inf, that entry becomes inf/inf = NaN and every other entry 0 (FACTS.md: 11.0859375
+//           +inf, that entry becomes inf/inf = NaN and every other entry 0 (11.0859375
 //           is the largest fp16 logit that survives). Declared as AC_FEAT_NAIVE_EXP.
 //   safe    three passes: m = max x; l = sum exp(x - m); y = exp(x - m) / l.
 //   online  two passes (Milakov and Gimelshein, arXiv:1805.02867): one pass keeps (m, l) with

@@ -294,8 +294,8 @@ rc::Gen<MergeInput> merge_input(const Domain& dom) {
       m.suffix_lse.push_back(b);
     }
     m.head_size = *g::elementOf(dom.head_sizes);
-    // One case in eight holds output states near the format's largest value on both sides (issue 6,
-    // mutant 3: an unscaled p + s overflows fp32 there; fp32 and bf16 reach it, fp16 cannot).
+    // One case in eight holds output states near the format's largest value on both sides
+    // (mutant 3: an unscaled p + s overflows fp32 there; fp32 and bf16 reach it, fp16 cannot).
     const bool near_max = pick_class(8) == 0;
     m.prefix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size) : *any_values(m.dtype, int(rows), m.head_size);
     m.suffix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size) : *any_values(m.dtype, int(rows), m.head_size);
@@ -379,7 +379,7 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
                        : int(*g::inRange(min_tk, std::max(min_tk, std::min(dom.max_keys, 64)) + 1));
     tk = std::max(tk, min_tk);
     // One row in four spans two key tiles of the subject (up to 2 Bc + 8 keys), or the rescale of
-    // O and l between tiles is never exercised (issue 6: mutant 6, "forgets to rescale O", survived
+    // O and l between tiles is never exercised (mutant 6, "forgets to rescale O", survived
     // the gate with rows of at most 64 keys and Bc = 64).
     if (!long_rows && dom.tile_keys > 0 && pick_class(4) == 0)
       tk = int(*g::inRange(dom.tile_keys + 1, 2 * dom.tile_keys + 9));

@@ -1,4 +1,4 @@
-// Chunked-prefill NaN reproduction: a batch of requests through the cascade (issue 4, last section).
+// Chunked-prefill NaN reproduction: a batch of requests through the cascade.
 //
 // Model (vLLM's chunked prefill with a chunked cached context, the path of the seed's NaN report):
 // for each request and each chunk of its new tokens,

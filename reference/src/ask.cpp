@@ -104,7 +104,7 @@ std::string self_check() {
   };
 
   report << "attncheck reference self-check (working precision " << precision_bits() << " bits)\n";
-  // Rounding traps (FACTS.md): values that double-round through float.
+  // Rounding traps: values that double-round through float.
   expect_bits(Format::fp16, "0x1.00200000001p0", 0x3c01,
               "1+2^-11+2^-40 rounds up; through float it would tie down to 1");
   expect_bits(Format::fp16, "0x1.000001p-25", 0x0001,
@@ -124,7 +124,7 @@ std::string self_check() {
   expect_bits(Format::fp32, "0x1.fffffe8p127", 0x7f7fffff, "below the fp32 overflow threshold");
   expect_bits(Format::fp32, "0x1.ffffffp127", 0x7f800000, "the fp32 overflow threshold rounds to infinity");
 
-  // fp16 exp thresholds (FACTS.md): e^11.0859375 = 65247.1 is finite, e^11.09375 = 65758.9 is not;
+  // fp16 exp thresholds: e^11.0859375 = 65247.1 is finite, e^11.09375 = 65758.9 is not;
   // e^x rounds to zero below ln 2^-25.
   {
     const Real e1 = exp(parse_real("11.0859375")), e2 = exp(parse_real("11.09375"));

@@ -66,7 +66,7 @@ inline void check_softmax_exact(const Tensor& x, const Tensor& y, int rows, int 
   }
 }
 
-// The fp16 overflow band (FACTS.md): 11.0859375 is the largest fp16 logit with finite fp16 exp;
+// The fp16 overflow band: 11.0859375 is the largest fp16 logit with finite fp16 exp;
 // at 11.09375 exp = 65758.9 rounds past 65504 to inf. Naive: finite / NaN; safe, online: finite.
 inline void check_naive_overflow_band(const SoftmaxRun& run) {
   using attncheck::kern::SoftmaxVariant;

@@ -103,7 +103,7 @@ TEST_CASE("fp16 and bf16: midpoints round to even, neighbours of midpoints to th
       }
     }
   }
-  // the published thresholds (FACTS.md): 65520 is fp16's overflow rounding threshold
+  // the published thresholds: 65520 is fp16's overflow rounding threshold
   REQUIRE(float_to_f16(65520.0f) == 0x7c00u);
   REQUIRE(float_to_f16(std::nextafter(65520.0f, 0.0f)) == 0x7bffu);
   REQUIRE(f16_to_float(0x7bffu) == 65504.0f);

@@ -1,4 +1,4 @@
-// Mutant 12 on the GPU (issue 6): the fused kernel without the barrier that keeps a K/V buffer
+// Mutant 12 on the GPU: the fused kernel without the barrier that keeps a K/V buffer
 // alive until every warp has finished reading it. A race has no host twin, so it is caught on the
 // device in two ways:
 //   - compute-sanitizer racecheck reports the shared-memory hazard (deterministic):

@@ -1,4 +1,4 @@
-// Each host-twin mutant (kernels/mutants/, issue 6) differs from its correct twin on one
+// Each host-twin mutant (kernels/mutants/) differs from its correct twin on one
 // hand-built input that exposes its bug, and the correct twin is right on that same input. The
 // expected values are derived here by hand (in the comments), never read off the code under test.
 // Subjects are called through their registered ac_subject entries, as the harness calls them.
@@ -139,7 +139,7 @@ TEST_CASE("mutant 7: a finite mask sentinel leaks", "[mutants][fused]") {
 }
 
 TEST_CASE("mutant 8: no max subtraction overflows fp16 at 11.09375, undeclared", "[mutants][softmax]") {
-  // FACTS.md: e^11.0859375 = 65247.1 rounds to 65248 (finite), e^11.09375 = 65758.9 >= 65520 rounds
+  // e^11.0859375 = 65247.1 rounds to 65248 (finite), e^11.09375 = 65758.9 >= 65520 rounds
   // to inf. Row [x, 0]: the exact y0 = 1 / (1 + e^-x) is finite (about 0.99998) either way.
   const std::vector<float> over = {11.09375f, 0.0f}, under = {11.0859375f, 0.0f};
   const auto good = mt::run_softmax(subject("softmax-safe", false), AC_DTYPE_F16, over);

@@ -1,5 +1,5 @@
-// Mutant 13 on the GPU (issue 6): K/V tile offsets computed in 32 bits. It needs a tensor past
-// 2^31 elements, FACTS.md's regression shape: 128 KV heads x 128 dims x (2^31 / (128 * 128) + 8)
+// Mutant 13 on the GPU: K/V tile offsets computed in 32 bits. It needs a tensor past
+// 2^31 elements, a regression shape of a real overflow: 128 KV heads x 128 dims x (2^31 / (128 * 128) + 8)
 // = 131080 tokens, fp16, 4.29 GB each for K and V (8.6 GB of device memory).
 //
 // Input, chosen so the exact answer is known by hand: one query token, 128 query heads (group 1),

@@ -4,7 +4,7 @@
 // midpoint to its successor (exact in double) which must go to the even bit pattern, and the doubles
 // just either side of the midpoint; (2) MPFR's own subnormal emulation (mpfr_check_range +
 // mpfr_subnormalize in the format's exponent range), fed 200-bit values that double doubles cannot
-// hold; (3) the hand-derived traps and edges of FACTS.md.
+// hold; (3) hand-derived traps and edges.
 #include <mpfr.h>
 
 #include <catch2/catch.hpp>
@@ -76,7 +76,7 @@ void exhaustive_16bit(Format f) {
 
 }  // namespace
 
-TEST_CASE("format specs are the MPFR-style ranges of FACTS.md", "[format]") {
+TEST_CASE("format specs are the MPFR-style ranges", "[format]") {
   CHECK(spec(Format::fp16).precision == 11);
   CHECK(spec(Format::fp16).emin == -23);
   CHECK(spec(Format::fp16).emax == 16);
@@ -121,7 +121,7 @@ TEST_CASE("decode gives the exact value of stored elements", "[format]") {
   }
 }
 
-TEST_CASE("double-rounding traps round once (FACTS.md)", "[format][rounding]") {
+TEST_CASE("double-rounding traps round once", "[format][rounding]") {
   // 1 + 2^-11 + 2^-40: above the fp16 midpoint 1 + 2^-11; through float it lands exactly on the midpoint.
   CHECK(round_to_format(Format::fp16, parse_real("0x1.00200000001p0")) == 0x3c01);
   CHECK(round_to_format(Format::fp16, 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)) == 0x3c01);

@@ -1014,7 +1014,7 @@ int main(int argc, char** argv) {
   rmerge->add_flag("--no-plots", merge_no_plots, "do not render plots");
 
   auto* selfcheck = app.add_subcommand("selfcheck", "the exact reference checks itself against known values");
-  const auto mutants = ac::cli::add_mutants_command(app);  // mutants.cpp (issue 6)
+  const auto mutants = ac::cli::add_mutants_command(app);  // mutants.cpp
   const auto plot = ac::cli::add_plot_command(app);        // plot.cpp
 
   try {

@@ -1,4 +1,4 @@
-// `attncheck mutants`: the mutation self-test (issue 6). Runs the default gate (the properties of
+// `attncheck mutants`: the mutation self-test. Runs the default gate (the properties of
 // the `gate` suite, default number of cases) against every deliberately broken kernel of
 // kernels/mutants/ and against the correct kernels they derive from, and prints one table:
 // mutant, killed or survived, the property that killed it first, cases and seconds until that

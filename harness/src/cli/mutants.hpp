@@ -1,4 +1,4 @@
-// `attncheck mutants`: the mutation self-test (issue 6). Registered on the CLI by main.cpp with
+// `attncheck mutants`: the mutation self-test. Registered on the CLI by main.cpp with
 // one call; everything else lives in mutants.cpp.
 #pragma once
 #include <CLI/CLI.hpp>

@@ -3,7 +3,7 @@
 //   Fused: T = 8192, 32 query heads, 8 KV heads, d = 128, fp16, non-causal and causal, every
 //   tiling: median of 20 timed runs (cudaEvents, after 3 warm-up runs, fresh random non-zero
 //   inputs before each run), TFLOP/s with 4 T^2 h d flops (half for causal), printed beside
-//   FlashAttention-2 and cuDNN on the same H200 (docs/FACTS.md).
+//   FlashAttention-2 and cuDNN on the same H200.
 //   Split-KV decode: T_q = 1, T_k = 8192, batch 64, same heads, fp16, split counts 1..16:
 //   GB/s of compulsory traffic (K and V once, Q, O, the fp32 partials written and read once).
 // Run: build-ka/kernels_attention/fused_bench  (or build/tests/kernels_attention/fused_bench)

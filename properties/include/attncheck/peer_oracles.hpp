@@ -1,6 +1,5 @@
-// Peer oracles: the acceptance rules other projects' test suites use for these kernels
-// (FACTS.md, "How peers test these kernels"), run against any Subject so the mutation self-test
-// can show what each style of test misses. Each oracle is a pair (input style, acceptance rule):
+// Peer oracles: the acceptance rules other projects' test suites use for these kernels, run
+// against any Subject so the mutation self-test can show what each style of test misses. Each oracle is a pair (input style, acceptance rule):
 //
 //   vllm       inputs: standard normal outputs / logits / q, k, v; merge LSEs standard normal with
 //              10% +inf on one side (never both, no -inf); T_q <= T_k. Rule: element-wise

@@ -54,7 +54,7 @@ struct RunConfig {
   // Seconds a failure may spend shrinking, from its discovery; past it (or on cancel) the smallest
   // failing case found so far is the counterexample and the result says the shrink was cut.
   double shrink_seconds = 20;
-  int max_size = 100;            // RapidCheck size cap (<= 100, see FACTS.md); shapes scale from it
+  int max_size = 100;            // RapidCheck size cap (<= 100); shapes scale from it
   int max_keys = 64;             // longest key row generated; raise for long rows (8192 and beyond)
   bool write_ahead = false;      // write-ahead for host subjects too (always on for cuda subjects)
   std::vector<ac_dtype> dtypes;  // empty: every dtype the subject has
@@ -136,7 +136,7 @@ struct TilingRow {
 };
 std::vector<TilingRow> tiling_report(Subject&, const RunConfig&);
 
-// Chunked prefill reproduction (issue 4, last section). A scenario (corpus/prefill/*.json, format
+// Chunked prefill reproduction. A scenario (corpus/prefill/*.json, format
 // in corpus/README.md) lists requests (cached prefix length, prefix hit or miss, new tokens) and a
 // chunk size; each chunk of each request runs prefix attention (non-causal over the cached prefix,
 // zero keys on a miss), suffix attention (causal over the chunk's own tokens and the earlier
