@@ -39,6 +39,8 @@ struct ReportEntry {
   double seconds = 0;
   int64_t cases_to_first_failure = -1;
   double max_drift_ulp = 0;
+  // Attention rows judged, of them escalated to the exact path, of those uncertified (PropertyResult).
+  int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
   std::vector<int> shards;  // the shards that contributed (merge_reports)
 };
 
