@@ -60,7 +60,9 @@ struct Elem {
   // was judged exactly; an interval when it was judged by the fast path (measure.cpp), whose
   // allowance depends on an LSE it knows only to within its bound. `allowed` is then allowed_lo.
   double allowed_lo = 0, allowed_hi = 0;
-  bool fast = false;  // judged by the certified fast path (exact holds its fp64 approximation)
+  // Judged by the certified fast path: `exact` holds its fp64 approximation and `inputs` is empty
+  // (such an element is within budget, and only failing elements are printed).
+  bool fast = false;
   // ulp_F(exact) is known: always for the exact path; for a fast element unless the interval holds
   // a power of two (the error is then near zero in either binade's ulp, and `ulp` is right).
   bool binade_known = true;
