@@ -257,9 +257,12 @@ static Elem o_elem(int64_t row, int64_t t, int64_t h, int64_t c, const Real& exa
 //     class. A non-finite output, an element not certainly within budget (whether or not it
 //     fails), a row the fast path did not certify (NaN/inf inputs, huge logits) escalates; empty
 //     rows (no key: nothing to compute) take the exact path too. So every failing element, its
-//     message and the worst elements come from the exact path.
-//  7. rule_lse reads every row's LSE (the other base, the other layout) once any LSE fails, so a
-//     judgement with a failing LSE is redone entirely by the exact path.
+//     message and the worst elements come from the exact path. One exception: a non-finite output
+//     in a row a naive-exp hazard makes unpredictable (row_skipped: no rule reports its elements
+//     or reads their exact values, the statistics skip them) gets the exact path's fields, which
+//     are certain there (nonfinite_elem).
+//  7. rule_lse reads every row's LSE (the other base, the other layout) once any LSE of a row not
+//     skipped fails, so such a judgement is redone entirely by the exact path.
 //  8. Reported statistics: a fast element's plain ulp error is known to within half of 2^-16 ulp
 //     (fast_ulp_error; else the row escalates), also when the interval holds a power of two (an
 //     exact answer at 2^k: the error is then near zero in either binade's ulp, and binade_known is
@@ -489,10 +492,28 @@ std::optional<FastUlp> fast_ulp_error(ref::Format f, double y, double approx, do
   return FastUlp{u, q_small == q_big};
 }
 
+// A non-finite output where the exact value is finite, in a row a naive-exp hazard makes
+// unpredictable (no rule reads its exact value): the exact path's fields, which are certain. The
+// exact O is a convex combination of finite values and the exact LSE is at most max s + ln N, both
+// far below the overflow threshold, so the class is nonfinite_output: not within, infinite errors.
+Elem nonfinite_elem(Elem e, ac_dtype d, uint32_t bits, double y, double allowed_lo, double allowed_hi) {
+  e.dtype = d;
+  e.out_bits = bits;
+  e.out_value = y;
+  e.out_finite = false;
+  e.ulp = e.cancel = e.ratio = std::numeric_limits<double>::infinity();
+  e.within = false;
+  e.allowed = e.allowed_lo = allowed_lo;
+  e.allowed_hi = allowed_hi;
+  e.fast = true;
+  e.binade_known = false;  // not decided (and not read: the row is skipped)
+  return e;
+}
+
 // The fast path of one certified, non-empty row (steps 1-8): appends the row's elements and returns
 // true when every verdict is certain, else leaves `elems` unchanged and returns false (escalate).
 bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r, int64_t t, int64_t h,
-                    std::vector<Elem>& elems) {
+                    bool skipped, std::vector<Elem>& elems) {
   const AttentionInput& a = job.a;
   const int64_t H = a.num_heads, D = a.head_size, row = t * H + h;
   const size_t n = r.keys.size();
@@ -536,7 +557,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
   for (int64_t c = 0; c < D; ++c) {
     const uint32_t bits = job.out.out[size_t(row * D + c)];
     const double y = decode(a.dtype, bits);
-    if (!std::isfinite(y)) return escalate();
+    if (!std::isfinite(y) && !skipped) return escalate();
     // 3, 4: S, cond and the allowance at both ends.
     const double* vabs = r.vabs.data() + size_t(c) * n;
     double S_lo = 0, cond_lo = 0, S_hi = 0, cond_hi = 0;
@@ -548,8 +569,13 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     const double allowed_lo = attention_o_allowance(job.b, r.ar, ulp_lo, S_lo, cond_lo, vmax);
     const double allowed_hi = attention_o_allowance(job.b, r.ar, ulp_hi, S_hi, cond_hi, vmax);
     if (!std::isfinite(allowed_hi)) return escalate();
-    // 5: the verdict.
     const double approx = fr.o[size_t(c)], bound = fr.o_bound[size_t(c)];
+    if (!std::isfinite(y)) {
+      elems.push_back(
+          nonfinite_elem(o_elem(row, t, h, c, Real(approx)), a.dtype, bits, y, allowed_lo, allowed_hi));
+      continue;
+    }
+    // 5: the verdict.
     if (S_hi == 0) {
       if (y != 0) return escalate();
     } else if (S_lo == 0 || !(error_upper(y, approx, bound) <= allowed_lo * kAllowanceMargin)) {
@@ -591,7 +617,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
   if (job.want_lse) {
     const float yf = job.out.lse[size_t(row)];
     const double y = yf;
-    if (!std::isfinite(y)) return escalate();
+    if (!std::isfinite(y) && !skipped) return escalate();
     const double cond_lo = lse_conditioning(pmin, r.cj), cond_hi = lse_conditioning(pmax, r.cj);
     auto scale_at = [&](double x) { return std::max(1.0, std::fabs(x * job.lse_unit)); };
     const double sc_a = scale_at(x_lo), sc_b = scale_at(x_hi);
@@ -599,9 +625,21 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     const double scale_hi = std::max(sc_a, sc_b);
     const double allowed_lo = attention_lse_allowance(job.b, r.ar, scale_lo, cond_lo, job.lse_unit);
     const double allowed_hi = attention_lse_allowance(job.b, r.ar, scale_hi, cond_hi, job.lse_unit);
-    if (!std::isfinite(allowed_hi) ||
-        !(error_upper(y, fr.lse, fr.lse_bound) <= allowed_lo * kAllowanceMargin))
-      return escalate();
+    if (!std::isfinite(allowed_hi)) return escalate();
+    if (!std::isfinite(y)) {
+      Elem e;
+      e.out = Out::LSE;
+      e.row = row;
+      e.where = where_th("LSE", t, h, -1);
+      e.exact = Real(fr.lse);
+      e.exact_finite = true;
+      e.exact_other = Real(job.cv.base == ref::LseBase::two ? fr.lse * kLn2 : fr.lse / kLn2);
+      uint32_t lse_bits;
+      std::memcpy(&lse_bits, &yf, 4);
+      elems.push_back(nonfinite_elem(std::move(e), AC_DTYPE_F32, lse_bits, y, allowed_lo, allowed_hi));
+      return true;
+    }
+    if (!(error_upper(y, fr.lse, fr.lse_bound) <= allowed_lo * kAllowanceMargin)) return escalate();
     const std::optional<FastUlp> u = fast_ulp_error(ref::Format::fp32, y, fr.lse, fr.lse_bound);
     if (!u || near_histogram_edge(u->ulps)) return escalate();
     Elem e;
@@ -668,7 +706,8 @@ Judgement judge_attention_rows(const AttentionInput& a, const AttentionOutput& o
       }
       if (fast) {
         const ref::FastRow& fr = fast_rows[size_t(row)];
-        if (fr.certified && !fr.empty && judge_row_fast(job, fr, r, t, h, J.elems)) continue;
+        if (fr.certified && !fr.empty && judge_row_fast(job, fr, r, t, h, J.row_skipped(row), J.elems))
+          continue;
         if (!fr.certified) ++J.counts.rows_uncertified;
       }
       ++J.counts.rows_escalated;
@@ -694,7 +733,7 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
     // Step 7: a failing LSE makes rule_lse read every row; redo the judgement exactly.
     bool lse_fails = false, any_fast = false;
     for (const Elem& e : J.elems) {
-      lse_fails = lse_fails || (e.out == Out::LSE && !e.within);
+      lse_fails = lse_fails || (e.out == Out::LSE && !e.within && !J.row_skipped(e.row));
       any_fast = any_fast || e.fast;
     }
     if (lse_fails && any_fast) {

@@ -176,7 +176,7 @@ bool same_judgement(const Judgement& f, const Judgement& x, std::string& why) {
       if (!same(a.allowed, b.allowed) || !same(a.ratio, b.ratio) || !same(a.ulp, b.ulp) ||
           !same(a.cancel, b.cancel) || a.inputs != b.inputs || !same_real(a.exact, b.exact))
         return differ("escalated element not identical");
-    } else if (!a.within) {
+    } else if (!a.within && !f.row_skipped(a.row)) {
       return differ("a fast element that fails");
     }
   }
