@@ -179,6 +179,9 @@ ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int sha
   e.shrink_seconds = r.shrink_seconds;
   e.shrink_cut = r.shrink_cut;
   e.max_drift_ulp = r.max_drift_ulp;
+  e.rows_judged = r.rows_judged;
+  e.rows_escalated = r.rows_escalated;
+  e.rows_uncertified = r.rows_uncertified;
   e.shards = {shard_index};
   return e;
 }
@@ -201,14 +204,19 @@ json report_to_json(const Report& r) {
   j["interrupted"] = r.interrupted;
   j["verdict"] = r.verdict();
   int passed = 0, failed = 0, crashed = 0, interrupted = 0;
+  int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
   for (const auto& e : r.entries) {
     passed += e.status == "passed";
     failed += e.status == "failed";
     crashed += e.status == "crashed";
     interrupted += e.status == "interrupted";
+    rows_judged += e.rows_judged;
+    rows_escalated += e.rows_escalated;
+    rows_uncertified += e.rows_uncertified;
   }
   j["summary"] = {{"results", r.entries.size()}, {"passed", passed}, {"failed", failed},
-                  {"crashed", crashed}, {"interrupted", interrupted}};
+                  {"crashed", crashed}, {"interrupted", interrupted}, {"rows_judged", rows_judged},
+                  {"rows_escalated", rows_escalated}, {"rows_uncertified", rows_uncertified}};
   json edges = json::array();
   for (double e : r.histogram_edges) edges.push_back(num(e));
   j["histogram_edges"] = edges;
@@ -230,6 +238,9 @@ json report_to_json(const Report& r) {
                        {"shrink_seconds", num(e.shrink_seconds)},
                        {"shrink_cut", e.shrink_cut},
                        {"max_drift_ulp", num(e.max_drift_ulp)},
+                       {"rows_judged", e.rows_judged},
+                       {"rows_escalated", e.rows_escalated},
+                       {"rows_uncertified", e.rows_uncertified},
                        {"message", e.message},
                        {"counterexample", e.counterexample},
                        {"rc_reproduce", e.rc_reproduce},
@@ -297,6 +308,10 @@ Report report_from_json(const json& j) {
       e.shrink_seconds = get_num(x.value("shrink_seconds", json(0.0)));
       e.shrink_cut = json_fields::get_bool_or<ReportError>(x, "shrink_cut", "results", false);
       e.max_drift_ulp = get_num(x.value("max_drift_ulp", json(0.0)));
+      e.rows_judged = json_fields::get_int_or<ReportError>(x, "rows_judged", "results", 0, kMaxCount, 0);
+      e.rows_escalated = json_fields::get_int_or<ReportError>(x, "rows_escalated", "results", 0, kMaxCount, 0);
+      e.rows_uncertified =
+          json_fields::get_int_or<ReportError>(x, "rows_uncertified", "results", 0, kMaxCount, 0);
       e.message = x.value("message", "");
       e.counterexample = x.value("counterexample", "");
       e.rc_reproduce = x.value("rc_reproduce", "");
@@ -606,6 +621,9 @@ Report merge_reports(const std::vector<Report>& parts) {
       m.failures += e.failures;
       m.seconds += e.seconds;
       m.max_drift_ulp = std::max(m.max_drift_ulp, e.max_drift_ulp);
+      m.rows_judged += e.rows_judged;
+      m.rows_escalated += e.rows_escalated;
+      m.rows_uncertified += e.rows_uncertified;
       for (const auto& f : e.corpus_files)
         if (std::find(m.corpus_files.begin(), m.corpus_files.end(), f) == m.corpus_files.end()) m.corpus_files.push_back(f);
       m.shards.insert(m.shards.end(), e.shards.begin(), e.shards.end());

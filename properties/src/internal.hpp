@@ -60,6 +60,16 @@ struct Elem {
   double ratio = 0;    // |error| / allowed (<= 1 passes)
   double allowed = 0;  // the budget in absolute terms
   bool within = true;  // meets the budget (or the expected non-finite value)
+  // The exact path's allowance lies in [allowed_lo, allowed_hi]: equal to `allowed` when the element
+  // was judged exactly; an interval when it was judged by the fast path (measure.cpp), whose
+  // allowance depends on an LSE it knows only to within its bound. `allowed` is then allowed_lo.
+  double allowed_lo = 0, allowed_hi = 0;
+  // Judged by the certified fast path: `exact` holds its fp64 approximation and `inputs` is empty
+  // (such an element is within budget, and only failing elements are printed).
+  bool fast = false;
+  // ulp_F(exact) is known: always for the exact path; for a fast element unless the interval holds
+  // a power of two (the error is then near zero in either binade's ulp, and `ulp` is right).
+  bool binade_known = true;
 };
 
 struct RowInfo {
@@ -70,10 +80,24 @@ struct RowInfo {
   int64_t visible = 0;
 };
 
+// How the rows of an attention judgement were computed (judge_attention).
+struct JudgeCounts {
+  int64_t rows = 0;              // rows judged
+  int64_t rows_escalated = 0;    // rows judged by the exact (MPFR) path, the uncertified included
+  int64_t rows_uncertified = 0;  // of which the fast path did not apply at all (NaN/inf inputs, ...)
+  JudgeCounts& operator+=(const JudgeCounts& o) {
+    rows += o.rows;
+    rows_escalated += o.rows_escalated;
+    rows_uncertified += o.rows_uncertified;
+    return *this;
+  }
+};
+
 struct Judgement {
   std::vector<Elem> elems;
   std::vector<RowInfo> rows;
   int64_t num_rows = 0, num_heads = 1;
+  JudgeCounts counts;
   bool row_skipped(int64_t r) const { return rows[r].hazard || rows[r].underflow || rows[r].ambiguous; }
 };
 
@@ -82,7 +106,20 @@ struct Judgement {
 // flushed_zero_allowed says so. Every judge_* ends with it.
 void apply_declared_contracts(Judgement&, const Conventions&);
 
-Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const Conventions&, const Budget&);
+// Which reference judges attention rows. `fast`: the certified fp64 path (reference/fast.hpp), each
+// row escalated to the exact path unless every verdict of the row is certain (the argument is at
+// judge_attention in measure.cpp); the Judgement's verdicts are identical to `exact`'s. `exact`:
+// every row through exact_attention_row (MPFR), as a comparison. The process default is `fast`,
+// or `exact` when the environment variable ATTNCHECK_JUDGE is "exact".
+enum class JudgePath { fast, exact };
+JudgePath default_judge_path();
+void set_default_judge_path(JudgePath);
+// Counts of every attention row judged on this thread (judge_attention and split_equals_whole's
+// rows of the whole), for a property run's report; reset by the runner.
+JudgeCounts& thread_judge_counts();
+
+Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const Conventions&, const Budget&,
+                          JudgePath path = default_judge_path());
 Judgement judge_merge(const MergeInput&, const MergeOutput&, const Conventions&, const Budget&);
 Judgement judge_softmax(const SoftmaxInput&, const SoftmaxOutput&, const Conventions&, const Budget&);
 

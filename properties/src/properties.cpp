@@ -185,6 +185,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     return res;
   }
   const uint32_t op = op_for(prop->info(), subject);
+  thread_judge_counts() = JudgeCounts{};
   Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {},
           {},      true};
   if (!cfg.corpus_dir.empty() && (cfg.write_ahead || subject.caps().memory == AC_MEMORY_CUDA))
@@ -275,6 +276,10 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
 
   res.seconds = elapsed();
   if (res.seconds_to_first_failure >= 0) res.shrink_seconds = res.seconds - res.seconds_to_first_failure;
+  const JudgeCounts counts = thread_judge_counts();
+  res.rows_judged = counts.rows;
+  res.rows_escalated = counts.rows_escalated;
+  res.rows_uncertified = counts.rows_uncertified;
   finish_stats(ctx.stats, ctx.ulps, ctx.cancels);
   res.stats = ctx.stats;
   if (!ctx.write_ahead_path.empty()) {

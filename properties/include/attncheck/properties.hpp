@@ -100,6 +100,11 @@ struct PropertyResult {
   double shrink_seconds = 0;  // from the first failure to the end of shrinking
   bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
   double max_drift_ulp = 0;  // split_order_drift: largest pairwise drift, output ulps
+  // Attention rows judged during the run (shrinking included): rows_judged in all, rows_escalated of
+  // them judged by the exact MPFR path instead of the certified fast one (undecided, failing or
+  // uncertified rows; every non-empty row under ATTNCHECK_JUDGE=exact), rows_uncertified of those
+  // the fast path did not apply to (NaN/inf inputs, logits beyond 2^32).
+  int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
 };
 
 // Runs one property against one subject. Never throws for subject failures: a SubjectError of kind

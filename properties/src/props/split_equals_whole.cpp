@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../property.hpp"
+#include "attncheck/reference/fast.hpp"
 
 namespace attncheck::detail {
 namespace {
@@ -70,6 +71,20 @@ class SplitEqualsWhole final : public Property {
     o.digest = digest_bits(whole.out, whole.lse);
     const int64_t TQ = total_q(a), H = a.num_heads, D = a.head_size;
     const ref::AttentionProblem whole_p = problem_of(a);
+    const bool fast = default_judge_path() == JudgePath::fast;
+    // The whole's rows by the certified fast path, once for every cut (check_row_fast).
+    std::vector<ref::FastRow> whole_fast;
+    if (fast) {
+      whole_fast.resize(size_t(TQ * H));
+      ref::FastOptions fo;
+      fo.threads = 1;
+      fo.base = ctx.cv.base;
+      const ref::FastAttentionReference ref_fast(whole_p, fo);
+      ref_fast.for_each_row([&](int64_t token, int32_t head, const ref::FastRow& fr) {
+        whole_fast[size_t(token * H + head)] = fr;
+      });
+    }
+    JudgeCounts& counts = thread_judge_counts();
     for (int64_t cut : cuts) {
       const AttentionInput part[2] = {part_of(a, cut, 0), part_of(a, cut, 1)};
       AttentionOutput po[2];
@@ -81,13 +96,97 @@ class SplitEqualsWhole final : public Property {
         po[i] = s.attention(part[i], c.options);
         pj[i] = judge_attention(part[i], po[i], ctx.cv, ctx.budget);
       }
+      // The parts judged exactly, made only when a row escalates.
+      Judgement exact_pj[2];
+      bool have_exact = false;
       for (int64_t t = 0; t < TQ; ++t)
-        for (int64_t h = 0; h < H; ++h) check_row(o, ctx, a, whole_p, po, pj, cut, t, h, D);
+        for (int64_t h = 0; h < H; ++h) {
+          ++counts.rows;
+          if (fast && check_row_fast(ctx, a, po, pj, whole_fast[size_t(t * H + h)], t, h, D)) continue;
+          if (fast) {
+            ++counts.rows_escalated;
+            if (!whole_fast[size_t(t * H + h)].certified) ++counts.rows_uncertified;
+          }
+          if (fast && !have_exact) {
+            for (int i = 0; i < 2; ++i)
+              exact_pj[i] = judge_attention(part[i], po[i], ctx.cv, ctx.budget, JudgePath::exact);
+            have_exact = true;
+          }
+          check_row(o, ctx, a, whole_p, po, fast ? exact_pj : pj, cut, t, h, D);
+        }
     }
     return o;
   }
 
  private:
+  // The weights of the two parts' states in the merge (check_row), normalised.
+  static void part_weights(const Ctx& ctx, const ref::ExactState (&st)[2], double& w0, double& w1) {
+    const double l0 = st[0].lse.convert_to<double>(), l1 = st[1].lse.convert_to<double>();
+    const double e0 = l0 == INFINITY ? -INFINITY : l0, e1 = l1 == INFINITY ? -INFINITY : l1;
+    const double M = std::max(e0, e1);
+    w0 = 0;
+    w1 = 0;
+    if (M > -INFINITY) {
+      w0 = ctx.cv.base == ref::LseBase::two ? std::exp2(e0 - M) : std::exp(e0 - M);
+      w1 = ctx.cv.base == ref::LseBase::two ? std::exp2(e1 - M) : std::exp(e1 - M);
+      const double ws = w0 + w1;
+      w0 /= ws;
+      w1 /= ws;
+    }
+  }
+
+  // check_row's verdict decided from the fast path: the whole's exact O within its bound of the
+  // fast row's (certified), each part's allowance within [allowed_lo, allowed_hi] (measure.cpp).
+  // split_merge_allowance is a sum of products of nonnegative terms in the allowances and
+  // within_split_merge_allowance is monotone in it, so a row is certainly within when the largest
+  // error (the farther end of the whole's interval: the double subtraction got - want is monotone
+  // in want) is within the allowance made of the lower ends. True: the exact check_row records
+  // nothing for this row. False: run check_row on exact judgements.
+  static bool check_row_fast(const Ctx& ctx, const AttentionInput& a, const AttentionOutput (&po)[2],
+                             const Judgement (&pj)[2], const ref::FastRow& whole, int64_t t, int64_t h,
+                             int64_t D) {
+    const int64_t row = t * a.num_heads + h;
+    if (pj[0].row_skipped(row) || pj[1].row_skipped(row)) return true;
+    if (!whole.certified) return false;
+    // The declared contracts' adjustments (an undefined empty LSE, an accepted flushed zero) are
+    // made by the exact check only.
+    if (ctx.cv.flushes_subnormals) return false;
+    if (ctx.cv.empty_lse_undefined && (pj[0].rows[size_t(row)].empty || pj[1].rows[size_t(row)].empty)) return false;
+    ref::ExactState st[2];
+    double lse_allowed[2] = {0, 0};
+    std::vector<double> o_allowed[2];
+    for (int i = 0; i < 2; ++i) {
+      st[i].lse = Real(double(po[i].lse[size_t(row)]));
+      for (int64_t d = 0; d < D; ++d)
+        st[i].o.push_back(Real(decode(a.dtype, po[i].out[size_t(row * D + d)])));
+      for (const Elem& e : pj[i].elems)
+        if (e.row == row) {
+          if (e.out == Out::LSE)
+            lse_allowed[i] = e.allowed_lo;
+          else
+            o_allowed[i].push_back(e.allowed_lo);
+        }
+    }
+    const ref::ExactState merged = ref::exact_merge({st[0], st[1]}, ctx.cv.base, true);
+    double w0 = 0, w1 = 0;
+    part_weights(ctx, st, w0, w1);
+    const double lse_to_nat = ctx.cv.base == ref::LseBase::two ? std::log(2.0) : 1.0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double got = merged.o[size_t(d)].convert_to<double>();
+      const double approx = whole.o[size_t(d)], bound = whole.o_bound[size_t(d)];
+      const double lo = bound == 0 ? approx : std::nextafter(approx - bound, -INFINITY);
+      const double hi = bound == 0 ? approx : std::nextafter(approx + bound, INFINITY);
+      const double err = std::max(std::fabs(got - lo), std::fabs(got - hi));
+      const double oa = st[0].o[size_t(d)].convert_to<double>(), ob = st[1].o[size_t(d)].convert_to<double>();
+      const double al0 = o_allowed[0].size() > size_t(d) ? o_allowed[0][size_t(d)] : 0;
+      const double al1 = o_allowed[1].size() > size_t(d) ? o_allowed[1][size_t(d)] : 0;
+      const double allowed =
+          split_merge_allowance(w0, w1, al0, al1, oa, ob, lse_allowed[0], lse_allowed[1], lse_to_nat);
+      if (!within_split_merge_allowance(err, allowed * (1 - 0x1p-32))) return false;
+    }
+    return true;
+  }
+
   // Merge the subject's two states of one row exactly and compare with the exact attention over
   // all keys.
   static void check_row(Outcome& o, const Ctx& ctx, const AttentionInput& a,
@@ -119,16 +218,8 @@ class SplitEqualsWhole final : public Property {
     const ref::ExactState merged = ref::exact_merge({st[0], st[1]}, ctx.cv.base, true);
     const ref::ExactRow ex = ref::exact_attention_row(whole_p, t, int32_t(h), ctx.cv.base);
     const double l0 = st[0].lse.convert_to<double>(), l1 = st[1].lse.convert_to<double>();
-    const double e0 = l0 == INFINITY ? -INFINITY : l0, e1 = l1 == INFINITY ? -INFINITY : l1;
-    const double M = std::max(e0, e1);
     double w0 = 0, w1 = 0;
-    if (M > -INFINITY) {
-      w0 = ctx.cv.base == ref::LseBase::two ? std::exp2(e0 - M) : std::exp(e0 - M);
-      w1 = ctx.cv.base == ref::LseBase::two ? std::exp2(e1 - M) : std::exp(e1 - M);
-      const double ws = w0 + w1;
-      w0 /= ws;
-      w1 /= ws;
-    }
+    part_weights(ctx, st, w0, w1);
     const double lse_to_nat = ctx.cv.base == ref::LseBase::two ? std::log(2.0) : 1.0;
     for (int64_t d = 0; d < D; ++d) {
       const double got = merged.o[size_t(d)].convert_to<double>();

@@ -1,0 +1,408 @@
+// The fast judgement of attention (measure.cpp: the certified fp64 reference, escalating to MPFR)
+// against the exact one (every row through MPFR): same verdicts element by element, same rows, same
+// rule outcomes (failure classes, messages, worst elements), over generated cases of every kind and
+// outputs built to sit on the budget's edge, off by a few ulps, non-finite, or exact. Then whole
+// property runs, shrinking included, under both paths.
+#include <rapidcheck.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "attncheck/generators.hpp"
+#include "attncheck/properties.hpp"
+#include "fakes.hpp"
+#include "property.hpp"
+
+using namespace attncheck;
+using namespace attncheck::detail;
+
+namespace {
+
+// The exact output, rounded once: every kind of output is made from it.
+struct Exact {
+  std::vector<double> o;    // layout of O
+  std::vector<double> lse;  // [rows], in the declared base; -inf for empty rows
+};
+Exact exact_of(const AttentionInput& a, ref::LseBase base) {
+  const ref::AttentionProblem p = problem_of(a);
+  Exact x;
+  for (const ref::ExactRow& r : ref::exact_attention(p, base)) {
+    for (const Real& v : r.o) x.o.push_back(v.convert_to<double>());
+    x.lse.push_back(r.empty ? -INFINITY : r.lse.convert_to<double>());
+  }
+  return x;
+}
+
+// The stored value `steps` representable values away from the rounding of x (toward +inf for
+// steps > 0): finite bit patterns are ordered by magnitude within a sign.
+uint32_t step_bits(ac_dtype d, double x, int steps) {
+  const ref::Format f = fakes::fmt(d);
+  const uint32_t sign = d == AC_DTYPE_F32 ? 0x80000000u : 0x8000u;
+  uint32_t b = ref::round_to_format(f, x);
+  for (int i = 0; i < std::abs(steps); ++i) {
+    const double v = ref::decode(f, b);
+    const bool up = steps > 0;
+    if (!std::isfinite(v)) break;
+    if (v == 0)
+      b = up ? 1u : (sign | 1u);  // the smallest subnormal
+    else if ((v > 0) == up)
+      ++b;  // away from zero
+    else
+      --b;
+  }
+  return b;
+}
+
+enum class Kind { exact, ulps, edge, nonfinite, mixed };
+
+// An output of one kind for `a`: edge puts each element at the representable value nearest to the
+// exact value plus or minus its allowance (from an exact judgement of the exact output), and the
+// values on either side of it.
+AttentionOutput make_output(const AttentionInput& a, const Conventions& cv, const Exact& x, Kind kind,
+                            uint64_t seed) {
+  const int64_t rows = int64_t(x.lse.size()), D = a.head_size;
+  AttentionOutput out;
+  out.out.resize(x.o.size());
+  out.lse.resize(size_t(rows));
+  for (size_t i = 0; i < x.o.size(); ++i) out.out[i] = round_bits(a.dtype, x.o[i]);
+  for (int64_t r = 0; r < rows; ++r)
+    out.lse[size_t(r)] =
+        std::isinf(x.lse[size_t(r)]) ? (cv.empty_sign > 0 ? INFINITY : -INFINITY) : float(x.lse[size_t(r)]);
+  if (kind == Kind::exact) return out;
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  Judgement J;
+  if (kind == Kind::edge || kind == Kind::mixed) J = judge_attention(a, out, cv, Budget{}, JudgePath::exact);
+  size_t ei = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < D; ++c, ++ei) {
+      const size_t i = size_t(r * D + c);
+      const uint64_t pick = next() % 8;
+      Kind k = kind == Kind::mixed ? Kind(1 + pick % 3) : kind;
+      if (k == Kind::ulps) {
+        out.out[i] = step_bits(a.dtype, x.o[i], int(next() % 13) - 6);
+      } else if (k == Kind::edge) {
+        const Elem& e = J.elems[ei];
+        const double side = next() % 2 ? 1.0 : -1.0;
+        if (std::isfinite(e.allowed) && std::isfinite(x.o[i]))
+          out.out[i] = step_bits(a.dtype, x.o[i] + side * e.allowed, int(next() % 3) - 1);
+      } else if (k == Kind::nonfinite && pick == 0) {
+        out.out[i] = round_bits(a.dtype, next() % 2 ? NAN : (next() % 2 ? INFINITY : -INFINITY));
+      }
+    }
+    if (cv.has_lse) {
+      const double l = x.lse[size_t(r)];
+      if (std::isfinite(l)) {
+        const uint64_t pick = next() % 6;
+        float y = float(l);
+        if (pick == 1 || pick == 2) {
+          // The LSE allowance's edge (the judgement's last element of the row).
+          const Elem& e = J.elems.empty() ? Elem{} : J.elems[ei];
+          const double target = l + (pick == 1 ? 1 : -1) * e.allowed;
+          y = float(target);
+          if (next() % 2) y = std::nextafter(y, pick == 1 ? INFINITY : -INFINITY);
+        } else if (pick == 3) {
+          y = std::nextafter(std::nextafter(y, INFINITY), INFINITY);
+        } else if (pick == 4 && kind == Kind::nonfinite) {
+          y = NAN;
+        } else if (pick == 5 && kind == Kind::mixed) {
+          y = float(cv.base == ref::LseBase::e ? l / std::log(2.0) : l * std::log(2.0));  // the other base
+        }
+        out.lse[size_t(r)] = y;
+      }
+      if (kind == Kind::edge || kind == Kind::mixed) ++ei;
+    }
+  }
+  return out;
+}
+
+// Everything a rule or a report reads, compared; `why` names the first difference.
+bool same_judgement(const Judgement& f, const Judgement& x, std::string& why) {
+  std::ostringstream w;
+  w.precision(17);
+  if (f.elems.size() != x.elems.size() || f.rows.size() != x.rows.size()) {
+    why = "sizes differ";
+    return false;
+  }
+  for (size_t r = 0; r < f.rows.size(); ++r) {
+    const RowInfo &a = f.rows[r], &b = x.rows[r];
+    if (a.empty != b.empty || a.hazard != b.hazard || a.underflow != b.underflow ||
+        a.ambiguous != b.ambiguous || a.visible != b.visible) {
+      w << "row " << r << " flags differ";
+      why = w.str();
+      return false;
+    }
+  }
+  const auto& edges = ulp_histogram_edges();
+  auto bin = [&](double u) {
+    size_t k = 0;
+    while (k + 2 < edges.size() && u >= edges[k + 1]) ++k;
+    return k;
+  };
+  for (size_t i = 0; i < f.elems.size(); ++i) {
+    const Elem &a = f.elems[i], &b = x.elems[i];
+    auto differ = [&](const char* what) {
+      w << a.where << ": " << what << " (fast " << a.within << " allowed " << a.allowed << " ["
+        << a.allowed_lo << ", " << a.allowed_hi << "] ulp " << a.ulp << "; exact " << b.within << " allowed "
+        << b.allowed << " ulp " << b.ulp << ")";
+      why = w.str();
+      return false;
+    };
+    if (a.where != b.where || a.row != b.row || a.out != b.out || a.dtype != b.dtype)
+      return differ("identity");
+    if (a.within != b.within) return differ("within");
+    if (a.exact_finite != b.exact_finite || a.out_finite != b.out_finite) return differ("finiteness");
+    if (a.out_bits != b.out_bits) return differ("output bits");
+    if (!(a.allowed_lo <= b.allowed && b.allowed <= a.allowed_hi)) return differ("allowance interval");
+    if (std::isinf(a.ulp) != std::isinf(b.ulp)) return differ("ulp class");
+    if (std::isfinite(b.ulp) && (std::fabs(a.ulp - b.ulp) > 0x1p-17 * (1 + 1e-9) || bin(a.ulp) != bin(b.ulp)))
+      return differ("ulp");
+    if (std::isfinite(b.cancel) && std::fabs(a.cancel - b.cancel) > 0x1p-17 * (1 + 1e-9))
+      return differ("cancel");
+    if (a.binade_known &&
+        ref::ulp_at(fakes::fmt(a.dtype), a.exact) != ref::ulp_at(fakes::fmt(b.dtype), b.exact) &&
+        b.exact_finite)
+      return differ("binade");
+    if (!a.fast) {  // escalated: the exact path's element itself
+      auto same = [](double p, double q) { return p == q || (std::isnan(p) && std::isnan(q)); };
+      auto same_real = [](const Real& p, const Real& q) { return p == q || (isnan(p) && isnan(q)); };
+      if (!same(a.allowed, b.allowed) || !same(a.ratio, b.ratio) || !same(a.ulp, b.ulp) ||
+          !same(a.cancel, b.cancel) || a.inputs != b.inputs || !same_real(a.exact, b.exact))
+        return differ("escalated element not identical");
+    } else if (!a.within && !f.row_skipped(a.row)) {
+      return differ("a fast element that fails");
+    }
+  }
+  return true;
+}
+
+std::string outcome_text(const Outcome& o) {
+  std::string s = std::string(o.ok ? "ok" : "FAIL ") + o.failure_class + " | " + o.message;
+  for (const Elem& e : o.worst)
+    s += " | " + e.where + " " + to_worst(e).exact + " " + to_worst(e).rounded_exact;
+  return s;
+}
+
+// The rules every attention property applies, on a judgement.
+std::vector<std::string> rule_outcomes(const Judgement& J, const Conventions& cv) {
+  std::vector<std::string> r;
+  for (int k = 0; k < 5; ++k) {
+    Outcome o;
+    if (k == 0) rule_accuracy(o, J, false);
+    if (k == 1) rule_accuracy(o, J, true);
+    if (k == 2) rule_empty(o, J, cv);
+    if (k == 3) rule_overflow(o, J, cv);
+    if (k == 4) rule_lse(o, J, cv);
+    r.push_back(outcome_text(o));
+  }
+  return r;
+}
+
+struct Totals {
+  int64_t rows = 0, escalated = 0, fast_elems = 0, failing_elems = 0, cases = 0;
+};
+
+void compare_case(const AttentionInput& a, const Conventions& cv, Kind kind, uint64_t seed, Totals& tot) {
+  const Exact x = exact_of(a, cv.base);
+  const AttentionOutput out = make_output(a, cv, x, kind, seed);
+  const Judgement F = judge_attention(a, out, cv, Budget{}, JudgePath::fast);
+  const Judgement X = judge_attention(a, out, cv, Budget{}, JudgePath::exact);
+  std::string why;
+  RC_ASSERT(same_judgement(F, X, why) || (RC_LOG() << why << "\n", false));
+  RC_ASSERT(rule_outcomes(F, cv) == rule_outcomes(X, cv));
+  tot.rows += F.counts.rows;
+  tot.escalated += F.counts.rows_escalated;
+  ++tot.cases;
+  for (const Elem& e : F.elems) {
+    tot.fast_elems += e.fast;
+    tot.failing_elems += !e.within;
+  }
+}
+
+Conventions conventions(int variant) {
+  Conventions cv;
+  cv.base = variant & 1 ? ref::LseBase::two : ref::LseBase::e;
+  cv.empty_sign = variant & 2 ? 1 : -1;
+  cv.naive_exp = (variant & 4) != 0;
+  cv.scores_rounded = (variant & 8) != 0;
+  cv.has_lse = (variant & 16) == 0;
+  return cv;
+}
+
+gen::Domain domain() {
+  gen::Domain d;
+  d.dtypes = {AC_DTYPE_F16, AC_DTYPE_BF16, AC_DTYPE_F32};
+  d.head_sizes = {1, 2, 3, 8, 16, 64};
+  d.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA;
+  d.max_keys = 48;
+  d.max_tokens = 6;
+  d.max_heads = 4;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("the fast judgement of attention equals the exact one, element by element and rule by rule") {
+  const gen::Domain dom = domain();
+  Totals tot;
+  bool ok = true;
+  for (int round = 0; round < 4 && ok; ++round)
+    ok = rc::check("fast == exact judgement", [&] {
+      const int which = *rc::gen::inRange(0, 4);
+      const AttentionInput a = which == 0   ? *gen::attention_input(dom)
+                               : which == 1 ? *gen::attention_empty_rows_input(dom)
+                               : which == 2 ? *gen::attention_overflow_band_input(dom)
+                                            : *gen::attention_split_input(dom);
+      const Conventions cv = conventions(*rc::gen::inRange(0, 32));
+      const Kind kind = Kind(*rc::gen::inRange(0, 5));
+      compare_case(a, cv, kind, *rc::gen::arbitrary<uint64_t>(), tot);
+    });
+  REQUIRE(ok);
+  WARN("generated cases " << tot.cases << ": rows " << tot.rows << " escalated " << tot.escalated
+                          << " fast elements " << tot.fast_elems << " failing elements "
+                          << tot.failing_elems);
+  // Both paths were exercised: most rows judged fast, and failures (all escalated) seen.
+  CHECK(tot.fast_elems > 0);
+  CHECK(tot.escalated > 0);
+  CHECK(tot.failing_elems > 0);
+  CHECK(tot.escalated < tot.rows);
+}
+
+TEST_CASE("the comparison catches a judgement that differs") {
+  // A fast judgement with one verdict flipped must not compare equal: the test above can fail.
+  const gen::Domain dom = domain();
+  AttentionInput a = gen::attention_split_input(dom)(rc::Random(7), 30).value();
+  a.dtype = AC_DTYPE_F32;
+  const Conventions cv = conventions(0);
+  const Exact x = exact_of(a, cv.base);
+  const AttentionOutput out = make_output(a, cv, x, Kind::exact, 1);
+  const Judgement X = judge_attention(a, out, cv, Budget{}, JudgePath::exact);
+  Judgement F = judge_attention(a, out, cv, Budget{}, JudgePath::fast);
+  std::string why;
+  REQUIRE(same_judgement(F, X, why));
+  REQUIRE(!F.elems.empty());
+  F.elems.front().within = !F.elems.front().within;
+  CHECK_FALSE(same_judgement(F, X, why));
+}
+
+TEST_CASE("hand-built hard rows: exact powers of two, near ties, subnormal outputs, huge logits, one key") {
+  Totals tot;
+  for (int variant = 0; variant < 32; ++variant) {
+    const Conventions cv = conventions(variant);
+    for (ac_dtype d : {AC_DTYPE_F16, AC_DTYPE_BF16, AC_DTYPE_F32}) {
+      const ref::Format f = fakes::fmt(d);
+      for (int shape = 0; shape < 6; ++shape) {
+        AttentionInput a;
+        a.dtype = d;
+        a.num_heads = 2;
+        a.num_kv_heads = 1;
+        a.head_size = 4;
+        a.seqlens_q = {3};
+        a.seqlens_k = {shape == 5 ? 1 : 8};
+        a.causal = shape == 3;
+        a.softmax_scale = shape == 4 ? 3e4f : 0.5f;
+        const int64_t nq = 3 * 2 * 4, nk = int64_t(a.seqlens_k[0]) * 4;
+        for (int64_t i = 0; i < nq; ++i)
+          a.q.push_back(ref::round_to_format(f, shape == 4 ? 1.0 + i % 3 : 0.25 * (i % 5)));
+        for (int64_t i = 0; i < nk; ++i) a.k.push_back(ref::round_to_format(f, (i % 7) * 0.125 - 0.375));
+        for (int64_t i = 0; i < nk; ++i) {
+          double v = 0.25;                                  // constant: O exactly 2^-2
+          if (shape == 1) v = i % 2 ? 1.0 + 0x1p-11 : 1.0;  // near fp16 ties
+          if (shape == 2) v = std::ldexp(1.0 + (i % 3), d == AC_DTYPE_F16 ? -22 : -140);  // subnormal O
+          if (shape >= 3) v = (i % 5) - 2.0;                                              // cancelling
+          a.v.push_back(ref::round_to_format(f, v));
+        }
+        const Exact x = exact_of(a, cv.base);
+        for (int kind = 0; kind < 5; ++kind) {
+          const AttentionOutput out =
+              make_output(a, cv, x, Kind(kind), uint64_t(variant * 100 + shape * 10 + kind));
+          const Judgement F = judge_attention(a, out, cv, Budget{}, JudgePath::fast);
+          const Judgement X = judge_attention(a, out, cv, Budget{}, JudgePath::exact);
+          std::string why;
+          INFO("variant " << variant << " dtype " << int(d) << " shape " << shape << " kind " << kind);
+          REQUIRE(same_judgement(F, X, why));
+          REQUIRE(rule_outcomes(F, cv) == rule_outcomes(X, cv));
+          tot.rows += F.counts.rows;
+          tot.escalated += F.counts.rows_escalated;
+        }
+      }
+    }
+  }
+  INFO("rows " << tot.rows << " escalated " << tot.escalated);
+  CHECK(tot.escalated < tot.rows);
+}
+
+namespace {
+PropertyResult run_with(JudgePath path, const std::string& prop, Subject& s) {
+  set_default_judge_path(path);
+  RunConfig cfg;
+  cfg.seed = 777;
+  cfg.num_cases = 30;
+  cfg.max_keys = 24;
+  PropertyResult r = run_property(prop, s, cfg);
+  set_default_judge_path(JudgePath::fast);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("whole property runs give the same results under the fast and the exact judgement") {
+  using fakes::Bug;
+  using fakes::Fake;
+  struct Pair {
+    std::string prop;
+    Bug bug;
+    int base, sign;
+    uint32_t ops, features;
+  };
+  const uint32_t attn = AC_OP_ATTENTION, split = AC_OP_ATTENTION | AC_OP_SPLITKV;
+  const uint32_t all = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  const std::vector<Pair> pairs = {
+      {"accuracy", Bug::none, 0, -1, attn, all},
+      {"accuracy", Bug::attention_off_by_one_o, 0, -1, attn, all},
+      {"no_spurious_nonfinite", Bug::attention_finite_mask, 0, -1, attn, all},
+      {"empty_row_contract", Bug::attention_wrong_sentinel, 0, -1, attn, all},
+      {"lse_convention", Bug::none, 2, -1, attn, all},
+      {"lse_convention", Bug::attention_lse_base2, 0, -1, attn, all},
+      {"lse_convention", Bug::attention_lse_layout, 0, -1, attn, all},
+      {"split_equals_whole", Bug::none, 0, -1, split, all},
+      {"split_equals_whole", Bug::attention_off_by_one_o, 0, 1, split, all},
+      {"split_order_drift", Bug::none, 0, -1, split, all},
+      {"split_order_drift", Bug::attention_nondeterministic, 0, -1, split, all},
+      {"fp16_overflow", Bug::none, 0, -1, attn, all | AC_FEAT_NAIVE_EXP},
+  };
+  int64_t fast_rows = 0, escalated = 0;
+  for (const Pair& p : pairs) {
+    Fake fast_subject("fake", p.ops, p.bug, p.base, p.sign, p.features);
+    Fake exact_subject("fake", p.ops, p.bug, p.base, p.sign, p.features);
+    const PropertyResult f = run_with(JudgePath::fast, p.prop, fast_subject);
+    const PropertyResult x = run_with(JudgePath::exact, p.prop, exact_subject);
+    INFO(p.prop << " bug " << int(p.bug) << ": fast " << status_name(f.status) << " " << f.failure_class
+                << " " << f.message << " / exact " << status_name(x.status) << " " << x.failure_class << " "
+                << x.message);
+    CHECK(f.status == x.status);
+    CHECK(f.failure_class == x.failure_class);
+    CHECK(f.message == x.message);
+    CHECK(f.cases_run == x.cases_run);
+    CHECK(f.counterexample_summary == x.counterexample_summary);
+    CHECK(f.max_drift_ulp == x.max_drift_ulp);
+    REQUIRE(f.stats.size() == x.stats.size());
+    for (size_t i = 0; i < f.stats.size(); ++i) {
+      CHECK(f.stats[i].count == x.stats[i].count);
+      CHECK(f.stats[i].nonfinite == x.stats[i].nonfinite);
+      CHECK(f.stats[i].histogram == x.stats[i].histogram);
+      CHECK(std::fabs(f.stats[i].max_ulp - x.stats[i].max_ulp) <= 0x1p-17);
+      CHECK(std::fabs(f.stats[i].p99_ulp - x.stats[i].p99_ulp) <= 0x1p-17);
+    }
+    fast_rows += f.rows_judged - f.rows_escalated;
+    escalated += f.rows_escalated;
+  }
+  INFO("fast rows " << fast_rows << " escalated " << escalated);
+  CHECK(fast_rows > 0);
+}
