@@ -16,8 +16,8 @@ ac_caps bad_caps() {
   c.empty_lse_sign = -1;
   return c;
 }
-const ac_subject g_subjects[] = {{"no-tilings", "declares attention but no tilings", bad_caps(),
-                                  nullptr, nullptr, nullptr, nullptr}};
+const ac_subject g_subjects[] = {
+    {"no-tilings", "declares attention but no tilings", bad_caps(), nullptr, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "bad-caps", 1, g_subjects};
 }  // namespace
 

@@ -20,8 +20,8 @@ ac_caps caps() {
   c.empty_lse_sign = -1;
   return c;
 }
-const ac_subject g_subjects[] = {{"faulting-merge", "reports a device fault on every call", caps(), faulting_merge,
-                                  nullptr, nullptr, nullptr}};
+const ac_subject g_subjects[] = {{"faulting-merge", "reports a device fault on every call", caps(),
+                                  faulting_merge, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "faulting", 1, g_subjects};
 }  // namespace
 

@@ -7,4 +7,6 @@ namespace {
 const ac_plugin g_plugin = {AC_ABI_VERSION, "missing-symbol", 0, nullptr};
 }
 
-extern "C" __attribute__((visibility("default"))) const ac_plugin* attncheck_plugin(void) { return &g_plugin; }
+extern "C" __attribute__((visibility("default"))) const ac_plugin* attncheck_plugin(void) {
+  return &g_plugin;
+}

@@ -40,9 +40,9 @@ ac_caps merge_caps(ac_memory memory) {
   c.memory = memory;
   c.head_size_min = 1;
   c.head_size_max = 512;
-  c.lse_base = 0;                       // natural log
+  c.lse_base = 0;                      // natural log
   c.lse_layout = AC_LSE_HEADS_TOKENS;  // vLLM's [heads, tokens]
-  c.empty_lse_sign = -1;                // an empty row's LSE is -inf
+  c.empty_lse_sign = -1;               // an empty row's LSE is -inf
   return c;
 }
 

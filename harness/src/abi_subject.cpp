@@ -4,11 +4,11 @@
 // build refuses every call as unsupported.
 #include "attncheck/abi_subject.hpp"
 
-#include "attncheck/json_fields.hpp"
-
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+
+#include "attncheck/json_fields.hpp"
 
 #if defined(ATTNCHECK_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -25,9 +25,12 @@ Backend parse_backend(const std::string& name) {
 
 const char* backend_name(Backend b) {
   switch (b) {
-    case Backend::automatic: return "auto";
-    case Backend::cuda: return "cuda";
-    case Backend::host: return "host";
+    case Backend::automatic:
+      return "auto";
+    case Backend::cuda:
+      return "cuda";
+    case Backend::host:
+      return "host";
   }
   return "?";
 }
@@ -97,16 +100,16 @@ LseStrides lse_strides(ac_lse_layout layout, int64_t tokens, int64_t heads) {
 }
 
 // Logical [tokens, heads] <-> declared layout.
-std::vector<float> to_layout(const std::vector<float>& logical, ac_lse_layout layout,
-                             int64_t tokens, int64_t heads) {
+std::vector<float> to_layout(const std::vector<float>& logical, ac_lse_layout layout, int64_t tokens,
+                             int64_t heads) {
   if (layout == AC_LSE_TOKENS_HEADS) return logical;
   std::vector<float> out(logical.size());
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < heads; ++h) out[size_t(h * tokens + t)] = logical[size_t(t * heads + h)];
   return out;
 }
-std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout layout,
-                               int64_t tokens, int64_t heads) {
+std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout layout, int64_t tokens,
+                               int64_t heads) {
   if (layout == AC_LSE_TOKENS_HEADS) return stored;
   std::vector<float> out(stored.size());
   for (int64_t t = 0; t < tokens; ++t)
@@ -152,8 +155,7 @@ class Staged {
 #if defined(ATTNCHECK_HAVE_CUDA)
   static void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess)
-      throw SubjectError(SubjectError::Kind::device_fault,
-                         std::string(what) + ": " + cudaGetErrorString(e));
+      throw SubjectError(SubjectError::Kind::device_fault, std::string(what) + ": " + cudaGetErrorString(e));
   }
 #endif
   ac_memory mem_;
@@ -203,10 +205,12 @@ void call_plugin(const std::string& subject, const char* op, Call&& call) {
   try {
     rc = call(err, sizeof err);
   } catch (const std::exception& e) {
-    throw SubjectError(SubjectError::Kind::internal, subject + " " + op + ": the plugin threw a C++ exception across the C ABI: " +
-                                                         json_fields::printable(e.what(), 300));
+    throw SubjectError(SubjectError::Kind::internal,
+                       subject + " " + op + ": the plugin threw a C++ exception across the C ABI: " +
+                           json_fields::printable(e.what(), 300));
   } catch (...) {
-    throw SubjectError(SubjectError::Kind::internal, subject + " " + op + ": the plugin threw an exception across the C ABI");
+    throw SubjectError(SubjectError::Kind::internal,
+                       subject + " " + op + ": the plugin threw an exception across the C ABI");
   }
   err[sizeof err - 1] = '\0';
   throw_on_error(rc, subject, op, err);
@@ -221,9 +225,7 @@ AbiSubject::AbiSubject(const ac_subject& s, std::string origin, std::shared_ptr<
       origin_(std::move(origin)),
       keep_alive_(std::move(keep_alive)) {}
 
-std::string AbiSubject::backend() const {
-  return subject_.caps.memory == AC_MEMORY_CUDA ? "cuda" : "host";
-}
+std::string AbiSubject::backend() const { return subject_.caps.memory == AC_MEMORY_CUDA ? "cuda" : "host"; }
 
 MergeOutput AbiSubject::merge(const MergeInput& in) {
   if (!has_op(AC_OP_MERGE) || !subject_.merge)
@@ -265,7 +267,8 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   a.stream = nullptr;
 
   if (before_call_) before_call_();
-  call_plugin(name_, "merge", [&](char* err, size_t len) { return subject_.merge(subject_.self, &a, err, len); });
+  call_plugin(name_, "merge",
+              [&](char* err, size_t len) { return subject_.merge(subject_.self, &a, err, len); });
   sync_device(mem);
 
   MergeOutput result;
@@ -293,7 +296,8 @@ SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
   a.row_stride = in.cols;
   a.stream = nullptr;
   if (before_call_) before_call_();
-  call_plugin(name_, "softmax", [&](char* err, size_t len) { return subject_.softmax(subject_.self, &a, err, len); });
+  call_plugin(name_, "softmax",
+              [&](char* err, size_t len) { return subject_.softmax(subject_.self, &a, err, len); });
   sync_device(mem);
   return SoftmaxOutput{unpack(in.dtype, y.read())};
 }
@@ -311,8 +315,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
   for (int32_t s = 0; s < num_seqs; ++s) {
     cu_q[size_t(s) + 1] = cu_q[size_t(s)] + in.seqlens_q[size_t(s)];
     cu_k[size_t(s) + 1] = cu_k[size_t(s)] + in.seqlens_k[size_t(s)];
-    cu_mask[size_t(s) + 1] =
-        cu_mask[size_t(s)] + int64_t(in.seqlens_q[size_t(s)]) * in.seqlens_k[size_t(s)];
+    cu_mask[size_t(s) + 1] = cu_mask[size_t(s)] + int64_t(in.seqlens_q[size_t(s)]) * in.seqlens_k[size_t(s)];
     max_q = std::max(max_q, in.seqlens_q[size_t(s)]);
     max_k = std::max(max_k, in.seqlens_k[size_t(s)]);
   }
@@ -361,7 +364,8 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
   a.stream = nullptr;
 
   if (before_call_) before_call_();
-  call_plugin(name_, "attention", [&](char* err, size_t len) { return subject_.attention(subject_.self, &a, err, len); });
+  call_plugin(name_, "attention",
+              [&](char* err, size_t len) { return subject_.attention(subject_.self, &a, err, len); });
   sync_device(mem);
 
   AttentionOutput result;

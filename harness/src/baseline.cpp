@@ -19,10 +19,15 @@ std::string fmt(double x) {
 }  // namespace
 
 nlohmann::json BaselineComparison::to_json() const {
-  return {{"path", path},         {"ok", ok()},           {"compared", compared},
-          {"ulp_compared", ulp_compared}, {"regressions", regressions}, {"skipped", skipped},
+  return {{"path", path},
+          {"ok", ok()},
+          {"compared", compared},
+          {"ulp_compared", ulp_compared},
+          {"regressions", regressions},
+          {"skipped", skipped},
           {"notes", notes},
-          {"tolerance", "max and p99 ulp may grow to max(old + 0.5, old x 1.25); no new non-finite; no passed -> failed"}};
+          {"tolerance",
+           "max and p99 ulp may grow to max(old + 0.5, old x 1.25); no new non-finite; no passed -> failed"}};
 }
 
 BaselineComparison compare_to_baseline(const Report& cur, const Report& base, const GateTolerance& tol) {
@@ -30,11 +35,15 @@ BaselineComparison compare_to_baseline(const Report& cur, const Report& base, co
   if (base.tool_version != cur.tool_version)
     c.notes.push_back("baseline from attncheck " + base.tool_version + ", this is " + cur.tool_version);
   std::vector<std::string> stream_diffs;
-  if (base.seed != cur.seed) stream_diffs.push_back("seed " + std::to_string(base.seed) + " vs " + std::to_string(cur.seed));
+  if (base.seed != cur.seed)
+    stream_diffs.push_back("seed " + std::to_string(base.seed) + " vs " + std::to_string(cur.seed));
   if (base.num_cases != cur.num_cases)
-    stream_diffs.push_back("cases " + std::to_string(base.num_cases) + " vs " + std::to_string(cur.num_cases));
-  if (base.shape_set != cur.shape_set) stream_diffs.push_back("shape set '" + base.shape_set + "' vs '" + cur.shape_set + "'");
-  if (base.shard_count != cur.shard_count || base.shard_index != cur.shard_index || base.shards_merged != cur.shards_merged)
+    stream_diffs.push_back("cases " + std::to_string(base.num_cases) + " vs " +
+                           std::to_string(cur.num_cases));
+  if (base.shape_set != cur.shape_set)
+    stream_diffs.push_back("shape set '" + base.shape_set + "' vs '" + cur.shape_set + "'");
+  if (base.shard_count != cur.shard_count || base.shard_index != cur.shard_index ||
+      base.shards_merged != cur.shards_merged)
     stream_diffs.push_back("shards differ");
   if (!stream_diffs.empty()) {
     c.ulp_compared = false;
@@ -64,21 +73,23 @@ BaselineComparison compare_to_baseline(const Report& cur, const Report& base, co
                               (e.failure_class.empty() ? "" : " (" + e.failure_class + ")"));
     for (const auto& os : old.stats) {
       const std::string row = label + " " + os.dtype + " " + os.output;
-      auto ns = std::find_if(e.stats.begin(), e.stats.end(),
-                             [&](const OutputStats& s) { return s.dtype == os.dtype && s.output == os.output; });
+      auto ns = std::find_if(e.stats.begin(), e.stats.end(), [&](const OutputStats& s) {
+        return s.dtype == os.dtype && s.output == os.output;
+      });
       if (ns == e.stats.end()) {
         c.skipped.push_back(row + ": not measured this time");
         continue;
       }
       if (os.nonfinite == 0 && ns->nonfinite > 0)
-        c.regressions.push_back(row + ": " + std::to_string(ns->nonfinite) + " new non-finite output(s), none in the baseline");
+        c.regressions.push_back(row + ": " + std::to_string(ns->nonfinite) +
+                                " new non-finite output(s), none in the baseline");
       if (!c.ulp_compared) continue;
       if (ns->max_ulp > tol.allowed(os.max_ulp))
-        c.regressions.push_back(row + ": max ulp " + fmt(os.max_ulp) + " -> " + fmt(ns->max_ulp) + " (allowed " +
-                                fmt(tol.allowed(os.max_ulp)) + ")");
+        c.regressions.push_back(row + ": max ulp " + fmt(os.max_ulp) + " -> " + fmt(ns->max_ulp) +
+                                " (allowed " + fmt(tol.allowed(os.max_ulp)) + ")");
       if (ns->p99_ulp > tol.allowed(os.p99_ulp))
-        c.regressions.push_back(row + ": p99 ulp " + fmt(os.p99_ulp) + " -> " + fmt(ns->p99_ulp) + " (allowed " +
-                                fmt(tol.allowed(os.p99_ulp)) + ")");
+        c.regressions.push_back(row + ": p99 ulp " + fmt(os.p99_ulp) + " -> " + fmt(ns->p99_ulp) +
+                                " (allowed " + fmt(tol.allowed(os.p99_ulp)) + ")");
     }
   }
   return c;

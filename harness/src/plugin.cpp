@@ -19,8 +19,8 @@ bool valid_name(const char* n) {
   if (!n || !*n) return false;
   for (const char* p = n; *p; ++p) {
     const char c = *p;
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.';
     if (!ok) return false;
   }
   return true;
@@ -98,8 +98,8 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     for (int32_t i = 0; i < c.num_head_sizes; ++i)
       if (c.head_sizes[i] <= 0) bad("caps.head_sizes holds a size <= 0");
   } else if (c.head_size_min < 1 || c.head_size_max < c.head_size_min) {
-    bad("head size range [" + std::to_string(c.head_size_min) + ", " +
-        std::to_string(c.head_size_max) + "] is empty or starts below 1");
+    bad("head size range [" + std::to_string(c.head_size_min) + ", " + std::to_string(c.head_size_max) +
+        "] is empty or starts below 1");
   }
   if (c.lse_base != 0 && c.lse_base != 2) bad("caps.lse_base must be 0 (natural) or 2");
   if (c.lse_layout != AC_LSE_HEADS_TOKENS && c.lse_layout != AC_LSE_TOKENS_HEADS)
@@ -129,7 +129,8 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   }
   if (c.ops & AC_OP_SPLITKV) {
     if (c.max_splits < 1) bad("declares split-KV but caps.max_splits < 1");
-    const uint32_t known_folds = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
+    const uint32_t known_folds =
+        AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
     if (c.fold_orders == 0 || (c.fold_orders & ~known_folds)) bad("split-KV fold_orders empty or unknown");
   }
   return problems;
@@ -152,7 +153,8 @@ LoadedPlugin load_plugin(const std::string& path) {
   }
   auto version_fn = reinterpret_cast<ac_plugin_abi_version_fn>(dlsym(handle, "attncheck_plugin_abi_version"));
   if (!version_fn)
-    throw PluginError(where + "missing symbol attncheck_plugin_abi_version (not an attncheck plugin, or not extern \"C\")");
+    throw PluginError(
+        where + "missing symbol attncheck_plugin_abi_version (not an attncheck plugin, or not extern \"C\")");
   const uint32_t version = version_fn();
   if (version < AC_ABI_VERSION_MIN || version > AC_ABI_VERSION_MAX)
     throw PluginError(where + "ABI version " + std::to_string(version) + ", this attncheck speaks versions " +

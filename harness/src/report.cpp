@@ -69,11 +69,16 @@ std::vector<T> integers_or_empty(const json& obj, const char* key, const std::st
 }
 
 json stats_to_json(const OutputStats& s) {
-  return json{{"dtype", s.dtype},           {"output", s.output},
-              {"count", s.count},           {"nonfinite", s.nonfinite},
-              {"max_ulp", num(s.max_ulp)},  {"p99_ulp", num(s.p99_ulp)},
-              {"mean_ulp", num(s.mean_ulp)}, {"max_cancel_ulp", num(s.max_cancel_ulp)},
-              {"p99_cancel_ulp", num(s.p99_cancel_ulp)}, {"histogram", s.histogram}};
+  return json{{"dtype", s.dtype},
+              {"output", s.output},
+              {"count", s.count},
+              {"nonfinite", s.nonfinite},
+              {"max_ulp", num(s.max_ulp)},
+              {"p99_ulp", num(s.p99_ulp)},
+              {"mean_ulp", num(s.mean_ulp)},
+              {"max_cancel_ulp", num(s.max_cancel_ulp)},
+              {"p99_cancel_ulp", num(s.p99_cancel_ulp)},
+              {"histogram", s.histogram}};
 }
 OutputStats stats_from_json(const json& j) {
   OutputStats s;
@@ -117,15 +122,27 @@ std::string xml_escape(const std::string& in) {
   std::string out;
   for (unsigned char c : in) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         // XML 1.0 forbids most control characters even escaped.
-        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') out += '?';
-        else out += char(c);
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+          out += '?';
+        else
+          out += char(c);
     }
   }
   return out;
@@ -133,7 +150,8 @@ std::string xml_escape(const std::string& in) {
 
 std::string md_cell(const std::string& s) {
   std::string out;
-  for (char c : s) out += (c == '|') ? std::string("\\|") : (c == '\n') ? std::string(" ") : std::string(1, c);
+  for (char c : s)
+    out += (c == '|') ? std::string("\\|") : (c == '\n') ? std::string(" ") : std::string(1, c);
   return out;
 }
 
@@ -214,9 +232,14 @@ json report_to_json(const Report& r) {
     rows_escalated += e.rows_escalated;
     rows_uncertified += e.rows_uncertified;
   }
-  j["summary"] = {{"results", r.entries.size()}, {"passed", passed}, {"failed", failed},
-                  {"crashed", crashed}, {"interrupted", interrupted}, {"rows_judged", rows_judged},
-                  {"rows_escalated", rows_escalated}, {"rows_uncertified", rows_uncertified}};
+  j["summary"] = {{"results", r.entries.size()},
+                  {"passed", passed},
+                  {"failed", failed},
+                  {"crashed", crashed},
+                  {"interrupted", interrupted},
+                  {"rows_judged", rows_judged},
+                  {"rows_escalated", rows_escalated},
+                  {"rows_uncertified", rows_uncertified}};
   json edges = json::array();
   for (double e : r.histogram_edges) edges.push_back(num(e));
   j["histogram_edges"] = edges;
@@ -254,7 +277,10 @@ json report_to_json(const Report& r) {
   for (const auto& t : r.tilings) {
     json rows = json::array();
     for (const auto& row : t.rows)
-      rows.push_back({{"br", row.br}, {"bc", row.bc}, {"num_splits", row.num_splits}, {"fold", row.fold},
+      rows.push_back({{"br", row.br},
+                      {"bc", row.bc},
+                      {"num_splits", row.num_splits},
+                      {"fold", row.fold},
                       {"stats", stats_to_json(row.stats)}});
     tilings.push_back({{"subject", t.subject}, {"backend", t.backend}, {"dtype", t.dtype}, {"rows", rows}});
   }
@@ -271,8 +297,8 @@ Report report_from_json(const json& j) {
     Report r;
     r.schema_version = int(integer(j, "schema_version", "report", 0, 1 << 20));
     if (r.schema_version != kReportSchemaVersion)
-      throw ReportError("report schema version " + std::to_string(r.schema_version) + ", this attncheck reads " +
-                        std::to_string(kReportSchemaVersion));
+      throw ReportError("report schema version " + std::to_string(r.schema_version) +
+                        ", this attncheck reads " + std::to_string(kReportSchemaVersion));
     r.tool_version = j.at("tool_version").get<std::string>();
     r.git_describe = j.value("git_describe", "");
     r.timestamp = j.value("timestamp", "");
@@ -309,7 +335,8 @@ Report report_from_json(const json& j) {
       e.shrink_cut = json_fields::get_bool_or<ReportError>(x, "shrink_cut", "results", false);
       e.max_drift_ulp = get_num(x.value("max_drift_ulp", json(0.0)));
       e.rows_judged = json_fields::get_int_or<ReportError>(x, "rows_judged", "results", 0, kMaxCount, 0);
-      e.rows_escalated = json_fields::get_int_or<ReportError>(x, "rows_escalated", "results", 0, kMaxCount, 0);
+      e.rows_escalated =
+          json_fields::get_int_or<ReportError>(x, "rows_escalated", "results", 0, kMaxCount, 0);
       e.rows_uncertified =
           json_fields::get_int_or<ReportError>(x, "rows_uncertified", "results", 0, kMaxCount, 0);
       e.message = x.value("message", "");
@@ -352,7 +379,8 @@ Report read_report_file(const std::string& path) {
   const json j = json_fields::parse_strict<ReportError>(text, "report " + path);
   const std::string dir = std::filesystem::path(path).parent_path().string();
   if (const auto problems = check_report_set(dir.empty() ? "." : dir); !problems.empty())
-    throw ReportError("report " + path + ": the report directory is not one complete run: " + problems.front());
+    throw ReportError("report " + path +
+                      ": the report directory is not one complete run: " + problems.front());
   try {
     return report_from_json(j);
   } catch (const ReportError& e) {
@@ -375,16 +403,21 @@ std::string render_markdown(const Report& r) {
   std::ostringstream o;
   std::string upper = verdict;
   std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
-  o << "## attncheck: " << upper << " (" << bad << " of " << rows.size() << " subject x property results not passing)\n\n";
-  o << "backend " << r.backend << (r.device.empty() || r.device == r.backend ? "" : " (" + r.device + ")") << ", seed "
-    << r.seed << ", " << r.num_cases << " cases, suite " << r.suite << ", shard " << r.shard_index << "/" << r.shard_count;
+  o << "## attncheck: " << upper << " (" << bad << " of " << rows.size()
+    << " subject x property results not passing)\n\n";
+  o << "backend " << r.backend << (r.device.empty() || r.device == r.backend ? "" : " (" + r.device + ")")
+    << ", seed " << r.seed << ", " << r.num_cases << " cases, suite " << r.suite << ", shard "
+    << r.shard_index << "/" << r.shard_count;
   if (r.shards_merged.size() > 1) o << " (" << r.shards_merged.size() << " shards merged)";
-  o << ", attncheck " << r.tool_version << (r.git_describe.empty() ? "" : " (" + r.git_describe + ")") << "\n";
+  o << ", attncheck " << r.tool_version << (r.git_describe.empty() ? "" : " (" + r.git_describe + ")")
+    << "\n";
   if (r.interrupted) o << "\n**Interrupted**: this report holds what completed before Ctrl-C.\n";
   if (r.baseline.is_object()) {
     const auto regs = r.baseline.value("regressions", json::array());
-    o << "\n**Baseline** " << r.baseline.value("path", "") << ": " << (regs.empty() ? "no regression" : std::to_string(regs.size()) + " regression(s)")
-      << ", " << r.baseline.value("compared", 0) << " compared, " << r.baseline.value("skipped", json::array()).size() << " skipped\n";
+    o << "\n**Baseline** " << r.baseline.value("path", "") << ": "
+      << (regs.empty() ? "no regression" : std::to_string(regs.size()) + " regression(s)") << ", "
+      << r.baseline.value("compared", 0) << " compared, " << r.baseline.value("skipped", json::array()).size()
+      << " skipped\n";
     for (const auto& g : regs) o << "- " << g.get<std::string>() << "\n";
   }
   o << "\n| subject | property | status | cases | max ulp | p99 ulp | non-finite | note |\n";
@@ -394,20 +427,23 @@ std::string render_markdown(const Report& r) {
   for (const auto* e : rows) {
     if (shown == limit) break;
     ++shown;
-    std::string note = e->status == "passed" ? "" : e->failure_class + (e->message.empty() ? "" : ": " + e->message);
+    std::string note =
+        e->status == "passed" ? "" : e->failure_class + (e->message.empty() ? "" : ": " + e->message);
     if (note.size() > 160) note = note.substr(0, 157) + "...";
     o << "| " << md_cell(e->subject) << " (" << e->backend << ") | " << md_cell(e->property) << " | "
       << (e->status == "passed" ? "pass" : "**" + e->status + "**") << " | " << e->cases_run << " | "
       << fmt(worst_max_ulp(*e)) << " | " << fmt(worst_p99_ulp(*e)) << " | " << nonfinite_total(*e) << " | "
       << md_cell(note) << " |\n";
   }
-  if (rows.size() > shown) o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
+  if (rows.size() > shown)
+    o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
   bool header = false;
   for (const auto* e : rows) {
     if (e->status == "passed") continue;
     if (!header) o << "\n### Reproduce\n\n";
     header = true;
-    o << "- `" << e->subject << "` / `" << e->property << "`: " << (e->counterexample.empty() ? "" : e->counterexample + "; ")
+    o << "- `" << e->subject << "` / `" << e->property
+      << "`: " << (e->counterexample.empty() ? "" : e->counterexample + "; ")
       << (e->reproduce_command.empty() ? "(no reproducer)" : "`" + e->reproduce_command + "`") << "\n";
   }
   return o.str();
@@ -432,8 +468,8 @@ std::string render_junit(const Report& r) {
   }
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o << "<testsuites name=\"attncheck\" tests=\"" << tests << "\" failures=\"" << failures << "\" errors=\"" << errors
-    << "\" time=\"" << fmt(total, 6) << "\">\n";
+  o << "<testsuites name=\"attncheck\" tests=\"" << tests << "\" failures=\"" << failures << "\" errors=\""
+    << errors << "\" time=\"" << fmt(total, 6) << "\">\n";
   for (const auto& [suite, entries] : by_subject) {
     int sf = 0, se = 0;
     double st = 0;
@@ -445,16 +481,17 @@ std::string render_junit(const Report& r) {
     o << "  <testsuite name=\"" << xml_escape("attncheck." + suite) << "\" tests=\"" << entries.size()
       << "\" failures=\"" << sf << "\" errors=\"" << se << "\" time=\"" << fmt(st, 6) << "\">\n";
     for (const auto* e : entries) {
-      o << "    <testcase classname=\"" << xml_escape("attncheck." + e->subject) << "\" name=\"" << xml_escape(e->property)
-        << "\" time=\"" << fmt(e->seconds, 6) << "\">";
-      const std::string detail = "cases run " + std::to_string(e->cases_run) + ", failures " + std::to_string(e->failures) +
-                                 "\ncounterexample: " + e->counterexample + "\nreproduce: " + e->reproduce_command +
-                                 "\nrapidcheck: " + e->rc_reproduce;
+      o << "    <testcase classname=\"" << xml_escape("attncheck." + e->subject) << "\" name=\""
+        << xml_escape(e->property) << "\" time=\"" << fmt(e->seconds, 6) << "\">";
+      const std::string detail = "cases run " + std::to_string(e->cases_run) + ", failures " +
+                                 std::to_string(e->failures) + "\ncounterexample: " + e->counterexample +
+                                 "\nreproduce: " + e->reproduce_command + "\nrapidcheck: " + e->rc_reproduce;
       if (e->status == "failed") {
-        o << "\n      <failure type=\"" << xml_escape(e->failure_class) << "\" message=\"" << xml_escape(e->message) << "\">"
-          << xml_escape(detail) << "</failure>\n    ";
+        o << "\n      <failure type=\"" << xml_escape(e->failure_class) << "\" message=\""
+          << xml_escape(e->message) << "\">" << xml_escape(detail) << "</failure>\n    ";
       } else if (e->status == "crashed" || e->status == "interrupted") {
-        o << "\n      <error type=\"" << xml_escape(e->status + (e->failure_class.empty() ? "" : ":" + e->failure_class))
+        o << "\n      <error type=\""
+          << xml_escape(e->status + (e->failure_class.empty() ? "" : ":" + e->failure_class))
           << "\" message=\"" << xml_escape(e->message) << "\">" << xml_escape(detail) << "</error>\n    ";
       }
       o << "</testcase>\n";
@@ -462,13 +499,15 @@ std::string render_junit(const Report& r) {
     o << "  </testsuite>\n";
   }
   if (baseline_case) {
-    o << "  <testsuite name=\"attncheck.baseline\" tests=\"1\" failures=\"" << (!regs.empty()) << "\" errors=\"0\">\n";
+    o << "  <testsuite name=\"attncheck.baseline\" tests=\"1\" failures=\"" << (!regs.empty())
+      << "\" errors=\"0\">\n";
     o << "    <testcase classname=\"attncheck.baseline\" name=\"no_regression\">";
     if (!regs.empty()) {
       std::string all;
       for (const auto& g : regs) all += g.get<std::string>() + "\n";
-      o << "\n      <failure type=\"regression\" message=\"" << xml_escape(std::to_string(regs.size()) + " regression(s) against the baseline")
-        << "\">" << xml_escape(all) << "</failure>\n    ";
+      o << "\n      <failure type=\"regression\" message=\""
+        << xml_escape(std::to_string(regs.size()) + " regression(s) against the baseline") << "\">"
+        << xml_escape(all) << "</failure>\n    ";
     }
     o << "</testcase>\n  </testsuite>\n";
   }
@@ -480,7 +519,9 @@ void ensure_writable_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) throw ReportError("report directory " + dir + " cannot be created: " + (ec ? ec.message() : "not a directory"));
+  if (ec || !fs::is_directory(dir))
+    throw ReportError("report directory " + dir +
+                      " cannot be created: " + (ec ? ec.message() : "not a directory"));
   const std::string probe = dir + "/.attncheck-write-probe";
   {
     std::ofstream f(probe);
@@ -503,9 +544,10 @@ void write_report_dir(const std::string& dir, const Report& r) {
   // Each file is replaced atomically; the manifest, written last, records the hash of every file
   // of the set, so a reader can tell a complete set from one that a kill interrupted between two
   // renames (check_report_set).
-  const std::pair<const char*, std::string> files[] = {{"report.json", report_to_json(r).dump(2, ' ', false, json::error_handler_t::replace) + "\n"},
-                                                       {"report.md", render_markdown(r)},
-                                                       {"junit.xml", render_junit(r)}};
+  const std::pair<const char*, std::string> files[] = {
+      {"report.json", report_to_json(r).dump(2, ' ', false, json::error_handler_t::replace) + "\n"},
+      {"report.md", render_markdown(r)},
+      {"junit.xml", render_junit(r)}};
   json manifest = {{"schema", "attncheck-report-manifest"}, {"files", json::object()}};
   for (const auto& [name, text] : files) manifest["files"][name] = content_hash(text);
   try {
@@ -538,9 +580,11 @@ std::vector<std::string> check_report_set(const std::string& dir) {
   }
   for (const auto& [name, hash] : (*m)["files"].items()) {
     std::string content;
-    if (!slurp(fs::path(dir) / name, content)) problems.push_back(name + " is missing");
+    if (!slurp(fs::path(dir) / name, content))
+      problems.push_back(name + " is missing");
     else if (!hash.is_string() || content_hash(content) != hash.get<std::string>())
-      problems.push_back(name + " belongs to another run than the manifest (a run was interrupted while writing)");
+      problems.push_back(name +
+                         " belongs to another run than the manifest (a run was interrupted while writing)");
   }
   return problems;
 }
@@ -594,7 +638,8 @@ Report merge_reports(const std::vector<Report>& parts) {
     differs("backend", first.backend, p.backend);
     const std::vector<int> mine = p.shards_merged.empty() ? std::vector<int>{p.shard_index} : p.shards_merged;
     for (int s : mine)
-      if (!shards.insert(s).second) throw ReportError("report merge: shard " + std::to_string(s) + " given twice");
+      if (!shards.insert(s).second)
+        throw ReportError("report merge: shard " + std::to_string(s) + " given twice");
     out.interrupted = out.interrupted || p.interrupted;
     for (const auto& e : p.entries) {
       const auto key = std::make_tuple(e.subject, e.backend, e.property);
@@ -625,7 +670,8 @@ Report merge_reports(const std::vector<Report>& parts) {
       m.rows_escalated += e.rows_escalated;
       m.rows_uncertified += e.rows_uncertified;
       for (const auto& f : e.corpus_files)
-        if (std::find(m.corpus_files.begin(), m.corpus_files.end(), f) == m.corpus_files.end()) m.corpus_files.push_back(f);
+        if (std::find(m.corpus_files.begin(), m.corpus_files.end(), f) == m.corpus_files.end())
+          m.corpus_files.push_back(f);
       m.shards.insert(m.shards.end(), e.shards.begin(), e.shards.end());
       std::sort(m.shards.begin(), m.shards.end());
       merge_stats(m.stats, e.stats);

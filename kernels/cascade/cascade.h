@@ -30,8 +30,8 @@ int cascade_attention_cuda(const ac_attention_args& prefix, const ac_attention_a
 #endif
 
 // Checks shared by both: the two passes agree on the queries, partial buffers are present.
-int cascade_check_args(const ac_attention_args& prefix, const ac_attention_args& suffix, void* out,
-                       char* err, size_t err_len);
+int cascade_check_args(const ac_attention_args& prefix, const ac_attention_args& suffix, void* out, char* err,
+                       size_t err_len);
 // The merge arguments combining prefix.out / prefix.lse with suffix.out / suffix.lse into out.
 ac_merge_args cascade_merge_args(const ac_attention_args& prefix, const ac_attention_args& suffix, void* out,
                                  float* out_lse);

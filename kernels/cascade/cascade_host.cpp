@@ -16,20 +16,23 @@ int cascade_check_args(const ac_attention_args& p, const ac_attention_args& s, v
                        size_t err_len) {
   if (p.dtype != s.dtype || p.num_seqs != s.num_seqs || p.num_heads != s.num_heads ||
       p.num_kv_heads != s.num_kv_heads || p.head_size != s.head_size || p.q != s.q)
-    AC_REFUSE("cascade attention: prefix and suffix passes differ in dtype, sequences, heads, head size or q");
+    AC_REFUSE(
+        "cascade attention: prefix and suffix passes differ in dtype, sequences, heads, head size or q");
   if (p.num_seqs > 0 && (!p.cu_seqlens_q_host || !s.cu_seqlens_q_host))
     AC_REFUSE("cascade attention: cu_seqlens_q_host missing");
   for (int i = 0; i <= p.num_seqs; ++i)
     if (p.cu_seqlens_q_host[i] != s.cu_seqlens_q_host[i])
       AC_REFUSE("cascade attention: prefix and suffix cu_seqlens_q differ at %d", i);
-  if (p.causal) AC_REFUSE("cascade attention: the prefix pass must not be causal (every query sees the whole prefix)");
+  if (p.causal)
+    AC_REFUSE("cascade attention: the prefix pass must not be causal (every query sees the whole prefix)");
   if (!p.out || !p.lse || !s.out || !s.lse)
     AC_REFUSE("cascade attention: prefix and suffix out / lse (the partial states) must be provided");
   if (p.num_seqs > 0 && p.cu_seqlens_q_host[p.num_seqs] > 0 && !out) AC_REFUSE("cascade attention: null out");
   return AC_OK;
 }
 
-ac_merge_args cascade_merge_args(const ac_attention_args& p, const ac_attention_args& s, void* out, float* out_lse) {
+ac_merge_args cascade_merge_args(const ac_attention_args& p, const ac_attention_args& s, void* out,
+                                 float* out_lse) {
   const int64_t total_q = p.num_seqs > 0 ? p.cu_seqlens_q_host[p.num_seqs] : 0;
   const int64_t tok_stride = int64_t(p.num_heads) * p.head_size;
   ac_merge_args m{};

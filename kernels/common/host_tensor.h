@@ -25,8 +25,6 @@ inline void store_host(void* base, DType t, int64_t i, float v) {
 }
 
 // True when p is a multiple of n bytes (a twin refuses misaligned tensors, as its kernel does).
-inline bool aligned_to(const void* p, uintptr_t n) {
-  return (reinterpret_cast<uintptr_t>(p) % n) == 0;
-}
+inline bool aligned_to(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) % n) == 0; }
 
 }  // namespace attncheck::kern

@@ -51,7 +51,8 @@ int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char
 // The twin's walk with row tiles of br and key tiles of bc, on arguments already checked (shared
 // with kernels of other tilings whose tile walk is this one, e.g. fused-hopper). Refuses only a
 // mutation that has no host twin.
-int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, int bc, char* err, size_t err_len);
+int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, int bc, char* err,
+                     size_t err_len);
 
 #if defined(ATTNCHECK_HAVE_CUDA)
 // CUDA kernel: tensors in device memory, launched on a.stream, synchronised before returning (a

@@ -29,8 +29,8 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
                      size_t err_len) {
   if (a.dtype == AC_DTYPE_F32)
     AC_REFUSE("fused attention: dtype fp32 is not supported (tensor-core operands are fp16 or bf16)");
-  if (a.dtype != AC_DTYPE_F16 && a.dtype != AC_DTYPE_BF16)
-    AC_REFUSE("fused attention: unknown dtype %d", int(a.dtype));
+  if (const int dtype = raw_enum(a.dtype); dtype != AC_DTYPE_F16 && dtype != AC_DTYPE_BF16)
+    AC_REFUSE("fused attention: unknown dtype %d", dtype);
   if (a.head_size != 64 && a.head_size != 128)
     AC_REFUSE("fused attention: head size %d is not supported (64 or 128)", a.head_size);
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
@@ -108,7 +108,8 @@ int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char
   return fused_twin_tiles(a, o, kFusedTilings[a.tiling].br, kFusedTilings[a.tiling].bc, err, err_len);
 }
 
-int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, int bc, char* err, size_t err_len) {
+int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, int bc, char* err,
+                     size_t err_len) {
   if (a.num_seqs == 0) return AC_OK;
   using fused::Mutation;
   switch (o.mutation) {

@@ -73,10 +73,11 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
 void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
   if (!cuda) return;
-  out.push_back({"mutant-hopper-no-full-wait",
-                 "MUTANT: fused-hopper consumers read K/V stages without waiting on their full mbarriers "
-                 "(killers: split_equals_whole and accuracy, nondeterministic output; synccheck: missing wait)",
-                 hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[0]});
+  out.push_back(
+      {"mutant-hopper-no-full-wait",
+       "MUTANT: fused-hopper consumers read K/V stages without waiting on their full mbarriers "
+       "(killers: split_equals_whole and accuracy, nondeterministic output; synccheck: missing wait)",
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[0]});
   out.push_back(
       {"mutant-hopper-stale-phase",
        "MUTANT: fused-hopper consumers wait on a fixed mbarrier parity (wrong pipeline phase after the "

@@ -18,8 +18,9 @@
 namespace attncheck::kern {
 
 int merge_check_args(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len) {
-  if (a.dtype != AC_DTYPE_F32 && a.dtype != AC_DTYPE_F16 && a.dtype != AC_DTYPE_BF16)
-    AC_REFUSE("merge: unsupported dtype %d (fp32, fp16, bf16 only)", int(a.dtype));
+  const int dtype = raw_enum(a.dtype);
+  if (dtype != AC_DTYPE_F32 && dtype != AC_DTYPE_F16 && dtype != AC_DTYPE_BF16)
+    AC_REFUSE("merge: unsupported dtype %d (fp32, fp16, bf16 only)", dtype);
   if (o.lse_base != 0 && o.lse_base != 2)
     AC_REFUSE("merge: unsupported lse_base %d (0: natural, 2: base 2)", o.lse_base);
   if (int(o.mutation) < int(MergeMutation::none) || int(o.mutation) > int(MergeMutation::base_swap))
@@ -27,14 +28,12 @@ int merge_check_args(const ac_merge_args& a, const MergeOptions& o, char* err, s
   if (a.head_size < 1 || a.head_size > 512)
     AC_REFUSE("merge: unsupported head_size %d (1..512)", int(a.head_size));
   if (a.num_tokens < 0 || a.num_heads < 0)
-    AC_REFUSE("merge: impossible shape: num_tokens %d, num_heads %d", int(a.num_tokens),
-              int(a.num_heads));
+    AC_REFUSE("merge: impossible shape: num_tokens %d, num_heads %d", int(a.num_tokens), int(a.num_heads));
   if (a.num_tokens == 0 || a.num_heads == 0) return AC_OK;
   if (!a.out || !a.prefix_out || !a.suffix_out || !a.prefix_lse || !a.suffix_lse)
     AC_REFUSE("merge: null tensor pointer (out, prefix_out, suffix_out, prefix_lse, suffix_lse)");
   const uintptr_t elem = uintptr_t(dtype_size(DType(a.dtype)));
-  if (!aligned_to(a.out, elem) || !aligned_to(a.prefix_out, elem) ||
-      !aligned_to(a.suffix_out, elem))
+  if (!aligned_to(a.out, elem) || !aligned_to(a.prefix_out, elem) || !aligned_to(a.suffix_out, elem))
     AC_REFUSE("merge: output pointer not aligned to its %d-byte element", int(elem));
   if (!aligned_to(a.prefix_lse, 4) || !aligned_to(a.suffix_lse, 4) ||
       (a.out_lse && !aligned_to(a.out_lse, 4)))
@@ -67,11 +66,21 @@ void merge_host_rows(const ac_merge_args& a, const MergeOptions& o) {
 int merge_host(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len) {
   if (const int rc = merge_check_args(a, o, err, err_len); rc != AC_OK) return rc;
   switch (o.mutation) {
-    case MergeMutation::none: merge_host_rows<MergeMutation::none>(a, o); break;
-    case MergeMutation::no_inf_mapping: merge_host_rows<MergeMutation::no_inf_mapping>(a, o); break;
-    case MergeMutation::no_both_empty_guard: merge_host_rows<MergeMutation::no_both_empty_guard>(a, o); break;
-    case MergeMutation::multiply_then_divide: merge_host_rows<MergeMutation::multiply_then_divide>(a, o); break;
-    case MergeMutation::base_swap: merge_host_rows<MergeMutation::base_swap>(a, o); break;
+    case MergeMutation::none:
+      merge_host_rows<MergeMutation::none>(a, o);
+      break;
+    case MergeMutation::no_inf_mapping:
+      merge_host_rows<MergeMutation::no_inf_mapping>(a, o);
+      break;
+    case MergeMutation::no_both_empty_guard:
+      merge_host_rows<MergeMutation::no_both_empty_guard>(a, o);
+      break;
+    case MergeMutation::multiply_then_divide:
+      merge_host_rows<MergeMutation::multiply_then_divide>(a, o);
+      break;
+    case MergeMutation::base_swap:
+      merge_host_rows<MergeMutation::base_swap>(a, o);
+      break;
   }
   return AC_OK;
 }

@@ -21,16 +21,22 @@ __global__ void __launch_bounds__(kSoftmaxThreads) softmax_kernel(const ac_softm
   constexpr int64_t kElem = DT == AC_DTYPE_F32 ? 4 : 2;
   const int64_t row_offset_bytes = int64_t(blockIdx.x) * a.row_stride * kElem;
   dev::softmax_row_block<V, DT, DT>(static_cast<const char*>(a.x) + row_offset_bytes,
-                                     static_cast<char*>(a.y) + row_offset_bytes, a.cols);
+                                    static_cast<char*>(a.y) + row_offset_bytes, a.cols);
 }
 
 template <SoftmaxVariant V>
 void launch_variant(const ac_softmax_args& a, cudaStream_t stream) {
   const dim3 grid(unsigned(a.rows));
   switch (a.dtype) {
-    case AC_DTYPE_F32: softmax_kernel<V, AC_DTYPE_F32><<<grid, kSoftmaxThreads, 0, stream>>>(a); break;
-    case AC_DTYPE_F16: softmax_kernel<V, AC_DTYPE_F16><<<grid, kSoftmaxThreads, 0, stream>>>(a); break;
-    case AC_DTYPE_BF16: softmax_kernel<V, AC_DTYPE_BF16><<<grid, kSoftmaxThreads, 0, stream>>>(a); break;
+    case AC_DTYPE_F32:
+      softmax_kernel<V, AC_DTYPE_F32><<<grid, kSoftmaxThreads, 0, stream>>>(a);
+      break;
+    case AC_DTYPE_F16:
+      softmax_kernel<V, AC_DTYPE_F16><<<grid, kSoftmaxThreads, 0, stream>>>(a);
+      break;
+    case AC_DTYPE_BF16:
+      softmax_kernel<V, AC_DTYPE_BF16><<<grid, kSoftmaxThreads, 0, stream>>>(a);
+      break;
   }
 }
 
@@ -41,10 +47,18 @@ int softmax_cuda(const ac_softmax_args& a, SoftmaxVariant v, char* err, size_t e
   if (a.rows == 0 || a.cols == 0) return AC_OK;
   const auto stream = static_cast<cudaStream_t>(a.stream);
   switch (v) {
-    case SoftmaxVariant::naive: launch_variant<SoftmaxVariant::naive>(a, stream); break;
-    case SoftmaxVariant::safe: launch_variant<SoftmaxVariant::safe>(a, stream); break;
-    case SoftmaxVariant::online: launch_variant<SoftmaxVariant::online>(a, stream); break;
-    case SoftmaxVariant::online_l_fp16: launch_variant<SoftmaxVariant::online_l_fp16>(a, stream); break;
+    case SoftmaxVariant::naive:
+      launch_variant<SoftmaxVariant::naive>(a, stream);
+      break;
+    case SoftmaxVariant::safe:
+      launch_variant<SoftmaxVariant::safe>(a, stream);
+      break;
+    case SoftmaxVariant::online:
+      launch_variant<SoftmaxVariant::online>(a, stream);
+      break;
+    case SoftmaxVariant::online_l_fp16:
+      launch_variant<SoftmaxVariant::online_l_fp16>(a, stream);
+      break;
   }
   AC_CUDA_TRY_LAUNCH();
   AC_CUDA_TRY(cudaStreamSynchronize(stream));

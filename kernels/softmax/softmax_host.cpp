@@ -15,8 +15,9 @@
 namespace attncheck::kern {
 
 int softmax_check_args(const ac_softmax_args& a, char* err, size_t err_len) {
-  if (a.dtype != AC_DTYPE_F32 && a.dtype != AC_DTYPE_F16 && a.dtype != AC_DTYPE_BF16)
-    AC_REFUSE("softmax: unsupported dtype %d (fp32, fp16, bf16 only)", int(a.dtype));
+  const int dtype = raw_enum(a.dtype);
+  if (dtype != AC_DTYPE_F32 && dtype != AC_DTYPE_F16 && dtype != AC_DTYPE_BF16)
+    AC_REFUSE("softmax: unsupported dtype %d (fp32, fp16, bf16 only)", dtype);
   if (a.rows < 0 || a.cols < 0)
     AC_REFUSE("softmax: impossible shape: rows %d, cols %d", int(a.rows), int(a.cols));
   if (a.rows == 0 || a.cols == 0) return AC_OK;

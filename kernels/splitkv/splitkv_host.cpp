@@ -28,8 +28,9 @@ size_t splitkv_workspace_bytes(const ac_attention_args& a) {
 int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len) {
   if (a.num_splits < 1 || a.num_splits > kSplitKVMaxSplits)
     AC_REFUSE("split-KV attention: num_splits %d out of range [1, %d]", a.num_splits, kSplitKVMaxSplits);
-  if (a.fold_order != AC_FOLD_LEFT && a.fold_order != AC_FOLD_RIGHT && a.fold_order != AC_FOLD_TREE)
-    AC_REFUSE("split-KV attention: unknown fold order %d", int(a.fold_order));
+  const int fold = raw_enum(a.fold_order);
+  if (fold != AC_FOLD_LEFT && fold != AC_FOLD_RIGHT && fold != AC_FOLD_TREE)
+    AC_REFUSE("split-KV attention: unknown fold order %d", fold);
   return fused_check_args(a, FusedOptions{}, kNumSplitKVTilings, err, err_len);
 }
 

@@ -37,9 +37,9 @@ struct SeqView {
 };
 
 template <int DTIN, int DTS>
-__global__ void __launch_bounds__(kTile * kTile)
-    scores_kernel(const void* q, const void* k, void* s_out, const uint8_t* mask, int causal,
-                  float scale, SeqView v) {
+__global__ void __launch_bounds__(kTile* kTile)
+    scores_kernel(const void* q, const void* k, void* s_out, const uint8_t* mask, int causal, float scale,
+                  SeqView v) {
   using In = dev::Elem<DTIN>;
   using Sc = dev::Elem<DTS>;
   __shared__ float q_tile[kTile][kChunk];
@@ -74,11 +74,12 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   const int64_t row = blockIdx.x, h = row / v.tq, i = row % v.tq;
   const float row_lse = dev::softmax_row_block<V, DTS, DTIN>(
       static_cast<const char*>(s) + row * v.tk * kSElem, static_cast<char*>(p) + row * v.tk * kPElem, v.tk);
-  if (lse != nullptr && threadIdx.x == 0) lse[lse_index(layout, h, v.q0 + i, v.num_heads, v.total_q)] = row_lse;
+  if (lse != nullptr && threadIdx.x == 0)
+    lse[lse_index(layout, h, v.q0 + i, v.num_heads, v.total_q)] = row_lse;
 }
 
 template <int DTIN>
-__global__ void __launch_bounds__(kTile * kTile)
+__global__ void __launch_bounds__(kTile* kTile)
     pv_kernel(const void* p, const void* vmat, void* out, SeqView v) {
   using In = dev::Elem<DTIN>;
   __shared__ float p_tile[kTile][kTile];
@@ -90,7 +91,8 @@ __global__ void __launch_bounds__(kTile * kTile)
   float acc = 0.0f;
   for (int64_t j0 = 0; j0 < v.tk; j0 += kTile) {
     p_tile[ty][tx] = (i < v.tq && j0 + tx < v.tk) ? In::load(p, (h * v.tq + i) * v.tk + j0 + tx) : 0.0f;
-    v_tile[ty][tx] = (j0 + ty < v.tk && c < d) ? In::load(vmat, ((v.k0 + j0 + ty) * v.num_kv_heads + kvh) * d + c) : 0.0f;
+    v_tile[ty][tx] =
+        (j0 + ty < v.tk && c < d) ? In::load(vmat, ((v.k0 + j0 + ty) * v.num_kv_heads + kvh) * d + c) : 0.0f;
     __syncthreads();
     const int n = int(v.tk - j0 < kTile ? v.tk - j0 : kTile);
     for (int jj = 0; jj < n; ++jj) acc = dot_step(acc, p_tile[ty][jj], v_tile[jj][tx]);
@@ -105,10 +107,14 @@ int run_sequences(const ac_attention_args& a, const TextbookOptions& o, unsigned
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
   size_t s_off = 0, p_off = 0;
   for (int32_t s = 0; s < a.num_seqs; ++s) {
-    SeqView v{a.cu_seqlens_q_host[s], a.cu_seqlens_k_host[s],
+    SeqView v{a.cu_seqlens_q_host[s],
+              a.cu_seqlens_k_host[s],
               int64_t(a.cu_seqlens_q_host[s + 1]) - a.cu_seqlens_q_host[s],
               int64_t(a.cu_seqlens_k_host[s + 1]) - a.cu_seqlens_k_host[s],
-              a.num_heads, a.num_kv_heads, a.head_size, total_q};
+              a.num_heads,
+              a.num_kv_heads,
+              a.head_size,
+              total_q};
     if (v.tq == 0) continue;
     const uint8_t* mask = a.mask ? a.mask + a.cu_mask_host[s] : nullptr;
     const dim3 tile_block(kTile, kTile);
@@ -116,17 +122,17 @@ int run_sequences(const ac_attention_args& a, const TextbookOptions& o, unsigned
     if (tiles_q > 65535u) AC_REFUSE("textbook: sequence %d: T_q %lld too long", int(s), (long long)v.tq);
     if (v.tk > 0) {
       const dim3 grid(unsigned((v.tk + kTile - 1) / kTile), tiles_q, unsigned(a.num_heads));
-      scores_kernel<DTIN, DTS><<<grid, tile_block, 0, stream>>>(a.q, a.k, s_buf + s_off, mask, a.causal,
-                                                                a.softmax_scale, v);
+      scores_kernel<DTIN, DTS>
+          <<<grid, tile_block, 0, stream>>>(a.q, a.k, s_buf + s_off, mask, a.causal, a.softmax_scale, v);
       AC_CUDA_TRY_LAUNCH();
     }
     const unsigned rows = unsigned(v.tq * a.num_heads);
     if (o.naive_softmax)
-      softmax_kernel<SoftmaxVariant::naive, DTS, DTIN><<<rows, kSoftmaxThreads, 0, stream>>>(
-          s_buf + s_off, p_buf + p_off, a.lse, o.lse_layout, v);
+      softmax_kernel<SoftmaxVariant::naive, DTS, DTIN>
+          <<<rows, kSoftmaxThreads, 0, stream>>>(s_buf + s_off, p_buf + p_off, a.lse, o.lse_layout, v);
     else
-      softmax_kernel<SoftmaxVariant::safe, DTS, DTIN><<<rows, kSoftmaxThreads, 0, stream>>>(
-          s_buf + s_off, p_buf + p_off, a.lse, o.lse_layout, v);
+      softmax_kernel<SoftmaxVariant::safe, DTS, DTIN>
+          <<<rows, kSoftmaxThreads, 0, stream>>>(s_buf + s_off, p_buf + p_off, a.lse, o.lse_layout, v);
     AC_CUDA_TRY_LAUNCH();
     const dim3 grid_o(unsigned((a.head_size + kTile - 1) / kTile), tiles_q, unsigned(a.num_heads));
     pv_kernel<DTIN><<<grid_o, tile_block, 0, stream>>>(p_buf + p_off, a.v, a.out, v);
@@ -139,9 +145,8 @@ int run_sequences(const ac_attention_args& a, const TextbookOptions& o, unsigned
 }
 
 template <int DTIN>
-int run_dtype(const ac_attention_args& a, const TextbookOptions& o, bool score_f32,
-              unsigned char* s_buf, unsigned char* p_buf, cudaStream_t stream, char* err,
-              size_t err_len) {
+int run_dtype(const ac_attention_args& a, const TextbookOptions& o, bool score_f32, unsigned char* s_buf,
+              unsigned char* p_buf, cudaStream_t stream, char* err, size_t err_len) {
   if (score_f32 || DTIN == AC_DTYPE_F32)
     return run_sequences<DTIN, AC_DTYPE_F32>(a, o, s_buf, p_buf, stream, err, err_len);
   return run_sequences<DTIN, DTIN>(a, o, s_buf, p_buf, stream, err, err_len);
@@ -149,18 +154,18 @@ int run_dtype(const ac_attention_args& a, const TextbookOptions& o, bool score_f
 
 }  // namespace
 
-int textbook_attention_cuda(const ac_attention_args& a, const TextbookOptions& o, char* err,
-                            size_t err_len) {
+int textbook_attention_cuda(const ac_attention_args& a, const TextbookOptions& o, char* err, size_t err_len) {
   if (const int rc = textbook_check_args(a, o, err, err_len); rc != AC_OK) return rc;
   const size_t bytes = textbook_intermediate_bytes(a, o);
   if (o.bytes_allocated) *o.bytes_allocated = bytes;
   if (a.num_seqs == 0 || a.cu_seqlens_q_host[a.num_seqs] == 0) return AC_OK;
   const auto stream = static_cast<cudaStream_t>(a.stream);
   const bool score_f32 = !o.score_as_input && o.score_dtype == DType::f32;
-  const size_t p_bytes = bytes == 0 ? 0
-                                    : bytes / size_t(dtype_size(score_f32 ? DType::f32 : DType(a.dtype)) +
-                                                     dtype_size(DType(a.dtype))) *
-                                          size_t(dtype_size(DType(a.dtype)));
+  const size_t p_bytes =
+      bytes == 0
+          ? 0
+          : bytes / size_t(dtype_size(score_f32 ? DType::f32 : DType(a.dtype)) + dtype_size(DType(a.dtype))) *
+                size_t(dtype_size(DType(a.dtype)));
   const size_t s_bytes = bytes - p_bytes;
   void* s_buf = nullptr;
   void* p_buf = nullptr;
@@ -176,9 +181,15 @@ int textbook_attention_cuda(const ac_attention_args& a, const TextbookOptions& o
   auto* s8 = static_cast<unsigned char*>(s_buf);
   auto* p8 = static_cast<unsigned char*>(p_buf);
   switch (a.dtype) {
-    case AC_DTYPE_F32: rc = run_dtype<AC_DTYPE_F32>(a, o, score_f32, s8, p8, stream, err, err_len); break;
-    case AC_DTYPE_F16: rc = run_dtype<AC_DTYPE_F16>(a, o, score_f32, s8, p8, stream, err, err_len); break;
-    case AC_DTYPE_BF16: rc = run_dtype<AC_DTYPE_BF16>(a, o, score_f32, s8, p8, stream, err, err_len); break;
+    case AC_DTYPE_F32:
+      rc = run_dtype<AC_DTYPE_F32>(a, o, score_f32, s8, p8, stream, err, err_len);
+      break;
+    case AC_DTYPE_F16:
+      rc = run_dtype<AC_DTYPE_F16>(a, o, score_f32, s8, p8, stream, err, err_len);
+      break;
+    case AC_DTYPE_BF16:
+      rc = run_dtype<AC_DTYPE_BF16>(a, o, score_f32, s8, p8, stream, err, err_len);
+      break;
   }
   // Free even after a failed launch (the buffers are stream-ordered); the first error wins.
   const cudaError_t free_s = s_buf ? cudaFreeAsync(s_buf, stream) : cudaSuccess;

@@ -15,24 +15,21 @@
 namespace attncheck::kern {
 
 struct TextbookOptions {
-  bool naive_softmax = false;       // naive: exp(S) without the max shift, rounded to P's type
-  DType score_dtype = DType::f32;   // S storage: fp32 or the input dtype ...
-  bool score_as_input = false;      // ... true: S in the input dtype whatever score_dtype says
+  bool naive_softmax = false;         // naive: exp(S) without the max shift, rounded to P's type
+  DType score_dtype = DType::f32;     // S storage: fp32 or the input dtype ...
+  bool score_as_input = false;        // ... true: S in the input dtype whatever score_dtype says
   size_t* bytes_allocated = nullptr;  // out: bytes of S and P, h * T_q * T_k * (|S| + |P|) summed
   ac_lse_layout lse_layout = AC_LSE_HEADS_TOKENS;
 };
 
 // Checks shared by both launchers (dtype, head size 1..256, heads, offsets, pointers, score type).
-int textbook_check_args(const ac_attention_args& a, const TextbookOptions& o, char* err,
-                        size_t err_len);
+int textbook_check_args(const ac_attention_args& a, const TextbookOptions& o, char* err, size_t err_len);
 // The bytes S and P take for these arguments (what bytes_allocated reports).
 size_t textbook_intermediate_bytes(const ac_attention_args& a, const TextbookOptions& o);
 
-int textbook_attention_host(const ac_attention_args& a, const TextbookOptions& o, char* err,
-                            size_t err_len);
+int textbook_attention_host(const ac_attention_args& a, const TextbookOptions& o, char* err, size_t err_len);
 #if defined(ATTNCHECK_HAVE_CUDA)
-int textbook_attention_cuda(const ac_attention_args& a, const TextbookOptions& o, char* err,
-                            size_t err_len);
+int textbook_attention_cuda(const ac_attention_args& a, const TextbookOptions& o, char* err, size_t err_len);
 #endif
 
 void append_textbook_subjects(std::vector<ac_subject>& out, bool cuda);

@@ -25,10 +25,10 @@ DType score_type(const ac_attention_args& a, const TextbookOptions& o) {
 }
 }  // namespace
 
-int textbook_check_args(const ac_attention_args& a, const TextbookOptions& o, char* err,
-                        size_t err_len) {
-  if (a.dtype != AC_DTYPE_F32 && a.dtype != AC_DTYPE_F16 && a.dtype != AC_DTYPE_BF16)
-    AC_REFUSE("textbook: unsupported dtype %d (fp32, fp16, bf16 only)", int(a.dtype));
+int textbook_check_args(const ac_attention_args& a, const TextbookOptions& o, char* err, size_t err_len) {
+  if (const int dtype = raw_enum(a.dtype);
+      dtype != AC_DTYPE_F32 && dtype != AC_DTYPE_F16 && dtype != AC_DTYPE_BF16)
+    AC_REFUSE("textbook: unsupported dtype %d (fp32, fp16, bf16 only)", dtype);
   const DType st = score_type(a, o);
   if (st != DType::f32 && st != DType(a.dtype))
     AC_REFUSE("textbook: unsupported score dtype %d (fp32 or the input dtype)", int(st));
@@ -51,8 +51,8 @@ int textbook_check_args(const ac_attention_args& a, const TextbookOptions& o, ch
     const int64_t tq = int64_t(a.cu_seqlens_q_host[s + 1]) - a.cu_seqlens_q_host[s];
     const int64_t tk = int64_t(a.cu_seqlens_k_host[s + 1]) - a.cu_seqlens_k_host[s];
     if (tq < 0 || tk < 0)
-      AC_REFUSE("textbook: impossible shape: sequence %d has T_q %lld, T_k %lld", int(s),
-                (long long)tq, (long long)tk);
+      AC_REFUSE("textbook: impossible shape: sequence %d has T_q %lld, T_k %lld", int(s), (long long)tq,
+                (long long)tk);
     if (tq * a.num_heads > INT32_MAX)
       AC_REFUSE("textbook: sequence %d: T_q * num_heads > 2^31 - 1 rows", int(s));
   }
@@ -62,8 +62,7 @@ int textbook_check_args(const ac_attention_args& a, const TextbookOptions& o, ch
   if (total_k > 0 && (!a.k || !a.v)) AC_REFUSE("textbook: null k or v");
   if (a.mask && !a.cu_mask_host) AC_REFUSE("textbook: mask given without cu_mask_host");
   const uintptr_t elem = uintptr_t(dtype_size(DType(a.dtype)));
-  if (!aligned_to(a.q, elem) || !aligned_to(a.k, elem) || !aligned_to(a.v, elem) ||
-      !aligned_to(a.out, elem))
+  if (!aligned_to(a.q, elem) || !aligned_to(a.k, elem) || !aligned_to(a.v, elem) || !aligned_to(a.out, elem))
     AC_REFUSE("textbook: q/k/v/out pointer not aligned to its %d-byte element", int(elem));
   if (a.lse && !aligned_to(a.lse, 4)) AC_REFUSE("textbook: lse pointer not aligned to 4 bytes");
   return AC_OK;
@@ -81,8 +80,7 @@ size_t textbook_intermediate_bytes(const ac_attention_args& a, const TextbookOpt
   return total;
 }
 
-int textbook_attention_host(const ac_attention_args& a, const TextbookOptions& o, char* err,
-                            size_t err_len) {
+int textbook_attention_host(const ac_attention_args& a, const TextbookOptions& o, char* err, size_t err_len) {
   if (const int rc = textbook_check_args(a, o, err, err_len); rc != AC_OK) return rc;
   const size_t bytes = textbook_intermediate_bytes(a, o);
   if (o.bytes_allocated) *o.bytes_allocated = bytes;
@@ -111,8 +109,9 @@ int textbook_attention_host(const ac_attention_args& a, const TextbookOptions& o
               (!a.causal || causal_visible(i, j, tq, tk)) && (!mask || mask[i * tk + j] != 0);
           store_host(s_buf.data(), st, row * tk + j, masked_score(visible, acc, a.softmax_scale));
         }
-        const float lse = softmax_row_host(variant, st, s_buf.data() + size_t(row * tk) * size_t(dtype_size(st)),
-                                           in, p_buf.data() + size_t(row * tk) * size_t(dtype_size(in)), tk);
+        const float lse =
+            softmax_row_host(variant, st, s_buf.data() + size_t(row * tk) * size_t(dtype_size(st)), in,
+                             p_buf.data() + size_t(row * tk) * size_t(dtype_size(in)), tk);
         if (a.lse) a.lse[lse_index(o.lse_layout, h, q0 + i, hq, total_q)] = lse;
       }
       for (int64_t i = 0; i < tq; ++i) {

@@ -103,7 +103,8 @@ double attention_lse_allowance(const Budget& b, const AttentionRow& r, double ls
 // the subnormal spacing 2^-149 absolutely however it is computed (its exp rounds once more there:
 // one full spacing), and that absolute error is multiplied by O_i. Relative terms cannot cover it:
 // with L_a - M = -104, the exact weight e^-104 = 6.8e-46 rounds to 2^-149 = 1.4e-45 at best.
-double merge_o_allowance(const Budget& b, double ulp_S, double S, double max_lse_abs, double subnormal_weighted) {
+double merge_o_allowance(const Budget& b, double ulp_S, double S, double max_lse_abs,
+                         double subnormal_weighted) {
   return b.o_ulp * ulp_S + 0x1p-23 * (max_lse_abs + 8) * S + 0x1p-149 * subnormal_weighted;
 }
 // Merge LSE: as attention's with N = 2 and no score conditioning: 2^-24 (lse_ulp max(1, |M|) + 4).

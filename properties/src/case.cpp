@@ -4,11 +4,6 @@
 // reports the first problem as a one-line CaseError; nothing here trusts the file.
 #include "attncheck/case.hpp"
 
-#include "attncheck/atomic_file.hpp"
-#include "attncheck/hash.hpp"
-#include "attncheck/json_fields.hpp"
-#include "attncheck/names.hpp"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,6 +14,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "attncheck/atomic_file.hpp"
+#include "attncheck/hash.hpp"
+#include "attncheck/json_fields.hpp"
+#include "attncheck/names.hpp"
 
 namespace attncheck {
 namespace {
@@ -55,7 +55,9 @@ std::vector<uint8_t> base64_decode(const std::string& s, const std::string& what
   int value_of[256];
   for (int& v : value_of) v = -1;
   for (int i = 0; i < 64; ++i) value_of[static_cast<unsigned char>(kB64[i])] = i;
-  if (s.size() % 4 != 0) throw CaseError(what + ": base64 length " + std::to_string(s.size()) + " is not a multiple of 4 (truncated?)");
+  if (s.size() % 4 != 0)
+    throw CaseError(what + ": base64 length " + std::to_string(s.size()) +
+                    " is not a multiple of 4 (truncated?)");
   std::vector<uint8_t> out;
   out.reserve(s.size() / 4 * 3);
   for (size_t i = 0; i < s.size(); i += 4) {
@@ -72,7 +74,8 @@ std::vector<uint8_t> base64_decode(const std::string& s, const std::string& what
       v[k] = value_of[static_cast<unsigned char>(c)];
       if (v[k] < 0) throw CaseError(what + ": invalid base64 character at offset " + std::to_string(i + k));
     }
-    const uint32_t n = (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
+    const uint32_t n =
+        (uint32_t(v[0]) << 18) | (uint32_t(v[1]) << 12) | (uint32_t(v[2]) << 6) | uint32_t(v[3]);
     out.push_back(uint8_t(n >> 16));
     if (pad < 2) out.push_back(uint8_t(n >> 8));
     if (pad < 1) out.push_back(uint8_t(n));
@@ -115,10 +118,15 @@ std::string encode_elements(const std::vector<uint32_t>& elems, int width) {
 
 std::vector<uint32_t> decode_elements(const std::string& text, int width, const std::string& what) {
   std::vector<uint8_t> bytes;
-  if (text.rfind("hex:", 0) == 0) bytes = hex_decode(text.substr(4), what);
-  else if (text.rfind("b64:", 0) == 0) bytes = base64_decode(text.substr(4), what);
-  else throw CaseError(what + ": tensor text must start with \"hex:\" or \"b64:\"");
-  if (bytes.size() % width) throw CaseError(what + ": byte count " + std::to_string(bytes.size()) + " is not a multiple of the element size");
+  if (text.rfind("hex:", 0) == 0)
+    bytes = hex_decode(text.substr(4), what);
+  else if (text.rfind("b64:", 0) == 0)
+    bytes = base64_decode(text.substr(4), what);
+  else
+    throw CaseError(what + ": tensor text must start with \"hex:\" or \"b64:\"");
+  if (bytes.size() % width)
+    throw CaseError(what + ": byte count " + std::to_string(bytes.size()) +
+                    " is not a multiple of the element size");
   std::vector<uint32_t> out(bytes.size() / width);
   for (size_t i = 0; i < out.size(); ++i) {
     uint32_t e = 0;
@@ -164,7 +172,8 @@ const json& field(const json& obj, const char* key, const std::string& where) {
 std::string get_string(const json& obj, const char* key, const std::string& where) {
   return json_fields::get_string<CaseError>(obj, key, where);
 }
-std::string get_string_or(const json& obj, const char* key, const std::string& where, const std::string& dflt) {
+std::string get_string_or(const json& obj, const char* key, const std::string& where,
+                          const std::string& dflt) {
   return json_fields::get_string_or<CaseError>(obj, key, where, dflt);
 }
 int64_t get_int(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi) {
@@ -187,7 +196,8 @@ std::vector<int32_t> get_int_list(const json& obj, const char* key, const std::s
 
 void expect_size(size_t got, int64_t want, const std::string& what) {
   if (int64_t(got) != want)
-    throw CaseError(what + " has " + std::to_string(got) + " elements, the shape needs " + std::to_string(want));
+    throw CaseError(what + " has " + std::to_string(got) + " elements, the shape needs " +
+                    std::to_string(want));
 }
 
 void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
@@ -198,7 +208,8 @@ void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
 
 ac_fold fold_from_name(const std::string& s) {
   if (const auto f = fold_from(s)) return *f;
-  throw CaseError("options.fold must be one of " + fold_names() + ", not \"" + json_fields::printable(s) + "\"");
+  throw CaseError("options.fold must be one of " + fold_names() + ", not \"" + json_fields::printable(s) +
+                  "\"");
 }
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;
@@ -248,23 +259,36 @@ std::string case_to_json(const Case& c) {
   json in;
   if (const auto* m = std::get_if<MergeInput>(&c.input)) {
     const int w = element_bytes(m->dtype);
-    in = {{"dtype", dtype_name(m->dtype)}, {"num_tokens", m->num_tokens}, {"num_heads", m->num_heads},
-          {"head_size", m->head_size}, {"prefix_out", encode_elements(m->prefix_out, w)},
-          {"suffix_out", encode_elements(m->suffix_out, w)}, {"prefix_lse", encode_floats(m->prefix_lse)},
+    in = {{"dtype", dtype_name(m->dtype)},
+          {"num_tokens", m->num_tokens},
+          {"num_heads", m->num_heads},
+          {"head_size", m->head_size},
+          {"prefix_out", encode_elements(m->prefix_out, w)},
+          {"suffix_out", encode_elements(m->suffix_out, w)},
+          {"prefix_lse", encode_floats(m->prefix_lse)},
           {"suffix_lse", encode_floats(m->suffix_lse)}};
   } else if (const auto* s = std::get_if<SoftmaxInput>(&c.input)) {
-    in = {{"dtype", dtype_name(s->dtype)}, {"rows", s->rows}, {"cols", s->cols},
+    in = {{"dtype", dtype_name(s->dtype)},
+          {"rows", s->rows},
+          {"cols", s->cols},
           {"x", encode_elements(s->x, element_bytes(s->dtype))}};
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
     const int w = element_bytes(a.dtype);
     std::vector<uint32_t> mask(a.mask.begin(), a.mask.end());
-    in = {{"dtype", dtype_name(a.dtype)}, {"num_heads", a.num_heads}, {"num_kv_heads", a.num_kv_heads},
-          {"head_size", a.head_size}, {"seqlens_q", a.seqlens_q}, {"seqlens_k", a.seqlens_k},
-          {"causal", a.causal}, {"softmax_scale_bits", bits_hex(float_bits(a.softmax_scale))},
+    in = {{"dtype", dtype_name(a.dtype)},
+          {"num_heads", a.num_heads},
+          {"num_kv_heads", a.num_kv_heads},
+          {"head_size", a.head_size},
+          {"seqlens_q", a.seqlens_q},
+          {"seqlens_k", a.seqlens_k},
+          {"causal", a.causal},
+          {"softmax_scale_bits", bits_hex(float_bits(a.softmax_scale))},
           {"softmax_scale", double(a.softmax_scale)},  // for the reader; the bits are authoritative
           {"mask", a.mask.empty() ? std::string() : encode_elements(mask, 1)},
-          {"q", encode_elements(a.q, w)}, {"k", encode_elements(a.k, w)}, {"v", encode_elements(a.v, w)}};
+          {"q", encode_elements(a.q, w)},
+          {"k", encode_elements(a.k, w)},
+          {"v", encode_elements(a.v, w)}};
     if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
   }
   j["input"] = in;
@@ -274,9 +298,12 @@ std::string case_to_json(const Case& c) {
 Case case_from_json(const std::string& text) {
   const json j = json_fields::parse_strict<CaseError>(text, "case file");
   const std::string top = "case";
-  if (get_string(j, "format", top) != "attncheck-case") throw CaseError("not an attncheck case file (format field)");
+  if (get_string(j, "format", top) != "attncheck-case")
+    throw CaseError("not an attncheck case file (format field)");
   const int64_t version = get_int(j, "version", top, 0, 1 << 20);
-  if (version != kFormatVersion) throw CaseError("case format version " + std::to_string(version) + " is not supported (this build reads 1)");
+  if (version != kFormatVersion)
+    throw CaseError("case format version " + std::to_string(version) +
+                    " is not supported (this build reads 1)");
   Case c;
   c.op = get_string(j, "op", top);
   const uint32_t op = op_from_name(c.op);
@@ -286,7 +313,8 @@ Case case_from_json(const std::string& text) {
   c.rc_reproduce = get_string_or(j, "rc_reproduce", top, "");
   const std::string seed = get_string_or(j, "seed", top, "0");
   const auto parsed_seed = json_fields::parse_decimal_u64(seed);
-  if (!parsed_seed) throw CaseError("seed \"" + json_fields::printable(seed) + "\" is not a decimal unsigned 64-bit integer");
+  if (!parsed_seed)
+    throw CaseError("seed \"" + json_fields::printable(seed) + "\" is not a decimal unsigned 64-bit integer");
   c.seed = *parsed_seed;
   if (auto it = j.find("conventions"); it != j.end()) {
     c.lse_base = int(get_int(*it, "lse_base", "conventions", 0, 2));
@@ -340,20 +368,24 @@ Case case_from_json(const std::string& text) {
     if (a.num_heads % a.num_kv_heads) throw CaseError("input.num_heads must be a multiple of num_kv_heads");
     a.seqlens_q = get_int_list(in, "seqlens_q", w);
     a.seqlens_k = get_int_list(in, "seqlens_k", w);
-    if (a.seqlens_q.size() != a.seqlens_k.size()) throw CaseError("input.seqlens_q and seqlens_k differ in length");
+    if (a.seqlens_q.size() != a.seqlens_k.size())
+      throw CaseError("input.seqlens_q and seqlens_k differ in length");
     a.causal = get_bool(in, "causal", w);
     const std::string scale = get_string(in, "softmax_scale_bits", w);
     // Exactly what the writer emits: "0x" and eight hex digits.
     const bool hex8 = scale.size() == 10 && scale.rfind("0x", 0) == 0 &&
                       scale.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
-    if (!hex8) throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) + "\" is not 0x and 8 hex digits");
+    if (!hex8)
+      throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) +
+                      "\" is not 0x and 8 hex digits");
     a.softmax_scale = bits_float(uint32_t(std::stoul(scale.substr(2), nullptr, 16)));
     int64_t total_q = 0, total_k = 0, mask_elems = 0;
     for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
       total_q += a.seqlens_q[i];
       total_k += a.seqlens_k[i];
       mask_elems += checked_product({a.seqlens_q[i], a.seqlens_k[i]}, "input.mask");
-      if (total_q > kMaxDim || total_k > kMaxDim || mask_elems > kMaxElements) throw CaseError("input: sequences too long");
+      if (total_q > kMaxDim || total_k > kMaxDim || mask_elems > kMaxElements)
+        throw CaseError("input: sequences too long");
     }
     // mask_elems <= 2^28, heads and head size <= 2^24: divide rather than multiply.
     if (mask_elems > 0 && (kMaxAttentionWork / mask_elems) / a.num_heads < a.head_size)
@@ -381,7 +413,9 @@ Case case_from_json(const std::string& text) {
 namespace {
 std::string safe_name(const std::string& s) {
   std::string out;
-  for (char ch : s) out.push_back((std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
+  for (char ch : s)
+    out.push_back(
+        (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
   return out.empty() ? std::string("none") : out;
 }
 void write_text_atomic(const std::string& path, const std::string& text) {
@@ -393,13 +427,17 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }
 }  // namespace
 
-void write_case_atomic_to(const std::string& path, const Case& c) { write_text_atomic(path, case_to_json(c)); }
+void write_case_atomic_to(const std::string& path, const Case& c) {
+  write_text_atomic(path, case_to_json(c));
+}
 
 std::string write_case_atomic(const std::string& dir, const Case& c) {
   const std::string text = case_to_json(c);
   char hash[20];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(hash::fnv1a64(text, hash::kLegacyStart)));
-  const std::string name = safe_name(c.op) + "-" + safe_name(c.subject) + "-" + safe_name(c.property) + "-" + hash + ".json";
+  std::snprintf(hash, sizeof hash, "%016llx",
+                static_cast<unsigned long long>(hash::fnv1a64(text, hash::kLegacyStart)));
+  const std::string name =
+      safe_name(c.op) + "-" + safe_name(c.subject) + "-" + safe_name(c.property) + "-" + hash + ".json";
   const std::string path = (std::filesystem::path(dir.empty() ? "." : dir) / name).string();
   write_text_atomic(path, text);
   return path;
@@ -436,8 +474,8 @@ CaseSize case_size(const Case& c) {
 }
 
 std::string describe_size(const CaseSize& s) {
-  return "tokens=" + std::to_string(s.tokens) + " keys=" + std::to_string(s.keys) + " heads=" +
-         std::to_string(s.heads) + " d=" + std::to_string(s.head_size);
+  return "tokens=" + std::to_string(s.tokens) + " keys=" + std::to_string(s.keys) +
+         " heads=" + std::to_string(s.heads) + " d=" + std::to_string(s.head_size);
 }
 
 }  // namespace attncheck

@@ -2,11 +2,12 @@
 // integer picks (gen::inRange scales with RapidCheck's size and shrinks toward its lower bound),
 // so shrinking drives counts toward 0/1 and values toward the simplest member of their class.
 // Logits are exact doubles, rounded once to the storage format where they become tensor bits.
+#include "attncheck/generators.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "attncheck/generators.hpp"
 #include "internal.hpp"
 
 namespace attncheck::gen {
@@ -77,7 +78,9 @@ rc::Gen<std::vector<double>> overflow_band_logits(ac_dtype d, int n) {
   });
 }
 
-rc::Gen<std::vector<double>> fp16_overflow_band_logits(int n) { return overflow_band_logits(AC_DTYPE_F16, n); }
+rc::Gen<std::vector<double>> fp16_overflow_band_logits(int n) {
+  return overflow_band_logits(AC_DTYPE_F16, n);
+}
 
 rc::Gen<std::vector<double>> underflow_band_logits(int n) {
   // Spread below max - 17.33, where fp16 exp(x - max) rounds to zero, and a row maximum that itself
@@ -123,7 +126,8 @@ rc::Gen<uint32_t> special_bits(ac_dtype d) {
   return g::exec([d] {
     const double max_finite = d == AC_DTYPE_F16 ? 65504.0 : d == AC_DTYPE_BF16 ? 0x1.fep127 : 0x1.fffffep127;
     const double min_sub = d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
-    const double v = *g::element(0.0, -0.0, 1.0, -1.0, INFINITY, -INFINITY, min_sub, -min_sub, max_finite, -max_finite);
+    const double v =
+        *g::element(0.0, -0.0, 1.0, -1.0, INFINITY, -INFINITY, min_sub, -min_sub, max_finite, -max_finite);
     return round_bits(d, v);
   });
 }
@@ -140,7 +144,8 @@ rc::Gen<uint32_t> finite_bits(ac_dtype d) {
     if (kind == 2) {
       // Any magnitude up to 1e4 (6e4 for fp16/bf16 stays finite in fp32 accumulation).
       const int e = *g::inRange(-20, 14);
-      return round_bits(d, std::ldexp(1.0 + *g::inRange(0, 1024) / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
+      return round_bits(
+          d, std::ldexp(1.0 + *g::inRange(0, 1024) / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
     }
     return round_bits(d, sample_sigma(1.0));
   });
@@ -166,7 +171,8 @@ rc::Gen<Bits> sign_cancelling_values(ac_dtype d, int rows, int head_size) {
       for (int c = 0; c < head_size; ++c) {
         const uint32_t x = *finite_bits(d);
         b[size_t(r * head_size + c)] = x;
-        if (r + 1 < rows) b[size_t((r + 1) * head_size + c)] = x ^ (d == AC_DTYPE_F32 ? 0x80000000u : 0x8000u);
+        if (r + 1 < rows)
+          b[size_t((r + 1) * head_size + c)] = x ^ (d == AC_DTYPE_F32 ? 0x80000000u : 0x8000u);
       }
     return b;
   });
@@ -179,7 +185,8 @@ rc::Gen<Bits> near_max_values(ac_dtype d, int64_t n) {
     const int e = d == AC_DTYPE_F16 ? 15 : 127;
     Bits b(static_cast<size_t>(n));
     for (uint32_t& x : b)
-      x = round_bits(d, std::ldexp(1.0 + *g::inRange(0, 1001) / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
+      x = round_bits(d,
+                     std::ldexp(1.0 + *g::inRange(0, 1001) / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
     return b;
   });
 }
@@ -227,13 +234,20 @@ rc::Gen<std::pair<float, float>> merge_lse_pair() {
     auto ordinary = [] { return float(sample_sigma(*g::element(1.0, 10.0))); };
     const int kind = pick_class(12);
     switch (kind) {
-      case 0: return std::pair<float, float>{INFINITY, ordinary()};   // FA2 sentinel, prefix side
-      case 1: return std::pair<float, float>{ordinary(), INFINITY};   // suffix side
-      case 2: return std::pair<float, float>{INFINITY, INFINITY};     // both FA2-empty
-      case 3: return std::pair<float, float>{-INFINITY, ordinary()};
-      case 4: return std::pair<float, float>{ordinary(), -INFINITY};
-      case 5: return std::pair<float, float>{-INFINITY, -INFINITY};   // chunked prefill, no prefix hit
-      case 6: return std::pair<float, float>{INFINITY, -INFINITY};
+      case 0:
+        return std::pair<float, float>{INFINITY, ordinary()};  // FA2 sentinel, prefix side
+      case 1:
+        return std::pair<float, float>{ordinary(), INFINITY};  // suffix side
+      case 2:
+        return std::pair<float, float>{INFINITY, INFINITY};  // both FA2-empty
+      case 3:
+        return std::pair<float, float>{-INFINITY, ordinary()};
+      case 4:
+        return std::pair<float, float>{ordinary(), -INFINITY};
+      case 5:
+        return std::pair<float, float>{-INFINITY, -INFINITY};  // chunked prefill, no prefix hit
+      case 6:
+        return std::pair<float, float>{INFINITY, -INFINITY};
       case 7: {
         const float a = ordinary();
         return std::pair<float, float>{a, a};  // equal LSEs
@@ -241,13 +255,15 @@ rc::Gen<std::pair<float, float>> merge_lse_pair() {
       case 8: {  // a gap past fp32's exp range (e^-104 is below the smallest subnormal)
         const float a = ordinary();
         const float gap = float(*g::element(104.0, 120.0, 200.0, 1e4));
-        return *g::arbitrary<bool>() ? std::pair<float, float>{a, a - gap} : std::pair<float, float>{a - gap, a};
+        return *g::arbitrary<bool>() ? std::pair<float, float>{a, a - gap}
+                                     : std::pair<float, float>{a - gap, a};
       }
       case 9: {  // above 88.7: exp(LSE) itself overflows fp32
         const float big = float(*g::element(89.0, 100.0, 1e4, 6e4, 1e30));
         return std::pair<float, float>{big + float(sample_sigma(1.0)), big + float(sample_sigma(1.0))};
       }
-      default: return std::pair<float, float>{ordinary(), ordinary()};
+      default:
+        return std::pair<float, float>{ordinary(), ordinary()};
     }
   });
 }
@@ -256,7 +272,8 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   Domain d;
   const ac_caps& c = s.caps();
   for (ac_dtype t : {AC_DTYPE_F16, AC_DTYPE_BF16, AC_DTYPE_F32})
-    if (s.has_dtype(t) && (only.empty() || std::find(only.begin(), only.end(), t) != only.end())) d.dtypes.push_back(t);
+    if (s.has_dtype(t) && (only.empty() || std::find(only.begin(), only.end(), t) != only.end()))
+      d.dtypes.push_back(t);
   if (c.head_sizes) {
     for (int32_t i = 0; i < c.num_head_sizes; ++i) d.head_sizes.push_back(c.head_sizes[i]);
   } else {
@@ -266,7 +283,8 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   }
   d.features = c.features;
   d.max_keys = std::max(1, max_keys);
-  for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) d.tile_keys = std::max(d.tile_keys, int(c.tilings[i].bc));
+  for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i)
+    d.tile_keys = std::max(d.tile_keys, int(c.tilings[i].bc));
   // A black-box kernel declares no tilings; its key tiles are unknown, so rows still cross the
   // common ones, where the run allows rows that long (a declared tile is crossed regardless).
   if (c.num_tilings <= 0 && (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && d.max_keys >= kNominalTileKeys)
@@ -297,8 +315,10 @@ rc::Gen<MergeInput> merge_input(const Domain& dom) {
     // One case in eight holds output states near the format's largest value on both sides
     // (mutant 3: an unscaled p + s overflows fp32 there; fp32 and bf16 reach it, fp16 cannot).
     const bool near_max = pick_class(8) == 0;
-    m.prefix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size) : *any_values(m.dtype, int(rows), m.head_size);
-    m.suffix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size) : *any_values(m.dtype, int(rows), m.head_size);
+    m.prefix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size)
+                            : *any_values(m.dtype, int(rows), m.head_size);
+    m.suffix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size)
+                            : *any_values(m.dtype, int(rows), m.head_size);
     return m;
   });
 }
@@ -310,8 +330,10 @@ rc::Gen<MergeInput> merge_sentinel_input(const Domain& dom) {
     for (size_t r = 0; r < m.prefix_lse.size(); ++r) {
       const int which = pick_class(6);
       const float empty = *g::element(-INFINITY, INFINITY);
-      if (which <= 1) m.prefix_lse[r] = empty;
-      else if (which <= 3) m.suffix_lse[r] = empty;
+      if (which <= 1)
+        m.prefix_lse[r] = empty;
+      else if (which <= 3)
+        m.suffix_lse[r] = empty;
       else {
         m.prefix_lse[r] = empty;
         m.suffix_lse[r] = *g::element(-INFINITY, INFINITY);
@@ -327,8 +349,9 @@ rc::Gen<SoftmaxInput> softmax_input(const Domain& dom) {
     SoftmaxInput s;
     s.dtype = *g::elementOf(dom.dtypes);
     s.rows = int32_t(pick_class(5));
-    s.cols = int32_t(dom.max_keys > 256 && pick_class(4) == 0 ? *g::inRange(dom.max_keys / 2, dom.max_keys + 1)
-                                                                    : scaled_count(std::min(dom.max_keys, 64)));
+    s.cols =
+        int32_t(dom.max_keys > 256 && pick_class(4) == 0 ? *g::inRange(dom.max_keys / 2, dom.max_keys + 1)
+                                                         : scaled_count(std::min(dom.max_keys, 64)));
     for (int r = 0; r < s.rows; ++r) {
       const auto x = *any_logits(s.dtype, s.cols);
       const int masking = pick_class(6);  // 0: fully masked row, 1: random -inf entries
@@ -395,8 +418,9 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
                         (choice.empty_rows || pick_class(3) == 0);
   if (use_mask)
     for (int s = 0; s < nseq; ++s) {
-      const auto m = choice.empty_rows ? *fully_masked_rows_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)])
-                                       : *any_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)]);
+      const auto m = choice.empty_rows
+                         ? *fully_masked_rows_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)])
+                         : *any_mask(a.seqlens_q[size_t(s)], a.seqlens_k[size_t(s)]);
       a.mask.insert(a.mask.end(), m.begin(), m.end());
     }
   if (causal_empty) {
@@ -417,15 +441,18 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     // Query row (t, h) is one-hot on coordinate (t*H + h) % D; k carries the target logits there.
     a.softmax_scale = 1.0f;
     for (int64_t t = 0; t < TQ; ++t)
-      for (int64_t h = 0; h < H; ++h) a.q[size_t((t * H + h) * D + (t * H + h) % D)] = round_bits(a.dtype, 1.0);
+      for (int64_t h = 0; h < H; ++h)
+        a.q[size_t((t * H + h) * D + (t * H + h) % D)] = round_bits(a.dtype, 1.0);
     int64_t k0 = 0;
     for (size_t s = 0; s < a.seqlens_k.size(); ++s) {
       const int tk = a.seqlens_k[s];
-      const int64_t coords = std::min<int64_t>(D, std::max<int64_t>(1, int64_t(a.seqlens_q[s]) * H + (TQ * H) % D));
+      const int64_t coords =
+          std::min<int64_t>(D, std::max<int64_t>(1, int64_t(a.seqlens_q[s]) * H + (TQ * H) % D));
       for (int64_t kvh = 0; kvh < Hkv; ++kvh)
         for (int64_t c = 0; c < std::min<int64_t>(D, coords + H); ++c) {
           const auto x = choice.overflow_band ? *overflow_band_logits(a.dtype, tk) : *any_logits(a.dtype, tk);
-          for (int j = 0; j < tk; ++j) a.k[size_t(((k0 + j) * Hkv + kvh) * D + c)] = round_bits(a.dtype, x[size_t(j)]);
+          for (int j = 0; j < tk; ++j)
+            a.k[size_t(((k0 + j) * Hkv + kvh) * D + c)] = round_bits(a.dtype, x[size_t(j)]);
         }
       k0 += tk;
     }
@@ -434,7 +461,8 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     const double sigma = *g::element(1.0, 3.0);
     a.softmax_scale = float(1.0 / std::sqrt(double(D)));
     for (uint32_t& x : a.q) x = round_bits(a.dtype, *g::inRange(-1024, 1025) / 1024.0 * std::sqrt(3.0));
-    for (uint32_t& x : a.k) x = round_bits(a.dtype, *g::inRange(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
+    for (uint32_t& x : a.k)
+      x = round_bits(a.dtype, *g::inRange(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
   }
   a.v = *any_values(a.dtype, int(TK * Hkv), int(D));
   return a;

@@ -803,7 +803,8 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
         const double S = info.empty || nan_in ? 0 : (wa * std::fabs(oa) + wb * std::fabs(ob)) / ws;
         const double Mabs = std::isfinite(M) ? std::fabs(M) : 0;
         const double tiny = 0x1p-126 * ws;  // a normalised weight below fp32's normal range
-        const double sub_weighted = (wa > 0 && wa < tiny ? std::fabs(oa) : 0) + (wb > 0 && wb < tiny ? std::fabs(ob) : 0);
+        const double sub_weighted =
+            (wa > 0 && wa < tiny ? std::fabs(oa) : 0) + (wb > 0 && wb < tiny ? std::fabs(ob) : 0);
         const double allowed =
             merge_o_allowance(b, to_d(ref::ulp_at(fmt(m.dtype), Real(S))), S, Mabs, sub_weighted);
         measure_bits(e, m.dtype, out.out[size_t(row * D + c)], S, allowed);

@@ -45,7 +45,7 @@ Bits randn_bits(Rng& r, ac_dtype d, size_t n) {
 
 struct Style {
   std::vector<ac_dtype> dtypes;
-  bool inf_lse = false;    // vLLM's merge test: 10% +inf on one side
+  bool inf_lse = false;      // vLLM's merge test: 10% +inf on one side
   bool tq_above_tk = false;  // FlashAttention: causal with T_q > T_k (empty rows)
   std::vector<int> splits = {1, 2, 3};
   bool compare_lse = false;  // vLLM's merge test compares the output LSE too
@@ -63,7 +63,9 @@ Style style_of(PeerOracle o) {
       s.tq_above_tk = true;
       s.splits = {1, 3};
       break;
-    case PeerOracle::pytorch: s.dtypes = {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16}; break;
+    case PeerOracle::pytorch:
+      s.dtypes = {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16};
+      break;
   }
   return s;
 }
@@ -92,8 +94,8 @@ bool accept_vllm(const Compared& c, std::string& why) {
     for (size_t i = 0; i < out.size(); ++i)
       if (!close(out[i], ref[i], atol, rtol)) {
         char buf[200];
-        std::snprintf(buf, sizeof buf, "%s[%zu] = %.9g, same-precision reference %.9g (atol %g, rtol %g)", what, i,
-                      out[i], ref[i], atol, rtol);
+        std::snprintf(buf, sizeof buf, "%s[%zu] = %.9g, same-precision reference %.9g (atol %g, rtol %g)",
+                      what, i, out[i], ref[i], atol, rtol);
         why = buf;
         return false;
       }
@@ -124,7 +126,8 @@ bool accept_flashattn(const Compared& c, std::string& why) {
   const double allowed = 2 * ref_err + 2 * noise;
   if (err <= allowed) return true;  // false for NaN
   char buf[200];
-  std::snprintf(buf, sizeof buf, "max|O - ref_fp64| = %.6g > 2 x max|ref_lowp - ref_fp64| + atol = %.6g", err, allowed);
+  std::snprintf(buf, sizeof buf, "max|O - ref_fp64| = %.6g > 2 x max|ref_lowp - ref_fp64| + atol = %.6g", err,
+                allowed);
   why = buf;
   return false;
 }
@@ -147,8 +150,8 @@ bool accept_pytorch(const Compared& c, std::string& why) {
   for (size_t i = 0; i < c.out.size(); ++i)
     if (!close(c.out[i], c.ref64[i], atol, rtol)) {
       char buf[200];
-      std::snprintf(buf, sizeof buf, "O[%zu] = %.9g, fp64 reference %.9g (fudge-4 atol %.3g, rtol %.3g)", i, c.out[i],
-                    c.ref64[i], atol, rtol);
+      std::snprintf(buf, sizeof buf, "O[%zu] = %.9g, fp64 reference %.9g (fudge-4 atol %.3g, rtol %.3g)", i,
+                    c.out[i], c.ref64[i], atol, rtol);
       why = buf;
       return false;
     }
@@ -157,9 +160,12 @@ bool accept_pytorch(const Compared& c, std::string& why) {
 
 bool accept(PeerOracle o, const Compared& c, std::string& why) {
   switch (o) {
-    case PeerOracle::vllm: return accept_vllm(c, why);
-    case PeerOracle::flashattn: return accept_flashattn(c, why);
-    case PeerOracle::pytorch: return accept_pytorch(c, why);
+    case PeerOracle::vllm:
+      return accept_vllm(c, why);
+    case PeerOracle::flashattn:
+      return accept_flashattn(c, why);
+    case PeerOracle::pytorch:
+      return accept_pytorch(c, why);
   }
   return false;
 }
@@ -245,7 +251,8 @@ bool softmax_case(Rng& r, const Style& st, Subject& s, Compared& c) {
   for (int row = 0; row < in.rows; ++row) {
     std::vector<double> x(size_t(in.cols));
     double m = -kInf;
-    for (int j = 0; j < in.cols; ++j) m = std::max(m, x[size_t(j)] = from_bits(in.dtype, in.x[size_t(row * in.cols + j)]));
+    for (int j = 0; j < in.cols; ++j)
+      m = std::max(m, x[size_t(j)] = from_bits(in.dtype, in.x[size_t(row * in.cols + j)]));
     double sum = 0;
     float sumf = 0;
     for (double v : x) {
@@ -338,7 +345,8 @@ bool attention_case(Rng& r, const Style& st, Subject& s, bool splitkv, Compared&
           const double p = rd(in.dtype, double(std::exp(float(slow[size_t(j)]) - float(mlow)) / llow));
           olow += float(p) * float(v);
         }
-        c.out.push_back(from_bits(in.dtype, out.out[(size_t(t) * size_t(h) + size_t(head)) * size_t(d) + size_t(e)]));
+        c.out.push_back(
+            from_bits(in.dtype, out.out[(size_t(t) * size_t(h) + size_t(head)) * size_t(d) + size_t(e)]));
         c.ref64.push_back(o64);
         c.lowp.push_back(rd(in.dtype, double(olow)));
       }
@@ -350,9 +358,12 @@ bool attention_case(Rng& r, const Style& st, Subject& s, bool splitkv, Compared&
 
 const char* peer_oracle_name(PeerOracle o) {
   switch (o) {
-    case PeerOracle::vllm: return "vllm";
-    case PeerOracle::flashattn: return "flashattn";
-    case PeerOracle::pytorch: return "pytorch";
+    case PeerOracle::vllm:
+      return "vllm";
+    case PeerOracle::flashattn:
+      return "flashattn";
+    case PeerOracle::pytorch:
+      return "pytorch";
   }
   return "?";
 }
@@ -374,7 +385,8 @@ PeerResult run_peer_oracle(PeerOracle o, Subject& s, uint64_t seed, int num_case
   res.subject = s.name();
   const Style st = style_of(o);
   uint32_t op = 0;
-  for (uint32_t candidate : {uint32_t(AC_OP_MERGE), uint32_t(AC_OP_SOFTMAX), uint32_t(AC_OP_SPLITKV), uint32_t(AC_OP_ATTENTION)})
+  for (uint32_t candidate :
+       {uint32_t(AC_OP_MERGE), uint32_t(AC_OP_SOFTMAX), uint32_t(AC_OP_SPLITKV), uint32_t(AC_OP_ATTENTION)})
     if (!op && s.has_op(candidate)) op = candidate;
   if (!op) {
     res.applicable = false;
@@ -384,16 +396,21 @@ PeerResult run_peer_oracle(PeerOracle o, Subject& s, uint64_t seed, int num_case
   // mutant and its correct twin, so their verdicts compare like for like.
   Rng rng(seed * hash::kGoldenGamma + uint64_t(o) * 1000003u + op);
   const auto start = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   bool any = false;
   for (int i = 0; i < num_cases; ++i) {
     Compared c;
     std::string why;
     bool ran = false;
     try {
-      if (op == AC_OP_MERGE) ran = merge_case(rng, o, st, s, c);
-      else if (op == AC_OP_SOFTMAX) ran = softmax_case(rng, st, s, c);
-      else ran = attention_case(rng, st, s, op == AC_OP_SPLITKV, c);
+      if (op == AC_OP_MERGE)
+        ran = merge_case(rng, o, st, s, c);
+      else if (op == AC_OP_SOFTMAX)
+        ran = softmax_case(rng, st, s, c);
+      else
+        ran = attention_case(rng, st, s, op == AC_OP_SPLITKV, c);
     } catch (const SubjectError& e) {
       if (e.kind == SubjectError::Kind::unsupported) continue;
       ran = true;

@@ -47,8 +47,8 @@ struct Scenario {
 // load test, and these keep one within seconds and a few hundred MB.
 constexpr int kMaxRequests = 4096;
 constexpr size_t kMaxScenarioFileBytes = size_t(16) << 20;
-constexpr int64_t kMaxScenarioTokens = int64_t(1) << 20;      // cached prefix + new tokens, all requests
-constexpr int64_t kMaxScenarioElements = int64_t(1) << 28;    // tokens x KV heads x head size
+constexpr int64_t kMaxScenarioTokens = int64_t(1) << 20;    // cached prefix + new tokens, all requests
+constexpr int64_t kMaxScenarioElements = int64_t(1) << 28;  // tokens x KV heads x head size
 // Every chunk of every request runs one prefix attention per context chunk of the whole batch, so
 // a small file (chunk_size 1, one long cached prefix, many requests) could ask for billions of
 // subject calls: the calls and the attention work (scores x head size) are bounded as well.
@@ -62,7 +62,8 @@ int get_int(const json& j, const char* key, const std::string& where, int lo, in
 Scenario parse(const std::string& text) {
   const json j = json_fields::parse_strict<PrefillScenarioError>(text, "scenario");
   const std::string w = "scenario";
-  if (!j.is_object() || json_fields::get_string_or<PrefillScenarioError>(j, "format", w, "") != "attncheck-prefill")
+  if (!j.is_object() ||
+      json_fields::get_string_or<PrefillScenarioError>(j, "format", w, "") != "attncheck-prefill")
     throw PrefillScenarioError("not an attncheck prefill scenario (format field)");
   Scenario s;
   const std::string dtype = json_fields::get_string_or<PrefillScenarioError>(j, "dtype", w, "fp16");
@@ -71,13 +72,15 @@ Scenario parse(const std::string& text) {
   s.dtype = *d;
   s.num_heads = get_int(j, "num_heads", w, 1, 256);
   s.num_kv_heads = get_int(j, "num_kv_heads", w, 1, 256);
-  if (s.num_heads % s.num_kv_heads) throw PrefillScenarioError("scenario: num_heads must be a multiple of num_kv_heads");
+  if (s.num_heads % s.num_kv_heads)
+    throw PrefillScenarioError("scenario: num_heads must be a multiple of num_kv_heads");
   s.head_size = get_int(j, "head_size", w, 1, 1024);
   s.chunk_size = get_int(j, "chunk_size", w, 1, 1 << 20);
   s.seed = uint64_t(json_fields::get_int_or<PrefillScenarioError>(j, "seed", w, 0, INT64_MAX, 1));
   const json& reqs = json_fields::field<PrefillScenarioError>(j, "requests", w);
   if (!reqs.is_array() || reqs.empty() || reqs.size() > size_t(kMaxRequests))
-    throw PrefillScenarioError("scenario.requests must be an array of 1 to " + std::to_string(kMaxRequests) + " requests");
+    throw PrefillScenarioError("scenario.requests must be an array of 1 to " + std::to_string(kMaxRequests) +
+                               " requests");
   int64_t tokens = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const std::string rw = w + ".requests[" + std::to_string(i) + "]";
@@ -89,9 +92,10 @@ Scenario parse(const std::string& text) {
     s.requests.push_back(q);
   }
   if (tokens > kMaxScenarioTokens || tokens * s.num_kv_heads * s.head_size > kMaxScenarioElements)
-    throw PrefillScenarioError("scenario: " + std::to_string(tokens) + " tokens in all requests is beyond the stated bound (" +
-                               std::to_string(kMaxScenarioTokens) + " tokens, " + std::to_string(kMaxScenarioElements) +
-                               " K elements)");
+    throw PrefillScenarioError("scenario: " + std::to_string(tokens) +
+                               " tokens in all requests is beyond the stated bound (" +
+                               std::to_string(kMaxScenarioTokens) + " tokens, " +
+                               std::to_string(kMaxScenarioElements) + " K elements)");
   int64_t max_prefix = 0;
   for (const Request& q : s.requests)
     max_prefix = std::max<int64_t>(max_prefix, q.prefix_hit ? q.cached_prefix : 0);
@@ -132,9 +136,12 @@ void validate_prefill_scenario(const std::string& text) { (void)parse(text); }
 
 PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subject& merge) {
   const Scenario sc = parse(text);
-  if (!attention.has_op(AC_OP_ATTENTION)) throw PrefillScenarioError("subject " + attention.name() + " has no attention operation");
-  if (!merge.has_op(AC_OP_MERGE)) throw PrefillScenarioError("subject " + merge.name() + " has no merge operation");
-  if (!(attention.caps().features & AC_FEAT_LSE)) throw PrefillScenarioError("subject " + attention.name() + " writes no LSE");
+  if (!attention.has_op(AC_OP_ATTENTION))
+    throw PrefillScenarioError("subject " + attention.name() + " has no attention operation");
+  if (!merge.has_op(AC_OP_MERGE))
+    throw PrefillScenarioError("subject " + merge.name() + " has no merge operation");
+  if (!(attention.caps().features & AC_FEAT_LSE))
+    throw PrefillScenarioError("subject " + attention.name() + " writes no LSE");
   const double att_to_nat = attention.caps().lse_base == 2 ? std::log(2.0) : 1.0;
   const bool refuses_zero_keys = (attention.caps().flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
   const bool empty_lse_undefined = (attention.caps().flags & AC_CAP_EMPTY_LSE_UNDEFINED) != 0;
@@ -150,8 +157,8 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
   Stream st{sc.seed};
   const double scale = 1.0 / std::sqrt(double(D));
 
-  auto scan = [&](const Bits& o, const std::vector<float>& lse, int req, int chunk, int tok0, int rows, const std::string& stage,
-                  const std::string& detail_of_row) {
+  auto scan = [&](const Bits& o, const std::vector<float>& lse, int req, int chunk, int tok0, int rows,
+                  const std::string& stage, const std::string& detail_of_row) {
     for (int t = 0; t < rows; ++t)
       for (int h = 0; h < H; ++h) {
         double bad = 0;
@@ -174,7 +181,8 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
     const int P = r.prefix_hit ? r.cached_prefix : 0;
     // The request's tensors: queries for its new tokens, keys/values for its cached prefix and new tokens.
     const Bits q = random_bits(st, sc.dtype, int64_t(r.new_tokens) * H * D, 1.0);
-    const Bits kp = random_bits(st, sc.dtype, int64_t(P) * Hkv * D, 1.0), vp = random_bits(st, sc.dtype, int64_t(P) * Hkv * D, 1.0);
+    const Bits kp = random_bits(st, sc.dtype, int64_t(P) * Hkv * D, 1.0),
+               vp = random_bits(st, sc.dtype, int64_t(P) * Hkv * D, 1.0);
     const Bits kn = random_bits(st, sc.dtype, int64_t(r.new_tokens) * Hkv * D, 1.0),
                vn = random_bits(st, sc.dtype, int64_t(r.new_tokens) * Hkv * D, 1.0);
     for (int ci = 0, t0 = 0; t0 < r.new_tokens; ++ci, t0 += C) {
@@ -226,7 +234,8 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
       };
       auto lse_detail = [](const AttentionOutput& a, const AttentionOutput& b) {
         std::ostringstream s;
-        s << "first row's LSE pair " << (a.lse.empty() ? 0.0 : a.lse[0]) << ", " << (b.lse.empty() ? 0.0 : b.lse[0]);
+        s << "first row's LSE pair " << (a.lse.empty() ? 0.0 : a.lse[0]) << ", "
+          << (b.lse.empty() ? 0.0 : b.lse[0]);
         return s.str();
       };
       AttentionOutput state;
@@ -234,7 +243,8 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
         const int k0 = cc * C;
         const int tk = std::max(0, std::min(C, P - k0));
         AttentionOutput part = attend(kp, vp, k0, tk, false);
-        scan(part.out, part.lse, ri, ci, t0, tq, "prefix", "context chunk " + std::to_string(cc) + ", " + std::to_string(tk) + " keys");
+        scan(part.out, part.lse, ri, ci, t0, tq, "prefix",
+             "context chunk " + std::to_string(cc) + ", " + std::to_string(tk) + " keys");
         if (cc == 0) {
           state = part;
         } else {
@@ -254,19 +264,20 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
     }
   }
   if (rep.ok) {
-    rep.summary = "no non-finite value in " + std::to_string(rep.rows_checked) + " rows (" + std::to_string(rep.requests) +
-                  " requests, " + std::to_string(rep.chunks) + " chunks)";
+    rep.summary = "no non-finite value in " + std::to_string(rep.rows_checked) + " rows (" +
+                  std::to_string(rep.requests) + " requests, " + std::to_string(rep.chunks) + " chunks)";
   } else {
     const PrefillFinding& f = rep.findings.front();
-    rep.summary = "first non-finite value: " + f.value + " at request " + std::to_string(f.request) + ", chunk " +
-                  std::to_string(f.chunk) + ", token " + std::to_string(f.token) + ", head " + std::to_string(f.head) +
-                  ", stage " + f.stage + " (" + f.detail + ")";
+    rep.summary = "first non-finite value: " + f.value + " at request " + std::to_string(f.request) +
+                  ", chunk " + std::to_string(f.chunk) + ", token " + std::to_string(f.token) + ", head " +
+                  std::to_string(f.head) + ", stage " + f.stage + " (" + f.detail + ")";
   }
   return rep;
 }
 
 PrefillReport run_prefill(const std::string& path, Subject& attention, Subject& merge) {
-  const std::string text = json_fields::read_text_file<PrefillScenarioError>(path, kMaxScenarioFileBytes, "scenario");
+  const std::string text =
+      json_fields::read_text_file<PrefillScenarioError>(path, kMaxScenarioFileBytes, "scenario");
   try {
     return run_prefill_text(text, attention, merge);
   } catch (const PrefillScenarioError& e) {

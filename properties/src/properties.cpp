@@ -205,7 +205,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   // case found so far: last_failing, which the reproduce string also leads to.
   auto shrink_over = [&] {
     if (ctx.counting) return false;
-    if (!res.shrink_cut && elapsed() - res.seconds_to_first_failure > cfg.shrink_seconds) res.shrink_cut = true;
+    if (!res.shrink_cut && elapsed() - res.seconds_to_first_failure > cfg.shrink_seconds)
+      res.shrink_cut = true;
     return res.shrink_cut;
   };
   auto property = [&]() {

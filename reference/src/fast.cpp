@@ -34,13 +34,13 @@ namespace attncheck::ref {
 namespace {
 
 constexpr double kU = 0x1p-53;
-constexpr double kExpRel = 0x1p-50;    // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
-constexpr double kLogRel = 0x1p-50;    // glibc log: likewise
+constexpr double kExpRel = 0x1p-50;  // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
+constexpr double kLogRel = 0x1p-50;  // glibc log: likewise
 // exp results in double's subnormal range err by up to 4 subnormal ulps (2^-1072 each): kTiny covers them.
-constexpr double kTiny = 0x1p-900;     // covers all underflow terms (n 2^-1072 |v|max < 2^-900)
-constexpr double kMaxLogit = 0x1p32;   // beyond: the MPFR margin below is not justified, escalate
-constexpr double kEval = 1 + 0x1p-40;  // inflation covering the rounding of the bound expressions
-constexpr double kInvLn2 = 1.4426950408889634;       // double(1/ln 2), relative error <= u
+constexpr double kTiny = 0x1p-900;              // covers all underflow terms (n 2^-1072 |v|max < 2^-900)
+constexpr double kMaxLogit = 0x1p32;            // beyond: the MPFR margin below is not justified, escalate
+constexpr double kEval = 1 + 0x1p-40;           // inflation covering the rounding of the bound expressions
+constexpr double kInvLn2 = 1.4426950408889634;  // double(1/ln 2), relative error <= u
 constexpr double kInvLn2Upper = 1.4426950408889636;  // above 1/ln 2
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kChunk = 256;  // keys per PV GEMM (see the chunked sum below)

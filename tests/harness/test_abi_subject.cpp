@@ -109,8 +109,7 @@ TEST_CASE("AbiSubject maps LSE layouts to logical [tokens, heads]", "[abi_subjec
     REQUIRE(out.lse.size() == 6);
     for (int t = 0; t < 2; ++t)
       for (int h = 0; h < 3; ++h)
-        CHECK(out.lse[size_t(t * 3 + h)] ==
-              Approx(std::log(4.0) + 100.0 * t + 10.0 * h).epsilon(1e-6));
+        CHECK(out.lse[size_t(t * 3 + h)] == Approx(std::log(4.0) + 100.0 * t + 10.0 * h).epsilon(1e-6));
   }
 }
 

@@ -3,9 +3,9 @@
 // Hand-derived expectation: equal LSEs (0, 0) weigh both states 1/2 exactly (exp(0) = 1), so
 // prefix 4 and suffix 8 merge to exactly 6 in every dtype, and the merged LSE is ln 2 (within an
 // fp32 ulp). Distinct per-(token, head) LSE offsets check the [heads, tokens] layout round trip.
-#include <cstdlib>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "attncheck/abi_subject.hpp"

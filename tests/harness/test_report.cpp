@@ -19,7 +19,8 @@ using namespace attncheck;
 
 namespace {
 
-OutputStats stats(const std::string& dtype, const std::string& output, int64_t count, double max_ulp, double p99) {
+OutputStats stats(const std::string& dtype, const std::string& output, int64_t count, double max_ulp,
+                  double p99) {
   OutputStats s;
   s.dtype = dtype;
   s.output = output;
@@ -107,17 +108,20 @@ TEST_CASE("junit.xml is well-formed and has one testcase per result", "[report]"
   const std::string xml = render_junit(r);
   CHECK(xml.find("<+inf>") == std::string::npos);  // escaped
   size_t testcases = 0;
-  for (size_t p = xml.find("<testcase "); p != std::string::npos; p = xml.find("<testcase ", p + 1)) ++testcases;
+  for (size_t p = xml.find("<testcase "); p != std::string::npos; p = xml.find("<testcase ", p + 1))
+    ++testcases;
   CHECK(testcases == 3);  // two results + the baseline case
   const auto dir = std::filesystem::temp_directory_path() / ("ac_junit_" + std::to_string(::getpid()));
   write_report_dir(dir.string(), r);
   for (const char* f : {"report.json", "report.md", "junit.xml"}) CHECK(std::filesystem::exists(dir / f));
   // No temporary directory is left behind.
-  for (const auto& e : std::filesystem::directory_iterator(dir)) CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
   if (std::filesystem::exists("/usr/bin/python3")) {
-    const std::string cmd = "/usr/bin/python3 -c \"import sys, xml.etree.ElementTree as E; t = E.parse(sys.argv[1]); "
-                            "sys.exit(0 if len(t.getroot().findall('.//testcase')) == 3 else 1)\" " +
-                            (dir / "junit.xml").string();
+    const std::string cmd =
+        "/usr/bin/python3 -c \"import sys, xml.etree.ElementTree as E; t = E.parse(sys.argv[1]); "
+        "sys.exit(0 if len(t.getroot().findall('.//testcase')) == 3 else 1)\" " +
+        (dir / "junit.xml").string();
     CHECK(std::system(cmd.c_str()) == 0);
   }
   CHECK(read_report_file((dir / "report.json").string()).entries.size() == 2);

@@ -10,13 +10,14 @@
 namespace attncheck::test {
 
 struct CascadeCase {
-  AttnCase whole;             // causal, keys = prefix then chunk
+  AttnCase whole;  // causal, keys = prefix then chunk
   std::vector<uint16_t> pk, pv, sk, sv;
   std::vector<int32_t> cu_pk, cu_sk;
 };
 
 inline CascadeCase make_cascade_case(uint64_t seed, DType dt, int heads, int kv_heads, int d,
-                                     const std::vector<int32_t>& prefix_lens, const std::vector<int32_t>& chunk_lens) {
+                                     const std::vector<int32_t>& prefix_lens,
+                                     const std::vector<int32_t>& chunk_lens) {
   std::vector<int32_t> tk;
   for (size_t i = 0; i < prefix_lens.size(); ++i) tk.push_back(prefix_lens[i] + chunk_lens[i]);
   CascadeCase cc;

@@ -18,7 +18,8 @@ TEST_CASE("cascade gpu: equals causal attention over prefix + chunk", "[cascade]
       const CascadeCase cc = make_cascade_case(seed++, dt, 8, 2, d, {1000, 0, 37, 5}, {200, 9, 0, 70});
       const AttnCase& w = cc.whole;
       const size_t n_out = size_t(w.total_q() * w.heads * w.head_size), n_lse = size_t(w.total_q() * w.heads);
-      DeviceArray<uint16_t> q(w.q), pk(cc.pk), pv(cc.pv), sk(cc.sk), sv(cc.sv), po(n_out), so(n_out), out(n_out);
+      DeviceArray<uint16_t> q(w.q), pk(cc.pk), pv(cc.pv), sk(cc.sk), sv(cc.sv), po(n_out), so(n_out),
+          out(n_out);
       DeviceArray<float> pl(n_lse), sl(n_lse), lse(n_lse);
       DeviceArray<int32_t> cu_q(w.cu_q), cu_pk(cc.cu_pk), cu_sk(cc.cu_sk);
       ac_attention_args p = host_args(w, po.ptr, pl.ptr, 0);

@@ -41,8 +41,15 @@ struct DeviceCase {
   DeviceArray<uint8_t> mask;
   DeviceArray<int64_t> cu_mask;
   explicit DeviceCase(const AttnCase& c)
-      : q(c.q), k(c.k), v(c.v), out(size_t(c.total_q() * c.heads * c.head_size)),
-        lse(size_t(c.total_q() * c.heads)), cu_q(c.cu_q), cu_k(c.cu_k), mask(c.mask), cu_mask(c.cu_mask) {
+      : q(c.q),
+        k(c.k),
+        v(c.v),
+        out(size_t(c.total_q() * c.heads * c.head_size)),
+        lse(size_t(c.total_q() * c.heads)),
+        cu_q(c.cu_q),
+        cu_k(c.cu_k),
+        mask(c.mask),
+        cu_mask(c.cu_mask) {
     out.fill_bytes(0x7f);  // poison: an unwritten element reads as a huge value or NaN
     lse.fill_bytes(0x7f);
   }

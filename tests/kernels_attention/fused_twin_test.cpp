@@ -42,7 +42,8 @@ TEST_CASE("fused twin: every tiling, dtype and head size against fp64", "[fused]
 TEST_CASE("fused twin: GQA ratios, causal with Tq < Tk, varlen with empty key ranges", "[fused][twin]") {
   uint64_t seed = 100;
   for (int ratio : {1, 2, 4, 8}) {
-    const AttnCase c = make_case(seed++, DType::f16, 8, 8 / ratio, 64, {5, 33, 0, 17, 3}, {40, 33, 7, 0, 130}, true, false);
+    const AttnCase c =
+        make_case(seed++, DType::f16, 8, 8 / ratio, 64, {5, 33, 0, 17, 3}, {40, 33, 7, 0, 130}, true, false);
     INFO("ratio " << ratio);
     CHECK(run_twin(c, ratio % kern::kNumFusedTilings, {}) == "");
   }
@@ -65,7 +66,8 @@ TEST_CASE("fused twin: a late outlier forces a rescale (seed section 3)", "[fuse
   AttnCase c = make_case(11, DType::f16, 1, 1, 64, {4}, {200}, false, false, 1.0f);
   const int d = 64;
   for (int i = 0; i < d; ++i) {
-    c.k[size_t(190 * d + i)] = round_to_input(DType::f16, 4.0f * kern::load_as_float(DType::f16, c.q[size_t(i)]));
+    c.k[size_t(190 * d + i)] =
+        round_to_input(DType::f16, 4.0f * kern::load_as_float(DType::f16, c.q[size_t(i)]));
   }
   for (int tiling = 0; tiling < kern::kNumFusedTilings; ++tiling) CHECK(run_twin(c, tiling, {}) == "");
 }
@@ -77,7 +79,8 @@ TEST_CASE("fused twin: a test that can fail (wrong GQA mapping is caught)", "[fu
   std::vector<float> lse(size_t(c.total_q() * c.heads));
   AttnCase swapped = c;
   for (int64_t t = 0; t < c.total_k(); ++t)
-    for (int i = 0; i < 64; ++i) std::swap(swapped.k[size_t((t * 2) * 64 + i)], swapped.k[size_t((t * 2 + 1) * 64 + i)]);
+    for (int i = 0; i < 64; ++i)
+      std::swap(swapped.k[size_t((t * 2) * 64 + i)], swapped.k[size_t((t * 2 + 1) * 64 + i)]);
   ac_attention_args a = host_args(swapped, out.data(), lse.data(), 0);
   char err[256];
   REQUIRE(kern::fused_attention_host(a, {}, err, sizeof err) == AC_OK);

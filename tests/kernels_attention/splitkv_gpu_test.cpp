@@ -55,7 +55,8 @@ TEST_CASE("split-KV gpu: split counts 1..8, every fold order, against fp64", "[s
 TEST_CASE("split-KV gpu: num_splits = 1 is bitwise reproducible run to run", "[splitkv][gpu]") {
   const AttnCase c = make_case(5100, DType::f16, 8, 2, 128, {1, 1, 200}, {4000, 17, 300}, true, false);
   for (int tiling = 0; tiling < kern::kNumSplitKVTilings; ++tiling) {
-    const SplitResult a = run_split_gpu(c, tiling, 1, AC_FOLD_LEFT), b = run_split_gpu(c, tiling, 1, AC_FOLD_LEFT);
+    const SplitResult a = run_split_gpu(c, tiling, 1, AC_FOLD_LEFT),
+                      b = run_split_gpu(c, tiling, 1, AC_FOLD_LEFT);
     REQUIRE(a.rc == AC_OK);
     CHECK(a.out == b.out);
     CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
@@ -63,7 +64,8 @@ TEST_CASE("split-KV gpu: num_splits = 1 is bitwise reproducible run to run", "[s
 }
 
 TEST_CASE("split-KV gpu: decode (T_q = 1), 16 splits, long key ranges", "[splitkv][gpu]") {
-  const AttnCase c = make_case(5200, DType::bf16, 32, 8, 128, {1, 1, 1, 1}, {8192, 3000, 16, 1}, false, false);
+  const AttnCase c =
+      make_case(5200, DType::bf16, 32, 8, 128, {1, 1, 1, 1}, {8192, 3000, 16, 1}, false, false);
   for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
     const SplitResult r = run_split_gpu(c, 1, 16, f);
     REQUIRE(r.rc == AC_OK);

@@ -18,7 +18,8 @@ using namespace attncheck::test;
 namespace {
 
 std::string run_split_twin(const AttnCase& c, int tiling, int splits, ac_fold fold,
-                           std::vector<uint16_t>* out_copy = nullptr, std::vector<float>* lse_copy = nullptr) {
+                           std::vector<uint16_t>* out_copy = nullptr,
+                           std::vector<float>* lse_copy = nullptr) {
   std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.head_size), 0xbeef);
   std::vector<float> lse(size_t(c.total_q() * c.heads), 12345.0f);
   ac_attention_args a = host_args(c, out.data(), lse.data(), tiling);
@@ -58,7 +59,8 @@ TEST_CASE("split-KV combine: hand-derived merges and guards", "[splitkv][twin]")
   CHECK(l == ninf);
 }
 
-TEST_CASE("split-KV combine: fold orders agree on exact cases, all-empty folds to (0, -inf)", "[splitkv][twin]") {
+TEST_CASE("split-KV combine: fold orders agree on exact cases, all-empty folds to (0, -inf)",
+          "[splitkv][twin]") {
   using kern::splitkv::fold_partials;
   using kern::splitkv::kMaxSplits;
   for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
@@ -89,8 +91,8 @@ TEST_CASE("split-KV twin: split counts 1..8, every fold order, against fp64", "[
     for (int splits = 1; splits <= 8; ++splits)
       for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
         // Sequence 2 has fewer keys than splits (empty parts), sequence 3 none at all (empty rows).
-        const AttnCase c = make_case(seed++, splits % 2 ? DType::f16 : DType::bf16, 4, 2, 64, {3, 20, 2}, {150, 5, 0},
-                                     splits % 3 == 0, splits == 5);
+        const AttnCase c = make_case(seed++, splits % 2 ? DType::f16 : DType::bf16, 4, 2, 64, {3, 20, 2},
+                                     {150, 5, 0}, splits % 3 == 0, splits == 5);
         INFO("tiling " << tiling << " splits " << splits << " fold " << int(f));
         CHECK(run_split_twin(c, tiling, splits, f) == "");
       }

@@ -2,16 +2,16 @@
 // host tensors. A failing CUDA call fails the test with CUDA's message.
 #pragma once
 #if defined(ATTNCHECK_HAVE_CUDA)
-#include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 
+#include <catch2/catch.hpp>
 #include <vector>
 
-#define KB_CUDA(call)                                                            \
-  do {                                                                           \
-    const cudaError_t kb_e_ = (call);                                            \
-    INFO(#call << ": " << cudaGetErrorString(kb_e_));                            \
-    REQUIRE(kb_e_ == cudaSuccess);                                               \
+#define KB_CUDA(call)                                 \
+  do {                                                \
+    const cudaError_t kb_e_ = (call);                 \
+    INFO(#call << ": " << cudaGetErrorString(kb_e_)); \
+    REQUIRE(kb_e_ == cudaSuccess);                    \
   } while (0)
 
 namespace kb {
@@ -33,7 +33,9 @@ struct DeviceBuffer {
     if (ptr) cudaFree(ptr);
   }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr); }
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
   template <typename T>
   void to_host(std::vector<T>& host) const {
     REQUIRE(host.size() * sizeof(T) <= bytes);

@@ -19,17 +19,21 @@ namespace {
 
 // Runs c on the GPU (optionally with the tensors offset by `shift` elements inside their
 // buffers), compares with the twin (equal up to an ulp of the storage type plus the effect of
-// expf / logf differing by an ulp or two between CUDA and libm) and with fp64. Returns whether the vector path ran.
+// expf / logf differing by an ulp or two between CUDA and libm) and with fp64. Returns whether the vector
+// path ran.
 bool run_and_check(kb::MergeCase& c, bool allow_vector, int shift, const std::string& what) {
   const size_t elem = size_t(dtype_size(c.type));
   const size_t bytes = (c.elements() + size_t(shift)) * elem;
   kb::DeviceBuffer dp(bytes), ds(bytes), dout(bytes);
   kb::DeviceBuffer dpl(c.p_lse), dsl(c.s_lse), dol(c.out_lse);
-  KB_CUDA(cudaMemcpy(dp.as<char>() + shift * elem, c.prefix.data(), c.elements() * elem, cudaMemcpyHostToDevice));
-  KB_CUDA(cudaMemcpy(ds.as<char>() + shift * elem, c.suffix.data(), c.elements() * elem, cudaMemcpyHostToDevice));
+  KB_CUDA(
+      cudaMemcpy(dp.as<char>() + shift * elem, c.prefix.data(), c.elements() * elem, cudaMemcpyHostToDevice));
+  KB_CUDA(
+      cudaMemcpy(ds.as<char>() + shift * elem, c.suffix.data(), c.elements() * elem, cudaMemcpyHostToDevice));
   KB_CUDA(cudaMemset(dout.ptr, 0x7f, bytes));
-  const ac_merge_args a = c.args(dout.as<char>() + shift * elem, dp.as<char>() + shift * elem,
-                                 ds.as<char>() + shift * elem, dol.as<float>(), dpl.as<float>(), dsl.as<float>());
+  const ac_merge_args a =
+      c.args(dout.as<char>() + shift * elem, dp.as<char>() + shift * elem, ds.as<char>() + shift * elem,
+             dol.as<float>(), dpl.as<float>(), dsl.as<float>());
   MergeOptions o;
   o.lse_base = c.lse_base;
   o.allow_vector = allow_vector;
@@ -39,7 +43,8 @@ bool run_and_check(kb::MergeCase& c, bool allow_vector, int shift, const std::st
   REQUIRE(rc == AC_OK);
   const bool vector = merge_cuda_uses_vector_path(a, o);
   // gather the GPU's output
-  KB_CUDA(cudaMemcpy(c.out.data(), dout.as<char>() + shift * elem, c.elements() * elem, cudaMemcpyDeviceToHost));
+  KB_CUDA(
+      cudaMemcpy(c.out.data(), dout.as<char>() + shift * elem, c.elements() * elem, cudaMemcpyDeviceToHost));
   dol.to_host(c.out_lse);
   const kb::Tensor gpu_out = c.out;
   const std::vector<float> gpu_lse = c.out_lse;
@@ -61,10 +66,12 @@ bool run_and_check(kb::MergeCase& c, bool allow_vector, int shift, const std::st
         INFO(what << " twin vs gpu t=" << t << " h=" << h << " e=" << e);
         // one ulp of the result, plus the fp32 weights' few-ulp difference times the inputs'
         // magnitude (large where p and s cancel)
-        const double slack = 16 * std::ldexp(1.0, -24) * (std::fabs(c.prefix.get(i)) + std::fabs(c.suffix.get(i)));
+        const double slack =
+            16 * std::ldexp(1.0, -24) * (std::fabs(c.prefix.get(i)) + std::fabs(c.suffix.get(i)));
         // equal bits first: the guards write exact zeros even where the inputs hold NaN
         const bool same = gpu_out.get(i) == c.out.get(i);
-        REQUIRE((same || std::fabs(gpu_out.get(i) - c.out.get(i)) <= kb::ulp_at(c.type, c.out.get(i)) + slack));
+        REQUIRE(
+            (same || std::fabs(gpu_out.get(i) - c.out.get(i)) <= kb::ulp_at(c.type, c.out.get(i)) + slack));
       }
     }
   return vector;

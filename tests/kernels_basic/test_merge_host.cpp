@@ -3,7 +3,6 @@
 // both LSE layouts, padded strides, base 2, every dtype, head sizes 1..512 (odd ones included),
 // the scale-then-multiply order at extreme LSEs, and refusal of bad arguments.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "merge_cases.hpp"

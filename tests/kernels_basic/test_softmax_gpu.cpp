@@ -16,7 +16,8 @@ namespace {
 void run_gpu(const ac_softmax_args& host, SoftmaxVariant v, kb::Tensor& y) {
   const size_t elem = size_t(dtype_size(DType(host.dtype)));
   const size_t n = host.rows == 0 ? 0 : size_t(host.rows - 1) * size_t(host.row_stride) + size_t(host.cols);
-  std::vector<unsigned char> xin(static_cast<const unsigned char*>(host.x), static_cast<const unsigned char*>(host.x) + n * elem);
+  std::vector<unsigned char> xin(static_cast<const unsigned char*>(host.x),
+                                 static_cast<const unsigned char*>(host.x) + n * elem);
   kb::DeviceBuffer dx(xin), dy(y.bytes.size());
   KB_CUDA(cudaMemset(dy.ptr, 0, y.bytes.size()));
   ac_softmax_args a = host;
@@ -40,14 +41,17 @@ void run_gpu(const ac_softmax_args& host, SoftmaxVariant v, kb::Tensor& y) {
       if (std::isnan(h)) {
         REQUIRE(std::isnan(g));
       } else {
-        REQUIRE(std::fabs(g - h) <= (y.type == DType::f32 ? 8 : 2) * kb::ulp_at(y.type, h));  // CUDA expf: 2 ulp
+        REQUIRE(std::fabs(g - h) <=
+                (y.type == DType::f32 ? 8 : 2) * kb::ulp_at(y.type, h));  // CUDA expf: 2 ulp
       }
     }
 }
 
 }  // namespace
 
-TEST_CASE("softmax gpu: every variant and dtype against fp64 and the twin") { kb::check_softmax_suite(run_gpu, 8); }
+TEST_CASE("softmax gpu: every variant and dtype against fp64 and the twin") {
+  kb::check_softmax_suite(run_gpu, 8);
+}
 
 TEST_CASE("softmax gpu: naive overflows in fp16 at 11.09375 and not at 11.0859375") {
   kb::check_naive_overflow_band(run_gpu);

@@ -2,7 +2,6 @@
 // naive / safe / online in fp32, fp16, bf16; the naive fp16 overflow band exactly at
 // 11.0859375 / 11.09375; all -inf rows (zeros, LSE -inf); a late outlier (online rescale).
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "softmax_cases.hpp"

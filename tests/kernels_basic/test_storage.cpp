@@ -3,9 +3,8 @@
 // the two neighbouring representable values (in double, where midpoints are exact), ties to the
 // even significand. Covers every fp16 and bf16 bit pattern, every midpoint, the overflow
 // threshold (65520 -> inf in fp16) and random floats.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -21,17 +20,23 @@ namespace {
 double decode_f16(uint16_t h) {
   const int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
   double v;
-  if (e == 31) v = m ? std::nan("") : INFINITY;
-  else if (e == 0) v = std::ldexp(double(m), -24);
-  else v = std::ldexp(double(1024 + m), e - 25);
+  if (e == 31)
+    v = m ? std::nan("") : INFINITY;
+  else if (e == 0)
+    v = std::ldexp(double(m), -24);
+  else
+    v = std::ldexp(double(1024 + m), e - 25);
   return sign ? -v : v;
 }
 double decode_bf16(uint16_t b) {
   const int sign = b >> 15, e = (b >> 7) & 255, m = b & 127;
   double v;
-  if (e == 255) v = m ? std::nan("") : INFINITY;
-  else if (e == 0) v = std::ldexp(double(m), -133);
-  else v = std::ldexp(double(128 + m), e - 134);
+  if (e == 255)
+    v = m ? std::nan("") : INFINITY;
+  else if (e == 0)
+    v = std::ldexp(double(m), -133);
+  else
+    v = std::ldexp(double(128 + m), e - 134);
   return sign ? -v : v;
 }
 
@@ -92,7 +97,7 @@ TEST_CASE("fp16 and bf16: midpoints round to even, neighbours of midpoints to th
       const double hi = b < max_finite ? dec(b + 1) : lo + (lo - dec(b - 1));
       const double mid = (lo + hi) / 2;
       const float midf = float(mid);
-      REQUIRE(double(midf) == mid);  // midpoints of fp16 / bf16 neighbours are exact in float
+      REQUIRE(double(midf) == mid);                // midpoints of fp16 / bf16 neighbours are exact in float
       const uint32_t even = (b & 1u) ? b + 1 : b;  // b + 1 past max_finite is 0x7c00 / 0x7f80 = inf
       for (int sign = 0; sign < 2; ++sign) {
         const uint32_t s = sign ? 0x8000u : 0u;
@@ -116,7 +121,7 @@ TEST_CASE("fp16 and bf16: random floats round to nearest-even by independent sea
   const double f16_next = 65504.0 + 32.0, bf16_next = decode_bf16(0x7f7f) + std::ldexp(1.0, 120);
   std::mt19937_64 rng(12345);
   std::uniform_int_distribution<uint32_t> bits(0, 0x7f7fffffu);  // every finite positive float
-  std::uniform_real_distribution<double> near_one(-30, 17);       // and fp16's own range, densely
+  std::uniform_real_distribution<double> near_one(-30, 17);      // and fp16's own range, densely
   for (int n = 0; n < 200000; ++n) {
     float x;
     const uint32_t u = bits(rng);

@@ -24,17 +24,18 @@ kb::TextbookResult run_one(const kb::AttnCase& c, bool naive, bool gpu) {
   o.bytes_allocated = &r.bytes;
   char err[256] = {0};
   if (!gpu) {
-    const ac_attention_args a = kb::textbook_args(c, c.q.data(), c.k.data(), c.v.data(), r.out.data(), r.lse.data(),
-                                                  c.mask.data(), c.cu_q.data(), c.cu_k.data(), c.cu_mask.data());
+    const ac_attention_args a =
+        kb::textbook_args(c, c.q.data(), c.k.data(), c.v.data(), r.out.data(), r.lse.data(), c.mask.data(),
+                          c.cu_q.data(), c.cu_k.data(), c.cu_mask.data());
     REQUIRE(textbook_attention_host(a, o, err, sizeof err) == AC_OK);
     return r;
   }
   kb::DeviceBuffer dq(c.q.bytes), dk(c.k.bytes), dv(c.v.bytes), dout(r.out.bytes.size()), dlse(r.lse);
   kb::DeviceBuffer dmask(c.mask), dcuq(c.cu_q), dcuk(c.cu_k), dcum(c.cu_mask);
   KB_CUDA(cudaMemset(dout.ptr, 0x7f, r.out.bytes.size()));
-  const ac_attention_args a = kb::textbook_args(c, dq.ptr, dk.ptr, dv.ptr, dout.ptr, dlse.as<float>(),
-                                                dmask.as<uint8_t>(), dcuq.as<int32_t>(), dcuk.as<int32_t>(),
-                                                dcum.as<int64_t>());
+  const ac_attention_args a =
+      kb::textbook_args(c, dq.ptr, dk.ptr, dv.ptr, dout.ptr, dlse.as<float>(), dmask.as<uint8_t>(),
+                        dcuq.as<int32_t>(), dcuk.as<int32_t>(), dcum.as<int64_t>());
   const int rc = textbook_attention_cuda(a, o, err, sizeof err);
   INFO(err);
   REQUIRE(rc == AC_OK);

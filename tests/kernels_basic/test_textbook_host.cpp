@@ -3,7 +3,6 @@
 // masked row, varlen with zero-length key and query ranges, fp16 / bf16 / fp32, head sizes 1, 16,
 // 33, 64; safe (S fp32) and naive (S in the input type) variants; bytes of S and P reported.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "textbook_cases.hpp"
@@ -20,8 +19,9 @@ kb::TextbookResult run_host(const kb::AttnCase& c, bool naive) {
   o.naive_softmax = naive;
   o.score_as_input = naive;
   o.bytes_allocated = &r.bytes;
-  const ac_attention_args a = kb::textbook_args(c, c.q.data(), c.k.data(), c.v.data(), r.out.data(), r.lse.data(),
-                                                c.mask.data(), c.cu_q.data(), c.cu_k.data(), c.cu_mask.data());
+  const ac_attention_args a =
+      kb::textbook_args(c, c.q.data(), c.k.data(), c.v.data(), r.out.data(), r.lse.data(), c.mask.data(),
+                        c.cu_q.data(), c.cu_k.data(), c.cu_mask.data());
   char err[256] = {0};
   INFO(err);
   REQUIRE(textbook_attention_host(a, o, err, sizeof err) == AC_OK);
@@ -80,6 +80,7 @@ TEST_CASE("textbook twin: refusals name the problem; subjects") {
   REQUIRE(std::string(s[0].name) == "textbook");
   REQUIRE(std::string(s[1].name) == "textbook-naive");
   REQUIRE((s[1].caps.features & AC_FEAT_NAIVE_EXP) != 0);
-  REQUIRE((s[0].caps.features & (AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE)) ==
-          (AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE));
+  REQUIRE(
+      (s[0].caps.features & (AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE)) ==
+      (AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE));
 }

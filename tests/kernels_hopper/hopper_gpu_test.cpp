@@ -6,8 +6,8 @@
 // ranges, masks; run-to-run bitwise reproducibility; the seed's shape on sampled rows; and the
 // Hopper mutants, which must differ from the exact result or from run to run.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_hopper
-#include <cstdlib>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
 
 #include "device_case.h"

@@ -34,11 +34,15 @@ template <typename T>
 struct DeviceBuffer {
   T* p = nullptr;
   size_t n = 0;
-  explicit DeviceBuffer(size_t count) : n(count) { check(cudaMalloc(&p, count * sizeof(T) + 16), "cudaMalloc"); }
+  explicit DeviceBuffer(size_t count) : n(count) {
+    check(cudaMalloc(&p, count * sizeof(T) + 16), "cudaMalloc");
+  }
   ~DeviceBuffer() { cudaFree(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void upload(const std::vector<T>& v) { check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  void upload(const std::vector<T>& v) {
+    check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
   std::vector<T> download() const {
     std::vector<T> v(n);
     check(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
@@ -54,9 +58,17 @@ struct DeviceAttention {
   DeviceBuffer<float> lse;
   DeviceBuffer<int32_t> cu;
   DeviceAttention(int heads, int kv_heads, int head_size, int queries, int keys)
-      : h(heads), hkv(kv_heads), d(head_size), tq(queries), tk(keys), q(size_t(queries) * heads * head_size),
-        k(size_t(keys) * kv_heads * head_size), v(size_t(keys) * kv_heads * head_size),
-        out(size_t(queries) * heads * head_size), lse(size_t(heads) * queries), cu(4) {
+      : h(heads),
+        hkv(kv_heads),
+        d(head_size),
+        tq(queries),
+        tk(keys),
+        q(size_t(queries) * heads * head_size),
+        k(size_t(keys) * kv_heads * head_size),
+        v(size_t(keys) * kv_heads * head_size),
+        out(size_t(queries) * heads * head_size),
+        lse(size_t(heads) * queries),
+        cu(4) {
     cu.upload({0, tq, 0, tk});
   }
   // Returns the subject's status; err receives its one-line reason.

@@ -38,23 +38,26 @@ TEST_CASE("mutant 1: +inf read as a mass, not as empty", "[mutants][merge]") {
   CHECK(good.out[0] == 3.0f);
   CHECK(good.out_lse == 0.5f);
   // Without the mapping M = +inf and e^(+inf - +inf) = NaN.
-  const auto bad = mt::run_merge(subject("mutant-merge-no-inf-map", true), AC_DTYPE_F32, {0.0f}, kInf, {3.0f}, 0.5f);
+  const auto bad =
+      mt::run_merge(subject("mutant-merge-no-inf-map", true), AC_DTYPE_F32, {0.0f}, kInf, {3.0f}, 0.5f);
   CHECK(std::isnan(bad.out[0]));
 }
 
 TEST_CASE("mutant 2: two empty states give NaN without the guard", "[mutants][merge]") {
   // Merge of two empty states is the identity: O = 0 exactly, LSE = -inf.
-  const auto good = mt::run_merge(subject("merge", false), AC_DTYPE_F16, {0.0f, 0.0f}, -kInf, {0.0f, 0.0f}, -kInf);
+  const auto good =
+      mt::run_merge(subject("merge", false), AC_DTYPE_F16, {0.0f, 0.0f}, -kInf, {0.0f, 0.0f}, -kInf);
   CHECK(good.out[0] == 0.0f);
   CHECK(good.out[1] == 0.0f);
   CHECK(good.out_lse == -kInf);
-  const auto bad =
-      mt::run_merge(subject("mutant-merge-no-empty-guard", true), AC_DTYPE_F16, {0.0f, 0.0f}, -kInf, {0.0f, 0.0f}, -kInf);
+  const auto bad = mt::run_merge(subject("mutant-merge-no-empty-guard", true), AC_DTYPE_F16, {0.0f, 0.0f},
+                                 -kInf, {0.0f, 0.0f}, -kInf);
   CHECK(std::isnan(bad.out[0]));
   CHECK(std::isnan(bad.out_lse));
 }
 
-TEST_CASE("mutant 3: multiply-then-divide overflows where it can: fp32 and bf16, not fp16", "[mutants][merge]") {
+TEST_CASE("mutant 3: multiply-then-divide overflows where it can: fp32 and bf16, not fp16",
+          "[mutants][merge]") {
   // Equal LSEs: both weights are 1/2, O = (p + s) / 2. With p = s = 2^127 the exact result is
   // 2^127, but the unbounded intermediate p * 1 + s * 1 = 2^128 > FLT_MAX overflows fp32.
   const float big = std::ldexp(1.0f, 127);
@@ -79,7 +82,8 @@ TEST_CASE("mutant 4: base-2 arithmetic under a natural-log declaration", "[mutan
   const auto good = mt::run_merge(subject("merge", false), AC_DTYPE_F32, {1.0f}, 0.0f, {0.0f}, ln3);
   CHECK(std::fabs(good.out[0] - 0.25f) < 1e-6f);
   CHECK(std::fabs(good.out_lse - ln4) < 1e-6f);
-  const auto bad = mt::run_merge(subject("mutant-merge-base2-as-e", true), AC_DTYPE_F32, {1.0f}, 0.0f, {0.0f}, ln3);
+  const auto bad =
+      mt::run_merge(subject("mutant-merge-base2-as-e", true), AC_DTYPE_F32, {1.0f}, 0.0f, {0.0f}, ln3);
   CHECK(std::fabs(bad.out[0] - 0.25f) > 0.05f);
 }
 

@@ -37,8 +37,10 @@ TEST_CASE("mutant 13: 32-bit K/V offsets wrap past 2^31 elements", "[large][muta
     for (int hd = 0; hd < kHeads; ++hd) k_tail[(size_t(t) * kHeads + hd) * kD] = twenty;
   const size_t tail_offset = size_t(kTokens - 8) * kHeads * kD;
   REQUIRE(tail_offset >= (size_t(1) << 31));  // a 32-bit signed offset wraps here
-  mtg::check(cudaMemcpy(a.k.p + tail_offset, k_tail.data(), k_tail.size() * 2, cudaMemcpyHostToDevice), "k tail");
-  mtg::check(cudaMemcpy(a.v.p + tail_offset, v_tail.data(), v_tail.size() * 2, cudaMemcpyHostToDevice), "v tail");
+  mtg::check(cudaMemcpy(a.k.p + tail_offset, k_tail.data(), k_tail.size() * 2, cudaMemcpyHostToDevice),
+             "k tail");
+  mtg::check(cudaMemcpy(a.v.p + tail_offset, v_tail.data(), v_tail.size() * 2, cudaMemcpyHostToDevice),
+             "v tail");
 
   const double want_lse = 20.0 + std::log(8.0) + std::log1p(16384.0 * std::exp(-20.0));
 

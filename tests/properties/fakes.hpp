@@ -25,24 +25,25 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 enum class Bug {
   none,
-  merge_no_both_empty_guard,  // NaN from -inf - -inf
-  merge_no_inf_map,           // FA2's +inf taken as a huge mass
-  merge_base_confused,        // declares base 2, computes with e
-  softmax_naive_declared,     // naive exp, declared (a correct subject with a hazard)
-  softmax_naive_undeclared,   // naive exp, not declared: must be caught as overflow
-  softmax_empty_nan,          // all -inf row gives NaN
-  attention_wrong_sentinel,   // declares -inf, returns +inf for empty rows
-  attention_finite_mask,      // masked keys get -1e4 instead of -inf
-  attention_lse_base2,        // declares natural LSE, returns base 2
-  attention_lse_layout,       // declares [tokens, heads], writes [heads, tokens]
-  attention_off_by_one_o,     // O wrong by a few ulps of fp16 when d > 1 (accuracy)
-  attention_nondeterministic, // flips the last bit of O on every other call
-  splitkv_empty_plus_inf,     // split combine returns +inf for an all-empty row
+  merge_no_both_empty_guard,   // NaN from -inf - -inf
+  merge_no_inf_map,            // FA2's +inf taken as a huge mass
+  merge_base_confused,         // declares base 2, computes with e
+  softmax_naive_declared,      // naive exp, declared (a correct subject with a hazard)
+  softmax_naive_undeclared,    // naive exp, not declared: must be caught as overflow
+  softmax_empty_nan,           // all -inf row gives NaN
+  attention_wrong_sentinel,    // declares -inf, returns +inf for empty rows
+  attention_finite_mask,       // masked keys get -1e4 instead of -inf
+  attention_lse_base2,         // declares natural LSE, returns base 2
+  attention_lse_layout,        // declares [tokens, heads], writes [heads, tokens]
+  attention_off_by_one_o,      // O wrong by a few ulps of fp16 when d > 1 (accuracy)
+  attention_nondeterministic,  // flips the last bit of O on every other call
+  splitkv_empty_plus_inf,      // split combine returns +inf for an all-empty row
 };
 
 class Fake : public Subject {
  public:
-  Fake(std::string name, uint32_t ops, Bug bug = Bug::none, int lse_base = 0, int empty_sign = -1, uint32_t features = 0)
+  Fake(std::string name, uint32_t ops, Bug bug = Bug::none, int lse_base = 0, int empty_sign = -1,
+       uint32_t features = 0)
       : name_(std::move(name)), desc_("fake " + name_), bug_(bug) {
     caps_ = ac_caps{};
     caps_.ops = ops;
@@ -55,7 +56,10 @@ class Fake : public Subject {
     caps_.empty_lse_sign = empty_sign;
     caps_.features = features;
     caps_.max_splits = (ops & AC_OP_SPLITKV) ? 4 : 0;
-    caps_.fold_orders = (ops & AC_OP_SPLITKV) ? (AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE)) : 0;
+    caps_.fold_orders =
+        (ops & AC_OP_SPLITKV)
+            ? (AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE))
+            : 0;
   }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return desc_; }
@@ -87,7 +91,8 @@ class Fake : public Subject {
       const double wa = ex(a - M), wb = ex(b - M), s = wa + wb;
       for (int64_t c = 0; c < D; ++c)
         out.out[size_t(r * D + c)] =
-            enc(in.dtype, dec(in.dtype, in.prefix_out[size_t(r * D + c)]) * (wa / s) + dec(in.dtype, in.suffix_out[size_t(r * D + c)]) * (wb / s));
+            enc(in.dtype, dec(in.dtype, in.prefix_out[size_t(r * D + c)]) * (wa / s) +
+                              dec(in.dtype, in.suffix_out[size_t(r * D + c)]) * (wb / s));
       out.lse[size_t(r)] = float((base2 ? std::log2(s) : std::log(s)) + M);
     }
     return out;
@@ -105,7 +110,8 @@ class Fake : public Subject {
       for (int c = 0; c < in.cols; ++c) {
         const double x = dec(in.dtype, in.x[size_t(r * in.cols + c)]);
         // The naive exp is rounded to the storage type: the hazard the ABI declares.
-        e[size_t(c)] = naive ? dec(in.dtype, enc(in.dtype, std::exp(x))) : (m == -kInf ? 0.0 : std::exp(x - m));
+        e[size_t(c)] =
+            naive ? dec(in.dtype, enc(in.dtype, std::exp(x))) : (m == -kInf ? 0.0 : std::exp(x - m));
         sum += e[size_t(c)];
       }
       for (int c = 0; c < in.cols; ++c) {
@@ -139,9 +145,12 @@ class Fake : public Subject {
             if (!a.mask.empty() && !a.mask[size_t(m0 + t * tk + j)]) vis = false;
             double dot = 0;
             for (int64_t c = 0; c < D; ++c)
-              dot += dec(a.dtype, a.q[size_t(((q0 + t) * H + h) * D + c)]) * dec(a.dtype, a.k[size_t(((k0 + j) * Hkv + kvh) * D + c)]);
-            if (vis) sc[size_t(j)] = double(a.softmax_scale) * dot;
-            else if (bug_ == Bug::attention_finite_mask) sc[size_t(j)] = -1e4;
+              dot += dec(a.dtype, a.q[size_t(((q0 + t) * H + h) * D + c)]) *
+                     dec(a.dtype, a.k[size_t(((k0 + j) * Hkv + kvh) * D + c)]);
+            if (vis)
+              sc[size_t(j)] = double(a.softmax_scale) * dot;
+            else if (bug_ == Bug::attention_finite_mask)
+              sc[size_t(j)] = -1e4;
           }
           // Split-KV: partial states over num_splits key ranges, combined in double (fold order is
           // irrelevant at this precision); the partials' empty sentinel is -inf.
@@ -155,7 +164,8 @@ class Fake : public Subject {
           for (int64_t j = 0; j < tk && M > -kInf; ++j) {
             const double w = std::exp(sc[size_t(j)] - M);
             L += w;
-            for (int64_t c = 0; c < D; ++c) acc[size_t(c)] += w * dec(a.dtype, a.v[size_t(((k0 + j) * Hkv + kvh) * D + c)]);
+            for (int64_t c = 0; c < D; ++c)
+              acc[size_t(c)] += w * dec(a.dtype, a.v[size_t(((k0 + j) * Hkv + kvh) * D + c)]);
           }
           const int64_t row = (q0 + t) * H + h;
           const bool empty = !(M > -kInf);
@@ -167,7 +177,8 @@ class Fake : public Subject {
             out.out[size_t(row * D + c)] = bits;
           }
           double lse = empty ? (caps_.empty_lse_sign > 0 ? kInf : -kInf) : M + std::log(L);
-          if (empty && (bug_ == Bug::attention_wrong_sentinel || bug_ == Bug::splitkv_empty_plus_inf)) lse = kInf;
+          if (empty && (bug_ == Bug::attention_wrong_sentinel || bug_ == Bug::splitkv_empty_plus_inf))
+            lse = kInf;
           if (caps_.lse_base == 2 || bug_ == Bug::attention_lse_base2) lse /= std::log(2.0);
           out.lse[size_t(row)] = float(lse);
         }
@@ -216,6 +227,7 @@ class NoZeroKeys final : public Fake {
   }
 };
 
-inline constexpr uint32_t kAttnFeatures = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+inline constexpr uint32_t kAttnFeatures =
+    AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
 
 }  // namespace fakes

@@ -2,9 +2,10 @@
 // gives case i of a 100-case run the size i, so the first 20 cases are generated at sizes 0..19;
 // a class chosen by a size-scaled pick would be missing there (the ordinary LSE pair, for example,
 // needs size 84 with gen::inRange(0, 12)). The classes are read back from the generated values.
+#include <rapidcheck.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
-#include <rapidcheck.h>
 #include <set>
 #include <string>
 
@@ -33,8 +34,7 @@ bool has_empty_row(const attncheck::AttentionInput& a) {
     for (int64_t t = 0; t < tq; ++t) {
       int64_t visible = 0;
       for (int64_t j = 0; j < tk; ++j)
-        if (!(a.causal && j > t + tk - tq) && (a.mask.empty() || a.mask[size_t(m0 + t * tk + j)]))
-          ++visible;
+        if (!(a.causal && j > t + tk - tq) && (a.mask.empty() || a.mask[size_t(m0 + t * tk + j)])) ++visible;
       if (visible == 0) return true;
     }
     m0 += tq * tk;
@@ -48,15 +48,16 @@ TEST_CASE("merge generator: every LSE pair class within the first 20 cases", "[p
   attncheck::gen::Domain dom;
   dom.dtypes = {AC_DTYPE_F16, AC_DTYPE_BF16, AC_DTYPE_F32};
   dom.head_sizes = {1, 8};
-  const std::set<std::string> want = {"+inf/finite", "finite/+inf", "+inf/+inf", "-inf/finite", "finite/-inf",
-                                      "-inf/-inf",   "+inf/-inf",   "equal",     "gap past exp range",
-                                      "exp(lse) overflows", "ordinary"};
+  const std::set<std::string> want = {"+inf/finite",        "finite/+inf",        "+inf/+inf", "-inf/finite",
+                                      "finite/-inf",        "-inf/-inf",          "+inf/-inf", "equal",
+                                      "gap past exp range", "exp(lse) overflows", "ordinary"};
   for (uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
     std::set<std::string> seen;
     rc::Random random(seed);
     for (int size = 0; size < 20; ++size) {
       const attncheck::MergeInput m = attncheck::gen::merge_input(dom)(random.split(), size).value();
-      for (size_t r = 0; r < m.prefix_lse.size(); ++r) seen.insert(lse_pair_class(m.prefix_lse[r], m.suffix_lse[r]));
+      for (size_t r = 0; r < m.prefix_lse.size(); ++r)
+        seen.insert(lse_pair_class(m.prefix_lse[r], m.suffix_lse[r]));
     }
     for (const auto& c : want) {
       INFO("seed " << seed << ", class " << c);

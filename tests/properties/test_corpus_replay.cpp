@@ -33,7 +33,9 @@ TEST_CASE("every corpus case replays clean against the correct fakes", "[corpus]
   REQUIRE(files.size() >= 6);
   for (const std::string& f : files) {
     const Case c = read_case_file(f);
-    Subject& s = c.op == "merge" ? static_cast<Subject&>(merge) : c.op == "softmax" ? static_cast<Subject&>(softmax) : attention;
+    Subject& s = c.op == "merge"     ? static_cast<Subject&>(merge)
+                 : c.op == "softmax" ? static_cast<Subject&>(softmax)
+                                     : attention;
     const ReplayResult r = replay_case(c, s, f);
     INFO(f << ": " << r.verdict);
     CHECK(r.passed);
@@ -44,7 +46,8 @@ TEST_CASE("every corpus case replays clean against the correct fakes", "[corpus]
 
 TEST_CASE("curated cases catch the bugs they were written for", "[corpus]") {
   Fake no_guard("merge-no-guard", AC_OP_MERGE, Bug::merge_no_both_empty_guard);
-  const ReplayResult r1 = replay_case(read_case_file(kCorpus + "/merge-chunked-prefill-both-empty.json"), no_guard);
+  const ReplayResult r1 =
+      replay_case(read_case_file(kCorpus + "/merge-chunked-prefill-both-empty.json"), no_guard);
   INFO(r1.verdict);
   CHECK_FALSE(r1.passed);
   REQUIRE_FALSE(r1.worst_elements.empty());
@@ -52,7 +55,8 @@ TEST_CASE("curated cases catch the bugs they were written for", "[corpus]") {
   Fake no_map("merge-no-inf-map", AC_OP_MERGE, Bug::merge_no_inf_map);
   CHECK_FALSE(replay_case(read_case_file(kCorpus + "/merge-fa2-plus-inf-sentinels.json"), no_map).passed);
   Fake undeclared("softmax-naive-undeclared", AC_OP_SOFTMAX, Bug::softmax_naive_undeclared);
-  const ReplayResult r3 = replay_case(read_case_file(kCorpus + "/softmax-fp16-overflow-band.json"), undeclared);
+  const ReplayResult r3 =
+      replay_case(read_case_file(kCorpus + "/softmax-fp16-overflow-band.json"), undeclared);
   INFO(r3.verdict);
   CHECK_FALSE(r3.passed);
   CHECK(r3.verdict.find("overflow") != std::string::npos);
@@ -61,7 +65,8 @@ TEST_CASE("curated cases catch the bugs they were written for", "[corpus]") {
   CHECK(replay_case(read_case_file(kCorpus + "/softmax-fp16-overflow-band.json"), naive).passed);
   // A subject without the op or head size: not applicable, not a failure.
   Fake merge_only("merge", AC_OP_MERGE);
-  const ReplayResult na = replay_case(read_case_file(kCorpus + "/attention-seed-worked-example.json"), merge_only);
+  const ReplayResult na =
+      replay_case(read_case_file(kCorpus + "/attention-seed-worked-example.json"), merge_only);
   CHECK_FALSE(na.applicable);
 }
 
@@ -92,7 +97,8 @@ TEST_CASE("a malformed file in a directory is reported by name and the rest stil
 
 TEST_CASE("chunked prefill: the unguarded merge reproduces the NaN with provenance", "[prefill]") {
   Fake attention("attention", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
-  Fake guarded("merge", AC_OP_MERGE), unguarded("merge-no-guard", AC_OP_MERGE, Bug::merge_no_both_empty_guard);
+  Fake guarded("merge", AC_OP_MERGE),
+      unguarded("merge-no-guard", AC_OP_MERGE, Bug::merge_no_both_empty_guard);
   const std::string miss = kCorpus + "/prefill/miss-in-batch.json", hit = kCorpus + "/prefill/all-hit.json";
   const PrefillReport ok = run_prefill(miss, attention, guarded);
   INFO(ok.summary);
@@ -112,6 +118,7 @@ TEST_CASE("chunked prefill: the unguarded merge reproduces the NaN with provenan
   CHECK(run_prefill(hit, attention, unguarded).ok);
   // Bad scenarios are one-line errors.
   CHECK_THROWS_AS(run_prefill_text("{", attention, guarded), PrefillScenarioError);
-  CHECK_THROWS_AS(run_prefill_text("{\"format\":\"attncheck-prefill\"}", attention, guarded), PrefillScenarioError);
+  CHECK_THROWS_AS(run_prefill_text("{\"format\":\"attncheck-prefill\"}", attention, guarded),
+                  PrefillScenarioError);
   CHECK_THROWS_AS(run_prefill(kCorpus + "/prefill/missing.json", attention, guarded), PrefillScenarioError);
 }

@@ -37,7 +37,8 @@ class Fp32Merge : public Fake {
         if (std::isnan(a)) a = -INFINITY;
         if (std::isnan(b)) b = -INFINITY;
       }
-      const float m = std::fmax(a, b) == -INFINITY ? 0.0f : (std::isnan(a) || std::isnan(b) ? NAN : std::fmax(a, b));
+      const float m =
+          std::fmax(a, b) == -INFINITY ? 0.0f : (std::isnan(a) || std::isnan(b) ? NAN : std::fmax(a, b));
       const float l = std::log(std::exp(a - m) + std::exp(b - m)) + m;
       const float wa = std::exp(a - l), wb = std::exp(b - l);
       for (int64_t c = 0; c < D; ++c) {
@@ -75,7 +76,8 @@ Case merge_case(float prefix_lse, float suffix_lse, double prefix_o, double suff
 
 }  // namespace
 
-TEST_CASE("merge: a weight in fp32's subnormal range costs its rounding, and no more", "[properties][merge]") {
+TEST_CASE("merge: a weight in fp32's subnormal range costs its rounding, and no more",
+          "[properties][merge]") {
   const Case c = merge_case(-104.0f, 0.0f, 16.0, 0.0);
   // The hand derivation above: the engines' order gives 0 where the exact value is 4 spacings.
   Fp32Merge engine("fp32-merge", 0);

@@ -27,20 +27,23 @@ RunConfig small_config(const std::string& corpus = "") {
 
 PropertyResult run(const std::string& prop, Subject& s, const std::string& corpus = "") {
   const PropertyResult r = run_property(prop, s, small_config(corpus));
-  INFO(prop << " on " << s.name() << ": " << status_name(r.status) << " " << r.failure_class << " " << r.message);
+  INFO(prop << " on " << s.name() << ": " << status_name(r.status) << " " << r.failure_class << " "
+            << r.message);
   return r;
 }
 
 void expect_pass(const std::string& prop, Subject& s) {
   const PropertyResult r = run(prop, s);
-  INFO(prop << " on " << s.name() << ": " << r.failure_class << " " << r.message << " cex " << r.counterexample_summary);
+  INFO(prop << " on " << s.name() << ": " << r.failure_class << " " << r.message << " cex "
+            << r.counterexample_summary);
   CHECK(r.status == PropertyResult::Status::passed);
   CHECK(r.cases_run > 0);
 }
 
 void expect_fail(const std::string& prop, Subject& s, const std::string& cls) {
   const PropertyResult r = run(prop, s);
-  INFO(prop << " on " << s.name() << ": " << status_name(r.status) << " " << r.failure_class << " " << r.message);
+  INFO(prop << " on " << s.name() << ": " << status_name(r.status) << " " << r.failure_class << " "
+            << r.message);
   CHECK(r.status == PropertyResult::Status::failed);
   CHECK(r.failure_class == cls);
   CHECK(!r.rc_reproduce.empty());
@@ -59,12 +62,14 @@ TEST_CASE("registry: eight named properties with seed sections", "[properties]")
   CHECK(find_property("nope") == nullptr);
   Fake merge("m", AC_OP_MERGE);
   CHECK_THROWS_AS(run_property("nope", merge, small_config()), std::invalid_argument);
-  CHECK(run_property("split_order_drift", merge, small_config()).status == PropertyResult::Status::not_applicable);
+  CHECK(run_property("split_order_drift", merge, small_config()).status ==
+        PropertyResult::Status::not_applicable);
 }
 
 TEST_CASE("merge properties: correct merge passes, each broken merge is caught", "[properties][merge]") {
   Fake good("merge-good", AC_OP_MERGE);
-  for (const char* p : {"accuracy", "no_spurious_nonfinite", "merge_sentinels", "lse_convention"}) expect_pass(p, good);
+  for (const char* p : {"accuracy", "no_spurious_nonfinite", "merge_sentinels", "lse_convention"})
+    expect_pass(p, good);
   Fake good2("merge-good-base2", AC_OP_MERGE, Bug::none, 2);
   expect_pass("accuracy", good2);
   expect_pass("lse_convention", good2);
@@ -79,7 +84,8 @@ TEST_CASE("merge properties: correct merge passes, each broken merge is caught",
   CHECK(run("accuracy", confused).status == PropertyResult::Status::failed);
 }
 
-TEST_CASE("shrinking: the both-empty merge shrinks to one token, one head; the case lands in the corpus", "[properties][shrink]") {
+TEST_CASE("shrinking: the both-empty merge shrinks to one token, one head; the case lands in the corpus",
+          "[properties][shrink]") {
   const fs::path dir = fs::temp_directory_path() / ("ac_prop_corpus_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   Fake no_guard("merge-no-guard", AC_OP_MERGE, Bug::merge_no_both_empty_guard);
@@ -114,9 +120,11 @@ TEST_CASE("shrinking: the both-empty merge shrinks to one token, one head; the c
   fs::remove_all(dir);
 }
 
-TEST_CASE("softmax properties: safe passes, naive declared passes, naive undeclared is an overflow", "[properties][softmax]") {
+TEST_CASE("softmax properties: safe passes, naive declared passes, naive undeclared is an overflow",
+          "[properties][softmax]") {
   Fake safe("softmax-safe", AC_OP_SOFTMAX);
-  for (const char* p : {"accuracy", "no_spurious_nonfinite", "empty_row_contract", "fp16_overflow"}) expect_pass(p, safe);
+  for (const char* p : {"accuracy", "no_spurious_nonfinite", "empty_row_contract", "fp16_overflow"})
+    expect_pass(p, safe);
   Fake naive("softmax-naive", AC_OP_SOFTMAX, Bug::softmax_naive_declared, 0, -1, AC_FEAT_NAIVE_EXP);
   for (const char* p : {"accuracy", "no_spurious_nonfinite", "fp16_overflow"}) expect_pass(p, naive);
   Fake undeclared("softmax-naive-undeclared", AC_OP_SOFTMAX, Bug::softmax_naive_undeclared);
@@ -125,7 +133,8 @@ TEST_CASE("softmax properties: safe passes, naive declared passes, naive undecla
   expect_fail("empty_row_contract", empty_nan, "empty_row");
 }
 
-TEST_CASE("attention properties: correct passes every property; each bug is caught by its property", "[properties][attention]") {
+TEST_CASE("attention properties: correct passes every property; each bug is caught by its property",
+          "[properties][attention]") {
   Fake good("attn-good", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
   for (const auto& p : all_properties())
     if (property_applies(p, good)) expect_pass(p.name, good);
@@ -136,9 +145,11 @@ TEST_CASE("attention properties: correct passes every property; each bug is caug
   expect_pass("lse_convention", base2);
   expect_pass("split_equals_whole", base2);
 
-  Fake sentinel("attn-wrong-sentinel", AC_OP_ATTENTION, Bug::attention_wrong_sentinel, 0, -1, fakes::kAttnFeatures);
+  Fake sentinel("attn-wrong-sentinel", AC_OP_ATTENTION, Bug::attention_wrong_sentinel, 0, -1,
+                fakes::kAttnFeatures);
   expect_fail("empty_row_contract", sentinel, "empty_row");
-  Fake finite_mask("attn-finite-mask", AC_OP_ATTENTION, Bug::attention_finite_mask, 0, -1, fakes::kAttnFeatures);
+  Fake finite_mask("attn-finite-mask", AC_OP_ATTENTION, Bug::attention_finite_mask, 0, -1,
+                   fakes::kAttnFeatures);
   expect_fail("empty_row_contract", finite_mask, "empty_row");
   Fake lse2("attn-lse-base2", AC_OP_ATTENTION, Bug::attention_lse_base2, 0, -1, fakes::kAttnFeatures);
   expect_fail("lse_convention", lse2, "lse_base");
@@ -164,7 +175,8 @@ TEST_CASE("zero-key ranges: a declared refusal is never called with one and ever
   CHECK(declared.calls > 0);
   CHECK(declared.zero_key_calls == 0);
   // The control: the same kernel undeclared is handed zero-key ranges and crashes.
-  fakes::NoZeroKeys undeclared("attn-nozero-undeclared", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  fakes::NoZeroKeys undeclared("attn-nozero-undeclared", AC_OP_ATTENTION, Bug::none, 0, -1,
+                               fakes::kAttnFeatures);
   const PropertyResult r = run("split_equals_whole", undeclared);
   CHECK(r.status == PropertyResult::Status::crashed);
   CHECK(undeclared.zero_key_calls > 0);
@@ -175,7 +187,8 @@ TEST_CASE("zero-key ranges: a declared refusal is never called with one and ever
 }
 
 TEST_CASE("undefined empty-row LSE: a wrong sentinel passes, O is still held to 0", "[properties][abi2]") {
-  Fake sentinel("attn-undefined-lse", AC_OP_ATTENTION, Bug::attention_wrong_sentinel, 0, -1, fakes::kAttnFeatures);
+  Fake sentinel("attn-undefined-lse", AC_OP_ATTENTION, Bug::attention_wrong_sentinel, 0, -1,
+                fakes::kAttnFeatures);
   sentinel.set_flags(AC_CAP_EMPTY_LSE_UNDEFINED);
   expect_pass("empty_row_contract", sentinel);
   expect_pass("lse_convention", sentinel);
@@ -187,11 +200,12 @@ TEST_CASE("undefined empty-row LSE: a wrong sentinel passes, O is still held to 
 }
 
 // Hand-derived: fp16's smallest normal is 2^-14; an fp16 value of 2^-20 is subnormal.
-TEST_CASE("flushed subnormals: a zero where the exact value is subnormal, and nowhere else", "[properties][abi2]") {
+TEST_CASE("flushed subnormals: a zero where the exact value is subnormal, and nowhere else",
+          "[properties][abi2]") {
   CHECK(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-20, 0x1p-30, false));
   CHECK_FALSE(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-20, 0x1p-30, true));  // -0 for a positive value
   CHECK(flushed_zero_allowed(AC_DTYPE_F16, -0x1p-20, 0x1p-30, true));
-  CHECK(flushed_zero_allowed(AC_DTYPE_F16, -0x1p-20, 0x1p-30, false));  // +0 always may stand
+  CHECK(flushed_zero_allowed(AC_DTYPE_F16, -0x1p-20, 0x1p-30, false));       // +0 always may stand
   CHECK_FALSE(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-13, 0x1p-30, false));  // normal, far from min
   // Just above the smallest normal, but a value within budget lies below it: that may be flushed.
   CHECK(flushed_zero_allowed(AC_DTYPE_F16, 0x1p-14 + 0x1p-24, 0x1p-23, false));
@@ -204,7 +218,8 @@ TEST_CASE("flushed subnormals: a zero where the exact value is subnormal, and no
 
 TEST_CASE("split-KV: correct passes drift, +inf combine for empty rows is caught", "[properties][splitkv]") {
   Fake good("splitkv-good", AC_OP_SPLITKV, Bug::none, 0, -1, fakes::kAttnFeatures);
-  for (const char* p : {"accuracy", "split_order_drift", "empty_row_contract", "split_equals_whole"}) expect_pass(p, good);
+  for (const char* p : {"accuracy", "split_order_drift", "empty_row_contract", "split_equals_whole"})
+    expect_pass(p, good);
   Fake inf_combine("splitkv-inf", AC_OP_SPLITKV, Bug::splitkv_empty_plus_inf, 0, -1, fakes::kAttnFeatures);
   expect_fail("empty_row_contract", inf_combine, "empty_row");
   Fake flaky("splitkv-flaky", AC_OP_SPLITKV, Bug::attention_nondeterministic, 0, -1, fakes::kAttnFeatures);
@@ -217,7 +232,8 @@ TEST_CASE("shards draw different streams; the same shard is reproducible", "[pro
   b.shard_index = 1;
   b.shard_count = 2;
   a.shard_count = 2;
-  const auto ra1 = run_property("merge_sentinels", no_guard, a), ra2 = run_property("merge_sentinels", no_guard, a);
+  const auto ra1 = run_property("merge_sentinels", no_guard, a),
+             ra2 = run_property("merge_sentinels", no_guard, a);
   const auto rb = run_property("merge_sentinels", no_guard, b);
   CHECK(ra1.rc_reproduce == ra2.rc_reproduce);
   CHECK(ra1.rc_reproduce != rb.rc_reproduce);

@@ -27,7 +27,8 @@ TEST_CASE("case_seed: every argument moves the stream", "[properties][seed]") {
 
 TEST_CASE("case_seed: the streams of a campaign are distinct", "[properties][seed]") {
   // Every (shard, property, subject) stream of shard counts 1..16 gets its own seed.
-  const char* props[] = {"accuracy", "no_spurious_nonfinite", "empty_row", "merge_sentinels", "split_equals_whole"};
+  const char* props[] = {"accuracy", "no_spurious_nonfinite", "empty_row", "merge_sentinels",
+                         "split_equals_whole"};
   const char* subjects[] = {"merge", "merge-th", "fused", "splitkv", "textbook"};
   for (uint64_t seed : {uint64_t(1), uint64_t(42), uint64_t(0xffffffffffffffffull)}) {
     std::set<uint64_t> seen;

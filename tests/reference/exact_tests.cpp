@@ -12,8 +12,8 @@
 #include <random>
 #include <thread>
 
-#include "attncheck/reference/reference.hpp"
 #include "../support/rc_check.hpp"
+#include "attncheck/reference/reference.hpp"
 
 using namespace attncheck::ref;
 

@@ -25,9 +25,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "../support/rc_check.hpp"
 #include "attncheck/reference/fast.hpp"
 #include "attncheck/reference/reference.hpp"
-#include "../support/rc_check.hpp"
 
 using namespace attncheck::ref;
 

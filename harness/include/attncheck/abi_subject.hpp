@@ -64,14 +64,13 @@ struct BackendResolution {
 };
 BackendResolution resolve_backend(Backend requested);
 bool cuda_device_available();
-int cuda_device_count();  // 0 without CUDA or device
+int cuda_device_count();         // 0 without CUDA or device
 std::string cuda_device_name();  // "" without CUDA or device
 
 // The built-in kernels of kernels/ for one backend (auto is resolved first; its choice is
 // printed once to stderr unless `note` is given, which then receives it).
 // Throws std::runtime_error when cuda is asked for and unavailable.
-std::vector<std::unique_ptr<Subject>> load_builtin_subjects(Backend backend,
-                                                            std::string* note = nullptr);
+std::vector<std::unique_ptr<Subject>> load_builtin_subjects(Backend backend, std::string* note = nullptr);
 
 // Adapt a list of ac_subject entries (shared by built-ins and plugins).
 std::vector<std::unique_ptr<Subject>> adapt_subjects(const std::vector<ac_subject>& subjects,

@@ -12,10 +12,9 @@
 // this run did not have) are skipped and listed, never counted as regressions.
 #pragma once
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attncheck/report.hpp"
 

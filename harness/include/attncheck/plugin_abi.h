@@ -154,23 +154,23 @@ typedef struct {
 typedef ac_caps_v1 ac_caps;
 #else
 typedef struct {
-  uint32_t ops;           /* AC_OP_* bits */
-  uint32_t dtypes;        /* AC_DTYPE_BIT bits */
-  ac_memory memory;       /* where the tensors passed to this subject live */
-  int32_t head_size_min;  /* inclusive range of supported head sizes ... */
+  uint32_t ops;          /* AC_OP_* bits */
+  uint32_t dtypes;       /* AC_DTYPE_BIT bits */
+  ac_memory memory;      /* where the tensors passed to this subject live */
+  int32_t head_size_min; /* inclusive range of supported head sizes ... */
   int32_t head_size_max;
   const int32_t* head_sizes; /* ... or, when non-NULL, exactly these */
   int32_t num_head_sizes;
-  int32_t lse_base;       /* 0: natural log; 2: base 2 */
+  int32_t lse_base; /* 0: natural log; 2: base 2 */
   ac_lse_layout lse_layout;
-  int32_t empty_lse_sign; /* -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2); 0 with
-                           * AC_CAP_EMPTY_LSE_UNDEFINED */
-  uint32_t features;      /* AC_FEAT_* bits, attention and split-KV */
+  int32_t empty_lse_sign;   /* -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2); 0 with
+                             * AC_CAP_EMPTY_LSE_UNDEFINED */
+  uint32_t features;        /* AC_FEAT_* bits, attention and split-KV */
   const ac_tiling* tilings; /* attention: the tilings selectable by ac_attention_args.tiling; */
   int32_t num_tilings;      /* version 2: may be 0 (a black-box kernel), the call's tiling is -1 */
-  int32_t max_splits;     /* split-KV: num_splits from 1 to max_splits */
-  uint32_t fold_orders;   /* split-KV: AC_FOLD_BIT bits */
-  uint32_t flags;         /* version 2: AC_CAP_* bits */
+  int32_t max_splits;       /* split-KV: num_splits from 1 to max_splits */
+  uint32_t fold_orders;     /* split-KV: AC_FOLD_BIT bits */
+  uint32_t flags;           /* version 2: AC_CAP_* bits */
 } ac_caps;
 #endif
 
@@ -207,7 +207,7 @@ typedef struct {
 typedef struct {
   ac_dtype dtype;
   int32_t num_seqs;
-  const int32_t* cu_seqlens_q;      /* num_seqs + 1 offsets, subject memory */
+  const int32_t* cu_seqlens_q; /* num_seqs + 1 offsets, subject memory */
   const int32_t* cu_seqlens_k;
   const int32_t* cu_seqlens_q_host; /* the same, host memory */
   const int32_t* cu_seqlens_k_host;
@@ -216,8 +216,8 @@ typedef struct {
   const void* q; /* [total_q, num_heads, head_size] */
   const void* k; /* [total_k, num_kv_heads, head_size] */
   const void* v;
-  void* out;     /* [total_q, num_heads, head_size] */
-  float* lse;    /* per the declared layout, [num_heads, total_q] or [total_q, num_heads]; may be NULL */
+  void* out;  /* [total_q, num_heads, head_size] */
+  float* lse; /* per the declared layout, [num_heads, total_q] or [total_q, num_heads]; may be NULL */
   float softmax_scale;
   int32_t causal;
   /* NULL, or per sequence a row-major [Tq_i, Tk_i] block of bytes (nonzero = visible), the blocks
@@ -226,9 +226,9 @@ typedef struct {
   const uint8_t* mask;
   const int64_t* cu_mask;
   const int64_t* cu_mask_host;
-  int32_t tiling;      /* index into caps.tilings; -1 when the subject declares none */
-  int32_t num_splits;  /* split-KV only */
-  ac_fold fold_order;  /* split-KV only */
+  int32_t tiling;     /* index into caps.tilings; -1 when the subject declares none */
+  int32_t num_splits; /* split-KV only */
+  ac_fold fold_order; /* split-KV only */
   void* stream;
 } ac_attention_args;
 

@@ -10,11 +10,10 @@
 // (at most 1% of each shard lies above its own p99, so at most 1% of the union lies above the max).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "attncheck/properties.hpp"
 
@@ -63,9 +62,9 @@ struct Report {
   int num_cases = 0;
   int shard_index = 0, shard_count = 1;
   std::vector<int> shards_merged;  // after merge_reports: every shard index included
-  std::string suite;                // gate | full | custom
-  std::string shape_set;            // what generated the cases (max_size, max_keys); baselines compare only equal ones
-  bool interrupted = false;         // Ctrl-C: the report holds what completed
+  std::string suite;               // gate | full | custom
+  std::string shape_set;  // what generated the cases (max_size, max_keys); baselines compare only equal ones
+  bool interrupted = false;  // Ctrl-C: the report holds what completed
   std::vector<double> histogram_edges;
   std::vector<ReportEntry> entries;
   std::vector<TilingEntry> tilings;
@@ -80,7 +79,7 @@ struct Report {
 ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int shard_index);
 
 nlohmann::json report_to_json(const Report&);
-Report report_from_json(const nlohmann::json&);  // ReportError with one line on a bad document
+Report report_from_json(const nlohmann::json&);    // ReportError with one line on a bad document
 Report read_report_file(const std::string& path);  // ReportError naming the file
 
 std::string render_markdown(const Report&);

@@ -21,11 +21,11 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -87,7 +87,8 @@ std::string caps_string(const ac::Subject& s) {
   for (ac_dtype d : {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16})
     if (s.has_dtype(d)) o << " " << ac::dtype_name(d);
   // Head sizes and LSE conventions mean nothing to a softmax-only subject.
-  const bool has_lse = (c.ops & AC_OP_MERGE) || ((c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && (c.features & AC_FEAT_LSE));
+  const bool has_lse =
+      (c.ops & AC_OP_MERGE) || ((c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && (c.features & AC_FEAT_LSE));
   if (c.ops != AC_OP_SOFTMAX) {
     o << "; d ";
     if (c.head_sizes) {
@@ -184,7 +185,8 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
     }
     for (auto& s : p.subjects) {
       if (s->backend() == "cuda" && !cuda_usable) {
-        set.notes.push_back("plugin subject " + s->name() + " is a CUDA subject and no CUDA device is usable: skipped");
+        set.notes.push_back("plugin subject " + s->name() +
+                            " is a CUDA subject and no CUDA device is usable: skipped");
         continue;
       }
       set.all.push_back(std::move(s));
@@ -192,13 +194,14 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
   }
   for (const auto& command : g_worker_flags.commands) load_worker(set, command, "");
   const std::string dup = ac::first_duplicate_name(set.all);
-  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
+  if (!dup.empty())
+    throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
   return set;
 }
 
 // skip_unknown: names not in the set are left out (a child of check, which loads no worker).
-std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names, bool plugins_given,
-                                        bool skip_unknown = false) {
+std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names,
+                                        bool plugins_given, bool skip_unknown = false) {
   std::vector<ac::Subject*> out;
   if (names.empty()) {
     // With plugins and no --subject, test the plugins' subjects: that is what the user brought.
@@ -221,7 +224,8 @@ std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::
   return out;
 }
 
-std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::string>& names, const std::string& suite) {
+std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::string>& names,
+                                                     const std::string& suite) {
   std::vector<const ac::PropertyInfo*> out;
   if (!names.empty()) {
     for (const auto& n : names) {
@@ -270,9 +274,13 @@ void prepare_report_dir(const std::string& dir, bool quiet) {
       throw UsageError("report directory " + dir + ": " + name + " exists and is not a regular file");
   }
   for (const auto& t : ac::remove_stale_temporaries(dir))
-    if (!quiet) std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(), t.c_str());
+    if (!quiet)
+      std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(),
+                   t.c_str());
   for (const auto& p : ac::check_report_set(dir))
-    if (!quiet) std::fprintf(stderr, "note: the previous report in %s was incomplete (%s); this run replaces it\n", dir.c_str(), p.c_str());
+    if (!quiet)
+      std::fprintf(stderr, "note: the previous report in %s was incomplete (%s); this run replaces it\n",
+                   dir.c_str(), p.c_str());
 }
 
 // A corpus directory, made ready before any work. A write-ahead file ("inflight-*") is the case
@@ -285,7 +293,9 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
     throw UsageError(e.what());
   }
   for (const auto& t : ac::remove_stale_temporaries(dir))
-    if (!quiet) std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(), t.c_str());
+    if (!quiet)
+      std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(),
+                   t.c_str());
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -295,10 +305,13 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
       c.note = "the case running when an earlier run died (crash or kill); " + c.note;
       const std::string kept = ac::write_case_atomic(dir, c);
       fs::remove(it->path(), ec);
-      if (!quiet) std::fprintf(stderr, "an earlier run died while running %s: its case is kept as %s\n", c.subject.c_str(), kept.c_str());
+      if (!quiet)
+        std::fprintf(stderr, "an earlier run died while running %s: its case is kept as %s\n",
+                     c.subject.c_str(), kept.c_str());
     } catch (const ac::CaseError& e) {
       // A write-ahead file is written atomically, so this is a foreign file: leave it alone.
-      if (!quiet) std::fprintf(stderr, "note: %s is not a readable case (%s); left in place\n", name.c_str(), e.what());
+      if (!quiet)
+        std::fprintf(stderr, "note: %s is not a readable case (%s); left in place\n", name.c_str(), e.what());
     }
   }
 }
@@ -362,13 +375,14 @@ int worst_exit(const ac::Report& r) {
 // ---- check ----------------------------------------------------------------------------------
 struct CheckOptions {
   std::vector<std::string> subjects, plugins, properties;
-  std::string backend = "auto", suite = "gate", report_dir = "attncheck-report", corpus_dir, baseline, shard = "0/1";
+  std::string backend = "auto", suite = "gate", report_dir = "attncheck-report", corpus_dir, baseline,
+              shard = "0/1";
   uint64_t seed = 1;
   int cases = 100;
   int max_keys = 64;
   bool quiet = false, no_plots = false, tiling = false, no_shrink = false;
   double shrink_time = 20;  // seconds per failure
-  int jobs = 0;           // 0: every core
+  int jobs = 0;             // 0: every core
   std::string devices = "all";
 };
 
@@ -388,7 +402,8 @@ std::vector<std::string> parse_devices(const std::string& text, bool cuda) {
     if (!v || *v >= uint64_t(count))
       throw UsageError("--devices " + text + ": '" + d + "' is not a device index" +
                        (cuda ? " (0.." + std::to_string(count - 1) + " visible)" : ""));
-    if (std::find(out.begin(), out.end(), d) != out.end()) throw UsageError("--devices " + text + ": '" + d + "' named twice");
+    if (std::find(out.begin(), out.end(), d) != out.end())
+      throw UsageError("--devices " + text + ": '" + d + "' named twice");
     out.push_back(d);
   }
   if (out.empty()) throw UsageError("--devices: give all or a list of device indices");
@@ -396,7 +411,8 @@ std::vector<std::string> parse_devices(const std::string& text, bool cuda) {
 }
 
 // The write-ahead case a dead child left for (subject, property), kept as a corpus case.
-std::string keep_write_ahead_case(const std::string& corpus_dir, const std::string& subject, const std::string& property) {
+std::string keep_write_ahead_case(const std::string& corpus_dir, const std::string& subject,
+                                  const std::string& property) {
   std::error_code ec;
   for (fs::directory_iterator it(corpus_dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -415,13 +431,16 @@ std::string keep_write_ahead_case(const std::string& corpus_dir, const std::stri
 }
 
 std::string describe_death(const ac::cli::ChildOutcome& o, double call_timeout) {
-  std::string why = o.signal == SIGALRM ? "hung: a subject call gave no answer within --call-timeout " + std::to_string(int(call_timeout)) + " s"
-                    : o.signal ? "killed by signal " + std::to_string(o.signal) + " (" + strsignal(o.signal) + ")"
-                             : "exited with status " + std::to_string(o.exit_code) + " before reporting";
+  std::string why = o.signal == SIGALRM ? "hung: a subject call gave no answer within --call-timeout " +
+                                              std::to_string(int(call_timeout)) + " s"
+                    : o.signal
+                        ? "killed by signal " + std::to_string(o.signal) + " (" + strsignal(o.signal) + ")"
+                        : "exited with status " + std::to_string(o.exit_code) + " before reporting";
   std::string tail = o.stderr_tail;
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
   if (const size_t cut = tail.size() > 600 ? tail.size() - 600 : 0; cut) tail = "..." + tail.substr(cut);
-  return "the process running this pair " + why + (tail.empty() ? "" : "; its last stderr: " + one_line(tail));
+  return "the process running this pair " + why +
+         (tail.empty() ? "" : "; its last stderr: " + one_line(tail));
 }
 
 int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
@@ -531,7 +550,8 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     if (child->first >= plan.size()) throw UsageError("internal: child pair index out of range");
     ac::Report part = report;
     part.entries.push_back(run_pair(child->first, [](int) {}));
-    ac::write_file_atomic(child->second, ac::report_to_json(part).dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
+    ac::write_file_atomic(child->second, ac::report_to_json(part).dump(
+                                             1, ' ', false, nlohmann::json::error_handler_t::replace));
     return kExitOk;
   }
 
@@ -545,13 +565,14 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     ++done_pairs;
     // The reproduce command must work when pasted: it names the plugins and backend of this run.
     if (!e.reproduce_command.empty() && e.reproduce_command.find(" --backend ") == std::string::npos)
-      e.reproduce_command += plugin_flags(o.plugins) + (g_worker_flags.isolate ? " --isolate" : "") + " --backend " +
-                             report.backend;
+      e.reproduce_command += plugin_flags(o.plugins) + (g_worker_flags.isolate ? " --isolate" : "") +
+                             " --backend " + report.backend;
     progress.clear();
     if (!o.quiet)
-      std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs, plan.size(),
-                   subject->name().c_str(), property->name.c_str(), e.status.c_str(), (long long)e.cases_run, e.seconds,
-                   e.status == "passed" ? "" : "  ", e.status == "passed" ? "" : e.message.c_str());
+      std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs,
+                   plan.size(), subject->name().c_str(), property->name.c_str(), e.status.c_str(),
+                   (long long)e.cases_run, e.seconds, e.status == "passed" ? "" : "  ",
+                   e.status == "passed" ? "" : e.message.c_str());
     progress.update(done_pairs * o.cases, 0, "");
     results[i] = std::move(e);
   };
@@ -578,48 +599,51 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
       finished(i, run_pair(i, [](int) {}));
     }
   });
-  ac::cli::run_pairs_in_children(argv_, in_children.size(), pool, [&](const ac::cli::ChildOutcome& child_out) {
-    ac::cli::ChildOutcome out = child_out;
-    out.pair = in_children[child_out.pair];
-    const auto& [subject, property] = plan[out.pair];
-    auto& use = device_use[out.device.empty() ? "inherited" : out.device];
-    ++use.first;
-    use.second += out.seconds;
-    if (out.result_written) {
-      try {
-        const ac::Report part = ac::read_report_file(out.result_path);
-        if (part.entries.size() == 1) {
-          finished(out.pair, part.entries.front());
-          return;
+  ac::cli::run_pairs_in_children(
+      argv_, in_children.size(), pool, [&](const ac::cli::ChildOutcome& child_out) {
+        ac::cli::ChildOutcome out = child_out;
+        out.pair = in_children[child_out.pair];
+        const auto& [subject, property] = plan[out.pair];
+        auto& use = device_use[out.device.empty() ? "inherited" : out.device];
+        ++use.first;
+        use.second += out.seconds;
+        if (out.result_written) {
+          try {
+            const ac::Report part = ac::read_report_file(out.result_path);
+            if (part.entries.size() == 1) {
+              finished(out.pair, part.entries.front());
+              return;
+            }
+          } catch (const ac::ReportError&) {
+          }
         }
-      } catch (const ac::ReportError&) {
-      }
-    }
-    // The child died before reporting: its pair crashed; the case it was running is in the corpus.
-    ac::ReportEntry e;
-    e.subject = subject->name();
-    e.backend = subject->backend();
-    e.origin = subject->origin();
-    e.property = property->name;
-    e.status = "crashed";
-    e.message = describe_death(out, g_worker_flags.call_timeout_s);
-    e.failure_class = out.signal == SIGALRM ? "hung" : "process_died";
-    e.shards = {shard_index};
-    e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    const std::string kept = keep_write_ahead_case(corpus_dir, subject->name(), property->name);
-    if (!kept.empty()) {
-      e.corpus_files.push_back(kept);
-      e.reproduce_command = "attncheck replay " + kept + " --subject " + subject->name();
-    }
-    finished(out.pair, std::move(e));
-  });
+        // The child died before reporting: its pair crashed; the case it was running is in the corpus.
+        ac::ReportEntry e;
+        e.subject = subject->name();
+        e.backend = subject->backend();
+        e.origin = subject->origin();
+        e.property = property->name;
+        e.status = "crashed";
+        e.message = describe_death(out, g_worker_flags.call_timeout_s);
+        e.failure_class = out.signal == SIGALRM ? "hung" : "process_died";
+        e.shards = {shard_index};
+        e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+        const std::string kept = keep_write_ahead_case(corpus_dir, subject->name(), property->name);
+        if (!kept.empty()) {
+          e.corpus_files.push_back(kept);
+          e.reproduce_command = "attncheck replay " + kept + " --subject " + subject->name();
+        }
+        finished(out.pair, std::move(e));
+      });
   worker_pairs.join();
   fs::remove_all(scratch, scratch_ec);
-  report.parallel = {{"jobs", pool.jobs},
-                     {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()},
-                     {"devices", nlohmann::json::array()}};
+  report.parallel = {
+      {"jobs", pool.jobs},
+      {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()},
+      {"devices", nlohmann::json::array()}};
   for (const auto& [dev, use] : device_use)
-    report.parallel["devices"].push_back({{"device", dev}, {"pairs", use.first}, {"busy_seconds", use.second}});
+    report.parallel["devices"].push_back(
+        {{"device", dev}, {"pairs", use.first}, {"busy_seconds", use.second}});
   for (size_t i = 0; i < plan.size(); ++i)
     if (results[i]) report.entries.push_back(std::move(*results[i]));
   report.interrupted = g_interrupted.load();
@@ -656,15 +680,17 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   if (!o.no_plots) render_plots(o.report_dir, o.quiet);
   int passed = 0;
   for (const auto& e : report.entries) passed += e.status == "passed";
-  std::printf("attncheck: %s: %d of %zu subject x property results passed%s; report in %s/ (report.md, junit.xml, report.json)\n",
-              report.verdict().c_str(), passed, report.entries.size(), report.interrupted ? " (interrupted)" : "",
-              o.report_dir.c_str());
+  std::printf(
+      "attncheck: %s: %d of %zu subject x property results passed%s; report in %s/ (report.md, junit.xml, "
+      "report.json)\n",
+      report.verdict().c_str(), passed, report.entries.size(), report.interrupted ? " (interrupted)" : "",
+      o.report_dir.c_str());
   return worst_exit(report);
 }
 
 // ---- replay ---------------------------------------------------------------------------------
-int run_replay(const std::vector<std::string>& inputs, const std::string& subject_name, const std::string& backend,
-               const std::vector<std::string>& plugins) {
+int run_replay(const std::vector<std::string>& inputs, const std::string& subject_name,
+               const std::string& backend, const std::vector<std::string>& plugins) {
   // Named files must parse (exit 2 otherwise); files met inside a directory are skipped with a note.
   struct Item {
     std::string path;
@@ -702,18 +728,23 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
   }
   // Nothing to replay is an input error, never a pass.
   if (items.empty())
-    throw UsageError("replay: no readable case file in " + inputs.front() + (inputs.size() > 1 ? " ..." : "") +
-                     (skipped.empty() ? "" : " (" + std::to_string(skipped.size()) + " malformed, first: " + skipped.front() + ")"));
+    throw UsageError(
+        "replay: no readable case file in " + inputs.front() + (inputs.size() > 1 ? " ..." : "") +
+        (skipped.empty()
+             ? ""
+             : " (" + std::to_string(skipped.size()) + " malformed, first: " + skipped.front() + ")"));
   SubjectSet set = load_subject_set(backend, plugins);
   auto find = [&](const std::string& n) -> ac::Subject* {
     for (auto& s : set.all)
       if (s->name() == n) return s.get();
     return nullptr;
   };
-  if (!subject_name.empty() && !find(subject_name)) throw UsageError("unknown subject '" + subject_name + "'");
+  if (!subject_name.empty() && !find(subject_name))
+    throw UsageError("unknown subject '" + subject_name + "'");
   for (const auto& it : items) {
     const std::string n = subject_name.empty() ? it.c.subject : subject_name;
-    if (!find(n)) throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
+    if (!find(n))
+      throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
   }
   for (const auto& s : skipped) std::printf("skipped (malformed): %s\n", s.c_str());
   int failed = 0, crashed = 0;
@@ -735,10 +766,12 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
         std::printf("  %s  inputs %s  exact %s  rounded %s  output %s  ulp %.3g (cancellation-aware %.3g)\n",
                     w.where.c_str(), w.input_bits.c_str(), w.exact.c_str(), w.rounded_exact.c_str(),
                     w.output_bits.c_str(), w.ulp, w.cancel_ulp);
-      if (it.c.seed) std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
-                                 it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
+      if (it.c.seed)
+        std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
+                    it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
     }
-    if (!r.reproduce_command.empty() && !r.passed) std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
+    if (!r.reproduce_command.empty() && !r.passed)
+      std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
   }
   if (crashed) return kExitCrashed;
   return failed ? kExitFailed : kExitOk;
@@ -767,11 +800,15 @@ int run_prefill_cmd(const std::string& scenario, std::string attention, const st
   };
   // The attention subject must take the scenario's head size and dtype: when none is named, the
   // first that can is used; a named one that cannot is refused with the list of those that can.
-  const int head_size = j.is_object() && j.contains("head_size") && j["head_size"].is_number_integer() ? j["head_size"].get<int>() : 0;
-  const auto dtype = ac::dtype_from(j.is_object() && j.contains("dtype") && j["dtype"].is_string() ? j["dtype"].get<std::string>() : "fp16");
+  const int head_size = j.is_object() && j.contains("head_size") && j["head_size"].is_number_integer()
+                            ? j["head_size"].get<int>()
+                            : 0;
+  const auto dtype = ac::dtype_from(j.is_object() && j.contains("dtype") && j["dtype"].is_string()
+                                        ? j["dtype"].get<std::string>()
+                                        : "fp16");
   auto can_run = [&](const ac::Subject& s) {
-    return s.has_op(AC_OP_ATTENTION) && (s.caps().features & AC_FEAT_LSE) && s.supports_head_size(head_size) && dtype &&
-           s.has_dtype(*dtype);
+    return s.has_op(AC_OP_ATTENTION) && (s.caps().features & AC_FEAT_LSE) &&
+           s.supports_head_size(head_size) && dtype && s.has_dtype(*dtype);
   };
   std::string able;
   for (auto& s : set.all)
@@ -780,13 +817,15 @@ int run_prefill_cmd(const std::string& scenario, std::string attention, const st
     for (auto& s : set.all)
       if (can_run(*s) && (attention.empty() || s->name() == "fused")) attention = s->name();
     if (attention.empty())
-      throw UsageError("scenario " + scenario + ": no loaded attention subject with an LSE takes head size " + std::to_string(head_size) +
-                       " (name one with --attention)");
+      throw UsageError("scenario " + scenario + ": no loaded attention subject with an LSE takes head size " +
+                       std::to_string(head_size) + " (name one with --attention)");
   }
   ac::Subject& a = find(attention);
   if (head_size > 0 && !can_run(a))
-    throw UsageError("scenario " + scenario + ": attention subject '" + attention + "' cannot take head size " + std::to_string(head_size) +
-                     " with an LSE" + (able.empty() ? std::string(" (no loaded subject can)") : " (subjects that can: " + able + ")"));
+    throw UsageError(
+        "scenario " + scenario + ": attention subject '" + attention + "' cannot take head size " +
+        std::to_string(head_size) + " with an LSE" +
+        (able.empty() ? std::string(" (no loaded subject can)") : " (subjects that can: " + able + ")"));
   ac::Subject& m = find(merge);
   ac::PrefillReport r;
   try {
@@ -794,10 +833,11 @@ int run_prefill_cmd(const std::string& scenario, std::string attention, const st
   } catch (const ac::PrefillScenarioError& e) {
     throw UsageError("scenario " + scenario + ": " + e.what());
   }
-  std::printf("attention subject %s, merge subject %s\n%s\n", attention.c_str(), merge.c_str(), r.summary.c_str());
+  std::printf("attention subject %s, merge subject %s\n%s\n", attention.c_str(), merge.c_str(),
+              r.summary.c_str());
   for (const auto& f : r.findings)
-    std::printf("  %s at request %d, chunk %d, token %d, head %d, stage %s%s%s\n", f.value.c_str(), f.request, f.chunk,
-                f.token, f.head, f.stage.c_str(), f.detail.empty() ? "" : ": ", f.detail.c_str());
+    std::printf("  %s at request %d, chunk %d, token %d, head %d, stage %s%s%s\n", f.value.c_str(), f.request,
+                f.chunk, f.token, f.head, f.stage.c_str(), f.detail.empty() ? "" : ": ", f.detail.c_str());
   return r.ok ? kExitOk : kExitFailed;
 }
 
@@ -807,7 +847,8 @@ int run_tiling(const std::string& name, const std::string& backend, const std::v
   SubjectSet set = load_subject_set(backend, plugins);
   ac::Subject* s = pick_subjects(set, {name}, false).front();
   if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV)))
-    throw UsageError("subject '" + name + "' has no attention: tiling needs a fused-attention or split-KV subject");
+    throw UsageError("subject '" + name +
+                     "' has no attention: tiling needs a fused-attention or split-KV subject");
   if (!report_dir.empty()) prepare_report_dir(report_dir, false);
   ac::RunConfig cfg;
   cfg.seed = seed;
@@ -816,8 +857,8 @@ int run_tiling(const std::string& name, const std::string& backend, const std::v
   if (s->caps().num_tilings <= 0)
     std::printf("%s declares no tilings: one row per split configuration, Br and Bc shown as -\n",
                 name.c_str());
-  std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype", "out",
-              "max ulp", "p99 ulp", "mean ulp", "nonfinite");
+  std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype",
+              "out", "max ulp", "p99 ulp", "mean ulp", "nonfinite");
   for (const auto& r : rows)
     std::printf("%-6s %-6s %-7d %-6s %-5s %-4s %10.3g %10.3g %10.3g %10lld\n",
                 r.br > 0 ? std::to_string(r.br).c_str() : "-", r.bc > 0 ? std::to_string(r.bc).c_str() : "-",
@@ -860,15 +901,17 @@ int run_list(const std::string& backend, const std::vector<std::string>& plugins
   std::printf("\nsubjects:\n");
   for (const auto& s : set.all) {
     std::printf("  %-22s %-4s %-8s %s\n", s->name().c_str(), s->backend().c_str(),
-                s->origin() == "builtin" ? "builtin" : s->origin().rfind("worker", 0) == 0 ? "worker" : "plugin",
+                s->origin() == "builtin"              ? "builtin"
+                : s->origin().rfind("worker", 0) == 0 ? "worker"
+                                                      : "plugin",
                 s->description().c_str());
     std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
     if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
   }
   std::printf("\nproperties (gate = in the default suite):\n");
   for (const auto& p : ac::all_properties())
-    std::printf("  %-24s %-4s %-9s %s  [%s]\n", p.name.c_str(), p.in_gate ? "gate" : "full", ops_string(p.ops).c_str(),
-                p.description.c_str(), p.seed_section.c_str());
+    std::printf("  %-24s %-4s %-9s %s  [%s]\n", p.name.c_str(), p.in_gate ? "gate" : "full",
+                ops_string(p.ops).c_str(), p.description.c_str(), p.seed_section.c_str());
   return kExitOk;
 }
 
@@ -918,7 +961,8 @@ int main(int argc, char** argv) {
     sub->add_option("--worker", g_worker_flags.commands,
                     "\"CMD ARGS\": a worker process serving subjects (WORKER_PROTOCOL.md; repeatable)")
         ->allow_extra_args(false);
-    sub->add_flag("--isolate", g_worker_flags.isolate, "host each --plugin in a worker process (a crash is exit 3, not a dead harness)");
+    sub->add_flag("--isolate", g_worker_flags.isolate,
+                  "host each --plugin in a worker process (a crash is exit 3, not a dead harness)");
     sub->add_option("--call-timeout", g_worker_flags.call_timeout_s,
                     "seconds a worker may take per call before it is killed and restarted (default 60)");
   };
@@ -944,19 +988,29 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, ac::cli::Limits::kMaxCases));
   check->add_option("--max-keys", co.max_keys, "longest key row generated (default 64)")
       ->check(CLI::Range(1, ac::cli::Limits::kMaxKeys));
-  check->add_option("--report-dir", co.report_dir, "report directory (default attncheck-report)")->check(ac::cli::non_empty());
-  check->add_option("--corpus-dir", co.corpus_dir, "where shrunk failures are written (default REPORT_DIR/corpus)")
+  check->add_option("--report-dir", co.report_dir, "report directory (default attncheck-report)")
+      ->check(ac::cli::non_empty());
+  check
+      ->add_option("--corpus-dir", co.corpus_dir,
+                   "where shrunk failures are written (default REPORT_DIR/corpus)")
       ->check(ac::cli::non_empty());
   check->add_option("--baseline", co.baseline, "baseline report.json: fail on regressions against it");
   check->add_option("--shard", co.shard, "I/N: run shard I (0-based) of N disjoint case streams");
   check->add_flag("--no-shrink", co.no_shrink, "keep each failure's first failing case, unshrunk");
-  check->add_option("--shrink-time", co.shrink_time,
-                    "seconds each failure may spend shrinking (default 20); then the smallest case so far is kept")
+  check
+      ->add_option(
+          "--shrink-time", co.shrink_time,
+          "seconds each failure may spend shrinking (default 20); then the smallest case so far is kept")
       ->check(CLI::Range(0.0, double(attncheck::cli::Limits::kMaxShrinkSeconds)));
-  check->add_flag("--tiling", co.tiling, "also run every tiling / split count of attention subjects (always with --suite full)");
-  check->add_option("--jobs", co.jobs, "(subject, property) pairs run at once, each in its own process (default: every core)")
+  check->add_flag("--tiling", co.tiling,
+                  "also run every tiling / split count of attention subjects (always with --suite full)");
+  check
+      ->add_option("--jobs", co.jobs,
+                   "(subject, property) pairs run at once, each in its own process (default: every core)")
       ->check(CLI::Range(1, 1024));
-  check->add_option("--devices", co.devices, "all (default: every visible GPU) or device indices 0,1,...: children run round-robin on them");
+  check->add_option(
+      "--devices", co.devices,
+      "all (default: every visible GPU) or device indices 0,1,...: children run round-robin on them");
   check->add_flag("--quiet", co.quiet, "print only the final line and regressions");
   check->add_flag("--no-plots", co.no_plots, "do not render plots");
 
@@ -970,36 +1024,48 @@ int main(int argc, char** argv) {
 
   std::string scenario, prefill_attention, prefill_merge = "merge";
   int chunk = 0;
-  auto* prefill = app.add_subcommand("prefill", "replay a chunked-prefill scenario through prefix/suffix attention and merge");
+  auto* prefill = app.add_subcommand(
+      "prefill", "replay a chunked-prefill scenario through prefix/suffix attention and merge");
   add_common(prefill);
   prefill->add_option("--scenario", scenario, "scenario JSON (corpus/prefill/*.json)")->required();
-  prefill->add_option("--attention", prefill_attention, "attention subject (default: fused, or the first that takes the scenario)")
+  prefill
+      ->add_option("--attention", prefill_attention,
+                   "attention subject (default: fused, or the first that takes the scenario)")
       ->check(ac::cli::non_empty());
   prefill->add_option("--merge", prefill_merge, "merge subject (default merge)");
-  prefill->add_option("--chunk", chunk, "chunk size (overrides the scenario's)")->check(CLI::Range(1, ac::cli::Limits::kMaxChunk));
+  prefill->add_option("--chunk", chunk, "chunk size (overrides the scenario's)")
+      ->check(CLI::Range(1, ac::cli::Limits::kMaxChunk));
 
   std::string tiling_subject, tiling_dir;
   uint64_t tiling_seed = 1;
   int tiling_cases = 20;
   bool tiling_no_plots = false;
-  auto* tiling = app.add_subcommand("tiling", "ulp error of one attention subject per tiling, split count and fold order");
+  auto* tiling = app.add_subcommand(
+      "tiling", "ulp error of one attention subject per tiling, split count and fold order");
   add_common(tiling);
-  tiling->add_option("--subject", tiling_subject, "fused-attention or split-KV subject")->required()->check(ac::cli::non_empty());
+  tiling->add_option("--subject", tiling_subject, "fused-attention or split-KV subject")
+      ->required()
+      ->check(ac::cli::non_empty());
   tiling->add_option("--seed", tiling_seed, "seed (default 1)")->check(ac::cli::decimal_u64());
   tiling->add_option("--cases", tiling_cases, "inputs per tiling (default 20)")
       ->check(CLI::Range(1, ac::cli::Limits::kMaxTilingCases));
-  tiling->add_option("--report-dir", tiling_dir, "also write a report directory with heatmaps")->check(ac::cli::non_empty());
+  tiling->add_option("--report-dir", tiling_dir, "also write a report directory with heatmaps")
+      ->check(ac::cli::non_empty());
   tiling->add_flag("--no-plots", tiling_no_plots, "do not render plots");
 
   std::string round_to, round_value;
-  auto* round = app.add_subcommand("round", "correctly rounded value of VALUE (decimal or hexfloat) in a format");
+  auto* round =
+      app.add_subcommand("round", "correctly rounded value of VALUE (decimal or hexfloat) in a format");
   round->add_option("--to", round_to, "fp16 | bf16 | fp32")->required();
   round->add_option("value", round_value, "decimal or hexfloat")->required();
 
   std::string exact_what, exact_logits;
   int exact_base = 0;
-  auto* exact = app.add_subcommand("exact", "exact lse or softmax of logits, with their rounded fp16/bf16/fp32 values");
-  exact->add_option("what", exact_what, "lse | softmax")->required()->check(CLI::IsMember({"lse", "softmax"}));
+  auto* exact =
+      app.add_subcommand("exact", "exact lse or softmax of logits, with their rounded fp16/bf16/fp32 values");
+  exact->add_option("what", exact_what, "lse | softmax")
+      ->required()
+      ->check(CLI::IsMember({"lse", "softmax"}));
   exact->add_option("--logits", exact_logits, "x1,x2,...")->required();
   exact->add_option("--base", exact_base, "LSE base: e (default) or 2")->check(CLI::IsMember({0, 2}));
 
@@ -1037,17 +1103,20 @@ int main(int argc, char** argv) {
       return run_check(co, command, argv);
     }
     if (replay->parsed()) return run_replay(replay_files, replay_subject, backend, plugins);
-    if (prefill->parsed()) return run_prefill_cmd(scenario, prefill_attention, prefill_merge, chunk, backend, plugins);
+    if (prefill->parsed())
+      return run_prefill_cmd(scenario, prefill_attention, prefill_merge, chunk, backend, plugins);
     if (tiling->parsed())
-      return run_tiling(tiling_subject, backend, plugins, tiling_seed, tiling_cases, tiling_dir, tiling_no_plots);
+      return run_tiling(tiling_subject, backend, plugins, tiling_seed, tiling_cases, tiling_dir,
+                        tiling_no_plots);
     if (round->parsed()) {
-      std::printf("%s\n", attncheck::ref::ask_round(attncheck::ref::parse_format(round_to), round_value).c_str());
+      std::printf("%s\n",
+                  attncheck::ref::ask_round(attncheck::ref::parse_format(round_to), round_value).c_str());
       return kExitOk;
     }
     if (exact->parsed()) {
-      std::printf("%s\n", attncheck::ref::ask_exact(exact_what, exact_logits,
-                                                    exact_base == 2 ? attncheck::ref::LseBase::two
-                                                                    : attncheck::ref::LseBase::e)
+      std::printf("%s\n", attncheck::ref::ask_exact(
+                              exact_what, exact_logits,
+                              exact_base == 2 ? attncheck::ref::LseBase::two : attncheck::ref::LseBase::e)
                               .c_str());
       return kExitOk;
     }

@@ -14,9 +14,6 @@
 // counterexamples, replayable with `attncheck replay`).
 #include "mutants.hpp"
 
-#include "attncheck/atomic_file.hpp"
-#include "options.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,11 +28,13 @@
 #include <vector>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/atomic_file.hpp"
 #include "attncheck/peer_oracles.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/report.hpp"
 #include "common/registry.h"
 #include "mutants/mutants.h"
+#include "options.hpp"
 
 namespace attncheck::cli {
 
@@ -58,9 +57,9 @@ struct Options {
 
 // One subject's outcome under the attncheck gate.
 struct GateOutcome {
-  bool ran = false;         // false: not runnable here (mutant 13)
-  bool failed = false;      // any property failed or crashed
-  std::string killer;       // the failing property with the fewest cases to its first failure
+  bool ran = false;     // false: not runnable here (mutant 13)
+  bool failed = false;  // any property failed or crashed
+  std::string killer;   // the failing property with the fewest cases to its first failure
   std::string failure_class, message, reproduce;
   int cases = -1;
   double seconds_to_failure = -1, seconds_total = 0;
@@ -72,9 +71,9 @@ struct GateOutcome {
 };
 
 struct Row {
-  int number = 0;             // 0 for a correct kernel
+  int number = 0;  // 0 for a correct kernel
   std::string name, bug, expected, correct_twin;
-  Subject* subject = nullptr; // null: not registered on this backend
+  Subject* subject = nullptr;  // null: not registered on this backend
   GateOutcome gate;
   std::map<std::string, PeerResult> peers;
 };
@@ -93,12 +92,15 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
     cfg.shrink = !o.no_shrink;
     const PropertyResult r = run_property(p.name, s, cfg);
     g.seconds_total += r.seconds;
-    const bool fail = r.status == PropertyResult::Status::failed || r.status == PropertyResult::Status::crashed;
+    const bool fail =
+        r.status == PropertyResult::Status::failed || r.status == PropertyResult::Status::crashed;
     if (!o.quiet)
       std::fprintf(stderr, "  %-34s %-22s %-8s %4d cases %7.2f s%s%s\n", s.name().c_str(), p.name.c_str(),
-                   status_name(r.status), r.cases_run, r.seconds, fail ? "  " : "", fail ? r.message.c_str() : "");
+                   status_name(r.status), r.cases_run, r.seconds, fail ? "  " : "",
+                   fail ? r.message.c_str() : "");
     if (!fail) continue;
-    if (r.status == PropertyResult::Status::crashed && r.failure_class == "device_fault") g.device_fault = true;
+    if (r.status == PropertyResult::Status::crashed && r.failure_class == "device_fault")
+      g.device_fault = true;
     g.failed = true;
     g.all_killers.push_back(p.name);
     const int c = r.cases_to_first_failure > 0 ? r.cases_to_first_failure : r.cases_run;
@@ -121,7 +123,8 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
 std::string size_text(const GateOutcome& g) {
   if (!g.has_size) return "-";
   std::ostringstream s;
-  s << g.size.tokens << " tok, " << g.size.keys << " keys, " << g.size.heads << " heads, d " << g.size.head_size;
+  s << g.size.tokens << " tok, " << g.size.keys << " keys, " << g.size.heads << " heads, d "
+    << g.size.head_size;
   return s.str();
 }
 
@@ -136,27 +139,32 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
                    bool gate_ran, const std::string& backend_note) {
   std::ostringstream md;
   md << "# attncheck mutants\n\n"
-     << backend_note << "; seed " << o.seed << "; gate cases per property " << o.cases
-     << "; peer cases " << o.peer_cases << "; " << utc_timestamp() << "\n\n";
+     << backend_note << "; seed " << o.seed << "; gate cases per property " << o.cases << "; peer cases "
+     << o.peer_cases << "; " << utc_timestamp() << "\n\n";
   if (gate_ran) {
     md << "| # | subject | verdict | killed by | cases | seconds | "
-       << (o.no_shrink ? "first failing case (unshrunk)" : "shrunk counterexample") << " | expected | also failed |\n"
+       << (o.no_shrink ? "first failing case (unshrunk)" : "shrunk counterexample")
+       << " | expected | also failed |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";
     for (const Row& r : rows) {
       const GateOutcome& g = r.gate;
       std::string verdict;
-      if (!r.subject) verdict = "not on this backend";
-      else if (!g.ran) verdict = "GPU test";
-      else if (r.number > 0) verdict = g.failed ? "killed" : "**SURVIVED**";
-      else verdict = g.failed ? "**FAILED**" : "passed";
+      if (!r.subject)
+        verdict = "not on this backend";
+      else if (!g.ran)
+        verdict = "GPU test";
+      else if (r.number > 0)
+        verdict = g.failed ? "killed" : "**SURVIVED**";
+      else
+        verdict = g.failed ? "**FAILED**" : "passed";
       std::string also;
       for (const auto& k : g.all_killers)
         if (k != g.killer) also += (also.empty() ? "" : ", ") + k;
-      md << "| " << (r.number ? std::to_string(r.number) : "-") << " | " << r.name << " | " << verdict << " | "
-         << (g.killer.empty() ? (g.ran ? "-" : g.note) : g.killer + " (" + g.failure_class + ")") << " | "
-         << (g.cases > 0 ? std::to_string(g.cases) : "-") << " | "
-         << (g.seconds_to_failure >= 0 ? fixed(g.seconds_to_failure, 3) : "-") << " | " << size_text(g) << " | "
-         << (r.number ? r.expected : "-") << " | " << (also.empty() ? "-" : also) << " |\n";
+      md << "| " << (r.number ? std::to_string(r.number) : "-") << " | " << r.name << " | " << verdict
+         << " | " << (g.killer.empty() ? (g.ran ? "-" : g.note) : g.killer + " (" + g.failure_class + ")")
+         << " | " << (g.cases > 0 ? std::to_string(g.cases) : "-") << " | "
+         << (g.seconds_to_failure >= 0 ? fixed(g.seconds_to_failure, 3) : "-") << " | " << size_text(g)
+         << " | " << (r.number ? r.expected : "-") << " | " << (also.empty() ? "-" : also) << " |\n";
     }
     md << "\n";
   }
@@ -196,12 +204,13 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
           passed += !killed_of(r);
         }
       }
-      return std::to_string(killed) + " of " + std::to_string(mutants) + " | " + std::to_string(passed) + " of " +
-             std::to_string(correct);
+      return std::to_string(killed) + " of " + std::to_string(mutants) + " | " + std::to_string(passed) +
+             " of " + std::to_string(correct);
     };
     if (gate_ran)
       md << "| attncheck gate | "
-         << count([](const Row& r) { return r.gate.failed; }, [](const Row& r) { return r.gate.ran; }) << " |\n";
+         << count([](const Row& r) { return r.gate.failed; }, [](const Row& r) { return r.gate.ran; })
+         << " |\n";
     for (const auto& p : peers)
       md << "| " << p << " | "
          << count([&](const Row& r) { return r.peers.at(p).killed; },
@@ -232,16 +241,22 @@ nlohmann::json to_json(const std::vector<Row>& rows) {
                  {"cases_to_first_failure", g.cases},
                  {"seconds_to_first_failure", g.seconds_to_failure},
                  {"seconds", g.seconds_total},
-                 {"counterexample", {{"tokens", g.size.tokens}, {"keys", g.size.keys}, {"heads", g.size.heads},
-                                     {"head_size", g.size.head_size}}},
+                 {"counterexample",
+                  {{"tokens", g.size.tokens},
+                   {"keys", g.size.keys},
+                   {"heads", g.size.heads},
+                   {"head_size", g.size.head_size}}},
                  {"all_failed", g.all_killers},
                  {"message", g.message},
                  {"reproduce", g.reproduce},
                  {"note", g.note}};
     for (const auto& [name, p] : r.peers)
-      e["peers"][name] = {{"applicable", p.applicable}, {"killed", p.killed}, {"cases_run", p.cases_run},
+      e["peers"][name] = {{"applicable", p.applicable},
+                          {"killed", p.killed},
+                          {"cases_run", p.cases_run},
                           {"cases_to_first_failure", p.cases_to_first_failure},
-                          {"seconds_to_first_failure", p.seconds_to_first_failure}, {"message", p.message}};
+                          {"seconds_to_first_failure", p.seconds_to_first_failure},
+                          {"message", p.message}};
     j.push_back(e);
   }
   return j;
@@ -334,7 +349,8 @@ int run(const Options& o) {
   for (Row& r : rows) {
     if (!r.subject) continue;
     if (!faulted_by.empty() && r.subject->backend() == "cuda") {
-      r.gate.note = "not run: the device faulted under " + faulted_by + "; run it alone with --mutant " + r.name;
+      r.gate.note =
+          "not run: the device faulted under " + faulted_by + "; run it alone with --mutant " + r.name;
       if (!o.quiet) std::fprintf(stderr, "  %-34s %s\n", r.name.c_str(), r.gate.note.c_str());
       continue;
     }
@@ -344,8 +360,10 @@ int run(const Options& o) {
       const PeerResult pr = run_peer_oracle(*parse_peer_oracle(p), *r.subject, o.seed, o.peer_cases);
       if (!o.quiet)
         std::fprintf(stderr, "  %-34s %-22s %s (%d cases)%s%s\n", r.name.c_str(), ("oracle " + p).c_str(),
-                     !pr.applicable ? "n/a" : pr.killed ? "failed" : "passed", pr.cases_run,
-                     pr.killed ? "  " : "", pr.killed ? pr.message.c_str() : "");
+                     !pr.applicable ? "n/a"
+                     : pr.killed    ? "failed"
+                                    : "passed",
+                     pr.cases_run, pr.killed ? "  " : "", pr.killed ? pr.message.c_str() : "");
       r.peers[p] = pr;
     }
   }
@@ -364,11 +382,13 @@ int run(const Options& o) {
   if (gate)
     for (const Row& r : rows) {
       if (!r.subject || !r.gate.ran) continue;
-      if (r.number > 0) survived += !r.gate.failed;
-      else correct_failed += r.gate.failed;
+      if (r.number > 0)
+        survived += !r.gate.failed;
+      else
+        correct_failed += r.gate.failed;
     }
-  std::printf("\nattncheck mutants: %d survived, %d correct kernels failed; table in %s/mutants.md\n", survived,
-              correct_failed, o.report_dir.c_str());
+  std::printf("\nattncheck mutants: %d survived, %d correct kernels failed; table in %s/mutants.md\n",
+              survived, correct_failed, o.report_dir.c_str());
   return survived || correct_failed ? kExitFailed : kExitOk;
 }
 
@@ -380,7 +400,8 @@ MutantsCommand add_mutants_command(CLI::App& app) {
   MutantsCommand c;
   c.app = app.add_subcommand("mutants",
                              "mutation self-test: the default gate against every deliberately broken kernel");
-  c.app->add_option("--backend", o->backend, "host (default: the host twins) | cuda (GPU mutants too) | auto");
+  c.app->add_option("--backend", o->backend,
+                    "host (default: the host twins) | cuda (GPU mutants too) | auto");
   c.app
       ->add_option("--oracle", o->oracles,
                    "attncheck (default) | vllm | flashattn | pytorch | all (repeatable or comma-separated)")
@@ -394,7 +415,8 @@ MutantsCommand add_mutants_command(CLI::App& app) {
       ->check(CLI::Range(1, Limits::kMaxCases));
   c.app->add_option("--max-keys", o->max_keys, "longest key row generated (default 64, the gate's)")
       ->check(CLI::Range(1, Limits::kMaxKeys));
-  c.app->add_option("--report-dir", o->report_dir, "where mutants.md, mutants.json and corpus/ go")->check(non_empty());
+  c.app->add_option("--report-dir", o->report_dir, "where mutants.md, mutants.json and corpus/ go")
+      ->check(non_empty());
   c.app->add_flag("--no-correct", o->no_correct, "skip the correct kernels");
   c.app->add_flag("--first-kill", o->first_kill, "stop a mutant's gate at its first failing property");
   c.app->add_flag("--no-shrink", o->no_shrink, "report the first failing case unshrunk (faster: CI)");

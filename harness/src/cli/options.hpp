@@ -14,11 +14,11 @@ namespace attncheck::cli {
 // The bounds keep one run within memory and patience: a case of max_keys keys holds
 // keys x KV heads x head size elements per tensor, and cases are generated one at a time.
 struct Limits {
-  static constexpr int kMaxCases = 100000;       // --cases, --peer-cases
-  static constexpr int kMaxTilingCases = 10000;  // tiling --cases (every case runs once per tiling)
-  static constexpr int kMaxKeys = 65536;         // --max-keys
-  static constexpr int kMaxChunk = 1 << 20;      // prefill --chunk
-  static constexpr int kMaxShards = 1 << 16;     // check --shard I/N
+  static constexpr int kMaxCases = 100000;         // --cases, --peer-cases
+  static constexpr int kMaxTilingCases = 10000;    // tiling --cases (every case runs once per tiling)
+  static constexpr int kMaxKeys = 65536;           // --max-keys
+  static constexpr int kMaxChunk = 1 << 20;        // prefill --chunk
+  static constexpr int kMaxShards = 1 << 16;       // check --shard I/N
   static constexpr int kMaxShrinkSeconds = 86400;  // check --shrink-time
 };
 

@@ -48,7 +48,8 @@ pid_t spawn_child(char** argv, size_t pair, const std::string& result, const std
   std::vector<std::string> env_store;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
-    if (kv.rfind(kChildPairEnv, 0) == 0 || kv.rfind(kChildResultEnv, 0) == 0 || kv.rfind(kChildParentEnv, 0) == 0)
+    if (kv.rfind(kChildPairEnv, 0) == 0 || kv.rfind(kChildResultEnv, 0) == 0 ||
+        kv.rfind(kChildParentEnv, 0) == 0)
       continue;
     if (!device.empty() && kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
     env_store.push_back(kv);

@@ -32,8 +32,8 @@ struct ChildOutcome {
   int signal = 0;               // when a signal killed it
   std::string stderr_tail;      // its last stderr lines (for a crash report)
   std::string result_path;
-  std::string device;    // its CUDA_VISIBLE_DEVICES ("" when inherited)
-  double seconds = 0;    // wall time from start to exit
+  std::string device;  // its CUDA_VISIBLE_DEVICES ("" when inherited)
+  double seconds = 0;  // wall time from start to exit
 };
 
 struct PoolOptions {

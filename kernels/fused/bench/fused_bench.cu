@@ -20,18 +20,19 @@
 
 namespace {
 
-#define BENCH_CHECK(x)                                                                     \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
+#define BENCH_CHECK(x)                                                                         \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+      std::exit(1);                                                                            \
+    }                                                                                          \
   } while (0)
 
 // Uniform in [-1, 1] from a hash of (seed, index), never zero, rounded to fp16.
 __global__ void fill_random(__half* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
     h ^= h >> 16;
     h *= 0x85EBCA6Bu;
@@ -109,7 +110,8 @@ int main() {
   refill(b, 1);
 
   std::printf("\nfused attention forward: T=%d, h=%d, h_kv=%d, d=%d, fp16 (median of 20)\n", T, H, HKV, D);
-  std::printf("  references on the same H200: FlashAttention-2 359 TFLOP/s (causal 316), cuDNN 656 (causal 595)\n");
+  std::printf(
+      "  references on the same H200: FlashAttention-2 359 TFLOP/s (causal 316), cuDNN 656 (causal 595)\n");
   std::printf("  %-8s %-10s %10s %12s\n", "causal", "tiling", "ms", "TFLOP/s");
   for (int causal : {0, 1}) {
     for (int t = 0; t < kern::kNumFusedTilings; ++t) {
@@ -174,8 +176,10 @@ int main() {
   void* ws;
   const size_t ws_bytes = size_t(kern::kSplitKVMaxSplits) * B * H * (D + 1) * 4;
   BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
-  std::printf("\nsplit-KV decode: batch %d, T_q=1, T_k=%d, h=%d, h_kv=%d, d=%d, fp16 (median of 20); "
-              "copy bandwidth on the H200 is about 4000 GB/s\n", B, TK, H, HKV, D);
+  std::printf(
+      "\nsplit-KV decode: batch %d, T_q=1, T_k=%d, h=%d, h_kv=%d, d=%d, fp16 (median of 20); "
+      "copy bandwidth on the H200 is about 4000 GB/s\n",
+      B, TK, H, HKV, D);
   std::printf("  %-8s %-10s %10s %12s\n", "splits", "tiling", "ms", "GB/s");
   for (int t = 0; t < kern::kNumSplitKVTilings; ++t) {
     for (int splits : {1, 2, 4, 8, 16}) {

@@ -16,13 +16,13 @@
 
 using namespace attncheck::kern;
 
-#define BENCH_CHECK(call)                                                                   \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
-    if (e_ != cudaSuccess) {                                                                \
+#define BENCH_CHECK(call)                                                                         \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                      \
       std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
 namespace {
@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
     void *c0, *c1;
     BENCH_CHECK(cudaMalloc(&c0, copy_bytes));
     BENCH_CHECK(cudaMalloc(&c1, copy_bytes));
-    const double copy_us = median_us([&] { BENCH_CHECK(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice)); });
+    const double copy_us =
+        median_us([&] { BENCH_CHECK(cudaMemcpyAsync(c1, c0, copy_bytes, cudaMemcpyDeviceToDevice)); });
     const double copy_gbs = 2.0 * double(copy_bytes) / copy_us * 1e-3;
     for (ac_lse_layout layout : {AC_LSE_HEADS_TOKENS, AC_LSE_TOKENS_HEADS}) {
       ac_merge_args a{};
@@ -120,8 +121,8 @@ int main(int argc, char** argv) {
       const double gbs = bytes / us * 1e-3;
       std::printf("%-6s %-13s %-7s %10.1f %10.1f %12.0f %12.0f %7.0f%%\n", names[ti],
                   layout == AC_LSE_HEADS_TOKENS ? "heads,tokens" : "tokens,heads",
-                  merge_cuda_uses_vector_path(a, opt) ? "vector" : "scalar", bytes / 1e6, us, gbs,
-                  copy_gbs, 100.0 * gbs / copy_gbs);
+                  merge_cuda_uses_vector_path(a, opt) ? "vector" : "scalar", bytes / 1e6, us, gbs, copy_gbs,
+                  100.0 * gbs / copy_gbs);
     }
     for (void* x : {p, s, o, static_cast<void*>(pl), static_cast<void*>(sl), static_cast<void*>(ol), c0, c1})
       BENCH_CHECK(cudaFree(x));

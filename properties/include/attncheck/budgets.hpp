@@ -49,7 +49,8 @@ double attention_lse_allowance(const Budget&, const AttentionRow&, double lse_sc
                                double lse_unit);
 // Merge of two states: S = w_a|O_a| + w_b|O_b|, max_lse_abs = |max(LSE_a, LSE_b)| (0 when empty).
 // subnormal_weighted: sum of |O_i| over the sides whose weight e^(L_i - M) is below 2^-126.
-double merge_o_allowance(const Budget&, double ulp_S, double S, double max_lse_abs, double subnormal_weighted);
+double merge_o_allowance(const Budget&, double ulp_S, double S, double max_lse_abs,
+                         double subnormal_weighted);
 double merge_lse_allowance(const Budget&, double lse_scale);
 // Softmax element y of x in a row of N visible entries; sum_exp = sum e^x (naive exp only).
 double softmax_allowance(const Budget&, ac_dtype, double ulp_exact, double keys, double dist_to_max,

@@ -24,9 +24,9 @@ struct CaseError : std::runtime_error {
 };
 
 struct Case {
-  std::string op;        // "merge" | "softmax" | "attention" | "splitkv"
-  std::string subject;   // the subject it was generated for (replay may target any other)
-  std::string property;  // the property that produced it ("" for hand-written cases)
+  std::string op;            // "merge" | "softmax" | "attention" | "splitkv"
+  std::string subject;       // the subject it was generated for (replay may target any other)
+  std::string property;      // the property that produced it ("" for hand-written cases)
   AttentionOptions options;  // tiling, num_splits, fold order (attention / splitkv)
   int lse_base = 0;          // informational: 0 natural, 2 base two
   int empty_lse_sign = -1;   // informational: the producing subject's empty-row sentinel

@@ -36,14 +36,16 @@ bool can_draw_empty_attention_rows(const Domain&);
 Domain domain_for(const Subject&, int max_keys, const std::vector<ac_dtype>& only_dtypes = {});
 
 // Logit rows (exact doubles, not yet rounded), length n, one generator per class.
-rc::Gen<std::vector<double>> normal_logits(int n);            // sigma from {0.5, 1, 3, 10}
-rc::Gen<std::vector<double>> late_outlier_logits(int n);      // +40 at ~49% of the row, sigma 3
-rc::Gen<std::vector<double>> fp16_overflow_band_logits(int n);  // max in [11.0, 11.2], straddling 11.0859375/11.09375
-rc::Gen<std::vector<double>> overflow_band_logits(ac_dtype, int n);  // the band of the dtype (fp32/bf16: 88.72)
-rc::Gen<std::vector<double>> underflow_band_logits(int n);    // spread below max - 17.33
-rc::Gen<std::vector<double>> huge_magnitude_logits(int n);    // +-100, 1e4, 6e4
+rc::Gen<std::vector<double>> normal_logits(int n);        // sigma from {0.5, 1, 3, 10}
+rc::Gen<std::vector<double>> late_outlier_logits(int n);  // +40 at ~49% of the row, sigma 3
+rc::Gen<std::vector<double>> fp16_overflow_band_logits(
+    int n);  // max in [11.0, 11.2], straddling 11.0859375/11.09375
+rc::Gen<std::vector<double>> overflow_band_logits(ac_dtype,
+                                                  int n);   // the band of the dtype (fp32/bf16: 88.72)
+rc::Gen<std::vector<double>> underflow_band_logits(int n);  // spread below max - 17.33
+rc::Gen<std::vector<double>> huge_magnitude_logits(int n);  // +-100, 1e4, 6e4
 rc::Gen<std::vector<double>> all_equal_logits(int n);
-rc::Gen<std::vector<double>> any_logits(ac_dtype, int n);     // weighted mix of all of the above
+rc::Gen<std::vector<double>> any_logits(ac_dtype, int n);  // weighted mix of all of the above
 
 // Special scalar values of a format, with weights: zeros, +-inf, subnormals, max finite, +-1.
 rc::Gen<uint32_t> special_bits(ac_dtype);
@@ -54,7 +56,8 @@ rc::Gen<Bits> random_values(ac_dtype, int64_t n);
 rc::Gen<Bits> constant_values(ac_dtype, int64_t n);
 rc::Gen<Bits> sign_cancelling_values(ac_dtype, int rows, int head_size);  // pairs v, -v
 rc::Gen<Bits> any_values(ac_dtype, int rows, int head_size);
-rc::Gen<Bits> near_max_values(ac_dtype, int64_t n);  // magnitudes in [max/2, max): merge overflow of an unscaled sum
+rc::Gen<Bits> near_max_values(ac_dtype,
+                              int64_t n);  // magnitudes in [max/2, max): merge overflow of an unscaled sum
 
 // Masks for one sequence [tq, tk], row-major, 1 = visible.
 rc::Gen<std::vector<uint8_t>> fully_masked_rows_mask(int tq, int tk);
@@ -71,9 +74,9 @@ rc::Gen<MergeInput> merge_input(const Domain&);
 rc::Gen<MergeInput> merge_sentinel_input(const Domain&);  // at least one empty side per row
 rc::Gen<SoftmaxInput> softmax_input(const Domain&);
 rc::Gen<SoftmaxInput> softmax_overflow_band_input(const Domain&);
-rc::Gen<AttentionInput> attention_input(const Domain&);          // everything: shapes, masks, logits
+rc::Gen<AttentionInput> attention_input(const Domain&);             // everything: shapes, masks, logits
 rc::Gen<AttentionInput> attention_empty_rows_input(const Domain&);  // some rows see no key
 rc::Gen<AttentionInput> attention_overflow_band_input(const Domain&);
-rc::Gen<AttentionInput> attention_split_input(const Domain&);    // non-causal, one sequence
+rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, one sequence
 
 }  // namespace attncheck::gen

@@ -1,5 +1,6 @@
 // Peer oracles: the acceptance rules other projects' test suites use for these kernels, run
-// against any Subject so the mutation self-test can show what each style of test misses. Each oracle is a pair (input style, acceptance rule):
+// against any Subject so the mutation self-test can show what each style of test misses. Each oracle is a
+// pair (input style, acceptance rule):
 //
 //   vllm       inputs: standard normal outputs / logits / q, k, v; merge LSEs standard normal with
 //              10% +inf on one side (never both, no -inf); T_q <= T_k. Rule: element-wise
@@ -37,18 +38,18 @@
 namespace attncheck {
 
 enum class PeerOracle { vllm, flashattn, pytorch };
-const char* peer_oracle_name(PeerOracle);                        // "vllm" | "flashattn" | "pytorch"
+const char* peer_oracle_name(PeerOracle);                         // "vllm" | "flashattn" | "pytorch"
 std::optional<PeerOracle> parse_peer_oracle(const std::string&);  // nullopt if unknown
 const std::vector<PeerOracle>& all_peer_oracles();
 
 struct PeerResult {
   std::string oracle, subject;
-  bool applicable = true;   // false: the subject has no operation this oracle generates
-  bool killed = false;      // some case failed the rule, or the subject failed while running
+  bool applicable = true;  // false: the subject has no operation this oracle generates
+  bool killed = false;     // some case failed the rule, or the subject failed while running
   int cases_run = 0;
   int cases_to_first_failure = -1;
   double seconds = 0, seconds_to_first_failure = -1;
-  std::string message;      // the first failure, one line
+  std::string message;  // the first failure, one line
 };
 
 // Runs `num_cases` random cases of the oracle's input style against the subject's operation

@@ -99,7 +99,7 @@ struct PropertyResult {
   double seconds_to_first_failure = -1;
   double shrink_seconds = 0;  // from the first failure to the end of shrinking
   bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
-  double max_drift_ulp = 0;  // split_order_drift: largest pairwise drift, output ulps
+  double max_drift_ulp = 0;   // split_order_drift: largest pairwise drift, output ulps
   // Attention rows judged during the run (shrinking included): rows_judged in all, rows_escalated of
   // them judged by the exact MPFR path instead of the certified fast one (undecided, failing or
   // uncertified rows; every non-empty row under ATTNCHECK_JUDGE=exact), rows_uncertified of those

@@ -19,13 +19,13 @@ using Bits = std::vector<uint32_t>;
 struct MergeInput {
   ac_dtype dtype = AC_DTYPE_F32;
   int32_t num_tokens = 0, num_heads = 0, head_size = 0;
-  Bits prefix_out, suffix_out;        // [num_tokens, num_heads, head_size], contiguous
-  std::vector<float> prefix_lse;      // logical [num_tokens, num_heads], in the subject's base
+  Bits prefix_out, suffix_out;    // [num_tokens, num_heads, head_size], contiguous
+  std::vector<float> prefix_lse;  // logical [num_tokens, num_heads], in the subject's base
   std::vector<float> suffix_lse;
 };
 struct MergeOutput {
-  Bits out;                  // [num_tokens, num_heads, head_size]
-  std::vector<float> lse;    // logical [num_tokens, num_heads]
+  Bits out;                // [num_tokens, num_heads, head_size]
+  std::vector<float> lse;  // logical [num_tokens, num_heads]
 };
 
 struct SoftmaxInput {
@@ -67,7 +67,9 @@ struct SubjectError : std::runtime_error {
   SubjectError(Kind k, const std::string& what) : std::runtime_error(what), kind(k) {}
   // The failure class a crash of this kind is reported under (report.json, replay verdicts).
   const char* failure_class() const {
-    return kind == Kind::device_fault ? "device_fault" : kind == Kind::transport_failed ? "transport_failed" : "internal";
+    return kind == Kind::device_fault       ? "device_fault"
+           : kind == Kind::transport_failed ? "transport_failed"
+                                            : "internal";
   }
 };
 

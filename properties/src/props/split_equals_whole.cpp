@@ -151,7 +151,8 @@ class SplitEqualsWhole final : public Property {
     // The declared contracts' adjustments (an undefined empty LSE, an accepted flushed zero) are
     // made by the exact check only.
     if (ctx.cv.flushes_subnormals) return false;
-    if (ctx.cv.empty_lse_undefined && (pj[0].rows[size_t(row)].empty || pj[1].rows[size_t(row)].empty)) return false;
+    if (ctx.cv.empty_lse_undefined && (pj[0].rows[size_t(row)].empty || pj[1].rows[size_t(row)].empty))
+      return false;
     ref::ExactState st[2];
     double lse_allowed[2] = {0, 0};
     std::vector<double> o_allowed[2];
