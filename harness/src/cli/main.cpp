@@ -444,15 +444,13 @@ std::string describe_death(const ac::cli::ChildOutcome& o, double call_timeout) 
 }
 
 int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
-  // A child runs one pair of its parent's run, and only pairs of in-process subjects: worker
-  // subjects' pairs run in the parent, which starts each worker once for the whole run. So a child
-  // starts no worker, and its plan is the parent's plan without the workers' pairs.
+  // A child runs one pair of its parent's run. The subjects of --worker commands run in the parent,
+  // which starts each such worker once for the whole run (a Python worker's start can take
+  // seconds); a child starts none of them, and its plan is the parent's plan without their pairs.
+  // Plugins, isolated or not, run in the children: attncheck-isolate starts in milliseconds.
   const auto child = ac::cli::child_pair_from_env();
   const bool plugins_given = !o.plugins.empty() || !g_worker_flags.commands.empty();
-  if (child) {
-    g_worker_flags.commands.clear();
-    if (g_worker_flags.isolate) const_cast<std::vector<std::string>&>(o.plugins).clear();
-  }
+  if (child) g_worker_flags.commands.clear();
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
   const std::vector<ac::Subject*> subjects =
@@ -527,7 +525,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     // A worker subject enforces --call-timeout itself (and restarts its worker); an in-process
     // subject is timed here: the alarm is armed before each call and disarmed when its case is
     // judged, and SIGALRM's default action ends this child, which the parent reports as hung.
-    if (child) {
+    if (child && !ac::worker::is_worker_subject(*subject)) {
       cfg.before_launch = [&, worker_hook](const ac::Case& c) {
         if (worker_hook) worker_hook(c);
         ::alarm(unsigned(std::ceil(g_worker_flags.call_timeout_s)));
@@ -587,12 +585,12 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   pool.cancel = &g_interrupted;
   const auto t_start = std::chrono::steady_clock::now();
   std::map<std::string, std::pair<int, double>> device_use;  // device -> (pairs, busy seconds)
-  // Pairs of worker subjects run here, one after another on one thread (RapidCheck's state is
+  // Pairs of --worker subjects run here, one after another on one thread (RapidCheck's state is
   // per process, and this is the only thread of this process that uses it), each worker started
   // once for the run and isolated by its own process; the other pairs run in children meanwhile.
   std::vector<size_t> in_children, here;
   for (size_t i = 0; i < plan.size(); ++i)
-    (ac::worker::is_worker_subject(*plan[i].first) ? here : in_children).push_back(i);
+    (plan[i].first->origin().rfind("worker: ", 0) == 0 ? here : in_children).push_back(i);
   std::thread worker_pairs([&] {
     for (size_t i : here) {
       if (g_interrupted.load()) break;
