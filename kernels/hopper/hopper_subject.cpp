@@ -26,22 +26,9 @@ int run_hopper_subject(void* self, const ac_attention_args* args, char* err, siz
 }
 
 ac_caps hopper_caps(bool cuda) {
-  ac_caps c{};
-  c.ops = AC_OP_ATTENTION;
-  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
-  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
-  c.head_size_min = 64;
-  c.head_size_max = 128;
-  c.head_sizes = kFusedHeadSizes;
-  c.num_head_sizes = 2;
-  c.lse_base = 0;
-  c.lse_layout = AC_LSE_HEADS_TOKENS;
-  c.empty_lse_sign = -1;
-  c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  ac_caps c = fused_caps(cuda, 0, -1);  // fused's contract: dtypes, heads, features, conventions
   c.tilings = kHopperTilings;
   c.num_tilings = kNumHopperTilings;
-  c.max_splits = 1;
-  c.fold_orders = 0;
   return c;
 }
 

@@ -33,18 +33,8 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
   if (cuda) return;
 #endif
-  ac_caps c{};
+  ac_caps c = fused_caps(cuda, 0, -1);  // splitkv's contract, with its own split count
   c.ops = AC_OP_SPLITKV;
-  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
-  c.memory = cuda ? AC_MEMORY_CUDA : AC_MEMORY_HOST;
-  c.head_size_min = 64;
-  c.head_size_max = 128;
-  c.head_sizes = kFusedHeadSizes;
-  c.num_head_sizes = 2;
-  c.lse_base = 0;
-  c.lse_layout = AC_LSE_HEADS_TOKENS;
-  c.empty_lse_sign = -1;
-  c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
   c.tilings = kSplitKVTilings;
   c.num_tilings = kNumSplitKVTilings;
   c.max_splits = kPackedMaxSplits;
