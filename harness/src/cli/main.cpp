@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/hash.hpp"
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/baseline.hpp"
 #include "attncheck/case.hpp"
@@ -497,8 +498,12 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   ac::RunConfig base_cfg;
   base_cfg.seed = o.seed;
   base_cfg.num_cases = o.cases;
-  base_cfg.shard_index = shard_index;
-  base_cfg.shard_count = shard_count;
+  // Shards split the plan, not the cases: shard I of N runs the pairs whose (subject, property) hash
+  // to I, each with exactly the cases of the single run (the stream of shard 0 of 1). So the merge
+  // of the N shard reports is the single run's report, and a pair's shard does not move when other
+  // subjects or properties come and go.
+  base_cfg.shard_index = 0;
+  base_cfg.shard_count = 1;
   base_cfg.corpus_dir = corpus_dir;
   base_cfg.max_keys = o.max_keys;
   base_cfg.shrink = !o.no_shrink;
@@ -511,6 +516,18 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     for (const auto* p : properties)
       if (ac::property_applies(*p, *s)) plan.emplace_back(s, p);
   if (plan.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
+  if (shard_count > 1) {
+    std::erase_if(plan, [&](const auto& pair) {
+      const uint64_t h = ac::hash::fnv1a64(pair.second->name, ac::hash::fnv1a64(pair.first->name() + '\0'));
+      return int(h % uint64_t(shard_count)) != shard_index;
+    });
+    if (plan.empty() && !child) {
+      ac::write_report_dir(o.report_dir, report);
+      std::printf("attncheck: shard %d/%d holds none of the %s (subject, property) pairs; empty report in %s/\n",
+                  shard_index, shard_count, "chosen", o.report_dir.c_str());
+      return kExitOk;
+    }
+  }
 
   // One pair in this process: what a child runs, and the whole run of a single pair.
   auto run_pair = [&](size_t i, const std::function<void(int)>& on_case) {
