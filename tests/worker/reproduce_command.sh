@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The reproduce command a failing check prints (report.json, reproduce_command) works when pasted:
+# run as written, with only its leading "attncheck" pointing at this build, it gives the same
+# failure (exit 1 and the same failure class).
+#   reproduce_command.sh ATTNCHECK "WORKER COMMAND" SCRATCH_DIR
+set -u
+AC=$(realpath "$1")
+WORKER=$2
+S=$3
+rm -rf "$S"
+mkdir -p "$S"
+"$AC" check --worker "$WORKER" --property merge_sentinels --no-plots --cases 100 --report-dir "$S/report" \
+  >"$S/check.out" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || { echo "check exit $rc, want 1: $(tail -c 300 "$S/check.out")"; exit 1; }
+read -r cls cmd < <(python3 -c '
+import json, sys
+e = [x for x in json.load(open(sys.argv[1]))["results"] if x["status"] == "failed"][0]
+print(e["failure_class"], e["reproduce_command"])' "$S/report/report.json")
+echo "printed: $cmd"
+case "$cmd" in attncheck\ *) ;; *) echo "not an attncheck command"; exit 1 ;; esac
+
+out=$(eval "\"$AC\" ${cmd#attncheck }" 2>&1)
+rc=$?
+[ "$rc" -eq 1 ] || { echo "pasted command exit $rc, want 1: $out"; exit 1; }
+echo "$out" | grep -q "FAIL $cls" || { echo "pasted command did not fail with $cls: $out"; exit 1; }
+echo "the pasted command reproduces the failure ($cls)"
