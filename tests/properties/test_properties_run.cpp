@@ -52,8 +52,8 @@ void expect_fail(const std::string& prop, Subject& s, const std::string& cls) {
 
 }  // namespace
 
-TEST_CASE("registry: eight named properties with seed sections", "[properties]") {
-  CHECK(all_properties().size() == 8);
+TEST_CASE("registry: nine named properties with seed sections", "[properties]") {
+  CHECK(all_properties().size() == 9);
   for (const auto& p : all_properties()) {
     CHECK(!p.description.empty());
     CHECK(!p.seed_section.empty());
@@ -161,9 +161,11 @@ TEST_CASE("attention properties: correct passes every property; each bug is caug
   Fake nondet("attn-nondet", AC_OP_ATTENTION, Bug::attention_off_by_one_o, 0, -1, fakes::kAttnFeatures);
   (void)nondet;
   Fake flaky("attn-flaky", AC_OP_ATTENTION, Bug::attention_nondeterministic, 0, -1, fakes::kAttnFeatures);
-  // Flipping one bit is within budget, so it passes accuracy: non-determinism surfaces only where a
-  // failure is re-run. Combine with a real failure through the split-KV drift check below instead.
+  // Flipping one bit is within budget, so it passes accuracy; run_to_run launches every case twice
+  // and names the bits that moved.
   expect_pass("accuracy", flaky);
+  expect_fail("run_to_run", flaky, "nondeterministic");
+  expect_pass("run_to_run", good);
 }
 
 TEST_CASE("zero-key ranges: a declared refusal is never called with one and every property still runs",
@@ -224,6 +226,8 @@ TEST_CASE("split-KV: correct passes drift, +inf combine for empty rows is caught
   expect_fail("empty_row_contract", inf_combine, "empty_row");
   Fake flaky("splitkv-flaky", AC_OP_SPLITKV, Bug::attention_nondeterministic, 0, -1, fakes::kAttnFeatures);
   expect_fail("split_order_drift", flaky, "nondeterministic");
+  expect_fail("run_to_run", flaky, "nondeterministic");
+  expect_pass("run_to_run", good);
 }
 
 TEST_CASE("shards draw different streams; the same shard is reproducible", "[properties]") {

@@ -1,0 +1,60 @@
+// run_to_run: an attention or split-KV subject launched twice on the same input gives the same
+// bits, O and LSE. Split-KV cases draw their split count and fold order, so every split count and
+// fold order is launched twice over a run. A combine whose order depends on timing (atomics, an
+// unordered reduction) fails here whatever its accuracy; the first differing element is shown with
+// both launches' bits.
+#include <cstdio>
+#include <cstring>
+
+#include "../property.hpp"
+#include "attncheck/names.hpp"
+
+namespace attncheck::detail {
+namespace {
+
+class RunToRun final : public Property {
+ public:
+  RunToRun()
+      : Property({"run_to_run",
+                  "Two launches on the same input give the same bits (O and LSE), for every split count and "
+                  "fold order.",
+                  "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
+
+  Outcome check(Ctx& ctx, const Case& c) const override {
+    Outcome o;
+    const auto& a = std::get<AttentionInput>(c.input);
+    before_launch(ctx, c);
+    const AttentionOutput first = ctx.subject.attention(a, c.options);
+    before_launch(ctx, c);
+    const AttentionOutput second = ctx.subject.attention(a, c.options);
+    o.digest = digest_bits(first.out, first.lse);
+    const int64_t H = a.num_heads, D = a.head_size;
+    const std::string how = c.op == "splitkv" ? " (num_splits " + std::to_string(c.options.num_splits) +
+                                                    ", fold " + fold_name(c.options.fold_order) + ")"
+                                              : "";
+    for (size_t i = 0; i < first.out.size() && i < second.out.size(); ++i)
+      if (first.out[i] != second.out[i]) {
+        const int64_t e = int64_t(i);
+        fail(o, "nondeterministic",
+             "two launches on the same input differ at O[token=" + std::to_string(e / (H * D)) +
+                 ",head=" + std::to_string(e / D % H) + ",d=" + std::to_string(e % D) + "]: first " +
+                 hexfloat(a.dtype, first.out[i]) + ", second " + hexfloat(a.dtype, second.out[i]) + how);
+        return o;
+      }
+    for (size_t i = 0; i < first.lse.size() && i < second.lse.size(); ++i)
+      if (std::memcmp(&first.lse[i], &second.lse[i], sizeof(float)) != 0) {
+        fail(o, "nondeterministic",
+             "two launches on the same input differ at LSE[token=" + std::to_string(int64_t(i) / H) +
+                 ",head=" + std::to_string(int64_t(i) % H) + "]: first " + hexfloat(double(first.lse[i])) +
+                 ", second " + hexfloat(double(second.lse[i])) + how);
+        return o;
+      }
+    if (first.out.size() != second.out.size() || first.lse.size() != second.lse.size())
+      fail(o, "nondeterministic", "two launches on the same input returned outputs of different sizes" + how);
+    return o;
+  }
+};
+
+}  // namespace
+AC_REGISTER_PROPERTY(65, RunToRun);
+}  // namespace attncheck::detail
