@@ -30,10 +30,10 @@
 #include <vector>
 
 #include "attncheck/abi_subject.hpp"
-#include "attncheck/hash.hpp"
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/baseline.hpp"
 #include "attncheck/case.hpp"
+#include "attncheck/hash.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/plugin.hpp"
 #include "attncheck/properties.hpp"
@@ -523,8 +523,9 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     });
     if (plan.empty() && !child) {
       ac::write_report_dir(o.report_dir, report);
-      std::printf("attncheck: shard %d/%d holds none of the %s (subject, property) pairs; empty report in %s/\n",
-                  shard_index, shard_count, "chosen", o.report_dir.c_str());
+      std::printf(
+          "attncheck: shard %d/%d holds none of the %s (subject, property) pairs; empty report in %s/\n",
+          shard_index, shard_count, "chosen", o.report_dir.c_str());
       return kExitOk;
     }
   }
