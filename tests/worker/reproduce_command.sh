@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The reproduce command a failing check prints (report.json, reproduce_command) works when pasted:
+# The reproduce command a failing check prints (report.json, reproduce_command) works when pasted,
+# and so does the one the replay it runs prints:
 # run as written, with only its leading "attncheck" pointing at this build, it gives the same
 # failure (exit 1 and the same failure class).
 #   reproduce_command.sh ATTNCHECK "WORKER COMMAND" SCRATCH_DIR
@@ -24,4 +25,11 @@ out=$(eval "\"$AC\" ${cmd#attncheck }" 2>&1)
 rc=$?
 [ "$rc" -eq 1 ] || { echo "pasted command exit $rc, want 1: $out"; exit 1; }
 echo "$out" | grep -q "FAIL $cls" || { echo "pasted command did not fail with $cls: $out"; exit 1; }
-echo "the pasted command reproduces the failure ($cls)"
+# replay prints its own reproduce line: that one must paste as well.
+again=$(echo "$out" | sed -n 's/^  reproduce: attncheck //p' | head -1)
+[ -n "$again" ] || { echo "replay printed no reproduce line: $out"; exit 1; }
+out2=$(eval "\"$AC\" $again" 2>&1)
+rc=$?
+[ "$rc" -eq 1 ] || { echo "replay's reproduce line exit $rc, want 1: $out2"; exit 1; }
+echo "$out2" | grep -q "FAIL $cls" || { echo "replay's reproduce line did not fail with $cls: $out2"; exit 1; }
+echo "the pasted commands (check's and replay's) reproduce the failure ($cls)"

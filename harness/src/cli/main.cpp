@@ -317,11 +317,18 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
   }
 }
 
-// The plugin options a pasted reproduce command needs.
-std::string plugin_flags(const std::vector<std::string>& plugins) {
-  std::string s;
-  for (const auto& p : plugins) s += " --plugin " + p;
-  return s;
+// What a pasted reproduce command needs besides the case: where the subject comes from (its worker,
+// or this run's plugins, isolated or not) and the backend. check and replay print the same.
+std::string reproduce_flags(const ac::Subject& s, const std::vector<std::string>& plugins,
+                            const std::string& backend) {
+  std::string flags;
+  if (s.origin().rfind("worker: ", 0) == 0) {
+    flags = " --worker \"" + s.origin().substr(8) + "\"";
+  } else {
+    for (const auto& p : plugins) flags += " --plugin " + p;
+    if (g_worker_flags.isolate) flags += " --isolate";
+  }
+  return flags + " --backend " + backend;
 }
 
 std::string shape_set_of(const ac::RunConfig& cfg) {
@@ -555,9 +562,6 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     }
     const ac::PropertyResult r = ac::run_property(property->name, *subject, cfg);
     ac::ReportEntry e = ac::entry_from_result(r, *subject, shard_index);
-    // A worker's subjects exist only with their worker: the reproduce command must start it too.
-    if (subject->origin().rfind("worker: ", 0) == 0 && e.reproduce_command.rfind("attncheck replay", 0) == 0)
-      e.reproduce_command += " --worker \"" + subject->origin().substr(8) + "\"";
     e.shards = {shard_index};
     if (g_interrupted.load() && e.status == "passed") e.status = "interrupted";
     return e;
@@ -579,10 +583,9 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     const std::lock_guard<std::mutex> lock(finished_mutex);
     const auto& [subject, property] = plan[i];
     ++done_pairs;
-    // The reproduce command must work when pasted: it names the plugins and backend of this run.
-    if (!e.reproduce_command.empty() && e.reproduce_command.find(" --backend ") == std::string::npos)
-      e.reproduce_command += plugin_flags(o.plugins) + (g_worker_flags.isolate ? " --isolate" : "") +
-                             " --backend " + report.backend;
+    // The reproduce command must work when pasted (every entry, from a child or not, passes here once).
+    if (!e.reproduce_command.empty())
+      e.reproduce_command += reproduce_flags(*subject, o.plugins, report.backend);
     progress.clear();
     if (!o.quiet)
       std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs,
@@ -787,7 +790,8 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
                     it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
     }
     if (!r.reproduce_command.empty() && !r.passed)
-      std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
+      std::printf("  reproduce: %s%s\n", r.reproduce_command.c_str(),
+                  reproduce_flags(*s, plugins, ac::backend_name(set.backend)).c_str());
   }
   if (crashed) return kExitCrashed;
   return failed ? kExitFailed : kExitOk;
