@@ -1,8 +1,13 @@
 // See rc_adapter.hpp for why this file uses rc::detail.
 #include "rc_adapter.hpp"
 
+#include <fcntl.h>
 #include <rapidcheck.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <iostream>
+#include <mutex>
 #include <unordered_map>
 
 // Declared in RapidCheck's sources (not its installed headers); exported by librapidcheck.a.
@@ -12,7 +17,35 @@ std::string reproduceMapToString(const std::unordered_map<std::string, Reproduce
 
 namespace attncheck::detail {
 
+namespace {
+// RapidCheck loads its global configuration on first use and prints it to stderr ("Using
+// configuration: seed=<random>"). The runner passes every parameter explicitly, so that seed is
+// never used and the line would only mislead: load the configuration once with stderr muted.
+void load_configuration_quietly() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fflush(stderr);
+    std::cerr.flush();
+    const int saved = ::dup(STDERR_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (saved < 0 || null < 0) {
+      if (saved >= 0) ::close(saved);
+      if (null >= 0) ::close(null);
+      (void)rc::detail::configuration();
+      return;
+    }
+    ::dup2(null, STDERR_FILENO);
+    (void)rc::detail::configuration();
+    std::cerr.flush();
+    ::dup2(saved, STDERR_FILENO);
+    ::close(saved);
+    ::close(null);
+  });
+}
+}  // namespace
+
 RapidCheckResult check_with_rapidcheck(const std::function<void()>& property, const RapidCheckRun& run) {
+  load_configuration_quietly();
   rc::detail::TestParams params;
   params.seed = run.seed;
   params.maxSuccess = run.max_success;

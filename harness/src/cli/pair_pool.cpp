@@ -31,12 +31,6 @@ struct Running {
 // The last lines of a child's stderr, kept short: enough to say why it died.
 void keep_tail(std::string& tail, const char* data, size_t n) {
   tail.append(data, n);
-  // RapidCheck announces its configuration on stderr at start: not a reason for anything.
-  for (size_t at; (at = tail.find("Using configuration:")) != std::string::npos;) {
-    const size_t end = tail.find('\n', at);
-    if (end == std::string::npos) break;
-    tail.erase(at, end + 1 - at);
-  }
   constexpr size_t kKeep = 2000;
   if (tail.size() > 2 * kKeep) tail.erase(0, tail.size() - kKeep);
 }
