@@ -389,7 +389,7 @@ struct CheckOptions {
   int cases = 100;
   int max_keys = 64;
   bool quiet = false, no_plots = false, tiling = false, no_shrink = false;
-  double shrink_time = 20;  // seconds per failure
+  double shrink_time = ac::RunConfig{}.shrink_seconds;  // seconds per failure
   int jobs = 0;             // 0: every core
   std::string devices = "all";
 };

@@ -53,6 +53,7 @@ struct Options {
   uint64_t seed = 1;
   int cases = 100, peer_cases = 100, max_keys = 64;
   bool quiet = false, no_correct = false, first_kill = false, no_shrink = false;
+  double shrink_time = RunConfig{}.shrink_seconds;  // seconds per failure, as check's default
 };
 
 // One subject's outcome under the attncheck gate.
@@ -90,6 +91,7 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
     cfg.max_keys = o.max_keys;
     cfg.corpus_dir = o.report_dir + "/corpus";
     cfg.shrink = !o.no_shrink;
+    cfg.shrink_seconds = o.shrink_time;
     const PropertyResult r = run_property(p.name, s, cfg);
     g.seconds_total += r.seconds;
     const bool fail =
@@ -420,6 +422,8 @@ MutantsCommand add_mutants_command(CLI::App& app) {
   c.app->add_flag("--no-correct", o->no_correct, "skip the correct kernels");
   c.app->add_flag("--first-kill", o->first_kill, "stop a mutant's gate at its first failing property");
   c.app->add_flag("--no-shrink", o->no_shrink, "report the first failing case unshrunk (faster: CI)");
+  c.app->add_option("--shrink-time", o->shrink_time, "seconds each failure may spend shrinking (default 20)")
+      ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
   c.app->add_flag("--list", *list, "list the mutants and exit");
   c.app->add_flag("--quiet", o->quiet, "print only the table");
   c.run = [o, list]() -> int {
