@@ -15,34 +15,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/bench_util.cuh"
 #include "fused/fused.h"
 #include "splitkv/splitkv.h"
 
 namespace {
-
-#define BENCH_CHECK(x)                                                                         \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-// Uniform in [-1, 1] from a hash of (seed, index), never zero, rounded to fp16.
-__global__ void fill_random(__half* x, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    float u = (float(h >> 8) + 0.5f) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-    x[i] = __float2half_rn(u);
-  }
-}
 
 struct Buffers {
   __half *q, *k, *v, *o;
@@ -51,9 +28,9 @@ struct Buffers {
 };
 
 void refill(const Buffers& b, uint32_t seed) {
-  fill_random<<<1024, 256>>>(b.q, b.nq, seed * 3 + 1);
-  fill_random<<<1024, 256>>>(b.k, b.nk, seed * 3 + 2);
-  fill_random<<<1024, 256>>>(b.v, b.nk, seed * 3 + 3);
+  attncheck::bench::fill_random<<<1024, 256>>>(reinterpret_cast<uint16_t*>(b.q), b.nq, seed * 3 + 1, false);
+  attncheck::bench::fill_random<<<1024, 256>>>(reinterpret_cast<uint16_t*>(b.k), b.nk, seed * 3 + 2, false);
+  attncheck::bench::fill_random<<<1024, 256>>>(reinterpret_cast<uint16_t*>(b.v), b.nk, seed * 3 + 3, false);
   BENCH_CHECK(cudaGetLastError());
 }
 

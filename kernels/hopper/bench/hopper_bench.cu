@@ -20,36 +20,13 @@
 #include <string_view>
 #include <vector>
 
+#include "common/bench_util.cuh"
 #include "fused/fused.h"
 #include "hopper/hopper.h"
 
 using namespace attncheck;
 
 namespace {
-
-#define BENCH_CHECK(x)                                                                         \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(3);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-// Uniform in [-1, 1] from a hash of (seed, index), never zero, rounded to fp16 or bf16.
-__global__ void fill_random(uint16_t* x, int64_t n, uint32_t seed, bool bf16) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    const float u = (float(h >> 8) + 0.5f) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-    x[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(u)) : __half_as_ushort(__float2half_rn(u));
-  }
-}
 
 int g_repeats = 20;
 void* g_flush = nullptr;
@@ -95,9 +72,9 @@ Problem make_problem(int batch, int tq, int tk, int heads, int kv_heads, int d, 
   BENCH_CHECK(cudaMalloc(&p.v, size_t(nk) * 2));
   BENCH_CHECK(cudaMalloc(&p.o, size_t(nq) * 2));
   BENCH_CHECK(cudaMalloc(&p.lse, size_t(batch) * tq * heads * 4));
-  fill_random<<<1024, 256>>>(p.q, nq, 11, bf16);
-  fill_random<<<1024, 256>>>(p.k, nk, 12, bf16);
-  fill_random<<<1024, 256>>>(p.v, nk, 13, bf16);
+  bench::fill_random<<<1024, 256>>>(p.q, nq, 11, bf16);
+  bench::fill_random<<<1024, 256>>>(p.k, nk, 12, bf16);
+  bench::fill_random<<<1024, 256>>>(p.v, nk, 13, bf16);
   BENCH_CHECK(cudaGetLastError());
   for (int s = 0; s <= batch; ++s) {
     p.cu_q_host.push_back(s * tq);

@@ -12,18 +12,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/bench_util.cuh"
 #include "merge/merge.h"
 
 using namespace attncheck::kern;
-
-#define BENCH_CHECK(call)                                                                         \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
 
 namespace {
 

@@ -1,0 +1,40 @@
+// What the GPU benchmarks (fused_bench, hopper_bench, merge_bench) share: a CUDA call check that
+// ends the benchmark with the error named, and random non-zero inputs on the device.
+// Benchmarks print numbers; they are not tests.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define BENCH_CHECK(x)                                                                         \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+namespace attncheck::bench {
+
+// Uniform in [-1, 1] from a hash of (seed, index), never zero, rounded to fp16 or bf16 (stored as
+// their 16 bits).
+__global__ inline void fill_random(uint16_t* x, int64_t n, uint32_t seed, bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    const float u = (float(h >> 8) + 0.5f) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+    x[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(u)) : __half_as_ushort(__float2half_rn(u));
+  }
+}
+
+}  // namespace attncheck::bench
