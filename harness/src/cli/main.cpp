@@ -322,8 +322,8 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
 std::string reproduce_flags(const ac::Subject& s, const std::vector<std::string>& plugins,
                             const std::string& backend) {
   std::string flags;
-  if (s.origin().rfind("worker: ", 0) == 0) {
-    flags = " --worker \"" + s.origin().substr(8) + "\"";
+  if (const std::string worker = ac::worker::worker_command_of(s); !worker.empty()) {
+    flags = " --worker \"" + worker + "\"";
   } else {
     for (const auto& p : plugins) flags += " --plugin " + p;
     if (g_worker_flags.isolate) flags += " --isolate";
@@ -390,7 +390,7 @@ struct CheckOptions {
   int max_keys = 64;
   bool quiet = false, no_plots = false, tiling = false, no_shrink = false;
   double shrink_time = ac::RunConfig{}.shrink_seconds;  // seconds per failure
-  int jobs = 0;             // 0: every core
+  int jobs = 0;                                         // 0: every core
   std::string devices = "all";
 };
 
@@ -611,7 +611,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   // once for the run and isolated by its own process; the other pairs run in children meanwhile.
   std::vector<size_t> in_children, here;
   for (size_t i = 0; i < plan.size(); ++i)
-    (plan[i].first->origin().rfind("worker: ", 0) == 0 ? here : in_children).push_back(i);
+    (ac::worker::worker_command_of(*plan[i].first).empty() ? in_children : here).push_back(i);
   std::thread worker_pairs([&] {
     for (size_t i : here) {
       if (g_interrupted.load()) break;
@@ -921,9 +921,9 @@ int run_list(const std::string& backend, const std::vector<std::string>& plugins
   std::printf("\nsubjects:\n");
   for (const auto& s : set.all) {
     std::printf("  %-22s %-4s %-8s %s\n", s->name().c_str(), s->backend().c_str(),
-                s->origin() == "builtin"              ? "builtin"
-                : s->origin().rfind("worker", 0) == 0 ? "worker"
-                                                      : "plugin",
+                s->origin() == "builtin"                     ? "builtin"
+                : !ac::worker::worker_command_of(*s).empty() ? "worker"
+                                                             : "plugin",
                 s->description().c_str());
     std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
     if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <set>
+#include <string_view>
 
 #include "attncheck/abi_subject.hpp"
 #include "attncheck/plugin.hpp"
@@ -18,6 +19,11 @@
 #include "protocol.hpp"
 
 namespace attncheck::worker {
+
+namespace {
+// A --worker subject's origin: this prefix and the command (list, reports and reproduce lines read it).
+constexpr std::string_view kWorkerOriginPrefix = "worker: ";
+}  // namespace
 
 using nlohmann::json;
 
@@ -311,7 +317,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
   if (!(opt.call_timeout_s > 0)) throw HandshakeError("--call-timeout must be positive");
   auto host = std::make_shared<Host>(command);
   host->call_timeout_s = opt.call_timeout_s;
-  host->origin = opt.origin.empty() ? "worker: " + command : opt.origin;
+  host->origin = opt.origin.empty() ? std::string(kWorkerOriginPrefix) + command : opt.origin;
   json reply;
   try {
     host->process.start();
@@ -385,6 +391,13 @@ void set_call_context(Subject& s, const std::string& property, const std::string
 }
 
 bool is_worker_subject(const Subject& s) { return dynamic_cast<const WorkerSubject*>(&s) != nullptr; }
+
+std::string worker_command_of(const Subject& s) {
+  const std::string origin = s.origin();
+  return is_worker_subject(s) && origin.rfind(kWorkerOriginPrefix, 0) == 0
+             ? origin.substr(kWorkerOriginPrefix.size())
+             : "";
+}
 
 std::function<void(const Case&)> call_context_hook(Subject& s, int shard_index) {
   auto* w = dynamic_cast<WorkerSubject*>(&s);

@@ -47,6 +47,9 @@ std::string isolate_command(const std::string& plugin_path);
 void set_call_context(Subject& s, const std::string& property, const std::string& case_id);
 // Whether s is served by a worker process (its calls are isolated there already).
 bool is_worker_subject(const Subject& s);
+// The command of a subject served by a --worker command (its origin names it); "" for any other
+// subject, an --isolate'd plugin included.
+std::string worker_command_of(const Subject& s);
 // A RunConfig::before_launch hook numbering the cases of one (subject, property):
 // "<subject>/<property>/<shard>/<n>"; nullptr for subjects that are not workers.
 std::function<void(const Case&)> call_context_hook(Subject& s, int shard_index);
