@@ -144,12 +144,30 @@ struct WorkerFlags {
 };
 WorkerFlags g_worker_flags;
 
-void load_worker(SubjectSet& set, const std::string& command, const std::string& origin) {
+// A CUDA subject of a C-ABI plugin needs a device that attncheck itself can stage tensors to, in
+// process or under --isolate alike; without one it is skipped with a note, not run into a crash.
+// A --worker command manages its own device, so its subjects are never skipped here.
+void add_plugin_subject(SubjectSet& set, std::unique_ptr<ac::Subject> s, bool cuda_usable) {
+  if (s->backend() == "cuda" && !cuda_usable) {
+    set.notes.push_back("plugin subject " + s->name() +
+                        " is a CUDA subject and no CUDA device is usable: skipped");
+    return;
+  }
+  set.all.push_back(std::move(s));
+}
+
+// origin: the plugin path an --isolate worker hosts, empty for a --worker command.
+void load_worker(SubjectSet& set, const std::string& command, const std::string& origin, bool cuda_usable) {
   ac::worker::WorkerOptions wo;
   wo.call_timeout_s = g_worker_flags.call_timeout_s;
   wo.origin = origin;
   try {
-    for (auto& s : ac::worker::load_worker_subjects(command, wo)) set.all.push_back(std::move(s));
+    for (auto& s : ac::worker::load_worker_subjects(command, wo)) {
+      if (origin.empty())
+        set.all.push_back(std::move(s));
+      else
+        add_plugin_subject(set, std::move(s), cuda_usable);
+    }
   } catch (const ac::worker::HandshakeError& e) {
     throw UsageError(e.what());
   }
@@ -175,7 +193,7 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
   for (const auto& path : plugins) {
     if (!fs::exists(path)) throw UsageError("plugin " + path + ": no such file");
     if (g_worker_flags.isolate) {
-      load_worker(set, ac::worker::isolate_command(fs::absolute(path).string()), path);
+      load_worker(set, ac::worker::isolate_command(fs::absolute(path).string()), path, cuda_usable);
       continue;
     }
     ac::LoadedPlugin p;
@@ -184,16 +202,9 @@ SubjectSet load_subject_set(const std::string& backend_name, const std::vector<s
     } catch (const ac::PluginError& e) {
       throw UsageError(e.what());
     }
-    for (auto& s : p.subjects) {
-      if (s->backend() == "cuda" && !cuda_usable) {
-        set.notes.push_back("plugin subject " + s->name() +
-                            " is a CUDA subject and no CUDA device is usable: skipped");
-        continue;
-      }
-      set.all.push_back(std::move(s));
-    }
+    for (auto& s : p.subjects) add_plugin_subject(set, std::move(s), cuda_usable);
   }
-  for (const auto& command : g_worker_flags.commands) load_worker(set, command, "");
+  for (const auto& command : g_worker_flags.commands) load_worker(set, command, "", cuda_usable);
   const std::string dup = ac::first_duplicate_name(set.all);
   if (!dup.empty())
     throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
