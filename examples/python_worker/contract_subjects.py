@@ -13,6 +13,10 @@ merge-np-ftz-undeclared    the same without the declaration: over budget where t
 attention-np-lse-undefined the empty rows' LSE is garbage (12345.0 and NaN), declared "undefined".
 attention-np-o-garbage     the same declaration, but the empty rows' O is garbage too: the O = 0
                            contract still holds and is caught.
+attention-np-nondet        accumulates P V and the row sum in float32 over the keys in an order
+                           that changes from call to call, as a combine ordered by atomics does,
+                           declared nondeterministic: run_to_run passes and reports the spread.
+attention-np-nondet-undeclared  the same without the declaration: run_to_run fails.
 
     build/attncheck check --worker "python3 -m attncheck.worker examples/python_worker/contract_subjects.py"
 """
@@ -89,3 +93,47 @@ attention_np_lse_undefined = ac.subject(name="attention-np-lse-undefined", empty
                                         **_ATT, description="garbage LSE on empty rows, declared undefined")(_garbage_lse)
 attention_np_o_garbage = ac.subject(name="attention-np-o-garbage", empty_lse="undefined", tilings=[(64, 64)], **_ATT,
                                     description="garbage LSE and O on empty rows")(_garbage_lse_and_o)
+
+
+_calls = [0]
+
+
+def _shuffled_f32(call):
+    """Attention whose fp32 sums over keys run in a different order on every call (a seeded
+    permutation per call, so a test run is repeatable while two launches differ)."""
+    _calls[0] += 1
+    rng = np.random.default_rng(_calls[0])
+    d = call.dtype
+    tq_total, h = call.q.shape[0], call.num_heads
+    out = np.zeros((tq_total, h, call.head_size), np.float32)
+    lse = np.full((tq_total, h), -np.inf, np.float32)
+    q = ac.to_float32(call.q, d).astype(np.float64)
+    k = helpers.expand_kv_heads(ac.to_float32(call.k, d).astype(np.float64), h)
+    v = helpers.expand_kv_heads(ac.to_float32(call.v, d), h)
+    with np.errstate(all="ignore"):
+        for _, qs, ks, visible in helpers.sequences(call):
+            qi, ki, vi = q[qs], k[ks], v[ks]
+            if ki.shape[0] == 0:
+                continue
+            s = np.einsum("thd,khd->htk", qi, ki) * call.softmax_scale
+            if visible is not None:
+                s = s + helpers.mask_to_bias(visible, np.float64)[None]
+            mx = s.max(axis=-1, keepdims=True)
+            empty = mx[..., 0] == -np.inf
+            p = np.exp(s - np.where(empty[..., None], 0.0, mx)).astype(np.float32)  # [H, T, K]
+            order = rng.permutation(ki.shape[0])
+            acc = np.zeros(out[qs].transpose(1, 0, 2).shape, np.float32)  # [H, T, D]
+            total = np.zeros(p.shape[:2], np.float32)
+            for j in order:  # one key at a time, in fp32: the order sets the rounding
+                acc += p[:, :, j, None] * vi[j].astype(np.float32)[:, None, :]
+                total += p[:, :, j]
+            o = acc / np.where(empty, np.float32(1), total)[..., None]
+            out[qs] = np.where(empty[..., None], 0, o).transpose(1, 0, 2)
+            lse[qs] = np.where(empty, -np.inf, mx[..., 0] + np.log(np.where(empty, 1.0, total))).T
+    return ac.from_float(out.astype(np.float64), d), helpers.lse_to_layout(lse, call.lse_layout)
+
+
+attention_np_nondet = ac.subject(name="attention-np-nondet", nondeterministic=True, tilings=[(64, 64)], **_ATT,
+                                 description="fp32 sums in a per-call key order, declared nondeterministic")(_shuffled_f32)
+attention_np_nondet_undeclared = ac.subject(name="attention-np-nondet-undeclared", tilings=[(64, 64)], **_ATT,
+                                            description="fp32 sums in a per-call key order, undeclared")(_shuffled_f32)

@@ -197,6 +197,7 @@ ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int sha
   e.shrink_seconds = r.shrink_seconds;
   e.shrink_cut = r.shrink_cut;
   e.max_drift_ulp = r.max_drift_ulp;
+  e.spread = r.spread;
   e.rows_judged = r.rows_judged;
   e.rows_escalated = r.rows_escalated;
   e.rows_uncertified = r.rows_uncertified;
@@ -271,6 +272,11 @@ json report_to_json(const Report& r) {
                        {"corpus_files", e.corpus_files},
                        {"shards", e.shards},
                        {"stats", stats}});
+    if (e.spread.compared > 0)
+      results.back()["run_to_run_spread"] = {{"compared", e.spread.compared},
+                                             {"differing", e.spread.differing},
+                                             {"max_ulps", num(e.spread.max_ulps)},
+                                             {"max_budget", num(e.spread.max_budget)}};
   }
   j["results"] = results;
   json tilings = json::array();
@@ -334,6 +340,14 @@ Report report_from_json(const json& j) {
       e.shrink_seconds = get_num(x.value("shrink_seconds", json(0.0)));
       e.shrink_cut = json_fields::get_bool_or<ReportError>(x, "shrink_cut", "results", false);
       e.max_drift_ulp = get_num(x.value("max_drift_ulp", json(0.0)));
+      if (x.contains("run_to_run_spread")) {
+        const json& sp = x["run_to_run_spread"];
+        if (!sp.is_object()) throw ReportError("results: 'run_to_run_spread' must be an object");
+        e.spread.compared = integer(sp, "compared", "run_to_run_spread", 0, kMaxCount);
+        e.spread.differing = integer(sp, "differing", "run_to_run_spread", 0, e.spread.compared);
+        e.spread.max_ulps = get_num(sp.at("max_ulps"));
+        e.spread.max_budget = get_num(sp.value("max_budget", json(0.0)));
+      }
       e.rows_judged = json_fields::get_int_or<ReportError>(x, "rows_judged", "results", 0, kMaxCount, 0);
       e.rows_escalated =
           json_fields::get_int_or<ReportError>(x, "rows_escalated", "results", 0, kMaxCount, 0);
@@ -429,6 +443,11 @@ std::string render_markdown(const Report& r) {
     ++shown;
     std::string note =
         e->status == "passed" ? "" : e->failure_class + (e->message.empty() ? "" : ": " + e->message);
+    if (e->status == "passed" && e->spread.compared > 0)
+      note = "nondeterministic by design: " + std::to_string(e->spread.differing) + " of " +
+             std::to_string(e->spread.compared) + " outputs differed run to run, by at most " +
+             fmt(e->spread.max_budget) + " accuracy budgets (" + fmt(e->spread.max_ulps) +
+             " representable values apart)";
     if (note.size() > 160) note = note.substr(0, 157) + "...";
     o << "| " << md_cell(e->subject) << " (" << e->backend << ") | " << md_cell(e->property) << " | "
       << (e->status == "passed" ? "pass" : "**" + e->status + "**") << " | " << e->cases_run << " | "
@@ -666,6 +685,7 @@ Report merge_reports(const std::vector<Report>& parts) {
       m.failures += e.failures;
       m.seconds += e.seconds;
       m.max_drift_ulp = std::max(m.max_drift_ulp, e.max_drift_ulp);
+      m.spread.add(e.spread);
       m.rows_judged += e.rows_judged;
       m.rows_escalated += e.rows_escalated;
       m.rows_uncertified += e.rows_uncertified;

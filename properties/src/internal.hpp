@@ -38,6 +38,7 @@ struct Conventions {
   bool empty_lse_undefined = false;  // an empty row's LSE is not judged
   bool flushes_subnormals = false;   // a zero may stand for an exact subnormal (budgets.cpp)
   bool refuses_zero_keys = false;    // never called with a sequence of 0 keys
+  bool nondeterministic = false;     // launches may differ in bits (AC_CAP_NONDETERMINISTIC)
 };
 Conventions conventions_of(const Subject&);
 

@@ -76,6 +76,7 @@ Conventions conventions_of(const Subject& s) {
   v.empty_lse_undefined = (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) != 0;
   v.flushes_subnormals = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0;
   v.refuses_zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
+  v.nondeterministic = (c.flags & AC_CAP_NONDETERMINISTIC) != 0;
   return v;
 }
 

@@ -241,6 +241,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     }
     if (ctx.counting) {
       res.max_drift_ulp = std::max(res.max_drift_ulp, o.drift);
+      res.spread.add(o.spread);
       ++res.cases_run;
       ++supported;
       if (cfg.progress) cfg.progress(res.cases_run, cfg.num_cases);
@@ -251,7 +252,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       res.cases_to_first_failure = res.cases_run;
       res.seconds_to_first_failure = elapsed();
       ctx.counting = false;
-      if (!o.crashed) {
+      // A subject declared nondeterministic may differ on a re-run; its failure keeps its class.
+      if (!o.crashed && !ctx.cv.nondeterministic) {
         try {
           Outcome again = prop->check(ctx, c);
           if (again.digest != o.digest) {
@@ -311,11 +313,11 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
         res.message += " (could not write the corpus file: " + std::string(e.what()) + ")";
       }
     }
-    res.reproduce_command = file.empty()
-                                ? "attncheck check --subject " + subject.name() + " --property " + name +
-                                      " --seed " + std::to_string(cfg.seed) + " --shard " +
-                                      std::to_string(cfg.shard_index) + "/" + std::to_string(cfg.shard_count)
-                                : "attncheck replay " + file + " --subject " + subject.name();
+    res.reproduce_command = file.empty() ? "attncheck check --subject " + subject.name() + " --property " +
+                                               name + " --seed " + std::to_string(cfg.seed) + " --shard " +
+                                               std::to_string(cfg.shard_index) + "/" +
+                                               std::to_string(cfg.shard_count) + stream_flags(cfg)
+                                         : "attncheck replay " + file + " --subject " + subject.name();
   } else if (result.kind == RapidCheckResult::Kind::failed || result.kind == RapidCheckResult::Kind::error) {
     // A failure that left no case behind (something outside the check threw): never a pass.
     res.status = PropertyResult::Status::crashed;
@@ -336,6 +338,14 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     if (cancelled) res.message = "cancelled after " + std::to_string(res.cases_run) + " cases";
   }
   return res;
+}
+
+std::string stream_flags(const RunConfig& cfg) {
+  std::string f = " --cases " + std::to_string(cfg.num_cases);
+  if (cfg.max_keys != RunConfig{}.max_keys) f += " --max-keys " + std::to_string(cfg.max_keys);
+  for (size_t i = 0; i < cfg.dtypes.size(); ++i)
+    f += (i ? "," : " --dtype ") + std::string(dtype_name(cfg.dtypes[i]));
+  return f;
 }
 
 ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path) {

@@ -22,6 +22,7 @@ struct Outcome {
   std::vector<Elem> worst;  // failing elements, worst first (up to 5)
   std::string digest;       // the output bits, for the determinism re-run
   double drift = 0;
+  Spread spread;  // run_to_run on a subject declared nondeterministic
 };
 
 // What a check needs besides the case: the subject, its conventions and budget, the write-ahead
@@ -74,6 +75,11 @@ const Property* find_property_object(const std::string& name);  // nullptr if un
 // Helpers for checks.
 void before_launch(Ctx&, const Case&);
 std::string digest_bits(const Bits& out, const std::vector<float>& lse);
+// How far apart two values of one format are: the count of representable values between them
+// (0 for equal bits, and for +0 against -0), +inf when either is NaN.
+double ulps_apart(ac_dtype, uint32_t a, uint32_t b);
+// Two launches' outputs compared element by element (O and LSE) into a Spread.
+Spread spread_of(ac_dtype, const AttentionOutput& first, const AttentionOutput& second);
 void keep_worst(Outcome&, const Elem&);
 std::string elem_line(const Elem&);
 void fail(Outcome&, const std::string& failure_class, const std::string& message);

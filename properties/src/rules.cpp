@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "property.hpp"
 
@@ -18,6 +20,36 @@ std::string digest_bits(const Bits& b, const std::vector<float>& lse) {
   std::string d(reinterpret_cast<const char*>(b.data()), b.size() * 4);
   d.append(reinterpret_cast<const char*>(lse.data()), lse.size() * 4);
   return d;
+}
+
+double ulps_apart(ac_dtype d, uint32_t a, uint32_t b) {
+  const int w = d == AC_DTYPE_F32 ? 32 : 16;
+  const uint32_t sign = 1u << (w - 1), mag = sign - 1;
+  if (std::isnan(decode(d, a)) || std::isnan(decode(d, b))) return INFINITY;
+  // Sign-magnitude bits as a line of integers: -0 and +0 both at 0, each step one representable
+  // value (infinities sit one step past the largest finite value).
+  auto line = [&](uint32_t x) { return (x & sign) ? -int64_t(x & mag) : int64_t(x & mag); };
+  return double(std::llabs(line(a) - line(b)));
+}
+
+Spread spread_of(ac_dtype d, const AttentionOutput& first, const AttentionOutput& second) {
+  Spread s;
+  for (size_t i = 0; i < first.out.size() && i < second.out.size(); ++i) {
+    ++s.compared;
+    if (first.out[i] == second.out[i]) continue;
+    ++s.differing;
+    s.max_ulps = std::max(s.max_ulps, ulps_apart(d, first.out[i], second.out[i]));
+  }
+  for (size_t i = 0; i < first.lse.size() && i < second.lse.size(); ++i) {
+    ++s.compared;
+    uint32_t a = 0, b = 0;
+    std::memcpy(&a, &first.lse[i], 4);
+    std::memcpy(&b, &second.lse[i], 4);
+    if (a == b) continue;
+    ++s.differing;
+    s.max_ulps = std::max(s.max_ulps, ulps_apart(AC_DTYPE_F32, a, b));
+  }
+  return s;
 }
 
 void keep_worst(Outcome& o, const Elem& e) {

@@ -32,12 +32,15 @@ def _words(name, field, value, known):
 
 def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_size_range=None, lse_base="e",
                   lse_layout="heads_tokens", empty_lse="-inf", features=(), tilings=(), max_splits=0,
-                  fold_orders=(), description="", refuses_zero_keys=False, flushes_subnormals=False):
+                  fold_orders=(), description="", refuses_zero_keys=False, flushes_subnormals=False,
+                  nondeterministic=False):
     """Returns the handshake dictionary of one subject (protocol 2), or raises CapsError naming the
     problem.
 
     refuses_zero_keys: the subject cannot be called with a sequence of 0 keys; attncheck never does.
     flushes_subnormals: outputs whose exact value is subnormal may come back as 0 (FTZ / DAZ).
+    nondeterministic: two launches on the same input may differ in bits (atomics, timing-ordered
+    combines); run_to_run then reports the spread instead of failing.
     empty_lse="undefined": an empty row's LSE is not judged (its O = 0 still is).
     tilings: may be empty for attention / splitkv (a black-box kernel picks its own)."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
@@ -58,13 +61,14 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
         raise CapsError(f"subject {name!r}: lse_layout must be one of {', '.join(LSE_LAYOUTS)}, not {lse_layout!r}")
     if empty_lse not in EMPTY_LSE:
         raise CapsError(f"subject {name!r}: empty_lse must be '-inf', '+inf' or 'undefined', not {empty_lse!r}")
-    for field, value in (("refuses_zero_keys", refuses_zero_keys), ("flushes_subnormals", flushes_subnormals)):
+    for field, value in (("refuses_zero_keys", refuses_zero_keys), ("flushes_subnormals", flushes_subnormals),
+                         ("nondeterministic", nondeterministic)):
         if not isinstance(value, bool):
             raise CapsError(f"subject {name!r}: {field} must be True or False, not {value!r}")
     d = {"name": name, "description": description or name, "ops": list(ops), "dtypes": list(dtypes),
          "memory": memory, "lse_base": str(lse_base), "lse_layout": lse_layout, "empty_lse": empty_lse,
          "features": list(features), "refuses_zero_keys": refuses_zero_keys,
-         "flushes_subnormals": flushes_subnormals}
+         "flushes_subnormals": flushes_subnormals, "nondeterministic": nondeterministic}
     if head_sizes is not None and head_size_range is not None:
         raise CapsError(f"subject {name!r}: give head_sizes or head_size_range, not both")
     if head_sizes is not None:
@@ -99,7 +103,7 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
 
 
 # The fields protocol 2 added; as_protocol_1() removes them.
-V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals")
+V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals", "nondeterministic")
 
 
 def as_protocol_1(d):

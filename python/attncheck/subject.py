@@ -19,7 +19,8 @@ Capabilities use the worker protocol's words (the C ABI's ac_caps as names) and 
 when the subject is created: a bad declaration raises CapsError at import, naming the field.
 Contracts of real kernels: refuses_zero_keys=True (the kernel cannot take a sequence with no
 keys), flushes_subnormals=True (FTZ / DAZ), empty_lse="undefined" (an empty row's LSE is garbage),
-and tilings may be left empty.
+nondeterministic=True (launches may differ in bits by design; run_to_run reports the spread), and
+tilings may be left empty.
 Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or module:object).
 
 Raise ac.Unsupported for inputs the subject refuses (skipped, not a failure) and ac.DeviceError
@@ -38,7 +39,7 @@ class DeviceError(Exception):
 
 _CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
                "features", "tilings", "max_splits", "fold_orders", "description", "refuses_zero_keys",
-               "flushes_subnormals")
+               "flushes_subnormals", "nondeterministic")
 
 
 class Subject:
@@ -58,6 +59,7 @@ class Subject:
     tilings = ()  # (br, bc) pairs; empty: a black-box kernel that picks its own
     refuses_zero_keys = False  # never called with a sequence of 0 keys
     flushes_subnormals = False  # FTZ / DAZ: an exact subnormal output may come back as 0
+    nondeterministic = False  # launches may differ in bits by design (atomics, timing-ordered combines)
     max_splits = 0
     fold_orders = ()
     description = ""

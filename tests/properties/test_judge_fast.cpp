@@ -406,3 +406,28 @@ TEST_CASE("whole property runs give the same results under the fast and the exac
   INFO("fast rows " << fast_rows << " escalated " << escalated);
   CHECK(fast_rows > 0);
 }
+
+// ulps_apart counts representable values between two bit patterns: the hand-derived distances of
+// neighbours, of the two zeros, across zero, at the top of the finite range and against NaN.
+TEST_CASE("ulps_apart: representable values between two outputs") {
+  CHECK(ulps_apart(AC_DTYPE_F32, 0x3f800000u, 0x3f800000u) == 0);    // equal bits
+  CHECK(ulps_apart(AC_DTYPE_F32, 0x3f800000u, 0x3f800001u) == 1);    // 1 and 1 + 2^-23
+  CHECK(ulps_apart(AC_DTYPE_F32, 0x3f7fffffu, 0x3f800001u) == 2);    // across the binade edge at 1
+  CHECK(ulps_apart(AC_DTYPE_F32, 0x00000000u, 0x80000000u) == 0);    // +0 and -0
+  CHECK(ulps_apart(AC_DTYPE_F32, 0x00000001u, 0x80000001u) == 2);    // +-2^-149 across zero
+  CHECK(ulps_apart(AC_DTYPE_F16, 0x7bffu, 0x7c00u) == 1);            // 65504 and +inf
+  CHECK(ulps_apart(AC_DTYPE_BF16, 0x3f80u, 0xbf80u) == 2 * 0x3f80);  // 1 and -1
+  CHECK(std::isinf(ulps_apart(AC_DTYPE_F16, 0x7e00u, 0x3c00u)));     // NaN against 1
+}
+
+TEST_CASE("spread_of counts differing O and LSE elements and their largest distance") {
+  AttentionOutput a, b;
+  a.out = {0x3c00u, 0x3c00u, 0x4000u};  // fp16 1, 1, 2
+  b.out = {0x3c00u, 0x3c03u, 0x4000u};  // the second 3 values up
+  a.lse = {1.0f, 2.0f};
+  b.lse = {1.0f, std::nextafter(2.0f, 3.0f)};
+  const Spread s = spread_of(AC_DTYPE_F16, a, b);
+  CHECK(s.compared == 5);
+  CHECK(s.differing == 2);
+  CHECK(s.max_ulps == 3);
+}

@@ -60,17 +60,19 @@ TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
 }
 
 TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in version-1 ones", "[worker]") {
-  auto j = w::caps_to_json(
-      "x", "",
-      ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr, 0, 0,
-              AC_LSE_HEADS_TOKENS, 0, AC_FEAT_LSE, nullptr, 0, 0, 0,
-              AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED});
+  auto j = w::caps_to_json("x", "",
+                           ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr,
+                                   0, 0, AC_LSE_HEADS_TOKENS, 0, AC_FEAT_LSE, nullptr, 0, 0, 0,
+                                   AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS |
+                                       AC_CAP_EMPTY_LSE_UNDEFINED | AC_CAP_NONDETERMINISTIC});
   CHECK(j["refuses_zero_keys"] == true);
   CHECK(j["flushes_subnormals"] == true);
+  CHECK(j["nondeterministic"] == true);
   CHECK(j["empty_lse"] == "undefined");
   CHECK(j["tilings"].empty());
   const w::DeclaredSubject d = w::caps_from_json(j, 2);
-  CHECK(d.caps.flags == (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED));
+  CHECK(d.caps.flags == (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED |
+                         AC_CAP_NONDETERMINISTIC));
   CHECK(d.caps.empty_lse_sign == 0);
   CHECK(d.caps.num_tilings == 0);
   // A version-1 reply cannot carry them: refused, naming the field and the version.
@@ -78,6 +80,7 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   auto v1 = j;
   v1.erase("refuses_zero_keys");
   v1.erase("flushes_subnormals");
+  v1.erase("nondeterministic");
   CHECK_THROWS_WITH(w::caps_from_json(v1, 1), Catch::Contains("'empty_lse' \"undefined\" needs protocol 2"));
   v1["empty_lse"] = "+inf";
   const w::DeclaredSubject d1 = w::caps_from_json(v1, 1);
@@ -86,6 +89,9 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   auto bad = j;
   bad["refuses_zero_keys"] = "yes";
   CHECK_THROWS_WITH(w::caps_from_json(bad, 2), Catch::Contains("'refuses_zero_keys' must be true or false"));
+  bad = j;
+  bad["nondeterministic"] = 1;
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 2), Catch::Contains("'nondeterministic' must be true or false"));
 }
 
 TEST_CASE("the arena layout aligns and never overlaps", "[worker]") {

@@ -108,6 +108,7 @@ std::string caps_string(const ac::Subject& s) {
                                                  : "-inf");
   if (c.flags & AC_CAP_REFUSES_ZERO_KEYS) o << "; refuses zero keys";
   if (c.flags & AC_CAP_FLUSHES_SUBNORMALS) o << "; flushes subnormals";
+  if (c.flags & AC_CAP_NONDETERMINISTIC) o << "; nondeterministic by design";
   if (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
     o << "; tilings";
     if (c.num_tilings <= 0) o << " none declared";
@@ -343,7 +344,10 @@ std::string reproduce_flags(const ac::Subject& s, const std::vector<std::string>
 }
 
 std::string shape_set_of(const ac::RunConfig& cfg) {
-  return "max_size=" + std::to_string(cfg.max_size) + ",max_keys=" + std::to_string(cfg.max_keys);
+  std::string s = "max_size=" + std::to_string(cfg.max_size) + ",max_keys=" + std::to_string(cfg.max_keys);
+  for (size_t i = 0; i < cfg.dtypes.size(); ++i)
+    s += (i ? "+" : ",dtypes=") + std::string(ac::dtype_name(cfg.dtypes[i]));
+  return s;
 }
 
 std::string joined_command(int argc, char** argv) {
@@ -393,7 +397,7 @@ int worst_exit(const ac::Report& r) {
 
 // ---- check ----------------------------------------------------------------------------------
 struct CheckOptions {
-  std::vector<std::string> subjects, plugins, properties;
+  std::vector<std::string> subjects, plugins, properties, dtypes;
   std::string backend = "auto", suite = "gate", report_dir = "attncheck-report", corpus_dir, baseline,
               shard = "0/1";
   uint64_t seed = 1;
@@ -477,6 +481,12 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
   const auto [shard_index, shard_count] = parse_shard(o.shard);
   if (o.cases < 1) throw UsageError("--cases must be at least 1");
+  std::vector<ac_dtype> dtypes;
+  for (const auto& d : attncheck::cli::split_csv(o.dtypes)) {
+    const auto t = ac::dtype_from(d);
+    if (!t) throw UsageError("unknown dtype '" + d + "' (known: " + ac::dtype_names() + ")");
+    if (std::find(dtypes.begin(), dtypes.end(), *t) == dtypes.end()) dtypes.push_back(*t);
+  }
   ac::Report baseline;
   const bool has_baseline = !o.baseline.empty();
   if (has_baseline) {
@@ -524,6 +534,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   base_cfg.shard_count = 1;
   base_cfg.corpus_dir = corpus_dir;
   base_cfg.max_keys = o.max_keys;
+  base_cfg.dtypes = dtypes;
   base_cfg.shrink = !o.no_shrink;
   base_cfg.shrink_seconds = o.shrink_time;
   base_cfg.cancel = &g_interrupted;
@@ -532,7 +543,10 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   std::vector<std::pair<ac::Subject*, const ac::PropertyInfo*>> plan;
   for (ac::Subject* s : subjects)
     for (const auto* p : properties)
-      if (ac::property_applies(*p, *s)) plan.emplace_back(s, p);
+      if (ac::property_applies(*p, *s) &&
+          (dtypes.empty() ||
+           std::any_of(dtypes.begin(), dtypes.end(), [&](ac_dtype d) { return s->has_dtype(d); })))
+        plan.emplace_back(s, p);
   if (plan.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
   if (shard_count > 1) {
     std::erase_if(plan, [&](const auto& pair) {
@@ -1019,6 +1033,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, ac::cli::Limits::kMaxCases));
   check->add_option("--max-keys", co.max_keys, "longest key row generated (default 64)")
       ->check(CLI::Range(1, ac::cli::Limits::kMaxKeys));
+  check
+      ->add_option("--dtype", co.dtypes,
+                   "only these dtypes (fp32, fp16, bf16; repeatable or comma-separated; default: every "
+                   "dtype a subject has)")
+      ->check(ac::cli::names_something());
   check->add_option("--report-dir", co.report_dir, "report directory (default attncheck-report)")
       ->check(ac::cli::non_empty());
   check

@@ -136,6 +136,7 @@ json caps_to_json(const std::string& name, const std::string& description, const
                                                           : "-inf";
   j["refuses_zero_keys"] = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
   j["flushes_subnormals"] = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0;
+  j["nondeterministic"] = (c.flags & AC_CAP_NONDETERMINISTIC) != 0;
   j["features"] = words_of(c.features, kFeatures);
   json t = json::array();
   for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) t.push_back({c.tilings[i].br, c.tilings[i].bc});
@@ -198,6 +199,7 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
   if (empty == "undefined") c.flags |= AC_CAP_EMPTY_LSE_UNDEFINED;
   if (need_bool(j, "refuses_zero_keys", protocol)) c.flags |= AC_CAP_REFUSES_ZERO_KEYS;
   if (need_bool(j, "flushes_subnormals", protocol)) c.flags |= AC_CAP_FLUSHES_SUBNORMALS;
+  if (need_bool(j, "nondeterministic", protocol)) c.flags |= AC_CAP_NONDETERMINISTIC;
   c.features = j.contains("features") ? bits_of(j["features"], "features", kFeatures) : 0;
   if (j.contains("tilings")) {
     const json& t = j["tilings"];

@@ -20,6 +20,7 @@
 // cfg.before_launch is called; the file is removed when the run returns normally, so a file left
 // behind is the reproducer of a crash.
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -76,6 +77,23 @@ struct OutputStats {
 // 0, 0.5, 1, 2, 4, ..., 2^20, +inf (23 edges, 22 bins). Shards merge histograms by adding.
 const std::vector<double>& ulp_histogram_edges();
 
+// Run-to-run spread of a subject declared nondeterministic by design: of `compared` outputs (O
+// and LSE elements over every pair of launches on the same input) `differing` had other bits, at
+// most `max_ulps` apart (representable values between them, +inf for a NaN against a number; near
+// zero, where a cancelling output crosses binades, this is large for a small difference) and at
+// most `max_budget` accuracy budgets apart (|first - second| / allowed, the verdict's own scale:
+// two launches within budget are at most 2 apart).
+struct Spread {
+  int64_t compared = 0, differing = 0;
+  double max_ulps = 0, max_budget = 0;
+  void add(const Spread& o) {
+    compared += o.compared;
+    differing += o.differing;
+    max_ulps = std::max(max_ulps, o.max_ulps);
+    max_budget = std::max(max_budget, o.max_budget);
+  }
+};
+
 struct PropertyResult {
   // interrupted: cancelled (Ctrl-C) before any case ran; passed needs at least one case run.
   using Status = RunStatus;
@@ -100,6 +118,7 @@ struct PropertyResult {
   double shrink_seconds = 0;  // from the first failure to the end of shrinking
   bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
   double max_drift_ulp = 0;   // split_order_drift: largest pairwise drift, output ulps
+  Spread spread;              // run_to_run on a subject declared nondeterministic (else empty)
   // Attention rows judged during the run (shrinking included): rows_judged in all, rows_escalated of
   // them judged by the exact MPFR path instead of the certified fast one (undecided, failing or
   // uncertified rows; every non-empty row under ATTNCHECK_JUDGE=exact), rows_uncertified of those
@@ -111,6 +130,9 @@ struct PropertyResult {
 // unsupported skips the case, device_fault / internal give Status::crashed (the write-ahead file
 // then holds the case). Throws std::invalid_argument for an unknown property name.
 PropertyResult run_property(const std::string& name, Subject& subject, const RunConfig& cfg);
+// The check flags that shape a run's case stream besides --seed and --shard (--cases, and
+// --max-keys and --dtype where they are not the defaults): a pasted reproduce command needs them.
+std::string stream_flags(const RunConfig&);
 
 // Replay: re-run one case against a subject, judged by the property the case names (accuracy and
 // no_spurious_nonfinite when it names none or one that does not apply to the subject).

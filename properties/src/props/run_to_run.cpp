@@ -2,7 +2,9 @@
 // bits, O and LSE. Split-KV cases draw their split count and fold order, so every split count and
 // fold order is launched twice over a run. A combine whose order depends on timing (atomics, an
 // unordered reduction) fails here whatever its accuracy; the first differing element is shown with
-// both launches' bits.
+// both launches' bits. A subject declared nondeterministic by design (AC_CAP_NONDETERMINISTIC)
+// passes instead, and the run reports the spread: how many outputs differed and by how many ulps.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -20,6 +22,31 @@ class RunToRun final : public Property {
                   "fold order.",
                   "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
 
+  // The largest |first - second| / allowed over the judged elements of the first launch (rows the
+  // judgement skips, and non-finite exact values, are left out).
+  static double budget_spread(const Ctx& ctx, const AttentionInput& a, const AttentionOutput& first,
+                              const AttentionOutput& second) {
+    const Judgement J = judge_attention(a, first, ctx.cv, ctx.budget);
+    double worst = 0;
+    int64_t prev_row = -1, col = 0;
+    for (const Elem& e : J.elems) {
+      if (e.row != prev_row) {
+        prev_row = e.row;
+        col = 0;
+      }
+      const int64_t c = e.out == Out::O ? col++ : 0;
+      if (!e.exact_finite || J.row_skipped(e.row)) continue;
+      const double x = e.out == Out::O ? decode(a.dtype, first.out[size_t(e.row * a.head_size + c)])
+                                       : double(first.lse[size_t(e.row)]);
+      const double y = e.out == Out::O ? decode(a.dtype, second.out[size_t(e.row * a.head_size + c)])
+                                       : double(second.lse[size_t(e.row)]);
+      if (x == y || (std::isnan(x) && std::isnan(y))) continue;
+      const double d = std::fabs(x - y);
+      worst = std::max(worst, e.allowed > 0 ? d / e.allowed : INFINITY);
+    }
+    return worst;
+  }
+
   Outcome check(Ctx& ctx, const Case& c) const override {
     Outcome o;
     const auto& a = std::get<AttentionInput>(c.input);
@@ -28,6 +55,11 @@ class RunToRun final : public Property {
     before_launch(ctx, c);
     const AttentionOutput second = ctx.subject.attention(a, c.options);
     o.digest = digest_bits(first.out, first.lse);
+    if (ctx.cv.nondeterministic) {
+      o.spread = spread_of(a.dtype, first, second);
+      if (o.spread.differing > 0) o.spread.max_budget = budget_spread(ctx, a, first, second);
+      return o;
+    }
     const int64_t H = a.num_heads, D = a.head_size;
     const std::string how = c.op == "splitkv" ? " (num_splits " + std::to_string(c.options.num_splits) +
                                                     ", fold " + fold_name(c.options.fold_order) + ")"
