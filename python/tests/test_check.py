@@ -44,3 +44,16 @@ def test_pytest_fixture(attncheck_check, binary):
     import numpy_subjects
     r = attncheck_check(numpy_subjects.merge_np, properties=["accuracy"], cases=10, binary=binary)
     assert r.exit_code == 0
+
+
+@pytest.mark.parametrize("prop", ["accuracy", "no_spurious_nonfinite", "merge_sentinels", "lse_convention"])
+def test_pytest_fixture_runs_in_parallel_with_its_own_report(attncheck_check, binary, prop, tmp_path):
+    # Under pytest-xdist (`pytest -n 2`) these run at once in separate processes. Each must write
+    # its own report: a shared directory would leave another test's property in this one's report.
+    import json
+    import numpy_subjects
+    r = attncheck_check(numpy_subjects.merge_np, properties=[prop], cases=10, binary=binary)
+    assert r.exit_code == 0
+    with open(tmp_path / "attncheck-report" / "report.json") as f:
+        report = json.load(f)
+    assert [x["property"] for x in report["results"]] == [prop]
