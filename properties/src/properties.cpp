@@ -21,6 +21,7 @@
 #include "attncheck/seed.hpp"
 #include "property.hpp"
 #include "rc_adapter.hpp"
+#include "shrink.hpp"
 
 namespace attncheck {
 
@@ -209,27 +210,25 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       res.shrink_cut = true;
     return res.shrink_cut;
   };
-  auto property = [&]() {
-    if (crashed || cancelled) return;  // nothing more runs on a faulted device
-    if (cfg.cancel && cfg.cancel->load()) {
-      cancelled = true;
-      if (!ctx.counting) res.shrink_cut = true;
-      return;
-    }
-    if (shrink_over()) return;
-    Case c = *gen;
+  // One check of one case. nullopt: the subject or the reference refused the case (`why` says
+  // so), which is a discard, not a verdict. A crash sets `crashed`: nothing more runs after it.
+  auto evaluate = [&](const Case& c, std::string& why) -> std::optional<Outcome> {
     Outcome o;
     try {
       o = prop->check(ctx, c);
     } catch (const SubjectError& e) {
-      if (e.kind == SubjectError::Kind::unsupported) RC_DISCARD(std::string("unsupported: ") + e.what());
+      if (e.kind == SubjectError::Kind::unsupported) {
+        why = std::string("unsupported: ") + e.what();
+        return std::nullopt;
+      }
       crashed = true;
       o.ok = false;
       o.crashed = true;
       o.failure_class = e.failure_class();
       o.message = e.what();
     } catch (const ref::ReferenceError& e) {
-      RC_DISCARD(std::string("reference refused the case: ") + e.what());
+      why = std::string("reference refused the case: ") + e.what();
+      return std::nullopt;
     } catch (const std::exception& e) {
       // Anything else a subject or a check throws is a crash of this case, kept with its case;
       // left to RapidCheck it would be a failure with no case, which must never read as a pass.
@@ -239,6 +238,21 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       o.failure_class = "internal";
       o.message = std::string("the check raised an exception: ") + e.what();
     }
+    return o;
+  };
+  auto property = [&]() {
+    if (crashed || cancelled) return;  // nothing more runs on a faulted device
+    if (cfg.cancel && cfg.cancel->load()) {
+      cancelled = true;
+      if (!ctx.counting) res.shrink_cut = true;
+      return;
+    }
+    if (shrink_over()) return;
+    Case c = *gen;
+    std::string why;
+    const std::optional<Outcome> checked = evaluate(c, why);
+    if (!checked) RC_DISCARD(why);
+    Outcome o = *checked;
     if (ctx.counting) {
       res.max_drift_ulp = std::max(res.max_drift_ulp, o.drift);
       res.spread.add(o.spread);
@@ -273,9 +287,32 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   run.seed = case_seed(cfg.seed, cfg.shard_index, cfg.shard_count, name, subject.name());
   run.max_success = std::max(1, cfg.num_cases);
   run.max_size = std::min(100, std::max(0, cfg.max_size));
-  run.shrink = cfg.shrink;
+  // Attention and split-KV cases are shrunk by their structure (shrink.hpp), after RapidCheck has
+  // found the first failure: RapidCheck's own walk over their per-element picks takes minutes.
+  const bool structural_shrink = op == AC_OP_ATTENTION || op == AC_OP_SPLITKV;
+  run.shrink = cfg.shrink && !structural_shrink;
   run.id = name + "/" + subject.name();
   const RapidCheckResult result = check_with_rapidcheck(property, run);
+  if (structural_shrink && cfg.shrink && result.kind == RapidCheckResult::Kind::failed && last_failing &&
+      !last_outcome.crashed && !cancelled) {
+    const gen::Domain dom = gen::domain_for(subject, cfg.max_keys, cfg.dtypes);
+    ShrinkHooks hooks;
+    hooks.candidates = [&](const AttentionInput& a) {
+      return attention_shrinks(a, dom.head_sizes, dom.zero_keys);
+    };
+    hooks.check = [&](const Case& c) {
+      std::string why;
+      return evaluate(c, why);
+    };
+    hooks.stop = [&] {
+      if (cfg.cancel && cfg.cancel->load()) res.shrink_cut = true;
+      return crashed || res.shrink_cut || shrink_over();
+    };
+    ShrinkResult shrunk = shrink_greedily(*last_failing, last_outcome, hooks);
+    last_failing = std::move(shrunk.best);
+    last_outcome = std::move(shrunk.outcome);
+    res.shrink_cut = res.shrink_cut || shrunk.cut;
+  }
 
   res.seconds = elapsed();
   if (res.seconds_to_first_failure >= 0) res.shrink_seconds = res.seconds - res.seconds_to_first_failure;

@@ -242,3 +242,54 @@ TEST_CASE("shards draw different streams; the same shard is reproducible", "[pro
   CHECK(ra1.rc_reproduce == ra2.rc_reproduce);
   CHECK(ra1.rc_reproduce != rb.rc_reproduce);
 }
+
+// Attention failures are shrunk by structure (properties/src/shrink.cpp), within the time bound and
+// far inside it: the wrong empty-row sentinel needs one empty row of one head; the off-by-one O
+// needs one row, one head and a head size above 1 (the bug spares d = 0), so the smallest size
+// the generators offer above 1, which is 3. Those are the hand-derived minima.
+TEST_CASE("shrinking: attention failures shrink by structure to their minimal shape, in seconds",
+          "[properties][shrink]") {
+  RunConfig cfg = small_config();
+  cfg.max_keys = 64;
+  cfg.num_cases = 100;
+  Fake sentinel("attn-wrong-sentinel", AC_OP_ATTENTION, Bug::attention_wrong_sentinel, 0, -1,
+                fakes::kAttnFeatures);
+  const PropertyResult s = run_property("empty_row_contract", sentinel, cfg);
+  REQUIRE(s.status == PropertyResult::Status::failed);
+  CHECK(s.failure_class == "empty_row");
+  CHECK(s.counterexample_size.tokens == 1);
+  CHECK(s.counterexample_size.heads == 1);
+  CHECK(s.counterexample_size.head_size == 1);
+  CHECK_FALSE(s.shrink_cut);
+  CHECK(s.shrink_seconds < 10);
+
+  Fake off("attn-off", AC_OP_ATTENTION, Bug::attention_off_by_one_o, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult o = run_property("accuracy", off, cfg);
+  REQUIRE(o.status == PropertyResult::Status::failed);
+  CHECK(o.counterexample_size.tokens == 1);
+  CHECK(o.counterexample_size.heads == 1);
+  CHECK(o.counterexample_size.keys == 1);
+  CHECK(o.counterexample_size.head_size == 3);
+  CHECK_FALSE(o.shrink_cut);
+  CHECK(o.shrink_seconds < 10);
+}
+
+TEST_CASE("nondeterministic by design: run_to_run reports the spread when declared, fails when not",
+          "[properties][run_to_run]") {
+  Fake undeclared("attn-flip", AC_OP_ATTENTION, Bug::attention_nondeterministic, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult u = run("run_to_run", undeclared);
+  CHECK(u.status == PropertyResult::Status::failed);
+  CHECK(u.failure_class == "nondeterministic");
+  Fake declared("attn-flip-declared", AC_OP_ATTENTION, Bug::attention_nondeterministic, 0, -1,
+                fakes::kAttnFeatures);
+  declared.set_flags(AC_CAP_NONDETERMINISTIC);
+  const PropertyResult d = run("run_to_run", declared);
+  REQUIRE(d.status == PropertyResult::Status::passed);
+  // The fake flips the last bit of every nonzero O on every other call: one ulp apart, and so far
+  // below the budget; the LSE never differs.
+  CHECK(d.spread.differing > 0);
+  CHECK(d.spread.differing < d.spread.compared);
+  CHECK(d.spread.max_ulps == 1);
+  CHECK(d.spread.max_budget > 0);
+  CHECK(d.spread.max_budget < 1);
+}
