@@ -121,6 +121,13 @@ JudgeCounts& thread_judge_counts();
 
 Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const Conventions&, const Budget&,
                           JudgePath path = default_judge_path());
+// The rows (token * heads + head) judge_attention judges of an input with T query tokens and H
+// heads: empty for every row, which is the case up to kJudgeEveryRowUpTo rows. Above it (the long
+// suite's layer: 8192 x 32 = 262,144 rows of up to 8192 keys, hours for any reference) a sample, a
+// function of T and H alone so that a replay judges the same rows: the first and the last query row
+// of every head, and kSampledRows more spread by splitmix64; sorted, without repeats.
+constexpr int64_t kJudgeEveryRowUpTo = 4096, kSampledRows = 512;
+std::vector<int64_t> sampled_rows(int64_t T, int64_t H);
 Judgement judge_merge(const MergeInput&, const MergeOutput&, const Conventions&, const Budget&);
 Judgement judge_softmax(const SoftmaxInput&, const SoftmaxOutput&, const Conventions&, const Budget&);
 

@@ -123,6 +123,20 @@ bool applies(const Property& p, const Subject& s) {
   return op != 0 && p.applies_to(s, op);
 }
 
+// The generators' domain for one subject under a run's limits: its dtypes and head sizes narrowed
+// to the run's, and the long suite's layer over at most kHostLayerTokens tokens for a host subject.
+gen::Domain run_domain(const Subject& s, const RunConfig& cfg) {
+  gen::Domain d = gen::domain_for(s, cfg.max_keys, cfg.dtypes);
+  if (!cfg.head_sizes.empty())
+    std::erase_if(d.head_sizes, [&](int32_t h) {
+      return std::find(cfg.head_sizes.begin(), cfg.head_sizes.end(), h) == cfg.head_sizes.end();
+    });
+  if (cfg.layer_tokens > 0)
+    d.layer_tokens =
+        s.caps().memory == AC_MEMORY_CUDA ? cfg.layer_tokens : std::min(cfg.layer_tokens, kHostLayerTokens);
+  return d;
+}
+
 Case make_case(const Ctx& ctx, uint32_t op) {
   Case c;
   c.op = op_name(op);
@@ -137,7 +151,7 @@ Case make_case(const Ctx& ctx, uint32_t op) {
 // The case generator of a property for one subject: the property draws the input; the runner
 // draws the options every attention case has (tiling; split count and fold order for split-KV).
 rc::Gen<Case> case_gen(const Ctx& ctx, const Property& prop, uint32_t op) {
-  const gen::Domain dom = gen::domain_for(ctx.subject, ctx.cfg.max_keys, ctx.cfg.dtypes);
+  const gen::Domain dom = run_domain(ctx.subject, ctx.cfg);
   const Case base = make_case(ctx, op);
   const ac_caps caps = ctx.subject.caps();
   return rc::gen::exec([dom, &prop, base, op, caps] {
@@ -186,6 +200,11 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     return res;
   }
   const uint32_t op = op_for(prop->info(), subject);
+  if (const gen::Domain d = run_domain(subject, cfg); d.dtypes.empty() || d.head_sizes.empty()) {
+    res.status = PropertyResult::Status::not_applicable;
+    res.message = "subject has none of the run's dtypes or head sizes";
+    return res;
+  }
   thread_judge_counts() = JudgeCounts{};
   Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {},
           {},      true};
@@ -295,7 +314,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   const RapidCheckResult result = check_with_rapidcheck(property, run);
   if (structural_shrink && cfg.shrink && result.kind == RapidCheckResult::Kind::failed && last_failing &&
       !last_outcome.crashed && !cancelled) {
-    const gen::Domain dom = gen::domain_for(subject, cfg.max_keys, cfg.dtypes);
+    const gen::Domain dom = run_domain(subject, cfg);
     ShrinkHooks hooks;
     hooks.candidates = [&](const AttentionInput& a) {
       return attention_shrinks(a, dom.head_sizes, dom.zero_keys);
@@ -382,6 +401,7 @@ std::string stream_flags(const RunConfig& cfg) {
   if (cfg.max_keys != RunConfig{}.max_keys) f += " --max-keys " + std::to_string(cfg.max_keys);
   for (size_t i = 0; i < cfg.dtypes.size(); ++i)
     f += (i ? "," : " --dtype ") + std::string(dtype_name(cfg.dtypes[i]));
+  if (cfg.layer_tokens > 0) f += " --suite long";
   return f;
 }
 
@@ -448,7 +468,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
   const ac_caps& caps = subject.caps();
   const bool split = subject.has_op(AC_OP_SPLITKV);
   if (!subject.has_op(AC_OP_ATTENTION) && !split) return rows;
-  const gen::Domain dom = gen::domain_for(subject, cfg.max_keys, cfg.dtypes);
+  const gen::Domain dom = run_domain(subject, cfg);
   const rc::Gen<AttentionInput> g = gen::attention_input(dom);
   std::vector<AttentionInput> inputs;
   // The tiling report draws its own stream: case_seed with "tiling" in the property's place.

@@ -431,3 +431,20 @@ TEST_CASE("spread_of counts differing O and LSE elements and their largest dista
   CHECK(s.differing == 2);
   CHECK(s.max_ulps == 3);
 }
+
+// Sampled judging of layer-sized inputs: every row up to kJudgeEveryRowUpTo rows; above it the
+// first and last query row of every head plus at most kSampledRows more, sorted and distinct.
+TEST_CASE("sampled_rows: all rows of small inputs, a fixed sample of layer-sized ones") {
+  CHECK(sampled_rows(128, 32).empty());  // 4096 rows: every one judged
+  const auto s = sampled_rows(512, 32);  // 16384 rows
+  REQUIRE_FALSE(s.empty());
+  CHECK(s.size() <= size_t(2 * 32 + kSampledRows));
+  CHECK(std::is_sorted(s.begin(), s.end()));
+  CHECK(std::adjacent_find(s.begin(), s.end()) == s.end());
+  for (int64_t h = 0; h < 32; ++h) {
+    CHECK(std::binary_search(s.begin(), s.end(), h));
+    CHECK(std::binary_search(s.begin(), s.end(), 511 * 32 + h));
+  }
+  CHECK(s.back() < 512 * 32);
+  CHECK(sampled_rows(512, 32) == s);  // a function of the shape: a replay judges the same rows
+}

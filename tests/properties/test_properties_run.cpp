@@ -293,3 +293,24 @@ TEST_CASE("nondeterministic by design: run_to_run reports the spread when declar
   CHECK(d.spread.max_budget > 0);
   CHECK(d.spread.max_budget < 1);
 }
+
+// The long suite's layer cases (RunConfig::layer_tokens): 32 heads over 256 tokens is 8192 rows,
+// judged on a sample; a bug on every row is still found and shrunk, and fewer rows are judged
+// than the layer holds.
+TEST_CASE("layer cases: sampled judging finds an everywhere bug", "[properties][long]") {
+  RunConfig cfg = small_config();
+  cfg.layer_tokens = 256;
+  cfg.max_keys = 256;
+  cfg.num_cases = 8;
+  cfg.head_sizes = {128};
+  cfg.dtypes = {AC_DTYPE_F16};
+  Fake good("attn-good", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult g = run_property("accuracy", good, cfg);
+  CHECK(g.status == PropertyResult::Status::passed);
+  CHECK(g.stats.at(0).dtype == "fp16");
+  Fake off("attn-off", AC_OP_ATTENTION, Bug::attention_off_by_one_o, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult o = run_property("accuracy", off, cfg);
+  REQUIRE(o.status == PropertyResult::Status::failed);
+  CHECK(o.counterexample_size.head_size == 128);
+  CHECK(o.counterexample_size.tokens == 1);
+}

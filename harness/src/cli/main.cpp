@@ -237,6 +237,13 @@ std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::
   return out;
 }
 
+// --suite long: realistic attention rows. The gate's properties that take attention or split-KV
+// subjects, on those subjects only, with keys up to kLongSuiteTokens, d = 128, fp16 and bf16, and
+// one attention case in four the seed's layer (32 / 8 heads) over kLongSuiteTokens tokens, judged
+// on sampled rows (RunConfig::layer_tokens).
+constexpr int kLongSuiteTokens = 8192, kLongSuiteCases = 10;
+constexpr uint32_t kLongSuiteOps = AC_OP_ATTENTION | AC_OP_SPLITKV;
+
 std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::string>& names,
                                                      const std::string& suite) {
   std::vector<const ac::PropertyInfo*> out;
@@ -252,9 +259,10 @@ std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::stri
     }
     return out;
   }
-  if (suite != "gate" && suite != "full") throw UsageError("unknown suite '" + suite + "' (gate or full)");
+  if (suite != "gate" && suite != "full" && suite != "long")
+    throw UsageError("unknown suite '" + suite + "' (gate, full or long)");
   for (const auto& p : ac::all_properties())
-    if (suite == "full" || p.in_gate) out.push_back(&p);
+    if (suite == "full" || (p.in_gate && (suite == "gate" || (p.ops & kLongSuiteOps)))) out.push_back(&p);
   return out;
 }
 
@@ -347,6 +355,9 @@ std::string shape_set_of(const ac::RunConfig& cfg) {
   std::string s = "max_size=" + std::to_string(cfg.max_size) + ",max_keys=" + std::to_string(cfg.max_keys);
   for (size_t i = 0; i < cfg.dtypes.size(); ++i)
     s += (i ? "+" : ",dtypes=") + std::string(ac::dtype_name(cfg.dtypes[i]));
+  for (size_t i = 0; i < cfg.head_sizes.size(); ++i)
+    s += (i ? "+" : ",head_sizes=") + std::to_string(cfg.head_sizes[i]);
+  if (cfg.layer_tokens > 0) s += ",layer_tokens=" + std::to_string(cfg.layer_tokens);
   return s;
 }
 
@@ -496,6 +507,14 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
       throw UsageError(std::string("baseline: ") + e.what());
     }
   }
+  std::vector<std::pair<ac::Subject*, const ac::PropertyInfo*>> plan;
+  for (ac::Subject* s : subjects)
+    for (const auto* p : properties)
+      if (ac::property_applies(*p, *s) && (o.suite != "long" || (s->caps().ops & kLongSuiteOps)) &&
+          (dtypes.empty() ||
+           std::any_of(dtypes.begin(), dtypes.end(), [&](ac_dtype d) { return s->has_dtype(d); })))
+        plan.emplace_back(s, p);
+  if (plan.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
   const std::string corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
   // The parent prepared the directories for its children.
   if (!child) {
@@ -535,19 +554,15 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   base_cfg.corpus_dir = corpus_dir;
   base_cfg.max_keys = o.max_keys;
   base_cfg.dtypes = dtypes;
+  if (o.suite == "long") {
+    base_cfg.head_sizes = {128};
+    base_cfg.layer_tokens = std::min(o.max_keys, kLongSuiteTokens);
+  }
   base_cfg.shrink = !o.no_shrink;
   base_cfg.shrink_seconds = o.shrink_time;
   base_cfg.cancel = &g_interrupted;
   report.shape_set = shape_set_of(base_cfg);
 
-  std::vector<std::pair<ac::Subject*, const ac::PropertyInfo*>> plan;
-  for (ac::Subject* s : subjects)
-    for (const auto* p : properties)
-      if (ac::property_applies(*p, *s) &&
-          (dtypes.empty() ||
-           std::any_of(dtypes.begin(), dtypes.end(), [&](ac_dtype d) { return s->has_dtype(d); })))
-        plan.emplace_back(s, p);
-  if (plan.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
   if (shard_count > 1) {
     std::erase_if(plan, [&](const auto& pair) {
       const uint64_t h = ac::hash::fnv1a64(pair.second->name, ac::hash::fnv1a64(pair.first->name() + '\0'));
@@ -1027,7 +1042,10 @@ int main(int argc, char** argv) {
       ->add_option("--property", co.properties,
                    "property names (repeatable or comma-separated; overrides --suite)")
       ->check(ac::cli::names_something());
-  check->add_option("--suite", co.suite, "gate (default, fast) | full");
+  check->add_option(
+      "--suite", co.suite,
+      "gate (default, fast) | full | long (attention subjects: keys to 8192, d 128, fp16/bf16, the "
+      "seed's layer on sampled rows; 10 cases)");
   check->add_option("--seed", co.seed, "seed of the case stream (default 1)")->check(ac::cli::decimal_u64());
   check->add_option("--cases", co.cases, "cases per (subject, property) (default 100)")
       ->check(CLI::Range(1, ac::cli::Limits::kMaxCases));
@@ -1150,6 +1168,12 @@ int main(int argc, char** argv) {
     if (check->parsed()) {
       co.backend = backend;
       co.plugins = plugins;
+      if (co.suite == "long") {
+        // The long suite's defaults; an explicit option still wins.
+        if (!check->count("--max-keys")) co.max_keys = kLongSuiteTokens;
+        if (!check->count("--cases")) co.cases = kLongSuiteCases;
+        if (co.dtypes.empty()) co.dtypes = {"fp16", "bf16"};
+      }
       return run_check(co, command, argv);
     }
     if (replay->parsed()) return run_replay(replay_files, replay_subject, backend, plugins);

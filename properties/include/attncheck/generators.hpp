@@ -26,6 +26,7 @@ struct Domain {
   int max_heads = 4;                // query heads (GQA ratios 1, 2, 4, 8 within it)
   int tile_keys = 0;                // the subject's largest key tile (Bc); 0: none
   bool zero_keys = true;            // sequences of 0 keys allowed (AC_CAP_REFUSES_ZERO_KEYS: not)
+  int layer_tokens = 0;             // > 0: attention_input draws the seed's layer shape (RunConfig)
 };
 // The key tile a subject that declares no tilings is tested as if it had, when the run's max_keys
 // reaches it: rows of up to 2 * 64 + 8 keys then cross the boundaries of 64- and 128-key tiles.

@@ -55,10 +55,15 @@ struct RunConfig {
   // Seconds a failure may spend shrinking, from its discovery; past it (or on cancel) the smallest
   // failing case found so far is the counterexample and the result says the shrink was cut.
   double shrink_seconds = 20;
-  int max_size = 100;            // RapidCheck size cap (<= 100); shapes scale from it
-  int max_keys = 64;             // longest key row generated; raise for long rows (8192 and beyond)
-  bool write_ahead = false;      // write-ahead for host subjects too (always on for cuda subjects)
-  std::vector<ac_dtype> dtypes;  // empty: every dtype the subject has
+  int max_size = 100;               // RapidCheck size cap (<= 100); shapes scale from it
+  int max_keys = 64;                // longest key row generated; raise for long rows (8192 and beyond)
+  bool write_ahead = false;         // write-ahead for host subjects too (always on for cuda subjects)
+  std::vector<ac_dtype> dtypes;     // empty: every dtype the subject has
+  std::vector<int32_t> head_sizes;  // empty: every head size the generators offer the subject
+  // The long suite: one attention case in four is the seed's layer (32 query heads over 8 KV heads,
+  // d = 128) over this many tokens, judged on sampled rows (sampled_rows in measure.cpp); host
+  // subjects get at most kHostLayerTokens of them (a host twin takes minutes for 8192). 0: none.
+  int layer_tokens = 0;
   std::function<void(int done, int total)> progress;  // called after each case
   const std::atomic<bool>* cancel = nullptr;          // set: stop after the current case
   std::function<void(const Case&)> before_launch;     // called before each subject call
@@ -133,6 +138,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
 // The check flags that shape a run's case stream besides --seed and --shard (--cases, and
 // --max-keys and --dtype where they are not the defaults): a pasted reproduce command needs them.
 std::string stream_flags(const RunConfig&);
+constexpr int kHostLayerTokens = 512;
 
 // Replay: re-run one case against a subject, judged by the property the case names (accuracy and
 // no_spurious_nonfinite when it names none or one that does not apply to the subject).
