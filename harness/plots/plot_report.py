@@ -5,9 +5,18 @@
     python3 harness/plots/plot_report.py REPORT_DIR/report.json --out REPORT_DIR/plots
 
 Writes, as PNG and SVG:
-  tiling-<subject>-<dtype>.{png,svg}   heatmaps of max and p99 ulp error per tiling (Br x Bc)
-  histogram-<subject>.{png,svg}        ulp-error histogram of each subject (all properties, dtypes, outputs)
-  drift-<subject>-<dtype>.{png,svg}    split-order drift: max ulp per split count, one line per fold order
+  tiling-<subject>-<dtype>.{png,svg}   heatmaps of error / budget per tiling (Br x Bc), O at num_splits = 1:
+                                       p50, p99 and max over the outputs; the verdict passes an output
+                                       at <= 1, so the colour scale runs from 0 to max(1, largest value)
+  splits-<subject>-<dtype>.{png,svg}   split-KV subjects: p50, p99 and max of error / budget (O) per
+                                       split count, one line per fold order (worst over tilings), y from 0
+  histogram-<subject>-<backend>.{png,svg} ulp-error histogram of each subject (all properties, dtypes, outputs)
+  drift-<subject>-<backend>.{png,svg}  split_order_drift: per split count, the fraction of O outputs whose
+                                       bits differ between fold orders and against num_splits = 1 (same
+                                       fold order), and the largest such difference in ulps of the scale
+                                       S = sum p|v| the output is computed at (the unit of cancel ulp); y from 0
+The error / budget pictures need report.json's p50_ratio / p99_ratio / max_ratio and the drift picture
+its drift_by_splits; a report written before those fields has none of them drawn.
 Uses matplotlib (Debian: python3-matplotlib). Without it, it prints one note and exits
 EXIT_NO_MATPLOTLIB, which `attncheck plot` (harness/src/plot.cpp) takes as "try the next python3 on
 PATH"; the report files never depend on the pictures.
@@ -48,34 +57,93 @@ def edge_label(e):
     return f"{e:g}"
 
 
+RATIO_KEYS = (("p50_ratio", "p50"), ("p99_ratio", "p99"), ("max_ratio", "max"))
+
+
+def ratio_rows(t):
+    """The O rows of a tiling entry that carry the error / budget quantiles."""
+    return [r for r in t["rows"] if r["stats"]["output"] == "O" and "max_ratio" in r["stats"]]
+
+
+def ratio_top(values):
+    """Top of an error / budget scale: at least the pass line 1, else the largest finite value."""
+    finite = [v for v in values if not math.isnan(v) and not math.isinf(v)]
+    return max([1.0] + finite)
+
+
 def tiling_heatmaps(plt, report, out_dir):
     made = []
     for t in report.get("tilings", []):
-        rows = [r for r in t["rows"] if r.get("num_splits", 1) == 1 and r["stats"]["output"] == "O"]
+        rows = [r for r in ratio_rows(t) if r.get("num_splits", 1) == 1]
         if not rows:
             continue
         brs = sorted({r["br"] for r in rows})
         bcs = sorted({r["bc"] for r in rows})
-        fig, axes = plt.subplots(1, 2, figsize=(5 + 2.4 * len(bcs), 2 + 0.8 * len(brs)), layout="constrained")
-        for ax, key, title in zip(axes, ("max_ulp", "p99_ulp"), ("max ulp", "p99 ulp")):
+        grids = {}
+        for key, _ in RATIO_KEYS:
             grid = [[math.nan] * len(bcs) for _ in brs]
             for r in rows:  # several rows per tile (fold orders at one split): keep the worst
                 i, j = brs.index(r["br"]), bcs.index(r["bc"])
                 v = num(r["stats"][key])
                 grid[i][j] = v if math.isnan(grid[i][j]) else max(grid[i][j], v)
-            im = ax.imshow(grid, cmap="viridis", aspect="auto")
+            grids[key] = grid
+        # One scale for the three panels, from 0, reaching the pass line 1 at least.
+        top = ratio_top([v for g in grids.values() for row in g for v in row])
+        fig, axes = plt.subplots(1, 3, figsize=(6 + 3.0 * len(bcs), 2 + 0.8 * len(brs)), layout="constrained")
+        for ax, (key, title) in zip(axes, RATIO_KEYS):
+            grid = grids[key]
+            shown = [[min(v, top) for v in row] for row in grid]  # an infinite ratio shows at the top
+            im = ax.imshow(shown, cmap="viridis", vmin=0, vmax=top, aspect="auto")
             ax.set_xticks(range(len(bcs)), [str(b) for b in bcs])
             ax.set_yticks(range(len(brs)), [str(b) for b in brs])
             ax.set_xlabel("Bc (keys per tile)")
             ax.set_ylabel("Br (query rows per tile)")
-            ax.set_title(f"{title}")
+            ax.set_title(f"{title} error / budget")
             for i in range(len(brs)):
                 for j in range(len(bcs)):
-                    if not math.isnan(grid[i][j]):
-                        ax.text(j, i, f"{grid[i][j]:.2g}", ha="center", va="center", color="white", fontsize=8)
-            fig.colorbar(im, ax=ax)
-        fig.suptitle(f"{t['subject']} ({t.get('backend', '')}) {t['dtype']}: O error per tiling")
+                    v = grid[i][j]
+                    if not math.isnan(v):
+                        ax.text(j, i, f"{v:.3g}" + (" FAIL" if v > 1 else ""), ha="center", va="center",
+                                color="white" if min(v, top) < 0.6 * top else "black", fontsize=8)
+            bar = fig.colorbar(im, ax=ax)
+            bar.ax.axhline(1.0, color="red", linewidth=1.5)  # the verdict's pass line
+        fig.suptitle(f"{t['subject']} ({t.get('backend', '')}) {t['dtype']}: O error / budget per tiling "
+                     f"(passes at <= 1, red line)")
         stem = safe(f"tiling-{t['subject']}-{t['dtype']}")
+        save(fig, out_dir, stem)
+        plt.close(fig)
+        made.append(stem)
+    return made
+
+
+def splits(plt, report, out_dir):
+    made = []
+    for t in report.get("tilings", []):
+        rows = [r for r in ratio_rows(t) if r.get("fold")]
+        if not rows:
+            continue
+        folds = sorted({r["fold"] for r in rows})
+        worst = {}  # (key, fold, num_splits) -> worst over tilings
+        for r in rows:
+            for key, _ in RATIO_KEYS:
+                k = (key, r["fold"], r["num_splits"])
+                worst[k] = max(worst.get(k, 0.0), num(r["stats"][key]))
+        top = ratio_top(worst.values())
+        fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), layout="constrained")
+        for ax, (key, title) in zip(axes, RATIO_KEYS):
+            for fold in folds:
+                xs = sorted(n for (k, f, n) in worst if k == key and f == fold)
+                ax.plot(xs, [min(worst[(key, fold, x)], top) for x in xs], marker="o", label=f"fold {fold}")
+            ax.axhline(1.0, color="red", linestyle="--", linewidth=1, label="budget")
+            ax.set_ylim(0, 1.05 * top)
+            ax.set_xticks(sorted({n for (_, _, n) in worst}))
+            ax.set_xlabel("num_splits")
+            ax.set_ylabel("error / budget (O)")
+            ax.set_title(f"{title} error / budget")
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"{t['subject']} ({t.get('backend', '')}) {t['dtype']}: O error / budget per split count "
+                     f"(worst over tilings)")
+        stem = safe(f"splits-{t['subject']}-{t['dtype']}")
         save(fig, out_dir, stem)
         plt.close(fig)
         made.append(stem)
@@ -115,23 +183,39 @@ def histograms(plt, report, out_dir):
 
 def drift(plt, report, out_dir):
     made = []
-    for t in report.get("tilings", []):
-        rows = [r for r in t["rows"] if r.get("fold") and r["stats"]["output"] == "O"]
-        if not rows:
+    for e in report.get("results", []):
+        by = e.get("drift_by_splits") or []
+        if not by:
             continue
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        for fold in sorted({r["fold"] for r in rows}):
-            pts = {}
-            for r in rows:
-                if r["fold"] == fold:
-                    pts[r["num_splits"]] = max(pts.get(r["num_splits"], 0.0), num(r["stats"]["max_ulp"]))
-            xs = sorted(pts)
-            ax.plot(xs, [pts[x] for x in xs], marker="o", label=f"fold {fold}")
-        ax.set_xlabel("num_splits")
-        ax.set_ylabel("max ulp error (O)")
-        ax.set_title(f"{t['subject']} {t['dtype']}: split-order drift")
-        ax.legend()
-        stem = safe(f"drift-{t['subject']}-{t['dtype']}")
+        xs = [d["num_splits"] for d in by]
+
+        def fraction(d, what):
+            n = d[f"{what}_outputs"]
+            return d[f"{what}_differ"] / n if n else math.nan
+
+        def finite_ulp(d, what):  # a non-finite output is a failure the verdict reports; not drawn
+            v = num(d[f"{what}_max_ulp"])
+            return v if not math.isinf(v) else math.nan
+
+        fig, (ax_frac, ax_ulp) = plt.subplots(1, 2, figsize=(10, 3.4), layout="constrained")
+        series = (("fold", "between fold orders"), ("splits", "against num_splits = 1, same fold"))
+        for what, label in series:
+            ax_frac.plot(xs, [fraction(d, what) for d in by], marker="o", label=label)
+            ax_ulp.plot(xs, [finite_ulp(d, what) for d in by], marker="o", label=label)
+        for ax in (ax_frac, ax_ulp):
+            ax.set_ylim(bottom=0)
+            ax.set_xlabel("num_splits")
+            ax.set_xticks(xs)
+            ax.legend(fontsize=8)
+        ax_frac.set_ylabel("fraction of O outputs")
+        ax_frac.set_title("outputs whose bits differ")
+        ax_ulp.set_ylabel("ulps of S = sum p|v|")
+        ax_ulp.set_title("largest difference")
+        fold = e.get("drift_fold_differ_fraction", 0.0)
+        split = e.get("drift_splits_differ_fraction", 0.0)
+        fig.suptitle(f"{e['subject']} ({e['backend']}): split-order drift, {e['cases_run']} cases "
+                     f"(differ: {fold:.3%} across fold orders, {split:.3%} across split counts)")
+        stem = safe(f"drift-{e['subject']}-{e['backend']}")
         save(fig, out_dir, stem)
         plt.close(fig)
         made.append(stem)
@@ -154,7 +238,8 @@ def main():
     with open(args.report) as f:
         report = json.load(f)
     os.makedirs(args.out, exist_ok=True)
-    made = tiling_heatmaps(plt, report, args.out) + histograms(plt, report, args.out) + drift(plt, report, args.out)
+    made = (tiling_heatmaps(plt, report, args.out) + splits(plt, report, args.out) + histograms(plt, report, args.out)
+            + drift(plt, report, args.out))
     return 0 if made is not None else 1
 
 

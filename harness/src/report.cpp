@@ -78,6 +78,9 @@ json stats_to_json(const OutputStats& s) {
               {"mean_ulp", num(s.mean_ulp)},
               {"max_cancel_ulp", num(s.max_cancel_ulp)},
               {"p99_cancel_ulp", num(s.p99_cancel_ulp)},
+              {"p50_ratio", num(s.p50_ratio)},
+              {"p99_ratio", num(s.p99_ratio)},
+              {"max_ratio", num(s.max_ratio)},
               {"histogram", s.histogram}};
 }
 OutputStats stats_from_json(const json& j) {
@@ -91,8 +94,32 @@ OutputStats stats_from_json(const json& j) {
   s.mean_ulp = get_num(j.at("mean_ulp"));
   s.max_cancel_ulp = get_num(j.value("max_cancel_ulp", json(0.0)));
   s.p99_cancel_ulp = get_num(j.value("p99_cancel_ulp", json(0.0)));
+  s.p50_ratio = get_num(j.value("p50_ratio", json(0.0)));
+  s.p99_ratio = get_num(j.value("p99_ratio", json(0.0)));
+  s.max_ratio = get_num(j.value("max_ratio", json(0.0)));
   s.histogram = integers_or_empty<int64_t>(j, "histogram", "stats", 0, kMaxCount);
   return s;
+}
+
+json drift_to_json(const DriftCounts& d) {
+  return json{{"num_splits", d.num_splits},
+              {"fold_outputs", d.fold_outputs},
+              {"fold_differ", d.fold_differ},
+              {"fold_max_ulp", num(d.fold_max_ulp)},
+              {"splits_outputs", d.splits_outputs},
+              {"splits_differ", d.splits_differ},
+              {"splits_max_ulp", num(d.splits_max_ulp)}};
+}
+DriftCounts drift_from_json(const json& j) {
+  DriftCounts d;
+  d.num_splits = int(integer(j, "num_splits", "drift_by_splits", 1, 1 << 20));
+  d.fold_outputs = integer(j, "fold_outputs", "drift_by_splits", 0, kMaxCount);
+  d.fold_differ = integer(j, "fold_differ", "drift_by_splits", 0, d.fold_outputs);
+  d.fold_max_ulp = get_num(j.at("fold_max_ulp"));
+  d.splits_outputs = integer(j, "splits_outputs", "drift_by_splits", 0, kMaxCount);
+  d.splits_differ = integer(j, "splits_differ", "drift_by_splits", 0, d.splits_outputs);
+  d.splits_max_ulp = get_num(j.at("splits_max_ulp"));
+  return d;
 }
 
 int status_rank(const std::string& s) {  // worse is larger; passed and not_applicable are 0
@@ -105,6 +132,11 @@ int status_rank(const std::string& s) {  // worse is larger; passed and not_appl
 double worst_max_ulp(const ReportEntry& e) {
   double m = 0;
   for (const auto& s : e.stats) m = std::max(m, s.max_ulp);
+  return m;
+}
+double worst_max_ratio(const ReportEntry& e) {
+  double m = 0;
+  for (const auto& s : e.stats) m = std::max(m, s.max_ratio);
   return m;
 }
 double worst_p99_ulp(const ReportEntry& e) {
@@ -198,6 +230,7 @@ ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int sha
   e.shrink_cut = r.shrink_cut;
   e.max_drift_ulp = r.max_drift_ulp;
   e.spread = r.spread;
+  e.drift_by_splits = r.drift_by_splits;
   e.rows_judged = r.rows_judged;
   e.rows_escalated = r.rows_escalated;
   e.rows_uncertified = r.rows_uncertified;
@@ -277,6 +310,18 @@ json report_to_json(const Report& r) {
                                              {"differing", e.spread.differing},
                                              {"max_ulps", num(e.spread.max_ulps)},
                                              {"max_budget", num(e.spread.max_budget)}};
+    if (!e.drift_by_splits.empty()) {
+      // The totals are derived from drift_by_splits (the record a merge adds), for readers.
+      json& result = results.back();
+      const DriftCounts all = drift_total(e.drift_by_splits);
+      result["drift_fold_differ_fraction"] = all.fold_differ_fraction();
+      result["drift_fold_max_ulp"] = num(all.fold_max_ulp);
+      result["drift_splits_differ_fraction"] = all.splits_differ_fraction();
+      result["drift_splits_max_ulp"] = num(all.splits_max_ulp);
+      json by = json::array();
+      for (const DriftCounts& d : e.drift_by_splits) by.push_back(drift_to_json(d));
+      result["drift_by_splits"] = by;
+    }
   }
   j["results"] = results;
   json tilings = json::array();
@@ -348,6 +393,8 @@ Report report_from_json(const json& j) {
         e.spread.max_ulps = get_num(sp.at("max_ulps"));
         e.spread.max_budget = get_num(sp.value("max_budget", json(0.0)));
       }
+      for (const auto& d : x.value("drift_by_splits", json::array()))
+        add_drift(e.drift_by_splits, {drift_from_json(d)});
       e.rows_judged = json_fields::get_int_or<ReportError>(x, "rows_judged", "results", 0, kMaxCount, 0);
       e.rows_escalated =
           json_fields::get_int_or<ReportError>(x, "rows_escalated", "results", 0, kMaxCount, 0);
@@ -434,8 +481,8 @@ std::string render_markdown(const Report& r) {
       << " skipped\n";
     for (const auto& g : regs) o << "- " << g.get<std::string>() << "\n";
   }
-  o << "\n| subject | property | status | cases | max ulp | p99 ulp | non-finite | note |\n";
-  o << "|---|---|---|---:|---:|---:|---:|---|\n";
+  o << "\n| subject | property | status | cases | max ulp | p99 ulp | max err/budget | non-finite | note |\n";
+  o << "|---|---|---|---:|---:|---:|---:|---:|---|\n";
   const size_t limit = 25;
   size_t shown = 0;
   for (const auto* e : rows) {
@@ -451,8 +498,8 @@ std::string render_markdown(const Report& r) {
     if (note.size() > 160) note = note.substr(0, 157) + "...";
     o << "| " << md_cell(e->subject) << " (" << e->backend << ") | " << md_cell(e->property) << " | "
       << (e->status == "passed" ? "pass" : "**" + e->status + "**") << " | " << e->cases_run << " | "
-      << fmt(worst_max_ulp(*e)) << " | " << fmt(worst_p99_ulp(*e)) << " | " << nonfinite_total(*e) << " | "
-      << md_cell(note) << " |\n";
+      << fmt(worst_max_ulp(*e)) << " | " << fmt(worst_p99_ulp(*e)) << " | " << fmt(worst_max_ratio(*e))
+      << " | " << nonfinite_total(*e) << " | " << md_cell(note) << " |\n";
   }
   if (rows.size() > shown)
     o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
@@ -625,6 +672,9 @@ void merge_stats(std::vector<OutputStats>& into, const std::vector<OutputStats>&
     it->p99_ulp = std::max(it->p99_ulp, s.p99_ulp);  // upper bound of the union's p99 (file comment)
     it->max_cancel_ulp = std::max(it->max_cancel_ulp, s.max_cancel_ulp);
     it->p99_cancel_ulp = std::max(it->p99_cancel_ulp, s.p99_cancel_ulp);
+    it->p50_ratio = std::max(it->p50_ratio, s.p50_ratio);  // upper bounds, as p99 (file comment)
+    it->p99_ratio = std::max(it->p99_ratio, s.p99_ratio);
+    it->max_ratio = std::max(it->max_ratio, s.max_ratio);
     if (it->histogram.size() < s.histogram.size()) it->histogram.resize(s.histogram.size(), 0);
     for (size_t i = 0; i < s.histogram.size(); ++i) it->histogram[i] += s.histogram[i];
   }
@@ -686,6 +736,7 @@ Report merge_reports(const std::vector<Report>& parts) {
       m.seconds += e.seconds;
       m.max_drift_ulp = std::max(m.max_drift_ulp, e.max_drift_ulp);
       m.spread.add(e.spread);
+      add_drift(m.drift_by_splits, e.drift_by_splits);
       m.rows_judged += e.rows_judged;
       m.rows_escalated += e.rows_escalated;
       m.rows_uncertified += e.rows_uncertified;

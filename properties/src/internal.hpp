@@ -56,8 +56,12 @@ struct Elem {
   double out_value = 0;
   uint32_t out_bits = 0;
   bool out_finite = true;
-  double ulp = 0;      // plain ulp error (inf for nonfinite classes)
-  double cancel = 0;   // cancellation-aware error
+  double ulp = 0;     // plain ulp error (inf for nonfinite classes)
+  double cancel = 0;  // cancellation-aware error
+  // The unit of `cancel` (ulp_F(S) for O and Y; the scaled fp32 ulp for LSE); 0 for a non-finite
+  // output. A fast element whose S may lie on either side of a power of two, with an error near zero
+  // in both units, holds the smaller one, so a difference measured in it is never understated.
+  double cancel_unit = 0;
   double ratio = 0;    // |error| / allowed (<= 1 passes)
   double allowed = 0;  // the budget in absolute terms
   bool within = true;  // meets the budget (or the expected non-finite value)
@@ -143,12 +147,16 @@ ref::AttentionProblem problem_of(const AttentionInput&);
 int64_t total_q(const AttentionInput&);
 int64_t total_k(const AttentionInput&);
 
-// Statistics over judged elements (skipping rows a naive-exp hazard makes unpredictable).
-void accumulate_stats(std::vector<OutputStats>&, const Judgement&,
-                      std::vector<std::vector<double>>& ulp_samples,
-                      std::vector<std::vector<double>>& cancel_samples);
-void finish_stats(std::vector<OutputStats>&, std::vector<std::vector<double>>& ulp_samples,
-                  std::vector<std::vector<double>>& cancel_samples);
+// Statistics over judged elements (skipping rows a naive-exp hazard makes unpredictable). The
+// samples of each OutputStats entry (same index) are kept until finish_stats takes the quantiles.
+struct StatSamples {
+  std::vector<std::vector<double>> ulp, cancel, ratio;
+};
+void accumulate_stats(std::vector<OutputStats>&, const Judgement&, StatSamples&);
+void finish_stats(std::vector<OutputStats>&, StatSamples&);
+
+// ulp_at(F, x) (ulp.hpp) of the output format for a finite x >= 0, in double.
+double ulp_of(ac_dtype, double x);
 
 WorstElement to_worst(const Elem&);
 

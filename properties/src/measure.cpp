@@ -110,6 +110,13 @@ const char* out_name(Out o) {
   return "?";
 }
 
+// The same definition as ulp_at, without MPFR.
+double ulp_of(ac_dtype d, double S) {
+  const ref::FormatSpec& sp = ref::spec(fmt(d));
+  const int q = S == 0 ? sp.emin - 1 : std::max(std::ilogb(S) + 1 - sp.precision, sp.emin - 1);
+  return std::ldexp(1.0, q);
+}
+
 namespace {
 
 const double kLn2 = std::log(2.0);
@@ -142,6 +149,7 @@ void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, doubl
   const double err = to_d(abs(Real(e.out_value) - e.exact));
   const double unit = to_d(ref::ulp_at(fmt(d), Real(scale_ulp_of)));
   e.cancel = err / unit;
+  e.cancel_unit = unit;
   e.ratio = allowed > 0 ? err / allowed : (err == 0 ? 0 : std::numeric_limits<double>::infinity());
   e.within = err <= allowed;
 }
@@ -163,7 +171,8 @@ void measure_lse(Elem& e, float y, double allowed) {
   }
   const double err = to_d(abs(Real(double(y)) - e.exact));
   const double scale = std::max(1.0, std::fabs(to_d(e.exact)));
-  e.cancel = err / (0x1p-23 * scale);
+  e.cancel_unit = 0x1p-23 * scale;
+  e.cancel = err / e.cancel_unit;
   e.ratio = err / allowed;
   e.within = err <= allowed;
 }
@@ -293,7 +302,13 @@ static Elem o_elem(int64_t row, int64_t t, int64_t h, int64_t c, const Real& exa
 //     count is identical; max, mean and p99 agree within 2^-16 ulp. The cancellation-aware error
 //     needs ulp_F(S): when S_min and S_max differ in it and the error is not near zero, the exact
 //     path's S is computed for every double its LSE may round to (at most 128, else escalate), by
-//     its own formula, and all must agree.
+//     its own formula, and all must agree; else cancel_unit holds ulp_F(S_min), never more than the
+//     exact path's unit (split_order_drift's differences in it bound the exact path's from above,
+//     by at most the factor 2 of one binade). A fast element's error / budget ratio is
+//     err_hi / allowed_lo: at least the exact path's to_d(|y - x|) / allowed (division rounds
+//     monotonically), so the ratio statistics of a fast judgement bound the exact path's from
+//     above; they differ by the width of the allowance interval (near 2 where it spans a jump of
+//     ulp_F(S)) and err_hi's margin over the error.
 //  9. split_equals_whole reads the parts' allowances: allowed_lo / allowed_hi carry the interval of 4.
 namespace {
 
@@ -327,13 +342,6 @@ std::atomic<JudgePath>& judge_path_setting() {
   double cond = 0;
   for (size_t i = 0; i < p.size(); ++i) cond += p[i] * c[i];
   return cond;
-}
-
-// ulp_at(F, S) (ulp.hpp) for a finite S >= 0, in double: the same definition, without MPFR.
-double ulp_of(ac_dtype d, double S) {
-  const ref::FormatSpec& sp = ref::spec(fmt(d));
-  const int q = S == 0 ? sp.emin - 1 : std::max(std::ilogb(S) + 1 - sp.precision, sp.emin - 1);
-  return std::ldexp(1.0, q);
 }
 
 // Whether an ulp error known to within half the resolution could fall in another histogram bin.
@@ -609,7 +617,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     // The cancellation-aware error is in units of ulp_F(S). When S may lie on either side of a
     // power of two, either the error is near zero in both units, or the exact path's S is found
     // among the candidates' (all must agree on the unit).
-    double unit = ulp_hi;
+    double unit = ulp_hi, unit_lo = ulp_lo;
     if (ulp_lo != ulp_hi && !(error_upper(y, approx, bound) / ulp_lo <= kFastUlpResolution / 2)) {
       if (!candidates_made) make_candidates();
       if (candidates.empty()) return escalate();
@@ -619,6 +627,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
         if (&p == &candidates.front()) unit = ulp_of(a.dtype, S);
         if (ulp_of(a.dtype, S) != unit) return escalate();
       }
+      unit_lo = unit;
     }
     Elem e = o_elem(row, t, h, c, Real(approx));
     e.dtype = a.dtype;
@@ -628,9 +637,10 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     e.ulp = u->ulps;
     const double err = std::fabs(y - approx);
     e.cancel = err / unit;
+    e.cancel_unit = unit_lo;
     e.allowed = e.allowed_lo = allowed_lo;
     e.allowed_hi = allowed_hi;
-    e.ratio = allowed_lo > 0 ? err / allowed_lo : 0.0;
+    e.ratio = allowed_lo > 0 ? error_upper(y, approx, bound) / allowed_lo : 0.0;  // step 8
     e.within = true;
     e.fast = true;
     e.binade_known = u->binade_known;  // no inputs string: only failing elements are printed
@@ -677,10 +687,11 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     e.out_finite = true;
     e.ulp = u->ulps;
     const double err = std::fabs(y - fr.lse);
-    e.cancel = err / (0x1p-23 * std::max(1.0, std::fabs(fr.lse)));
+    e.cancel_unit = 0x1p-23 * std::max(1.0, std::fabs(fr.lse));
+    e.cancel = err / e.cancel_unit;
     e.allowed = e.allowed_lo = allowed_lo;
     e.allowed_hi = allowed_hi;
-    e.ratio = err / allowed_lo;
+    e.ratio = error_upper(y, fr.lse, fr.lse_bound) / allowed_lo;  // step 8
     e.within = true;
     e.fast = true;
     e.binade_known = u->binade_known;
@@ -928,8 +939,7 @@ Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const C
   return J;
 }
 
-void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J,
-                      std::vector<std::vector<double>>& ulps, std::vector<std::vector<double>>& cancels) {
+void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J, StatSamples& samples) {
   const auto& edges = ulp_histogram_edges();
   for (const Elem& e : J.elems) {
     if (J.row_skipped(e.row) || !e.exact_finite) continue;
@@ -943,8 +953,9 @@ void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J,
       s.output = on;
       s.histogram.assign(edges.size() - 1, 0);
       stats.push_back(s);
-      ulps.emplace_back();
-      cancels.emplace_back();
+      samples.ulp.emplace_back();
+      samples.cancel.emplace_back();
+      samples.ratio.emplace_back();
     }
     OutputStats& s = stats[i];
     ++s.count;
@@ -954,28 +965,33 @@ void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J,
     }
     s.max_ulp = std::max(s.max_ulp, e.ulp);
     s.max_cancel_ulp = std::max(s.max_cancel_ulp, e.cancel);
+    s.max_ratio = std::max(s.max_ratio, e.ratio);
     s.mean_ulp += e.ulp;  // a sum until finish_stats
-    ulps[i].push_back(e.ulp);
-    cancels[i].push_back(e.cancel);
+    samples.ulp[i].push_back(e.ulp);
+    samples.cancel[i].push_back(e.cancel);
+    samples.ratio[i].push_back(e.ratio);
     size_t bin = 0;
     while (bin + 2 < edges.size() && e.ulp >= edges[bin + 1]) ++bin;
     ++s.histogram[bin];
   }
 }
 
-void finish_stats(std::vector<OutputStats>& stats, std::vector<std::vector<double>>& ulps,
-                  std::vector<std::vector<double>>& cancels) {
-  auto p99 = [](std::vector<double>& v) {
+void finish_stats(std::vector<OutputStats>& stats, StatSamples& samples) {
+  // The order statistic at ceil(q n) - 1: at most (1 - q) n samples lie above it, the property
+  // report merge's bound of a union's quantile rests on.
+  auto quantile = [](std::vector<double>& v, double q) {
     if (v.empty()) return 0.0;
-    const size_t k = std::min(v.size() - 1, size_t(std::ceil(0.99 * double(v.size()))) - 1);
+    const size_t k = std::min(v.size() - 1, size_t(std::ceil(q * double(v.size()))) - 1);
     std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(k), v.end());
     return v[k];
   };
   for (size_t i = 0; i < stats.size(); ++i) {
     const int64_t finite = stats[i].count - stats[i].nonfinite;
     stats[i].mean_ulp = finite ? stats[i].mean_ulp / double(finite) : 0;
-    stats[i].p99_ulp = p99(ulps[i]);
-    stats[i].p99_cancel_ulp = p99(cancels[i]);
+    stats[i].p99_ulp = quantile(samples.ulp[i], 0.99);
+    stats[i].p99_cancel_ulp = quantile(samples.cancel[i], 0.99);
+    stats[i].p50_ratio = quantile(samples.ratio[i], 0.5);
+    stats[i].p99_ratio = quantile(samples.ratio[i], 0.99);
   }
 }
 

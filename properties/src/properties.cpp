@@ -37,6 +37,35 @@ const std::vector<double>& ulp_histogram_edges() {
   return edges;
 }
 
+void add_drift(std::vector<DriftCounts>& into, const std::vector<DriftCounts>& from) {
+  for (const DriftCounts& d : from) {
+    auto it = std::find_if(into.begin(), into.end(),
+                           [&](const DriftCounts& x) { return x.num_splits == d.num_splits; });
+    if (it == into.end()) {
+      into.insert(std::upper_bound(
+                      into.begin(), into.end(), d,
+                      [](const DriftCounts& a, const DriftCounts& b) { return a.num_splits < b.num_splits; }),
+                  d);
+      continue;
+    }
+    it->fold_outputs += d.fold_outputs;
+    it->fold_differ += d.fold_differ;
+    it->fold_max_ulp = std::max(it->fold_max_ulp, d.fold_max_ulp);
+    it->splits_outputs += d.splits_outputs;
+    it->splits_differ += d.splits_differ;
+    it->splits_max_ulp = std::max(it->splits_max_ulp, d.splits_max_ulp);
+  }
+}
+
+DriftCounts drift_total(const std::vector<DriftCounts>& by_splits) {
+  std::vector<DriftCounts> all{DriftCounts{}};
+  for (DriftCounts d : by_splits) {
+    d.num_splits = 0;
+    add_drift(all, {d});
+  }
+  return all.front();
+}
+
 namespace detail {
 namespace {
 
@@ -206,8 +235,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     return res;
   }
   thread_judge_counts() = JudgeCounts{};
-  Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {},
-          {},      true};
+  Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {}, true};
   if (!cfg.corpus_dir.empty() && (cfg.write_ahead || subject.caps().memory == AC_MEMORY_CUDA))
     ctx.write_ahead_path =
         (std::filesystem::path(cfg.corpus_dir) /
@@ -275,6 +303,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     if (ctx.counting) {
       res.max_drift_ulp = std::max(res.max_drift_ulp, o.drift);
       res.spread.add(o.spread);
+      add_drift(res.drift_by_splits, o.drift_counts);
       ++res.cases_run;
       ++supported;
       if (cfg.progress) cfg.progress(res.cases_run, cfg.num_cases);
@@ -339,7 +368,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   res.rows_judged = counts.rows;
   res.rows_escalated = counts.rows_escalated;
   res.rows_uncertified = counts.rows_uncertified;
-  finish_stats(ctx.stats, ctx.ulps, ctx.cancels);
+  finish_stats(ctx.stats, ctx.samples);
   res.stats = ctx.stats;
   if (!ctx.write_ahead_path.empty()) {
     std::error_code ec;
@@ -438,7 +467,7 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
   if (!prop || !applies(*prop, subject) || !(prop->info().ops & op)) prop = accuracy;
   std::string judged_by = prop->info().name;
   RunConfig cfg;
-  Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, dtype), "", judged_by, {}, {}, {}, true};
+  Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, dtype), "", judged_by, {}, {}, true};
   Case run = c;
   if (op == AC_OP_ATTENTION) run.options.num_splits = 1;
   if (run.options.tiling >= std::max(1, subject.caps().num_tilings)) run.options.tiling = 0;
@@ -497,17 +526,17 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
   for (const Config& cf : configs) {
     if (cfg.cancel && cfg.cancel->load()) break;
     std::vector<OutputStats> stats;
-    std::vector<std::vector<double>> ulps, cancels;
+    StatSamples samples;
     for (const AttentionInput& a : inputs) {
       try {
         const AttentionOutput out = subject.attention(a, AttentionOptions{cf.tiling, cf.splits, cf.fold});
-        accumulate_stats(stats, judge_attention(a, out, cv, default_budget(AC_OP_ATTENTION, a.dtype)), ulps,
-                         cancels);
+        accumulate_stats(stats, judge_attention(a, out, cv, default_budget(AC_OP_ATTENTION, a.dtype)),
+                         samples);
       } catch (const SubjectError& e) {
         if (e.kind != SubjectError::Kind::unsupported) throw;
       }
     }
-    finish_stats(stats, ulps, cancels);
+    finish_stats(stats, samples);
     for (const OutputStats& s : stats) {
       TilingRow row;
       if (caps.tilings && cf.tiling < caps.num_tilings) {

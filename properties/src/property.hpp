@@ -22,7 +22,8 @@ struct Outcome {
   std::vector<Elem> worst;  // failing elements, worst first (up to 5)
   std::string digest;       // the output bits, for the determinism re-run
   double drift = 0;
-  Spread spread;  // run_to_run on a subject declared nondeterministic
+  Spread spread;                          // run_to_run on a subject declared nondeterministic
+  std::vector<DriftCounts> drift_counts;  // split_order_drift, per split count
 };
 
 // What a check needs besides the case: the subject, its conventions and budget, the write-ahead
@@ -35,7 +36,7 @@ struct Ctx {
   std::string write_ahead_path;
   std::string property;
   std::vector<OutputStats> stats;
-  std::vector<std::vector<double>> ulps, cancels;
+  StatSamples samples;
   bool counting = true;
 };
 

@@ -73,7 +73,7 @@ void fail(Outcome& o, const std::string& cls, const std::string& msg) {
 }
 
 void record_stats(Ctx& ctx, const Judgement& J) {
-  if (ctx.counting) accumulate_stats(ctx.stats, J, ctx.ulps, ctx.cancels);
+  if (ctx.counting) accumulate_stats(ctx.stats, J, ctx.samples);
 }
 
 Judgement run_once(Ctx& ctx, const Case& c, Outcome& o) {

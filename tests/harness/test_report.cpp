@@ -4,7 +4,8 @@
 //    counts one testcase per (subject, property) plus the baseline case;
 //  - the gate flags a regression built into a copy of a report (p99 grown past the stated
 //    tolerance, a new non-finite, passed -> failed) and passes an identical report;
-//  - merging two shard reports gives the union (counts add, max is max, corpus files union).
+//  - merging two shard reports gives the union (counts add, max is max, quantiles the max of the
+//    shards', drift counts add per split count, corpus files union).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -28,8 +29,24 @@ OutputStats stats(const std::string& dtype, const std::string& output, int64_t c
   s.max_ulp = max_ulp;
   s.p99_ulp = p99;
   s.mean_ulp = p99 / 2;
+  s.p50_ratio = p99 / 8;
+  s.p99_ratio = p99 / 4;
+  s.max_ratio = max_ulp / 4;
   s.histogram = {count - 1, 1, 0};
   return s;
+}
+
+DriftCounts drift(int num_splits, int64_t outputs, int64_t fold_differ, double fold_max,
+                  int64_t splits_differ, double splits_max) {
+  DriftCounts d;
+  d.num_splits = num_splits;
+  d.fold_outputs = outputs;
+  d.fold_differ = fold_differ;
+  d.fold_max_ulp = fold_max;
+  d.splits_outputs = num_splits > 1 ? outputs : 0;
+  d.splits_differ = splits_differ;
+  d.splits_max_ulp = splits_max;
+  return d;
 }
 
 Report sample_report(int shard = 0, int shard_count = 1) {
@@ -78,10 +95,21 @@ Report sample_report(int shard = 0, int shard_count = 1) {
   return r;
 }
 
+// sample_report with a third entry, split-KV drift measured at num_splits 1 and 2.
+Report with_drift(Report r) {
+  ReportEntry d = r.entries[0];
+  d.subject = "splitkv";
+  d.property = "split_order_drift";
+  d.stats = {stats("fp16", "O", 400, 3.0, 1.0)};
+  d.drift_by_splits = {drift(1, 400, 0, 0, 0, 0), drift(2, 400, 10, 2.0, 30, 4.5)};
+  r.entries.push_back(d);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("report.json round trips every field", "[report]") {
-  const Report r = sample_report();
+  const Report r = with_drift(sample_report());
   const nlohmann::json j = report_to_json(r);
   CHECK(j.at("schema_version") == kReportSchemaVersion);
   CHECK(j.at("verdict") == "fail");
@@ -90,6 +118,45 @@ TEST_CASE("report.json round trips every field", "[report]") {
   CHECK(report_to_json(back) == j);
   CHECK(std::isinf(back.entries[1].stats[0].max_ulp));
   CHECK(back.tilings.at(0).rows.at(0).bc == 32);
+  // error / budget quantiles (the stats helper: p50 = p99 / 8, p99 = p99 / 4, max = max ulp / 4).
+  const nlohmann::json& s0 = j.at("results").at(0).at("stats").at(0);
+  CHECK(s0.at("p50_ratio") == 0.0625);
+  CHECK(s0.at("p99_ratio") == 0.125);
+  CHECK(s0.at("max_ratio") == 0.1875);
+  CHECK(back.entries[0].stats[0].p50_ratio == 0.0625);
+  CHECK(back.tilings[0].rows[0].stats.max_ratio == 0.375);
+  CHECK(std::isinf(back.entries[1].stats[0].max_ratio));
+  // Drift: the per-split counts, and the totals derived from them: fold orders differ in 10 of
+  // 2 x 400 outputs, split counts in 30 of 400 (num_splits = 2 against 1).
+  const nlohmann::json& d = j.at("results").at(2);
+  CHECK(d.at("drift_fold_differ_fraction") == 10.0 / 800);
+  CHECK(d.at("drift_splits_differ_fraction") == 30.0 / 400);
+  CHECK(d.at("drift_fold_max_ulp") == 2.0);
+  CHECK(d.at("drift_splits_max_ulp") == 4.5);
+  REQUIRE(back.entries[2].drift_by_splits.size() == 2);
+  CHECK(back.entries[2].drift_by_splits[1].splits_differ == 30);
+  CHECK(back.entries[0].drift_by_splits.empty());
+  CHECK(!j.at("results").at(0).contains("drift_by_splits"));
+}
+
+TEST_CASE("report.json without the newer fields reads them as 0", "[report]") {
+  nlohmann::json j = report_to_json(with_drift(sample_report()));
+  for (auto& e : j.at("results")) {
+    for (const char* k : {"drift_by_splits", "drift_fold_differ_fraction", "drift_fold_max_ulp",
+                          "drift_splits_differ_fraction", "drift_splits_max_ulp"})
+      e.erase(k);
+    for (auto& s : e.at("stats"))
+      for (const char* k : {"p50_ratio", "p99_ratio", "max_ratio"}) s.erase(k);
+  }
+  const Report back = report_from_json(j);
+  CHECK(back.entries[0].stats[0].max_ratio == 0);
+  CHECK(back.entries[0].stats[0].p50_ratio == 0);
+  CHECK(back.entries[0].stats[0].max_ulp == 0.75);
+  CHECK(back.entries[2].drift_by_splits.empty());
+  // Counts that contradict each other are refused.
+  nlohmann::json bad = report_to_json(with_drift(sample_report()));
+  bad["results"][2]["drift_by_splits"][1]["splits_differ"] = 401;
+  CHECK_THROWS_AS(report_from_json(bad), ReportError);
 }
 
 TEST_CASE("report_from_json refuses documents that are not reports", "[report]") {
@@ -135,6 +202,9 @@ TEST_CASE("report.md lists the worst offenders first", "[report]") {
   REQUIRE(merge != std::string::npos);
   CHECK(fused < merge);
   CHECK(md.find("## attncheck: FAIL") == 0);
+  // merge: max ulp max(0.75, 1), p99 ulp 0.5, max err/budget max(0.75, 1) / 4.
+  CHECK(md.find("| max ulp | p99 ulp | max err/budget |") != std::string::npos);
+  CHECK(md.find("| 50 | 1 | 0.5 | 0.25 | 0 |") != std::string::npos);
 }
 
 TEST_CASE("the gate passes an identical report and flags built-in regressions", "[baseline]") {
@@ -177,12 +247,15 @@ TEST_CASE("the gate skips what does not apply and says so", "[baseline]") {
 }
 
 TEST_CASE("merging two shard reports gives the union", "[report]") {
-  Report s0 = sample_report(0, 2), s1 = sample_report(1, 2);
+  Report s0 = with_drift(sample_report(0, 2)), s1 = with_drift(sample_report(1, 2));
   s1.entries[0].stats[0].max_ulp = 2.0;
   s1.entries[0].stats[0].mean_ulp = 1.0;  // s0's is 0.25
+  s1.entries[0].stats[0].max_ratio = 0.5;
+  s1.entries[0].stats[0].p50_ratio = 0.01;  // below s0's 0.0625
+  s1.entries[2].drift_by_splits = {drift(2, 400, 12, 7.0, 30, 1.0), drift(3, 100, 1, 1.0, 5, 2.0)};
   const Report m = merge_reports({s0, s1});
   CHECK(m.shards_merged == std::vector<int>{0, 1});
-  REQUIRE(m.entries.size() == 2);
+  REQUIRE(m.entries.size() == 3);
   const ReportEntry& e = m.entries[0];
   CHECK(e.cases_run == 100);
   CHECK(e.corpus_files.size() == 2);
@@ -190,6 +263,19 @@ TEST_CASE("merging two shard reports gives the union", "[report]") {
   CHECK(e.stats[0].max_ulp == 2.0);
   CHECK(e.stats[0].mean_ulp == Approx((0.25 * 1000 + 1.0 * 1000) / 2000));
   CHECK(e.stats[0].histogram == std::vector<int64_t>{1998, 2, 0});
+  // Quantiles merge to the larger shard's (an upper bound of the union's), max to the max.
+  CHECK(e.stats[0].p50_ratio == 0.5 / 8);
+  CHECK(e.stats[0].p99_ratio == 0.5 / 4);
+  CHECK(e.stats[0].max_ratio == 2.0 / 4);
+  // Drift counts add per split count, so the merged fractions are exact; maxima take the max.
+  const ReportEntry& d = m.entries[2];
+  REQUIRE(d.drift_by_splits.size() == 3);
+  CHECK(d.drift_by_splits[0].fold_outputs == 400);  // num_splits = 1 from shard 0 only
+  CHECK(d.drift_by_splits[1].fold_differ == 10 + 12);
+  CHECK(d.drift_by_splits[1].splits_differ == 60);
+  CHECK(d.drift_by_splits[1].fold_max_ulp == 7.0);
+  CHECK(d.drift_by_splits[2].num_splits == 3);
+  CHECK(drift_total(d.drift_by_splits).splits_differ_fraction() == (60.0 + 5) / (800 + 100));
   CHECK(m.entries[1].failures == 2);
   CHECK(m.entries[1].stats[0].nonfinite == 6);
   CHECK_THROWS_AS(merge_reports({s0, s0}), ReportError);  // the same shard twice

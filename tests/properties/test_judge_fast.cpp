@@ -178,6 +178,9 @@ bool same_judgement(const Judgement& f, const Judgement& x, std::string& why) {
         return differ("escalated element not identical");
     } else if (!a.within && !f.row_skipped(a.row)) {
       return differ("a fast element that fails");
+    } else if (a.out_finite && b.out_finite &&
+               !(a.ratio >= b.ratio && (a.out != Out::O || a.cancel_unit <= b.cancel_unit))) {
+      return differ("fast ratio below the exact one, or its ulp_F(S) above");  // measure.cpp, step 8
     }
   }
   return true;
@@ -392,6 +395,19 @@ TEST_CASE("whole property runs give the same results under the fast and the exac
     CHECK(f.cases_run == x.cases_run);
     CHECK(f.counterexample_summary == x.counterexample_summary);
     CHECK(f.max_drift_ulp == x.max_drift_ulp);
+    // Bits are bits; a fast difference in ulp_F(S) may be counted in the smaller unit (step 8).
+    REQUIRE(f.drift_by_splits.size() == x.drift_by_splits.size());
+    for (size_t i = 0; i < f.drift_by_splits.size(); ++i) {
+      const DriftCounts &df = f.drift_by_splits[i], &dx = x.drift_by_splits[i];
+      CHECK(df.fold_differ == dx.fold_differ);
+      CHECK(df.splits_differ == dx.splits_differ);
+      CHECK(df.fold_outputs == dx.fold_outputs);
+      CHECK(df.splits_outputs == dx.splits_outputs);
+      CHECK(df.fold_max_ulp >= dx.fold_max_ulp);
+      CHECK(df.fold_max_ulp <= 2 * dx.fold_max_ulp);
+      CHECK(df.splits_max_ulp >= dx.splits_max_ulp);
+      CHECK(df.splits_max_ulp <= 2 * dx.splits_max_ulp);
+    }
     REQUIRE(f.stats.size() == x.stats.size());
     for (size_t i = 0; i < f.stats.size(); ++i) {
       CHECK(f.stats[i].count == x.stats[i].count);
@@ -399,6 +415,11 @@ TEST_CASE("whole property runs give the same results under the fast and the exac
       CHECK(f.stats[i].histogram == x.stats[i].histogram);
       CHECK(std::fabs(f.stats[i].max_ulp - x.stats[i].max_ulp) <= 0x1p-17);
       CHECK(std::fabs(f.stats[i].p99_ulp - x.stats[i].p99_ulp) <= 0x1p-17);
+      // Each fast ratio bounds the exact one from above, so every order statistic does too.
+      CHECK(f.stats[i].p50_ratio >= x.stats[i].p50_ratio);
+      CHECK(f.stats[i].p99_ratio >= x.stats[i].p99_ratio);
+      CHECK(f.stats[i].max_ratio >= x.stats[i].max_ratio);
+      CHECK(f.stats[i].max_ratio <= 2 * x.stats[i].max_ratio + 1e-9);
     }
     fast_rows += f.rows_judged - f.rows_escalated;
     escalated += f.rows_escalated;

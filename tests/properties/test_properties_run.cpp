@@ -3,6 +3,7 @@
 // Also: failures are shrunk to small counterexamples and written to the corpus; the reproduce
 // string, seed and replay command are reported; non-determinism is its own finding.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 
 #include "attncheck/budgets.hpp"
@@ -228,6 +229,89 @@ TEST_CASE("split-KV: correct passes drift, +inf combine for empty rows is caught
   expect_fail("split_order_drift", flaky, "nondeterministic");
   expect_fail("run_to_run", flaky, "nondeterministic");
   expect_pass("run_to_run", good);
+}
+
+namespace {
+
+// The correct split-KV fake with bits flipped by configuration, in outputs that are not zero (a zero
+// of an empty row, or of a row whose visible values are all zero, must stay exact): the last bit of
+// O columns >= 1 under fold order right at num_splits >= 2, and the last bit of column 0 at
+// num_splits = 3 under every fold order.
+class FoldFlipper final : public Fake {
+ public:
+  using Fake::Fake;
+  AttentionOutput attention(const AttentionInput& a, const AttentionOptions& opt) override {
+    AttentionOutput out = Fake::attention(a, opt);
+    const int64_t D = a.head_size;
+    for (size_t row = 0; row < out.lse.size(); ++row) {
+      if (!std::isfinite(out.lse[row])) continue;
+      for (int64_t c = 0; c < D; ++c) {
+        const bool flip =
+            c == 0 ? opt.num_splits == 3 : opt.fold_order == AC_FOLD_RIGHT && opt.num_splits >= 2;
+        uint32_t& bits = out.out[row * size_t(D) + size_t(c)];
+        if (flip && fakes::dec(a.dtype, bits) != 0) bits ^= 1u;
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("split_order_drift counts the bits that differ between fold orders and split counts",
+          "[properties][splitkv]") {
+  // Per case, every split count measures the same N outputs of O; F of them (the non-zero ones of
+  // columns >= 1) differ under fold right from n >= 2 on, G (those of column 0) at n = 3. So
+  //   fold orders at n:      differ 0 at n = 1, F at n = 2, 3, 4 (column 0 flips under every fold);
+  //   n against n = 1:       differ F at n = 2 and 4, F + G at n = 3;
+  // and one flip is the same difference wherever it is compared: the largest fold difference is one
+  // value v at n = 2, 3, 4, the largest split difference v at n = 2 and 4, at least v at n = 3.
+  FoldFlipper s("splitkv-flipper", AC_OP_SPLITKV, Bug::none, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult r = run("split_order_drift", s);
+  INFO(r.failure_class << ": " << r.message);
+  REQUIRE(r.status == PropertyResult::Status::passed);
+  REQUIRE(r.drift_by_splits.size() == 4);
+  const auto& d = r.drift_by_splits;
+  const int64_t N = d[0].fold_outputs, F = d[1].fold_differ, G = d[2].splits_differ - F;
+  CHECK(N > 0);
+  CHECK(F > 0);
+  CHECK(G > 0);
+  CHECK(F + G <= N);
+  for (int n = 1; n <= 4; ++n) {
+    INFO("num_splits " << n);
+    const DriftCounts& x = d[size_t(n - 1)];
+    CHECK(x.num_splits == n);
+    CHECK(x.fold_outputs == N);
+    CHECK(x.splits_outputs == (n == 1 ? 0 : N));
+    CHECK(x.fold_differ == (n == 1 ? 0 : F));
+    CHECK(x.splits_differ == (n == 1 ? 0 : n == 3 ? F + G : F));
+  }
+  const double v = d[1].fold_max_ulp;
+  // A last-bit flip is one ulp of the output's binade, at most ulp_F(S) since |O| <= S (twice that
+  // where S rounds up to the next binade, twice again in the fast judgement's smaller unit).
+  CHECK(v > 0);
+  CHECK(v <= 4);
+  CHECK(d[0].fold_max_ulp == 0);
+  CHECK(d[0].splits_max_ulp == 0);
+  CHECK(d[2].fold_max_ulp == v);
+  CHECK(d[3].fold_max_ulp == v);
+  CHECK(d[1].splits_max_ulp == v);
+  CHECK(d[3].splits_max_ulp == v);
+  CHECK(d[2].splits_max_ulp >= v);
+  // Every split count together.
+  const DriftCounts all = drift_total(d);
+  CHECK(all.fold_outputs == 4 * N);
+  CHECK(all.fold_differ == 3 * F);
+  CHECK(all.splits_outputs == 3 * N);
+  CHECK(all.splits_differ == 3 * F + G);
+  CHECK(all.fold_differ_fraction() == double(3 * F) / double(4 * N));
+  CHECK(all.splits_max_ulp == d[2].splits_max_ulp);
+  // The correct fake's bits do not depend on the configuration.
+  Fake good("splitkv-good", AC_OP_SPLITKV, Bug::none, 0, -1, fakes::kAttnFeatures);
+  const DriftCounts none = drift_total(run("split_order_drift", good).drift_by_splits);
+  CHECK(none.fold_outputs > 0);
+  CHECK(none.fold_differ + none.splits_differ == 0);
+  CHECK(none.fold_max_ulp + none.splits_max_ulp == 0);
 }
 
 TEST_CASE("shards draw different streams; the same shard is reproducible", "[properties]") {

@@ -5,9 +5,11 @@
 // Each file is written by the one atomic writer (atomic_file.hpp), so a reader (or a Ctrl-C)
 // never sees a half-written file. Shard reports combine with merge_reports.
 //
-// Merging shards: counts, failures, non-finite counts and histograms add; max is the max; mean is
-// the count-weighted mean; p99 is the max of the shards' p99s, an upper bound of the union's p99
-// (at most 1% of each shard lies above its own p99, so at most 1% of the union lies above the max).
+// Merging shards: counts, failures, non-finite counts, histograms and drift counts add; max is the
+// max; mean is the count-weighted mean; each quantile (p99 ulp, p99 cancel ulp, p50 and p99 of
+// error/budget) is the max of the shards' quantiles, an upper bound of the union's: at most a
+// fraction 1 - q of each shard lies above its own q-quantile (the order statistic at ceil(q n) - 1),
+// so at most 1 - q of the union lies above the max, and the union's q-quantile is not above it.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -42,6 +44,7 @@ struct ReportEntry {
   bool shrink_cut = false;  // shrinking stopped by --shrink-time or Ctrl-C
   double max_drift_ulp = 0;
   Spread spread;  // run_to_run of a subject declared nondeterministic; written when compared > 0
+  std::vector<DriftCounts> drift_by_splits;  // split_order_drift (PropertyResult)
   // Attention rows judged, of them escalated to the exact path, of those uncertified (PropertyResult).
   int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
   std::vector<int> shards;  // the shards that contributed (merge_reports)

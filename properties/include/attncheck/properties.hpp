@@ -76,6 +76,9 @@ struct OutputStats {
   int64_t nonfinite = 0;                          // NaN/Inf outputs where the exact value is finite
   double max_ulp = 0, p99_ulp = 0, mean_ulp = 0;  // plain ulp error
   double max_cancel_ulp = 0, p99_cancel_ulp = 0;  // cancellation-aware error (LSE: scaled fp32 ulps)
+  // The verdict's quantity: error / allowed budget (an element passes when it is at most 1), over
+  // the finite outputs (count - nonfinite). Quantiles are the order statistic at ceil(q n) - 1.
+  double p50_ratio = 0, p99_ratio = 0, max_ratio = 0;
   // Counts of plain ulp errors per bin; bin i holds [edge(i), edge(i+1)), see ulp_histogram_edges.
   std::vector<int64_t> histogram;
 };
@@ -98,6 +101,34 @@ struct Spread {
     max_budget = std::max(max_budget, o.max_budget);
   }
 };
+
+// split_order_drift's comparison of output bits at one split count, summed over the cases run. The
+// units are O outputs (not in a row a naive-exp hazard makes unpredictable, exact value finite):
+// fold_* compares the fold orders at this split count (counted when the subject has two or more),
+// splits_* compares each fold order here with the same fold order at num_splits = 1 (counted from
+// num_splits = 2). *_differ: outputs whose bits differ in some such pair. *_max_ulp: the largest
+// |a - b| of such a pair in the unit of cancel_ulp, ulp_F(S) (S = sum_j p_j |v_j|, the scale the
+// output is computed at), so an output that cancels to near zero is not measured in the tiny ulps
+// of its own value; +inf when one of the pair is not finite. An output the judge's fast path
+// cannot place in one binade of S counts in the smaller unit (never understated).
+struct DriftCounts {
+  int num_splits = 0;  // 0 in drift_total's sum over every split count
+  int64_t fold_outputs = 0, fold_differ = 0;
+  double fold_max_ulp = 0;
+  int64_t splits_outputs = 0, splits_differ = 0;
+  double splits_max_ulp = 0;
+  double fold_differ_fraction() const {
+    return fold_outputs ? double(fold_differ) / double(fold_outputs) : 0;
+  }
+  double splits_differ_fraction() const {
+    return splits_outputs ? double(splits_differ) / double(splits_outputs) : 0;
+  }
+};
+// Adds `from` into `into` by num_splits (counts add, maxima take the max), kept in num_splits order:
+// how cases accumulate in a run and shards in `report merge`.
+void add_drift(std::vector<DriftCounts>& into, const std::vector<DriftCounts>& from);
+// Every split count together (num_splits 0).
+DriftCounts drift_total(const std::vector<DriftCounts>&);
 
 struct PropertyResult {
   // interrupted: cancelled (Ctrl-C) before any case ran; passed needs at least one case run.
@@ -122,8 +153,10 @@ struct PropertyResult {
   double seconds_to_first_failure = -1;
   double shrink_seconds = 0;  // from the first failure to the end of shrinking
   bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
-  double max_drift_ulp = 0;   // split_order_drift: largest pairwise drift, output ulps
-  Spread spread;              // run_to_run on a subject declared nondeterministic (else empty)
+  double max_drift_ulp = 0;   // split_order_drift: largest pairwise drift, ulps of the exact value
+  // split_order_drift: the output bits that differ, per split count.
+  std::vector<DriftCounts> drift_by_splits;
+  Spread spread;  // run_to_run on a subject declared nondeterministic (else empty)
   // Attention rows judged during the run (shrinking included): rows_judged in all, rows_escalated of
   // them judged by the exact MPFR path instead of the certified fast one (undecided, failing or
   // uncertified rows; every non-empty row under ATTNCHECK_JUDGE=exact), rows_uncertified of those

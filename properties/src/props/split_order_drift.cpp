@@ -1,7 +1,9 @@
 // split_order_drift: split-KV attention runs the same case with every num_splits (up to 8) and
 // every declared fold order; each must meet the accuracy budget (so two of them differ by at most
 // twice it), the largest pairwise difference is reported as drift, and num_splits = 1 must be
-// bitwise reproducible run to run (unless the subject declares itself nondeterministic).
+// bitwise reproducible run to run (unless the subject declares itself nondeterministic). Which output bits
+// differ between fold orders and between split counts is counted per split count (DriftCounts,
+// properties.hpp).
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -69,18 +71,19 @@ class SplitOrderDrift final : public Property {
       }
     }
     o.digest = outs.empty() ? std::string() : bits.front();
-    if (!outs.empty()) o.drift = drift_ulps(ctx, a, outs, judged.front());
+    if (!outs.empty()) {
+      o.drift = drift_ulps(ctx, a, outs, judged.front());
+      o.drift_counts = drift_counts(a, configs, outs, judged.front());
+    }
     return o;
   }
 
  private:
-  // The largest difference of one O element across configs, in ulps of its exact value; J0 is the
-  // first config's judgement.
-  static double drift_ulps(const Ctx& ctx, const AttentionInput& a, const std::vector<AttentionOutput>& outs,
-                           const Judgement& J0) {
-    double drift = 0;
+  // Calls f(e, idx, col) for each O element of J0 (the first config's judgement) that the drift
+  // measures: exact value finite, row not skipped; idx is its index in the output, col its column.
+  template <class F>
+  static void for_each_measured_o(const AttentionInput& a, const Judgement& J0, F f) {
     int64_t prev_row = -1, col = 0;
-    std::optional<ref::AttentionProblem> exact_p;
     for (const Elem& e : J0.elems) {
       if (e.row != prev_row) {
         prev_row = e.row;
@@ -89,13 +92,23 @@ class SplitOrderDrift final : public Property {
       if (e.out != Out::O) continue;
       const size_t idx = size_t(e.row * a.head_size + col++);
       if (!e.exact_finite || J0.row_skipped(e.row)) continue;
+      f(e, idx, col - 1);
+    }
+  }
+
+  // The largest difference of one O element across configs, in ulps of its exact value.
+  static double drift_ulps(const Ctx& ctx, const AttentionInput& a, const std::vector<AttentionOutput>& outs,
+                           const Judgement& J0) {
+    double drift = 0;
+    std::optional<ref::AttentionProblem> exact_p;
+    for_each_measured_o(a, J0, [&](const Elem& e, size_t idx, int64_t col) {
       double lo = INFINITY, hi = -INFINITY;
       for (const auto& out : outs) {
         const double v = decode(a.dtype, out.out[idx]);
         lo = std::min(lo, v);
         hi = std::max(hi, v);
       }
-      if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+      if (!std::isfinite(lo) || !std::isfinite(hi)) return;
       // A fast element near a power of two may not know its exact value's binade: take the
       // exact value then (a zero spread needs none).
       Real exact = e.exact;
@@ -103,11 +116,78 @@ class SplitOrderDrift final : public Property {
         if (!exact_p) exact_p = problem_of(a);
         exact =
             ref::exact_attention_row(*exact_p, e.row / a.num_heads, int32_t(e.row % a.num_heads), ctx.cv.base)
-                .o[size_t(col - 1)];
+                .o[size_t(col)];
       }
       drift = std::max(drift, (hi - lo) / ref::ulp_at(fmt(a.dtype), exact).convert_to<double>());
-    }
+    });
     return drift;
+  }
+
+  // |x - y| in units of ulp_F(S) (`unit`, the unit of the element's cancellation-aware error):
+  // +inf when either is not finite and the bits differ. The unit is 0 where the first config's
+  // output is not finite (its judgement has no cancellation-aware error); a difference between two
+  // finite outputs of other configs then counts as differing bits only.
+  static double units_apart(ac_dtype d, uint32_t bx, uint32_t by, double unit) {
+    if (bx == by) return 0;
+    const double x = decode(d, bx), y = decode(d, by);
+    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
+    return unit > 0 ? std::fabs(x - y) / unit : 0;
+  }
+
+  // The bits that differ between fold orders (same split count) and between each split count and
+  // num_splits = 1 (same fold order), per split count (DriftCounts).
+  static std::vector<DriftCounts> drift_counts(const AttentionInput& a,
+                                               const std::vector<AttentionOptions>& configs,
+                                               const std::vector<AttentionOutput>& outs,
+                                               const Judgement& J0) {
+    std::vector<DriftCounts> counts;
+    std::vector<std::vector<size_t>> at;  // per split count (in configs' order): its configs
+    for (size_t i = 0; i < configs.size(); ++i) {
+      if (counts.empty() || counts.back().num_splits != configs[i].num_splits) {
+        counts.push_back(DriftCounts{});
+        counts.back().num_splits = configs[i].num_splits;
+        at.emplace_back();
+      }
+      at.back().push_back(i);
+    }
+    // The config at num_splits = 1 with the fold order of config i.
+    auto unsplit = [&](size_t i) {
+      for (size_t j : at.front())
+        if (configs[j].fold_order == configs[i].fold_order) return j;
+      return at.front().front();
+    };
+    for_each_measured_o(a, J0, [&](const Elem& e, size_t idx, int64_t) {
+      for (size_t n = 0; n < counts.size(); ++n) {
+        DriftCounts& d = counts[n];
+        const std::vector<size_t>& here = at[n];
+        if (here.size() > 1) {
+          double worst = 0;
+          bool differ = false;
+          for (size_t x = 0; x < here.size(); ++x)
+            for (size_t y = x + 1; y < here.size(); ++y) {
+              const uint32_t bx = outs[here[x]].out[idx], by = outs[here[y]].out[idx];
+              differ = differ || bx != by;
+              worst = std::max(worst, units_apart(a.dtype, bx, by, e.cancel_unit));
+            }
+          ++d.fold_outputs;
+          d.fold_differ += differ;
+          d.fold_max_ulp = std::max(d.fold_max_ulp, worst);
+        }
+        if (d.num_splits > 1) {
+          double worst = 0;
+          bool differ = false;
+          for (size_t i : here) {
+            const uint32_t bi = outs[i].out[idx], b1 = outs[unsplit(i)].out[idx];
+            differ = differ || bi != b1;
+            worst = std::max(worst, units_apart(a.dtype, bi, b1, e.cancel_unit));
+          }
+          ++d.splits_outputs;
+          d.splits_differ += differ;
+          d.splits_max_ulp = std::max(d.splits_max_ulp, worst);
+        }
+      }
+    });
+    return counts;
   }
 };
 
