@@ -24,7 +24,7 @@ import numpy as np
 
 import attncheck as ac
 from attncheck import helpers
-from numpy_subjects import attention as _attention, merge_states as _merge_states
+from numpy_subjects import attention as _attention, merge_states as _merge_states, scores as _scores
 
 _ATT = dict(ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
             features=("causal", "mask", "varlen", "gqa", "lse"))
@@ -115,11 +115,7 @@ def _shuffled_f32(call):
             qi, ki, vi = q[qs], k[ks], v[ks]
             if ki.shape[0] == 0:
                 continue
-            s = np.einsum("thd,khd->htk", qi, ki) * call.softmax_scale
-            if visible is not None:
-                s = s + helpers.mask_to_bias(visible, np.float64)[None]
-            mx = s.max(axis=-1, keepdims=True)
-            empty = mx[..., 0] == -np.inf
+            s, mx, empty = _scores(call, qi, ki, visible)
             p = np.exp(s - np.where(empty[..., None], 0.0, mx)).astype(np.float32)  # [H, T, K]
             order = rng.permutation(ki.shape[0])
             acc = np.zeros(out[qs].transpose(1, 0, 2).shape, np.float32)  # [H, T, D]

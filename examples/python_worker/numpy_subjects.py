@@ -42,6 +42,16 @@ merge_np = ac.subject(name="merge-np", ops="merge", dtypes=("fp32", "fp16", "bf1
                       lse_layout="heads_tokens", description="numpy merge of two attention states (float64, one rounding)")(merge_states)
 
 
+def scores(call, qi, ki, visible):
+    """One sequence's scaled, masked logits [H, T, K], their row maxima [H, T, 1] and its empty rows
+    [H, T] (no visible key)."""
+    s = np.einsum("thd,khd->htk", qi, ki) * call.softmax_scale
+    if visible is not None:
+        s = s + helpers.mask_to_bias(visible, np.float64)[None]
+    mx = s.max(axis=-1, keepdims=True)
+    return s, mx, mx[..., 0] == -np.inf
+
+
 def attention(call):
     d = call.dtype
     tq_total, h = call.q.shape[0], call.num_heads
@@ -55,11 +65,7 @@ def attention(call):
             qi, ki, vi = q[qs], k[ks], v[ks]  # [T, H, D]
             if ki.shape[0] == 0:
                 continue  # no keys: every row is empty (O = 0, LSE = -inf)
-            s = np.einsum("thd,khd->htk", qi, ki) * call.softmax_scale
-            if visible is not None:
-                s = s + helpers.mask_to_bias(visible, np.float64)[None]
-            mx = s.max(axis=-1, keepdims=True)
-            empty = mx[..., 0] == -np.inf  # [H, T]
+            s, mx, empty = scores(call, qi, ki, visible)
             p = np.exp(s - np.where(empty[..., None], 0.0, mx))
             total = p.sum(axis=-1)
             o = np.einsum("htk,khd->thd", p, vi) / np.where(empty, 1.0, total).T[..., None]

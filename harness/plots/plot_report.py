@@ -36,12 +36,16 @@ def safe(name):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def save(fig, out_dir, stem):
+def save(fig, out_dir, stem, made):
+    """Writes the figure as STEM.png and STEM.svg, closes it and records the stem in `made`."""
+    import matplotlib.pyplot as plt
     for ext in ("png", "svg"):
         final = os.path.join(out_dir, f"{stem}.{ext}")
         tmp = os.path.join(out_dir, f".{stem}.tmp.{ext}")
         fig.savefig(tmp, format=ext, dpi=120, bbox_inches="tight")
         os.replace(tmp, final)
+    plt.close(fig)
+    made.append(stem)
 
 
 def num(x):
@@ -110,9 +114,7 @@ def tiling_heatmaps(plt, report, out_dir):
         fig.suptitle(f"{t['subject']} ({t.get('backend', '')}) {t['dtype']}: O error / budget per tiling "
                      f"(passes at <= 1, red line)")
         stem = safe(f"tiling-{t['subject']}-{t['dtype']}")
-        save(fig, out_dir, stem)
-        plt.close(fig)
-        made.append(stem)
+        save(fig, out_dir, stem, made)
     return made
 
 
@@ -144,9 +146,7 @@ def splits(plt, report, out_dir):
         fig.suptitle(f"{t['subject']} ({t.get('backend', '')}) {t['dtype']}: O error / budget per split count "
                      f"(worst over tilings)")
         stem = safe(f"splits-{t['subject']}-{t['dtype']}")
-        save(fig, out_dir, stem)
-        plt.close(fig)
-        made.append(stem)
+        save(fig, out_dir, stem, made)
     return made
 
 
@@ -175,9 +175,7 @@ def histograms(plt, report, out_dir):
         ax.set_ylabel("elements")
         ax.set_title(f"{subject}: ulp error histogram ({sum(counts)} elements)")
         stem = safe(f"histogram-{subject.split(' ')[0]}-{subject.split('(')[-1].rstrip(')')}")
-        save(fig, out_dir, stem)
-        plt.close(fig)
-        made.append(stem)
+        save(fig, out_dir, stem, made)
     return made
 
 
@@ -216,9 +214,7 @@ def drift(plt, report, out_dir):
         fig.suptitle(f"{e['subject']} ({e['backend']}): split-order drift, {e['cases_run']} cases "
                      f"(differ: {fold:.3%} across fold orders, {split:.3%} across split counts)")
         stem = safe(f"drift-{e['subject']}-{e['backend']}")
-        save(fig, out_dir, stem)
-        plt.close(fig)
-        made.append(stem)
+        save(fig, out_dir, stem, made)
     return made
 
 
