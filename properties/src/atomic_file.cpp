@@ -37,7 +37,7 @@ long writer_pid(const std::string& name) {
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, std::string_view text) {
+void write_file_atomic(const std::string& path, std::string_view text, Durability durability) {
   const fs::path target(path);
   const fs::path dir = target.parent_path();
   std::error_code ec;
@@ -61,7 +61,7 @@ void write_file_atomic(const std::string& path, std::string_view text) {
     done += size_t(n);
   }
   // fsync before rename: after a crash the name then points at complete contents.
-  if (ok && ::fsync(fd) != 0) ok = false;
+  if (ok && durability == Durability::power_loss && ::fsync(fd) != 0) ok = false;
   const int saved = errno;
   ::close(fd);
   if (!ok) {
@@ -74,7 +74,7 @@ void write_file_atomic(const std::string& path, std::string_view text) {
     fs::remove(tmp, ignore);
     throw AtomicWriteError("cannot write " + path + ": " + ec.message());
   }
-  sync_directory(dir);
+  if (durability == Durability::power_loss) sync_directory(dir);
 }
 
 namespace {

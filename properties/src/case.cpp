@@ -418,9 +418,10 @@ std::string safe_name(const std::string& s) {
         (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
   return out.empty() ? std::string("none") : out;
 }
-void write_text_atomic(const std::string& path, const std::string& text) {
+void write_text_atomic(const std::string& path, const std::string& text,
+                       Durability durability = Durability::power_loss) {
   try {
-    write_file_atomic(path, text);
+    write_file_atomic(path, text, durability);
   } catch (const AtomicWriteError& e) {
     throw CaseError(e.what());
   }
@@ -428,7 +429,7 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }  // namespace
 
 void write_case_atomic_to(const std::string& path, const Case& c) {
-  write_text_atomic(path, case_to_json(c));
+  write_text_atomic(path, case_to_json(c), Durability::process);
 }
 
 std::string write_case_atomic(const std::string& dir, const Case& c) {

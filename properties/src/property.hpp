@@ -74,7 +74,9 @@ struct PropertyRegistration {
 const Property* find_property_object(const std::string& name);  // nullptr if unknown
 
 // Helpers for checks.
-void before_launch(Ctx&, const Case&);
+// Before every subject call: the write-ahead file holds the case (unless `write` is false: the
+// case is already there, as for a second launch on the same case) and the run's hook sees it.
+void before_launch(Ctx&, const Case&, bool write = true);
 std::string digest_bits(const Bits& out, const std::vector<float>& lse);
 // How far apart two values of one format are: the count of representable values between them
 // (0 for equal bits, and for +0 against -0), +inf when either is NaN.

@@ -19,8 +19,16 @@ struct AtomicWriteError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How long a write must last. power_loss: the file and its directory are flushed to disk before
+// and after the rename, so the new contents survive a machine crash. process: no flush; the page
+// cache already outlives the writing process, which is all a write-ahead case must survive (the
+// subject segfaulting, faulting the device or being killed), and a flush per subject call (two
+// fsyncs, 0.5 ms here and more on slower disks) would dominate runs of many small calls.
+enum class Durability { power_loss, process };
+
 // Writes `text` to `path` atomically, creating missing parent directories.
-void write_file_atomic(const std::string& path, std::string_view text);
+void write_file_atomic(const std::string& path, std::string_view text,
+                       Durability durability = Durability::power_loss);
 
 // Deletes the temporaries in `dir` (not recursive) left by writers that are no longer running,
 // and returns their names. Temporaries of live processes are left alone.

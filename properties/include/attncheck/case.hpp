@@ -53,7 +53,8 @@ Case case_from_json(const std::string& text);
 // <op>-<subject>-<property>-<first 16 hex digits of the FNV-1a hash of the JSON>.json; writing the
 // same case twice gives the same file. Returns the path. Throws CaseError if dir is unwritable.
 std::string write_case_atomic(const std::string& dir, const Case&);
-// The same, to an explicit path (used for the write-ahead file before a GPU launch).
+// The same, to an explicit path: the write-ahead file before a subject call, written to survive the
+// process (Durability::process), not a machine crash.
 void write_case_atomic_to(const std::string& path, const Case&);
 // Read and parse one file; CaseError (with the path in the message) on any problem.
 Case read_case_file(const std::string& path);
