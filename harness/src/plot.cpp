@@ -38,8 +38,12 @@ bool is_file(const fs::path& p) {
   return fs::is_regular_file(p, ec);
 }
 
-// Every python3 on PATH, in PATH order. More than one is common (a pyenv or venv python first,
-// the distribution's after it), and only some of them have matplotlib.
+std::string how_to_get_pictures(const std::string& report_dir) {
+  return "for pictures: apt-get install python3-matplotlib, then attncheck plot " + report_dir;
+}
+
+}  // namespace
+
 std::vector<std::string> pythons_on_path() {
   std::vector<std::string> found;
   std::set<std::string> seen;
@@ -58,14 +62,8 @@ std::vector<std::string> pythons_on_path() {
   return found;
 }
 
-struct Run {
-  int status = -1;  // exit status; -1 when it could not be started or did not exit normally
-  std::string output;
-};
-
-// Runs argv[0] with argv, stdout and stderr captured together.
-Run run_captured(const std::vector<std::string>& args) {
-  Run r;
+CapturedRun run_captured(const std::vector<std::string>& args) {
+  CapturedRun r;
   int fds[2];
   if (::pipe(fds) != 0) return r;
   posix_spawn_file_actions_t fa;
@@ -94,12 +92,6 @@ Run run_captured(const std::vector<std::string>& args) {
   if (WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
   return r;
 }
-
-std::string how_to_get_pictures(const std::string& report_dir) {
-  return "for pictures: apt-get install python3-matplotlib, then attncheck plot " + report_dir;
-}
-
-}  // namespace
 
 std::string find_plot_script(std::string* tried) {
   std::string chosen;
@@ -140,7 +132,7 @@ PlotStatus render_plots(const std::string& report_dir, bool quiet) {
     return PlotStatus::no_python;
   }
   for (const auto& python : pythons) {
-    const Run r = run_captured({python, script, report, "--out", report_dir + "/plots"});
+    const CapturedRun r = run_captured({python, script, report, "--out", report_dir + "/plots"});
     if (r.status == kScriptNoMatplotlib) continue;  // try the next python3 on PATH
     if (r.status == 0) {
       if (!quiet && !r.output.empty()) std::fprintf(stderr, "%s", r.output.c_str());

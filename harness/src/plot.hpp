@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace attncheck {
 
@@ -17,6 +18,17 @@ PlotStatus render_plots(const std::string& report_dir, bool quiet);
 // The plot script: $ATTNCHECK_PLOT_SCRIPT when set, else the installed copy relative to this
 // binary (bin/../share/attncheck/), else the source tree's. Empty when the chosen one is missing.
 std::string find_plot_script(std::string* tried = nullptr);
+
+// Every python3 on PATH, in PATH order, each once. More than one is common (a pyenv or venv python
+// first, the distribution's after it), and only some have matplotlib (or torch, for bench's peers).
+std::vector<std::string> pythons_on_path();
+// Runs args[0] with args (no shell), stdout and stderr captured together; status -1 when it could
+// not be started or did not exit normally.
+struct CapturedRun {
+  int status = -1;
+  std::string output;
+};
+CapturedRun run_captured(const std::vector<std::string>& args);
 
 namespace cli {
 struct PlotCommand {

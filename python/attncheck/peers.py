@@ -1,6 +1,6 @@
 """PyTorch's attention backends at the shapes of hopper_bench, timed the same way.
 
-    python3 -m attncheck.peers [repeats]
+    python3 -m attncheck.peers [repeats] [--json]
 
 For each shape (T in {2048, 8192}, 32 query heads, 8 KV heads, d = 128, fp16 and bf16, causal and
 not) and each SDPA backend that runs it (FlashAttention-2, cuDNN), prints one line in
@@ -9,8 +9,11 @@ of `repeats` launches, each timed alone with CUDA events after a 512 MiB memset 
 on random inputs in [-1, 1]. TFLOP/s counts 4 T^2 h d flops, half of it when causal, as
 hopper_bench does. K and V are expanded to 32 heads (SDPA's FlashAttention path has no GQA), which
 the flop count does not include. Needs torch with CUDA; never imported by the rest of the SDK.
+With --json, each measurement is one JSON object per line instead (what `attncheck bench` reads):
+{"peer", "T", "dtype", "causal", "ms", "tflops"}, or {"peer", "T", "dtype", "causal", "error"}.
 """
 
+import json
 import statistics
 import sys
 
@@ -20,11 +23,14 @@ def main(argv):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 
-    repeats = int(argv[1]) if len(argv) > 1 else 10
+    as_json = "--json" in argv[1:]
+    args = [a for a in argv[1:] if a != "--json"]
+    repeats = int(args[0]) if args else 10
     dev = torch.device("cuda")
     flush = torch.empty(512 << 20, dtype=torch.uint8, device=dev)
     backends = [("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)]
-    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}, median of {repeats}")
+    if not as_json:
+        print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}, median of {repeats}")
     for dtype_name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         for t in (2048, 8192):
             q = torch.rand(1, 32, t, 128, device=dev, dtype=dtype) * 2 - 1
@@ -49,11 +55,20 @@ def main(argv):
                                 torch.cuda.synchronize()
                                 times.append(start.elapsed_time(end))
                     except RuntimeError as e:
-                        print(f"peer-{name} T={t} {dtype_name} causal={int(causal)}: not run ({str(e).splitlines()[0]})")
+                        why = (str(e).splitlines() or ["error"])[0]
+                        if as_json:
+                            print(json.dumps({"peer": name, "T": t, "dtype": dtype_name, "causal": causal,
+                                              "error": why}), flush=True)
+                        else:
+                            print(f"peer-{name} T={t} {dtype_name} causal={int(causal)}: not run ({why})")
                         continue
                     ms = statistics.median(times)
-                    print(f"peer-{name} T={t} h=32/8 d=128 {dtype_name} causal={int(causal)} {ms:.4f} ms "
-                          f"{flops / ms / 1e9:.1f} TFLOP/s")
+                    if as_json:
+                        print(json.dumps({"peer": name, "T": t, "dtype": dtype_name, "causal": causal, "ms": ms,
+                                          "tflops": flops / ms / 1e9}), flush=True)
+                    else:
+                        print(f"peer-{name} T={t} h=32/8 d=128 {dtype_name} causal={int(causal)} {ms:.4f} ms "
+                              f"{flops / ms / 1e9:.1f} TFLOP/s")
     return 0
 
 

@@ -51,9 +51,9 @@ if [ -n "$cs" ] && [ -x "$BIN/kernels_hopper_gpu" ]; then
   rm -f "$OUT/san.log" "$OUT/san-m.log"
 fi
 
-{ echo "===== hopper_bench"; timeout 150 "$BIN/hopper_bench" 10; echo "rc=$?";
-  echo "===== merge_bench"; timeout 40 "$BIN/merge_bench"; echo "rc=$?";
-  echo "===== attncheck.peers"; PYTHONPATH="$PWD/python" timeout 90 python3 -m attncheck.peers 10; echo "rc=$?"; } > "$OUT/bench.log" 2>&1
+{ echo "===== attncheck bench (the built-in kernels, ceilings and PyTorch's backends; bench.json)";
+  PYTHONPATH="$PWD/python" timeout 300 "$BIN/attncheck" bench --repeats 10 --out "$OUT/bench.json"; echo "rc=$?";
+  echo "===== merge_bench (every dtype and LSE layout)"; timeout 40 "$BIN/merge_bench"; echo "rc=$?"; } > "$OUT/bench.log" 2>&1
 note "benchmarks done"
 tar czf "$OUT/reports.tgz" -C "$OUT" gate mutants worker 2>/dev/null
 rm -rf "$OUT/gate" "$OUT/mutants" "$OUT/worker"/triton* "$OUT/worker"/g-* "$OUT/worker"/sdpa

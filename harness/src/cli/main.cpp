@@ -41,6 +41,7 @@
 #include "attncheck/reference/format.hpp"
 #include "attncheck/reference/precision.hpp"
 #include "attncheck/report.hpp"
+#include "bench.hpp"
 #include "mutants.hpp"
 #include "options.hpp"
 #include "pair_pool.hpp"
@@ -1150,6 +1151,7 @@ int main(int argc, char** argv) {
   auto* selfcheck = app.add_subcommand("selfcheck", "the exact reference checks itself against known values");
   const auto mutants = ac::cli::add_mutants_command(app);  // mutants.cpp
   const auto plot = ac::cli::add_plot_command(app);        // plot.cpp
+  const auto bench = ac::cli::add_bench_command(app);      // bench.cpp
 
   try {
     app.parse(argc, argv);
@@ -1197,6 +1199,7 @@ int main(int argc, char** argv) {
     if (rmerge->parsed()) return run_report_merge(merge_dirs, merge_out, merge_no_plots);
     if (mutants.app->parsed()) return mutants.run();
     if (plot.app->parsed()) return plot.run();
+    if (bench.app->parsed()) return bench.run();
     if (selfcheck->parsed()) {
       try {
         std::printf("%s\n", attncheck::ref::self_check().c_str());

@@ -1,0 +1,228 @@
+// `attncheck bench`. Measuring needs a CUDA build and a GPU; --compare gates an existing
+// bench.json against --baseline anywhere (CI, a laptop). Exit codes as everywhere: 0 ran (and no
+// regression), 1 a row slowed down beyond the tolerance, 2 usage or input error before any work,
+// 3 a kernel or CUDA call failed while measuring.
+#include "bench.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attncheck/atomic_file.hpp"
+#include "attncheck/bench_report.hpp"
+#include "attncheck/json_fields.hpp"
+#include "attncheck/report.hpp"
+#include "options.hpp"
+#include "plot.hpp"
+#if defined(ATTNCHECK_HAVE_CUDA)
+#include "bench/suite.h"
+#endif
+
+namespace attncheck::cli {
+namespace {
+
+constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCrashed = 3;
+constexpr double kDefaultTolerance = 0.05;
+
+struct Options {
+  int repeats = 20;
+  std::string out = "bench.json", baseline, compare, peers = "auto";
+  std::vector<std::string> only;
+  double tolerance = kDefaultTolerance;
+};
+
+int usage(const std::string& why) {
+  std::fprintf(stderr, "attncheck bench: %s\n", why.c_str());
+  return kExitUsage;
+}
+
+// PyTorch's FlashAttention-2 and cuDNN at the attention rows' shapes, through
+// `python3 -m attncheck.peers --json` with the first python3 on PATH that has torch; their rates
+// go beside every attention row of the same T, dtype and causality. The SDK comes from this
+// build's source tree where it still exists, else from PYTHONPATH (a copied or installed binary).
+// Returns a note for bench.json.
+std::string add_peers(BenchRun& run, int repeats) {
+  const std::string sdk = ATTNCHECK_PYTHON_SOURCE;
+  std::error_code ec;
+  if (std::filesystem::is_directory(sdk + "/attncheck", ec)) {
+    const char* old = std::getenv("PYTHONPATH");
+    ::setenv("PYTHONPATH", (sdk + (old && *old ? ":" + std::string(old) : "")).c_str(), 1);
+  }
+  for (const std::string& py : pythons_on_path()) {
+    if (run_captured({py, "-c", "import torch; assert torch.cuda.is_available()"}).status != 0) continue;
+    const CapturedRun r = run_captured({py, "-m", "attncheck.peers", std::to_string(repeats), "--json"});
+    if (r.status != 0)
+      return "peers: " + py + " -m attncheck.peers failed (exit " + std::to_string(r.status) + ")";
+    int added = 0;
+    std::istringstream lines(r.output);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::string error;
+      const auto j = json_fields::try_parse_strict(line, error);
+      if (!j || !j->is_object() || !j->contains("tflops")) continue;  // a note, or a peer that did not run
+      const std::string shape = "T=" + std::to_string(j->value("T", 0)) + " h=32/8 d=128";
+      for (BenchRow& row : run.rows)
+        if (row.family == "attention" && row.shape == shape && row.dtype == j->value("dtype", "") &&
+            row.causal == j->value("causal", false)) {
+          row.peers[j->value("peer", "?")] = j->value("tflops", 0.0);
+          ++added;
+        }
+    }
+    return "peers: PyTorch SDPA through " + py + " (" + std::to_string(added) + " attention rows with peers)";
+  }
+  return "peers: no python3 on PATH imports torch with CUDA";
+}
+
+#if defined(ATTNCHECK_HAVE_CUDA)
+BenchRun measure(const Options& o) {
+  kern::bench::SuiteOptions so;
+  so.repeats = o.repeats;
+  if (!o.only.empty()) {
+    so.attention = so.decode = so.merge = false;
+    for (const auto& f : o.only)
+      (f == "attention" ? so.attention : f == "decode" ? so.decode : so.merge) = true;
+  }
+  so.on_row = [](const kern::bench::Measurement& m) {
+    std::fprintf(stderr, "  %s %s %s %s%s %s: %.4f ms, %.1f %s\n", m.family.c_str(), m.kernel.c_str(),
+                 m.shape.c_str(), m.dtype.c_str(), m.causal ? " causal" : "", m.tiling.c_str(), m.ms, m.value,
+                 m.unit.c_str());
+  };
+  std::vector<kern::bench::Measurement> ms;
+  const kern::bench::Ceilings c = kern::bench::run_suite(so, ms);
+  BenchRun run;
+  run.device = kern::bench::device_name();
+  run.repeats = o.repeats;
+  run.copy_gbps = c.copy_gbps;
+  run.gemm_tflops = c.gemm_tflops;
+  if (!c.gemm_note.empty()) std::fprintf(stderr, "note: %s\n", c.gemm_note.c_str());
+  for (const auto& m : ms) {
+    BenchRow r{m.family, m.kernel, m.shape, m.dtype,   m.causal, m.tiling,
+               m.ms,     m.value,  m.unit,  m.ceiling, 0,        {}};
+    const double ceiling = m.ceiling == "gemm" ? c.gemm_tflops : c.copy_gbps;
+    r.of_ceiling = ceiling > 0 ? m.value / ceiling : 0;
+    run.rows.push_back(std::move(r));
+  }
+  return run;
+}
+#endif
+
+void print_table(const BenchRun& r) {
+  std::printf("device %s, median of %d; ceilings: copy %.0f GB/s, fp16 GEMM %s\n", r.device.c_str(),
+              r.repeats, r.copy_gbps,
+              r.gemm_tflops > 0 ? (std::to_string(int(r.gemm_tflops)) + " TFLOP/s").c_str() : "-");
+  std::printf("%-9s %-15s %-32s %-5s %-6s %-14s %10s %10s %-7s %8s %8s %8s\n", "family", "kernel", "shape",
+              "dtype", "causal", "tiling", "ms", "rate", "unit", "of ceil", "vs fa2", "vs cudnn");
+  for (const BenchRow& x : r.rows) {
+    auto vs = [&](const char* peer) {
+      const auto it = x.peers.find(peer);
+      char b[16] = "-";
+      if (it != x.peers.end()) std::snprintf(b, sizeof b, "%.2fx", x.value / it->second);
+      return std::string(b);
+    };
+    std::printf("%-9s %-15s %-32s %-5s %-6s %-14s %10.4f %10.1f %-7s %7.0f%% %8s %8s\n", x.family.c_str(),
+                x.kernel.c_str(), x.shape.c_str(), x.dtype.c_str(), x.causal ? "yes" : "no", x.tiling.c_str(),
+                x.ms, x.value, x.unit.c_str(), 100 * x.of_ceiling, vs("fa2").c_str(), vs("cudnn").c_str());
+  }
+}
+
+int run_bench(const Options& o) {
+  // 1. Everything that can be wrong with the input, before measuring.
+  if (!(o.tolerance >= 0 && o.tolerance <= 10))
+    return usage("--tolerance must be a fraction in [0, 10] (0.05 = 5%)");
+  for (const auto& f : o.only)
+    if (f != "attention" && f != "decode" && f != "merge")
+      return usage("--only: unknown family '" + f + "' (attention, decode, merge)");
+  std::unique_ptr<BenchRun> baseline;
+  try {
+    if (!o.baseline.empty()) baseline = std::make_unique<BenchRun>(read_bench_file(o.baseline));
+  } catch (const BenchError& e) {
+    return usage(std::string("--baseline: ") + e.what());
+  }
+  BenchRun run;
+  if (!o.compare.empty()) {
+    if (!baseline) return usage("--compare needs --baseline (the run to compare against)");
+    try {
+      run = read_bench_file(o.compare);
+    } catch (const BenchError& e) {
+      return usage(std::string("--compare: ") + e.what());
+    }
+  } else {
+#if defined(ATTNCHECK_HAVE_CUDA)
+    if (kern::bench::device_name().empty())
+      return usage("no CUDA device visible: nothing to measure (--compare gates an existing bench.json)");
+    if (baseline && baseline->device != kern::bench::device_name())
+      return usage("--baseline was measured on '" + baseline->device + "', this device is '" +
+                   kern::bench::device_name() + "': times on different devices are not compared");
+    try {
+      run = measure(o);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "attncheck bench: a measurement failed: %s\n", e.what());
+      return kExitCrashed;
+    }
+    run.tool_version = kToolVersion;
+    run.timestamp = utc_timestamp();
+    run.peers_note = o.peers == "off" ? "peers: off" : add_peers(run, o.repeats);
+    std::fprintf(stderr, "%s\n", run.peers_note.c_str());
+    try {
+      write_file_atomic(o.out, bench_to_json_text(run));
+    } catch (const AtomicWriteError& e) {
+      return usage(e.what());
+    }
+#else
+    return usage(
+        "this attncheck was built without CUDA: nothing to measure (--compare gates an existing bench.json)");
+#endif
+  }
+  print_table(run);
+  if (o.compare.empty()) std::printf("bench.json: %s\n", o.out.c_str());
+  if (!baseline) return kExitOk;
+  BenchComparison c;
+  try {
+    c = compare_bench(*baseline, run, o.tolerance);
+  } catch (const BenchError& e) {
+    return usage(e.what());
+  }
+  for (const auto& m : c.missing) std::printf("not measured now (in the baseline): %s\n", m.c_str());
+  for (const auto& r : c.regressions) std::printf("SLOWER: %s\n", r.c_str());
+  std::printf("attncheck bench: %s: %d rows compared with %s, %zu slower than %.1f%%\n",
+              c.regressions.empty() ? "pass" : "fail", c.compared, o.baseline.c_str(), c.regressions.size(),
+              100 * o.tolerance);
+  return c.regressions.empty() ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+BenchCommand add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  BenchCommand c;
+  c.app = app.add_subcommand(
+      "bench",
+      "the built-in kernels' speed at the seed's shapes, against the device's ceilings and "
+      "PyTorch's backends; bench.json and a speed gate");
+  c.app
+      ->add_option("--repeats", o->repeats, "timed launches per measurement; the median is kept (default 20)")
+      ->check(CLI::Range(1, 1000));
+  c.app->add_option("--out", o->out, "where bench.json is written (default bench.json)")->check(non_empty());
+  c.app->add_option("--baseline", o->baseline,
+                    "an earlier bench.json: fail when a row got slower than --tolerance");
+  c.app->add_option("--tolerance", o->tolerance, "allowed slowdown per row, a fraction (default 0.05 = 5%)");
+  c.app->add_option("--compare", o->compare,
+                    "gate this existing bench.json against --baseline instead of measuring");
+  c.app->add_option("--peers", o->peers, "auto (PyTorch's SDPA backends where a python3 imports torch) | off")
+      ->check(CLI::IsMember({"auto", "off"}));
+  c.app->add_option("--only", o->only, "measure only these families: attention, decode, merge")
+      ->check(names_something());
+  c.run = [o] {
+    Options opts = *o;
+    opts.only = split_csv(opts.only);
+    return run_bench(opts);
+  };
+  return c;
+}
+
+}  // namespace attncheck::cli

@@ -1,0 +1,318 @@
+// The measurements of suite.h. Timing: cudaEvents around one launch on the default stream, the
+// launchers asked not to synchronise (their host wait is not the kernel's time).
+#include <cublas_api.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench/suite.h"
+#include "common/bench_util.cuh"
+#include "fused/fused.h"
+#include "hopper/hopper.h"
+#include "merge/merge.h"
+#include "splitkv/splitkv.h"
+
+namespace attncheck::kern::bench {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void check_kernel(int rc, const char* kernel, const char* err) {
+  if (rc != AC_OK) throw std::runtime_error(std::string(kernel) + ": " + err);
+}
+
+// A device allocation freed on every path out (a benchmark that throws must not leak 30 GB).
+struct Device {
+  void* p = nullptr;
+  explicit Device(size_t bytes, const char* what) { check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), what); }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  ~Device() { cudaFree(p); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+
+constexpr size_t kFlushBytes = size_t(512) << 20;
+
+class Timer {
+ public:
+  explicit Timer(int repeats) : repeats_(std::max(1, repeats)), flush_(kFlushBytes, "cudaMalloc (L2 flush)") {
+    check(cudaEventCreate(&a_), "cudaEventCreate");
+    check(cudaEventCreate(&b_), "cudaEventCreate");
+  }
+  ~Timer() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+  }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+  // Median over the repeats of one call of f, each after an L2 flush; two warm-up calls first.
+  template <typename F>
+  double median_ms(F f) {
+    for (int w = 0; w < 2; ++w) f();
+    check(cudaDeviceSynchronize(), "warm-up");
+    std::vector<float> t;
+    for (int r = 0; r < repeats_; ++r) {
+      check(cudaMemsetAsync(flush_.p, r & 0xff, kFlushBytes), "cudaMemsetAsync (L2 flush)");
+      check(cudaEventRecord(a_), "cudaEventRecord");
+      f();
+      check(cudaEventRecord(b_), "cudaEventRecord");
+      check(cudaEventSynchronize(b_), "the timed launch");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, a_, b_), "cudaEventElapsedTime");
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return double(t[t.size() / 2]);
+  }
+
+ private:
+  int repeats_;
+  Device flush_;
+  cudaEvent_t a_{}, b_{};
+};
+
+void fill(void* p, int64_t n, uint32_t seed, bool bf16) {
+  ::attncheck::bench::fill_random<<<1024, 256>>>(static_cast<uint16_t*>(p), n, seed, bf16);
+  check(cudaGetLastError(), "fill_random");
+}
+
+// Batch sequences of tq queries and tk keys, 32 query heads over 8 KV heads, d = 128.
+struct Problem {
+  Problem(int batch, int tq, int tk, bool bf16, bool causal)
+      : nq(int64_t(batch) * tq * kHeads * kD),
+        nk(int64_t(batch) * tk * kKvHeads * kD),
+        q(size_t(nq) * 2, "cudaMalloc q"),
+        k(size_t(nk) * 2, "cudaMalloc k"),
+        v(size_t(nk) * 2, "cudaMalloc v"),
+        o(size_t(nq) * 2, "cudaMalloc o"),
+        lse(size_t(batch) * tq * kHeads * 4, "cudaMalloc lse"),
+        cu_q(size_t(batch + 1) * 4, "cudaMalloc cu_seqlens_q"),
+        cu_k(size_t(batch + 1) * 4, "cudaMalloc cu_seqlens_k") {
+    fill(q.p, nq, 11, bf16);
+    fill(k.p, nk, 12, bf16);
+    fill(v.p, nk, 13, bf16);
+    for (int s = 0; s <= batch; ++s) {
+      cu_q_host.push_back(s * tq);
+      cu_k_host.push_back(s * tk);
+    }
+    check(cudaMemcpy(cu_q.p, cu_q_host.data(), cu_q_host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    check(cudaMemcpy(cu_k.p, cu_k_host.data(), cu_k_host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    a.dtype = bf16 ? AC_DTYPE_BF16 : AC_DTYPE_F16;
+    a.num_seqs = batch;
+    a.cu_seqlens_q = cu_q.as<int32_t>();
+    a.cu_seqlens_k = cu_k.as<int32_t>();
+    a.cu_seqlens_q_host = cu_q_host.data();
+    a.cu_seqlens_k_host = cu_k_host.data();
+    a.max_seqlen_q = tq;
+    a.max_seqlen_k = tk;
+    a.num_heads = kHeads;
+    a.num_kv_heads = kKvHeads;
+    a.head_size = kD;
+    a.q = q.p;
+    a.k = k.p;
+    a.v = v.p;
+    a.out = o.p;
+    a.lse = lse.as<float>();
+    a.softmax_scale = float(1.0 / std::sqrt(double(kD)));
+    a.causal = causal ? 1 : 0;
+    a.num_splits = 1;
+    check(cudaDeviceSynchronize(), "preparing inputs");
+  }
+  static constexpr int kHeads = 32, kKvHeads = 8, kD = 128;
+  int64_t nq, nk;
+  Device q, k, v, o, lse, cu_q, cu_k;
+  std::vector<int32_t> cu_q_host, cu_k_host;
+  ac_attention_args a{};
+};
+
+std::string tiling_name(const ac_tiling& t) { return std::to_string(t.br) + "x" + std::to_string(t.bc); }
+
+void emit(const SuiteOptions& o, std::vector<Measurement>& out, Measurement m) {
+  out.push_back(std::move(m));
+  if (o.on_row) o.on_row(out.back());
+}
+
+void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int t, bool bf16,
+               bool causal) {
+  Problem p(1, t, t, bf16, causal);
+  const double flops = 4.0 * double(t) * double(t) * Problem::kHeads * Problem::kD * (causal ? 0.5 : 1.0);
+  const std::string shape = "T=" + std::to_string(t) + " h=32/8 d=128";
+  char err[256] = {0};
+  FusedOptions fo;
+  fo.synchronize = false;
+  auto row = [&](const char* kernel, const ac_tiling& tile, double ms) {
+    emit(o, out,
+         {"attention", kernel, shape, bf16 ? "bf16" : "fp16", causal, tiling_name(tile), ms,
+          flops / ms * 1e-9, "TFLOP/s", "gemm"});
+  };
+  for (int i = 0; o.with_fused && i < kNumFusedTilings; ++i) {
+    p.a.tiling = i;
+    row("fused", kFusedTilings[i],
+        timer.median_ms([&] { check_kernel(fused_attention_cuda(p.a, fo, err, sizeof err), "fused", err); }));
+  }
+#if defined(ATTNCHECK_HAVE_SM90A)
+  for (int i = 0; i < kNumHopperTilings; ++i) {
+    p.a.tiling = i;
+    row("fused-hopper", kHopperTilings[i], timer.median_ms([&] {
+      check_kernel(hopper_attention_cuda(p.a, fo, err, sizeof err), "fused-hopper", err);
+    }));
+  }
+#endif
+}
+
+void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int batch, int tk) {
+  Problem p(batch, 1, tk, false, false);
+  const double bytes = 2.0 * batch * tk * Problem::kKvHeads * Problem::kD * 2 +
+                       2.0 * batch * Problem::kHeads * Problem::kD * 2;
+  const std::string shape = "batch=" + std::to_string(batch) + " Tk=" + std::to_string(tk) + " h=32/8 d=128";
+  char err[256] = {0};
+  auto row = [&](const char* kernel, const std::string& tiling, double ms) {
+    emit(o, out, {"decode", kernel, shape, "fp16", false, tiling, ms, bytes / ms * 1e-6, "GB/s", "copy"});
+  };
+  p.a.tiling = 1;  // the decode tiling of both kernels: (16, 64)
+  p.a.num_splits = 0;
+  row("splitkv-packed", "auto", timer.median_ms([&] {
+    check_kernel(packed_attention_cuda(p.a, err, sizeof err, false), "splitkv-packed", err);
+  }));
+  // splitkv runs one CTA per (sequence, query head, split): splits enough for about four CTAs
+  // per SM, within its range.
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+  p.a.num_splits = std::clamp(4 * sms / (batch * Problem::kHeads), 1, kSplitKVMaxSplits);
+  Device work(splitkv_workspace_bytes(p.a), "cudaMalloc split-KV workspace");
+  SplitKVOptions so;
+  so.synchronize = false;
+  so.workspace = work.p;
+  so.workspace_bytes = splitkv_workspace_bytes(p.a);
+  row("splitkv", "16x64 splits=" + std::to_string(p.a.num_splits), timer.median_ms([&] {
+    check_kernel(splitkv_attention_cuda(p.a, so, err, sizeof err), "splitkv", err);
+  }));
+}
+
+void merge(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int tokens, bool bf16) {
+  constexpr int heads = 32, d = 128;
+  const size_t n = size_t(tokens) * heads * d, rows = size_t(tokens) * heads;
+  Device p(n * 2, "cudaMalloc"), s(n * 2, "cudaMalloc"), y(n * 2, "cudaMalloc");
+  Device pl(rows * 4, "cudaMalloc"), sl(rows * 4, "cudaMalloc"), yl(rows * 4, "cudaMalloc");
+  fill(p.p, int64_t(n), 21, bf16);
+  fill(s.p, int64_t(n), 22, bf16);
+  check(cudaMemset(pl.p, 0, rows * 4), "cudaMemset");  // LSE 0 on both sides: finite states
+  check(cudaMemset(sl.p, 0, rows * 4), "cudaMemset");
+  ac_merge_args a{};
+  a.dtype = bf16 ? AC_DTYPE_BF16 : AC_DTYPE_F16;
+  a.num_tokens = tokens;
+  a.num_heads = heads;
+  a.head_size = d;
+  a.out = y.p;
+  a.prefix_out = p.p;
+  a.suffix_out = s.p;
+  a.out_stride_token = a.prefix_stride_token = a.suffix_stride_token = int64_t(heads) * d;
+  a.out_stride_head = a.prefix_stride_head = a.suffix_stride_head = d;
+  a.out_lse = yl.as<float>();
+  a.prefix_lse = pl.as<float>();
+  a.suffix_lse = sl.as<float>();
+  a.lse_stride_token = 1;  // [heads, tokens]
+  a.lse_stride_head = tokens;
+  MergeOptions mo;
+  mo.synchronize = false;
+  char err[256] = {0};
+  const double ms = timer.median_ms([&] { check_kernel(merge_cuda(a, mo, err, sizeof err), "merge", err); });
+  const double bytes = double(3 * n * 2 + 3 * rows * 4);
+  emit(o, out,
+       {"merge", "merge", "tokens=" + std::to_string(tokens) + " h=32 d=128", bf16 ? "bf16" : "fp16", false,
+        "", ms, bytes / ms * 1e-6, "GB/s", "copy"});
+}
+
+double copy_ceiling(Timer& timer) {
+  const size_t n = size_t(1) << 30;
+  Device a(n, "cudaMalloc (copy ceiling)"), b(n, "cudaMalloc (copy ceiling)");
+  check(cudaMemset(a.p, 1, n), "cudaMemset");
+  const double ms = timer.median_ms(
+      [&] { check(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync"); });
+  return 2.0 * double(n) / ms * 1e-6;
+}
+
+// cuBLAS through dlopen: the few entry points the GEMM ceiling needs, typed from its own header.
+double gemm_ceiling(Timer& timer, std::string& note) {
+  void* lib = nullptr;
+  for (const char* name : {"libcublas.so", "libcublas.so.13", "libcublas.so.12"})
+    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  if (!lib) {
+    note = "libcublas could not be loaded (" + std::string(dlerror()) + "): no GEMM ceiling";
+    return 0;
+  }
+  using Create = decltype(&cublasCreate_v2);
+  using Destroy = decltype(&cublasDestroy_v2);
+  // Spelled out: the header declares a C++ overload beside the C entry point dlsym returns.
+  using Gemm =
+      cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                         const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                         cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  const auto create = reinterpret_cast<Create>(dlsym(lib, "cublasCreate_v2"));
+  const auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cublasDestroy_v2"));
+  const auto gemm = reinterpret_cast<Gemm>(dlsym(lib, "cublasGemmEx"));
+  cublasHandle_t h = nullptr;
+  if (!create || !destroy || !gemm || create(&h) != CUBLAS_STATUS_SUCCESS) {
+    note = "libcublas loaded but cublasCreate / cublasGemmEx unavailable: no GEMM ceiling";
+    return 0;
+  }
+  constexpr int n = 8192;
+  Device A(size_t(n) * n * 2, "cudaMalloc (GEMM)"), B(size_t(n) * n * 2, "cudaMalloc (GEMM)"),
+      C(size_t(n) * n * 2, "cudaMalloc (GEMM)");
+  fill(A.p, int64_t(n) * n, 31, false);
+  fill(B.p, int64_t(n) * n, 32, false);
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  const double ms = timer.median_ms([&] {
+    const cublasStatus_t s =
+        gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, A.p, CUDA_R_16F, n, B.p, CUDA_R_16F, n, &beta, C.p,
+             CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS) status = s;
+  });
+  destroy(h);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    note = "cublasGemmEx failed (status " + std::to_string(int(status)) + "): no GEMM ceiling";
+    return 0;
+  }
+  return 2.0 * double(n) * n * n / ms * 1e-9;
+}
+
+}  // namespace
+
+std::string device_name() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
+  return prop.name;
+}
+
+Ceilings run_suite(const SuiteOptions& o, std::vector<Measurement>& out) {
+  Timer timer(o.repeats);
+  Ceilings c;
+  c.copy_gbps = copy_ceiling(timer);
+  c.gemm_tflops = gemm_ceiling(timer, c.gemm_note);
+  if (o.attention)
+    for (int t : o.attention_tokens)
+      for (bool bf16 : {false, true})
+        for (bool causal : {false, true}) attention(o, timer, out, t, bf16, causal);
+  if (o.decode)
+    for (int batch : {1, 64})
+      for (int tk : {8192, 32768, 131072}) decode(o, timer, out, batch, tk);
+  if (o.merge)
+    for (int tokens : {4096, 32768})
+      for (bool bf16 : {false, true}) merge(o, timer, out, tokens, bf16);
+  return c;
+}
+
+}  // namespace attncheck::kern::bench

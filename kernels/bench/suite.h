@@ -1,0 +1,52 @@
+// The built-in kernels' benchmark, the measuring half of `attncheck bench` (the harness writes
+// bench.json and gates on a baseline; hopper_bench prints the same rows as text).
+//
+// Shapes are the seed's:
+//   attention  T in {2048, 8192}, 32 query heads over 8 KV heads, d = 128, fp16 and bf16, causal
+//              and not; fused (every tiling) and fused-hopper (every tiling, sm_90a builds).
+//              TFLOP/s of 4 T^2 h d flops (half when causal), against the GEMM ceiling.
+//   decode     1 query, T_k in {8192, 32768, 131072}, batch 1 and 64, the same heads, fp16;
+//              splitkv-packed (its own split count) and splitkv (splits filling the machine).
+//              GB/s of compulsory traffic (K and V once, Q and O once), against the copy ceiling.
+//   merge      4096 and 32768 tokens x 32 heads x 128, fp16 and bf16, LSE [heads, tokens]. GB/s of
+//              two states and two LSEs read, one of each written, against the copy ceiling.
+// Every time is the median of `repeats` launches, each timed alone with CUDA events after an L2
+// flush (a 512 MiB memset), after two warm-up launches, on random non-zero inputs.
+// Ceilings, measured in the same run: a 1 GiB device-to-device copy (bytes read + written per
+// second), and an 8192^3 fp16 GEMM with fp32 accumulation through cuBLAS, which is loaded at run
+// time (libcublas is not a build dependency): without it the GEMM ceiling is 0 and says why.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace attncheck::kern::bench {
+
+struct Measurement {
+  std::string family, kernel, shape, dtype;
+  bool causal = false;
+  std::string tiling;  // "BRxBC", "auto" or ""
+  double ms = 0, value = 0;
+  std::string unit, ceiling;  // "TFLOP/s" with "gemm", "GB/s" with "copy"
+};
+
+struct Ceilings {
+  double copy_gbps = 0, gemm_tflops = 0;
+  std::string gemm_note;  // why the GEMM ceiling is 0
+};
+
+struct SuiteOptions {
+  int repeats = 20;
+  bool attention = true, decode = true, merge = true;
+  std::vector<int> attention_tokens{2048, 8192};
+  bool with_fused = true;  // the mma.sync kernel beside fused-hopper
+  // Called after each measurement (for progress), in the order measured.
+  std::function<void(const Measurement&)> on_row;
+};
+
+// The device's name; "" when no CUDA device is visible (then run_suite must not be called).
+std::string device_name();
+// Measures; throws std::runtime_error naming the CUDA call or the kernel that failed.
+Ceilings run_suite(const SuiteOptions&, std::vector<Measurement>& out);
+
+}  // namespace attncheck::kern::bench
