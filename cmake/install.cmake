@@ -1,6 +1,8 @@
 # What `cmake --install` puts under the prefix, and the CMake package that find_package(attncheck)
 # reads there:
 #   bin/attncheck                               the CLI (attncheck::attncheck, imported executable)
+#   bin/attncheck-isolate                       the worker `--isolate` hosts a plugin in (found
+#                                               next to bin/attncheck)
 #   include/attncheck/plugin_abi.h              the plugin ABI (attncheck::abi, INTERFACE target)
 #   share/attncheck/plot_report.py              pictures of a report (`attncheck plot` finds it
 #                                               relative to bin/attncheck)
@@ -12,6 +14,7 @@ set(ATTNCHECK_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attncheck)
 
 install(TARGETS attncheck attncheck_abi EXPORT attncheckTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS attncheck-isolate RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(FILES ${PROJECT_SOURCE_DIR}/harness/include/attncheck/plugin_abi.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attncheck)
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/harness/plots/plot_report.py

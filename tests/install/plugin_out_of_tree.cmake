@@ -25,7 +25,7 @@ file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK}/empty-path)
 
 run(install EXPECT 0 COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f bin/attncheck include/attncheck/plugin_abi.h share/attncheck/plot_report.py
+foreach(f bin/attncheck bin/attncheck-isolate include/attncheck/plugin_abi.h share/attncheck/plot_report.py
           lib/cmake/attncheck/attncheckConfig.cmake lib/cmake/attncheck/attncheckConfigVersion.cmake)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${prefix}/${f}")
@@ -46,6 +46,9 @@ run(version EXPECT 0 MATCH "^attncheck ${VERSION}[ \n]" COMMAND ${attncheck} --v
 run(list EXPECT 0 MATCH "tiny-merge" COMMAND ${attncheck} list --plugin ${plugin})
 run(check EXPECT 0 COMMAND ${attncheck} check --plugin ${plugin} --backend host --cases 5 --no-plots
                            --report-dir ${WORK}/report)
+# The installed CLI finds its isolation worker next to itself.
+run(isolate EXPECT 0 MATCH "pass" COMMAND ${attncheck} check --plugin ${plugin} --isolate --backend host --cases 5
+                                     --no-plots --report-dir ${WORK}/report-isolated)
 file(READ ${WORK}/report/report.json report)
 string(JSON tool_version GET "${report}" tool_version)
 if(NOT tool_version STREQUAL VERSION)
