@@ -41,6 +41,7 @@ int usage(const std::string& why) {
   return kExitUsage;
 }
 
+#if defined(ATTNCHECK_HAVE_CUDA)
 // PyTorch's FlashAttention-2 and cuDNN at the attention rows' shapes, through
 // `python3 -m attncheck.peers --json` with the first python3 on PATH that has torch; their rates
 // go beside every attention row of the same T, dtype and causality. The SDK comes from this
@@ -78,7 +79,6 @@ std::string add_peers(BenchRun& run, int repeats) {
   return "peers: no python3 on PATH imports torch with CUDA";
 }
 
-#if defined(ATTNCHECK_HAVE_CUDA)
 BenchRun measure(const Options& o) {
   kern::bench::SuiteOptions so;
   so.repeats = o.repeats;
