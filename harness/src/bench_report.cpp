@@ -66,12 +66,15 @@ std::string bench_to_json_text(const BenchRun& r) {
 }
 
 BenchRun read_bench_file(const std::string& path) {
-  const std::string text = jf::read_text_file<BenchError>(path, kMaxBenchFileBytes, "bench file");
+  return bench_from_json_text(jf::read_text_file<BenchError>(path, kMaxBenchFileBytes, "bench file"),
+                              "bench file " + path);
+}
+
+BenchRun bench_from_json_text(const std::string& text, const std::string& where) {
   std::string error;
   const std::optional<json> parsed = jf::try_parse_strict(text, error);
-  if (!parsed) throw BenchError("bench file " + path + ": " + error);
+  if (!parsed) throw BenchError(where + ": " + error);
   const json& j = *parsed;
-  const std::string where = "bench file " + path;
   if (!j.is_object() || jf::get_string<BenchError>(j, "schema", where) != "attncheck-bench")
     throw BenchError(where + ": not an attncheck bench.json (schema is not \"attncheck-bench\")");
   BenchRun r;

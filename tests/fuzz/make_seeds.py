@@ -2,7 +2,7 @@
 """Seed corpora for the fuzz targets (tests/fuzz/run.sh): the repository's own files plus small
 generated ones, so each target starts from valid documents and their near misses.
 
-    make_seeds.py REPO_ROOT OUT_DIR     writes OUT_DIR/{case,report,scenario,merge}/
+    make_seeds.py REPO_ROOT OUT_DIR     writes OUT_DIR/{case,report,scenario,merge,bench}/
 """
 import base64
 import copy
@@ -87,7 +87,10 @@ def main():
         put(out, "report", "gen-small-%d.json" % i, json.dumps(a, indent=1))
         put(out, "merge", "gen-pair-%d" % i, json.dumps(a).encode() + b"\0" + json.dumps(b).encode())
         put(out, "merge", "gen-same-shard-%d" % i, json.dumps(a).encode() + b"\0" + json.dumps(a).encode())
-    for target in ("case", "report", "scenario", "merge"):
+    # bench.json: the repository's hand-written ones (tests/harness/data/bench_*.json).
+    for path in sorted(glob.glob(os.path.join(root, "tests", "harness", "data", "bench_*.json"))):
+        put(out, "bench", os.path.basename(path), open(path, "rb").read())
+    for target in ("case", "report", "scenario", "merge", "bench"):
         os.makedirs(os.path.join(out, target), exist_ok=True)
         print("seeds %-8s %d files" % (target, len(os.listdir(os.path.join(out, target)))))
 

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Fuzz every parser of user files for a bounded time: case files, reports / baselines, prefill
-# scenarios, report merge input (tests/fuzz/fuzz_*.cpp). Configures its own clang build
+# scenarios, report merge input, bench.json (tests/fuzz/fuzz_*.cpp). Configures its own clang build
 # (libFuzzer + ASan + UBSan on every library the targets link), builds only the fuzz targets,
 # seeds each from corpus/, reports/ and small generated files (make_seeds.py), runs each for
 # FUZZ_SECONDS, prints the executions per target, and fails on any crash, leak, timeout or
 # sanitizer report. A crashing input is kept as FUZZ_DIR/artifacts/<target>-crash-*.
 #
 # Environment: FUZZ_SECONDS (default 60, per target), FUZZ_BUILD_DIR (default build-fuzz),
-# FUZZ_TARGETS (default "case report scenario merge"), FUZZ_JOBS (build jobs, default nproc).
+# FUZZ_TARGETS (default "case report scenario merge bench"), FUZZ_JOBS (build jobs, default nproc).
 # A longer campaign: tests/fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 BUILD="${FUZZ_BUILD_DIR:-build-fuzz}"
-TARGETS="${FUZZ_TARGETS:-case report scenario merge}"
+TARGETS="${FUZZ_TARGETS:-case report scenario merge bench}"
 JOBS="${FUZZ_JOBS:-$(nproc)}"
 
 if ! command -v clang++ >/dev/null; then

@@ -52,6 +52,8 @@ struct BenchRun {
 std::string bench_to_json_text(const BenchRun&);
 // Reads a bench.json; BenchError with one line naming the file and the field otherwise.
 BenchRun read_bench_file(const std::string& path);
+// The same from its text; `where` names it in messages.
+BenchRun bench_from_json_text(const std::string& text, const std::string& where);
 
 struct BenchComparison {
   std::vector<std::string> regressions;  // one line each: id, base ms, now ms, change
