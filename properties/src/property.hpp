@@ -83,6 +83,22 @@ std::string digest_bits(const Bits& out, const std::vector<float>& lse);
 double ulps_apart(ac_dtype, uint32_t a, uint32_t b);
 // Two launches' outputs compared element by element (O and LSE) into a Spread.
 Spread spread_of(ac_dtype, const AttentionOutput& first, const AttentionOutput& second);
+// Calls f(e, idx, col) for each element of an attention judgement J of input `a` whose verdict
+// is measured: exact value finite, row not skipped. For an O element idx is its index in the output
+// and col its column; for an LSE element idx is its row and col is -1.
+template <class F>
+void for_each_measured(const AttentionInput& a, const Judgement& J, F f) {
+  int64_t prev_row = -1, col = 0;
+  for (const Elem& e : J.elems) {
+    if (e.row != prev_row) {
+      prev_row = e.row;
+      col = 0;
+    }
+    const int64_t c = e.out == Out::O ? col++ : -1;
+    if (!e.exact_finite || J.row_skipped(e.row)) continue;
+    f(e, c < 0 ? size_t(e.row) : size_t(e.row * a.head_size + c), c);
+  }
+}
 void keep_worst(Outcome&, const Elem&);
 std::string elem_line(const Elem&);
 void fail(Outcome&, const std::string& failure_class, const std::string& message);

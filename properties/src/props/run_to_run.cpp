@@ -26,24 +26,15 @@ class RunToRun final : public Property {
   // judgement skips, and non-finite exact values, are left out).
   static double budget_spread(const Ctx& ctx, const AttentionInput& a, const AttentionOutput& first,
                               const AttentionOutput& second) {
-    const Judgement J = judge_attention(a, first, ctx.cv, ctx.budget);
     double worst = 0;
-    int64_t prev_row = -1, col = 0;
-    for (const Elem& e : J.elems) {
-      if (e.row != prev_row) {
-        prev_row = e.row;
-        col = 0;
-      }
-      const int64_t c = e.out == Out::O ? col++ : 0;
-      if (!e.exact_finite || J.row_skipped(e.row)) continue;
-      const double x = e.out == Out::O ? decode(a.dtype, first.out[size_t(e.row * a.head_size + c)])
-                                       : double(first.lse[size_t(e.row)]);
-      const double y = e.out == Out::O ? decode(a.dtype, second.out[size_t(e.row * a.head_size + c)])
-                                       : double(second.lse[size_t(e.row)]);
-      if (x == y || (std::isnan(x) && std::isnan(y))) continue;
-      const double d = std::fabs(x - y);
-      worst = std::max(worst, e.allowed > 0 ? d / e.allowed : INFINITY);
-    }
+    for_each_measured(a, judge_attention(a, first, ctx.cv, ctx.budget),
+                      [&](const Elem& e, size_t i, int64_t) {
+                        const bool o = e.out == Out::O;
+                        const double x = o ? decode(a.dtype, first.out[i]) : double(first.lse[i]);
+                        const double y = o ? decode(a.dtype, second.out[i]) : double(second.lse[i]);
+                        if (x == y || (std::isnan(x) && std::isnan(y))) return;
+                        worst = std::max(worst, e.allowed > 0 ? std::fabs(x - y) / e.allowed : INFINITY);
+                      });
     return worst;
   }
 

@@ -80,21 +80,12 @@ class SplitOrderDrift final : public Property {
   }
 
  private:
-  // Calls f(e, idx, col) for each O element of J0 (the first config's judgement) that the drift
-  // measures: exact value finite, row not skipped; idx is its index in the output, col its column.
+  // for_each_measured over the O elements of J0 (the first config's judgement): what drift measures.
   template <class F>
   static void for_each_measured_o(const AttentionInput& a, const Judgement& J0, F f) {
-    int64_t prev_row = -1, col = 0;
-    for (const Elem& e : J0.elems) {
-      if (e.row != prev_row) {
-        prev_row = e.row;
-        col = 0;
-      }
-      if (e.out != Out::O) continue;
-      const size_t idx = size_t(e.row * a.head_size + col++);
-      if (!e.exact_finite || J0.row_skipped(e.row)) continue;
-      f(e, idx, col - 1);
-    }
+    for_each_measured(a, J0, [&](const Elem& e, size_t idx, int64_t col) {
+      if (e.out == Out::O) f(e, idx, col);
+    });
   }
 
   // The largest difference of one O element across configs, in ulps of its exact value.
