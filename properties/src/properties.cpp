@@ -179,8 +179,7 @@ Case make_case(const Ctx& ctx, uint32_t op) {
 
 // The case generator of a property for one subject: the property draws the input; the runner
 // draws the options every attention case has (tiling; split count and fold order for split-KV).
-rc::Gen<Case> case_gen(const Ctx& ctx, const Property& prop, uint32_t op) {
-  const gen::Domain dom = run_domain(ctx.subject, ctx.cfg);
+rc::Gen<Case> case_gen(const Ctx& ctx, const gen::Domain& dom, const Property& prop, uint32_t op) {
   const Case base = make_case(ctx, op);
   const ac_caps caps = ctx.subject.caps();
   return rc::gen::exec([dom, &prop, base, op, caps] {
@@ -229,7 +228,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     return res;
   }
   const uint32_t op = op_for(prop->info(), subject);
-  if (const gen::Domain d = run_domain(subject, cfg); d.dtypes.empty() || d.head_sizes.empty()) {
+  const gen::Domain dom = run_domain(subject, cfg);
+  if (dom.dtypes.empty() || dom.head_sizes.empty()) {
     res.status = PropertyResult::Status::not_applicable;
     res.message = "subject has none of the run's dtypes or head sizes";
     return res;
@@ -241,7 +241,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
         (std::filesystem::path(cfg.corpus_dir) /
          ("inflight-" + safe(subject.name()) + "-" + name + "-" + std::to_string(cfg.shard_index) + ".json"))
             .string();
-  const rc::Gen<Case> gen = case_gen(ctx, *prop, op);
+  const rc::Gen<Case> gen = case_gen(ctx, dom, *prop, op);
 
   std::optional<Case> last_failing;
   Outcome last_outcome;
@@ -343,7 +343,6 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   const RapidCheckResult result = check_with_rapidcheck(property, run);
   if (structural_shrink && cfg.shrink && result.kind == RapidCheckResult::Kind::failed && last_failing &&
       !last_outcome.crashed && !cancelled) {
-    const gen::Domain dom = run_domain(subject, cfg);
     ShrinkHooks hooks;
     hooks.candidates = [&](const AttentionInput& a) {
       return attention_shrinks(a, dom.head_sizes, dom.zero_keys);
