@@ -717,14 +717,9 @@ Judgement judge_attention_rows(const AttentionInput& a, const AttentionOutput& o
                    cv.has_lse && out.lse.size() == size_t(T * H)};
   const std::vector<int64_t> sample = sampled_rows(T, H);
   std::vector<char> judged;  // per row, when sampled
-  std::vector<char> token_judged;
   if (!sample.empty()) {
     judged.assign(size_t(T * H), 0);
-    token_judged.assign(size_t(T), 0);
-    for (int64_t r : sample) {
-      judged[size_t(r)] = 1;
-      token_judged[size_t(r / H)] = 1;
-    }
+    for (int64_t r : sample) judged[size_t(r)] = 1;
   }
   std::vector<ref::FastRow> fast_rows;
   if (fast) {
@@ -746,7 +741,10 @@ Judgement judge_attention_rows(const AttentionInput& a, const AttentionOutput& o
   }
   J.counts.rows = sample.empty() ? T * H : int64_t(sample.size());
   for (int64_t t = 0; t < T; ++t) {
-    if (!token_judged.empty() && !token_judged[size_t(t)]) continue;
+    // A token none of whose rows is sampled costs nothing (row_keys walks its keys).
+    if (!judged.empty() &&
+        std::none_of(judged.begin() + t * H, judged.begin() + (t + 1) * H, [](char j) { return j; }))
+      continue;
     const RowKeys rk = row_keys(a, t);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t row = t * H + h;
