@@ -16,6 +16,8 @@
 #include <sstream>
 #include <vector>
 
+#include "cli/options.hpp"
+
 #ifndef ATTNCHECK_PLOT_SCRIPT_FROM_BIN
 #define ATTNCHECK_PLOT_SCRIPT_FROM_BIN ""
 #endif
@@ -162,11 +164,11 @@ PlotCommand add_plot_command(CLI::App& app) {
     switch (render_plots(*dir, false)) {
       case PlotStatus::drawn:
         std::printf("attncheck: plots in %s/plots/\n", dir->c_str());
-        return 0;
+        return kExitOk;
       case PlotStatus::failed:
-        return 1;
+        return kExitFailed;
       default:
-        return 2;
+        return kExitUsage;
     }
   };
   return c;

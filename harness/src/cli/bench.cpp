@@ -26,7 +26,6 @@
 namespace attncheck::cli {
 namespace {
 
-constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCrashed = 3;
 constexpr double kDefaultTolerance = 0.05;
 
 struct Options {

@@ -57,7 +57,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCrashed = 3, kExitInterrupted = 130;
+using ac::cli::kExitCrashed, ac::cli::kExitFailed, ac::cli::kExitInterrupted, ac::cli::kExitOk,
+    ac::cli::kExitUsage;
 
 // An input problem: one line, exit 2.
 struct UsageError : std::runtime_error {

@@ -41,7 +41,6 @@ namespace attncheck::cli {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2;
 
 struct Usage : std::runtime_error {
   using std::runtime_error::runtime_error;
