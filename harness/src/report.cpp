@@ -129,19 +129,10 @@ int status_rank(const std::string& s) {  // worse is larger; passed and not_appl
   return 0;
 }
 
-double worst_max_ulp(const ReportEntry& e) {
+// The largest value of one statistic over an entry's outputs (dtypes, O and LSE).
+double worst(const ReportEntry& e, double OutputStats::*field) {
   double m = 0;
-  for (const auto& s : e.stats) m = std::max(m, s.max_ulp);
-  return m;
-}
-double worst_max_ratio(const ReportEntry& e) {
-  double m = 0;
-  for (const auto& s : e.stats) m = std::max(m, s.max_ratio);
-  return m;
-}
-double worst_p99_ulp(const ReportEntry& e) {
-  double m = 0;
-  for (const auto& s : e.stats) m = std::max(m, s.p99_ulp);
+  for (const auto& s : e.stats) m = std::max(m, s.*field);
   return m;
 }
 int64_t nonfinite_total(const ReportEntry& e) {
@@ -456,7 +447,7 @@ std::string render_markdown(const Report& r) {
   std::stable_sort(rows.begin(), rows.end(), [](const ReportEntry* a, const ReportEntry* b) {
     const int ra = status_rank(a->status), rb = status_rank(b->status);
     if (ra != rb) return ra > rb;
-    return worst_max_ulp(*a) > worst_max_ulp(*b);
+    return worst(*a, &OutputStats::max_ulp) > worst(*b, &OutputStats::max_ulp);
   });
   int bad = 0;
   for (const auto* e : rows) bad += e->status != "passed";
@@ -498,8 +489,9 @@ std::string render_markdown(const Report& r) {
     if (note.size() > 160) note = note.substr(0, 157) + "...";
     o << "| " << md_cell(e->subject) << " (" << e->backend << ") | " << md_cell(e->property) << " | "
       << (e->status == "passed" ? "pass" : "**" + e->status + "**") << " | " << e->cases_run << " | "
-      << fmt(worst_max_ulp(*e)) << " | " << fmt(worst_p99_ulp(*e)) << " | " << fmt(worst_max_ratio(*e))
-      << " | " << nonfinite_total(*e) << " | " << md_cell(note) << " |\n";
+      << fmt(worst(*e, &OutputStats::max_ulp)) << " | " << fmt(worst(*e, &OutputStats::p99_ulp)) << " | "
+      << fmt(worst(*e, &OutputStats::max_ratio)) << " | " << nonfinite_total(*e) << " | " << md_cell(note)
+      << " |\n";
   }
   if (rows.size() > shown)
     o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
