@@ -3,17 +3,20 @@
 // per query head. Plain sm_90 code (no sm_90a instruction).
 //
 // Grid: (KV heads, sequences x splits, row chunks); the grid is sized to the machine when
-// num_splits is 0 (about four CTAs per SM). The rows of a CTA are (token, query head of the group)
-// pairs of one token tile of BR tokens (BR = args' split-KV tiling, which is also where the causal
-// end of the key range comes from, as in the split-KV twin), 4, 8 or 16 at a time. Key tiles of 64
-// from the start of the split's range, three in flight (cp.async, rows past the range zero-filled,
-// 16-byte chunks swizzled by row % 8). Each of the 4 warps owns 16 keys of every tile for all the
-// rows, so each K/V element is read from shared memory once. Per tile and row: logits
-// x_j = fp32 dot * (scale log2 e), the tile max over all 64 keys (across warps), the online-softmax
-// step of fused_math.h, P rounded to the input type, each warp's share of O += P V in fp32; the
-// shares are summed at the end. The partial O / l and base-2 LSE of each split go to the split-KV
-// workspace; splitkv's combine folds them (kernels/splitkv/splitkv.cu). The split-KV twin is this
-// kernel's twin: the same tile walk per row, the same rounding points (sums in another order).
+// num_splits is 0 (about four CTAs per SM). The 16 rows of a CTA are (token, query head of the
+// group) pairs of one token tile of BR tokens (BR = args' split-KV tiling, which is also where the
+// causal end of the key range comes from, as in the split-KV twin); rows past the tile are zero
+// and never stored. Key tiles of 64 from the start of the split's range, STAGES in flight
+// (cp.async, rows past the range zero-filled, 16-byte chunks swizzled by row % 8). Warp w owns
+// keys 16w..16w+15 of every tile for all 16 rows: S = Q K^T and O += P V on tensor cores
+// (mma.sync m16n8k16, fp16 or bf16 operands, fp32 accumulation; a decode tile has 4 or 8 real rows
+// of the 16, the tensor cores have time to spare). Per tile and row: logits
+// x_j = fp32 dot * (scale log2 e), the tile max over all 64 keys (the warps' maxima through shared
+// memory), the online-softmax step of fused_math.h, P rounded to the input type, each warp's
+// share of O += P V and of the row sum in fp32; the shares are summed at the end. The partial
+// O / l and base-2 LSE of each split go to the split-KV workspace; splitkv's combine folds them
+// (kernels/splitkv/splitkv.cu). The split-KV twin is this kernel's twin: the same tile walk per
+// row, the same rounding points (sums in another order).
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,10 +37,10 @@ namespace attncheck::kern {
 
 namespace {
 
-// Key tile 64 (the twin's), 4 warps, each warp owns 16 keys of every tile for all rows of the CTA,
-// so each K/V element is read from shared memory once per CTA. STAGES tiles in flight: 3 when
-// several CTAs share an SM, 6 when the grid gives each SM about one (decode at batch 1).
-constexpr int kBC = 64, kWarps = 4, kKeysPerWarp = kBC / kWarps;
+// Key tile 64 (the twin's); 4 warps, warp w owns keys 16w..16w+15 of every tile for all 16 rows of
+// the CTA, so each K/V element is read from shared memory once per CTA. STAGES tiles in flight: 3
+// when several CTAs share an SM, 6 when the grid gives each SM about one (decode at batch 1).
+constexpr int kBC = 64, kWarps = 4, kRows = 16, kThreads = kWarps * 32;
 static_assert(kSplitKVTilings[0].bc == kBC && kSplitKVTilings[1].bc == kBC,
               "the twin's key tile is this kernel's");
 
@@ -57,58 +60,25 @@ struct PackedParams {
   float* part_lse;
 };
 
-template <int D, int ROWS, int STAGES>
+template <int D, int STAGES>
 struct PackedSmem {
-  static constexpr int kTile = kBC * D * 2;            // one K or V tile, bytes
-  static constexpr int kKV = 0;                        // [stage][K | V]
-  static constexpr int kQ = kKV + STAGES * 2 * kTile;  // [ROWS][D] fp32
-  static constexpr int kP = kQ + ROWS * D * 4;         // [ROWS][64] fp32 (P rounded)
-  static constexpr int kRed = kP + ROWS * kBC * 4;     // [2][kWarps][ROWS] fp32 (max, sum)
-  static constexpr int kBytes = kRed + 2 * kWarps * ROWS * 4;
-  static_assert(kWarps * ROWS * D * 4 <= STAGES * 2 * kTile, "the O reduction reuses the K/V stages");
+  static constexpr int kTile = kBC * D * 2;                       // one K or V tile, bytes (swizzled rows)
+  static constexpr int kKV = 0;                                   // [stage][K | V]
+  static constexpr int kQ = kKV + STAGES * 2 * kTile;             // [16 rows][D], input type, swizzled
+  static constexpr int kMax = kQ + kRows * D * 2;                 // [kWarps][16] fp32: each warp's row max,
+  static constexpr int kBytes = kMax + (kWarps + 1) * kRows * 4;  // then [16] the final row max
+  // The epilogue sums the warps' O shares ([kWarps][16][D] fp32) and row sums ([kWarps][16]) in the
+  // K/V stages, free by then.
+  static_assert(kWarps * kRows * (D + 1) * 4 <= STAGES * 2 * kTile, "the O reduction reuses the K/V stages");
 };
 
-template <bool BF16>
-__device__ __forceinline__ float to_float(uint16_t b) {
-  if constexpr (BF16)
-    return __bfloat162float(__ushort_as_bfloat16(b));
-  else
-    return __half2float(__ushort_as_half(b));
-}
-template <bool BF16>
-__device__ __forceinline__ float round_input(float x) {
-  if constexpr (BF16)
-    return __bfloat162float(__float2bfloat16_rn(x));
-  else
-    return __half2float(__float2half_rn(x));
-}
-// Byte offset of (row, 16-byte chunk) in a [64][D] tile, chunks swizzled by row % 8 so both the
-// row-per-lane reads of Q K^T and the chunk-per-lane reads of P V are free of bank conflicts.
-template <int D>
-__device__ __forceinline__ int tile_off(int row, int chunk) {
-  return row * D * 2 + ((chunk ^ (row & 7)) << 4);
-}
-
-template <int D>
-__device__ __forceinline__ void load_kv(unsigned char* sk, unsigned char* sv, const uint16_t* gk,
-                                        const uint16_t* gv, int64_t stride, int valid) {
-  constexpr int CH = D / 8;
-  for (int idx = threadIdx.x; idx < kBC * CH; idx += kWarps * 32) {
-    const int r = idx / CH, c = idx % CH;
-    const bool ok = r < valid;
-    const int64_t off = ok ? int64_t(r) * stride + c * 8 : 0;
-    fused::dev::cp_async16(sk + tile_off<D>(r, c), gk + off, ok);
-    fused::dev::cp_async16(sv + tile_off<D>(r, c), gv + off, ok);
-  }
-}
-
-template <bool BF16, int D, int ROWS, int STAGES>
-__global__ void __launch_bounds__(kWarps * 32) packed_kernel(const PackedParams p) {
-  using S = PackedSmem<D, ROWS, STAGES>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* const sq = reinterpret_cast<float*>(smem + S::kQ);
-  float* const sp = reinterpret_cast<float*>(smem + S::kP);
-  float* const sred = reinterpret_cast<float*>(smem + S::kRed);
+template <bool BF16, int D, int STAGES>
+__global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) {
+  namespace dev = fused::dev;
+  using S = PackedSmem<D, STAGES>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* const sq = reinterpret_cast<uint16_t*>(smem + S::kQ);
+  float* const smax = reinterpret_cast<float*>(smem + S::kMax);
 
   const int kvh = blockIdx.x;
   const int seq = int(blockIdx.y) / p.num_splits, split = int(blockIdx.y) % p.num_splits;
@@ -117,19 +87,9 @@ __global__ void __launch_bounds__(kWarps * 32) packed_kernel(const PackedParams 
   const int tq = p.cu_q[seq + 1] - int(q0), tk = p.cu_k[seq + 1] - int(k0);
   const int tok0 = token_tile * p.br;
   const int tile_tokens = tq - tok0 < p.br ? tq - tok0 : p.br;
-  const int first_row = chunk * ROWS;
-  if (tile_tokens <= 0 || first_row >= tile_tokens * p.group) return;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-
-  // Rows: index i = token * group + member within the token tile.
-  int row_tok[ROWS];
-  bool row_ok[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const int i = first_row + r;
-    row_ok[r] = i < tile_tokens * p.group;
-    row_tok[r] = tok0 + (row_ok[r] ? i / p.group : 0);
-  }
+  const int first_row = chunk * kRows, n_rows = tile_tokens * p.group;
+  if (tile_tokens <= 0 || first_row >= n_rows) return;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
   int k_lo, k_hi;
   {
@@ -146,210 +106,194 @@ __global__ void __launch_bounds__(kWarps * 32) packed_kernel(const PackedParams 
   const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
   const uint16_t* gk = p.k + (k0 * p.num_kv_heads + kvh) * D;
   const uint16_t* gv = p.v + (k0 * p.num_kv_heads + kvh) * D;
+  auto load_tile = [&](int t) {  // tile t of the range into its stage; rows past k_end zero-filled
+    uint16_t* sk = reinterpret_cast<uint16_t*>(smem + S::kKV + (t % STAGES) * 2 * S::kTile);
+    const int64_t off = int64_t(k_lo + t * kBC) * kv_stride;
+    dev::load_tile<kBC, D, kThreads>(sk, gk + off, kv_stride, k_end - k_lo - t * kBC, tid);
+    dev::load_tile<kBC, D, kThreads>(sk + kBC * D, gv + off, kv_stride, k_end - k_lo - t * kBC, tid);
+  };
 
-  // Prologue: the first STAGES - 1 tiles in flight (one commit group per tile, empty ones too).
+  // Prologue: the first STAGES - 1 tiles in flight (one commit group per tile, empty ones too),
+  // then this CTA's 16 rows of Q (row r = (token, member) pair first_row + r; zero past the tile).
 #pragma unroll
   for (int t = 0; t < STAGES - 1; ++t) {
-    if (t < n_tiles) {
-      unsigned char* st = smem + S::kKV + t * 2 * S::kTile;
-      load_kv<D>(st, st + S::kTile, gk + int64_t(k_lo + t * kBC) * kv_stride,
-                 gv + int64_t(k_lo + t * kBC) * kv_stride, kv_stride, k_end - k_lo - t * kBC);
-    }
-    fused::dev::cp_async_commit();
+    if (t < n_tiles) load_tile(t);
+    dev::cp_async_commit();
   }
-  // Q rows as fp32 (exact: fp16 / bf16 values are floats); rows past the tile are zero.
-  for (int idx = threadIdx.x; idx < ROWS * D; idx += kWarps * 32) {
-    const int r = idx / D, c = idx % D;
-    const int i = first_row + r;
-    float val = 0.0f;
-    if (i < tile_tokens * p.group)
-      val = to_float<BF16>(
-          p.q[((q0 + tok0 + i / p.group) * p.num_heads + kvh * p.group + i % p.group) * D + c]);
-    sq[idx] = val;
+  for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
+    const int r = idx / (D / 8), c = idx % (D / 8), i = first_row + r;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (i < n_rows)
+      val = *reinterpret_cast<const uint4*>(
+          p.q + ((q0 + tok0 + i / p.group) * p.num_heads + kvh * p.group + i % p.group) * D + c * 8);
+    *reinterpret_cast<uint4*>(sq + dev::swz<D>(r, c)) = val;
   }
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+    dev::ldsm_x4(qf[ks],
+                 dev::smem_addr(sq + dev::swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4))));
 
-  constexpr int DL = D / 32;  // O elements per lane: d = lane * DL .. + DL - 1
-  float o[ROWS][DL];          // this warp's share (its 16 keys of every tile)
-  float m_run[ROWS], l_run[ROWS];
+  // This thread's two rows (g and g + 8 of the CTA's 16) and their tokens.
+  int row_tok[2];
+  bool row_ok[2];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    m_run[r] = neg_inf_f();
-    l_run[r] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < DL; ++e) o[r][e] = 0.0f;
+  for (int h = 0; h < 2; ++h) {
+    const int i = first_row + g + 8 * h;
+    row_ok[h] = i < n_rows;
+    row_tok[h] = tok0 + (row_ok[h] ? i / p.group : 0);
   }
+  float o[D / 8][4];  // this warp's share of O (its 16 keys of every tile), 16 rows x D
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {neg_inf_f(), neg_inf_f()};
+  float l_run[2] = {0.0f, 0.0f};  // this thread's share of the row sums (its keys of every tile)
   const uint8_t* mask = p.mask ? p.mask + p.cu_mask[seq] : nullptr;
-  const int my_key = warp * kKeysPerWarp + (lane & 15), half = lane >> 4;  // Q K^T: key, half of d
+
+  // ldmatrix addresses (as in the fused kernel): K rows (lane & 7) + (lane >> 4) * 8 of this warp's
+  // 16 keys, V rows (lane & 7) + ((lane >> 3) & 1) * 8 transposed; chunks XOR-ed per step.
+  const uint32_t key_off = uint32_t(warp * 16 * D * 2);
+  const uint32_t k_off = key_off + uint32_t(((lane & 7) + (lane >> 4) * 8) * D * 2);
+  const uint32_t k_chunk = uint32_t((((lane >> 3) & 1) ^ (lane & 7)) << 4);
+  const uint32_t v_off = key_off + uint32_t(((lane & 7) + ((lane >> 3) & 1) * 8) * D * 2);
+  const uint32_t v_chunk = uint32_t(((lane >> 4) ^ (lane & 7)) << 4);
+  const uint32_t kv_base = dev::smem_addr(smem + S::kKV);
 
   for (int j = 0; j < n_tiles; ++j) {
+    // Tile j landed for every thread's copies; every warp is done with tile j - 1 (its stage,
+    // which the prefetch below refills, and the row maxima in shared memory).
+    dev::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (j + STAGES - 1 < n_tiles) load_tile(j + STAGES - 1);
+    dev::cp_async_commit();
     const int n0 = k_lo + j * kBC;
-    {
-      const int t = j + STAGES - 1;
-      if (t < n_tiles) {
-        unsigned char* st = smem + S::kKV + (t % STAGES) * 2 * S::kTile;
-        load_kv<D>(st, st + S::kTile, gk + int64_t(k_lo + t * kBC) * kv_stride,
-                   gv + int64_t(k_lo + t * kBC) * kv_stride, kv_stride, k_end - k_lo - t * kBC);
-      }
-      fused::dev::cp_async_commit();
-      fused::dev::cp_async_wait<STAGES - 1>();
-    }
-    __syncthreads();  // tile j landed for every thread's copies; Q staged (first pass)
-    const unsigned char* sk = smem + S::kKV + (j % STAGES) * 2 * S::kTile;
-    const unsigned char* sv = sk + S::kTile;
+    const uint32_t sk = kv_base + uint32_t((j % STAGES) * 2 * S::kTile), sv = sk + uint32_t(S::kTile);
 
-    // Logits: lane (key my_key, half of d) partial dots, summed with the other half's lane.
-    float dot[ROWS];
+    // S = Q K^T for 16 rows and this warp's 16 keys: s[0] keys 0-7, s[1] keys 8-15.
+    float s[2][4] = {};
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) dot[r] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < D / 16; ++c) {
-      const int chunk = half * (D / 16) + c;
-      const uint4 raw = *reinterpret_cast<const uint4*>(sk + tile_off<D>(my_key, chunk));
-      const uint16_t* e = reinterpret_cast<const uint16_t*>(&raw);
-      float kf[8];
-#pragma unroll
-      for (int t = 0; t < 8; ++t) kf[t] = to_float<BF16>(e[t]);
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        const float4 qa = *reinterpret_cast<const float4*>(sq + r * D + chunk * 8);
-        const float4 qb = *reinterpret_cast<const float4*>(sq + r * D + chunk * 8 + 4);
-        dot[r] = fmaf(qa.x, kf[0], dot[r]);
-        dot[r] = fmaf(qa.y, kf[1], dot[r]);
-        dot[r] = fmaf(qa.z, kf[2], dot[r]);
-        dot[r] = fmaf(qa.w, kf[3], dot[r]);
-        dot[r] = fmaf(qb.x, kf[4], dot[r]);
-        dot[r] = fmaf(qb.y, kf[5], dot[r]);
-        dot[r] = fmaf(qb.z, kf[6], dot[r]);
-        dot[r] = fmaf(qb.w, kf[7], dot[r]);
-      }
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t b[4];
+      dev::ldsm_x4(b, sk + k_off + (k_chunk ^ uint32_t(ks << 5)));
+      dev::mma16816<BF16>(s[0], qf[ks], b[0], b[1]);
+      dev::mma16816<BF16>(s[1], qf[ks], b[2], b[3]);
     }
-    const int col = n0 + my_key;
+    // Logits x = dot * (scale log2 e) in fp32, -inf past the split's range, the masked sentinel
+    // where causality or the mask hides a key of the range; this warp's row maxima.
     const int range_end = n0 + kBC < k_hi ? n0 + kBC : k_hi;
-    float x[ROWS];
+    float mx[2] = {neg_inf_f(), neg_inf_f()};
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const float d = dot[r] + __shfl_xor_sync(0xffffffffu, dot[r], 16);
-      float xv = neg_inf_f();
-      if (col < range_end) {
-        bool vis = col < k_end && (!p.causal || fused::causal_visible(row_tok[r], col, tq, tk));
-        if (mask && vis && row_ok[r]) vis = mask[int64_t(row_tok[r]) * tk + col] != 0;
-        xv = vis ? __fmul_rn(d, p.scale_log2) : fused::masked_logit();
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e >> 1, col = n0 + warp * 16 + i * 8 + 2 * t4 + (e & 1);
+        float xv = neg_inf_f();
+        if (col < range_end) {
+          bool vis = col < k_end && (!p.causal || fused::causal_visible(row_tok[h], col, tq, tk));
+          if (mask && vis && row_ok[h]) vis = mask[int64_t(row_tok[h]) * tk + col] != 0;
+          xv = vis ? __fmul_rn(s[i][e], p.scale_log2) : fused::masked_logit();
+        }
+        s[i][e] = xv;
+        mx[h] = fmaxf(mx[h], xv);
       }
-      x[r] = xv;
-      float mx = xv;
 #pragma unroll
-      for (int s = 8; s > 0; s >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, s));
-      if (lane == 0) sred[warp * ROWS + r] = mx;
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      if (t4 == 0) smax[warp * kRows + g + 8 * h] = mx[h];
     }
     __syncthreads();
-    // The tile's row max over all 64 keys (every thread the same), then P and the tile sums.
-    float alpha[ROWS];
+    // The tile's row max over all 64 keys (the same in every warp), the online-softmax step, P.
+    float alpha[2], off[2], tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      float mx = sred[r];
+    for (int h = 0; h < 2; ++h) {
+      float m = smax[g + 8 * h];
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, sred[w * ROWS + r]);
-      const float m_new = fmaxf(m_run[r], mx);
-      alpha[r] = fused::rescale_factor(m_run[r], m_new);
-      const float off = fused::exponent_offset(m_new);
-      m_run[r] = m_new;
-      const float pj = fused::tile_probability(x[r], off);
-      float sum = lane < 16 ? pj : 0.0f;  // each key is held by two lanes
-#pragma unroll
-      for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-      if (lane == 0) sred[kWarps * ROWS + warp * ROWS + r] = sum;
-      if (lane < 16) sp[r * kBC + my_key] = round_input<BF16>(pj);
-#pragma unroll
-      for (int e = 0; e < DL; ++e) o[r][e] *= alpha[r];
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, smax[w * kRows + g + 8 * h]);
+      const float m_new = fmaxf(m_run[h], m);
+      alpha[h] = fused::rescale_factor(m_run[h], m_new);
+      off[h] = fused::exponent_offset(m_new);
+      m_run[h] = m_new;
     }
-    __syncthreads();
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      float sum = 0.0f;
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) sum += sred[kWarps * ROWS + w * ROWS + r];
-      l_run[r] = l_run[r] * alpha[r] + sum;
-    }
-
-    // O (this warp's share) += P V over its 16 keys; rows past the range are zero in shared memory.
-#pragma unroll
-    for (int kk = 0; kk < kKeysPerWarp; ++kk) {
-      const int key = warp * kKeysPerWarp + kk;
-      float vf[DL];
-      const int byte = lane * DL * 2;  // d = lane * DL: chunk byte / 16, offset byte % 16
-      const unsigned char* src = sv + tile_off<D>(key, byte >> 4) + (byte & 15);
-      if constexpr (DL == 4) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(src);
-        const uint16_t* e = reinterpret_cast<const uint16_t*>(&raw);
-#pragma unroll
-        for (int t = 0; t < 4; ++t) vf[t] = to_float<BF16>(e[t]);
-      } else {
-        const uint32_t raw = *reinterpret_cast<const uint32_t*>(src);
-        const uint16_t* e = reinterpret_cast<const uint16_t*>(&raw);
-#pragma unroll
-        for (int t = 0; t < DL; ++t) vf[t] = to_float<BF16>(e[t]);
+      for (int e = 0; e < 4; ++e) {
+        s[i][e] = fused::tile_probability(s[i][e], off[e >> 1]);
+        tile_sum[e >> 1] += s[i][e];
       }
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        const float pj = sp[r * kBC + key];
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + tile_sum[h];
 #pragma unroll
-        for (int e = 0; e < DL; ++e) o[r][e] = fmaf(pj, vf[e], o[r][e]);
-      }
+    for (int i = 0; i < D / 8; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
     }
-    __syncthreads();  // stage j % STAGES, sp and sred are rewritten next pass
+    // O += P V over this warp's 16 keys, P rounded to the input type (the A fragment is the S
+    // accumulator layout, packed); keys past the range have P = 0 and zero-filled V.
+    const uint32_t a[4] = {dev::pack2<BF16>(s[0][0], s[0][1]), dev::pack2<BF16>(s[0][2], s[0][3]),
+                           dev::pack2<BF16>(s[1][0], s[1][1]), dev::pack2<BF16>(s[1][2], s[1][3])};
+#pragma unroll
+    for (int nb = 0; nb < D / 16; ++nb) {
+      uint32_t b[4];
+      dev::ldsm_x4_trans(b, sv + v_off + (v_chunk ^ uint32_t(nb << 5)));
+      dev::mma16816<BF16>(o[2 * nb], a, b[0], b[1]);
+      dev::mma16816<BF16>(o[2 * nb + 1], a, b[2], b[3]);
+    }
   }
 
-  // Sum the warps' shares of O (shared memory of the stages, free now), normalise, store.
-  fused::dev::cp_async_wait<0>();
+  // Sum the warps' shares of O and of the row sums (in the K/V stages, free once every copy has
+  // landed and every warp is past its last tile), normalise, store the split's partial state.
+  dev::cp_async_wait<0>();
   __syncthreads();
-  float* const so = reinterpret_cast<float*>(smem + S::kKV);  // [kWarps][ROWS][D]
+  float* const so = reinterpret_cast<float*>(smem + S::kKV);  // [kWarps][16][D]
+  float* const sl = so + kWarps * kRows * D;                  // [kWarps][16]
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r)
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t4 == 0) sl[warp * kRows + g + 8 * h] = l;
+    if (t4 == 0 && warp == 0) smax[kWarps * kRows + g + 8 * h] = m_run[h];  // the same in every warp
 #pragma unroll
-    for (int e = 0; e < DL; ++e) so[(warp * ROWS + r) * D + lane * DL + e] = o[r][e];
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<float2*>(so + (warp * kRows + g + 8 * h) * D + i * 8 + 2 * t4) =
+          make_float2(o[i][2 * h], o[i][2 * h + 1]);
+  }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < ROWS * D; idx += kWarps * 32) {
-    const int r = idx / D, c = idx % D;
-    if (first_row + r >= tile_tokens * p.group) continue;
-    float acc = 0.0f;
+  for (int idx = tid; idx < kRows * D; idx += kThreads) {
+    const int r = idx / D, c = idx % D, i = first_row + r;
+    if (i >= n_rows) continue;
+    float acc = 0.0f, l = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) acc += so[(w * ROWS + r) * D + c];
-    const int64_t tok = q0 + tok0 + (first_row + r) / p.group;
-    const int head = kvh * p.group + (first_row + r) % p.group;
+    for (int w = 0; w < kWarps; ++w) {
+      acc += so[(w * kRows + r) * D + c];
+      l += sl[w * kRows + r];
+    }
+    const int64_t tok = q0 + tok0 + i / p.group;
+    const int head = kvh * p.group + i % p.group;
     const int64_t pair = (int64_t(split) * p.total_q + tok) * p.num_heads + head;
-    float lr = 0.0f, mr = 0.0f;
-#pragma unroll
-    for (int rr = 0; rr < ROWS; ++rr)
-      if (rr == r) {
-        lr = l_run[rr];
-        mr = m_run[rr];
-      }
-    p.part_o[pair * D + c] = acc * fused::inverse_row_sum(lr);
-    if (c == 0) p.part_lse[pair] = fused::partial_lse2(mr, lr);
+    p.part_o[pair * D + c] = acc * fused::inverse_row_sum(l);
+    if (c == 0) p.part_lse[pair] = fused::partial_lse2(smax[kWarps * kRows + r], l);
   }
 }
-
-template <bool BF16, int D, int ROWS, int STAGES>
+template <bool BF16, int D, int STAGES>
 cudaError_t launch_packed(const PackedParams& p, dim3 grid, cudaStream_t stream) {
-  constexpr int smem = PackedSmem<D, ROWS, STAGES>::kBytes;
-  auto kernel = packed_kernel<BF16, D, ROWS, STAGES>;
+  constexpr int smem = PackedSmem<D, STAGES>::kBytes;
+  auto kernel = packed_kernel<BF16, D, STAGES>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  kernel<<<grid, kWarps * 32, smem, stream>>>(p);
+  kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-// Rows per CTA: 4 (decode with groups up to 4), 8 or 16; deep: 6 stages instead of 3.
+// deep: 6 stages instead of 3.
 template <bool BF16, int D>
-cudaError_t launch_rows(const PackedParams& p, int rows, bool deep, dim3 grid, cudaStream_t stream) {
-  if (deep) {
-    if (rows == 4) return launch_packed<BF16, D, 4, 6>(p, grid, stream);
-    if (rows == 8) return launch_packed<BF16, D, 8, 6>(p, grid, stream);
-    return launch_packed<BF16, D, 16, 6>(p, grid, stream);
-  }
-  if (rows == 4) return launch_packed<BF16, D, 4, 3>(p, grid, stream);
-  if (rows == 8) return launch_packed<BF16, D, 8, 3>(p, grid, stream);
-  return launch_packed<BF16, D, 16, 3>(p, grid, stream);
+cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStream_t stream) {
+  return deep ? launch_packed<BF16, D, 6>(p, grid, stream) : launch_packed<BF16, D, 3>(p, grid, stream);
 }
 
 }  // namespace
@@ -400,8 +344,7 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   p.scale_log2 = a.softmax_scale * fused::kLog2e;
   const int tile_tokens = std::min(p.br, max_tq);
   const int tile_rows = tile_tokens * p.group;
-  const int rows = tile_rows <= 4 ? 4 : tile_rows <= 8 ? 8 : 16;
-  p.chunks_per_tile = (tile_rows + rows - 1) / rows;
+  p.chunks_per_tile = (tile_rows + kRows - 1) / kRows;
   const int token_tiles = (max_tq + p.br - 1) / p.br;
   if (int64_t(token_tiles) * p.chunks_per_tile > 65535)
     AC_REFUSE("splitkv-packed: %d row chunks exceed the grid (65535)", token_tiles * p.chunks_per_tile);
@@ -418,10 +361,10 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   AC_CUDA_TRY(cudaGetDevice(&dev));
   AC_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const bool deep = int64_t(grid.x) * grid.y * grid.z < 2 * int64_t(sms);
-  cudaError_t e = bf16 ? (a.head_size == 64 ? launch_rows<true, 64>(p, rows, deep, grid, stream)
-                                            : launch_rows<true, 128>(p, rows, deep, grid, stream))
-                       : (a.head_size == 64 ? launch_rows<false, 64>(p, rows, deep, grid, stream)
-                                            : launch_rows<false, 128>(p, rows, deep, grid, stream));
+  cudaError_t e = bf16 ? (a.head_size == 64 ? launch_stages<true, 64>(p, deep, grid, stream)
+                                            : launch_stages<true, 128>(p, deep, grid, stream))
+                       : (a.head_size == 64 ? launch_stages<false, 64>(p, deep, grid, stream)
+                                            : launch_stages<false, 128>(p, deep, grid, stream));
   if (e == cudaSuccess) e = cudaError_t(splitkv_combine_cuda(p.part_o, p.part_lse, a, stream));
   const cudaError_t f = cudaFreeAsync(ws, stream);
   if (e == cudaSuccess) e = f;
