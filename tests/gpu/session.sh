@@ -3,13 +3,18 @@
 # checks run side by side (the H200 has room for all of them; none of them is timed), then the
 # sanitizers on the small shapes, then the benchmarks alone on the idle GPU. Every step has its own
 # timeout, so a hang costs only its step. Logs under $OUT; one summary line per step.
-#   bash tests/gpu/session.sh        (from the repo root, with gpu-pack/ carried)
+#   bash tests/gpu/session.sh [par] [sanitize] [bench] [timing]   (from the repo root, with gpu-pack/
+#   carried; default: par sanitize bench). A device call is limited to 10 minutes: run the steps in
+#   separate calls when they may not fit in one. timing: the default gate and --suite long alone on
+#   the idle machine, three and one times, wall seconds in the summary.
 set -u
+steps="${*:-par sanitize bench}"
+has() { [[ " $steps " == *" $1 "* ]]; }
 BIN="${BIN:-gpu-bin}"
 [ -d "$BIN" ] || { [ -f gpu-pack/bin.tar.xz ] && tar xJf gpu-pack/bin.tar.xz; }
 OUT="${OUT:-out}"; mkdir -p "$OUT"
 export AC_EXAMPLE_PLUGIN_PATH="$PWD/$BIN/libattncheck_example_plugin.so"
-summary="$OUT/summary.txt"; : > "$summary"
+summary="$OUT/summary.txt"; : >> "$summary"
 note() { echo "$*" >> "$summary"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv >> "$summary" 2>&1
 cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
@@ -33,10 +38,25 @@ worker() {
   OUT="$OUT/worker" timeout 240 bash tests/gpu/worker_gpu.sh > "$OUT/worker_gpu.out" 2>&1
   note "worker_gpu rc=$?"
 }
-tests & harness & worker &
-wait
+secs() { local ms=$((($(date +%s%N) - $1) / 1000000)); echo "$((ms / 1000)).$((ms % 1000 / 100))"; }
+timing() {
+  local i s
+  for i in 1 2 3; do
+    s=$(date +%s%N)
+    timeout 200 "$BIN/attncheck" check --backend cuda --report-dir "$OUT/timing-gate-$i" > "$OUT/timing-gate-$i.log" 2>&1
+    note "timing gate run $i rc=$? $(secs "$s") s: $(tail -n 1 "$OUT/timing-gate-$i.log" | cut -c1-160)"
+  done
+  s=$(date +%s%N)
+  timeout 300 "$BIN/attncheck" check --backend cuda --suite long --report-dir "$OUT/timing-long" > "$OUT/timing-long.log" 2>&1
+  note "timing --suite long rc=$? $(secs "$s") s: $(tail -n 1 "$OUT/timing-long.log" | cut -c1-160)"
+}
+has timing && timing
+if has par; then
+  tests & harness & worker &
+  wait
+fi
 
-if [ -n "$cs" ] && [ -x "$BIN/kernels_hopper_gpu" ]; then
+if has sanitize && [ -n "$cs" ] && [ -x "$BIN/kernels_hopper_gpu" ]; then
   for tool in memcheck racecheck synccheck; do
     timeout 100 "$cs" --tool "$tool" --error-exitcode 99 "$BIN/kernels_hopper_gpu" "[sanitize]" > "$OUT/san.log" 2>&1
     note "sanitizer $tool hopper [sanitize] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san.log" | tr '\n' ' ')"
@@ -51,10 +71,9 @@ if [ -n "$cs" ] && [ -x "$BIN/kernels_hopper_gpu" ]; then
   rm -f "$OUT/san.log" "$OUT/san-m.log"
 fi
 
-{ echo "===== attncheck bench (the built-in kernels, ceilings and PyTorch's backends; bench.json)";
+has bench && { echo "===== attncheck bench (the built-in kernels, ceilings and PyTorch's backends; bench.json)";
   PYTHONPATH="$PWD/python" timeout 300 "$BIN/attncheck" bench --repeats 10 --out "$OUT/bench.json"; echo "rc=$?";
-  echo "===== merge_bench (every dtype and LSE layout)"; timeout 40 "$BIN/merge_bench"; echo "rc=$?"; } > "$OUT/bench.log" 2>&1
-note "benchmarks done"
-tar czf "$OUT/reports.tgz" -C "$OUT" gate mutants worker 2>/dev/null
-rm -rf "$OUT/gate" "$OUT/mutants" "$OUT/worker"/triton* "$OUT/worker"/g-* "$OUT/worker"/sdpa
+  echo "===== merge_bench (every dtype and LSE layout)"; timeout 40 "$BIN/merge_bench"; echo "rc=$?"; } > "$OUT/bench.log" 2>&1 && note "benchmarks done"
+dirs=$(cd "$OUT" && ls -d gate mutants worker timing-* 2>/dev/null)
+[ -n "$dirs" ] && tar czf "$OUT/reports.tgz" -C "$OUT" $dirs && (cd "$OUT" && rm -rf $dirs)
 cat "$summary"
