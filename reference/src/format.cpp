@@ -52,6 +52,8 @@ uint32_t canonical_nan(Format f) {
   return (l.exp_max << l.mant_bits) | (1u << (l.mant_bits - 1));
 }
 
+uint32_t encode_rounded(Format f, uint32_t sign, unsigned long n, long q);
+
 uint32_t round_mp(Format f, mpfr_srcptr x) {
   const FormatSpec& s = spec(f);
   const Layout l = layout(f);
@@ -66,8 +68,15 @@ uint32_t round_mp(Format f, mpfr_srcptr x) {
   mpfr_abs(scaled, x, MPFR_RNDN);               // exact: same precision
   mpfr_mul_2si(scaled, scaled, -q, MPFR_RNDN);  // exact: power of two, far inside MPFR's range
   detail::Mp n_mp(64);
-  mpfr_rint(n_mp, scaled, MPFR_RNDN);              // the one rounding: to an integer, ties to even
-  unsigned long n = mpfr_get_ui(n_mp, MPFR_RNDN);  // n <= 2^p: exact
+  mpfr_rint(n_mp, scaled, MPFR_RNDN);  // the one rounding: to an integer, ties to even
+  return encode_rounded(f, sign, mpfr_get_ui(n_mp, MPFR_RNDN), q);  // n <= 2^p: exact
+}
+
+// The bits of sign * n * 2^q, where n <= 2^p is |x| / 2^q rounded to an integer and q the quantum's
+// exponent of x's binade (at least the subnormals' quantum, emin - 1).
+uint32_t encode_rounded(Format f, uint32_t sign, unsigned long n, long q) {
+  const FormatSpec& s = spec(f);
+  const Layout l = layout(f);
   if (n == 0) return sign;
   if (n == (1ul << s.precision)) {  // carried into the next binade
     n >>= 1;
@@ -174,10 +183,22 @@ bool is_inf_bits(Format f, uint32_t bits) {
 
 uint32_t round_to_format(Format f, const Real& x) { return round_mp(f, x.backend().data()); }
 
+// round_mp's steps in double, exactly: frexp's exponent is MPFR's, the scaling by a power of two
+// is exact (the scaled value stays within [2^(p-1), 2^p) or below it, never past double's range),
+// and nearbyint in the default rounding mode is the one rounding, ties to even. No MPFR value per
+// call: the generators round tens of millions of values for a long-suite layer.
 uint32_t round_to_format(Format f, double x) {
-  detail::Mp m(53);
-  mpfr_set_d(m, x, MPFR_RNDN);  // exact
-  return round_mp(f, m);
+  const FormatSpec& s = spec(f);
+  const Layout l = layout(f);
+  if (std::isnan(x)) return canonical_nan(f);
+  const uint32_t sign = std::signbit(x) ? l.sign_bit : 0u;
+  if (std::isinf(x)) return sign | (l.exp_max << l.mant_bits);
+  if (x == 0) return sign;
+  int e = 0;
+  (void)std::frexp(x, &e);
+  const long q = std::max<long>(e - s.precision, static_cast<long>(s.emin) - 1);
+  const double n = std::nearbyint(std::ldexp(std::fabs(x), static_cast<int>(-q)));
+  return encode_rounded(f, sign, static_cast<unsigned long>(n), q);
 }
 
 Real parse_real(const std::string& text) {

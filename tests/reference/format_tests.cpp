@@ -210,6 +210,26 @@ TEST_CASE("fp32 rounding of doubles agrees with the hardware conversion", "[form
   CHECK(failures == 0);
 }
 
+TEST_CASE("rounding a double (no MPFR) agrees with rounding the same value through MPFR",
+          "[format][rounding]") {
+  // round_to_format(Format, double) repeats round_mp's steps in double arithmetic; any double,
+  // from double's subnormals to its largest values, must give the MPFR path's bits.
+  std::mt19937_64 rng(17);
+  for (Format f : {Format::fp16, Format::bf16, Format::fp32}) {
+    int failures = 0;
+    for (int i = 0; i < 200000; ++i) {
+      uint64_t b = rng();
+      if (i % 2) b = (b & 0x800fffffffffffffull) | ((1023 - 160 + rng() % 320) << 52);  // formats' range
+      if (i % 7 == 0) b &= 0xffffffffff000000ull;  // short significands: exact values and midpoints
+      double x;
+      std::memcpy(&x, &b, 8);
+      if (round_to_format(f, x) != round_to_format(f, Real(x))) ++failures;
+    }
+    INFO(spec(f).name);
+    CHECK(failures == 0);
+  }
+}
+
 TEST_CASE("rounding agrees with MPFR's subnormal emulation on 200-bit values", "[format][rounding]") {
   std::mt19937_64 rng(3);
   for (Format f : {Format::fp16, Format::bf16, Format::fp32}) {
