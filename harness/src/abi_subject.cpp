@@ -5,7 +5,9 @@
 #include "attncheck/abi_subject.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 
 #include "attncheck/json_fields.hpp"
@@ -117,51 +119,147 @@ std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout l
   return out;
 }
 
-// One buffer in the subject's memory space. Host subjects get host memory; CUDA subjects device
-// memory. Always at least one byte, so no subject sees a null pointer for an empty tensor.
-class Staged {
+// The buffers of one call in the subject's memory space, each at least one byte so no subject
+// sees a null pointer for an empty tensor. Host subjects: one vector each. CUDA subjects: slices
+// (256-byte aligned) of one device block kept for the process, filled by one copy from one pinned
+// host block and read back by one copy. cudaMalloc and cudaFree per buffer (cudaFree waits for the
+// device) and a copy per buffer made the subject's calls most of a CUDA gate's time. The blocks
+// only grow, and one call uses them at a time (the lock is held from the first add to the end).
+// With ATTNCHECK_SEPARATE_BUFFERS=1 each buffer is its own allocation of its exact size, so that
+// compute-sanitizer's memcheck sees each buffer's own bounds.
+class Staging {
  public:
-  Staged(ac_memory mem, const std::vector<unsigned char>& bytes) : mem_(mem), size_(bytes.size()) {
+  explicit Staging(ac_memory mem) : mem_(mem) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging() {
+#if defined(ATTNCHECK_HAVE_CUDA)
+    for (void* p : separate_) cudaFree(p);
+#endif
+  }
+
+  // Adds a buffer holding `bytes`; returns its slot. Outputs are added after every input.
+  size_t add(std::vector<unsigned char> bytes) {
+    const size_t at =
+        slots_.empty() ? 0 : align(slots_.back().offset + std::max<size_t>(slots_.back().size, 1));
+    slots_.push_back({at, bytes.size(), std::move(bytes)});
+    return slots_.size() - 1;
+  }
+  // Places every buffer in the subject's memory (after the last add, before the first get).
+  void upload() {
     if (mem_ == AC_MEMORY_HOST) {
-      host_ = bytes;
-      host_.resize(std::max<size_t>(size_, 1));
+      for (auto& sl : slots_) sl.bytes.resize(std::max<size_t>(sl.size, 1));
       return;
     }
 #if defined(ATTNCHECK_HAVE_CUDA)
-    check(cudaMalloc(&device_, std::max<size_t>(size_, 1)), "cudaMalloc");
-    if (size_) check(cudaMemcpy(device_, bytes.data(), size_, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    if (separate()) {
+      for (auto& sl : slots_) {
+        void* p = nullptr;
+        check(cudaMalloc(&p, std::max<size_t>(sl.size, 1)), "cudaMalloc");
+        separate_.push_back(p);
+        if (sl.size) check(cudaMemcpy(p, sl.bytes.data(), sl.size, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+      }
+      return;
+    }
+    lock_ = std::unique_lock<std::mutex>(blocks().m);
+    const size_t total = end();
+    Blocks& b = blocks();
+    if (b.device_bytes < total) {
+      if (b.device) cudaFree(b.device);
+      b.device = nullptr;
+      b.device_bytes = 0;
+      check(cudaMalloc(&b.device, total), "cudaMalloc");
+      b.device_bytes = total;
+    }
+    if (b.pinned_bytes < total) {
+      if (b.pinned) cudaFreeHost(b.pinned);
+      b.pinned = nullptr;
+      b.pinned_bytes = 0;
+      check(cudaMallocHost(&b.pinned, total), "cudaMallocHost");
+      b.pinned_bytes = total;
+    }
+    auto* host = static_cast<unsigned char*>(b.pinned);
+    for (const auto& sl : slots_)
+      if (sl.size) std::memcpy(host + sl.offset, sl.bytes.data(), sl.size);
+    check(cudaMemcpy(b.device, b.pinned, total, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 #else
     throw SubjectError(SubjectError::Kind::unsupported, "this attncheck build has no CUDA");
 #endif
   }
-  Staged(const Staged&) = delete;
-  Staged& operator=(const Staged&) = delete;
-  ~Staged() {
+  void* get(size_t slot) {
+    if (mem_ == AC_MEMORY_HOST) return slots_[slot].bytes.data();
 #if defined(ATTNCHECK_HAVE_CUDA)
-    if (device_) cudaFree(device_);
+    if (separate()) return separate_[slot];
+    return static_cast<unsigned char*>(blocks().device) + slots_[slot].offset;
+#else
+    return nullptr;
 #endif
   }
-  void* get() { return mem_ == AC_MEMORY_HOST ? static_cast<void*>(host_.data()) : device_; }
-  std::vector<unsigned char> read() const {
-    if (mem_ == AC_MEMORY_HOST) return {host_.begin(), host_.begin() + ptrdiff_t(size_)};
-    std::vector<unsigned char> out(size_);
+  // Brings buffer `first` and every later one back from the device, in one copy.
+  void download(size_t first) {
+    if (mem_ == AC_MEMORY_HOST) return;
 #if defined(ATTNCHECK_HAVE_CUDA)
-    if (size_) check(cudaMemcpy(out.data(), device_, size_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+    if (separate()) {
+      for (size_t i = first; i < slots_.size(); ++i)
+        if (slots_[i].size)
+          check(cudaMemcpy(slots_[i].bytes.data(), separate_[i], slots_[i].size, cudaMemcpyDeviceToHost),
+                "cudaMemcpy D2H");
+      return;
+    }
+    Blocks& b = blocks();
+    const size_t from = slots_[first].offset;
+    check(cudaMemcpy(static_cast<unsigned char*>(b.pinned) + from,
+                     static_cast<unsigned char*>(b.device) + from, end() - from, cudaMemcpyDeviceToHost),
+          "cudaMemcpy D2H");
+    for (size_t i = first; i < slots_.size(); ++i)
+      if (slots_[i].size)
+        std::memcpy(slots_[i].bytes.data(), static_cast<unsigned char*>(b.pinned) + slots_[i].offset,
+                    slots_[i].size);
 #endif
-    return out;
+  }
+  // Buffer `slot`'s bytes as the subject left them (after download for a CUDA subject).
+  std::vector<unsigned char> read(size_t slot) const {
+    const auto& bytes = slots_[slot].bytes;
+    return {bytes.begin(), bytes.begin() + ptrdiff_t(slots_[slot].size)};
   }
 
  private:
+  struct Slot {
+    size_t offset, size;
+    std::vector<unsigned char> bytes;
+  };
+  static size_t align(size_t n) { return (n + 255) / 256 * 256; }
+  size_t end() const {
+    return slots_.empty() ? 1 : align(slots_.back().offset + std::max<size_t>(slots_.back().size, 1));
+  }
 #if defined(ATTNCHECK_HAVE_CUDA)
+  struct Blocks {
+    std::mutex m;
+    void* device = nullptr;
+    void* pinned = nullptr;
+    size_t device_bytes = 0, pinned_bytes = 0;
+  };
+  // Kept for the process and never freed: a static destructor would run after the CUDA runtime's.
+  static Blocks& blocks() {
+    static Blocks* b = new Blocks;
+    return *b;
+  }
+  static bool separate() {
+    static const bool s = [] {
+      const char* v = std::getenv("ATTNCHECK_SEPARATE_BUFFERS");
+      return v && std::string(v) == "1";
+    }();
+    return s;
+  }
   static void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess)
       throw SubjectError(SubjectError::Kind::device_fault, std::string(what) + ": " + cudaGetErrorString(e));
   }
+  std::vector<void*> separate_;
+  std::unique_lock<std::mutex> lock_;
 #endif
   ac_memory mem_;
-  size_t size_;
-  std::vector<unsigned char> host_;
-  void* device_ = nullptr;
+  std::vector<Slot> slots_;
 };
 
 void require_tensor_size(const char* what, size_t got, size_t want) {
@@ -239,10 +337,12 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   require_tensor_size("suffix_lse", in.suffix_lse.size(), n_lse);
   const ac_lse_layout layout = subject_.caps.lse_layout;
 
-  Staged prefix(mem, pack(in.dtype, in.prefix_out)), suffix(mem, pack(in.dtype, in.suffix_out));
-  Staged prefix_lse(mem, as_bytes(to_layout(in.prefix_lse, layout, tokens, heads)));
-  Staged suffix_lse(mem, as_bytes(to_layout(in.suffix_lse, layout, tokens, heads)));
-  Staged out(mem, poisoned(in.dtype, n_out)), out_lse(mem, as_bytes(poisoned_lse(n_lse)));
+  Staging st(mem);
+  const size_t prefix = st.add(pack(in.dtype, in.prefix_out)), suffix = st.add(pack(in.dtype, in.suffix_out));
+  const size_t prefix_lse = st.add(as_bytes(to_layout(in.prefix_lse, layout, tokens, heads)));
+  const size_t suffix_lse = st.add(as_bytes(to_layout(in.suffix_lse, layout, tokens, heads)));
+  const size_t out = st.add(poisoned(in.dtype, n_out)), out_lse = st.add(as_bytes(poisoned_lse(n_lse)));
+  st.upload();
 
   const LseStrides ls = lse_strides(layout, tokens, heads);
   ac_merge_args a{};
@@ -250,18 +350,18 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   a.num_tokens = in.num_tokens;
   a.num_heads = in.num_heads;
   a.head_size = in.head_size;
-  a.out = out.get();
+  a.out = st.get(out);
   a.out_stride_token = heads * in.head_size;
   a.out_stride_head = in.head_size;
-  a.out_lse = static_cast<float*>(out_lse.get());
-  a.prefix_out = prefix.get();
+  a.out_lse = static_cast<float*>(st.get(out_lse));
+  a.prefix_out = st.get(prefix);
   a.prefix_stride_token = a.out_stride_token;
   a.prefix_stride_head = a.out_stride_head;
-  a.prefix_lse = static_cast<const float*>(prefix_lse.get());
-  a.suffix_out = suffix.get();
+  a.prefix_lse = static_cast<const float*>(st.get(prefix_lse));
+  a.suffix_out = st.get(suffix);
   a.suffix_stride_token = a.out_stride_token;
   a.suffix_stride_head = a.out_stride_head;
-  a.suffix_lse = static_cast<const float*>(suffix_lse.get());
+  a.suffix_lse = static_cast<const float*>(st.get(suffix_lse));
   a.lse_stride_token = ls.token;
   a.lse_stride_head = ls.head;
   a.stream = nullptr;
@@ -271,9 +371,10 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
               [&](char* err, size_t len) { return subject_.merge(subject_.self, &a, err, len); });
   sync_device(mem);
 
+  st.download(out);
   MergeOutput result;
-  result.out = unpack(in.dtype, out.read());
-  const auto lse_bytes = out_lse.read();
+  result.out = unpack(in.dtype, st.read(out));
+  const auto lse_bytes = st.read(out_lse);
   std::vector<float> stored(n_lse);
   if (n_lse) std::memcpy(stored.data(), lse_bytes.data(), n_lse * 4);
   result.lse = from_layout(stored, layout, tokens, heads);
@@ -286,20 +387,23 @@ SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
   const ac_memory mem = subject_.caps.memory;
   const size_t n = size_t(int64_t(in.rows) * in.cols);
   require_tensor_size("x", in.x.size(), n);
-  Staged x(mem, pack(in.dtype, in.x)), y(mem, poisoned(in.dtype, n));
+  Staging st(mem);
+  const size_t x = st.add(pack(in.dtype, in.x)), y = st.add(poisoned(in.dtype, n));
+  st.upload();
   ac_softmax_args a{};
   a.dtype = in.dtype;
   a.rows = in.rows;
   a.cols = in.cols;
-  a.x = x.get();
-  a.y = y.get();
+  a.x = st.get(x);
+  a.y = st.get(y);
   a.row_stride = in.cols;
   a.stream = nullptr;
   if (before_call_) before_call_();
   call_plugin(name_, "softmax",
               [&](char* err, size_t len) { return subject_.softmax(subject_.self, &a, err, len); });
   sync_device(mem);
-  return SoftmaxOutput{unpack(in.dtype, y.read())};
+  st.download(y);
+  return SoftmaxOutput{unpack(in.dtype, st.read(y))};
 }
 
 AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionOptions& opt) {
@@ -331,16 +435,20 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
   const size_t n_lse = size_t(total_q * in.num_heads);
   const ac_lse_layout layout = subject_.caps.lse_layout;
 
-  Staged q(mem, pack(in.dtype, in.q)), k(mem, pack(in.dtype, in.k)), v(mem, pack(in.dtype, in.v));
-  Staged cu_q_s(mem, as_bytes(cu_q)), cu_k_s(mem, as_bytes(cu_k));
-  Staged mask(mem, as_bytes(in.mask)), cu_mask_s(mem, as_bytes(cu_mask));
-  Staged out(mem, poisoned(in.dtype, n_q)), lse(mem, as_bytes(poisoned_lse(wants_lse ? n_lse : 0)));
+  Staging st(mem);
+  const size_t q = st.add(pack(in.dtype, in.q)), k = st.add(pack(in.dtype, in.k)),
+               v = st.add(pack(in.dtype, in.v));
+  const size_t cu_q_s = st.add(as_bytes(cu_q)), cu_k_s = st.add(as_bytes(cu_k));
+  const size_t mask = st.add(as_bytes(in.mask)), cu_mask_s = st.add(as_bytes(cu_mask));
+  const size_t out = st.add(poisoned(in.dtype, n_q)),
+               lse = st.add(as_bytes(poisoned_lse(wants_lse ? n_lse : 0)));
+  st.upload();
 
   ac_attention_args a{};
   a.dtype = in.dtype;
   a.num_seqs = num_seqs;
-  a.cu_seqlens_q = static_cast<const int32_t*>(cu_q_s.get());
-  a.cu_seqlens_k = static_cast<const int32_t*>(cu_k_s.get());
+  a.cu_seqlens_q = static_cast<const int32_t*>(st.get(cu_q_s));
+  a.cu_seqlens_k = static_cast<const int32_t*>(st.get(cu_k_s));
   a.cu_seqlens_q_host = cu_q.data();
   a.cu_seqlens_k_host = cu_k.data();
   a.max_seqlen_q = max_q;
@@ -348,15 +456,15 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
   a.num_heads = in.num_heads;
   a.num_kv_heads = in.num_kv_heads;
   a.head_size = in.head_size;
-  a.q = q.get();
-  a.k = k.get();
-  a.v = v.get();
-  a.out = out.get();
-  a.lse = wants_lse ? static_cast<float*>(lse.get()) : nullptr;
+  a.q = st.get(q);
+  a.k = st.get(k);
+  a.v = st.get(v);
+  a.out = st.get(out);
+  a.lse = wants_lse ? static_cast<float*>(st.get(lse)) : nullptr;
   a.softmax_scale = in.softmax_scale;
   a.causal = in.causal ? 1 : 0;
-  a.mask = has_mask ? static_cast<const uint8_t*>(mask.get()) : nullptr;
-  a.cu_mask = has_mask ? static_cast<const int64_t*>(cu_mask_s.get()) : nullptr;
+  a.mask = has_mask ? static_cast<const uint8_t*>(st.get(mask)) : nullptr;
+  a.cu_mask = has_mask ? static_cast<const int64_t*>(st.get(cu_mask_s)) : nullptr;
   a.cu_mask_host = has_mask ? cu_mask.data() : nullptr;
   a.tiling = subject_.caps.num_tilings > 0 ? opt.tiling : -1;  // -1: the subject declares no tilings
   a.num_splits = opt.num_splits;
@@ -368,10 +476,11 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
               [&](char* err, size_t len) { return subject_.attention(subject_.self, &a, err, len); });
   sync_device(mem);
 
+  st.download(out);
   AttentionOutput result;
-  result.out = unpack(in.dtype, out.read());
+  result.out = unpack(in.dtype, st.read(out));
   if (wants_lse) {
-    const auto bytes = lse.read();
+    const auto bytes = st.read(lse);
     std::vector<float> stored(n_lse);
     if (n_lse) std::memcpy(stored.data(), bytes.data(), n_lse * 4);
     result.lse = from_layout(stored, layout, total_q, in.num_heads);

@@ -225,6 +225,7 @@ ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int sha
   e.rows_judged = r.rows_judged;
   e.rows_escalated = r.rows_escalated;
   e.rows_uncertified = r.rows_uncertified;
+  e.time_split = r.time_split;
   e.shards = {shard_index};
   return e;
 }
@@ -289,6 +290,11 @@ json report_to_json(const Report& r) {
                        {"rows_judged", e.rows_judged},
                        {"rows_escalated", e.rows_escalated},
                        {"rows_uncertified", e.rows_uncertified},
+                       {"time_split",
+                        {{"generate", num(e.time_split.generate)},
+                         {"subject", num(e.time_split.subject)},
+                         {"judge", num(e.time_split.judge)},
+                         {"write_ahead", num(e.time_split.write_ahead)}}},
                        {"message", e.message},
                        {"counterexample", e.counterexample},
                        {"rc_reproduce", e.rc_reproduce},
@@ -391,6 +397,14 @@ Report report_from_json(const json& j) {
           json_fields::get_int_or<ReportError>(x, "rows_escalated", "results", 0, kMaxCount, 0);
       e.rows_uncertified =
           json_fields::get_int_or<ReportError>(x, "rows_uncertified", "results", 0, kMaxCount, 0);
+      if (x.contains("time_split")) {
+        const json& ts = x["time_split"];
+        if (!ts.is_object()) throw ReportError("results: 'time_split' must be an object");
+        e.time_split.generate = get_num(ts.value("generate", json(0.0)));
+        e.time_split.subject = get_num(ts.value("subject", json(0.0)));
+        e.time_split.judge = get_num(ts.value("judge", json(0.0)));
+        e.time_split.write_ahead = get_num(ts.value("write_ahead", json(0.0)));
+      }
       e.message = x.value("message", "");
       e.counterexample = x.value("counterexample", "");
       e.rc_reproduce = x.value("rc_reproduce", "");
@@ -732,6 +746,7 @@ Report merge_reports(const std::vector<Report>& parts) {
       m.rows_judged += e.rows_judged;
       m.rows_escalated += e.rows_escalated;
       m.rows_uncertified += e.rows_uncertified;
+      m.time_split += e.time_split;
       for (const auto& f : e.corpus_files)
         if (std::find(m.corpus_files.begin(), m.corpus_files.end(), f) == m.corpus_files.end())
           m.corpus_files.push_back(f);

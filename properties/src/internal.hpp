@@ -2,6 +2,7 @@
 // element-by-element judgement of an output against the exact reference (measure.cpp). Every
 // property is a rule over a Judgement; replay prints its worst elements.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -122,6 +123,20 @@ void set_default_judge_path(JudgePath);
 // Counts of every attention row judged on this thread (judge_attention and split_equals_whole's
 // rows of the whole), for a property run's report; reset by the runner.
 JudgeCounts& thread_judge_counts();
+// Where this thread's property run spends its seconds (PropertyResult::time_split); reset by the
+// runner. AddSeconds adds the lifetime of a scope to one of its fields.
+TimeSplit& thread_time_split();
+class AddSeconds {
+ public:
+  explicit AddSeconds(double& to) : to_(to), start_(std::chrono::steady_clock::now()) {}
+  AddSeconds(const AddSeconds&) = delete;
+  AddSeconds& operator=(const AddSeconds&) = delete;
+  ~AddSeconds() { to_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  double& to_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const Conventions&, const Budget&,
                           JudgePath path = default_judge_path());

@@ -365,30 +365,75 @@ double error_upper(double y, double approx, double bound) {
 struct RowBasis {
   std::vector<double> s, cj;
   std::vector<int64_t> keys;
-  std::vector<double> vabs;  // [D][keys]
+  // |v| of the visible keys, column c at vcol(c) (keys consecutive): DecodedKV's transposed copy
+  // (shared) when the visible keys are one run, else gathered into vabs_own.
+  const double* vabs_shared = nullptr;
+  size_t vstride = 0;
+  std::vector<double> vabs_own;
   std::vector<double> vmax;  // [D]
+  const double* vcol(int64_t c) const {
+    return (vabs_shared ? vabs_shared : vabs_own.data()) + size_t(c) * vstride;
+  }
   double smax = -std::numeric_limits<double>::infinity();
   AttentionRow ar;
 };
 
-RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const RowKeys& rk, int64_t t, int64_t h,
-                   RowInfo& info) {
+// K and |V| decoded once per judgement (every fp16, bf16 and fp32 value is a float, and a double):
+// every row of a KV head reads all of its visible keys, and decoding and transposing them per row
+// was most of a long row's judgement. k: [key][KV head][D] as stored. vabs: |v| transposed to
+// [KV head][D][key], so a run of visible keys is one stride of each column; vmax_run: the running
+// maximum of vabs from the start of the key's sequence, the largest |v| of a run that starts there
+// (every causal or unmasked row's) in one look-up.
+struct DecodedKV {
+  int64_t keys = 0, D = 0, Hkv = 0;
+  std::vector<float> k;
+  std::vector<double> vabs, vmax_run;
+  explicit DecodedKV(const AttentionInput& a)
+      : keys(total_k(a)),
+        D(a.head_size),
+        Hkv(a.num_kv_heads),
+        k(a.k.size()),
+        vabs(a.v.size()),
+        vmax_run(a.v.size()) {
+    for (size_t i = 0; i < a.k.size(); ++i) k[i] = float(decode(a.dtype, a.k[i]));
+    for (int64_t key = 0; key < keys; ++key)
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t c = 0; c < D; ++c)
+          vabs[col(h, c) + size_t(key)] = std::fabs(decode(a.dtype, a.v[size_t((key * Hkv + h) * D + c)]));
+    int64_t seq_begin = 0;
+    for (const int32_t len : a.seqlens_k) {
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t c = 0; c < D; ++c) {
+          double m = 0;
+          for (int64_t key = seq_begin; key < seq_begin + len; ++key)
+            vmax_run[col(h, c) + size_t(key)] = m = std::max(m, vabs[col(h, c) + size_t(key)]);
+        }
+      seq_begin += len;
+    }
+  }
+  size_t col(int64_t h, int64_t c) const { return size_t((h * D + c) * keys); }
+};
+
+RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const DecodedKV& kv, const RowKeys& rk,
+                   int64_t t, int64_t h, RowInfo& info) {
   RowBasis r;
   const int64_t H = a.num_heads, D = a.head_size, Hkv = a.num_kv_heads;
   const int64_t kvh = h / (H / Hkv);
   const double thr = overflow_log_threshold(a.dtype);
   const double under = min_normal_log(a.dtype);
+  std::vector<double> q(static_cast<size_t>(D));
+  for (int64_t c = 0; c < D; ++c) q[size_t(c)] = decode(a.dtype, a.q[size_t((t * H + h) * D + c)]);
   // Scores in double, for the allowance and the hazard prediction.
   std::vector<double> A;
   for (int64_t j = 0; j < rk.num_keys; ++j) {
     if (!rk.visible[size_t(j)]) continue;
     const int64_t key = rk.key_begin + j;
+    const float* krow = kv.k.data() + size_t((key * Hkv + kvh) * D);
     double dot = 0, adot = 0;
     for (int64_t c = 0; c < D; ++c) {
-      const double qv = decode(a.dtype, a.q[size_t((t * H + h) * D + c)]);
-      const double kv = decode(a.dtype, a.k[size_t((key * Hkv + kvh) * D + c)]);
-      dot += qv * kv;
-      adot += std::fabs(qv * kv);
+      const double prod = q[size_t(c)] * double(krow[c]);
+      dot += prod;
+      adot += std::fabs(prod);
     }
     r.s.push_back(double(a.softmax_scale) * dot);
     A.push_back(std::fabs(double(a.softmax_scale)) * adot);
@@ -419,14 +464,28 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const RowKeys
   r.ar.max_score = r.smax;
   r.ar.sum_exp_scaled = sum_exp_scaled;
   r.ar.naive_exp = cv.naive_exp;
-  r.vabs.resize(size_t(D) * n);
   r.vmax.assign(size_t(D), 0.0);
+  if (n > 0 && r.keys.back() - r.keys.front() + 1 == int64_t(n)) {  // one run of keys
+    r.vabs_shared = kv.vabs.data() + kv.col(kvh, 0) + size_t(r.keys.front());
+    r.vstride = size_t(kv.keys);
+    for (int64_t c = 0; c < D; ++c) {
+      const size_t at = kv.col(kvh, c);
+      if (r.keys.front() == rk.key_begin)
+        r.vmax[size_t(c)] = kv.vmax_run[at + size_t(r.keys.back())];
+      else
+        for (size_t i = 0; i < n; ++i)
+          r.vmax[size_t(c)] = std::max(r.vmax[size_t(c)], kv.vabs[at + size_t(r.keys[i])]);
+    }
+    return r;
+  }
+  r.vabs_own.resize(size_t(D) * n);
   for (int64_t c = 0; c < D; ++c)
     for (size_t i = 0; i < n; ++i) {
-      const double v = std::fabs(decode(a.dtype, a.v[size_t((r.keys[i] * Hkv + kvh) * D + c)]));
-      r.vabs[size_t(c) * n + i] = v;
+      const double v = kv.vabs[kv.col(kvh, c) + size_t(r.keys[i])];
+      r.vabs_own[size_t(c) * n + i] = v;
       r.vmax[size_t(c)] = std::max(r.vmax[size_t(c)], v);
     }
+  r.vstride = n;
   return r;
 }
 
@@ -461,7 +520,7 @@ void judge_row_exact(const RowJob& job, const ref::AttentionProblem& p, const Ro
   for (int64_t c = 0; c < D; ++c) {
     Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
     double S = 0, cond = 0;
-    column_sums(pj, r.vabs.data() + size_t(c) * n, r.cj, S, cond);
+    column_sums(pj, r.vcol(c), r.cj, S, cond);
     const double allowed = attention_o_allowance(job.b, r.ar, to_d(ref::ulp_at(fmt(a.dtype), Real(S))), S,
                                                  cond, r.vmax[size_t(c)]);
     measure_bits(e, a.dtype, job.out.out[size_t(row * D + c)], S, allowed);
@@ -589,7 +648,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     const double y = decode(a.dtype, bits);
     if (!std::isfinite(y) && !skipped) return escalate();
     // 3, 4: S, cond and the allowance at both ends.
-    const double* vabs = r.vabs.data() + size_t(c) * n;
+    const double* vabs = r.vcol(c);
     double S_lo = 0, cond_lo = 0, S_hi = 0, cond_hi = 0;
     column_sums(pmin, vabs, r.cj, S_lo, cond_lo);
     column_sums(pmax, vabs, r.cj, S_hi, cond_hi);
@@ -740,6 +799,7 @@ Judgement judge_attention_rows(const AttentionInput& a, const AttentionOutput& o
     }
   }
   J.counts.rows = sample.empty() ? T * H : int64_t(sample.size());
+  const DecodedKV kv(a);
   for (int64_t t = 0; t < T; ++t) {
     // A token none of whose rows is sampled costs nothing (row_keys walks its keys).
     if (!judged.empty() &&
@@ -750,7 +810,7 @@ Judgement judge_attention_rows(const AttentionInput& a, const AttentionOutput& o
       const int64_t row = t * H + h;
       if (!judged.empty() && !judged[size_t(row)]) continue;
       RowInfo& info = J.rows[size_t(row)];
-      const RowBasis r = row_basis(a, cv, rk, t, h, info);
+      const RowBasis r = row_basis(a, cv, kv, rk, t, h, info);
       if (r.keys.empty()) {  // the empty row: nothing to compute, judged exactly
         judge_row_exact(job, p, r, t, h, info, J.elems);
         continue;
@@ -792,9 +852,14 @@ JudgeCounts& thread_judge_counts() {
   thread_local JudgeCounts counts;
   return counts;
 }
+TimeSplit& thread_time_split() {
+  thread_local TimeSplit split;
+  return split;
+}
 
 Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, const Conventions& cv,
                           const Budget& b, JudgePath path) {
+  const AddSeconds timed(thread_time_split().judge);
   Judgement J = judge_attention_rows(a, out, cv, b, path == JudgePath::fast);
   if (path == JudgePath::fast) {
     // Step 7: a failing LSE makes rule_lse read every row; redo the judgement exactly.
@@ -814,6 +879,7 @@ Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, c
 }
 
 Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Conventions& cv, const Budget& b) {
+  const AddSeconds timed(thread_time_split().judge);
   Judgement J;
   const int64_t T = m.num_tokens, H = m.num_heads, D = m.head_size;
   J.num_rows = T * H;
@@ -889,6 +955,7 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
 
 Judgement judge_softmax(const SoftmaxInput& s, const SoftmaxOutput& out, const Conventions& cv,
                         const Budget& b) {
+  const AddSeconds timed(thread_time_split().judge);
   Judgement J;
   J.num_rows = s.rows;
   J.rows.resize(size_t(s.rows));

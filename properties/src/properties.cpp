@@ -140,6 +140,33 @@ const PropertyInfo* find_property(const std::string& name) {
 
 namespace {
 
+// The run's subject with the seconds of its calls added to `to` (TimeSplit::subject).
+class TimedSubject final : public Subject {
+ public:
+  TimedSubject(Subject& s, double& to) : s_(s), to_(to) {}
+  const std::string& name() const override { return s_.name(); }
+  const std::string& description() const override { return s_.description(); }
+  const ac_caps& caps() const override { return s_.caps(); }
+  std::string backend() const override { return s_.backend(); }
+  std::string origin() const override { return s_.origin(); }
+  MergeOutput merge(const MergeInput& in) override {
+    const AddSeconds timed(to_);
+    return s_.merge(in);
+  }
+  SoftmaxOutput softmax(const SoftmaxInput& in) override {
+    const AddSeconds timed(to_);
+    return s_.softmax(in);
+  }
+  AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+    const AddSeconds timed(to_);
+    return s_.attention(in, opt);
+  }
+
+ private:
+  Subject& s_;
+  double& to_;
+};
+
 // The op a property exercises on this subject (first match in a fixed order).
 uint32_t op_for(const PropertyInfo& p, const Subject& s) {
   for (uint32_t op : {AC_OP_MERGE, AC_OP_SOFTMAX, AC_OP_SPLITKV, AC_OP_ATTENTION})
@@ -183,6 +210,7 @@ rc::Gen<Case> case_gen(const Ctx& ctx, const gen::Domain& dom, const Property& p
   const Case base = make_case(ctx, op);
   const ac_caps caps = ctx.subject.caps();
   return rc::gen::exec([dom, &prop, base, op, caps] {
+    const AddSeconds timed(thread_time_split().generate);
     Case c = base;
     prop.draw_input(c, dom, op);
     if (op != AC_OP_MERGE && op != AC_OP_SOFTMAX) {
@@ -235,7 +263,9 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     return res;
   }
   thread_judge_counts() = JudgeCounts{};
-  Ctx ctx{subject, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {}, true};
+  thread_time_split() = TimeSplit{};
+  TimedSubject timed(subject, thread_time_split().subject);
+  Ctx ctx{timed, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {}, true};
   if (!cfg.corpus_dir.empty() && (cfg.write_ahead || subject.caps().memory == AC_MEMORY_CUDA))
     ctx.write_ahead_path =
         (std::filesystem::path(cfg.corpus_dir) /
@@ -367,6 +397,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   res.rows_judged = counts.rows;
   res.rows_escalated = counts.rows_escalated;
   res.rows_uncertified = counts.rows_uncertified;
+  res.time_split = thread_time_split();
   finish_stats(ctx.stats, ctx.samples);
   res.stats = ctx.stats;
   if (!ctx.write_ahead_path.empty()) {

@@ -12,7 +12,10 @@
 namespace attncheck::detail {
 
 void before_launch(Ctx& ctx, const Case& c, bool write) {
-  if (write && !ctx.write_ahead_path.empty()) write_case_atomic_to(ctx.write_ahead_path, c);
+  if (write && !ctx.write_ahead_path.empty()) {
+    const AddSeconds timed(thread_time_split().write_ahead);
+    write_case_atomic_to(ctx.write_ahead_path, c);
+  }
   if (ctx.cfg.before_launch) ctx.cfg.before_launch(c);
 }
 

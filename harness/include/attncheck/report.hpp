@@ -47,6 +47,7 @@ struct ReportEntry {
   std::vector<DriftCounts> drift_by_splits;  // split_order_drift (PropertyResult)
   // Attention rows judged, of them escalated to the exact path, of those uncertified (PropertyResult).
   int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
+  TimeSplit time_split;     // seconds in the subject, judging, writing cases (PropertyResult)
   std::vector<int> shards;  // the shards that contributed (merge_reports)
 };
 

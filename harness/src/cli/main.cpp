@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -654,48 +655,62 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   std::vector<size_t> in_children, here;
   for (size_t i = 0; i < plan.size(); ++i)
     (ac::worker::worker_command_of(*plan[i].first).empty() ? in_children : here).push_back(i);
+  // The children's plan is in_children; they start costliest first (stable, so in plan order among
+  // equals): a long pair started last would hold the run's end alone. Results are reported in plan
+  // order whatever the start order.
+  std::vector<size_t> start_order(in_children.size());
+  for (size_t k = 0; k < start_order.size(); ++k) start_order[k] = k;
+  std::stable_sort(start_order.begin(), start_order.end(), [&](size_t a, size_t b) {
+    return plan[in_children[a]].second->relative_cost > plan[in_children[b]].second->relative_cost;
+  });
   std::thread worker_pairs([&] {
     for (size_t i : here) {
       if (g_interrupted.load()) break;
       finished(i, run_pair(i, [](int) {}));
     }
   });
-  ac::cli::run_pairs_in_children(
-      argv_, in_children.size(), pool, [&](const ac::cli::ChildOutcome& child_out) {
-        ac::cli::ChildOutcome out = child_out;
-        out.pair = in_children[child_out.pair];
-        const auto& [subject, property] = plan[out.pair];
-        auto& use = device_use[out.device.empty() ? "inherited" : out.device];
-        ++use.first;
-        use.second += out.seconds;
-        if (out.result_written) {
-          try {
-            const ac::Report part = ac::read_report_file(out.result_path);
-            if (part.entries.size() == 1) {
-              finished(out.pair, part.entries.front());
-              return;
-            }
-          } catch (const ac::ReportError&) {
-          }
+  ac::cli::run_pairs_in_children(argv_, start_order, pool, [&](const ac::cli::ChildOutcome& child_out) {
+    ac::cli::ChildOutcome out = child_out;
+    out.pair = in_children[child_out.pair];
+    const auto& [subject, property] = plan[out.pair];
+    auto& use = device_use[out.device.empty() ? "inherited" : out.device];
+    ++use.first;
+    use.second += out.seconds;
+    if (out.result_written) {
+      try {
+        const ac::Report part = ac::read_report_file(out.result_path);
+        // The child's plan index must name the same pair here: a mix-up would file one pair's
+        // verdict under another's name.
+        if (part.entries.size() == 1 && part.entries.front().subject == subject->name() &&
+            part.entries.front().property == property->name) {
+          finished(out.pair, part.entries.front());
+          return;
         }
-        // The child died before reporting: its pair crashed; the case it was running is in the corpus.
-        ac::ReportEntry e;
-        e.subject = subject->name();
-        e.backend = subject->backend();
-        e.origin = subject->origin();
-        e.property = property->name;
-        e.status = "crashed";
-        e.message = describe_death(out, g_worker_flags.call_timeout_s);
-        e.failure_class = out.signal == SIGALRM ? "hung" : "process_died";
-        e.shards = {shard_index};
-        e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-        const std::string kept = keep_write_ahead_case(corpus_dir, subject->name(), property->name);
-        if (!kept.empty()) {
-          e.corpus_files.push_back(kept);
-          e.reproduce_command = "attncheck replay " + kept + " --subject " + subject->name();
-        }
-        finished(out.pair, std::move(e));
-      });
+        if (part.entries.size() == 1)
+          throw std::logic_error("a child ran " + part.entries.front().subject + " / " +
+                                 part.entries.front().property + " for the pair " + subject->name() + " / " +
+                                 property->name);
+      } catch (const ac::ReportError&) {
+      }
+    }
+    // The child died before reporting: its pair crashed; the case it was running is in the corpus.
+    ac::ReportEntry e;
+    e.subject = subject->name();
+    e.backend = subject->backend();
+    e.origin = subject->origin();
+    e.property = property->name;
+    e.status = "crashed";
+    e.message = describe_death(out, g_worker_flags.call_timeout_s);
+    e.failure_class = out.signal == SIGALRM ? "hung" : "process_died";
+    e.shards = {shard_index};
+    e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const std::string kept = keep_write_ahead_case(corpus_dir, subject->name(), property->name);
+    if (!kept.empty()) {
+      e.corpus_files.push_back(kept);
+      e.reproduce_command = "attncheck replay " + kept + " --subject " + subject->name();
+    }
+    finished(out.pair, std::move(e));
+  });
   worker_pairs.join();
   fs::remove_all(scratch, scratch_ec);
   report.parallel = {

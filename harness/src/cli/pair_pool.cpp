@@ -87,8 +87,9 @@ std::optional<std::pair<size_t, std::string>> child_pair_from_env() {
   return std::make_pair(size_t(std::strtoull(pair, nullptr, 10)), std::string(result));
 }
 
-void run_pairs_in_children(char** argv, size_t count, const PoolOptions& opt,
+void run_pairs_in_children(char** argv, const std::vector<size_t>& pairs, const PoolOptions& opt,
                            const std::function<void(const ChildOutcome&)>& done) {
+  const size_t count = pairs.size();
   std::map<pid_t, Running> running;
   size_t next = 0;
   const size_t jobs = size_t(std::max(1, opt.jobs));
@@ -103,12 +104,12 @@ void run_pairs_in_children(char** argv, size_t count, const PoolOptions& opt,
     }
     while (!cancelled && next < count && running.size() < jobs) {
       Running r;
-      r.outcome.pair = next;
-      r.outcome.result_path = opt.scratch_dir + "/pair-" + std::to_string(next) + ".json";
+      r.outcome.pair = pairs[next];
+      r.outcome.result_path = opt.scratch_dir + "/pair-" + std::to_string(pairs[next]) + ".json";
       const std::string device = opt.devices.empty() ? "" : opt.devices[next % opt.devices.size()];
       r.outcome.device = device;
       r.start = std::chrono::steady_clock::now();
-      r.pid = spawn_child(argv, next, r.outcome.result_path, device, r.err_fd);
+      r.pid = spawn_child(argv, pairs[next], r.outcome.result_path, device, r.err_fd);
       running.emplace(r.pid, std::move(r));
       ++next;
     }

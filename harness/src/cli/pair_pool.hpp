@@ -43,9 +43,10 @@ struct PoolOptions {
   const std::atomic<bool>* cancel = nullptr;
 };
 
-// Runs pairs 0..count-1 (in that order of start, at most `jobs` at a time) as children of
-// /proc/self/exe with argv; calls done() in the parent, from this thread, as each finishes.
-void run_pairs_in_children(char** argv, size_t count, const PoolOptions&,
+// Runs `pairs` (indices into the children's plan, started in this order, at most `jobs` at a time)
+// as children of /proc/self/exe with argv; calls done() in the parent, from this thread, as each
+// finishes, with ChildOutcome::pair the pair's index.
+void run_pairs_in_children(char** argv, const std::vector<size_t>& pairs, const PoolOptions&,
                            const std::function<void(const ChildOutcome&)>& done);
 
 // In a child: the pair to run and the result path, when this process is one.

@@ -39,6 +39,9 @@ struct PropertyInfo {
   std::string seed_section;  // the seed chapter section it checks
   uint32_t ops = 0;          // AC_OP_* bits: runs against subjects having any of them
   bool in_gate = true;       // part of the default `gate` suite (else `full` only)
+  // A pair's expected time relative to a one-launch-per-case property (several launches per case
+  // cost more): `check --jobs` starts the costliest pairs first, so no long pair starts last.
+  double relative_cost = 1;
 };
 const std::vector<PropertyInfo>& all_properties();
 const PropertyInfo* find_property(const std::string& name);  // nullptr if unknown
@@ -130,6 +133,20 @@ void add_drift(std::vector<DriftCounts>& into, const std::vector<DriftCounts>& f
 // Every split count together (num_splits 0).
 DriftCounts drift_total(const std::vector<DriftCounts>&);
 
+// Where a property run's seconds went, shrinking included: drawing cases, the subject's calls
+// (staging, launch and read-back), judging outputs against the reference, and writing write-ahead
+// cases. The rest is rules and bookkeeping.
+struct TimeSplit {
+  double generate = 0, subject = 0, judge = 0, write_ahead = 0;
+  TimeSplit& operator+=(const TimeSplit& o) {
+    generate += o.generate;
+    subject += o.subject;
+    judge += o.judge;
+    write_ahead += o.write_ahead;
+    return *this;
+  }
+};
+
 struct PropertyResult {
   // interrupted: cancelled (Ctrl-C) before any case ran; passed needs at least one case run.
   using Status = RunStatus;
@@ -162,6 +179,7 @@ struct PropertyResult {
   // uncertified rows; every non-empty row under ATTNCHECK_JUDGE=exact), rows_uncertified of those
   // the fast path did not apply to (NaN/inf inputs, logits beyond 2^32).
   int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
+  TimeSplit time_split;
 };
 
 // Runs one property against one subject. Never throws for subject failures: a SubjectError of kind

@@ -49,7 +49,10 @@ class SplitEqualsWhole final : public Property {
                   "Attention over K[0:a] merged with attention over K[a:] matches attention over K, for "
                   "every cut a.",
                   "\"The state that gets passed around is the log-sum-exp\"", AC_OP_ATTENTION | AC_OP_SPLITKV,
-                  true}) {}
+                  true, kCost}) {}
+  // Up to 17 launches a case (two per cut) and their judgements: about five times a one-launch
+  // property, on the H200 and on the host twins alike.
+  static constexpr double kCost = 5;
 
   // The merge needs the partial LSEs.
   bool applies_to(const Subject& s, uint32_t) const override {

@@ -20,7 +20,9 @@ class SplitOrderDrift final : public Property {
             {"split_order_drift",
              "Every num_splits and fold order stays within budget of the exact answer; drift is measured; "
              "num_splits = 1 is bitwise reproducible.",
-             "\"Bitwise reproducibility is a casualty\"", AC_OP_SPLITKV, true}) {}
+             "\"Bitwise reproducibility is a casualty\"", AC_OP_SPLITKV, true, kCost}) {}
+  // Every split count and fold order a case: about five times a one-launch property.
+  static constexpr double kCost = 5;
 
   // The check sweeps split counts and fold orders itself.
   bool draws_split_options() const override { return false; }
