@@ -509,11 +509,13 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
       judged_by += "+" + accuracy->info().name;
     }
     r.passed = o.ok;
+    r.crashed = o.crashed;
     for (const Elem& e : o.worst) r.worst_elements.push_back(to_worst(e));
     r.verdict = o.ok ? "pass (" + judged_by + ")" : "FAIL " + o.failure_class + ": " + o.message;
   } catch (const SubjectError& e) {
     if (e.kind == SubjectError::Kind::unsupported) return not_applicable(e.what());
     r.passed = false;
+    r.crashed = true;
     r.verdict = std::string("CRASH ") + e.failure_class() + ": " + e.what();
   } catch (const ref::ReferenceError& e) {
     r.passed = false;

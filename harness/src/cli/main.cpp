@@ -836,8 +836,9 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
       continue;
     }
     std::printf("%s: %s: %s\n", it.path.c_str(), s->name().c_str(), r.verdict.c_str());
+    if (r.crashed) ++crashed;
     if (!r.passed && r.applicable) {
-      ++failed;
+      if (!r.crashed) ++failed;
       for (const auto& w : r.worst_elements)
         std::printf("  %s  inputs %s  exact %s  rounded %s  output %s  ulp %.3g (cancellation-aware %.3g)\n",
                     w.where.c_str(), w.input_bits.c_str(), w.exact.c_str(), w.rounded_exact.c_str(),

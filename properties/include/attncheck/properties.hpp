@@ -205,6 +205,7 @@ struct WorstElement {
 struct ReplayResult {
   bool passed = false;
   bool applicable = true;  // false: the subject lacks the op/dtype/head size (not a failure)
+  bool crashed = false;    // the subject raised, crashed, hung or exited (not passed either)
   std::string verdict;     // one line: "pass", "FAIL accuracy: ...", "not applicable: ..."
   std::vector<WorstElement> worst_elements;  // up to 5, worst first
   std::string reproduce_command;             // attncheck replay FILE --subject NAME
