@@ -21,6 +21,15 @@
 
 namespace attncheck::bench {
 
+// A benchmark without a GPU says so in one line and exits with ctest's skip code.
+constexpr int kExitNoDevice = 77;
+inline bool have_device(const char* tool) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return true;
+  std::fprintf(stderr, "%s: no CUDA device\n", tool);
+  return false;
+}
+
 // Uniform in [-1, 1] from a hash of (seed, index), never zero, rounded to fp16 or bf16 (stored as
 // their 16 bits).
 __global__ inline void fill_random(uint16_t* x, int64_t n, uint32_t seed, bool bf16) {

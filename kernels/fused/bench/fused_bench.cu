@@ -62,11 +62,7 @@ float median_ms(const Buffers& b, Launch launch) {
 
 int main() {
   using namespace attncheck;
-  int dev_count = 0;
-  if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
-    std::printf("fused_bench: no CUDA device\n");
-    return 77;
-  }
+  if (!bench::have_device("fused_bench")) return bench::kExitNoDevice;
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);

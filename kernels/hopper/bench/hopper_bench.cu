@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/suite.h"
+#include "common/bench_util.cuh"
 
 using namespace attncheck::kern::bench;
 
@@ -24,10 +25,7 @@ int main(int argc, char** argv) {
     o.attention_tokens = {8192};
     o.with_fused = o.decode = o.merge = false;
   }
-  if (device_name().empty()) {
-    std::fprintf(stderr, "hopper_bench: no GPU\n");
-    return 77;
-  }
+  if (!attncheck::bench::have_device("hopper_bench")) return attncheck::bench::kExitNoDevice;
   o.on_row = [](const Measurement& m) {
     std::printf("%-9s %-14s %-32s %s causal=%d tiling=%-10s %9.4f ms %8.1f %s\n", m.family.c_str(),
                 m.kernel.c_str(), m.shape.c_str(), m.dtype.c_str(), int(m.causal), m.tiling.c_str(), m.ms,

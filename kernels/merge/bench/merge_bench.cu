@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   const int tokens = argc > 3 ? std::atoi(argv[1]) : 4096;
   const int heads = argc > 3 ? std::atoi(argv[2]) : 32;
   const int d = argc > 3 ? std::atoi(argv[3]) : 128;
+  if (!attncheck::bench::have_device("merge_bench")) return attncheck::bench::kExitNoDevice;
   int dev = 0;
   cudaDeviceProp prop{};
   BENCH_CHECK(cudaGetDevice(&dev));
