@@ -19,7 +19,14 @@ import sys
 
 
 def main(argv):
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        print(f"attncheck.peers: torch is not importable ({e})", file=sys.stderr)
+        return 77
+    if not torch.cuda.is_available():
+        print("attncheck.peers: torch sees no CUDA device", file=sys.stderr)
+        return 77
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
 

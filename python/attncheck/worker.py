@@ -101,7 +101,14 @@ def _framework(subject):
         import torch  # noqa: F401  (only when a CUDA subject is served)
         return "torch"
     except ImportError:
+        pass
+    try:
+        import cupy  # noqa: F401
         return "cupy"
+    except ImportError:
+        raise RuntimeError(
+            f"subject '{subject.name}' declares memory='cuda' but neither torch nor cupy can be imported"
+        ) from None
 
 
 def _to_device(a, dtype, framework):
