@@ -69,6 +69,7 @@ Report sample_report(int shard = 0, int shard_count = 1) {
   a.cases_run = 50;
   a.stats = {stats("fp16", "O", 1000, 0.75, 0.5), stats("fp16", "LSE", 100, 1.0, 0.5)};
   a.seconds = 1.5;
+  a.time_split = {0.25, 0.5, 0.375, 0.125};  // generate, subject, judge, write_ahead
   a.shards = {shard};
   a.corpus_files = {"corpus/a-" + std::to_string(shard) + ".json"};
   ReportEntry b = a;
@@ -137,13 +138,19 @@ TEST_CASE("report.json round trips every field", "[report]") {
   CHECK(back.entries[2].drift_by_splits[1].splits_differ == 30);
   CHECK(back.entries[0].drift_by_splits.empty());
   CHECK(!j.at("results").at(0).contains("drift_by_splits"));
+  const nlohmann::json& ts = j.at("results").at(0).at("time_split");
+  CHECK(ts.at("generate") == 0.25);
+  CHECK(ts.at("subject") == 0.5);
+  CHECK(ts.at("judge") == 0.375);
+  CHECK(ts.at("write_ahead") == 0.125);
+  CHECK(back.entries[0].time_split.judge == 0.375);
 }
 
 TEST_CASE("report.json without the newer fields reads them as 0", "[report]") {
   nlohmann::json j = report_to_json(with_drift(sample_report()));
   for (auto& e : j.at("results")) {
     for (const char* k : {"drift_by_splits", "drift_fold_differ_fraction", "drift_fold_max_ulp",
-                          "drift_splits_differ_fraction", "drift_splits_max_ulp"})
+                          "drift_splits_differ_fraction", "drift_splits_max_ulp", "time_split"})
       e.erase(k);
     for (auto& s : e.at("stats"))
       for (const char* k : {"p50_ratio", "p99_ratio", "max_ratio"}) s.erase(k);
@@ -153,6 +160,7 @@ TEST_CASE("report.json without the newer fields reads them as 0", "[report]") {
   CHECK(back.entries[0].stats[0].p50_ratio == 0);
   CHECK(back.entries[0].stats[0].max_ulp == 0.75);
   CHECK(back.entries[2].drift_by_splits.empty());
+  CHECK(back.entries[0].time_split.subject == 0);
   // Counts that contradict each other are refused.
   nlohmann::json bad = report_to_json(with_drift(sample_report()));
   bad["results"][2]["drift_by_splits"][1]["splits_differ"] = 401;
@@ -258,6 +266,7 @@ TEST_CASE("merging two shard reports gives the union", "[report]") {
   REQUIRE(m.entries.size() == 3);
   const ReportEntry& e = m.entries[0];
   CHECK(e.cases_run == 100);
+  CHECK(e.time_split.subject == 2 * 0.5);  // seconds add up over shards
   CHECK(e.corpus_files.size() == 2);
   CHECK(e.stats[0].count == 2000);
   CHECK(e.stats[0].max_ulp == 2.0);
