@@ -4,6 +4,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,20 @@ class AddSeconds {
 
 Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const Conventions&, const Budget&,
                           JudgePath path = default_judge_path());
+// judge_attention for several outputs of one input: the reference side (rows, bases, fast and exact
+// rows) is computed once, each judge() only measures the output. `a` must outlive it.
+class PreparedAttention {
+ public:
+  PreparedAttention(const AttentionInput& a, const Conventions&, const Budget&);
+  ~PreparedAttention();
+  PreparedAttention(const PreparedAttention&) = delete;
+  PreparedAttention& operator=(const PreparedAttention&) = delete;
+  Judgement judge(const AttentionOutput&, JudgePath = default_judge_path()) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 // The rows (token * heads + head) judge_attention judges of an input with T query tokens and H
 // heads: empty for every row, which is the case up to kJudgeEveryRowUpTo rows. Above it (the long
 // suite's layer: 8192 x 32 = 262,144 rows of up to 8192 keys, hours for any reference) a sample, a

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 
 #include "attncheck/hash.hpp"
@@ -507,11 +509,10 @@ struct RowJob {
 };
 
 // The exact path of one row: exact_attention_row and MPFR measurement, appended to `elems`.
-void judge_row_exact(const RowJob& job, const ref::AttentionProblem& p, const RowBasis& r, int64_t t,
-                     int64_t h, RowInfo& info, std::vector<Elem>& elems) {
+void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis& r, int64_t t, int64_t h,
+                     RowInfo& info, std::vector<Elem>& elems) {
   const AttentionInput& a = job.a;
   const int64_t H = a.num_heads, D = a.head_size, row = t * H + h;
-  const ref::ExactRow ex = ref::exact_attention_row(p, t, int32_t(h), job.cv.base);
   info.empty = ex.empty;
   const double lse_e = ex.empty ? -INFINITY : to_d(ex.lse) / job.lse_unit;  // natural log
   const size_t n = r.keys.size();
@@ -759,77 +760,141 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
   return true;
 }
 
-Judgement judge_attention_rows(const AttentionInput& a, const AttentionOutput& out, const Conventions& cv,
-                               const Budget& b, bool fast) {
-  const ref::AttentionProblem p = problem_of(a);
-  ref::validate(p);
-  Judgement J;
-  const int64_t T = total_q(a), H = a.num_heads;
-  J.num_rows = T * H;
-  J.num_heads = H;
-  J.rows.resize(size_t(T * H));
-  const RowJob job{a,
-                   out,
-                   cv,
-                   b,
-                   cv.base == ref::LseBase::two ? 1.0 / kLn2 : 1.0,
-                   cv.has_lse && out.lse.size() == size_t(T * H)};
-  const std::vector<int64_t> sample = sampled_rows(T, H);
-  std::vector<char> judged;  // per row, when sampled
-  if (!sample.empty()) {
-    judged.assign(size_t(T * H), 0);
-    for (int64_t r : sample) judged[size_t(r)] = 1;
+}  // namespace
+
+// The reference side of judging one input, built before any output is seen: the problem, the rows
+// judged, each row's basis (visible keys, scores, conditioning, |v|) and flags, the certified fast
+// rows (on the first fast judgement) and the exact rows computed so far. A property that judges
+// several outputs of one input (split_order_drift: up to 24; the tiling report: every tiling)
+// computes all of it once.
+struct PreparedAttention::State {
+  const AttentionInput& a;
+  Conventions cv;
+  Budget b;
+  ref::AttentionProblem p;
+  int64_t T = 0, H = 0;
+  std::unique_ptr<DecodedKV> kv;   // the bases point into it
+  std::vector<int64_t> rows;       // judged rows (token * H + head), token-major
+  std::vector<RowBasis> bases;     // per judged row
+  std::vector<RowInfo> infos;      // per row of the input (the flags row_basis sets)
+  std::vector<ref::FastRow> fast;  // per judged row, once fast_ready
+  bool fast_ready = false;
+  std::map<int64_t, ref::ExactRow> exact;  // per escalated row, computed once
+
+  State(const AttentionInput& in, const Conventions& c, const Budget& bud) : a(in), cv(c), b(bud) {
+    p = problem_of(a);
+    ref::validate(p);
+    T = total_q(a);
+    H = a.num_heads;
+    kv = std::make_unique<DecodedKV>(a);
+    infos.resize(size_t(T * H));
+    const std::vector<int64_t> sample = sampled_rows(T, H);
+    std::vector<char> judged;  // per row, when sampled
+    if (!sample.empty()) {
+      judged.assign(size_t(T * H), 0);
+      for (int64_t r : sample) judged[size_t(r)] = 1;
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      // A token none of whose rows is sampled costs nothing (row_keys walks its keys).
+      if (!judged.empty() &&
+          std::none_of(judged.begin() + t * H, judged.begin() + (t + 1) * H, [](char j) { return j; }))
+        continue;
+      const RowKeys rk = row_keys(a, t);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t row = t * H + h;
+        if (!judged.empty() && !judged[size_t(row)]) continue;
+        rows.push_back(row);
+        bases.push_back(row_basis(a, cv, *kv, rk, t, h, infos[size_t(row)]));
+      }
+    }
   }
-  std::vector<ref::FastRow> fast_rows;
-  if (fast) {
-    fast_rows.resize(size_t(T * H));
+
+  void prepare_fast() {
+    if (fast_ready) return;
     ref::FastOptions fo;
     fo.threads = 1;  // the runner already runs one (subject, property) per core
     fo.base = cv.base;
     const ref::FastAttentionReference ref_fast(p, fo);
-    const auto keep = [&](int64_t token, int32_t head, const ref::FastRow& fr) {
-      fast_rows[size_t(token * H + head)] = fr;
-    };
-    if (sample.empty()) {
-      ref_fast.for_each_row(keep);
-    } else {
-      std::vector<ref::FastAttentionReference::RowId> ids;
-      for (int64_t r : sample) ids.push_back({r / H, int32_t(r % H)});
-      ref_fast.for_rows(ids, keep);
-    }
+    std::vector<size_t> slot(size_t(T * H), 0);
+    for (size_t i = 0; i < rows.size(); ++i) slot[size_t(rows[i])] = i;
+    fast.resize(rows.size());
+    std::vector<ref::FastAttentionReference::RowId> ids;
+    for (int64_t r : rows) ids.push_back({r / H, int32_t(r % H)});
+    ref_fast.for_rows(ids, [&](int64_t token, int32_t head, const ref::FastRow& fr) {
+      fast[slot[size_t(token * H + head)]] = fr;
+    });
+    fast_ready = true;
   }
-  J.counts.rows = sample.empty() ? T * H : int64_t(sample.size());
-  const DecodedKV kv(a);
-  for (int64_t t = 0; t < T; ++t) {
-    // A token none of whose rows is sampled costs nothing (row_keys walks its keys).
-    if (!judged.empty() &&
-        std::none_of(judged.begin() + t * H, judged.begin() + (t + 1) * H, [](char j) { return j; }))
-      continue;
-    const RowKeys rk = row_keys(a, t);
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t row = t * H + h;
-      if (!judged.empty() && !judged[size_t(row)]) continue;
+
+  const ref::ExactRow& exact_row(int64_t row) {
+    auto it = exact.find(row);
+    if (it == exact.end())
+      it = exact.emplace(row, ref::exact_attention_row(p, row / H, int32_t(row % H), cv.base)).first;
+    return it->second;
+  }
+
+  Judgement judge_rows(const AttentionOutput& out, bool use_fast) {
+    if (use_fast) prepare_fast();
+    Judgement J;
+    J.num_rows = T * H;
+    J.num_heads = H;
+    J.rows = infos;
+    const RowJob job{a,
+                     out,
+                     cv,
+                     b,
+                     cv.base == ref::LseBase::two ? 1.0 / kLn2 : 1.0,
+                     cv.has_lse && out.lse.size() == size_t(T * H)};
+    J.counts.rows = int64_t(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t row = rows[i], t = row / H, h = row % H;
       RowInfo& info = J.rows[size_t(row)];
-      const RowBasis r = row_basis(a, cv, kv, rk, t, h, info);
+      const RowBasis& r = bases[i];
       if (r.keys.empty()) {  // the empty row: nothing to compute, judged exactly
-        judge_row_exact(job, p, r, t, h, info, J.elems);
+        judge_row_exact(job, exact_row(row), r, t, h, info, J.elems);
         continue;
       }
-      if (fast) {
-        const ref::FastRow& fr = fast_rows[size_t(row)];
+      if (use_fast) {
+        const ref::FastRow& fr = fast[i];
         if (fr.certified && !fr.empty && judge_row_fast(job, fr, r, t, h, J.row_skipped(row), J.elems))
           continue;
         if (!fr.certified) ++J.counts.rows_uncertified;
       }
       ++J.counts.rows_escalated;
-      judge_row_exact(job, p, r, t, h, info, J.elems);
+      judge_row_exact(job, exact_row(row), r, t, h, info, J.elems);
+    }
+    apply_declared_contracts(J, cv);
+    return J;
+  }
+};
+
+PreparedAttention::PreparedAttention(const AttentionInput& a, const Conventions& cv, const Budget& b) {
+  const AddSeconds timed(thread_time_split().judge);
+  s_ = std::make_unique<State>(a, cv, b);
+}
+PreparedAttention::~PreparedAttention() = default;
+
+Judgement PreparedAttention::judge(const AttentionOutput& out, JudgePath path) const {
+  const AddSeconds timed(thread_time_split().judge);
+  Judgement J = s_->judge_rows(out, path == JudgePath::fast);
+  if (path == JudgePath::fast) {
+    // Step 7: a failing LSE makes rule_lse read every row; redo the judgement exactly.
+    bool lse_fails = false, any_fast = false;
+    for (const Elem& e : J.elems) {
+      lse_fails = lse_fails || (e.out == Out::LSE && !e.within && !J.row_skipped(e.row));
+      any_fast = any_fast || e.fast;
+    }
+    if (lse_fails && any_fast) {
+      const int64_t uncertified = J.counts.rows_uncertified;
+      J = s_->judge_rows(out, false);  // counts every non-empty row as escalated
+      J.counts.rows_uncertified = uncertified;
     }
   }
-  apply_declared_contracts(J, cv);
+  thread_judge_counts() += J.counts;
   return J;
 }
 
-}  // namespace
+namespace {}  // namespace
 
 std::vector<int64_t> sampled_rows(int64_t T, int64_t H) {
   std::vector<int64_t> rows;
@@ -859,23 +924,7 @@ TimeSplit& thread_time_split() {
 
 Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, const Conventions& cv,
                           const Budget& b, JudgePath path) {
-  const AddSeconds timed(thread_time_split().judge);
-  Judgement J = judge_attention_rows(a, out, cv, b, path == JudgePath::fast);
-  if (path == JudgePath::fast) {
-    // Step 7: a failing LSE makes rule_lse read every row; redo the judgement exactly.
-    bool lse_fails = false, any_fast = false;
-    for (const Elem& e : J.elems) {
-      lse_fails = lse_fails || (e.out == Out::LSE && !e.within && !J.row_skipped(e.row));
-      any_fast = any_fast || e.fast;
-    }
-    if (lse_fails && any_fast) {
-      const int64_t uncertified = J.counts.rows_uncertified;
-      J = judge_attention_rows(a, out, cv, b, false);  // counts every non-empty row as escalated
-      J.counts.rows_uncertified = uncertified;
-    }
-  }
-  thread_judge_counts() += J.counts;
-  return J;
+  return PreparedAttention(a, cv, b).judge(out, path);
 }
 
 Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Conventions& cv, const Budget& b) {

@@ -555,15 +555,19 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
           configs.push_back({t, n, f});
   }
   const Conventions cv = conventions_of(subject);
+  // Every configuration judges the same inputs: each input's reference side is computed once.
+  std::vector<std::unique_ptr<PreparedAttention>> prepared(inputs.size());
   for (const Config& cf : configs) {
     if (cfg.cancel && cfg.cancel->load()) break;
     std::vector<OutputStats> stats;
     StatSamples samples;
-    for (const AttentionInput& a : inputs) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const AttentionInput& a = inputs[i];
       try {
         const AttentionOutput out = subject.attention(a, AttentionOptions{cf.tiling, cf.splits, cf.fold});
-        accumulate_stats(stats, judge_attention(a, out, cv, default_budget(AC_OP_ATTENTION, a.dtype)),
-                         samples);
+        if (!prepared[i])
+          prepared[i] = std::make_unique<PreparedAttention>(a, cv, default_budget(AC_OP_ATTENTION, a.dtype));
+        accumulate_stats(stats, prepared[i]->judge(out), samples);
       } catch (const SubjectError& e) {
         if (e.kind != SubjectError::Kind::unsupported) throw;
       }
