@@ -134,6 +134,9 @@ class Staging {
   Staging& operator=(const Staging&) = delete;
   ~Staging() {
 #if defined(ATTNCHECK_HAVE_CUDA)
+    // A call that failed skipped the device sync: its kernels may still be writing into the block,
+    // which the next call refills. Wait before handing the block on (a no-op after a good call).
+    if (lock_.owns_lock()) cudaDeviceSynchronize();
     for (void* p : separate_) cudaFree(p);
 #endif
   }

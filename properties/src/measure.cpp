@@ -367,15 +367,16 @@ double error_upper(double y, double approx, double bound) {
 struct RowBasis {
   std::vector<double> s, cj;
   std::vector<int64_t> keys;
-  // |v| of the visible keys, column c at vcol(c) (keys consecutive): DecodedKV's transposed copy
-  // (shared) when the visible keys are one run, else gathered into vabs_own.
+  // |v| of the visible keys for column c, keys consecutive (vcol): in place in DecodedKV's
+  // transposed copy when the visible keys are one run (vabs_shared, stride vstride), else gathered
+  // on demand into a caller's scratch vector (a masked row's keys; never stored per row, since a
+  // prepared input keeps every judged row's basis).
+  const struct DecodedKV* kv = nullptr;
+  int64_t kvh = 0;
   const double* vabs_shared = nullptr;
   size_t vstride = 0;
-  std::vector<double> vabs_own;
   std::vector<double> vmax;  // [D]
-  const double* vcol(int64_t c) const {
-    return (vabs_shared ? vabs_shared : vabs_own.data()) + size_t(c) * vstride;
-  }
+  const double* vcol(int64_t c, std::vector<double>& scratch) const;
   double smax = -std::numeric_limits<double>::infinity();
   AttentionRow ar;
 };
@@ -415,6 +416,14 @@ struct DecodedKV {
   }
   size_t col(int64_t h, int64_t c) const { return size_t((h * D + c) * keys); }
 };
+
+const double* RowBasis::vcol(int64_t c, std::vector<double>& scratch) const {
+  if (vabs_shared) return vabs_shared + size_t(c) * vstride;
+  scratch.resize(keys.size());
+  const double* col = kv->vabs.data() + kv->col(kvh, c);
+  for (size_t i = 0; i < keys.size(); ++i) scratch[i] = col[keys[i]];
+  return scratch.data();
+}
 
 RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const DecodedKV& kv, const RowKeys& rk,
                    int64_t t, int64_t h, RowInfo& info) {
@@ -480,14 +489,11 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
     }
     return r;
   }
-  r.vabs_own.resize(size_t(D) * n);
+  r.kv = &kv;
+  r.kvh = kvh;
   for (int64_t c = 0; c < D; ++c)
-    for (size_t i = 0; i < n; ++i) {
-      const double v = kv.vabs[kv.col(kvh, c) + size_t(r.keys[i])];
-      r.vabs_own[size_t(c) * n + i] = v;
-      r.vmax[size_t(c)] = std::max(r.vmax[size_t(c)], v);
-    }
-  r.vstride = n;
+    for (size_t i = 0; i < n; ++i)
+      r.vmax[size_t(c)] = std::max(r.vmax[size_t(c)], kv.vabs[kv.col(kvh, c) + size_t(r.keys[i])]);
   return r;
 }
 
@@ -518,10 +524,11 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
   const size_t n = r.keys.size();
   std::vector<double> pj(n);
   for (size_t i = 0; i < n; ++i) pj[i] = std::isfinite(lse_e) ? std::exp(r.s[i] - lse_e) : 0;
+  std::vector<double> scratch;  // a masked row's |v| column (RowBasis::vcol)
   for (int64_t c = 0; c < D; ++c) {
     Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
     double S = 0, cond = 0;
-    column_sums(pj, r.vcol(c), r.cj, S, cond);
+    column_sums(pj, r.vcol(c, scratch), r.cj, S, cond);
     const double allowed = attention_o_allowance(job.b, r.ar, to_d(ref::ulp_at(fmt(a.dtype), Real(S))), S,
                                                  cond, r.vmax[size_t(c)]);
     measure_bits(e, a.dtype, job.out.out[size_t(row * D + c)], S, allowed);
@@ -644,12 +651,13 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     elems.resize(first);
     return false;
   };
+  std::vector<double> scratch;  // a masked row's |v| column (RowBasis::vcol)
   for (int64_t c = 0; c < D; ++c) {
     const uint32_t bits = job.out.out[size_t(row * D + c)];
     const double y = decode(a.dtype, bits);
     if (!std::isfinite(y) && !skipped) return escalate();
     // 3, 4: S, cond and the allowance at both ends.
-    const double* vabs = r.vcol(c);
+    const double* vabs = r.vcol(c, scratch);
     double S_lo = 0, cond_lo = 0, S_hi = 0, cond_hi = 0;
     column_sums(pmin, vabs, r.cj, S_lo, cond_lo);
     column_sums(pmax, vabs, r.cj, S_hi, cond_hi);

@@ -555,25 +555,28 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
           configs.push_back({t, n, f});
   }
   const Conventions cv = conventions_of(subject);
-  // Every configuration judges the same inputs: each input's reference side is computed once.
-  std::vector<std::unique_ptr<PreparedAttention>> prepared(inputs.size());
-  for (const Config& cf : configs) {
-    if (cfg.cancel && cfg.cancel->load()) break;
-    std::vector<OutputStats> stats;
-    StatSamples samples;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const AttentionInput& a = inputs[i];
+  // Inputs outside, configurations inside: each input's reference side is computed once and freed
+  // before the next input's. Each configuration's statistics gather the inputs in order.
+  std::vector<std::vector<OutputStats>> stats(configs.size());
+  std::vector<StatSamples> samples(configs.size());
+  for (const AttentionInput& a : inputs) {
+    if (cfg.cancel && cfg.cancel->load()) return rows;  // an interrupted report is not a report
+    std::optional<PreparedAttention> prepared;
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const Config& cf = configs[k];
       try {
         const AttentionOutput out = subject.attention(a, AttentionOptions{cf.tiling, cf.splits, cf.fold});
-        if (!prepared[i])
-          prepared[i] = std::make_unique<PreparedAttention>(a, cv, default_budget(AC_OP_ATTENTION, a.dtype));
-        accumulate_stats(stats, prepared[i]->judge(out), samples);
+        if (!prepared) prepared.emplace(a, cv, default_budget(AC_OP_ATTENTION, a.dtype));
+        accumulate_stats(stats[k], prepared->judge(out), samples[k]);
       } catch (const SubjectError& e) {
         if (e.kind != SubjectError::Kind::unsupported) throw;
       }
     }
-    finish_stats(stats, samples);
-    for (const OutputStats& s : stats) {
+  }
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const Config& cf = configs[k];
+    finish_stats(stats[k], samples[k]);
+    for (const OutputStats& s : stats[k]) {
       TilingRow row;
       if (caps.tilings && cf.tiling < caps.num_tilings) {
         row.br = caps.tilings[cf.tiling].br;

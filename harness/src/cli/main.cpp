@@ -676,6 +676,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     auto& use = device_use[out.device.empty() ? "inherited" : out.device];
     ++use.first;
     use.second += out.seconds;
+    std::string mismatch;
     if (out.result_written) {
       try {
         const ac::Report part = ac::read_report_file(out.result_path);
@@ -687,21 +688,21 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
           return;
         }
         if (part.entries.size() == 1)
-          throw std::logic_error("a child ran " + part.entries.front().subject + " / " +
-                                 part.entries.front().property + " for the pair " + subject->name() + " / " +
-                                 property->name);
+          mismatch = "internal: the child given this pair ran " + part.entries.front().subject + " / " +
+                     part.entries.front().property;
       } catch (const ac::ReportError&) {
       }
     }
-    // The child died before reporting: its pair crashed; the case it was running is in the corpus.
+    // The child died before reporting (or reported another pair): its pair crashed; the case it
+    // was running is in the corpus.
     ac::ReportEntry e;
     e.subject = subject->name();
     e.backend = subject->backend();
     e.origin = subject->origin();
     e.property = property->name;
     e.status = "crashed";
-    e.message = describe_death(out, g_worker_flags.call_timeout_s);
-    e.failure_class = out.signal == SIGALRM ? "hung" : "process_died";
+    e.message = mismatch.empty() ? describe_death(out, g_worker_flags.call_timeout_s) : mismatch;
+    e.failure_class = !mismatch.empty() ? "internal" : out.signal == SIGALRM ? "hung" : "process_died";
     e.shards = {shard_index};
     e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const std::string kept = keep_write_ahead_case(corpus_dir, subject->name(), property->name);

@@ -41,8 +41,9 @@ class SplitOrderDrift final : public Property {
     // Configurations often return the same bits (more splits than key blocks, one fold order of
     // two pieces). The judgement is a function of the input and the output bits, so a repeated
     // output reuses the judgement of its first occurrence instead of being judged again.
-    // Every configuration judges the same input: its reference side is computed once.
-    const PreparedAttention judge(a, ctx.cv, ctx.budget);
+    // Every configuration judges the same input: its reference side is computed once, when the
+    // subject has taken the case.
+    std::optional<PreparedAttention> judge;
     std::vector<Judgement> judged;
     std::vector<size_t> judgement_of;  // per config: its index in `judged`
     std::vector<std::string> bits;     // per config: its output's bits (digest_bits)
@@ -56,7 +57,10 @@ class SplitOrderDrift final : public Property {
       size_t same = judged.size();
       for (size_t i = 0; i + 1 < outs.size() && same == judged.size(); ++i)
         if (bits[i] == bits.back()) same = judgement_of[i];
-      if (same == judged.size()) judged.push_back(judge.judge(outs.back()));
+      if (same == judged.size()) {
+        if (!judge) judge.emplace(a, ctx.cv, ctx.budget);
+        judged.push_back(judge->judge(outs.back()));
+      }
       judgement_of.push_back(same);
       const Judgement& J = judged[same];
       record_stats(ctx, J);
