@@ -218,6 +218,50 @@ def drift(plt, report, out_dir):
     return made
 
 
+def jobs_of(report):
+    """The pictures as independent jobs: (family, a report holding only what that picture reads).
+    Every family draws the same files from its part as from the whole report."""
+    jobs = []
+    for t in report.get("tilings", []):
+        jobs.append((tiling_heatmaps, {"tilings": [t]}))
+        jobs.append((splits, {"tilings": [t]}))
+    by_subject = {}
+    for e in report.get("results", []):
+        by_subject.setdefault((e["subject"], e["backend"]), []).append(e)
+    edges = report.get("histogram_edges", [])
+    for key in sorted(by_subject):
+        jobs.append((histograms, {"histogram_edges": edges, "results": by_subject[key]}))
+    for e in report.get("results", []):
+        if e.get("drift_by_splits"):
+            jobs.append((drift, {"results": [e]}))
+    return jobs
+
+
+_JOBS = []  # set before the worker processes fork, so a job is passed as its index
+
+
+def _run_job(i):
+    import matplotlib.pyplot as plt
+    fn, part, out_dir = _JOBS[i]
+    return fn(plt, part, out_dir)
+
+
+def draw_all(plt, report, out_dir):
+    """Draws every picture, in worker processes when there are several cores (savefig is most of
+    the time: about 0.4 s a picture); returns the stems drawn."""
+    global _JOBS
+    _JOBS = [(fn, part, out_dir) for fn, part in jobs_of(report)]
+    workers = min(len(_JOBS), os.cpu_count() or 1)
+    if workers > 1:
+        try:
+            import multiprocessing
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                return [stem for made in pool.map(_run_job, range(len(_JOBS))) for stem in made]
+        except (ImportError, ValueError, OSError):
+            pass  # no fork here: draw them one after another
+    return [stem for i in range(len(_JOBS)) for stem in _run_job(i)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("report")
@@ -234,8 +278,7 @@ def main():
     with open(args.report) as f:
         report = json.load(f)
     os.makedirs(args.out, exist_ok=True)
-    made = (tiling_heatmaps(plt, report, args.out) + splits(plt, report, args.out) + histograms(plt, report, args.out)
-            + drift(plt, report, args.out))
+    made = draw_all(plt, report, args.out)
     return 0 if made is not None else 1
 
 
