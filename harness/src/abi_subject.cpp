@@ -143,8 +143,7 @@ class Staging {
 
   // Adds a buffer holding `bytes`; returns its slot. Outputs are added after every input.
   size_t add(std::vector<unsigned char> bytes) {
-    const size_t at =
-        slots_.empty() ? 0 : align(slots_.back().offset + std::max<size_t>(slots_.back().size, 1));
+    const size_t at = slots_.empty() ? 0 : end();
     slots_.push_back({at, bytes.size(), std::move(bytes)});
     return slots_.size() - 1;
   }
@@ -167,24 +166,11 @@ class Staging {
     lock_ = std::unique_lock<std::mutex>(blocks().m);
     const size_t total = end();
     Blocks& b = blocks();
-    if (b.device_bytes < total) {
-      if (b.device) cudaFree(b.device);
-      b.device = nullptr;
-      b.device_bytes = 0;
-      check(cudaMalloc(&b.device, total), "cudaMalloc");
-      b.device_bytes = total;
-    }
-    if (b.pinned_bytes < total) {
-      if (b.pinned) cudaFreeHost(b.pinned);
-      b.pinned = nullptr;
-      b.pinned_bytes = 0;
-      check(cudaMallocHost(&b.pinned, total), "cudaMallocHost");
-      b.pinned_bytes = total;
-    }
-    auto* host = static_cast<unsigned char*>(b.pinned);
+    b.device.reserve(total);
+    b.pinned.reserve(total);
     for (const auto& sl : slots_)
-      if (sl.size) std::memcpy(host + sl.offset, sl.bytes.data(), sl.size);
-    check(cudaMemcpy(b.device, b.pinned, total, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+      if (sl.size) std::memcpy(b.pinned.at(sl.offset), sl.bytes.data(), sl.size);
+    check(cudaMemcpy(b.device.p, b.pinned.p, total, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 #else
     throw SubjectError(SubjectError::Kind::unsupported, "this attncheck build has no CUDA");
 #endif
@@ -193,7 +179,7 @@ class Staging {
     if (mem_ == AC_MEMORY_HOST) return slots_[slot].bytes.data();
 #if defined(ATTNCHECK_HAVE_CUDA)
     if (separate()) return separate_[slot];
-    return static_cast<unsigned char*>(blocks().device) + slots_[slot].offset;
+    return blocks().device.at(slots_[slot].offset);
 #else
     return nullptr;
 #endif
@@ -211,13 +197,10 @@ class Staging {
     }
     Blocks& b = blocks();
     const size_t from = slots_[first].offset;
-    check(cudaMemcpy(static_cast<unsigned char*>(b.pinned) + from,
-                     static_cast<unsigned char*>(b.device) + from, end() - from, cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(b.pinned.at(from), b.device.at(from), end() - from, cudaMemcpyDeviceToHost),
           "cudaMemcpy D2H");
     for (size_t i = first; i < slots_.size(); ++i)
-      if (slots_[i].size)
-        std::memcpy(slots_[i].bytes.data(), static_cast<unsigned char*>(b.pinned) + slots_[i].offset,
-                    slots_[i].size);
+      if (slots_[i].size) std::memcpy(slots_[i].bytes.data(), b.pinned.at(slots_[i].offset), slots_[i].size);
 #endif
   }
   // Buffer `slot`'s bytes as the subject left them (after download for a CUDA subject).
@@ -232,15 +215,32 @@ class Staging {
     std::vector<unsigned char> bytes;
   };
   static size_t align(size_t n) { return (n + 255) / 256 * 256; }
+  // Where the next buffer would start: the bytes the block must hold (at least 1).
   size_t end() const {
     return slots_.empty() ? 1 : align(slots_.back().offset + std::max<size_t>(slots_.back().size, 1));
   }
 #if defined(ATTNCHECK_HAVE_CUDA)
+  // One of the two blocks: device memory, or pinned host memory for the copies.
+  struct Block {
+    bool pinned = false;
+    void* p = nullptr;
+    size_t bytes = 0;
+    // At least `need` bytes; the contents are not kept (every call refills the block).
+    void reserve(size_t need) {
+      if (bytes >= need) return;
+      if (p && pinned) cudaFreeHost(p);
+      if (p && !pinned) cudaFree(p);
+      p = nullptr;
+      bytes = 0;
+      check(pinned ? cudaMallocHost(&p, need) : cudaMalloc(&p, need),
+            pinned ? "cudaMallocHost" : "cudaMalloc");
+      bytes = need;
+    }
+    unsigned char* at(size_t offset) const { return static_cast<unsigned char*>(p) + offset; }
+  };
   struct Blocks {
     std::mutex m;
-    void* device = nullptr;
-    void* pinned = nullptr;
-    size_t device_bytes = 0, pinned_bytes = 0;
+    Block device{false}, pinned{true};
   };
   // Kept for the process and never freed: a static destructor would run after the CUDA runtime's.
   static Blocks& blocks() {

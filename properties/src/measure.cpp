@@ -902,8 +902,6 @@ Judgement PreparedAttention::judge(const AttentionOutput& out, JudgePath path) c
   return J;
 }
 
-namespace {}  // namespace
-
 std::vector<int64_t> sampled_rows(int64_t T, int64_t H) {
   std::vector<int64_t> rows;
   const int64_t n = T * H;
