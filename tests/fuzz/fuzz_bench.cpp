@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attncheck/bench_report.hpp"
+#include "round_trip.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -18,18 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const attncheck::BenchError&) {
     return 0;
   }
-  const std::string once = attncheck::bench_to_json_text(r);
-  std::string twice;
-  try {
-    twice = attncheck::bench_to_json_text(attncheck::bench_from_json_text(once, "bench"));
-  } catch (const attncheck::BenchError& e) {
-    std::fprintf(stderr, "a bench.json that parsed does not parse after writing it: %s\n", e.what());
-    std::abort();
-  }
-  if (once != twice) {
-    std::fprintf(stderr, "bench.json write/read round trip changed the run\n");
-    std::abort();
-  }
+  attncheck::fuzz::require_round_trip<attncheck::BenchError>(
+      r, [](const std::string& t) { return attncheck::bench_from_json_text(t, "bench"); },
+      [](const attncheck::BenchRun& x) { return attncheck::bench_to_json_text(x); }, "bench.json");
   if (!attncheck::compare_bench(r, r, 0).regressions.empty()) {
     std::fprintf(stderr, "a bench run is slower than itself\n");
     std::abort();

@@ -5,11 +5,10 @@
 // agree on every field the reader accepted.
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "attncheck/case.hpp"
+#include "round_trip.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -19,17 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const attncheck::CaseError&) {
     return 0;
   }
-  const std::string once = attncheck::case_to_json(c);
-  std::string twice;
-  try {
-    twice = attncheck::case_to_json(attncheck::case_from_json(once));
-  } catch (const attncheck::CaseError& e) {
-    std::fprintf(stderr, "a case that parsed does not parse after writing it: %s\n", e.what());
-    std::abort();
-  }
-  if (once != twice) {
-    std::fprintf(stderr, "case write/read round trip changed the case\n");
-    std::abort();
-  }
+  attncheck::fuzz::require_round_trip<attncheck::CaseError>(
+      c, [](const std::string& t) { return attncheck::case_from_json(t); },
+      [](const attncheck::Case& x) { return attncheck::case_to_json(x); }, "case");
   return 0;
 }

@@ -4,12 +4,11 @@
 // crashes. A report that parses must give the same document when written and read again.
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "attncheck/json_fields.hpp"
 #include "attncheck/report.hpp"
+#include "round_trip.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -20,20 +19,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const attncheck::ReportError&) {
     return 0;
   }
-  const std::string once = attncheck::report_to_json(r).dump();
-  std::string twice;
-  try {
-    twice = attncheck::report_to_json(
-                attncheck::report_from_json(
-                    attncheck::json_fields::parse_strict<attncheck::ReportError>(once, "report")))
-                .dump();
-  } catch (const attncheck::ReportError& e) {
-    std::fprintf(stderr, "a report that parsed does not parse after writing it: %s\n", e.what());
-    std::abort();
-  }
-  if (once != twice) {
-    std::fprintf(stderr, "report write/read round trip changed the report\n");
-    std::abort();
-  }
+  attncheck::fuzz::require_round_trip<attncheck::ReportError>(
+      r,
+      [](const std::string& t) {
+        return attncheck::report_from_json(
+            attncheck::json_fields::parse_strict<attncheck::ReportError>(t, "report"));
+      },
+      [](const attncheck::Report& x) { return attncheck::report_to_json(x).dump(); }, "report");
   return 0;
 }
