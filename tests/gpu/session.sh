@@ -74,6 +74,8 @@ fi
 has bench && { echo "===== attncheck bench (the built-in kernels, ceilings and PyTorch's backends; bench.json)";
   PYTHONPATH="$PWD/python" timeout 300 "$BIN/attncheck" bench --repeats 10 --out "$OUT/bench.json"; echo "rc=$?";
   echo "===== merge_bench (every dtype and LSE layout)"; timeout 40 "$BIN/merge_bench"; echo "rc=$?"; } > "$OUT/bench.log" 2>&1 && note "benchmarks done"
-dirs=$(cd "$OUT" && ls -d gate mutants worker timing-* 2>/dev/null)
-[ -n "$dirs" ] && tar czf "$OUT/reports.tgz" -C "$OUT" $dirs && (cd "$OUT" && rm -rf $dirs)
+# The report directories, without their pictures (a tarball over the device tool's size limit does
+# not come back); the step logs stay beside the summary.
+dirs=$(cd "$OUT" && ls -d gate/ mutants/ worker/ timing-*/ 2>/dev/null)
+[ -n "$dirs" ] && tar czf "$OUT/reports.tgz" --exclude=plots -C "$OUT" $dirs && (cd "$OUT" && rm -rf $dirs)
 cat "$summary"
