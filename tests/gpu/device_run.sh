@@ -9,6 +9,9 @@
 set -u
 BIN="${BIN:-gpu-bin}"
 [ -d "$BIN" ] || { [ -f gpu-pack/bin.tar.xz ] && tar xJf gpu-pack/bin.tar.xz; }
+# Nothing to run, or nothing to run it on: one line, and not a pass.
+[ -d "$BIN" ] || { echo "device_run.sh: no $BIN/ or gpu-pack/ (run tests/gpu/stage.sh first)" >&2; exit 2; }
+nvidia-smi -L > /dev/null 2>&1 || { echo "device_run.sh: no GPU here (nvidia-smi -L failed)" >&2; exit 77; }
 OUT="${OUT:-out}"; mkdir -p "$OUT"
 steps="${*:-tests sanitize harness bench}"
 export AC_EXAMPLE_PLUGIN_PATH="$PWD/$BIN/libattncheck_example_plugin.so"
