@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "attncheck/bench_report.hpp"
 
@@ -40,9 +42,20 @@ BenchRun run_of(std::vector<BenchRow> rows, const std::string& device = "NVIDIA 
   return r;
 }
 
+// The files this process wrote, removed when it ends (a test run leaves nothing in the temp dir).
+struct TempFiles {
+  std::vector<fs::path> paths;
+  ~TempFiles() {
+    std::error_code ec;
+    for (const auto& p : paths) fs::remove(p, ec);
+  }
+};
+TempFiles g_temp;
+
 std::string write_temp(const std::string& name, const std::string& text) {
   const fs::path p = fs::temp_directory_path() / ("ac_bench_" + std::to_string(::getpid()) + "_" + name);
   std::ofstream(p) << text;
+  g_temp.paths.push_back(p);
   return p.string();
 }
 
