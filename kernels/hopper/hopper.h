@@ -55,12 +55,16 @@ int hopper_mutant_cuda(const ac_attention_args& a, const FusedOptions& o, char* 
 #endif
 
 // splitkv-packed: split-KV's tilings (BR = the token tile that sets the causal end; key tiles of
-// 64 in both), num_splits 1..kPackedMaxSplits.
-inline constexpr int kPackedMaxSplits = 16;
+// 64 in both), num_splits 1..kPackedMaxSplits (the split-KV combine's limit).
+inline constexpr int kPackedMaxSplits = 64;
 int packed_check_args(const ac_attention_args& a, char* err, size_t err_len);
 int packed_attention_host(const ac_attention_args& a, char* err, size_t err_len);
+// The split count num_splits = 0 asks for on a device of `sms` SMs: about four CTAs per SM (two
+// are resident at once), at most one split per 128 keys of the longest sequence, 1..kPackedMaxSplits.
+// Decode at batch 1 with 8 KV heads and 8192 keys or more gets 64 splits on 132 SMs.
+int packed_machine_splits(const ac_attention_args& a, int sms);
 #if defined(ATTNCHECK_HAVE_CUDA)
-// num_splits 0 in args picks the split count from the machine (fills every SM); the caps say 1..16.
+// num_splits 0 in args picks packed_machine_splits for the current device; the caps say 1..64.
 int packed_attention_cuda(const ac_attention_args& a, char* err, size_t err_len, bool synchronize = true);
 #endif
 

@@ -2,8 +2,10 @@
 // one KV head packed into one CTA, so every K/V tile is read from memory once per KV head, not once
 // per query head. Plain sm_90 code (no sm_90a instruction).
 //
-// Grid: (KV heads, sequences x splits, row chunks); the grid is sized to the machine when
-// num_splits is 0 (about four CTAs per SM). The 16 rows of a CTA are (token, query head of the
+// Grid: (KV heads, sequences x splits, row chunks), 1..64 splits; num_splits = 0 sizes the grid to
+// the machine (packed_machine_splits: about four CTAs per SM, two resident; decode at batch 1 with
+// 8 KV heads gets 64 splits, 512 CTAs on 132 SMs, since one CTA of 4 warps per SM cannot keep the
+// memory busy, however deep its pipeline). The 16 rows of a CTA are (token, query head of the
 // group) pairs of one token tile of BR tokens (BR = args' split-KV tiling, which is also where the
 // causal end of the key range comes from, as in the split-KV twin); rows past the tile are zero
 // and never stored. Key tiles of 64 from the start of the split's range, STAGES in flight
@@ -14,9 +16,12 @@
 // x_j = fp32 dot * (scale log2 e), the tile max over all 64 keys (the warps' maxima through shared
 // memory), the online-softmax step of fused_math.h, P rounded to the input type, each warp's
 // share of O += P V and of the row sum in fp32; the shares are summed at the end. The partial
-// O / l and base-2 LSE of each split go to the split-KV workspace; splitkv's combine folds them
-// (kernels/splitkv/splitkv.cu). The split-KV twin is this kernel's twin: the same tile walk per
-// row, the same rounding points (sums in another order).
+// O / l and base-2 LSE of each split go to the split-KV workspace (fp32); splitkv's combine folds
+// the up to 64 partials in fp32 in the requested order (kernels/splitkv/splitkv.cu, the fold of
+// splitkv_math.h) and rounds O to the input type once, at the store; LSE natural, [heads, tokens],
+// -inf for an empty row (O = 0). The split-KV twin is this kernel's twin: the same split ranges
+// (splitkv::split_range), the same tile walk per row, the same rounding points and the same fold
+// (sums in another order).
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -32,6 +37,7 @@
 #include "fused/fused_math.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
+#include "splitkv/splitkv_math.h"
 
 namespace attncheck::kern {
 
@@ -92,11 +98,7 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
   int k_lo, k_hi;
-  {
-    const int base = tk / p.num_splits, rem = tk % p.num_splits;
-    k_lo = split * base + (split < rem ? split : rem);
-    k_hi = k_lo + base + (split < rem ? 1 : 0);
-  }
+  splitkv::split_range(tk, p.num_splits, split, k_lo, k_hi);
   int k_end = k_hi;
   if (p.causal) {
     const int lim = tok0 + tile_tokens - 1 + tk - tq + 1;
@@ -300,22 +302,10 @@ cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStrea
 
 int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_len, bool synchronize) {
   ac_attention_args a = args;
-  const int max_tk = [&] {
-    int m = 0;
-    for (int s = 0; s < a.num_seqs && a.cu_seqlens_k_host; ++s)
-      m = std::max(m, a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s]);
-    return m;
-  }();
-  if (a.num_splits == 0 && a.num_kv_heads > 0 && a.num_seqs > 0) {
-    // Sized to the machine: about four CTAs per SM (two fit at once), at most one split per 128 keys.
-    int dev = 0, sms = 132;
-    AC_CUDA_TRY(cudaGetDevice(&dev));
-    AC_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t ctas = int64_t(a.num_kv_heads) * a.num_seqs;
-    int s = int((4 * int64_t(sms) + ctas - 1) / ctas);
-    s = std::min(s, std::max(1, max_tk / 128));
-    a.num_splits = std::max(1, std::min(s, kPackedMaxSplits));
-  }
+  int dev = 0, sms = 132;
+  AC_CUDA_TRY(cudaGetDevice(&dev));
+  AC_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (a.num_splits == 0) a.num_splits = packed_machine_splits(a, sms);
   if (int rc = packed_check_args(a, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
   if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
@@ -357,9 +347,6 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
   const bool bf16 = a.dtype == AC_DTYPE_BF16;
-  int dev = 0, sms = 132;
-  AC_CUDA_TRY(cudaGetDevice(&dev));
-  AC_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const bool deep = int64_t(grid.x) * grid.y * grid.z < 2 * int64_t(sms);
   cudaError_t e = bf16 ? (a.head_size == 64 ? launch_stages<true, 64>(p, deep, grid, stream)
                                             : launch_stages<true, 128>(p, deep, grid, stream))

@@ -1,5 +1,5 @@
 // ac_subject adapter of splitkv-packed (split-KV decode with the query heads of one KV head packed
-// into one CTA): the split-KV subject's contract (AC_OP_SPLITKV, its tilings, 1..16 splits, every
+// into one CTA): the split-KV subject's contract (AC_OP_SPLITKV, its tilings, 1..64 splits, every
 // fold order, natural LSE, empty row -inf). Host twin where no GPU is present.
 // Check: ctest --test-dir build -R kernels_hopper
 #include <cstdio>

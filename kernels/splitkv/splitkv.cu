@@ -2,9 +2,10 @@
 //   1. the fused mainloop (kernels/fused/fused_kernel.cuh, SPLIT = true): grid (row tiles, heads,
 //      sequences x num_splits); each CTA covers one part of the key range and writes the fp32
 //      partial O / l and base-2 LSE (-inf for an empty part) to the workspace;
-//   2. the combine: one warp per (token, head), lanes over the head dimension, folds the
-//      num_splits partials in args.fold_order with splitkv_math.h (fp32, both-empty guard), rounds
-//      O to the input type, writes LSE natural, [heads, tokens], -inf for an empty row.
+//   2. the combine: one CTA per (token, head), a thread per element of the head dimension; it
+//      stages the num_splits (1..64) partials in shared memory and folds them in args.fold_order
+//      with splitkv_math.h (fp32, both-empty guard), rounds O to the input type, writes LSE
+//      natural, [heads, tokens], -inf for an empty row.
 // No atomics: every output is written by one thread, so num_splits = 1 is bitwise reproducible.
 // Check: ctest --test-dir build -L gpu -R kernels_attention
 #include <cstdint>
@@ -20,56 +21,75 @@ namespace attncheck::kern {
 
 namespace {
 
+// One CTA per (token, head), one thread per element of the head dimension. The CTA first stages
+// its num_splits partials in shared memory (every load in flight at once), then each thread folds
+// its element: the fold is a chain of num_splits - 1 dependent merges, so the CTA waits for one
+// chain, not one per element (with up to 64 parts, the chain is what the combine costs).
+constexpr int kCombineMaxThreads = 128;
+
+size_t combine_smem_bytes(int num_splits, int head_size) {
+  return size_t(num_splits) * size_t(head_size + 1) * sizeof(float);
+}
+
 template <bool BF16, fused::Mutation M = fused::Mutation::none>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(kCombineMaxThreads)
     splitkv_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* out,
                            float* lse, int64_t total_q, int num_heads, int head_size, int num_splits,
                            ac_fold order) {
-  const int64_t pair = int64_t(blockIdx.x) * 4 + (threadIdx.x >> 5);  // (token, head)
-  const int lane = threadIdx.x & 31;
-  if (pair >= total_q * num_heads) return;
-  const int64_t tok = pair / num_heads;
-  const int head = int(pair % num_heads);
+  extern __shared__ __align__(16) float staged[];  // [num_splits][head_size] O, then [num_splits] LSE
+  float* const so = staged;
+  float* const sl = staged + num_splits * head_size;
+  const int64_t pair = blockIdx.x;                  // (token, head)
   const int64_t part_stride = total_q * num_heads;  // between parts, in (token, head) pairs
-  float pl[splitkv::kMaxSplits];
-#pragma unroll
-  for (int s = 0; s < splitkv::kMaxSplits; ++s)
-    pl[s] = s < num_splits ? part_lse[s * part_stride + pair] : neg_inf_f();
-  float lse_final = neg_inf_f();
+  const int tid = threadIdx.x, vecs = head_size / 4;
+  for (int idx = tid; idx < num_splits * vecs; idx += blockDim.x) {
+    const int s = idx / vecs, v = idx % vecs;
+    reinterpret_cast<float4*>(so)[idx] =
+        reinterpret_cast<const float4*>(part_o + (s * part_stride + pair) * head_size)[v];
+  }
+  for (int s = tid; s < num_splits; s += blockDim.x) sl[s] = part_lse[s * part_stride + pair];
+  __syncthreads();
   using Out = dev::Elem<BF16 ? AC_DTYPE_BF16 : AC_DTYPE_F16>;
-  for (int c = lane; c < head_size; c += 32) {
-    float po[splitkv::kMaxSplits], pl_copy[splitkv::kMaxSplits];
-#pragma unroll
-    for (int s = 0; s < splitkv::kMaxSplits; ++s) {
-      po[s] = s < num_splits ? part_o[(s * part_stride + pair) * head_size + c] : 0.0f;
-      pl_copy[s] = pl[s];
-    }
-    float o_final;
-    splitkv::fold_partials<M>(po, pl_copy, num_splits, order, o_final, lse_final);
+  for (int c = tid; c < head_size; c += blockDim.x) {
+    float o_final, lse_final;
+    splitkv::fold_partials<M>(
+        num_splits, order,
+        [&](int i, float& o_i, float& lse_i) {
+          o_i = so[i * head_size + c];
+          lse_i = sl[i];
+        },
+        o_final, lse_final);
     Out::store(out, pair * head_size + c, o_final);
+    // Every element's fold computes the same LSE; element 0's is written.
+    if (lse && c == 0)
+      lse[int64_t(pair % num_heads) * total_q + pair / num_heads] = splitkv::final_lse_natural<M>(lse_final);
   }
-  if (lse && lane == 0) {
-    // Lane 0 folded at least one element (head_size >= 32), so lse_final is the folded LSE.
-    lse[int64_t(head) * total_q + tok] = splitkv::final_lse_natural<M>(lse_final);
-  }
+}
+
+// The combine of a.num_splits parts on `stream`, M selecting mutant 11's (kernels/mutants/).
+template <fused::Mutation M>
+cudaError_t launch_combine(const float* part_o, const float* part_lse, const ac_attention_args& a,
+                           cudaStream_t stream) {
+  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
+  const int64_t pairs = total_q * a.num_heads;
+  if (pairs == 0) return cudaSuccess;
+  const size_t smem = combine_smem_bytes(a.num_splits, a.head_size);
+  // 64 parts of d = 128: 33 KB, under the 48 KB a launch gets without opting in.
+  if (a.num_splits < 1 || a.num_splits > splitkv::kMaxSplits || a.head_size % 4 != 0 || smem > 48 * 1024 ||
+      pairs > INT32_MAX || !aligned_to(part_o, 16))
+    return cudaErrorInvalidValue;
+  const unsigned threads = unsigned(a.head_size < kCombineMaxThreads ? a.head_size : kCombineMaxThreads);
+  auto kernel = a.dtype == AC_DTYPE_BF16 ? splitkv_combine_kernel<true, M> : splitkv_combine_kernel<false, M>;
+  kernel<<<unsigned(pairs), threads, smem, stream>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
+                                                     a.head_size, a.num_splits, a.fold_order);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
                          void* stream) {
-  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
-  const int64_t pairs = total_q * a.num_heads;
-  if (pairs == 0) return int(cudaSuccess);
-  const unsigned blocks = unsigned((pairs + 3) / 4);
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (a.dtype == AC_DTYPE_BF16)
-    splitkv_combine_kernel<true><<<blocks, 128, 0, s>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
-                                                        a.head_size, a.num_splits, a.fold_order);
-  else
-    splitkv_combine_kernel<false><<<blocks, 128, 0, s>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
-                                                         a.head_size, a.num_splits, a.fold_order);
-  return int(cudaGetLastError());
+  return int(launch_combine<fused::Mutation::none>(part_o, part_lse, a, static_cast<cudaStream_t>(stream)));
 }
 
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len) {
@@ -92,6 +112,8 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   const size_t need = splitkv_workspace_bytes(a);
   if (o.workspace && o.workspace_bytes < need)
     AC_REFUSE("split-KV attention: workspace of %zu bytes, %zu needed", o.workspace_bytes, need);
+  if (!aligned_to(o.workspace, 16))
+    AC_REFUSE("split-KV attention: the workspace must be 16-byte aligned (the combine reads float4)");
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   void* ws = o.workspace;
   if (!ws) AC_CUDA_TRY(cudaMallocAsync(&ws, need, stream));
@@ -107,24 +129,10 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   const fused::LaunchFn fn = fused::pick_launch<kSplitKVTilings, true>(bf16, a.head_size, a.tiling);
   cudaError_t e = fn(p, max_tq, a.num_seqs, stream);
   if (e == cudaSuccess) {
-    const int64_t pairs = total_q * a.num_heads;
-    const unsigned blocks = unsigned((pairs + 3) / 4);
     // o.mutation selects mutant 11's combine (kernels/mutants/); the partials are the correct ones.
     constexpr auto kPlusInf = fused::Mutation::combine_plus_inf;
-    const bool plus_inf = o.mutation == kPlusInf;
-    if (bf16 && plus_inf)
-      splitkv_combine_kernel<true, kPlusInf><<<blocks, 128, 0, stream>>>(
-          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
-    else if (plus_inf)
-      splitkv_combine_kernel<false, kPlusInf><<<blocks, 128, 0, stream>>>(
-          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
-    else if (bf16)
-      splitkv_combine_kernel<true><<<blocks, 128, 0, stream>>>(
-          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
-    else
-      splitkv_combine_kernel<false><<<blocks, 128, 0, stream>>>(
-          p.part_o, p.part_lse, a.out, a.lse, total_q, a.num_heads, a.head_size, a.num_splits, a.fold_order);
-    e = cudaGetLastError();
+    e = o.mutation == kPlusInf ? launch_combine<kPlusInf>(p.part_o, p.part_lse, a, stream)
+                               : launch_combine<fused::Mutation::none>(p.part_o, p.part_lse, a, stream);
   }
   if (!o.workspace) {
     const cudaError_t f = cudaFreeAsync(ws, stream);

@@ -5,7 +5,8 @@
 // folds the partials in args.fold_order (AC_FOLD_LEFT, RIGHT or TREE; splitkv_math.h).
 // Outputs: O in the input type, LSE fp32 natural log, [heads, tokens]; an empty row (all parts
 // empty) gets O = 0 exactly and LSE = -inf. num_splits = 1 is bitwise reproducible (no atomics).
-// Supported: fp16, bf16; head sizes 64, 128; num_splits 1..16; the tilings of kSplitKVTilings.
+// Supported: fp16, bf16; head sizes 64, 128; num_splits 1..64 (the combine's limit,
+// splitkv::kMaxSplits); the tilings of kSplitKVTilings.
 // Check: ctest --test-dir build -R kernels_attention
 #pragma once
 #include <cstddef>
@@ -19,11 +20,12 @@ namespace attncheck::kern {
 // (64, 64) for prefill-like shapes; (16, 64), one warp per CTA, for decode (T_q = 1).
 inline constexpr ac_tiling kSplitKVTilings[] = {{64, 64}, {16, 64}};
 inline constexpr int kNumSplitKVTilings = int(sizeof(kSplitKVTilings) / sizeof(kSplitKVTilings[0]));
-inline constexpr int kSplitKVMaxSplits = 16;
+inline constexpr int kSplitKVMaxSplits = 64;
 
 struct SplitKVOptions {
   bool synchronize = true;    // CUDA: synchronise the stream before returning
-  void* workspace = nullptr;  // CUDA: device workspace of splitkv_workspace_bytes(); null: allocated per call
+  void* workspace = nullptr;  // CUDA: device workspace of splitkv_workspace_bytes(), 16-byte aligned;
+                              // null: allocated per call
   size_t workspace_bytes = 0;
   // none; combine_plus_inf runs mutant 11's combine (kernels/mutants/), on both backends; the
   // partials are the correct ones.
@@ -40,8 +42,9 @@ int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, 
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len);
 int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len);
 // The combine alone, for other producers of the same partials (layout of SplitKVOptions' workspace:
-// part_o [num_splits, total_q, heads, d], part_lse [num_splits, total_q, heads], base 2), folding
-// a.num_splits parts in a.fold_order into a.out / a.lse on `stream`. Returns a cudaError_t.
+// part_o [num_splits, total_q, heads, d], 16-byte aligned, part_lse [num_splits, total_q, heads],
+// base 2), folding a.num_splits (1..64) parts in a.fold_order into a.out / a.lse on `stream`.
+// Returns a cudaError_t.
 int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
                          void* stream);
 #endif

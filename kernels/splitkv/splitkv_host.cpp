@@ -18,6 +18,8 @@
 
 namespace attncheck::kern {
 
+static_assert(kSplitKVMaxSplits == splitkv::kMaxSplits, "split-KV accepts what its combine folds");
+
 size_t splitkv_workspace_bytes(const ac_attention_args& a) {
   if (a.num_seqs <= 0 || !a.cu_seqlens_q_host) return 0;
   const size_t total_q = size_t(a.cu_seqlens_q_host[a.num_seqs]);
@@ -61,15 +63,15 @@ void splitkv_host_rows(const ac_attention_args& a) {
           const int64_t tok = q0 + row0 + int64_t(r);
           float lse_final = neg_inf_f();
           for (int c = 0; c < x.d; ++c) {
-            float po[splitkv::kMaxSplits] = {}, pl[splitkv::kMaxSplits];
-            for (int sp = 0; sp < splitkv::kMaxSplits; ++sp) pl[sp] = neg_inf_f();
-            for (int sp = 0; sp < ns; ++sp) {
-              const fused::TwinRowState& st = parts[size_t(sp)][r];
-              po[sp] = st.o[size_t(c)] * fused::inverse_row_sum(st.l);
-              pl[sp] = fused::partial_lse2(st.m, st.l);
-            }
             float o_final;
-            splitkv::fold_partials<M>(po, pl, ns, a.fold_order, o_final, lse_final);
+            splitkv::fold_partials<M>(
+                ns, a.fold_order,
+                [&](int sp, float& o, float& lse) {
+                  const fused::TwinRowState& st = parts[size_t(sp)][r];
+                  o = st.o[size_t(c)] * fused::inverse_row_sum(st.l);
+                  lse = fused::partial_lse2(st.m, st.l);
+                },
+                o_final, lse_final);
             out[(tok * x.h + head) * x.d + c] = uint16_t(store_from_float(x.dtype, o_final));
           }
           if (a.lse) a.lse[int64_t(head) * x.total_q + tok] = splitkv::final_lse_natural<M>(lse_final);

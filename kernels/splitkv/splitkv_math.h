@@ -9,8 +9,9 @@
 //   w_a = 2^(LSE_a - M), w_b = 2^(LSE_b - M), s = w_a + w_b
 //   O = O_a (w_a / s) + O_b (w_b / s),  LSE = M + log2 s
 // The fold order is selectable: left to right ((p0 p1) p2) ..., right to left p0 (p1 (p2 ...)),
-// or a pairwise tree (p0 p1) (p2 p3) ... then pairs of pairs; all in fp32. They agree in real
-// arithmetic; the last bits differ, which is what the fold-order properties look at.
+// or a pairwise tree (p0 p1) (p2 p3) ... then pairs of pairs; all in fp32, up to kMaxSplits = 64
+// parts. They agree in real arithmetic; the last bits differ, which is what the fold-order
+// properties look at.
 // exp2 and log2 are hd.h's exp2_f / log2_f (exp2f / log2f on the device, std::exp2 / std::log2
 // in the twin). Mutation switch (kernels/mutants/, mutant 11): final_lse_natural<M>.
 // Check: ctest --test-dir build -R kernels_attention_twin
@@ -23,7 +24,10 @@ namespace attncheck::kern::splitkv {
 
 using fused::Mutation;
 
-inline constexpr int kMaxSplits = 16;
+inline constexpr int kMaxSplits = 64;
+// Levels of the pairwise tree over kMaxSplits parts: leaves at level 0, the root of 64 at level 6.
+inline constexpr int kFoldLevels = 7;
+static_assert(1 << (kFoldLevels - 1) == kMaxSplits, "the tree fold keeps one block per level");
 
 // a = merge(a, b), element o and its row's LSE (base 2).
 template <Mutation M = Mutation::none>
@@ -40,51 +44,73 @@ AC_HD void merge_partial(float& o_a, float& lse_a, float o_b, float lse_b) {
   lse_a = m + log2_f(s);
 }
 
-// Fold n <= kMaxSplits partials (o[i], lse[i]) in the given order; the result is left in
-// (o_out, lse_out). Indices are compile-time after unrolling, so a GPU thread keeps the arrays in
-// registers.
-template <Mutation M = Mutation::none>
-AC_HD void fold_partials(float (&o)[kMaxSplits], float (&lse)[kMaxSplits], int n, ac_fold order, float& o_out,
-                         float& lse_out) {
+// Fold the partials 0..n-1 (1 <= n <= kMaxSplits) of one element in the given order; load(i, o,
+// lse) sets partial i. The parts are read once each, in a streaming walk, so the state is a few
+// registers whatever n is (a GPU thread cannot index a register array at run time; an array of
+// kMaxSplits would live in local memory):
+//   left:  acc = p0, then acc = merge(acc, p_i) for i = 1..n-1;
+//   right: acc = p_{n-1}, then acc = merge(p_i, acc) for i = n-2..0;
+//   tree:  pairs (p0 p1) (p2 p3) ..., then pairs of pairs; a last block without a partner at some
+//          level moves up unchanged. Walked as a binary counter: leaf i closes the blocks of the
+//          levels of i's trailing one bits (merge(left block, right block)), and after n leaves
+//          the blocks left are those of n's one bits, folded from the smallest (rightmost) up,
+//          merge(larger left block, the rest): the same merges, operands and order as the level by
+//          level tree.
+// Every merge is merge_partial, so every order agrees in real arithmetic and differs in the last
+// bits, which is what the fold-order properties look at.
+template <Mutation M = Mutation::none, class Load>
+AC_HD void fold_partials(int n, ac_fold order, Load&& load, float& o_out, float& lse_out) {
+  float o = 0.0f, lse = neg_inf_f();
   if (order == AC_FOLD_RIGHT) {
-    float so = 0.0f, sl = neg_inf_f();
+    load(n - 1, o, lse);
+    for (int i = n - 2; i >= 0; --i) {
+      float o_i, lse_i;
+      load(i, o_i, lse_i);
+      merge_partial<M>(o_i, lse_i, o, lse);
+      o = o_i;
+      lse = lse_i;
+    }
+  } else if (order == AC_FOLD_TREE) {
+    float block_o[kFoldLevels] = {}, block_lse[kFoldLevels] = {};  // the open block of each level
+    for (int i = 0; i < n; ++i) {
+      load(i, o, lse);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-    for (int i = kMaxSplits - 1; i >= 0; --i) {
-      if (i < n - 1) {
-        merge_partial<M>(o[i], lse[i], so, sl);
-        so = o[i];
-        sl = lse[i];
-      } else if (i == n - 1) {
-        so = o[i];
-        sl = lse[i];
+      for (int level = 0, open = 1; level < kFoldLevels; ++level) {
+        if (!open) continue;  // no break: the levels stay compile-time indices (registers on a GPU)
+        if ((i >> level) & 1) {
+          merge_partial<M>(block_o[level], block_lse[level], o, lse);
+          o = block_o[level];
+          lse = block_lse[level];
+        } else {
+          block_o[level] = o;
+          block_lse[level] = lse;
+          open = 0;
+        }
       }
     }
-    o_out = so;
-    lse_out = sl;
-    return;
-  }
-  if (order == AC_FOLD_TREE) {
+    bool have = false;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-    for (int stride = 1; stride < kMaxSplits; stride *= 2) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-      for (int i = 0; i + stride < kMaxSplits; i += 2 * stride)
-        if (i + stride < n) merge_partial<M>(o[i], lse[i], o[i + stride], lse[i + stride]);
+    for (int level = 0; level < kFoldLevels; ++level) {
+      if (((n >> level) & 1) == 0) continue;
+      if (have) merge_partial<M>(block_o[level], block_lse[level], o, lse);
+      o = block_o[level];
+      lse = block_lse[level];
+      have = true;
     }
   } else {  // AC_FOLD_LEFT
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int i = 1; i < kMaxSplits; ++i)
-      if (i < n) merge_partial<M>(o[0], lse[0], o[i], lse[i]);
+    load(0, o, lse);
+    for (int i = 1; i < n; ++i) {
+      float o_i, lse_i;
+      load(i, o_i, lse_i);
+      merge_partial<M>(o, lse, o_i, lse_i);
+    }
   }
-  o_out = o[0];
-  lse_out = lse[0];
+  o_out = o;
+  lse_out = lse;
 }
 
 // The row's LSE as the combine writes it: natural log (ln 2 times the base-2 fold), -inf for an

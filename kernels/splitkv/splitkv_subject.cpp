@@ -1,5 +1,5 @@
 // ac_subject adapter (plugin ABI) of split-KV attention, both backends: subject `splitkv`, natural
-// LSE in [heads, tokens], empty row -inf, num_splits 1..16, fold orders left, right and tree,
+// LSE in [heads, tokens], empty row -inf, num_splits 1..64, fold orders left, right and tree,
 // fp16 / bf16, head sizes 64 and 128, causal, mask, varlen, GQA.
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>

@@ -4,15 +4,20 @@
 // causal with Tq < Tk, ragged key ranges (the partial V tile the producer writes itself), key
 // ranges several times the ring (the pipeline phases wrap), GQA ratios, varlen with zero-length
 // ranges, masks; run-to-run bitwise reproducibility; the seed's shape on sampled rows; and the
-// Hopper mutants, which must differ from the exact result or from run to run.
+// Hopper mutants, which must differ from the exact result or from run to run. splitkv-packed:
+// split counts 1..64 and fold orders against fp64, decode against the split-KV twin, the
+// machine-sized split count (64 at batch 1 on an H200, the benchmark's path), and the split-KV
+// combine alone folding 1..64 parts in every order as the twin's fold does.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_hopper
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "device_case.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
+#include "splitkv/splitkv_math.h"
 
 using namespace attncheck;
 using namespace attncheck::test;
@@ -203,7 +208,7 @@ PackedResult run_packed(const AttnCase& c, int tiling, int splits, ac_fold fold)
 TEST_CASE("packed gpu: split counts, fold orders, GQA ratios, causal, masks against fp64", "[packed][gpu]") {
   uint64_t seed = 9600;
   for (int tiling = 0; tiling < kern::kNumSplitKVTilings; ++tiling)
-    for (int splits : {1, 2, 3, 7, 16})
+    for (int splits : {1, 2, 3, 7, 16, 33, 64})
       for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_TREE}) {
         const int d = splits % 2 ? 128 : 64;
         // GQA groups 1, 2, 4, 8 (packing 1..8 heads; 16-row chunks split a token tile's rows).
@@ -216,28 +221,134 @@ TEST_CASE("packed gpu: split counts, fold orders, GQA ratios, causal, masks agai
       }
 }
 
+namespace {
+
+// The packed result against fp64 and against the split-KV twin at the same split count.
+void check_packed_decode(const AttnCase& c, int splits, ac_fold fold, int twin_splits) {
+  const PackedResult r = run_packed(c, 1, splits, fold);
+  INFO("splits " << splits << " (twin " << twin_splits << ") fold " << int(fold) << " " << r.err);
+  REQUIRE(r.rc == AC_OK);
+  CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
+  std::vector<uint16_t> out(r.out.size());
+  std::vector<float> lse(r.lse.size());
+  ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
+  a.num_splits = twin_splits;
+  a.fold_order = fold;
+  char err[256];
+  REQUIRE(kern::packed_attention_host(a, err, sizeof err) == AC_OK);
+  CHECK(far_apart(out, r.out, 2) <= int(out.size() / 2000));
+  WARN("splits " << twin_splits << " fold " << int(fold) << ": " << far_apart(out, r.out, 2) << " of "
+                 << out.size() << " elements beyond 2 ulps of the twin");
+}
+
+int device_sms() {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms;
+}
+
+}  // namespace
+
 TEST_CASE("packed gpu: decode against fp64 and the split-KV twin; machine-sized splits", "[packed][gpu]") {
   const AttnCase c =
       make_case(9700, DType::bf16, 32, 8, 128, {1, 1, 1, 1}, {8192, 3000, 16, 1}, false, false);
-  for (int splits : {16, 0}) {
-    const PackedResult r = run_packed(c, 1, splits, AC_FOLD_LEFT);
-    INFO("splits " << splits << " " << r.err);
-    REQUIRE(r.rc == AC_OK);
-    CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
-    if (splits == 16) {
-      std::vector<uint16_t> out(r.out.size());
-      std::vector<float> lse(r.lse.size());
-      ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
-      a.num_splits = 16;
-      a.fold_order = AC_FOLD_LEFT;
-      char err[256];
-      REQUIRE(kern::packed_attention_host(a, err, sizeof err) == AC_OK);
-      CHECK(far_apart(out, r.out, 2) <= int(out.size() / 2000));
-    }
-  }
+  for (int splits : {16, 64}) check_packed_decode(c, splits, AC_FOLD_LEFT, splits);
+  ac_attention_args args = host_args(c, nullptr, nullptr, 1);
+  check_packed_decode(c, 0, AC_FOLD_LEFT, kern::packed_machine_splits(args, device_sms()));
   const PackedResult a = run_packed(c, 1, 5, AC_FOLD_TREE), b = run_packed(c, 1, 5, AC_FOLD_TREE);
   REQUIRE(a.rc == AC_OK);
   CHECK(a.out == b.out);  // no atomics: bitwise reproducible
+}
+
+TEST_CASE("packed gpu: batch 1 decode, machine-sized (64 splits on 132 SMs), every fold order",
+          "[packed][gpu]") {
+  // The benchmark's shape at batch 1 (32 / 8 heads, d 128, fp16), 16411 keys: 64 parts of 256 or
+  // 257 keys, so every part ends in a ragged tile; num_splits = 0 takes the bench's path.
+  const AttnCase c = make_case(9710, DType::f16, 32, 8, 128, {1}, {16411}, false, false);
+  ac_attention_args args = host_args(c, nullptr, nullptr, 1);
+  const int machine = kern::packed_machine_splits(args, device_sms());
+  INFO("machine-sized splits " << machine);
+  if (device_sms() >= 128) CHECK(machine == kern::kPackedMaxSplits);
+  for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) check_packed_decode(c, 0, f, machine);
+  // 64 splits run to run, through the combine's largest fold.
+  const PackedResult a = run_packed(c, 1, 64, AC_FOLD_TREE), b = run_packed(c, 1, 64, AC_FOLD_TREE);
+  REQUIRE(a.rc == AC_OK);
+  CHECK(a.out == b.out);
+  CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+  // Past the combine's limit: refused before any launch.
+  const PackedResult over = run_packed(c, 1, kern::kPackedMaxSplits + 1, AC_FOLD_LEFT);
+  CHECK(over.rc == AC_ERR_UNSUPPORTED);
+}
+
+TEST_CASE("packed gpu: the combine folds 1..64 parts in every order as the twin's fold", "[packed][gpu]") {
+  // Random partials (some parts empty, one (token, head) pair empty in every part) straight into
+  // splitkv_combine_cuda; expected: splitkv_math.h's fold on the host, rounded to the input type.
+  // exp2 / log2 of CUDA and of the host's libm may differ by an fp32 ulp, so O may differ by one
+  // ulp of the input type where the fp32 result sits near a rounding boundary; LSE by a few fp32 ulps.
+  constexpr int tokens = 3, heads = 2, pairs = tokens * heads;
+  uint64_t x = 777;
+  auto next = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return double(x >> 11) * 0x1.0p-53;
+  };
+  const std::vector<int32_t> cu_q = {0, tokens};
+  for (int n = 1; n <= kern::splitkv::kMaxSplits; ++n)
+    for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
+      const int d = n % 2 ? 128 : 64;
+      const DType dt = n % 3 ? DType::f16 : DType::bf16;
+      std::vector<float> po(size_t(n) * pairs * size_t(d)), pl(size_t(n) * pairs);
+      for (int s = 0; s < n; ++s)
+        for (int p = 0; p < pairs; ++p) {
+          const bool empty = p == pairs - 1 || next() < 0.1;
+          pl[size_t(s) * pairs + size_t(p)] = empty ? -INFINITY : float(next() * 40 - 20);
+          for (int c = 0; c < d; ++c)
+            po[(size_t(s) * pairs + size_t(p)) * size_t(d) + size_t(c)] =
+                empty ? 0.0f : float(next() * 2 - 1);
+        }
+      DeviceArray<float> dpo(po), dpl(pl), dlse(static_cast<size_t>(pairs));
+      DeviceArray<uint16_t> dout(size_t(pairs) * size_t(d));
+      ac_attention_args a{};
+      a.dtype = ac_dtype(int(dt));
+      a.num_seqs = 1;
+      a.cu_seqlens_q_host = cu_q.data();
+      a.num_heads = heads;
+      a.head_size = d;
+      a.num_splits = n;
+      a.fold_order = f;
+      a.out = dout.ptr;
+      a.lse = dlse.ptr;
+      REQUIRE(kern::splitkv_combine_cuda(dpo.ptr, dpl.ptr, a, nullptr) == int(cudaSuccess));
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      const std::vector<uint16_t> out = dout.to_host();
+      const std::vector<float> lse = dlse.to_host();
+      std::vector<uint16_t> want(out.size());
+      int lse_bad = 0;
+      for (int p = 0; p < pairs; ++p) {
+        float lse_final = 0.0f;
+        for (int c = 0; c < d; ++c) {
+          float o_final;
+          kern::splitkv::fold_partials(
+              n, f,
+              [&](int s, float& o_s, float& l_s) {
+                o_s = po[(size_t(s) * pairs + size_t(p)) * size_t(d) + size_t(c)];
+                l_s = pl[size_t(s) * pairs + size_t(p)];
+              },
+              o_final, lse_final);
+          want[size_t(p) * size_t(d) + size_t(c)] = round_to_input(dt, o_final);
+        }
+        // [heads, tokens], natural log.
+        const float got = lse[size_t(p % heads) * tokens + size_t(p / heads)];
+        const float exp = kern::splitkv::final_lse_natural(lse_final);
+        if (!(got == exp || std::fabs(got - exp) <= 1e-5f * std::fabs(exp) + 1e-6f)) ++lse_bad;
+      }
+      INFO("parts " << n << " fold " << int(f) << " d " << d);
+      CHECK(far_apart(want, out, 1) == 0);
+      CHECK(lse_bad == 0);
+      // The all-empty pair: O = 0 exactly, LSE = -inf.
+      for (int c = 0; c < d; ++c) CHECK((out[size_t(pairs - 1) * size_t(d) + size_t(c)] & 0x7fff) == 0);
+      CHECK(lse[size_t((pairs - 1) % heads) * tokens + size_t((pairs - 1) / heads)] == -INFINITY);
+    }
 }
 
 // Small shapes for compute-sanitizer (memcheck, racecheck, synccheck): every tiling, both head

@@ -1,12 +1,14 @@
 // Host-twin tests of fused-hopper (kernels/hopper/hopper_host.cpp) and splitkv-packed
 // (kernels/hopper/packed_host.cpp), run on CI without a GPU: every Hopper tiling, fp16 and bf16,
-// head sizes 64 and 128, causal with Tq < Tk, varlen with zero-length key ranges, GQA, masks.
+// head sizes 64 and 128, causal with Tq < Tk, varlen with zero-length key ranges, GQA, masks; the
+// split count splitkv-packed picks for num_splits = 0.
 // Expected values: the fp64 attention of attention_case.h with its derived error bound.
 // Run: ctest --test-dir build -R kernels_hopper_twin
 #include <catch2/catch.hpp>
 
 #include "attention_case.h"
 #include "hopper/hopper.h"
+#include "splitkv/splitkv.h"
 
 using namespace attncheck;
 using namespace attncheck::test;
@@ -35,4 +37,31 @@ TEST_CASE("hopper twin: refuses a tiling index past the Hopper list", "[hopper][
   ac_attention_args a = host_args(c, out.data(), lse.data(), kern::kNumHopperTilings);
   char err[256] = {0};
   CHECK(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+}
+
+TEST_CASE("packed: the machine-sized split count", "[packed][twin]") {
+  // Decode, 32 query / 8 KV heads, on 132 SMs: batch 1 fills 4 CTAs per SM with 64 splits (66
+  // asked, the combine folds 64), batch 64 with 2; short sequences get one split per 128 keys.
+  auto splits = [](int batch, int tk, int sms) {
+    std::vector<int32_t> cq(size_t(batch) + 1), ck(size_t(batch) + 1);
+    for (int i = 0; i <= batch; ++i) {
+      cq[size_t(i)] = i;
+      ck[size_t(i)] = i * tk;
+    }
+    ac_attention_args a{};
+    a.num_seqs = batch;
+    a.num_heads = 32;
+    a.num_kv_heads = 8;
+    a.cu_seqlens_q_host = cq.data();
+    a.cu_seqlens_k_host = ck.data();
+    return kern::packed_machine_splits(a, sms);
+  };
+  CHECK(splits(1, 131072, 132) == 64);
+  CHECK(splits(1, 8192, 132) == 64);
+  CHECK(splits(1, 2048, 132) == 16);
+  CHECK(splits(1, 100, 132) == 1);
+  CHECK(splits(64, 131072, 132) == 2);
+  CHECK(splits(64, 8192, 132) == 2);
+  CHECK(splits(1, 131072, 8) == 4);
+  CHECK(kern::kPackedMaxSplits == kern::kSplitKVMaxSplits);
 }
