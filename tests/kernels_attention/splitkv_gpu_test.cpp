@@ -1,7 +1,8 @@
 // GPU tests of split-KV attention (kernels/splitkv/splitkv.cu), label `gpu`: split counts 1..8 and
 // every fold order against the fp64 attention of attention_case.h, both tilings, fp16 / bf16,
 // head sizes 64 / 128, GQA, causal, masks, empty parts and empty rows; num_splits = 1 bitwise
-// reproducible run to run; decode shape (T_q = 1) with many keys. Skips (exit 77) without a GPU.
+// reproducible run to run; decode shape (T_q = 1) with many keys, 16 and 64 (the combine's
+// limit) splits. Skips (exit 77) without a GPU.
 // Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -63,12 +64,14 @@ TEST_CASE("split-KV gpu: num_splits = 1 is bitwise reproducible run to run", "[s
   }
 }
 
-TEST_CASE("split-KV gpu: decode (T_q = 1), 16 splits, long key ranges", "[splitkv][gpu]") {
+TEST_CASE("split-KV gpu: decode (T_q = 1), 16 and 64 splits, long key ranges", "[splitkv][gpu]") {
   const AttnCase c =
       make_case(5200, DType::bf16, 32, 8, 128, {1, 1, 1, 1}, {8192, 3000, 16, 1}, false, false);
-  for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
-    const SplitResult r = run_split_gpu(c, 1, 16, f);
-    REQUIRE(r.rc == AC_OK);
-    CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
-  }
+  for (int splits : {16, 64})
+    for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
+      const SplitResult r = run_split_gpu(c, 1, splits, f);
+      INFO("splits " << splits << " fold " << int(f) << " " << r.err);
+      REQUIRE(r.rc == AC_OK);
+      CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
+    }
 }
