@@ -4,12 +4,7 @@
 // build refuses every call as unsupported.
 #include "attncheck/abi_subject.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -124,46 +119,12 @@ std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout l
   return out;
 }
 
-#if defined(ATTNCHECK_HAVE_CUDA)
-// The run's device lock (kDeviceLockEnv), held by one process at a time. The kernel drops a flock
-// when its holder dies, so a child that crashes or is killed mid-call never leaves it held.
-class DeviceLock {
- public:
-  // Returns once this process holds the lock (at once when the run has none).
-  static void acquire() {
-    const int fd = file();
-    if (fd < 0) return;
-    // A child's call timeout (SIGALRM) times the subject, not the wait for other processes' calls:
-    // its countdown stops while this process waits.
-    const unsigned left = ::alarm(0);
-    while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-    }
-    if (left) ::alarm(left);
-  }
-  static void release() {
-    if (file() >= 0) ::flock(file(), LOCK_UN);
-  }
-
- private:
-  static int file() {
-    static const int fd = [] {
-      const char* path = std::getenv(kDeviceLockEnv);
-      if (!path || !*path || std::string(path) == "off") return -1;
-      return ::open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);  // unopenable: no lock, only slower
-    }();
-    return fd;
-  }
-};
-#endif
-
 // The buffers of one call in the subject's memory space, each at least one byte so no subject
 // sees a null pointer for an empty tensor. Host subjects: one vector each. CUDA subjects: slices
 // (256-byte aligned) of one device block kept for the process, filled by one copy from one pinned
 // host block and read back by one copy. cudaMalloc and cudaFree per buffer (cudaFree waits for the
 // device) and a copy per buffer made the subject's calls most of a CUDA gate's time. The blocks
-// only grow, and one call uses them at a time (the lock is held from the upload to the end). The
-// run's device lock (DeviceLock) is held over the same span, so the GPU runs one process's call at
-// a time.
+// only grow, and one call uses them at a time (the lock is held from the first add to the end).
 // With ATTNCHECK_SEPARATE_BUFFERS=1 each buffer is its own allocation of its exact size, so that
 // compute-sanitizer's memcheck sees each buffer's own bounds.
 class Staging {
@@ -177,7 +138,6 @@ class Staging {
     // which the next call refills. Wait before handing the block on (a no-op after a good call).
     if (lock_.owns_lock()) cudaDeviceSynchronize();
     for (void* p : separate_) cudaFree(p);
-    if (device_locked_) DeviceLock::release();
 #endif
   }
 
@@ -194,9 +154,6 @@ class Staging {
       return;
     }
 #if defined(ATTNCHECK_HAVE_CUDA)
-    if (!separate()) lock_ = std::unique_lock<std::mutex>(blocks().m);
-    DeviceLock::acquire();
-    device_locked_ = true;
     if (separate()) {
       for (auto& sl : slots_) {
         void* p = nullptr;
@@ -206,6 +163,7 @@ class Staging {
       }
       return;
     }
+    lock_ = std::unique_lock<std::mutex>(blocks().m);
     const size_t total = end();
     Blocks& b = blocks();
     b.device.reserve(total);
@@ -302,7 +260,6 @@ class Staging {
   }
   std::vector<void*> separate_;
   std::unique_lock<std::mutex> lock_;
-  bool device_locked_ = false;
 #endif
   ac_memory mem_;
   std::vector<Slot> slots_;

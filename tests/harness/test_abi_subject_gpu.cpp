@@ -3,28 +3,15 @@
 // Hand-derived expectation: equal LSEs (0, 0) weigh both states 1/2 exactly (exp(0) = 1), so
 // prefix 4 and suffix 8 merge to exactly 6 in every dtype, and the merged LSE is ln 2 (within an
 // fp32 ulp). Distinct per-(token, head) LSE offsets check the [heads, tokens] layout round trip.
-// Every call of this process goes through a device lock file (kDeviceLockEnv, set before the first
-// call reads it), which one test holds from outside the call.
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <string>
-#include <thread>
 
 #include "attncheck/abi_subject.hpp"
 #include "attncheck/plugin.hpp"
 
 namespace {
-const std::string kLockPath = "/tmp/attncheck-test-device-" + std::to_string(::getpid()) + ".lock";
-const bool kLockSet = ::setenv(attncheck::kDeviceLockEnv, kLockPath.c_str(), 1) == 0;
-
 float f32(uint32_t b) {
   float f;
   std::memcpy(&f, &b, 4);
@@ -36,7 +23,9 @@ uint32_t bits(float f) {
   return b;
 }
 
-attncheck::MergeInput merge_input() {
+void check_merge(attncheck::Subject& s) {
+  INFO("subject " << s.name() << " backend " << s.backend());
+  REQUIRE(s.backend() == "cuda");
   attncheck::MergeInput in;
   in.dtype = AC_DTYPE_F32;
   in.num_tokens = 3;
@@ -50,21 +39,12 @@ attncheck::MergeInput merge_input() {
       in.prefix_lse.push_back(offset);
       in.suffix_lse.push_back(offset);
     }
-  return in;
-}
-
-void check_merged(const attncheck::MergeOutput& out) {
+  const attncheck::MergeOutput out = s.merge(in);
   for (uint32_t b : out.out) CHECK(f32(b) == 6.0f);
   REQUIRE(out.lse.size() == 6);
   for (int t = 0; t < 3; ++t)
     for (int h = 0; h < 2; ++h)
       CHECK(out.lse[size_t(t * 2 + h)] == Approx(10.0 * t + h + std::log(2.0)).epsilon(1e-6));
-}
-
-void check_merge(attncheck::Subject& s) {
-  INFO("subject " << s.name() << " backend " << s.backend());
-  REQUIRE(s.backend() == "cuda");
-  check_merged(s.merge(merge_input()));
 }
 }  // namespace
 
@@ -90,38 +70,4 @@ TEST_CASE("example plugin's CUDA subject through device staging", "[gpu][plugin]
       check_merge(*s);
     }
   CHECK(found);
-}
-
-TEST_CASE("a CUDA call waits while another process holds the device lock", "[gpu][abi_subject]") {
-  REQUIRE(kLockSet);
-  auto subjects = attncheck::load_builtin_subjects(attncheck::Backend::cuda);
-  attncheck::Subject* merge = nullptr;
-  for (auto& s : subjects)
-    if (s->name() == "merge") merge = s.get();
-  REQUIRE(merge);
-  check_merge(*merge);  // the lock file exists and the call holds it only while it runs
-  // Another open file description stands for another process: flock excludes the two.
-  const int fd = ::open(kLockPath.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
-  std::atomic<bool> done{false};
-  attncheck::MergeOutput out;  // Catch's assertions stay on this thread
-  std::string error;
-  std::thread call([&] {
-    try {
-      out = merge->merge(merge_input());
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    done = true;
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  CHECK_FALSE(done.load());  // a merge of 48 elements takes microseconds when the lock is free
-  ::flock(fd, LOCK_UN);
-  call.join();
-  CHECK(done.load());
-  REQUIRE(error.empty());
-  check_merged(out);
-  ::close(fd);
-  ::unlink(kLockPath.c_str());
 }

@@ -31,12 +31,6 @@ constexpr uint32_t kPoisonF16 = 0x7e5au;
 constexpr uint32_t kPoisonBf16 = 0x7fdau;
 uint32_t poison_bits(ac_dtype d);
 
-// A file that the CUDA subjects' calls of every process of one run lock (flock) from staging to
-// read-back, set by `check --jobs N` for its children, one file per device. Processes sharing a GPU
-// otherwise have their kernels time-sliced between their contexts: a call of a few microseconds
-// waited milliseconds behind the other contexts' slices. "off", or unset: no lock.
-constexpr const char* kDeviceLockEnv = "ATTNCHECK_DEVICE_LOCK";
-
 class AbiSubject final : public Subject {
  public:
   // keep_alive holds whatever owns the memory `s` points into (a plugin's dlopen handle).

@@ -16,8 +16,6 @@
 #include <map>
 #include <stdexcept>
 
-#include "attncheck/abi_subject.hpp"
-
 extern char** environ;
 
 namespace attncheck::cli {
@@ -38,7 +36,7 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
 }
 
 pid_t spawn_child(char** argv, size_t pair, const std::string& result, const std::string& device,
-                  const std::string& device_lock, int& err_fd) {
+                  int& err_fd) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   std::vector<std::string> env_store;
@@ -48,14 +46,12 @@ pid_t spawn_child(char** argv, size_t pair, const std::string& result, const std
         kv.rfind(kChildParentEnv, 0) == 0)
       continue;
     if (!device.empty() && kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
-    if (!device_lock.empty() && kv.rfind(std::string(kDeviceLockEnv) + "=", 0) == 0) continue;
     env_store.push_back(kv);
   }
   env_store.push_back(std::string(kChildPairEnv) + "=" + std::to_string(pair));
   env_store.push_back(std::string(kChildParentEnv) + "=" + std::to_string(::getpid()));
   env_store.push_back(std::string(kChildResultEnv) + "=" + result);
   if (!device.empty()) env_store.push_back("CUDA_VISIBLE_DEVICES=" + device);
-  if (!device_lock.empty()) env_store.push_back(std::string(kDeviceLockEnv) + "=" + device_lock);
   std::vector<char*> envp;
   for (auto& s : env_store) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -98,13 +94,6 @@ void run_pairs_in_children(char** argv, const std::vector<size_t>& pairs, const 
   size_t next = 0;
   const size_t jobs = size_t(std::max(1, opt.jobs));
   bool forwarded = false;
-  // One lock file per device, shared by the children it is given to; none when the caller's
-  // environment says off.
-  const char* lock_env = std::getenv(kDeviceLockEnv);
-  const bool locks = !(lock_env && std::string(lock_env) == "off");
-  auto device_lock = [&](const std::string& device) {
-    return locks ? opt.scratch_dir + "/device-" + (device.empty() ? "inherited" : device) + ".lock" : "";
-  };
   while (next < count || !running.empty()) {
     const bool cancelled = opt.cancel && opt.cancel->load();
     // Ctrl-C reaches a terminal's whole process group; a SIGINT sent to the parent alone is passed
@@ -120,7 +109,7 @@ void run_pairs_in_children(char** argv, const std::vector<size_t>& pairs, const 
       const std::string device = opt.devices.empty() ? "" : opt.devices[next % opt.devices.size()];
       r.outcome.device = device;
       r.start = std::chrono::steady_clock::now();
-      r.pid = spawn_child(argv, pairs[next], r.outcome.result_path, device, device_lock(device), r.err_fd);
+      r.pid = spawn_child(argv, pairs[next], r.outcome.result_path, device, r.err_fd);
       running.emplace(r.pid, std::move(r));
       ++next;
     }
