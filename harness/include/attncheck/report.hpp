@@ -74,7 +74,9 @@ struct Report {
   std::vector<ReportEntry> entries;
   std::vector<TilingEntry> tilings;
   nlohmann::json baseline;  // null, or the comparison against --baseline (see baseline.hpp)
-  nlohmann::json parallel;  // null, or {jobs, wall_seconds, devices: [{device, pairs, busy_seconds}]}
+  // null, or {jobs, wall_seconds, devices: [{device, pairs, busy_seconds}], device_servers:
+  // [{device, calls}]} (calls: the built-in subjects' calls a device server made, -1 unknown)
+  nlohmann::json parallel;
 
   // pass: every entry passed (and not interrupted, baseline ok); fail: a property failed or the
   // baseline comparison found a regression; crashed: a subject crashed or faulted the device.

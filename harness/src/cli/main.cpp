@@ -47,6 +47,8 @@
 #include "options.hpp"
 #include "pair_pool.hpp"
 #include "plot.hpp"
+#include "process.hpp"
+#include "serve.hpp"
 #include "worker_subject.hpp"
 
 #ifndef ATTNCHECK_GIT_DESCRIBE
@@ -490,6 +492,10 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   if (child) g_worker_flags.commands.clear();
   // 1. Everything the run needs, validated before any work.
   SubjectSet set = load_subject_set(o.backend, o.plugins);
+  // A child's built-in subjects make their calls in the parent's device server, when there is one.
+  if (const char* sock = std::getenv(ac::worker::kDeviceServerEnv); child && sock && *sock)
+    set.all = ac::worker::served_subjects(std::move(set.all), sock, g_worker_flags.call_timeout_s / 2,
+                                          [](const ac::Subject& s) { return s.origin() == "builtin"; });
   const std::vector<ac::Subject*> subjects =
       pick_subjects(set, attncheck::cli::split_csv(o.subjects), plugins_given, /*skip_unknown=*/bool(child));
   const auto properties = pick_properties(attncheck::cli::split_csv(o.properties), o.suite);
@@ -663,6 +669,40 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   std::stable_sort(start_order.begin(), start_order.end(), [&](size_t a, size_t b) {
     return plan[in_children[a]].second->relative_cost > plan[in_children[b]].second->relative_cost;
   });
+  // One device server per device for the children's built-in subjects (serve.hpp): on the cuda
+  // backend unless ATTNCHECK_DEVICE_SERVER=off, and on the host backend too with =on. A server
+  // that does not start leaves its children to make their calls themselves.
+  std::vector<std::unique_ptr<ac::worker::WorkerProcess>> servers;
+  std::vector<std::string> server_devices;
+  {
+    const char* mode_env = std::getenv(ac::worker::kDeviceServerModeEnv);
+    const std::string mode = mode_env ? mode_env : "";
+    const bool builtin_pairs = std::any_of(in_children.begin(), in_children.end(),
+                                           [&](size_t i) { return plan[i].first->origin() == "builtin"; });
+    const bool serve = builtin_pairs && pool.jobs > 1 && in_children.size() > 1 && mode != "off" &&
+                       (set.backend == ac::Backend::cuda || mode == "on");
+    std::vector<std::string> devices = pool.devices;
+    if (devices.empty()) devices.push_back("");
+    for (size_t k = 0; serve && k < devices.size(); ++k) {
+      const std::string sock = (fs::temp_directory_path() / ("attncheck-" + std::to_string(::getpid()) + "-" +
+                                                             std::to_string(k) + ".sock"))
+                                   .string();
+      auto server = std::make_unique<ac::worker::WorkerProcess>(
+          ac::worker::device_server_command(sock, ac::backend_name(set.backend), devices[k]));
+      try {
+        if (server->call({{"op", "hello"}}, ac::worker::kMinHandshakeTimeoutS).value("status", "") == "ok") {
+          pool.device_servers[devices[k]] = sock;
+          servers.push_back(std::move(server));
+          server_devices.push_back(devices[k]);
+          continue;
+        }
+      } catch (const ac::worker::TransportError&) {
+      }
+      if (!o.quiet)
+        std::fprintf(stderr, "note: no device server for device '%s'; its children make their own calls\n",
+                     devices[k].c_str());
+    }
+  }
   std::thread worker_pairs([&] {
     for (size_t i : here) {
       if (g_interrupted.load()) break;
@@ -713,11 +753,24 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     finished(out.pair, std::move(e));
   });
   worker_pairs.join();
+  // Each server's count of the calls it made (the shutdown reply), for report.json.
+  nlohmann::json served = nlohmann::json::array();
+  for (size_t k = 0; k < servers.size(); ++k) {
+    int64_t calls = -1;
+    try {
+      calls = servers[k]->call({{"op", "shutdown"}}, 10.0).value("served_calls", int64_t(-1));
+    } catch (const ac::worker::TransportError&) {
+    }
+    served.push_back({{"device", server_devices[k]}, {"calls", calls}});
+    servers[k]->shutdown();
+  }
+  for (const auto& [device, sock] : pool.device_servers) fs::remove(sock, scratch_ec);
   fs::remove_all(scratch, scratch_ec);
   report.parallel = {
       {"jobs", pool.jobs},
       {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()},
-      {"devices", nlohmann::json::array()}};
+      {"devices", nlohmann::json::array()},
+      {"device_servers", served}};
   for (const auto& [dev, use] : device_use)
     report.parallel["devices"].push_back(
         {{"device", dev}, {"pairs", use.first}, {"busy_seconds", use.second}});
@@ -1025,6 +1078,23 @@ int run_report_merge(const std::vector<std::string>& dirs, const std::string& ou
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The device server of a `check --jobs N` run (serve.hpp), started by its parent.
+  if (argc == 4 && std::string(argv[1]) == "--device-server") {
+    std::FILE* proto = ac::worker::private_stdout();
+    if (!proto) return 2;
+    std::vector<std::unique_ptr<ac::Subject>> builtins;
+    std::string error;
+    try {
+      std::string note;
+      builtins = ac::load_builtin_subjects(ac::parse_backend(argv[3]), &note);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const int rc = ac::worker::run_device_server(argv[2], builtins, error,
+                                                 std::string("attncheck --device-server ") + argv[3], proto);
+    std::fflush(nullptr);
+    std::_Exit(rc);  // a connection may be inside a call: no static destructor under it
+  }
   CLI::App app{"attncheck: checks attention kernels against exact (arbitrary-precision) answers"};
   app.require_subcommand(1);
   const std::string git_describe = ATTNCHECK_GIT_DESCRIBE;

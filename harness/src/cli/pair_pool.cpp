@@ -16,6 +16,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "worker_subject.hpp"
+
 extern char** environ;
 
 namespace attncheck::cli {
@@ -36,7 +38,7 @@ void keep_tail(std::string& tail, const char* data, size_t n) {
 }
 
 pid_t spawn_child(char** argv, size_t pair, const std::string& result, const std::string& device,
-                  int& err_fd) {
+                  const std::string& server, int& err_fd) {
   int pipefd[2];
   if (::pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   std::vector<std::string> env_store;
@@ -46,12 +48,14 @@ pid_t spawn_child(char** argv, size_t pair, const std::string& result, const std
         kv.rfind(kChildParentEnv, 0) == 0)
       continue;
     if (!device.empty() && kv.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) continue;
+    if (kv.rfind(std::string(worker::kDeviceServerEnv) + "=", 0) == 0) continue;
     env_store.push_back(kv);
   }
   env_store.push_back(std::string(kChildPairEnv) + "=" + std::to_string(pair));
   env_store.push_back(std::string(kChildParentEnv) + "=" + std::to_string(::getpid()));
   env_store.push_back(std::string(kChildResultEnv) + "=" + result);
   if (!device.empty()) env_store.push_back("CUDA_VISIBLE_DEVICES=" + device);
+  if (!server.empty()) env_store.push_back(std::string(worker::kDeviceServerEnv) + "=" + server);
   std::vector<char*> envp;
   for (auto& s : env_store) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -109,7 +113,9 @@ void run_pairs_in_children(char** argv, const std::vector<size_t>& pairs, const 
       const std::string device = opt.devices.empty() ? "" : opt.devices[next % opt.devices.size()];
       r.outcome.device = device;
       r.start = std::chrono::steady_clock::now();
-      r.pid = spawn_child(argv, pairs[next], r.outcome.result_path, device, r.err_fd);
+      const auto server = opt.device_servers.find(device);
+      r.pid = spawn_child(argv, pairs[next], r.outcome.result_path, device,
+                          server == opt.device_servers.end() ? "" : server->second, r.err_fd);
       running.emplace(r.pid, std::move(r));
       ++next;
     }

@@ -15,6 +15,7 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ struct PoolOptions {
   int jobs = 1;
   std::vector<std::string> devices;  // CUDA_VISIBLE_DEVICES values, round-robin; empty: inherit
   std::string scratch_dir;           // where result files go
+  // Device ("" when inherited) -> the socket of its device server, named to its children.
+  std::map<std::string, std::string> device_servers;
   const std::atomic<bool>* cancel = nullptr;
 };
 

@@ -10,6 +10,8 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,7 +75,53 @@ WorkerProcess::WorkerProcess(std::string command) : command_(std::move(command))
   ::signal(SIGPIPE, SIG_IGN);
 }
 
+WorkerProcess::WorkerProcess(Socket socket) : WorkerProcess("the server at " + socket.path) {
+  socket_path_ = std::move(socket.path);
+}
+
 WorkerProcess::~WorkerProcess() { shutdown(); }
+
+void WorkerProcess::connect() {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw TransportError(std::string("cannot create a socket: ") + std::strerror(errno));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path_.size() >= sizeof addr.sun_path) {
+    ::close(fd);
+    throw TransportError("socket path too long: " + socket_path_);
+  }
+  std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw TransportError("cannot connect to " + command_ + ": " + std::strerror(e));
+  }
+  // The arena's fd goes with the first byte; the server maps it as a worker maps its fd 3.
+  char byte = 'A';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  const int arena_fd = arena_.fd();
+  std::memcpy(CMSG_DATA(c), &arena_fd, sizeof arena_fd);
+  if (::sendmsg(fd, &msg, MSG_NOSIGNAL) != 1) {
+    const int e = errno;
+    ::close(fd);
+    throw TransportError("cannot hand the arena to " + command_ + ": " + std::strerror(e));
+  }
+  to_worker_ = fd;
+  from_worker_ = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  for (int f : {to_worker_, from_worker_}) ::fcntl(f, F_SETFL, ::fcntl(f, F_GETFL) | O_NONBLOCK);
+  out_buf_.clear();
+  ++starts_;
+}
 
 void WorkerProcess::fail(const std::string& what) {
   drain_stderr(200);
@@ -83,6 +131,7 @@ void WorkerProcess::fail(const std::string& what) {
 }
 
 void WorkerProcess::start() {
+  if (!socket_path_.empty()) return connect();
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC))
     throw TransportError(std::string("cannot create pipes: ") + std::strerror(errno));
@@ -171,6 +220,7 @@ void WorkerProcess::kill_group() {
 }
 
 std::string WorkerProcess::death_reason() {
+  if (!socket_path_.empty()) return "the server closed the connection";
   if (pid_ <= 0) return "not running";
   int status = 0;
   pid_t r = 0;
@@ -288,6 +338,7 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
 }
 
 void WorkerProcess::shutdown() {
+  if (!socket_path_.empty()) return close_fds();  // the server serves others: only disconnect
   if (pid_ <= 0) return;
   try {
     call({{"op", "shutdown"}}, 2.0);

@@ -46,12 +46,19 @@ class WorkerProcess {
  public:
   // command runs through /bin/sh -c "exec COMMAND", so quoting works as in a shell.
   explicit WorkerProcess(std::string command);
+  // A connection to a worker that already runs and listens on a Unix socket (a device server,
+  // isolate_main.cpp): start() connects and hands it the arena's fd (SCM_RIGHTS), requests and
+  // replies travel over the socket, and shutdown() only disconnects. There is no stderr to quote.
+  struct Socket {
+    std::string path;
+  };
+  explicit WorkerProcess(Socket socket);
   ~WorkerProcess();  // asks the worker to shut down, then kills what is left of its group
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   const std::string& command() const { return command_; }
-  bool running() const { return pid_ > 0; }
+  bool running() const { return pid_ > 0 || (!socket_path_.empty() && to_worker_ >= 0); }
   void start();  // spawn (no handshake); TransportError if the command cannot start
   // Send one request, wait for one reply line. On timeout the process group is killed.
   nlohmann::json call(const nlohmann::json& request, double timeout_s);
@@ -67,7 +74,9 @@ class WorkerProcess {
   void close_fds();
   [[noreturn]] void fail(const std::string& what);
 
-  std::string command_;
+  void connect();
+
+  std::string command_, socket_path_;
   Arena arena_;
   pid_t pid_ = -1;
   int to_worker_ = -1, from_worker_ = -1, err_from_worker_ = -1;

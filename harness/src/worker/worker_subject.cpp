@@ -12,6 +12,7 @@
 #include <functional>
 #include <set>
 #include <string_view>
+#include <type_traits>
 
 #include "attncheck/abi_subject.hpp"
 #include "attncheck/plugin.hpp"
@@ -37,6 +38,7 @@ struct Host {
   json declared;                    // the subjects list of the first handshake
   int protocol = kProtocolVersion;  // the version the worker answered with
   explicit Host(std::string cmd) : command(cmd), process(std::move(cmd)) {}
+  explicit Host(WorkerProcess::Socket socket) : command(socket.path), process(std::move(socket)) {}
 
   json hello(double timeout_s) {
     return process.call({{"op", "hello"},
@@ -303,6 +305,49 @@ class WorkerSubject final : public Subject {
   int64_t calls_ = 0;
 };
 
+// A subject of this process whose calls a device server makes when it can (served_subjects).
+// Only the server's "ok" is taken from it: whatever else happens there (a refusal, an error, a
+// fault, a dead or hung server) the call is made again here, so every verdict, refusal and crash
+// is the in-process subject's own. A transport failure or a fault drops the server for good: its
+// context may be unusable, and the process's own context is as good.
+class ServedSubject final : public Subject {
+ public:
+  ServedSubject(std::unique_ptr<Subject> local, std::unique_ptr<Subject> remote)
+      : local_(std::move(local)), remote_(std::move(remote)) {}
+
+  const std::string& name() const override { return local_->name(); }
+  const std::string& description() const override { return local_->description(); }
+  const ac_caps& caps() const override { return local_->caps(); }
+  std::string backend() const override { return local_->backend(); }
+  std::string origin() const override { return local_->origin(); }
+
+  MergeOutput merge(const MergeInput& in) override {
+    return either([&](Subject& s) { return s.merge(in); });
+  }
+  SoftmaxOutput softmax(const SoftmaxInput& in) override {
+    return either([&](Subject& s) { return s.softmax(in); });
+  }
+  AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+    return either([&](Subject& s) { return s.attention(in, opt); });
+  }
+
+ private:
+  template <class Call>
+  std::invoke_result_t<Call&, Subject&> either(Call&& call) {
+    if (remote_) {
+      try {
+        return call(*remote_);
+      } catch (const SubjectError& e) {
+        if (e.kind == SubjectError::Kind::transport_failed || e.kind == SubjectError::Kind::device_fault)
+          remote_.reset();
+      }
+    }
+    return call(*local_);
+  }
+
+  std::unique_ptr<Subject> local_, remote_;
+};
+
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -374,16 +419,60 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
   return out;
 }
 
-std::string isolate_command(const std::string& plugin_path) {
+namespace {
+// The running executable's path ("" when /proc cannot say).
+std::string self_path() {
   char self[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  std::string dir = ".";
-  if (n > 0) {
-    self[n] = 0;
-    dir = std::string(self);
-    dir = dir.substr(0, dir.rfind('/'));
-  }
+  if (n <= 0) return "";
+  self[n] = 0;
+  return self;
+}
+}  // namespace
+
+std::string isolate_command(const std::string& plugin_path) {
+  const std::string self = self_path();
+  const std::string dir = self.empty() ? "." : self.substr(0, self.rfind('/'));
   return shell_quote(dir + "/attncheck-isolate") + " " + shell_quote(plugin_path);
+}
+
+std::string device_server_command(const std::string& socket_path, const std::string& backend,
+                                  const std::string& device) {
+  return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_quote(device)) + " " +
+         shell_quote(self_path()) + " --device-server " + shell_quote(socket_path) + " " +
+         shell_quote(backend);
+}
+
+std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,
+                                                      const std::string& socket_path, double call_timeout_s,
+                                                      const std::function<bool(const Subject&)>& which) {
+  auto host = std::make_shared<Host>(WorkerProcess::Socket{socket_path});
+  host->call_timeout_s = call_timeout_s;
+  host->origin = "builtin";
+  json reply;
+  try {
+    host->process.start();
+    reply = host->hello(call_timeout_s);
+  } catch (const TransportError&) {
+    return subjects;  // no server: every call in this process, as without one
+  }
+  if (reply.value("status", "") != "ok" || !reply.contains("subjects") || !reply["subjects"].is_array())
+    return subjects;
+  host->declared = reply["subjects"];
+  host->protocol = reply.value("protocol", kProtocolVersion);
+  for (auto& s : subjects) {
+    if (!which(*s)) continue;
+    for (const json& j : host->declared) {
+      if (!j.contains("name") || j["name"] != s->name()) continue;
+      try {
+        s = std::make_unique<ServedSubject>(
+            std::move(s), std::make_unique<WorkerSubject>(host, caps_from_json(j, host->protocol)));
+      } catch (const ProtocolError&) {
+      }
+      break;
+    }
+  }
+  return subjects;
 }
 
 void set_call_context(Subject& s, const std::string& property, const std::string& case_id) {

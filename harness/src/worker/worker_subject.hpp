@@ -41,6 +41,26 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
 // found beside the running attncheck executable).
 std::string isolate_command(const std::string& plugin_path);
 
+// The device server: one process per GPU (attncheck-isolate --device-server SOCKET) that makes the
+// built-in CUDA subjects' calls of every child of `check --jobs N` in its one CUDA context. Each
+// child's calls in a context of its own made the GPU switch between up to N contexts, about a
+// millisecond a call. The parent names the socket in kDeviceServerEnv; ATTNCHECK_DEVICE_SERVER=off
+// in the caller's environment runs every call in its child, and =on also serves the host
+// backend's built-ins (which is how CI, without a GPU, runs this path).
+constexpr const char* kDeviceServerEnv = "ATTNCHECK_DEVICE_SERVER_SOCKET";
+constexpr const char* kDeviceServerModeEnv = "ATTNCHECK_DEVICE_SERVER";
+// `subjects` with those that `which` picks served by the server at socket_path (ServedSubject in
+// worker_subject.cpp: only the server's "ok" is taken, anything else is redone in this process).
+// The same subjects, unchanged, when the server cannot be reached.
+std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,
+                                                      const std::string& socket_path, double call_timeout_s,
+                                                      const std::function<bool(const Subject&)>& which);
+
+// The command that starts attncheck's device server on socket_path for one backend and device
+// ("" keeps the caller's CUDA_VISIBLE_DEVICES).
+std::string device_server_command(const std::string& socket_path, const std::string& backend,
+                                  const std::string& device);
+
 // Every request carries a case id and the property name, so a worker's logs can be matched to
 // the report. For a WorkerSubject this sets them for the following calls; for any other subject
 // it does nothing.

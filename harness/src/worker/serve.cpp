@@ -1,0 +1,272 @@
+// The worker side of the protocol: requests answered by AbiSubject-adapted subjects, and the
+// device server (serve.hpp).
+#include "serve.hpp"
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+namespace attncheck::worker {
+
+using nlohmann::json;
+
+void ArenaMap::map(size_t bytes) {
+  if (bytes <= size) return;
+  if (base) ::munmap(base, size);
+  base = nullptr;
+  size = 0;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    throw ProtocolError("cannot map the arena (fd " + std::to_string(fd) + ", " + std::to_string(bytes) +
+                        " bytes)");
+  base = static_cast<unsigned char*>(p);
+  size = bytes;
+}
+
+std::FILE* private_stdout() {
+  const int fd = ::dup(1);
+  if (fd < 0) return nullptr;
+  ::dup2(2, 1);
+  return ::fdopen(fd, "w");
+}
+
+void reply(std::FILE* proto, const json& j) {
+  const std::string s = j.dump() + "\n";
+  std::fwrite(s.data(), 1, s.size(), proto);
+  std::fflush(proto);
+}
+
+namespace {
+
+std::atomic<int64_t> g_served{0};  // the device server's calls answered "ok"
+
+// ATTNCHECK_DEVICE_SERVER_DIES_AFTER=N: the server ends after its N-th call without answering it,
+// as a server that crashes mid-run would; tests/harness/device_server.sh shows that the clients'
+// verdicts do not change.
+int64_t dies_after() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("ATTNCHECK_DEVICE_SERVER_DIES_AFTER");
+    return v ? std::atoll(v) : -1;
+  }();
+  return n;
+}
+
+TensorRef in(const json& r, const char* group, const char* name) {
+  return tensor_from_json(r.at(group).at(name), name);
+}
+
+json serve_call(const json& r, Subject& s, unsigned char* arena) {
+  const std::string op = r.at("op");
+  const ac_dtype d = dtype_from_word(r.at("dtype"));
+  const ac_lse_layout lay = s.caps().lse_layout;
+  json written;
+  if (op == "merge") {
+    MergeInput m;
+    m.dtype = d;
+    m.num_tokens = r.at("num_tokens");
+    m.num_heads = r.at("num_heads");
+    m.head_size = r.at("head_size");
+    const int64_t T = m.num_tokens, H = m.num_heads;
+    const size_t n = size_t(T * H * m.head_size);
+    m.prefix_out = get_bits(arena, in(r, "inputs", "prefix_out"), d, n);
+    m.suffix_out = get_bits(arena, in(r, "inputs", "suffix_out"), d, n);
+    m.prefix_lse = get_lse(arena, in(r, "inputs", "prefix_lse"), lay, T, H);
+    m.suffix_lse = get_lse(arena, in(r, "inputs", "suffix_lse"), lay, T, H);
+    const MergeOutput o = s.merge(m);
+    const auto out = in(r, "outputs", "out"), out_lse = in(r, "outputs", "out_lse");
+    put_bits(arena, out, d, o.out);
+    put_lse(arena, out_lse, lay, o.lse, T, H);
+    written = {{"out", out.bytes}, {"out_lse", out_lse.bytes}};
+  } else if (op == "softmax") {
+    SoftmaxInput x;
+    x.dtype = d;
+    x.rows = r.at("rows");
+    x.cols = r.at("cols");
+    x.x = get_bits(arena, in(r, "inputs", "x"), d, size_t(int64_t(x.rows) * x.cols));
+    const SoftmaxOutput o = s.softmax(x);
+    const auto y = in(r, "outputs", "y");
+    put_bits(arena, y, d, o.y);
+    written = {{"y", y.bytes}};
+  } else if (op == "attention" || op == "splitkv") {
+    AttentionInput a;
+    a.dtype = d;
+    a.num_heads = r.at("num_heads");
+    a.num_kv_heads = r.at("num_kv_heads");
+    a.head_size = r.at("head_size");
+    a.seqlens_q = r.at("seqlens_q").get<std::vector<int32_t>>();
+    a.seqlens_k = r.at("seqlens_k").get<std::vector<int32_t>>();
+    a.causal = r.at("causal");
+    a.softmax_scale = float(r.at("softmax_scale").get<double>());
+    int64_t tq = 0, tk = 0;
+    for (size_t i = 0; i < a.seqlens_q.size(); ++i) tq += a.seqlens_q[i], tk += a.seqlens_k[i];
+    a.q = get_bits(arena, in(r, "inputs", "q"), d, size_t(tq * a.num_heads * a.head_size));
+    a.k = get_bits(arena, in(r, "inputs", "k"), d, size_t(tk * a.num_kv_heads * a.head_size));
+    a.v = get_bits(arena, in(r, "inputs", "v"), d, size_t(tk * a.num_kv_heads * a.head_size));
+    if (r.at("inputs").contains("mask")) {
+      const auto m = in(r, "inputs", "mask");
+      a.mask.assign(arena + m.offset, arena + m.offset + m.bytes);
+    }
+    AttentionOptions opt;
+    // null: the subject declares no tilings (AbiSubject then passes the plugin -1).
+    opt.tiling = r.at("tiling").is_null() ? 0 : r.at("tiling").at("index").get<int32_t>();
+    opt.num_splits = r.at("num_splits");
+    opt.fold_order = fold_from_word(r.at("fold_order"));
+    const AttentionOutput o = s.attention(a, opt);
+    const auto out = in(r, "outputs", "out");
+    put_bits(arena, out, d, o.out);
+    written = {{"out", out.bytes}};
+    if (r.at("outputs").contains("lse")) {
+      const auto lse = in(r, "outputs", "lse");
+      put_lse(arena, lse, lay, o.lse, tq, a.num_heads);
+      written["lse"] = lse.bytes;
+    }
+  } else {
+    throw ProtocolError("unknown op '" + op + "'");
+  }
+  return {{"status", "ok"}, {"written", written}};
+}
+
+// A call request (not hello or shutdown) answered by the subject it names.
+}  // namespace
+
+json answer(const json& r, const std::vector<std::unique_ptr<Subject>>& subjects, ArenaMap& arena) {
+  try {
+    if (r.contains("arena_bytes")) arena.map(r["arena_bytes"].get<size_t>());
+    Subject* s = nullptr;
+    for (auto& c : subjects)
+      if (c->name() == r.at("subject").get<std::string>()) s = c.get();
+    if (!s) throw ProtocolError("unknown subject " + r.at("subject").dump());
+    return serve_call(r, *s, arena.base);
+  } catch (const SubjectError& e) {
+    const char* status = e.kind == SubjectError::Kind::unsupported    ? "unsupported"
+                         : e.kind == SubjectError::Kind::device_fault ? "device_error"
+                                                                      : "error";
+    return {{"status", status}, {"error", e.what()}};
+  } catch (const std::exception& e) {
+    return {{"status", "error"}, {"error", std::string("attncheck worker: ") + e.what()}};
+  }
+}
+
+json hello_reply(const std::vector<std::unique_ptr<Subject>>& subjects, const std::string& worker) {
+  json list = json::array();
+  for (const auto& s : subjects) list.push_back(caps_to_json(s->name(), s->description(), s->caps()));
+  return {{"status", "ok"}, {"protocol", kProtocolVersion}, {"worker", worker}, {"subjects", list}};
+}
+
+namespace {
+
+bool send_all(int fd, const std::string& s) {
+  for (size_t sent = 0; sent < s.size();) {
+    const ssize_t n = ::send(fd, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += size_t(n);
+  }
+  return true;
+}
+
+// One client of the device server, until it disconnects.
+void serve_connection(int fd, const std::vector<std::unique_ptr<Subject>>& subjects,
+                      const std::string& worker) {
+  char byte;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ArenaMap arena;
+  arena.fd = -1;
+  if (::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) == 1)
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+        std::memcpy(&arena.fd, CMSG_DATA(c), sizeof(int));
+  std::string buf;
+  char chunk[65536];
+  bool open = arena.fd >= 0;
+  while (open) {
+    size_t nl;
+    while ((nl = buf.find('\n')) == std::string::npos) {
+      const ssize_t n = ::read(fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        open = false;
+        break;
+      }
+      buf.append(chunk, size_t(n));
+    }
+    if (!open) break;
+    const std::string line = buf.substr(0, nl);
+    buf.erase(0, nl + 1);
+    json r, out;
+    try {
+      r = json::parse(line);
+      out = r.at("op") == "hello" ? hello_reply(subjects, worker) : answer(r, subjects, arena);
+    } catch (const std::exception& e) {
+      out = {{"status", "error"}, {"error", std::string("attncheck worker: ") + e.what()}};
+    }
+    if (out["status"] == "ok" && r.value("op", "") != "hello" && ++g_served == dies_after()) std::_Exit(9);
+    if (!send_all(fd, out.dump() + "\n")) break;
+    if (out["status"] == "device_error") std::_Exit(3);  // the context is gone for every client
+  }
+  if (arena.base) ::munmap(arena.base, arena.size);
+  if (arena.fd >= 0) ::close(arena.fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+int run_device_server(const std::string& socket_path, const std::vector<std::unique_ptr<Subject>>& subjects,
+                      std::string error, const std::string& worker, std::FILE* proto) {
+  const int ls = error.empty() ? ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (error.empty() && socket_path.size() >= sizeof addr.sun_path)
+    error = "socket path too long: " + socket_path;
+  if (error.empty()) {
+    std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+    if (ls < 0 || ::bind(ls, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(ls, 128) != 0)
+      error = "cannot listen on " + socket_path + ": " + std::strerror(errno);
+  }
+  if (error.empty())
+    std::thread([ls, &subjects, worker] {
+      for (;;) {
+        const int fd = ::accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0 && errno == EINTR) continue;
+        if (fd < 0) return;
+        std::thread(serve_connection, fd, std::cref(subjects), worker).detach();
+      }
+    }).detach();
+  // The starting process: hello once the socket listens, shutdown (or the end of stdin) to stop.
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    json r;
+    try {
+      r = json::parse(line);
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (r.value("op", "") == "hello")
+      reply(proto,
+            error.empty() ? hello_reply(subjects, worker) : json{{"status", "error"}, {"error", error}});
+    if (r.value("op", "") == "shutdown") {
+      reply(proto, {{"status", "ok"}, {"served_calls", g_served.load()}});
+      break;
+    }
+  }
+  if (error.empty()) ::unlink(socket_path.c_str());
+  return 0;
+}
+
+}  // namespace attncheck::worker
