@@ -65,6 +65,19 @@ int far_apart(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y, in
   return far;
 }
 
+// Elements of y that differ from x by more than `ulps` ulps of the input type at the exponent of
+// x's largest magnitude.
+int beyond_scale(DType t, const std::vector<uint16_t>& x, const std::vector<uint16_t>& y, int ulps) {
+  double largest = 0;
+  for (uint16_t b : x) largest = std::max(largest, std::fabs(test::in_value(t, b)));
+  const int mantissa = t == DType::bf16 ? 7 : 10;
+  const double tol = ulps * std::ldexp(1.0, std::ilogb(largest > 0 ? largest : 1.0) - mantissa);
+  int far = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    far += std::fabs(test::in_value(t, x[i]) - test::in_value(t, y[i])) > tol;
+  return far;
+}
+
 }  // namespace
 
 TEST_CASE("hopper gpu: every tiling, dtype, head size, causal or not, against fp64", "[hopper][gpu]") {
@@ -236,7 +249,12 @@ void check_packed_decode(const AttnCase& c, int splits, ac_fold fold, int twin_s
   a.fold_order = fold;
   char err[256];
   REQUIRE(kern::packed_attention_host(a, err, sizeof err) == AC_OK);
-  CHECK(far_apart(out, r.out, 2) <= int(out.size() / 2000));
+  // The twin sums each tile's products in another fp32 order. On a long row an output averages
+  // thousands of values of both signs and lands near zero, where 2 ulps of its own are far below
+  // the sums' rounding (on the H200, 16-18 of 4096 elements of the 16411-key fp16 row were beyond
+  // 2 ulps of their own while the fp64 comparison passed). So the differences are held to 2 ulps
+  // at the scale of the largest output; the count beyond 2 ulps of their own is printed.
+  CHECK(beyond_scale(c.dtype, out, r.out, 2) == 0);
   WARN("splits " << twin_splits << " fold " << int(fold) << ": " << far_apart(out, r.out, 2) << " of "
                  << out.size() << " elements beyond 2 ulps of the twin");
 }
@@ -366,6 +384,15 @@ TEST_CASE("hopper gpu: small shapes for the sanitizers", "[sanitize]") {
   const PackedResult r = run_packed(c, 1, 3, AC_FOLD_LEFT);
   REQUIRE(r.rc == AC_OK);
   CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
+  // 64 splits (the combine's limit, its shared-memory copy of the parts and the tree fold's
+  // blocks) and the machine-sized count, on a decode row of 3000 keys.
+  const AttnCase d = make_case(seed++, DType::f16, 8, 2, 128, {1}, {3000}, false, false);
+  for (int splits : {64, 0}) {
+    const PackedResult p = run_packed(d, 1, splits, AC_FOLD_TREE);
+    INFO("packed splits " << splits);
+    REQUIRE(p.rc == AC_OK);
+    CHECK(compare_with_exact(d, p.out, &p.lse, {}) == "");
+  }
 }
 
 // The Hopper mutants once each on a small shape, results unchecked: for the sanitizers to judge.
