@@ -18,16 +18,46 @@ namespace g = rc::gen;
 
 namespace {
 
+// Bulk draws. A long row's tensors hold 10^6 elements or more, and one RapidCheck pick each (a
+// generator object, a shrink tree) took seconds per case. While a BulkDraws scope is on, the
+// per-element picks below (draw, draw_bool, pick_class) come instead from one drawn seed through
+// splitmix64: the same distributions at full size, without shrink trees (attention cases are
+// shrunk by their structure, shrink.cpp). Outside a scope every pick is RapidCheck's, as before.
+thread_local uint64_t* t_bulk = nullptr;
+
+class BulkDraws {
+ public:
+  explicit BulkDraws(bool on) : saved_(t_bulk) {
+    if (!on) return;
+    state_ = *g::arbitrary<uint64_t>();
+    t_bulk = &state_;
+  }
+  ~BulkDraws() { t_bulk = saved_; }
+  BulkDraws(const BulkDraws&) = delete;
+  BulkDraws& operator=(const BulkDraws&) = delete;
+
+ private:
+  uint64_t state_ = 0;
+  uint64_t* saved_;
+};
+
+uint64_t bulk_next() { return hash::splitmix64(*t_bulk += hash::kGoldenGamma); }
+// Uniform on [lo, hi): gen::inRange outside a bulk scope (scaled by size, shrinking toward lo).
+int draw(int lo, int hi) { return t_bulk ? lo + int(bulk_next() % uint64_t(hi - lo)) : *g::inRange(lo, hi); }
+bool draw_bool() { return t_bulk ? (bulk_next() >> 63) != 0 : *g::arbitrary<bool>(); }
+
 // A class pick: uniform over [0, n) at every size, shrinking toward 0 (the plainest class).
 // gen::inRange scales its range with RapidCheck's size, which is below 20 in a run's first 20
 // cases: a class picked with it would stay near 0 early on, and later classes would appear only
 // late in a run, or never in a short one.
-int pick_class(int n) { return *g::resize(rc::kNominalSize, g::inRange(0, n)); }
+int pick_class(int n) {
+  return t_bulk ? int(bulk_next() % uint64_t(n)) : *g::resize(rc::kNominalSize, g::inRange(0, n));
+}
 
 // A "normal-ish" sample: uniform magnitude in [0, 3 sigma] with a sign, shrinking to 0.
 double sample_sigma(double sigma) {
-  const int mag = *g::inRange(0, 3073);
-  const bool neg = *g::arbitrary<bool>();
+  const int mag = draw(0, 3073);
+  const bool neg = draw_bool();
   const double v = sigma * mag / 1024.0;
   return neg ? -v : v;
 }
@@ -133,35 +163,45 @@ rc::Gen<uint32_t> special_bits(ac_dtype d) {
   });
 }
 
-rc::Gen<uint32_t> finite_bits(ac_dtype d) {
-  return g::exec([d] {
-    const int kind = pick_class(8);
-    if (kind == 0) return round_bits(d, double(*g::element(0, 1, -1, 2, -2)) / (*g::element(1, 2, 4)));
-    if (kind == 1) {
-      // Subnormals and tiny magnitudes, which RapidCheck's float generators never produce.
-      const double min_sub = d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
-      return round_bits(d, min_sub * (1 + *g::inRange(0, 1000)) * (*g::arbitrary<bool>() ? -1 : 1));
-    }
-    if (kind == 2) {
-      // Any magnitude up to 1e4 (6e4 for fp16/bf16 stays finite in fp32 accumulation).
-      const int e = *g::inRange(-20, 14);
-      return round_bits(
-          d, std::ldexp(1.0 + *g::inRange(0, 1024) / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
-    }
-    return round_bits(d, sample_sigma(1.0));
-  });
+// One finite element (finite_bits), its picks drawn in place.
+uint32_t draw_finite_bits(ac_dtype d) {
+  const int kind = pick_class(8);
+  if (kind == 0) {
+    static constexpr int kNum[] = {0, 1, -1, 2, -2}, kDen[] = {1, 2, 4};
+    const int num = t_bulk ? kNum[draw(0, 5)] : *g::element(0, 1, -1, 2, -2);
+    const int den = t_bulk ? kDen[draw(0, 3)] : *g::element(1, 2, 4);
+    return round_bits(d, double(num) / den);
+  }
+  if (kind == 1) {
+    // Subnormals and tiny magnitudes, which RapidCheck's float generators never produce.
+    const double min_sub = d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
+    return round_bits(d, min_sub * (1 + draw(0, 1000)) * (draw_bool() ? -1 : 1));
+  }
+  if (kind == 2) {
+    // Any magnitude up to 1e4 (6e4 for fp16/bf16 stays finite in fp32 accumulation).
+    const int e = draw(-20, 14);
+    return round_bits(d, std::ldexp(1.0 + draw(0, 1024) / 1024.0, e) * (draw_bool() ? -1 : 1));
+  }
+  return round_bits(d, sample_sigma(1.0));
 }
+
+rc::Gen<uint32_t> finite_bits(ac_dtype d) {
+  return g::exec([d] { return draw_finite_bits(d); });
+}
+
+// An element of a tensor: one nested pick, or in a bulk scope drawn in place.
+uint32_t element_bits(ac_dtype d) { return t_bulk ? draw_finite_bits(d) : *finite_bits(d); }
 
 rc::Gen<Bits> random_values(ac_dtype d, int64_t n) {
   return g::exec([d, n] {
     Bits b(static_cast<size_t>(n));
-    for (uint32_t& x : b) x = *finite_bits(d);
+    for (uint32_t& x : b) x = element_bits(d);
     return b;
   });
 }
 
 rc::Gen<Bits> constant_values(ac_dtype d, int64_t n) {
-  return g::exec([d, n] { return Bits(size_t(n), *finite_bits(d)); });
+  return g::exec([d, n] { return Bits(size_t(n), element_bits(d)); });
 }
 
 rc::Gen<Bits> sign_cancelling_values(ac_dtype d, int rows, int head_size) {
@@ -170,7 +210,7 @@ rc::Gen<Bits> sign_cancelling_values(ac_dtype d, int rows, int head_size) {
     Bits b(size_t(rows) * size_t(head_size));
     for (int r = 0; r < rows; r += 2)
       for (int c = 0; c < head_size; ++c) {
-        const uint32_t x = *finite_bits(d);
+        const uint32_t x = element_bits(d);
         b[size_t(r * head_size + c)] = x;
         if (r + 1 < rows)
           b[size_t((r + 1) * head_size + c)] = x ^ (d == AC_DTYPE_F32 ? 0x80000000u : 0x8000u);
@@ -435,6 +475,9 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
   }
   const int64_t TQ = detail::total_q(a), TK = detail::total_k(a);
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
+  // A long row's elements are drawn in bulk (the gate's rows are never long: its streams keep
+  // their RapidCheck picks).
+  const BulkDraws bulk(long_rows);
   a.q.assign(size_t(TQ * H * D), round_bits(a.dtype, 0.0));
   a.k.assign(size_t(TK * Hkv * D), round_bits(a.dtype, 0.0));
   const bool structured = choice.overflow_band || pick_class(3) != 0;
@@ -461,9 +504,8 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     // Random q and k with scores of standard deviation sigma after the 1/sqrt(d) scale.
     const double sigma = *g::element(1.0, 3.0);
     a.softmax_scale = float(1.0 / std::sqrt(double(D)));
-    for (uint32_t& x : a.q) x = round_bits(a.dtype, *g::inRange(-1024, 1025) / 1024.0 * std::sqrt(3.0));
-    for (uint32_t& x : a.k)
-      x = round_bits(a.dtype, *g::inRange(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
+    for (uint32_t& x : a.q) x = round_bits(a.dtype, draw(-1024, 1025) / 1024.0 * std::sqrt(3.0));
+    for (uint32_t& x : a.k) x = round_bits(a.dtype, draw(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
   }
   a.v = *any_values(a.dtype, int(TK * Hkv), int(D));
   return a;

@@ -78,6 +78,10 @@ extern "C" void on_sigint(int) {
   // A second Ctrl-C kills at once.
   ::signal(SIGINT, SIG_DFL);
 }
+// A child of check --jobs gets Ctrl-C twice: from the terminal (its process group) and forwarded
+// by its parent. Both ask it to stop after its case; a second Ctrl-C kills the parent, and the
+// kernel then kills the child (PR_SET_PDEATHSIG).
+extern "C" void on_sigint_child(int) { g_interrupted.store(true); }
 
 std::string ops_string(uint32_t ops) {
   std::string s;
@@ -537,7 +541,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     std::fprintf(stderr, "%s\n", set.backend_note.c_str());
     for (const auto& n : set.notes) std::fprintf(stderr, "%s\n", n.c_str());
   }
-  ::signal(SIGINT, on_sigint);
+  ::signal(SIGINT, child ? on_sigint_child : on_sigint);
   ac::Report report;
   report.git_describe = ATTNCHECK_GIT_DESCRIBE;
   report.timestamp = ac::utc_timestamp();
