@@ -607,10 +607,49 @@ Elem nonfinite_elem(Elem e, ac_dtype d, uint32_t bits, double y, double allowed_
   return e;
 }
 
+// What steps 2 and 3 compute for one fast row, none of it depending on the output: S and cond of
+// every column and the LSE's conditioning, at p_min and at p_max. A prepared input judged against
+// several outputs (split_order_drift's configurations, the tiling report's tilings) computes them
+// once per row; per output they were most of a long row's judgement.
+struct FastSums {
+  bool made = false, usable = false;  // usable: every p_max finite
+  std::vector<double> s_lo, cond_lo, s_hi, cond_hi;
+  double lse_cond_lo = 0, lse_cond_hi = 0;
+};
+
+void make_fast_sums(FastSums& sums, const RowBasis& r, double x_lo, double x_hi, int64_t D) {
+  sums.made = true;
+  const size_t n = r.keys.size();
+  // 2: p_min <= p_j <= p_max.
+  std::vector<double> pmin(n), pmax(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double up = std::exp(r.s[i] - x_lo), down = std::exp(r.s[i] - x_hi);
+    pmax[i] = (up + 0x1p-1060) * (1 + 0x1p-45);
+    const double lo = down * (1 - 0x1p-45);
+    pmin[i] = lo < 0x1p-1000 ? 0.0 : lo;
+    if (!std::isfinite(pmax[i])) return;
+  }
+  sums.usable = true;
+  // 3: S and cond at both ends.
+  sums.s_lo.resize(size_t(D));
+  sums.cond_lo.resize(size_t(D));
+  sums.s_hi.resize(size_t(D));
+  sums.cond_hi.resize(size_t(D));
+  std::vector<double> scratch;  // a masked row's |v| column (RowBasis::vcol)
+  for (int64_t c = 0; c < D; ++c) {
+    const double* vabs = r.vcol(c, scratch);
+    column_sums(pmin, vabs, r.cj, sums.s_lo[size_t(c)], sums.cond_lo[size_t(c)]);
+    column_sums(pmax, vabs, r.cj, sums.s_hi[size_t(c)], sums.cond_hi[size_t(c)]);
+  }
+  sums.lse_cond_lo = lse_conditioning(pmin, r.cj);
+  sums.lse_cond_hi = lse_conditioning(pmax, r.cj);
+}
+
 // The fast path of one certified, non-empty row (steps 1-8): appends the row's elements and returns
 // true when every verdict is certain, else leaves `elems` unchanged and returns false (escalate).
+// `sums` is the row's FastSums, made here on the row's first judgement.
 bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r, int64_t t, int64_t h,
-                    bool skipped, std::vector<Elem>& elems) {
+                    bool skipped, std::vector<Elem>& elems, FastSums& sums) {
   const AttentionInput& a = job.a;
   const int64_t H = a.num_heads, D = a.head_size, row = t * H + h;
   const size_t n = r.keys.size();
@@ -620,15 +659,9 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
   const double L1 = std::nextafter(fr.lse + fr.lse_bound, INFINITY);
   const double x_lo = L0 / job.lse_unit, x_hi = L1 / job.lse_unit;
   if (!std::isfinite(x_lo) || !std::isfinite(x_hi)) return false;
-  // 2: p_min <= p_j <= p_max.
-  std::vector<double> pmin(n), pmax(n);
-  for (size_t i = 0; i < n; ++i) {
-    const double up = std::exp(r.s[i] - x_lo), down = std::exp(r.s[i] - x_hi);
-    pmax[i] = (up + 0x1p-1060) * (1 + 0x1p-45);
-    const double lo = down * (1 - 0x1p-45);
-    pmin[i] = lo < 0x1p-1000 ? 0.0 : lo;
-    if (!std::isfinite(pmax[i])) return false;
-  }
+  // 2, 3: the row's sums at p_min and p_max (FastSums).
+  if (!sums.made) make_fast_sums(sums, r, x_lo, x_hi, D);
+  if (!sums.usable) return false;
   // The exact path's weights for every double its LSE may round to: made only when a column's
   // ulp_F(S) is ambiguous (S at a power of two) and the error is not near zero.
   std::vector<std::vector<double>> candidates;
@@ -657,10 +690,8 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     const double y = decode(a.dtype, bits);
     if (!std::isfinite(y) && !skipped) return escalate();
     // 3, 4: S, cond and the allowance at both ends.
-    const double* vabs = r.vcol(c, scratch);
-    double S_lo = 0, cond_lo = 0, S_hi = 0, cond_hi = 0;
-    column_sums(pmin, vabs, r.cj, S_lo, cond_lo);
-    column_sums(pmax, vabs, r.cj, S_hi, cond_hi);
+    const double S_lo = sums.s_lo[size_t(c)], cond_lo = sums.cond_lo[size_t(c)];
+    const double S_hi = sums.s_hi[size_t(c)], cond_hi = sums.cond_hi[size_t(c)];
     if (!std::isfinite(S_hi) || !std::isfinite(cond_hi)) return escalate();
     const double ulp_lo = ulp_of(a.dtype, S_lo), ulp_hi = ulp_of(a.dtype, S_hi);
     const double vmax = r.vmax[size_t(c)];
@@ -689,6 +720,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     if (ulp_lo != ulp_hi && !(error_upper(y, approx, bound) / ulp_lo <= kFastUlpResolution / 2)) {
       if (!candidates_made) make_candidates();
       if (candidates.empty()) return escalate();
+      const double* vabs = r.vcol(c, scratch);
       for (const std::vector<double>& p : candidates) {
         double S = 0, cond = 0;
         column_sums(p, vabs, r.cj, S, cond);
@@ -718,7 +750,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
     const float yf = job.out.lse[size_t(row)];
     const double y = yf;
     if (!std::isfinite(y) && !skipped) return escalate();
-    const double cond_lo = lse_conditioning(pmin, r.cj), cond_hi = lse_conditioning(pmax, r.cj);
+    const double cond_lo = sums.lse_cond_lo, cond_hi = sums.lse_cond_hi;
     auto scale_at = [&](double x) { return std::max(1.0, std::fabs(x * job.lse_unit)); };
     const double sc_a = scale_at(x_lo), sc_b = scale_at(x_hi);
     const double scale_lo = x_lo <= 0 && x_hi >= 0 ? 1.0 : std::min(sc_a, sc_b);
@@ -786,6 +818,7 @@ struct PreparedAttention::State {
   std::vector<RowBasis> bases;     // per judged row
   std::vector<RowInfo> infos;      // per row of the input (the flags row_basis sets)
   std::vector<ref::FastRow> fast;  // per judged row, once fast_ready
+  std::vector<FastSums> sums;      // per judged row, each made at its row's first fast judgement
   bool fast_ready = false;
   std::map<int64_t, ref::ExactRow> exact;  // per escalated row, computed once
 
@@ -826,6 +859,7 @@ struct PreparedAttention::State {
     std::vector<size_t> slot(size_t(T * H), 0);
     for (size_t i = 0; i < rows.size(); ++i) slot[size_t(rows[i])] = i;
     fast.resize(rows.size());
+    sums.resize(rows.size());
     std::vector<ref::FastAttentionReference::RowId> ids;
     for (int64_t r : rows) ids.push_back({r / H, int32_t(r % H)});
     ref_fast.for_rows(ids, [&](int64_t token, int32_t head, const ref::FastRow& fr) {
@@ -864,7 +898,8 @@ struct PreparedAttention::State {
       }
       if (use_fast) {
         const ref::FastRow& fr = fast[i];
-        if (fr.certified && !fr.empty && judge_row_fast(job, fr, r, t, h, J.row_skipped(row), J.elems))
+        if (fr.certified && !fr.empty &&
+            judge_row_fast(job, fr, r, t, h, J.row_skipped(row), J.elems, sums[i]))
           continue;
         if (!fr.certified) ++J.counts.rows_uncertified;
       }
