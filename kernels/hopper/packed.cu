@@ -22,17 +22,6 @@
 // -inf for an empty row (O = 0). The split-KV twin is this kernel's twin: the same split ranges
 // (splitkv::split_range), the same tile walk per row, the same rounding points and the same fold
 // (sums in another order).
-// The combine is a second launch; at batch 1 with long key ranges the main kernel is about 160 us
-// and the gap between the two (the combine's launch and the placing of its CTAs after the last
-// CTA of the main grid ends) a few microseconds. So every CTA of the main kernel first lets its
-// dependents launch (griddepcontrol.launch_dependents) and the combine is launched with
-// programmatic stream serialisation (splitkv_combine_cuda): it is launched once every CTA of the
-// main grid has been placed, its CTAs take the SM slots that the main grid's last wave leaves
-// free, and each waits in griddepcontrol.wait for the main grid's completion and memory flush
-// before it reads a partial. The gap left is the wait's release, not a launch; the results are
-// those of two ordinary launches.
-// The workspace comes from a pool of this file's that keeps decode-sized workspaces reserved
-// across synchronisations (workspace_pool).
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -41,8 +30,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <map>
-#include <mutex>
 
 #include "common/cuda_check.h"
 #include "common/host_tensor.h"
@@ -95,13 +82,6 @@ template <bool BF16, int D, int STAGES>
 __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) {
   namespace dev = fused::dev;
   using S = PackedSmem<D, STAGES>;
-  // The combine cannot launch before every CTA of this grid has been placed and has passed this
-  // point (or exited), so its CTAs never take a slot this grid needs; triggering first lets its
-  // launch and CTA placement happen under this grid's last wave. Its griddepcontrol.wait waits for
-  // this whole grid's completion and memory flush wherever the trigger is.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* const sq = reinterpret_cast<uint16_t*>(smem + S::kQ);
   float* const smax = reinterpret_cast<float*>(smem + S::kMax);
@@ -318,39 +298,6 @@ cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStrea
   return deep ? launch_packed<BF16, D, 6>(p, grid, stream) : launch_packed<BF16, D, 3>(p, grid, stream);
 }
 
-// Reserved bytes the workspace pool keeps across a synchronisation: decode's workspaces (about
-// 1 MB at batch 1 with 64 splits, 2 MB at batch 64 with 2) stay mapped; larger ones are returned.
-constexpr uint64_t kWorkspaceKeepBytes = uint64_t(64) << 20;
-
-// The workspace pool of device `dev`, created on first use and kept for the process. The device's
-// default pool returns freed memory at every synchronisation (release threshold 0), so a call after
-// one would map its workspace anew before the main kernel could be submitted. Stream-ordered
-// allocation from it stays safe across streams and threads (the pool orders reuse).
-cudaError_t workspace_pool(int dev, cudaMemPool_t& pool) {
-  static std::mutex lock;
-  static std::map<int, cudaMemPool_t> pools;
-  const std::lock_guard<std::mutex> hold(lock);
-  if (const auto it = pools.find(dev); it != pools.end()) {
-    pool = it->second;
-    return cudaSuccess;
-  }
-  cudaMemPoolProps props{};
-  props.allocType = cudaMemAllocationTypePinned;
-  props.handleTypes = cudaMemHandleTypeNone;
-  props.location.type = cudaMemLocationTypeDevice;
-  props.location.id = dev;
-  cudaError_t e = cudaMemPoolCreate(&pool, &props);
-  if (e != cudaSuccess) return e;
-  uint64_t keep = kWorkspaceKeepBytes;
-  e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-  if (e != cudaSuccess) {
-    cudaMemPoolDestroy(pool);
-    return e;
-  }
-  pools.emplace(dev, pool);
-  return cudaSuccess;
-}
-
 }  // namespace
 
 int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_len, bool synchronize) {
@@ -393,10 +340,8 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
     AC_REFUSE("splitkv-packed: %d row chunks exceed the grid (65535)", token_tiles * p.chunks_per_tile);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   const size_t need = splitkv_workspace_bytes(a);
-  cudaMemPool_t pool{};
-  AC_CUDA_TRY(workspace_pool(dev, pool));
   void* ws = nullptr;
-  AC_CUDA_TRY(cudaMallocFromPoolAsync(&ws, need, pool, stream));
+  AC_CUDA_TRY(cudaMallocAsync(&ws, need, stream));
   p.part_o = static_cast<float*>(ws);
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
@@ -407,7 +352,6 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
                                             : launch_stages<true, 128>(p, deep, grid, stream))
                        : (a.head_size == 64 ? launch_stages<false, 64>(p, deep, grid, stream)
                                             : launch_stages<false, 128>(p, deep, grid, stream));
-  // Right after the main kernel on the stream, so that its early trigger lets the combine launch.
   if (e == cudaSuccess) e = cudaError_t(splitkv_combine_cuda(p.part_o, p.part_lse, a, stream));
   const cudaError_t f = cudaFreeAsync(ws, stream);
   if (e == cudaSuccess) e = f;

@@ -5,10 +5,7 @@
 //   2. the combine: one CTA per (token, head), a thread per element of the head dimension; it
 //      stages the num_splits (1..64) partials in shared memory and folds them in args.fold_order
 //      with splitkv_math.h (fp32, both-empty guard), rounds O to the input type, writes LSE
-//      natural, [heads, tokens], -inf for an empty row. Launched by splitkv_combine_cuda (for
-//      splitkv-packed) as a programmatic dependent of the kernel before it on the stream: it may be
-//      placed on the SMs while that kernel still runs and waits in griddepcontrol.wait for its
-//      completion before touching memory.
+//      natural, [heads, tokens], -inf for an empty row.
 // No atomics: every output is written by one thread, so num_splits = 1 is bitwise reproducible.
 // Check: ctest --test-dir build -L gpu -R kernels_attention
 #include <cstdint>
@@ -39,14 +36,6 @@ __global__ void __launch_bounds__(kCombineMaxThreads)
     splitkv_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* out,
                            float* lse, int64_t total_q, int num_heads, int head_size, int num_splits,
                            ac_fold order) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Launched as a programmatic dependent of the kernel that wrote the partials (splitkv-packed),
-  // this CTA may be running while that grid still is: the wait returns once the whole grid has
-  // completed and its writes are visible, so it comes before any access to memory (the partials,
-  // and out and lse, which the kernel before may still read). Without the launch attribute it
-  // returns at once.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
   extern __shared__ __align__(16) float staged[];  // [num_splits][head_size] O, then [num_splits] LSE
   float* const so = staged;
   float* const sl = staged + num_splits * head_size;
@@ -78,13 +67,9 @@ __global__ void __launch_bounds__(kCombineMaxThreads)
 }
 
 // The combine of a.num_splits parts on `stream`, M selecting mutant 11's (kernels/mutants/).
-// programmatic: launched with programmatic stream serialisation, so the GPU may launch and place
-// its CTAs once the previous kernel on the stream has triggered (griddepcontrol.launch_dependents)
-// instead of after it has finished; the kernel's griddepcontrol.wait keeps every access to memory
-// after that kernel's completion, so the results are those of an ordinary launch.
 template <fused::Mutation M>
 cudaError_t launch_combine(const float* part_o, const float* part_lse, const ac_attention_args& a,
-                           cudaStream_t stream, bool programmatic) {
+                           cudaStream_t stream) {
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
   const int64_t pairs = total_q * a.num_heads;
   if (pairs == 0) return cudaSuccess;
@@ -95,26 +80,16 @@ cudaError_t launch_combine(const float* part_o, const float* part_lse, const ac_
     return cudaErrorInvalidValue;
   const unsigned threads = unsigned(a.head_size < kCombineMaxThreads ? a.head_size : kCombineMaxThreads);
   auto kernel = a.dtype == AC_DTYPE_BF16 ? splitkv_combine_kernel<true, M> : splitkv_combine_kernel<false, M>;
-  cudaLaunchAttribute serialization{};
-  serialization.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  serialization.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(pairs));
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &serialization;
-  config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
-                            a.head_size, a.num_splits, a.fold_order);
+  kernel<<<unsigned(pairs), threads, smem, stream>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
+                                                     a.head_size, a.num_splits, a.fold_order);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
                          void* stream) {
-  return int(
-      launch_combine<fused::Mutation::none>(part_o, part_lse, a, static_cast<cudaStream_t>(stream), true));
+  return int(launch_combine<fused::Mutation::none>(part_o, part_lse, a, static_cast<cudaStream_t>(stream)));
 }
 
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len) {
@@ -156,10 +131,8 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   if (e == cudaSuccess) {
     // o.mutation selects mutant 11's combine (kernels/mutants/); the partials are the correct ones.
     constexpr auto kPlusInf = fused::Mutation::combine_plus_inf;
-    // An ordinary launch: the fused mainloop, shared with `fused`, has no early trigger.
-    e = o.mutation == kPlusInf
-            ? launch_combine<kPlusInf>(p.part_o, p.part_lse, a, stream, false)
-            : launch_combine<fused::Mutation::none>(p.part_o, p.part_lse, a, stream, false);
+    e = o.mutation == kPlusInf ? launch_combine<kPlusInf>(p.part_o, p.part_lse, a, stream)
+                               : launch_combine<fused::Mutation::none>(p.part_o, p.part_lse, a, stream);
   }
   if (!o.workspace) {
     const cudaError_t f = cudaFreeAsync(ws, stream);

@@ -44,9 +44,7 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
 // The combine alone, for other producers of the same partials (layout of SplitKVOptions' workspace:
 // part_o [num_splits, total_q, heads, d], 16-byte aligned, part_lse [num_splits, total_q, heads],
 // base 2), folding a.num_splits (1..64) parts in a.fold_order into a.out / a.lse on `stream`.
-// Launched with programmatic stream serialisation: a producer kernel just before it on the stream
-// may let it launch early (griddepcontrol.launch_dependents); it reads and writes memory only after
-// that kernel has completed, as after an ordinary launch. Returns a cudaError_t.
+// Returns a cudaError_t.
 int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
                          void* stream);
 #endif
