@@ -97,21 +97,7 @@ void WorkerProcess::connect() {
     throw TransportError("cannot connect to " + command_ + ": " + std::strerror(e));
   }
   // The arena's fd goes with the first byte; the server maps it as a worker maps its fd 3.
-  char byte = 'A';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  const int arena_fd = arena_.fd();
-  std::memcpy(CMSG_DATA(c), &arena_fd, sizeof arena_fd);
-  if (::sendmsg(fd, &msg, MSG_NOSIGNAL) != 1) {
+  if (!send_fd(fd, arena_.fd())) {
     const int e = errno;
     ::close(fd);
     throw TransportError("cannot hand the arena to " + command_ + ": " + std::strerror(e));

@@ -2,6 +2,8 @@
 // harness/WORKER_PROTOCOL.md). Each rejection names the field and the word it did not know.
 #include "protocol.hpp"
 
+#include <sys/socket.h>
+
 #include <cstring>
 #include <utility>
 
@@ -304,6 +306,44 @@ std::vector<float> get_lse(const unsigned char* base, const TensorRef& t, ac_lse
 std::vector<int64_t> lse_shape(ac_lse_layout layout, int64_t tokens, int64_t heads) {
   return layout == AC_LSE_TOKENS_HEADS ? std::vector<int64_t>{tokens, heads}
                                        : std::vector<int64_t>{heads, tokens};
+}
+
+namespace {
+// One byte and room for one descriptor: what send_fd writes and receive_fd reads.
+struct FdMessage {
+  char byte = 'A';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+}  // namespace
+
+bool send_fd(int socket, int fd) {
+  FdMessage m;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  return ::sendmsg(socket, &m.msg, MSG_NOSIGNAL) == 1;
+}
+
+int receive_fd(int socket) {
+  FdMessage m;
+  if (::recvmsg(socket, &m.msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  int fd = -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg); c; c = CMSG_NXTHDR(&m.msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  return fd;
 }
 
 }  // namespace attncheck::worker

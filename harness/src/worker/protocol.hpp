@@ -28,6 +28,12 @@ constexpr int kArenaFd = 3;
 // Every tensor in the arena starts at a multiple of this many bytes (vector loads, cache lines).
 constexpr size_t kArenaAlign = 256;
 
+// The device server's handover (serve.hpp): one byte on a Unix socket carrying a file descriptor
+// (SCM_RIGHTS), the client's arena. send_fd is false and receive_fd -1 when it fails; the
+// received descriptor is close-on-exec.
+bool send_fd(int socket, int fd);
+int receive_fd(int socket);
+
 // A message that breaks the protocol: bad JSON, a missing field, an unknown word. One line.
 struct ProtocolError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -177,20 +177,8 @@ bool send_all(int fd, const std::string& s) {
 // One client of the device server, until it disconnects.
 void serve_connection(int fd, const std::vector<std::unique_ptr<Subject>>& subjects,
                       const std::string& worker) {
-  char byte;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
   ArenaMap arena;
-  arena.fd = -1;
-  if (::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) == 1)
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-        std::memcpy(&arena.fd, CMSG_DATA(c), sizeof(int));
+  arena.fd = receive_fd(fd);
   std::string buf;
   char chunk[65536];
   bool open = arena.fd >= 0;
