@@ -691,8 +691,12 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
       const std::string sock = (fs::temp_directory_path() / ("attncheck-" + std::to_string(::getpid()) + "-" +
                                                              std::to_string(k) + ".sock"))
                                    .string();
+      // Its stderr goes to a file in the scratch directory: nobody reads a pipe from it during the
+      // run, and a full pipe would block the server.
       auto server = std::make_unique<ac::worker::WorkerProcess>(
-          ac::worker::device_server_command(sock, ac::backend_name(set.backend), devices[k]));
+          ac::worker::device_server_command(sock, ac::backend_name(set.backend), devices[k],
+                                            scratch + "/device-server-" + std::to_string(k) + ".log"));
+      std::string why = "its handshake was refused";
       try {
         if (server->call({{"op", "hello"}}, ac::worker::kMinHandshakeTimeoutS).value("status", "") == "ok") {
           pool.device_servers[devices[k]] = sock;
@@ -700,11 +704,13 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
           server_devices.push_back(devices[k]);
           continue;
         }
-      } catch (const ac::worker::TransportError&) {
+      } catch (const ac::worker::TransportError& e) {
+        why = e.what();
       }
       if (!o.quiet)
-        std::fprintf(stderr, "note: no device server for device '%s'; its children make their own calls\n",
-                     devices[k].c_str());
+        std::fprintf(stderr,
+                     "note: no device server for device '%s' (%s); its children make their own calls\n",
+                     devices[k].c_str(), one_line(why).c_str());
     }
   }
   std::thread worker_pairs([&] {

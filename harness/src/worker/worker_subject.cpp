@@ -444,10 +444,10 @@ std::string isolate_command(const std::string& plugin_path) {
 }
 
 std::string device_server_command(const std::string& socket_path, const std::string& backend,
-                                  const std::string& device) {
+                                  const std::string& device, const std::string& log_path) {
   return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_quote(device)) + " " +
          shell_quote(self_path()) + " --device-server " + shell_quote(socket_path) + " " +
-         shell_quote(backend);
+         shell_quote(backend) + " 2>>" + shell_quote(log_path);
 }
 
 std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,
