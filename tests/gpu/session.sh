@@ -51,7 +51,7 @@ timing() {
   done
   s=$(date +%s%N)
   # SIGINT at the limit: the run stops after its cases and still writes its report.
-  timeout -s INT 300 "$BIN/attncheck" check --backend cuda --suite long --report-dir "$OUT/timing-long" > "$OUT/timing-long.log" 2>&1
+  timeout -s INT -k 60 300 "$BIN/attncheck" check --backend cuda --suite long --report-dir "$OUT/timing-long" > "$OUT/timing-long.log" 2>&1
   note "timing --suite long rc=$? $(secs "$s") s: $(tail -n 1 "$OUT/timing-long.log" | cut -c1-160)"
 }
 has timing && timing
