@@ -154,6 +154,9 @@ class Staging {
       return;
     }
 #if defined(ATTNCHECK_HAVE_CUDA)
+    // One call on the device at a time per process, separate buffers too: the device server calls
+    // from a thread per client.
+    lock_ = std::unique_lock<std::mutex>(blocks().m);
     if (separate()) {
       for (auto& sl : slots_) {
         void* p = nullptr;
@@ -163,7 +166,6 @@ class Staging {
       }
       return;
     }
-    lock_ = std::unique_lock<std::mutex>(blocks().m);
     const size_t total = end();
     Blocks& b = blocks();
     b.device.reserve(total);

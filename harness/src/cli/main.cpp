@@ -693,9 +693,9 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
                                    .string();
       // Its stderr goes to a file in the scratch directory: nobody reads a pipe from it during the
       // run, and a full pipe would block the server.
-      auto server = std::make_unique<ac::worker::WorkerProcess>(
-          ac::worker::device_server_command(sock, ac::backend_name(set.backend), devices[k],
-                                            scratch + "/device-server-" + std::to_string(k) + ".log"));
+      auto server = std::make_unique<ac::worker::WorkerProcess>(ac::worker::device_server_command(
+          sock, ac::backend_name(set.backend), devices[k], g_worker_flags.call_timeout_s / 2,
+          scratch + "/device-server-" + std::to_string(k) + ".log"));
       std::string why = "its handshake was refused";
       try {
         if (server->call({{"op", "hello"}}, ac::worker::kMinHandshakeTimeoutS).value("status", "") == "ok") {
@@ -1089,7 +1089,7 @@ int run_report_merge(const std::vector<std::string>& dirs, const std::string& ou
 
 int main(int argc, char** argv) {
   // The device server of a `check --jobs N` run (serve.hpp), started by its parent.
-  if (argc == 4 && std::string(argv[1]) == "--device-server") {
+  if (argc == 5 && std::string(argv[1]) == "--device-server") {
     std::FILE* proto = ac::worker::private_stdout();
     if (!proto) return 2;
     std::vector<std::unique_ptr<ac::Subject>> builtins;
@@ -1101,7 +1101,8 @@ int main(int argc, char** argv) {
       error = e.what();
     }
     const int rc = ac::worker::run_device_server(argv[2], builtins, error,
-                                                 std::string("attncheck --device-server ") + argv[3], proto);
+                                                 std::string("attncheck --device-server ") + argv[3],
+                                                 std::atof(argv[4]), proto);
     std::fflush(nullptr);
     std::_Exit(rc);  // a connection may be inside a call: no static destructor under it
   }

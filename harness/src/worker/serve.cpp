@@ -10,9 +10,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <thread>
 
 namespace attncheck::worker {
@@ -49,14 +52,24 @@ namespace {
 
 std::atomic<int64_t> g_served{0};  // the device server's calls answered "ok"
 
-// ATTNCHECK_DEVICE_SERVER_DIES_AFTER=N: the server ends after its N-th call without answering it,
-// as a server that crashes mid-run would; tests/harness/device_server.sh shows that the clients'
-// verdicts do not change.
+// The calls in progress, by connection, for the watchdog (run_device_server).
+std::mutex g_inflight_mutex;
+std::map<int, std::chrono::steady_clock::time_point> g_inflight;
+
+// Faults to show in tests (tests/harness/device_server.sh) that the clients' verdicts do not
+// change: ATTNCHECK_DEVICE_SERVER_DIES_AFTER=N ends the server after its N-th call without
+// answering it, as a server that crashes mid-run would; ATTNCHECK_DEVICE_SERVER_DELAY_MS=M makes
+// every call M ms slower, as a kernel that hangs would (the watchdog then ends the server).
+int64_t env_count(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : -1;
+}
 int64_t dies_after() {
-  static const int64_t n = [] {
-    const char* v = std::getenv("ATTNCHECK_DEVICE_SERVER_DIES_AFTER");
-    return v ? std::atoll(v) : -1;
-  }();
+  static const int64_t n = env_count("ATTNCHECK_DEVICE_SERVER_DIES_AFTER");
+  return n;
+}
+int64_t delay_ms() {
+  static const int64_t n = env_count("ATTNCHECK_DEVICE_SERVER_DELAY_MS");
   return n;
 }
 
@@ -199,7 +212,18 @@ void serve_connection(int fd, const std::vector<std::unique_ptr<Subject>>& subje
     json r, out;
     try {
       r = json::parse(line);
-      out = r.at("op") == "hello" ? hello_reply(subjects, worker) : answer(r, subjects, arena);
+      if (r.at("op") == "hello") {
+        out = hello_reply(subjects, worker);
+      } else {
+        {
+          const std::lock_guard<std::mutex> lock(g_inflight_mutex);
+          g_inflight[fd] = std::chrono::steady_clock::now();
+        }
+        if (delay_ms() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms()));
+        out = answer(r, subjects, arena);
+        const std::lock_guard<std::mutex> lock(g_inflight_mutex);
+        g_inflight.erase(fd);
+      }
     } catch (const std::exception& e) {
       out = {{"status", "error"}, {"error", std::string("attncheck worker: ") + e.what()}};
     }
@@ -215,7 +239,23 @@ void serve_connection(int fd, const std::vector<std::unique_ptr<Subject>>& subje
 }  // namespace
 
 int run_device_server(const std::string& socket_path, const std::vector<std::unique_ptr<Subject>>& subjects,
-                      std::string error, const std::string& worker, std::FILE* proto) {
+                      std::string error, const std::string& worker, double call_limit_s, std::FILE* proto) {
+  if (call_limit_s > 0)
+    std::thread([call_limit_s, socket_path] {
+      const auto limit = std::chrono::duration<double>(call_limit_s);
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        const std::lock_guard<std::mutex> lock(g_inflight_mutex);
+        for (const auto& [fd, start] : g_inflight)
+          if (std::chrono::steady_clock::now() - start > limit) {
+            std::fprintf(stderr, "attncheck device server: a call ran past %.1f s; ending\n", call_limit_s);
+            ::unlink(socket_path.c_str());
+            // Not fflush(nullptr): the main thread may hold stdin's lock, blocked reading it.
+            std::fflush(stderr);
+            std::_Exit(4);
+          }
+      }
+    }).detach();
   const int ls = error.empty() ? ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

@@ -45,7 +45,10 @@ nlohmann::json answer(const nlohmann::json& r, const std::vector<std::unique_ptr
 // Its reply to shutdown counts the calls it answered "ok" (served_calls). Returns when stdin says
 // shutdown or closes; connections may still be inside a call then, so
 // the caller ends the process with _Exit (no static destructor under a running call).
+// A call that runs past call_limit_s (when positive; the clients' own deadline) ends the server
+// with status 4: the call cannot be cancelled and would hold the device from every other client,
+// which then make their calls themselves.
 int run_device_server(const std::string& socket_path, const std::vector<std::unique_ptr<Subject>>& subjects,
-                      std::string error, const std::string& worker, std::FILE* proto);
+                      std::string error, const std::string& worker, double call_limit_s, std::FILE* proto);
 
 }  // namespace attncheck::worker

@@ -342,9 +342,16 @@ class ServedSubject final : public Subject {
   template <class Call>
   std::invoke_result_t<Call&, Subject&> either(size_t elements, Call&& call) {
     if (remote_ && elements <= kServedElements) {
+      // A child's call timeout (SIGALRM, armed before the call) times the calls it makes itself:
+      // the server's call has its own deadline, so the countdown stops while the server works and
+      // a call redone here gets all of it.
+      const unsigned left = ::alarm(0);
       try {
-        return call(*remote_);
+        auto out = call(*remote_);
+        if (left) ::alarm(left);
+        return out;
       } catch (const SubjectError& e) {
+        if (left) ::alarm(left);
         if (e.kind == SubjectError::Kind::transport_failed || e.kind == SubjectError::Kind::device_fault)
           remote_.reset();
       }
@@ -444,10 +451,11 @@ std::string isolate_command(const std::string& plugin_path) {
 }
 
 std::string device_server_command(const std::string& socket_path, const std::string& backend,
-                                  const std::string& device, const std::string& log_path) {
+                                  const std::string& device, double call_limit_s,
+                                  const std::string& log_path) {
   return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_quote(device)) + " " +
          shell_quote(self_path()) + " --device-server " + shell_quote(socket_path) + " " +
-         shell_quote(backend) + " 2>>" + shell_quote(log_path);
+         shell_quote(backend) + " " + std::to_string(call_limit_s) + " 2>>" + shell_quote(log_path);
 }
 
 std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,

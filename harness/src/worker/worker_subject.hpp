@@ -57,9 +57,11 @@ std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_pt
                                                       const std::function<bool(const Subject&)>& which);
 
 // The command that starts attncheck's device server on socket_path for one backend and device
-// ("" keeps the caller's CUDA_VISIBLE_DEVICES), its stderr appended to log_path.
+// ("" keeps the caller's CUDA_VISIBLE_DEVICES), ending when a call runs past call_limit_s
+// (run_device_server), its stderr appended to log_path.
 std::string device_server_command(const std::string& socket_path, const std::string& backend,
-                                  const std::string& device, const std::string& log_path);
+                                  const std::string& device, double call_limit_s,
+                                  const std::string& log_path);
 
 // Every request carries a case id and the property name, so a worker's logs can be matched to
 // the report. For a WorkerSubject this sets them for the following calls; for any other subject
