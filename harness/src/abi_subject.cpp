@@ -124,7 +124,7 @@ std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout l
 // (256-byte aligned) of one device block kept for the process, filled by one copy from one pinned
 // host block and read back by one copy. cudaMalloc and cudaFree per buffer (cudaFree waits for the
 // device) and a copy per buffer made the subject's calls most of a CUDA gate's time. The blocks
-// only grow, and one call uses them at a time (the lock is held from the first add to the end).
+// only grow, and one call uses them at a time (the lock is held from the upload to the end).
 // With ATTNCHECK_SEPARATE_BUFFERS=1 each buffer is its own allocation of its exact size, so that
 // compute-sanitizer's memcheck sees each buffer's own bounds.
 class Staging {

@@ -676,8 +676,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   // One device server per device for the children's built-in subjects (serve.hpp): on the cuda
   // backend unless ATTNCHECK_DEVICE_SERVER=off, and on the host backend too with =on. A server
   // that does not start leaves its children to make their calls themselves.
-  std::vector<std::unique_ptr<ac::worker::WorkerProcess>> servers;
-  std::vector<std::string> server_devices;
+  std::vector<std::pair<std::string, std::unique_ptr<ac::worker::WorkerProcess>>> servers;  // by device
   {
     const char* mode_env = std::getenv(ac::worker::kDeviceServerModeEnv);
     const std::string mode = mode_env ? mode_env : "";
@@ -700,8 +699,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
       try {
         if (server->call({{"op", "hello"}}, ac::worker::kMinHandshakeTimeoutS).value("status", "") == "ok") {
           pool.device_servers[devices[k]] = sock;
-          servers.push_back(std::move(server));
-          server_devices.push_back(devices[k]);
+          servers.emplace_back(devices[k], std::move(server));
           continue;
         }
       } catch (const ac::worker::TransportError& e) {
@@ -763,16 +761,12 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     finished(out.pair, std::move(e));
   });
   worker_pairs.join();
-  // Each server's count of the calls it made (the shutdown reply), for report.json.
+  // Each server's count of the calls it made (its reply to shutdown), for report.json.
   nlohmann::json served = nlohmann::json::array();
-  for (size_t k = 0; k < servers.size(); ++k) {
-    int64_t calls = -1;
-    try {
-      calls = servers[k]->call({{"op", "shutdown"}}, 10.0).value("served_calls", int64_t(-1));
-    } catch (const ac::worker::TransportError&) {
-    }
-    served.push_back({{"device", server_devices[k]}, {"calls", calls}});
-    servers[k]->shutdown();
+  for (auto& [device, server] : servers) {
+    const nlohmann::json bye = server->shutdown();
+    served.push_back({{"device", device},
+                      {"calls", bye.is_object() ? bye.value("served_calls", int64_t(-1)) : int64_t(-1)}});
   }
   for (const auto& [device, sock] : pool.device_servers) fs::remove(sock, scratch_ec);
   fs::remove_all(scratch, scratch_ec);

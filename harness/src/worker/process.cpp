@@ -323,17 +323,22 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
   }
 }
 
-void WorkerProcess::shutdown() {
-  if (!socket_path_.empty()) return close_fds();  // the server serves others: only disconnect
-  if (pid_ <= 0) return;
+nlohmann::json WorkerProcess::shutdown() {
+  if (!socket_path_.empty()) {
+    close_fds();  // the server serves others: only disconnect
+    return nullptr;
+  }
+  if (pid_ <= 0) return nullptr;
+  nlohmann::json reply;
   try {
-    call({{"op", "shutdown"}}, 2.0);
+    reply = call({{"op", "shutdown"}}, 2.0);
   } catch (const TransportError&) {
-    return;  // already reaped by fail()
+    return nullptr;  // already reaped by fail()
   }
   int status;
   for (int i = 0; i < 25 && ::waitpid(pid_, &status, WNOHANG) == 0; ++i) ::usleep(20000);
   close_fds();
+  return reply;
 }
 
 }  // namespace attncheck::worker

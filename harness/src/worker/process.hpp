@@ -47,7 +47,7 @@ class WorkerProcess {
   // command runs through /bin/sh -c "exec COMMAND", so quoting works as in a shell.
   explicit WorkerProcess(std::string command);
   // A connection to a worker that already runs and listens on a Unix socket (a device server,
-  // isolate_main.cpp): start() connects and hands it the arena's fd (SCM_RIGHTS), requests and
+  // serve.hpp): start() connects and hands it the arena's fd (SCM_RIGHTS), requests and
   // replies travel over the socket, and shutdown() only disconnects. There is no stderr to quote.
   struct Socket {
     std::string path;
@@ -62,7 +62,9 @@ class WorkerProcess {
   void start();  // spawn (no handshake); TransportError if the command cannot start
   // Send one request, wait for one reply line. On timeout the process group is killed.
   nlohmann::json call(const nlohmann::json& request, double timeout_s);
-  void shutdown();  // {"op":"shutdown"}, a short wait, then SIGKILL to the group
+  // {"op":"shutdown"}, a short wait, then SIGKILL to the group; returns the worker's reply (null
+  // when it gave none, or for a connection, which only disconnects).
+  nlohmann::json shutdown();
   Arena& arena() { return arena_; }
   std::string last_stderr(size_t lines = 5) const;  // joined with " | "
   int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }

@@ -148,7 +148,6 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
   return {{"status", "ok"}, {"written", written}};
 }
 
-// A call request (not hello or shutdown) answered by the subject it names.
 }  // namespace
 
 json answer(const json& r, const std::vector<std::unique_ptr<Subject>>& subjects, ArenaMap& arena) {
