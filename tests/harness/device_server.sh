@@ -19,6 +19,15 @@ ATTNCHECK_DEVICE_SERVER=on ATTNCHECK_DEVICE_SERVER_DIES_AFTER=40 "$AC" check $AR
 # and the children make their calls themselves, within their own timeout.
 ATTNCHECK_DEVICE_SERVER=on ATTNCHECK_DEVICE_SERVER_DELAY_MS=1500 "$AC" check $ARGS --call-timeout 2 \
   --report-dir hung >/dev/null
+# Another value is a usage error: one line, exit 2, no report written.
+set +e
+err=$(ATTNCHECK_DEVICE_SERVER=yes "$AC" check $ARGS --report-dir bad 2>&1 >/dev/null)
+rc=$?
+set -e
+if [ "$rc" -ne 2 ] || [ "$(printf '%s\n' "$err" | wc -l)" -ne 1 ] || [ -e bad ]; then
+  echo "device_server: ATTNCHECK_DEVICE_SERVER=yes gave exit $rc: $err"
+  exit 1
+fi
 python3 - <<'PY'
 import json, sys
 def load(d):
@@ -32,6 +41,8 @@ problems = []
 if calls(own): problems.append(f"ATTNCHECK_DEVICE_SERVER=off started a server: {calls(own)}")
 if not calls(served) or calls(served)[0] < 100:
     problems.append(f"the server made too few calls: {calls(served)} (expected hundreds)")
+if [s["device"] for s in served["parallel"]["device_servers"]] != ["inherited"]:
+    problems.append(f"the server's device is not labelled as parallel.devices labels it: {served['parallel']}")
 if calls(died) != [-1]:
     problems.append(f"the server told to die still answered shutdown: {calls(died)}")
 if verdicts(served) != verdicts(own): problems.append("served run differs from the children's own calls")

@@ -528,6 +528,9 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
            std::any_of(dtypes.begin(), dtypes.end(), [&](ac_dtype d) { return s->has_dtype(d); })))
         plan.emplace_back(s, p);
   if (plan.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
+  if (const char* m = std::getenv(ac::worker::kDeviceServerModeEnv);
+      m && *m && std::string(m) != "on" && std::string(m) != "off")
+    throw UsageError(std::string(ac::worker::kDeviceServerModeEnv) + "=" + m + ": expected on or off");
   const std::string corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
   // The parent prepared the directories for its children.
   if (!child) {
@@ -765,7 +768,7 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   nlohmann::json served = nlohmann::json::array();
   for (auto& [device, server] : servers) {
     const nlohmann::json bye = server->shutdown();
-    served.push_back({{"device", device},
+    served.push_back({{"device", device.empty() ? "inherited" : device},
                       {"calls", bye.is_object() ? bye.value("served_calls", int64_t(-1)) : int64_t(-1)}});
   }
   for (const auto& [device, sock] : pool.device_servers) fs::remove(sock, scratch_ec);
