@@ -59,9 +59,14 @@ int hopper_mutant_cuda(const ac_attention_args& a, const FusedOptions& o, char* 
 inline constexpr int kPackedMaxSplits = 64;
 int packed_check_args(const ac_attention_args& a, char* err, size_t err_len);
 int packed_attention_host(const ac_attention_args& a, char* err, size_t err_len);
-// The split count num_splits = 0 asks for on a device of `sms` SMs: about four CTAs per SM (two
-// are resident at once), at most one split per 128 keys of the longest sequence, 1..kPackedMaxSplits.
-// Decode at batch 1 with 8 KV heads and 8192 keys or more gets 64 splits on 132 SMs.
+// CTAs of the 3-stage d = 128 kernel resident on one SM (its shared memory, about 100 KB each);
+// packed.cu checks it against the kernel's layout.
+inline constexpr int kPackedResidentPerSM = 2;
+// The split count num_splits = 0 asks for on a device of `sms` SMs: where the KV heads of the batch
+// fill less than half a wave, splits that fill one wave of kPackedResidentPerSM CTAs per SM;
+// otherwise about four CTAs per SM; at most one split per 128 keys of the longest sequence,
+// 1..kPackedMaxSplits. Decode at batch 1 with 8 KV heads and 8192 keys or more gets 33 splits on
+// 132 SMs (264 CTAs).
 int packed_machine_splits(const ac_attention_args& a, int sms);
 #if defined(ATTNCHECK_HAVE_CUDA)
 // num_splits 0 in args picks packed_machine_splits for the current device; the caps say 1..64.

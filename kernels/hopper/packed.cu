@@ -3,23 +3,24 @@
 // per query head. Plain sm_90 code (no sm_90a instruction).
 //
 // Grid: (KV heads, sequences x splits, row chunks), 1..64 splits; num_splits = 0 sizes the grid to
-// the machine (packed_machine_splits: about four CTAs per SM, two resident; decode at batch 1 with
-// 8 KV heads gets 64 splits, 512 CTAs on 132 SMs, since one CTA of 4 warps per SM cannot keep the
-// memory busy, however deep its pipeline). The 16 rows of a CTA are (token, query head of the
-// group) pairs of one token tile of BR tokens (BR = args' split-KV tiling, which is also where the
-// causal end of the key range comes from, as in the split-KV twin); rows past the tile are zero
-// and never stored. Key tiles of 64 from the start of the split's range, STAGES in flight
-// (cp.async, rows past the range zero-filled, 16-byte chunks swizzled by row % 8). Warp w owns
-// keys 16w..16w+15 of every tile for all 16 rows: S = Q K^T and O += P V on tensor cores
-// (mma.sync m16n8k16, fp16 or bf16 operands, fp32 accumulation; a decode tile has 4 or 8 real rows
-// of the 16, the tensor cores have time to spare). Per tile and row: logits
-// x_j = fp32 dot * (scale log2 e), the tile max over all 64 keys (the warps' maxima through shared
-// memory), the online-softmax step of fused_math.h, P rounded to the input type, each warp's
-// share of O += P V and of the row sum in fp32; the shares are summed at the end. The partial
-// O / l and base-2 LSE of each split go to the split-KV workspace (fp32); splitkv's combine folds
-// the up to 64 partials in fp32 in the requested order (kernels/splitkv/splitkv.cu, the fold of
-// splitkv_math.h) and rounds O to the input type once, at the store; LSE natural, [heads, tokens],
-// -inf for an empty row (O = 0). The split-KV twin is this kernel's twin: the same split ranges
+// the machine (packed_machine_splits: a small batch gets one full wave of two resident CTAs per SM,
+// so decode at batch 1 with 8 KV heads gets 33 splits, 264 CTAs on 132 SMs, since one CTA of 4
+// warps per SM cannot keep the memory busy, however deep its pipeline, and a second, part-empty
+// wave costs more than it brings; a large batch about four CTAs per SM). The 16 rows of a CTA are
+// (token, query head of the group) pairs of one token tile of BR tokens (BR = args' split-KV
+// tiling, which is also where the causal end of the key range comes from, as in the split-KV twin);
+// rows past the tile are zero and never stored. Key tiles of 64 from the start of the split's
+// range, STAGES in flight (cp.async, rows past the range zero-filled, 16-byte chunks swizzled by
+// row % 8). Warp w owns keys 16w..16w+15 of every tile for all 16 rows: S = Q K^T and O += P V on
+// tensor cores (mma.sync m16n8k16, fp16 or bf16 operands, fp32 accumulation; a decode tile has 4 or
+// 8 real rows of the 16, the tensor cores have time to spare). Per tile and row: logits x_j = fp32
+// dot * (scale log2 e), the tile max over all 64 keys (the warps' maxima through shared memory),
+// the online-softmax step of fused_math.h, P rounded to the input type, each warp's share of O += P
+// V and of the row sum in fp32; the shares are summed at the end. The partial O / l and base-2 LSE
+// of each split go to the split-KV workspace (fp32); splitkv's combine folds the up to 64 partials
+// in fp32 in the requested order (kernels/splitkv/splitkv.cu, the fold of splitkv_math.h) and
+// rounds O to the input type once, at the store; LSE natural, [heads, tokens], -inf for an empty
+// row (O = 0). The split-KV twin is this kernel's twin: the same split ranges
 // (splitkv::split_range), the same tile walk per row, the same rounding points and the same fold
 // (sums in another order).
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
@@ -292,7 +293,9 @@ cudaError_t launch_packed(const PackedParams& p, dim3 grid, cudaStream_t stream)
   return cudaGetLastError();
 }
 
-// deep: 6 stages instead of 3.
+// deep: 6 stages instead of 3, for a grid with at most one CTA per SM (3 stages let two share one).
+static_assert(kPackedResidentPerSM * (PackedSmem<128, 3>::kBytes + 1024) <= 228 * 1024,
+              "packed_machine_splits counts two resident CTAs per SM");
 template <bool BF16, int D>
 cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStream_t stream) {
   return deep ? launch_packed<BF16, D, 6>(p, grid, stream) : launch_packed<BF16, D, 3>(p, grid, stream);
@@ -347,7 +350,7 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
   const bool bf16 = a.dtype == AC_DTYPE_BF16;
-  const bool deep = int64_t(grid.x) * grid.y * grid.z < 2 * int64_t(sms);
+  const bool deep = int64_t(grid.x) * grid.y * grid.z <= int64_t(sms);
   cudaError_t e = bf16 ? (a.head_size == 64 ? launch_stages<true, 64>(p, deep, grid, stream)
                                             : launch_stages<true, 128>(p, deep, grid, stream))
                        : (a.head_size == 64 ? launch_stages<false, 64>(p, deep, grid, stream)

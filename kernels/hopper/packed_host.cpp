@@ -23,12 +23,16 @@ int packed_machine_splits(const ac_attention_args& a, int sms) {
   int max_tk = 0;
   for (int s = 0; s < a.num_seqs; ++s)
     max_tk = std::max(max_tk, a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s]);
-  // Four CTAs per SM: at batch 1 (8 KV heads) one CTA per SM with 16 splits left each CTA's four
-  // warps latency-bound (69% of the copy bandwidth at 128k keys); batch 64 runs two CTAs per SM at
-  // the copy bandwidth. Splits under 128 keys would cost more in the combine than they add.
-  const int64_t ctas = int64_t(a.num_kv_heads) * a.num_seqs;
+  // Where the KV heads alone leave the machine more than half empty (batch 1 to 16 at 8 KV heads on
+  // 132 SMs), the splits fill exactly one wave of kPackedResidentPerSM CTAs per SM: batch 1 at 128k
+  // keys measured 3501 GB/s with 33 splits (264 CTAs) against 3228 with 64 (512 CTAs, 1.94 waves,
+  // the second one part empty) and 3066 with 16 (one CTA per SM cannot keep the memory busy).
+  // Otherwise about four CTAs per SM, as batch 64 runs at the copy bandwidth with 2 splits (1024
+  // CTAs). Splits under 128 keys would cost more in the combine than they add.
+  const int64_t ctas = int64_t(a.num_kv_heads) * a.num_seqs, slots = int64_t(std::max(sms, 1));
+  const int64_t wave = kPackedResidentPerSM * slots / ctas;
   const int64_t s =
-      std::min<int64_t>((4 * int64_t(std::max(sms, 1)) + ctas - 1) / ctas, std::max(1, max_tk / 128));
+      std::min<int64_t>(wave >= 2 ? wave : (4 * slots + ctas - 1) / ctas, std::max(1, max_tk / 128));
   return int(std::clamp<int64_t>(s, 1, kPackedMaxSplits));
 }
 

@@ -11,10 +11,15 @@
 //
 // Layout of the work, built for bandwidth (the merge moves ~6 bytes per flop): one thread per
 // 16-byte pack of one (token, head) row (16 threads for d = 128 fp16), each loading the two LSEs
-// once and issuing 128-bit loads and stores; a grid-stride loop over tokens * heads * packs.
-// Where the head size or the pointers and strides do not allow 16-byte packs, the scalar path
-// runs one thread per element (every head size 1..512). Indices are 32-bit when the whole
-// problem fits in 2^31 work items, 64-bit otherwise; element offsets are always 64-bit.
+// once and issuing 128-bit loads and stores; a grid-stride loop over tokens * heads * packs. Where
+// the three states are dense ([tokens, heads, d] contiguous, as engines pass them) and a row is a
+// power of two of packs, the dense path addresses pack i at element 8 i of each (16-byte packs of
+// 2-byte types; 4 i for fp32) and finds the row by a shift: no division or stride product per pack
+// except the LSE's (token, head). On the H200 it moved 4153 GB/s at 32768 tokens against the
+// strided path's 3887 (copy 4254). Where the head size or the pointers and strides do not allow
+// 16-byte packs, the scalar path runs one thread per element (every head size 1..512). Indices are
+// 32-bit when the whole problem fits in 2^31 work items, 64-bit otherwise; element offsets are
+// always 64-bit.
 // Check: ctest -R kernels_basic_merge_gpu   (bandwidth: build/tests/kernels_basic/merge_bench)
 #include <cstdint>
 
@@ -71,6 +76,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <int DT>
+__global__ void __launch_bounds__(kThreads)
+    merge_dense_kernel(const ac_merge_args a, const int lse_base, const uint32_t row_shift,
+                       const uint32_t total) {
+  using E = Elem<DT>;
+  using T = typename E::T;
+  constexpr int kPack = 16 / int(sizeof(T));
+  const uint32_t num_heads = uint32_t(a.num_heads);
+  for (uint32_t idx = blockIdx.x * kThreads + threadIdx.x; idx < total; idx += gridDim.x * kThreads) {
+    const uint32_t row = idx >> row_shift, tok = row / num_heads, h = row - tok * num_heads;
+    const int64_t li = int64_t(tok) * a.lse_stride_token + int64_t(h) * a.lse_stride_head;
+    const MergeWeights w =
+        merge_weights<MergeMutation::none>(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
+    const size_t e = size_t(idx) * kPack;
+    const uint4 pv = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.prefix_out) + e));
+    const uint4 sv = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.suffix_out) + e));
+    const T* pe = reinterpret_cast<const T*>(&pv);
+    const T* se = reinterpret_cast<const T*>(&sv);
+    uint4 ov;
+    T* oe = reinterpret_cast<T*>(&ov);
+#pragma unroll
+    for (int i = 0; i < kPack; ++i)
+      oe[i] = E::store(merge_element<MergeMutation::none>(E::load(pe[i]), E::load(se[i]), w));
+    *reinterpret_cast<uint4*>(static_cast<T*>(a.out) + e) = ov;
+    if (a.out_lse != nullptr && (idx & ((1u << row_shift) - 1u)) == 0) a.out_lse[li] = w.out_lse;
+  }
+}
+
 template <int DT, typename I, MergeMutation M>
 __global__ void __launch_bounds__(kThreads)
     merge_scalar_kernel(const ac_merge_args a, const int lse_base, const I total) {
@@ -101,6 +134,20 @@ unsigned grid_for(int64_t total) {
   return unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks);
 }
 
+// The shift that finds a pack's row, when the dense path applies; -1 otherwise.
+int dense_row_shift(const ac_merge_args& a, bool vector, int64_t total, int64_t packs_per_row) {
+  const int64_t row = int64_t(a.num_heads) * a.head_size;
+  const bool dense = vector && a.out_stride_head == a.head_size && a.prefix_stride_head == a.head_size &&
+                     a.suffix_stride_head == a.head_size && a.out_stride_token == row &&
+                     a.prefix_stride_token == row && a.suffix_stride_token == row;
+  if (!dense || (packs_per_row & (packs_per_row - 1)) != 0) return -1;
+  // Every index and its grid-stride successor fit in 32 bits.
+  if (total >= (int64_t(1) << 31) - int64_t(kThreads) * (int64_t(1) << 22)) return -1;
+  int shift = 0;
+  while ((int64_t(1) << shift) < packs_per_row) ++shift;
+  return shift;
+}
+
 template <int DT, typename I, MergeMutation M = MergeMutation::none>
 void launch(const ac_merge_args& a, const MergeOptions& o, bool vector, int64_t total, int64_t packs_per_row,
             cudaStream_t stream) {
@@ -129,6 +176,11 @@ void launch_dtype(const ac_merge_args& a, const MergeOptions& o, bool vector, in
     case MergeMutation::base_swap:
       return launch<DT, int64_t, MergeMutation::base_swap>(a, o, vector, total, packs_per_row, stream);
   }
+  if (const int shift = dense_row_shift(a, vector, total, packs_per_row); shift >= 0) {
+    merge_dense_kernel<DT>
+        <<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, uint32_t(shift), uint32_t(total));
+    return;
+  }
   // 32-bit index arithmetic (cheap division) when every work item index and its grid-stride
   // successor fit; 64-bit otherwise, so huge tensors never wrap (the bug of kernels/mutants/ mutant 13).
   if (total < (int64_t(1) << 31) - int64_t(kThreads) * (int64_t(1) << 22))
@@ -148,23 +200,36 @@ bool merge_cuda_uses_vector_path(const ac_merge_args& a, const MergeOptions& o) 
          stride16(a.suffix_stride_token, elem) && stride16(a.suffix_stride_head, elem);
 }
 
+namespace {
+int64_t packs_per_row(const ac_merge_args& a, bool vector) {
+  const int64_t elem = a.dtype == AC_DTYPE_F32 ? 4 : 2;
+  return vector ? int64_t(a.head_size) * elem / 16 : int64_t(a.head_size);
+}
+}  // namespace
+
+bool merge_cuda_uses_dense_path(const ac_merge_args& a, const MergeOptions& o) {
+  const bool vector = merge_cuda_uses_vector_path(a, o);
+  const int64_t per_row = packs_per_row(a, vector);
+  return o.mutation == MergeMutation::none &&
+         dense_row_shift(a, vector, int64_t(a.num_tokens) * a.num_heads * per_row, per_row) >= 0;
+}
+
 int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t err_len) {
   if (const int rc = merge_check_args(a, o, err, err_len); rc != AC_OK) return rc;
   if (a.num_tokens == 0 || a.num_heads == 0) return AC_OK;
   const auto stream = static_cast<cudaStream_t>(a.stream);
   const bool vector = merge_cuda_uses_vector_path(a, o);
-  const int64_t elem = a.dtype == AC_DTYPE_F32 ? 4 : 2;
-  const int64_t packs_per_row = vector ? int64_t(a.head_size) * elem / 16 : int64_t(a.head_size);
-  const int64_t total = int64_t(a.num_tokens) * a.num_heads * packs_per_row;
+  const int64_t per_row = packs_per_row(a, vector);
+  const int64_t total = int64_t(a.num_tokens) * a.num_heads * per_row;
   switch (a.dtype) {
     case AC_DTYPE_F32:
-      launch_dtype<AC_DTYPE_F32>(a, o, vector, total, packs_per_row, stream);
+      launch_dtype<AC_DTYPE_F32>(a, o, vector, total, per_row, stream);
       break;
     case AC_DTYPE_F16:
-      launch_dtype<AC_DTYPE_F16>(a, o, vector, total, packs_per_row, stream);
+      launch_dtype<AC_DTYPE_F16>(a, o, vector, total, per_row, stream);
       break;
     case AC_DTYPE_BF16:
-      launch_dtype<AC_DTYPE_BF16>(a, o, vector, total, packs_per_row, stream);
+      launch_dtype<AC_DTYPE_BF16>(a, o, vector, total, per_row, stream);
       break;
   }
   AC_CUDA_TRY_LAUNCH();

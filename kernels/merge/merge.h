@@ -43,6 +43,9 @@ int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t 
 // element size a multiple of 16 bytes, every output pointer 16-byte aligned and every token and
 // head stride a multiple of 16 bytes. Otherwise it takes the scalar path.
 bool merge_cuda_uses_vector_path(const ac_merge_args& a, const MergeOptions& o);
+// True when the vector path is the dense one: the three states [tokens, heads, d] contiguous, a row
+// a power of two of 16-byte packs, fewer than about 2^31 packs, and the correct merge (a mutant).
+bool merge_cuda_uses_dense_path(const ac_merge_args& a, const MergeOptions& o);
 #endif
 
 void append_merge_subjects(std::vector<ac_subject>& out, bool cuda);

@@ -1,6 +1,7 @@
 // CUDA merge (kernels/merge/merge.cu) on the GPU, against the fp64 merge and against its host
 // twin: both LSE layouts, bases, every dtype; the 128-bit vector path (head sizes 8, 64, 128,
-// 256 with aligned pointers and strides: asserted taken) and the scalar path (odd head sizes,
+// 256 with aligned pointers and strides: asserted taken), strided (padded rows) and dense (a row
+// a power of two of packs: asserted taken), and the scalar path (odd head sizes,
 // forced scalar, a pointer offset by one element); the guards; a launch with many blocks (grid
 // stride). Small shapes, so it also serves compute-sanitizer memcheck / racecheck.
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "kb_device.hpp"
+#include "merge/merge_math.h"
 #include "merge_cases.hpp"
 
 using namespace attncheck::kern;
@@ -98,7 +100,19 @@ TEST_CASE("merge gpu: vector path for aligned head sizes, scalar path otherwise"
           const bool vector = run_and_check(c, true, 0, what);
           const bool vector_possible = (d * dtype_size(t)) % 16 == 0;
           REQUIRE(vector == vector_possible);
+          REQUIRE_FALSE(
+              merge_cuda_uses_dense_path(c.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), {}));
+          // Dense: rows of 1, 2, 4, ... 64 packs take the dense path (d 8 fp16 is one pack, d 100
+          // fp32 is not a whole number of packs, d 64 fp32 is 16).
+          c.pad = 0;
+          c.fill(rng);
+          const int packs = (d * dtype_size(t)) / 16;
+          const bool dense_possible = vector_possible && (packs & (packs - 1)) == 0;
+          run_and_check(c, true, 0, what + " dense");
+          REQUIRE(merge_cuda_uses_dense_path(c.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+                                             {}) == dense_possible);
           if (vector_possible) {
+            c.pad = 8;
             c.fill(rng);
             REQUIRE_FALSE(run_and_check(c, false, 0, what + " forced scalar"));
             c.fill(rng);
@@ -142,6 +156,11 @@ TEST_CASE("merge gpu: many blocks (grid-stride), fp16 d = 128, both layouts") {
     c.heads = 8;
     c.fill(rng);
     REQUIRE(run_and_check(c, true, 0, "many blocks"));
+    const ac_merge_args a = c.args(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    MergeOptions o;
+    REQUIRE(merge_cuda_uses_dense_path(a, o));
+    o.mutation = MergeMutation::base_swap;
+    REQUIRE_FALSE(merge_cuda_uses_dense_path(a, o));
   }
 }
 

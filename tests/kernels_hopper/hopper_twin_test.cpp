@@ -40,8 +40,10 @@ TEST_CASE("hopper twin: refuses a tiling index past the Hopper list", "[hopper][
 }
 
 TEST_CASE("packed: the machine-sized split count", "[packed][twin]") {
-  // Decode, 32 query / 8 KV heads, on 132 SMs: batch 1 fills 4 CTAs per SM with 64 splits (66
-  // asked, the combine folds 64), batch 64 with 2; short sequences get one split per 128 keys.
+  // Decode, 32 query / 8 KV heads, on 132 SMs: batch 1 fills one wave of two CTAs per SM with 33
+  // splits (8 x 33 = 264 = 2 x 132), batch 16 with 2 (256 CTAs); batch 20 (160 CTAs a split, more
+  // than half a wave) and batch 64 take four CTAs per SM: ceil(528 / 160) = 4, ceil(528 / 512) = 2;
+  // short sequences get one split per 128 keys.
   auto splits = [](int batch, int tk, int sms) {
     std::vector<int32_t> cq(size_t(batch) + 1), ck(size_t(batch) + 1);
     for (int i = 0; i <= batch; ++i) {
@@ -56,12 +58,15 @@ TEST_CASE("packed: the machine-sized split count", "[packed][twin]") {
     a.cu_seqlens_k_host = ck.data();
     return kern::packed_machine_splits(a, sms);
   };
-  CHECK(splits(1, 131072, 132) == 64);
-  CHECK(splits(1, 8192, 132) == 64);
+  CHECK(splits(1, 131072, 132) == 33);
+  CHECK(splits(1, 8192, 132) == 33);
+  CHECK(splits(16, 131072, 132) == 2);
+  CHECK(splits(20, 131072, 132) == 4);
   CHECK(splits(1, 2048, 132) == 16);
   CHECK(splits(1, 100, 132) == 1);
   CHECK(splits(64, 131072, 132) == 2);
   CHECK(splits(64, 8192, 132) == 2);
-  CHECK(splits(1, 131072, 8) == 4);
+  CHECK(splits(1, 131072, 8) == 2);
+  CHECK(splits(1, 131072, 1000) == kern::kPackedMaxSplits);
   CHECK(kern::kPackedMaxSplits == kern::kSplitKVMaxSplits);
 }
