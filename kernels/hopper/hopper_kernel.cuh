@@ -1,20 +1,36 @@
 // The Hopper attention forward kernel (sm_90a), launched by hopper.cu.
 //
 // CTA = 1 producer warpgroup + NC = BR / 64 consumer warpgroups. Shared memory (1024-byte aligned,
-// as the 128-byte swizzle needs): Q [BR x D], then STAGES stages of K [BC x D] and V [BC x D]. Every
-// tile is stored as D / 64 column blocks of rows x 128 bytes, 16-byte chunks swizzled by
+// as the 128-byte swizzle needs): Q [BR x D], then 3 stages of K [BC x D] and V [BC x D] (tile j
+// in stage j % 3; at (128, 128), d = 128: 32 KB + 3 x 64 KB, under the 227 KB limit). Every tile
+// is stored as D / 64 column blocks of rows x 128 bytes, 16-byte chunks swizzled by
 // chunk ^ (row % 8) (the tensor map's CU_TENSOR_MAP_SWIZZLE_128B, which the wgmma descriptors'
 // 128-byte swizzle mode reads back).
 // Barriers: q_full; per stage k_full, v_full (the producer's expect_tx, completed by the copy
-// engine's bytes) and kv_empty (one arrival per consumer thread once it has read the stage).
-// Producer: one thread issues the bulk tensor copies; a V tile that runs past the key range is
-// instead written by the whole producer warpgroup with ordinary loads and stores (rows past the
-// range zeroed, as fused's cp.async zero-fill does, so masked keys meet V = 0), then
-// fence.proxy.async makes those stores visible to wgmma, a named barrier gathers the warpgroup
-// and one thread arrives on v_full.
+// engine's bytes) and kv_empty (one arrival per consumer thread once both wgmmas that read the
+// stage, S on K and P V on V, have retired).
+// Producer: one thread issues the bulk tensor copies; a V tile that runs past the key range (only
+// ever the last) is instead written after the loop by the whole producer warpgroup with ordinary
+// loads and stores (rows past the range zeroed, as fused's cp.async zero-fill does, so masked keys
+// meet V = 0), then fence.proxy.async makes those stores visible to wgmma, a named barrier gathers
+// the warpgroup and one thread arrives on v_full.
 // Consumer warpgroup c owns rows [row0 + 64 c, +64): S = Q K^T by D / 16 wgmma (SS, both K-major),
 // the online softmax of fused_math.h on the accumulator registers, P packed to the input type as
 // the register A operand, O += P V by BC / 16 wgmma (RS, V transposed: MN-major descriptor).
+// Overlap inside the warpgroup (FlashAttention-3's intra-warpgroup pipelining): tile j's S wgmma
+// and tile j - 1's P V wgmma are issued as two commit groups back to back; wait_group 1 retires
+// S_j, and tile j's softmax runs while P_(j-1) V_(j-1) is still on the tensor cores; wait_group 0
+// retires it, the stage of tile j - 1 is released, then O *= alpha_j and P_j is packed into the
+// A fragment (which P V_(j-1) no longer reads). Prologue: S_0 and its softmax alone; epilogue: the
+// last P V alone. So a consumer holds the stages of tiles j - 1 and j, and the producer can load
+// tile j + 1 meanwhile (3 stages); it loads tile j once tile j - 3 is released, which the consumers
+// do in tile j - 2's step, before they wait on tile j: no cycle.
+// Rounding is per tile as in the one-tile-at-a-time loop: S in fp32 (wgmma), x = fp32 S *
+// scale_log2 (one rounded fmul), max, alpha and p = exp2(x - m) by fused_math.h, l = l alpha +
+// sum p (the unrounded p), O = O alpha_j (fp32 fmul) and then O += round_to_input(P_j) V_j (wgmma,
+// fp32): the overlap only moves the rescale after the previous tile's P V has retired, which is
+// where it was already, so O goes through the same operations in the same order and the results
+// are bit for bit those of the loop without overlap.
 // The tile walk (row tiles of BR, key tiles of BC from key 0, causal end from the tile's last row)
 // and the rounding points are fused's, so fused's twin with (BR, BC) is this kernel's twin.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
@@ -37,7 +53,7 @@ template <int BR, int BC, int D>
 struct Layout {
   static constexpr int kConsumers = BR / 64;
   static constexpr int kThreads = (kConsumers + 1) * 128;
-  static constexpr int kStages = BC == 128 ? 2 : 3;
+  static constexpr int kStages = 3;
   static constexpr int kQBytes = BR * D * 2, kTileBytes = BC * D * 2;
   static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes;
   static constexpr int kBar = kV + kStages * kTileBytes;  // q_full, k_full[S], v_full[S], kv_empty[S]
@@ -115,8 +131,24 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait0() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most N of this warpgroup's committed wgmma groups are pending (groups retire in
+// commit order).
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins registers at this point of the program (CUTLASS's warpgroup_fence_operand): the compiler
+// may not move a read or write of them across it, so the ordinary code on a wgmma's accumulator or
+// A fragment stays after the wait that retires it and before the wgmma.fence that precedes it.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
@@ -191,43 +223,46 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       for (int cb = 0; cb < D / 64; ++cb)
         dev::tma_load3(sQ + uint32_t(cb * BR * 128), &tm_q, cb * 64, head, int(q0) + row0, bar_q);
     }
-    const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
-    const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
+    // Tiles 0 .. n_full - 1 lie inside the key range; a last tile n_full (when k_end % BC != 0) runs
+    // past it, and its V is written after the loop (so the loop's state is dead there: the producer
+    // has 32 or 40 registers).
+    const int n_full = k_end / BC;
     for (int j = 0; j < n_tiles; ++j) {
       const int s = j % L::kStages;
       const uint32_t phase = uint32_t(j / L::kStages) & 1u;
-      const int n0 = j * BC;
       dev::mbar_wait<kGuard>(bar_e(s), phase ^ 1u);  // the consumers released this stage's previous tile
-      const uint32_t dk = sK + uint32_t(s * L::kTileBytes), dv = sV + uint32_t(s * L::kTileBytes);
       if (wtid == 0) {
+        const uint32_t dk = sK + uint32_t(s * L::kTileBytes), dv = sV + uint32_t(s * L::kTileBytes);
         dev::mbar_expect_tx(bar_k(s), L::kTileBytes);
 #pragma unroll
         for (int cb = 0; cb < D / 64; ++cb)
-          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * 64, kvh, int(k0) + n0, bar_k(s));
-      }
-      if (n0 + BC <= k_end) {
-        if (wtid == 0) {
+          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * 64, kvh, int(k0) + j * BC, bar_k(s));
+        if (j < n_full) {
           dev::mbar_expect_tx(bar_v(s), L::kTileBytes);
 #pragma unroll
           for (int cb = 0; cb < D / 64; ++cb)
-            dev::tma_load3(dv + uint32_t(cb * BC * 128), &tm_v, cb * 64, kvh, int(k0) + n0, bar_v(s));
+            dev::tma_load3(dv + uint32_t(cb * BC * 128), &tm_v, cb * 64, kvh, int(k0) + j * BC, bar_v(s));
         }
-      } else {
-        // The last tile runs past the key range: rows past it must be zero (P = 0 there, and
-        // 0 x V must stay 0), which the copy engine cannot do inside the tensor, so the
-        // warpgroup writes the tile itself, swizzled as the copy engine would.
-        const int valid = k_end - n0;
-        unsigned char* tile_v = smem + (L::kV + s * L::kTileBytes);
-        for (int idx = wtid; idx < BC * D / 8; idx += 128) {
-          const int r = idx / (D / 8), c = idx % (D / 8);
-          uint4 val = make_uint4(0u, 0u, 0u, 0u);
-          if (r < valid) val = *reinterpret_cast<const uint4*>(gv + (int64_t(n0) + r) * kv_stride + c * 8);
-          *reinterpret_cast<uint4*>(tile_v + (c / 8) * BC * 128 + r * 128 + (((c % 8) ^ (r & 7)) << 4)) = val;
-        }
-        if constexpr (HM != HopperMutation::no_proxy_fence) dev::fence_proxy_async();
-        dev::named_sync(1, 128);
-        if (wtid == 0) dev::mbar_arrive(bar_v(s));
       }
+    }
+    if (n_full < n_tiles) {
+      // The last tile runs past the key range: rows past it must be zero (P = 0 there, and
+      // 0 x V must stay 0), which the copy engine cannot do inside the tensor, so the
+      // warpgroup writes the tile itself, swizzled as the copy engine would. Every producer
+      // thread waited on the stage's kv_empty in the loop's last pass.
+      const int s = n_full % L::kStages, n0 = n_full * BC, valid = k_end - n0;
+      const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
+      const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
+      unsigned char* tile_v = smem + (L::kV + s * L::kTileBytes);
+      for (int idx = wtid; idx < BC * D / 8; idx += 128) {
+        const int r = idx / (D / 8), c = idx % (D / 8);
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (r < valid) val = *reinterpret_cast<const uint4*>(gv + (int64_t(n0) + r) * kv_stride + c * 8);
+        *reinterpret_cast<uint4*>(tile_v + (c / 8) * BC * 128 + r * 128 + (((c % 8) ^ (r & 7)) << 4)) = val;
+      }
+      if constexpr (HM != HopperMutation::no_proxy_fence) dev::fence_proxy_async();
+      dev::named_sync(1, 128);
+      if (wtid == 0) dev::mbar_arrive(bar_v(s));
     }
     return;
   }
@@ -246,19 +281,25 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float m_run[2] = {neg_inf_f(), neg_inf_f()};
   float l_run[2] = {0.0f, 0.0f};
+  // One S buffer: S_j is issued into it only after P_(j-1) has been packed out of it into pa, and
+  // pa is rewritten only after the P V wgmma that reads it has retired.
+  float sacc[BC / 2];
+  uint32_t pa[BC / 16][4];
+  float alpha[2];
 
-  if (n_tiles > 0) dev::mbar_wait<kGuard>(bar_q, 0);
-  for (int j = 0; j < n_tiles; ++j) {
-    const int s = j % L::kStages;
-    uint32_t phase = uint32_t(j / L::kStages) & 1u;
-    if constexpr (HM == HopperMutation::stale_phase) phase = 0;
-    const int n0 = j * BC;
-    if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_k(s), phase);
-    const uint32_t tk_s = sK + uint32_t(s * L::kTileBytes), tv_s = sV + uint32_t(s * L::kTileBytes);
-
-    // S = Q K^T: A = this warpgroup's 64 Q rows, B = the BC keys, both K-major; a k16 step moves
-    // 32 bytes along a swizzled 128-byte row, a column block is rows x 128 bytes further.
-    float sacc[BC / 2];
+  auto stage_of = [](int j) { return j % L::kStages; };
+  auto phase_of = [](int j) {
+    if constexpr (HM == HopperMutation::stale_phase) return 0u;
+    return uint32_t(j / L::kStages) & 1u;
+  };
+  // S_j = Q K_j^T into sacc, one commit group: A = this warpgroup's 64 Q rows, B = the BC keys,
+  // both K-major; a k16 step moves 32 bytes along a swizzled 128-byte row, a column block is
+  // rows x 128 bytes further.
+  auto issue_s = [&](int j) {
+    const int s = stage_of(j);
+    if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_k(s), phase_of(j));
+    const uint32_t tk_s = sK + uint32_t(s * L::kTileBytes);
+    dev::fence_regs(sacc);
     dev::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -267,10 +308,29 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       dev::wgmma_ss<BC, BF16>(sacc, dev::desc_sw128(qa, 16, 1024), dev::desc_sw128(kb, 16, 1024), ks > 0);
     }
     dev::wgmma_commit();
-    dev::wgmma_wait0();
-
-    // Scale, mask, row max: accumulator element 4 i + e is row (e < 2 ? g : g + 8) of the warp's
-    // 16, column 8 i + 2 t4 + (e & 1) of the tile (the mma.sync C layout per warp).
+  };
+  // O += P_j V_j, one commit group: B = V [keys x d] with d contiguous (MN-major); a k16 step is
+  // 16 rows = 2048 bytes; leading offset = the next 64-column block, stride offset = the next 8 keys.
+  auto issue_pv = [&](int j) {
+    const int s = stage_of(j);
+    if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_v(s), phase_of(j));
+    const uint32_t tv_s = sV + uint32_t(s * L::kTileBytes);
+    dev::fence_regs(o);
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) dev::fence_regs(pa[kk]);
+    dev::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      dev::wgmma_rs<D, BF16>(o, pa[kk],
+                             dev::desc_sw128(tv_s + uint32_t(kk * 2048), uint32_t(BC * 128), 1024));
+    dev::wgmma_commit();
+  };
+  // The online softmax of tile j on sacc (S_j retired): scale, mask, row max, alpha, P (fp32, in
+  // sacc), l. O is not touched here: it may be the accumulator of the P V wgmma in flight.
+  // Accumulator element 4 i + e is row (e < 2 ? g : g + 8) of the warp's 16, column
+  // 8 i + 2 t4 + (e & 1) of the tile (the mma.sync C layout per warp).
+  auto softmax = [&](int j) {
+    const int n0 = j * BC;
     const bool full = n0 + BC <= tk && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
     float mx[2] = {neg_inf_f(), neg_inf_f()};
 #pragma unroll
@@ -295,7 +355,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     }
-    float alpha[2], off[2];
+    float off[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float m_new = fmaxf(m_run[r], mx[r]);
@@ -311,12 +371,13 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + tile_sum[r];
+  };
+  // After the P V wgmma of the previous tile retired: O *= alpha_j, then P_j rounded to the input
+  // type: keys 16 kk .. 16 kk + 15 are accumulator groups 2 kk and 2 kk + 1, which is the register
+  // A fragment of m64nNk16.
+  auto rescale_and_pack = [&]() {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
-
-    // P rounded to the input type: keys 16 kk .. 16 kk + 15 are accumulator groups 2 kk and
-    // 2 kk + 1, which is the register A fragment of m64nNk16.
-    uint32_t pa[BC / 16][4];
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
       pa[kk][0] = fused::dev::pack2<BF16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
@@ -324,18 +385,37 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       pa[kk][2] = fused::dev::pack2<BF16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
       pa[kk][3] = fused::dev::pack2<BF16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
     }
+  };
 
-    // O += P V: B = V [keys x d] with d contiguous (MN-major); a k16 step is 16 rows = 2048
-    // bytes; leading offset = the next 64-column block, stride offset = the next 8 keys.
-    if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_v(s), phase);
-    dev::wgmma_fence();
+  if (n_tiles > 0) {
+    dev::mbar_wait<kGuard>(bar_q, 0);
+    // Prologue: tile 0's S and softmax alone (O *= alpha_0 multiplies zeros, kept for the order).
+    issue_s(0);
+    dev::wgmma_wait<0>();
+    dev::fence_regs(sacc);
+    softmax(0);
+    rescale_and_pack();
+    // Steady state: S_j and P_(j-1) V_(j-1) in flight together; tile j's softmax runs under the
+    // P V wgmma. Per tile the operations on O are those of the one-tile-at-a-time loop
+    // (O = O alpha_j + P_j V_j), in the same order.
+    for (int j = 1; j < n_tiles; ++j) {
+      issue_s(j);
+      issue_pv(j - 1);
+      dev::wgmma_wait<1>();  // S_j retired; P_(j-1) V_(j-1) may still run
+      dev::fence_regs(sacc);
+      softmax(j);
+      dev::wgmma_wait<0>();  // P_(j-1) V_(j-1) retired: O and pa are free, stage j - 1 is read
+      dev::fence_regs(o);
 #pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk)
-      dev::wgmma_rs<D, BF16>(o, pa[kk],
-                             dev::desc_sw128(tv_s + uint32_t(kk * 2048), uint32_t(BC * 128), 1024));
-    dev::wgmma_commit();
-    dev::wgmma_wait0();
-    dev::mbar_arrive(bar_e(s));
+      for (int kk = 0; kk < BC / 16; ++kk) dev::fence_regs(pa[kk]);
+      dev::mbar_arrive(bar_e(stage_of(j - 1)));
+      rescale_and_pack();
+    }
+    // The last tile's P V.
+    issue_pv(n_tiles - 1);
+    dev::wgmma_wait<0>();
+    dev::fence_regs(o);
+    dev::mbar_arrive(bar_e(stage_of(n_tiles - 1)));
   }
 
   // Epilogue (as fused): reduce l over the quad, normalise, store O and LSE.
