@@ -15,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -301,6 +302,7 @@ json report_to_json(const Report& r) {
                        {"reproduce_command", e.reproduce_command},
                        {"corpus_files", e.corpus_files},
                        {"shards", e.shards},
+                       {"plan_index", e.plan_index},
                        {"stats", stats}});
     if (e.spread.compared > 0)
       results.back()["run_to_run_spread"] = {{"compared", e.spread.compared},
@@ -411,6 +413,7 @@ Report report_from_json(const json& j) {
       e.reproduce_command = x.value("reproduce_command", "");
       e.corpus_files = x.value("corpus_files", std::vector<std::string>{});
       e.shards = integers_or_empty<int>(x, "shards", "results", 0, kMaxShardCount - 1);
+      e.plan_index = json_fields::get_int_or<ReportError>(x, "plan_index", "results", -1, kMaxCount, -1);
       for (const auto& s : x.at("stats")) e.stats.push_back(stats_from_json(s));
       r.entries.push_back(std::move(e));
     }
@@ -757,6 +760,15 @@ Report merge_reports(const std::vector<Report>& parts) {
     for (const auto& t : p.tilings)
       if (tiling_keys.insert(t.subject + "/" + t.backend + "/" + t.dtype).second) out.tilings.push_back(t);
   }
+  // Shards hold disjoint parts of one plan, each in plan order: concatenated, they are shard by
+  // shard. Sorting by plan position gives the single run's order (stable: results without a
+  // position, from older reports, keep the order they came in, after the others).
+  std::stable_sort(out.entries.begin(), out.entries.end(), [](const ReportEntry& a, const ReportEntry& b) {
+    const auto pos = [](const ReportEntry& e) {
+      return e.plan_index < 0 ? std::numeric_limits<int64_t>::max() : e.plan_index;
+    };
+    return pos(a) < pos(b);
+  });
   out.shards_merged.assign(shards.begin(), shards.end());
   out.shard_index = out.shards_merged.front();
   out.timestamp = utc_timestamp();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The shard recipes of examples/shards/ run as their schedulers would run them (the index from
 # SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX or the matrix value), then `report merge`: the merged
-# report must equal a single run with the same seed, pair for pair (status, cases, statistics).
+# report must equal a single run with the same seed, pair for pair (status, cases, statistics) and
+# in the single run's order of results.
 #   shard_recipes.sh ATTNCHECK SOURCE_DIR SCRATCH
 set -euo pipefail
 AC=$1
@@ -36,10 +37,13 @@ python3 - single/report.json slurm-merged/report.json k8s-merged/report.json gh-
 import json, sys
 def pairs(path):
     return {(e["subject"], e["property"]): e for e in json.load(open(path))["results"]}
+def order(path):
+    return [(e["subject"], e["property"]) for e in json.load(open(path))["results"]]
 want = pairs(sys.argv[1])
 for path in sys.argv[2:]:
     got = pairs(path)
     assert set(got) == set(want), f"{path}: pairs differ: {set(want) ^ set(got)}"
+    assert order(path) == order(sys.argv[1]), f"{path}: order differs: {order(path)} != {order(sys.argv[1])}"
     for k, e in want.items():
         for f in ("status", "cases_run", "failure_class", "stats", "max_drift_ulp"):
             assert got[k][f] == e[f], f"{path}: {k} {f}: {got[k][f]} != {e[f]}"

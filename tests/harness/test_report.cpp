@@ -5,7 +5,8 @@
 //  - the gate flags a regression built into a copy of a report (p99 grown past the stated
 //    tolerance, a new non-finite, passed -> failed) and passes an identical report;
 //  - merging two shard reports gives the union (counts add, max is max, quantiles the max of the
-//    shards', drift counts add per split count, corpus files union).
+//    shards', drift counts add per split count, corpus files union), its results in the single
+//    run's order (each result's position in the unsharded plan, read back from report.json).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -291,4 +292,32 @@ TEST_CASE("merging two shard reports gives the union", "[report]") {
   Report other = s1;
   other.seed = 9;
   CHECK_THROWS_AS(merge_reports({s0, other}), ReportError);
+}
+
+TEST_CASE("merged shard reports list their results in the single run's order", "[report]") {
+  // The single run: merge/accuracy, fused/empty_row, splitkv/split_order_drift, in plan order.
+  Report single = with_drift(sample_report());
+  for (size_t i = 0; i < single.entries.size(); ++i) single.entries[i].plan_index = int64_t(i);
+  // Shard 0 of 2 holds the first and the last pair, shard 1 the middle one; each is read back from
+  // its report.json, as `report merge` reads them.
+  Report s0 = single, s1 = single;
+  s0.shard_count = s1.shard_count = 2;
+  s1.shard_index = 1;
+  s0.entries = {single.entries[0], single.entries[2]};
+  s1.entries = {single.entries[1]};
+  const auto read_back = [](const Report& r) {
+    return report_from_json(nlohmann::json::parse(report_to_json(r).dump()));
+  };
+  const auto order = [](const Report& r) {
+    std::vector<std::string> pairs;
+    for (const auto& e : r.entries) pairs.push_back(e.subject + "/" + e.property);
+    return pairs;
+  };
+  const std::vector<std::string> want = order(single);
+  CHECK(order(merge_reports({read_back(s0), read_back(s1)})) == want);
+  CHECK(order(merge_reports({read_back(s1), read_back(s0)})) == want);
+  // Results without a plan position (older reports) keep the order they came in.
+  for (auto* r : {&s0, &s1})
+    for (auto& e : r->entries) e.plan_index = -1;
+  CHECK(order(merge_reports({s0, s1})) == std::vector<std::string>{want[0], want[2], want[1]});
 }

@@ -49,6 +49,10 @@ struct ReportEntry {
   int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
   TimeSplit time_split;     // seconds in the subject, judging, writing cases (PropertyResult)
   std::vector<int> shards;  // the shards that contributed (merge_reports)
+  // The pair's position in the plan of the unsharded run (subjects, then properties); -1 unknown
+  // (a report from before it was written). A shard's results carry it so that merge_reports can
+  // put them back in the single run's order.
+  int64_t plan_index = -1;
 };
 
 struct TilingEntry {
@@ -102,7 +106,8 @@ void write_report_dir(const std::string& dir, const Report&);
 // or a file whose hash differs from the manifest's (a run killed between two renames).
 std::vector<std::string> check_report_set(const std::string& dir);
 
-// Combine shard reports (same seed, cases, suite and shape set; distinct shards) into one.
+// Combine shard reports (same seed, cases, suite and shape set; distinct shards) into one, its
+// results in the single run's order (by plan_index; results without one follow, as they came).
 // ReportError when they do not belong to one campaign.
 Report merge_reports(const std::vector<Report>&);
 

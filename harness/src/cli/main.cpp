@@ -13,10 +13,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -70,7 +72,9 @@ struct UsageError : std::runtime_error {
 
 // Messages name paths and values from the user's files: shown with control characters escaped,
 // so an error is always one line.
-std::string one_line(const std::string& text) { return ac::json_fields::printable(text, 400); }
+std::string one_line(const std::string& text) {
+  return ac::json_fields::printable(text, ac::json_fields::kMaxMessageChars);
+}
 
 std::atomic<bool> g_interrupted{false};
 extern "C" void on_sigint(int) {
@@ -346,18 +350,37 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
   }
 }
 
-// What a pasted reproduce command needs besides the case: where the subject comes from (its worker,
-// or this run's plugins, isolated or not) and the backend. check and replay print the same.
-std::string reproduce_flags(const ac::Subject& s, const std::vector<std::string>& plugins,
-                            const std::string& backend) {
-  std::string flags;
+// A word the shell reads back as itself: as it is when it holds nothing the shell interprets, else
+// in single quotes.
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_@%+=:,./-", c) != nullptr;
+  });
+  if (plain) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The reproduce command of a result or replay, as it must be pasted: `command` (attncheck replay
+// FILE --subject NAME, or check) with what it needs besides the case. That is where the subject
+// comes from (its worker, or this run's plugins, isolated or not) and the backend, and for a
+// worker the environment it was started with that a fresh shell lacks: a worker inherits
+// attncheck's environment, and a Python worker finds its modules, the SDK among them, through
+// PYTHONPATH (PYTHONHOME where set). check and replay print the same.
+std::string reproduce_line(const std::string& command, const ac::Subject& s,
+                           const std::vector<std::string>& plugins, const std::string& backend) {
+  std::string env, flags;
   if (const std::string worker = ac::worker::worker_command_of(s); !worker.empty()) {
+    for (const char* name : {"PYTHONPATH", "PYTHONHOME"})
+      if (const char* value = std::getenv(name); value && *value)
+        env += std::string(name) + "=" + shell_word(value) + " ";
     flags = " --worker \"" + worker + "\"";
   } else {
     for (const auto& p : plugins) flags += " --plugin " + p;
     if (g_worker_flags.isolate) flags += " --isolate";
   }
-  return flags + " --backend " + backend;
+  return env + command + flags + " --backend " + backend;
 }
 
 std::string shape_set_of(const ac::RunConfig& cfg) {
@@ -579,11 +602,22 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   base_cfg.cancel = &g_interrupted;
   report.shape_set = shape_set_of(base_cfg);
 
+  // Each pair's position in the unsharded plan, kept in its result: `report merge` orders the
+  // shards' results by it, which is the single run's order.
+  std::vector<int64_t> plan_position(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) plan_position[i] = int64_t(i);
   if (shard_count > 1) {
-    std::erase_if(plan, [&](const auto& pair) {
-      const uint64_t h = ac::hash::fnv1a64(pair.second->name, ac::hash::fnv1a64(pair.first->name() + '\0'));
-      return int(h % uint64_t(shard_count)) != shard_index;
-    });
+    size_t kept = 0;
+    for (size_t i = 0; i < plan.size(); ++i) {
+      const auto& [subject, property] = plan[i];
+      const uint64_t h = ac::hash::fnv1a64(property->name, ac::hash::fnv1a64(subject->name() + '\0'));
+      if (int(h % uint64_t(shard_count)) != shard_index) continue;
+      plan[kept] = plan[i];
+      plan_position[kept] = plan_position[i];
+      ++kept;
+    }
+    plan.resize(kept);
+    plan_position.resize(kept);
     if (plan.empty() && !child) {
       ac::write_report_dir(o.report_dir, report);
       std::printf(
@@ -639,9 +673,10 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
     const std::lock_guard<std::mutex> lock(finished_mutex);
     const auto& [subject, property] = plan[i];
     ++done_pairs;
+    e.plan_index = plan_position[i];
     // The reproduce command must work when pasted (every entry, from a child or not, passes here once).
     if (!e.reproduce_command.empty())
-      e.reproduce_command += reproduce_flags(*subject, o.plugins, report.backend);
+      e.reproduce_command = reproduce_line(e.reproduce_command, *subject, o.plugins, report.backend);
     progress.clear();
     if (!o.quiet)
       std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs,
@@ -909,8 +944,8 @@ int run_replay(const std::vector<std::string>& inputs, const std::string& subjec
                     it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
     }
     if (!r.reproduce_command.empty() && !r.passed)
-      std::printf("  reproduce: %s%s\n", r.reproduce_command.c_str(),
-                  reproduce_flags(*s, plugins, ac::backend_name(set.backend)).c_str());
+      std::printf("  reproduce: %s\n",
+                  reproduce_line(r.reproduce_command, *s, plugins, ac::backend_name(set.backend)).c_str());
   }
   if (crashed) return kExitCrashed;
   return failed ? kExitFailed : kExitOk;

@@ -113,7 +113,7 @@ void WorkerProcess::fail(const std::string& what) {
   drain_stderr(200);
   const std::string tail = last_stderr();
   close_fds();
-  throw TransportError(what + (tail.empty() ? "" : "; last stderr: " + tail));
+  throw TransportError(what, tail);
 }
 
 void WorkerProcess::start() {

@@ -19,9 +19,17 @@
 
 namespace attncheck::worker {
 
-// The worker died, hung or broke the protocol. what() is one line.
+// The worker died, hung or broke the protocol. what() is one line: what happened, then the
+// worker's last stderr lines when there are any. Both parts are kept apart too, so that a caller
+// that must fit the line into a length limit can keep the end of the quote, where a Python
+// traceback's cause is.
 struct TransportError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit TransportError(const std::string& what, const std::string& stderr_tail = "")
+      : std::runtime_error(stderr_tail.empty() ? what : what + "; last stderr: " + stderr_tail),
+        reason(what),
+        stderr_tail(stderr_tail) {}
+  std::string reason;       // what() without the quote
+  std::string stderr_tail;  // the last stderr lines, joined with " | " ("" when none)
 };
 
 // A shared-memory arena: a memfd mapped here, inherited by the worker as fd 3. It only grows.

@@ -11,7 +11,9 @@
 // With a plugin path (worker_transport_bench build/examples/libattncheck_example_plugin.so) it also
 // times one merge of that shape through the plugin in-process (AbiSubject) and through
 // attncheck-isolate (WorkerSubject, the whole protocol): their difference is the worker's
-// per-call overhead.
+// per-call overhead. The merge is fp16 where the plugin's host merge subject has it, else bf16,
+// else fp32; a plugin it cannot bench (no host merge subject, head size 128 refused, a failed
+// load or call) gets one line on stderr and exit 2.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -21,8 +23,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <string>
 #include <vector>
 
+#include "attncheck/names.hpp"
 #include "attncheck/plugin.hpp"
 #include "process.hpp"
 #include "worker_subject.hpp"
@@ -133,37 +138,63 @@ double time_merge(attncheck::Subject& s, const attncheck::MergeInput& in) {
   return median(t);
 }
 
-void bench_subjects(const char* plugin) {
+// 0, or 2 after one line on stderr saying why the plugin's merge cannot be benched.
+int bench_subjects(const char* plugin) {
   namespace ac = attncheck;
-  ac::MergeInput in;
-  in.dtype = AC_DTYPE_F16;
-  in.num_tokens = 4096;
-  in.num_heads = 32;
-  in.head_size = 128;
-  const size_t n = size_t(in.num_tokens) * in.num_heads * in.head_size,
-               nl = size_t(in.num_tokens) * in.num_heads;
-  in.prefix_out.assign(n, 0x3c00);
-  in.suffix_out.assign(n, 0x4000);
-  in.prefix_lse.assign(nl, 1.0f);
-  in.suffix_lse.assign(nl, 2.0f);
-  auto direct = ac::load_plugin(plugin);
-  auto isolated = ac::worker::load_worker_subjects(ac::worker::isolate_command(plugin));
-  ac::Subject* d = nullptr;
-  ac::Subject* w = nullptr;
-  for (auto& s : direct.subjects)
-    if (s->has_op(AC_OP_MERGE) && s->backend() == "host") d = s.get();
-  for (auto& s : isolated)
-    if (d && s->name() == d->name()) w = s.get();
-  if (!d || !w) {
-    std::printf("no host merge subject in %s\n", plugin);
-    return;
+  auto cannot = [&](const std::string& why) {
+    std::fprintf(stderr, "worker_transport_bench: cannot bench %s: %s\n", plugin, why.c_str());
+    return 2;
+  };
+  try {
+    auto direct = ac::load_plugin(plugin);
+    ac::Subject* d = nullptr;
+    for (auto& s : direct.subjects)
+      if (s->has_op(AC_OP_MERGE) && s->backend() == "host") d = s.get();
+    if (!d) return cannot("no host merge subject");
+    ac::MergeInput in;
+    in.num_tokens = 4096;
+    in.num_heads = 32;
+    in.head_size = 128;
+    if (!d->supports_head_size(in.head_size))
+      return cannot(d->name() + " does not take head size " + std::to_string(in.head_size));
+    // fp16 where the subject has it (the dtype of the figure quoted in the README), else one it
+    // declares: a subject refuses the dtypes it does not declare.
+    struct Choice {
+      ac_dtype dtype;
+      uint32_t one, two;  // the bits of 1.0 and 2.0
+    };
+    constexpr Choice kChoices[] = {{AC_DTYPE_F16, 0x3c00, 0x4000},
+                                   {AC_DTYPE_BF16, 0x3f80, 0x4000},
+                                   {AC_DTYPE_F32, 0x3f800000, 0x40000000}};
+    const Choice* c = nullptr;
+    for (const Choice& k : kChoices)
+      if (!c && d->has_dtype(k.dtype)) c = &k;
+    if (!c) return cannot(d->name() + " declares no dtype");
+    in.dtype = c->dtype;
+    const size_t n = size_t(in.num_tokens) * in.num_heads * in.head_size,
+                 nl = size_t(in.num_tokens) * in.num_heads;
+    in.prefix_out.assign(n, c->one);
+    in.suffix_out.assign(n, c->two);
+    in.prefix_lse.assign(nl, 1.0f);
+    in.suffix_lse.assign(nl, 2.0f);
+    auto isolated = ac::worker::load_worker_subjects(ac::worker::isolate_command(plugin));
+    ac::Subject* w = nullptr;
+    for (auto& s : isolated)
+      if (s->name() == d->name()) w = s.get();
+    if (!w) return cannot("attncheck-isolate does not serve " + d->name());
+    const double td = time_merge(*d, in), tw = time_merge(*w, in);
+    std::printf("\n%s %s merge 4096 x 32 x 128, median of 7 calls (host subject):\n", d->name().c_str(),
+                ac::dtype_name(in.dtype));
+    std::printf(
+        "  in-process (C ABI)        %8.2f ms\n  through attncheck-isolate %8.2f ms\n  worker overhead per "
+        "call  %8.2f ms (%.2fx)\n",
+        td, tw, tw - td, tw / td);
+    return 0;
+  } catch (const std::exception& e) {
+    // A plugin that cannot be loaded, a worker that fails its handshake, a call that is refused
+    // or faults: each says what happened in one line.
+    return cannot(e.what());
   }
-  const double td = time_merge(*d, in), tw = time_merge(*w, in);
-  std::printf("\n%s fp16 merge 4096 x 32 x 128, median of 7 calls (host subject):\n", d->name().c_str());
-  std::printf(
-      "  in-process (C ABI)        %8.2f ms\n  through attncheck-isolate %8.2f ms\n  worker overhead per "
-      "call  %8.2f ms (%.2fx)\n",
-      td, tw, tw - td, tw / td);
 }
 
 int main(int argc, char** argv) {
@@ -177,6 +208,5 @@ int main(int argc, char** argv) {
     std::printf("%-6s %10.1f %10.1f %12.2f %12.2f %8.2f\n", es == 4 ? "fp32" : "fp16", in_bytes / 1048576.0,
                 out_bytes / 1048576.0, p, s, p / s);
   }
-  if (argc > 1) bench_subjects(argv[1]);
-  return 0;
+  return argc > 1 ? bench_subjects(argv[1]) : 0;
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/json_fields.hpp"
 #include "attncheck/plugin.hpp"
 #include "process.hpp"
 #include "protocol.hpp"
@@ -362,6 +363,30 @@ class ServedSubject final : public Subject {
   std::unique_ptr<Subject> local_, remote_;
 };
 
+// The one line of a failed handshake, in at most `limit` characters: the worker's command, what
+// happened, and its last stderr lines. The CLI cuts a longer line at its end, which drops the last
+// of those lines, and the last line of a Python traceback is its cause ("ModuleNotFoundError: No
+// module named 'numpy'"). So where the line is too long, the quote keeps its end and loses its
+// start; before that, a long command keeps only its two ends (the program and the script), so as
+// to leave the quote at least kMinQuote characters; what happened is cut last.
+std::string handshake_failed_line(const std::string& command, const std::string& reason,
+                                  const std::string& tail, size_t limit) {
+  const std::string sep = "; last stderr: ", cut = "...";
+  constexpr size_t kMinQuote = 160, kCommandEnd = 40;
+  const auto head_of = [&](const std::string& cmd) {
+    return "worker '" + cmd + "': handshake failed: " + reason;
+  };
+  std::string head = head_of(command);
+  if (tail.empty()) return head;
+  const size_t min_quote = std::min(tail.size(), kMinQuote);
+  if (head.size() + sep.size() + min_quote > limit && command.size() > 2 * kCommandEnd + cut.size())
+    head = head_of(command.substr(0, kCommandEnd) + cut + command.substr(command.size() - kCommandEnd));
+  if (head.size() + sep.size() + min_quote > limit)
+    head = head.substr(0, limit - sep.size() - min_quote - cut.size()) + cut;
+  const size_t room = limit - head.size() - sep.size();
+  return head + sep + (tail.size() <= room ? tail : cut + tail.substr(tail.size() - (room - cut.size())));
+}
+
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -382,7 +407,8 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     host->process.start();
     reply = host->hello(std::max(kMinHandshakeTimeoutS, opt.call_timeout_s));
   } catch (const TransportError& e) {
-    throw HandshakeError(where + "handshake failed: " + e.what());
+    throw HandshakeError(
+        handshake_failed_line(command, e.reason, e.stderr_tail, json_fields::kMaxMessageChars));
   }
   if (reply["status"] != "ok")
     throw HandshakeError(

@@ -25,6 +25,8 @@ constexpr int kMaxJsonDepth = 64;
 
 // One line for a message: control and non-ASCII bytes escaped, cut to `max` characters.
 std::string printable(std::string_view text, size_t max = 80);
+// The longest one-line error the CLI prints (it cuts longer ones there with printable).
+constexpr size_t kMaxMessageChars = 400;
 
 // The whole of a regular file of at most `max_bytes` bytes (devices, pipes, directories and larger
 // files are refused before anything is read); Err with "<what> <path>: <reason>" otherwise.
