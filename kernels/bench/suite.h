@@ -15,6 +15,8 @@
 // Ceilings, measured in the same run: a 1 GiB device-to-device copy (bytes read + written per
 // second), and an 8192^3 fp16 GEMM with fp32 accumulation through cuBLAS, which is loaded at run
 // time (libcublas is not a build dependency): without it the GEMM ceiling is 0 and says why.
+// Order: ceilings, attention, merge, decode; decode's large allocations last, since what the
+// process allocates after them moves less (suite.cu says by how much).
 #pragma once
 #include <functional>
 #include <string>
