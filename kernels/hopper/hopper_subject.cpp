@@ -74,8 +74,8 @@ void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
   out.push_back(
       {"mutant-hopper-no-proxy-fence",
        "MUTANT: fused-hopper's partial V tile, written by ordinary stores, misses fence.proxy.async "
-       "before wgmma reads it (killer: none on the H200: within the exact bound, memcheck, racecheck and "
-       "synccheck silent)",
+       "before wgmma reads it (killer: none at run time on the H200, within the exact bound, memcheck, "
+       "racecheck and synccheck silent; statically, ptx_proxy_lint on its PTX)",
        hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[2]});
 #else
   (void)out;
