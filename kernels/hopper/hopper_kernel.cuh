@@ -26,13 +26,12 @@
 // tile j + 1 meanwhile (3 stages); it loads tile j once tile j - 3 is released, which the consumers
 // do in tile j - 2's step, before they wait on tile j: no cycle.
 // Rounding is per tile as in the one-tile-at-a-time loop: S in fp32 (wgmma), x = fp32 S *
-// scale_log2 (one rounded fmul), max, alpha by fused_math.h, p = 2^(x - m) by the exp2f
-// approximation with results below 2^-126 flushed to 0 (dev::exp2_ftz; the twin's std::exp2 keeps
-// them, a difference below 2^-126 |V| in O), l = l alpha + sum p (the unrounded p), O = O alpha_j
-// (fp32 fmul) and then O += round_to_input(P_j) V_j (wgmma, fp32): the overlap only moves the
-// rescale after the previous tile's P V has retired, which is where it was already, so O goes
-// through the same operations in the same order and the results are bit for bit those of the loop
-// without overlap.
+// scale_log2 (one rounded fmul), max, alpha and p = 2^(x - m) by fused_math.h (for fp16 inputs p by
+// dev::exp2_ftz, which gives the same P and, but for exact rounding ties, the same l: see there);
+// then l = l alpha + sum p (the unrounded p), O = O alpha_j (fp32 fmul) and then O +=
+// round_to_input(P_j) V_j (wgmma, fp32): the overlap only moves the rescale after the previous
+// tile's P V has retired, which is where it was already, so O goes through the same operations in
+// the same order and the results are bit for bit those of the loop without overlap.
 // The tile walk (row tiles of BR, key tiles of BC from key 0, causal end from the tile's last row)
 // and the rounding points are fused's, so fused's twin with (BR, BC) is this kernel's twin.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
@@ -124,9 +123,14 @@ __device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap* map, 
       : "memory");
 }
 // p = 2^x by the same hardware approximation as exp2f, without exp2f's path for results below
-// 2^-126 (a compare and two multiplies per score around the one MUFU): such a p is 0 here. It
-// would round to 0 in fp16 anyway, and in bf16 its share of O is below 2^-126 |V| of a row whose
-// sum l is at least 1.
+// 2^-126 (a compare and two multiplies per score around the one MUFU): such a p is 0 here. Used
+// for fp16 inputs only, where P is the same bit for bit: P is rounded to fp16, whose smallest
+// subnormal is 2^-24, so such a p was stored as 0 anyway. The unrounded p also enters a thread's
+// share of the row sum l; 64 of them add up to under 2^-120, so they move only a share below about
+// 2^-100, and the row's l, at least 1 (the share holding the row's max has p = 2^0 there and
+// keeps it), absorbs that unless a sum lands exactly on a rounding tie. So O and the LSE are
+// exp2f's but for such ties. In bf16 a p below 2^-126 is a representable P, and against a V near
+// 2^126 it carries weight, so bf16 keeps exp2f.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -377,7 +381,8 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     float tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < BC / 2; ++i) {
-      sacc[i] = dev::exp2_ftz(sacc[i] - off[(i & 3) >> 1]);
+      sacc[i] = BF16 ? fused::tile_probability(sacc[i], off[(i & 3) >> 1])
+                     : dev::exp2_ftz(sacc[i] - off[(i & 3) >> 1]);
       tile_sum[(i & 3) >> 1] += sacc[i];
     }
 #pragma unroll
