@@ -2,11 +2,13 @@
 // its own (subject, property) pair: exit 3, the case kept in the corpus, the rest of the run
 // reported. It wraps the built-in merge's host twin, so calls before the chosen one are correct.
 //   ATTNCHECK_DIE     segv | abort | exit0 | throw | hang | nonul (fills the error buffer without
-//                     a terminating NUL and refuses the call) ; unset: never dies
+//                     a terminating NUL and refuses the call) | noisy (40 lines of noise on stderr,
+//                     then a last line with the cause, then abort); unset: never dies
 //   ATTNCHECK_DIE_AT  the call number (1-based, per process) that dies; default 3
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -26,6 +28,11 @@ int merge_entry(void*, const ac_merge_args* args, char* err, size_t err_len) {
     const std::string h = how;
     if (h == "segv") std::raise(SIGSEGV);
     if (h == "abort") std::abort();
+    if (h == "noisy") {
+      for (int i = 0; i < 40; ++i) std::fprintf(stderr, "dying-merge: noise line %d of 40\n", i + 1);
+      std::fprintf(stderr, "dying-merge: the cause: call %d aborts on purpose\n", g_calls);
+      std::abort();
+    }
     if (h == "exit0") std::exit(0);
     if (h == "throw") throw std::runtime_error("thrown inside the plugin");
     if (h == "hang")

@@ -26,6 +26,23 @@ std::string printable(std::string_view text, size_t max) {
   return out;
 }
 
+std::string printable_tail(std::string_view text, size_t max) {
+  const std::string all = printable(text, std::string::npos);
+  if (all.size() <= max) return all;
+  // Escaped characters, from the end, while they fit after the "...".
+  std::vector<std::string_view> pieces;
+  size_t used = 3;
+  for (size_t i = text.size(); i-- > 0;) {
+    const size_t width = (text[i] >= 0x20 && text[i] < 0x7f) ? 1 : 4;
+    if (used + width > max) break;
+    used += width;
+    pieces.push_back(text.substr(i, 1));
+  }
+  std::string out = "...";
+  for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) out += printable(*it, std::string::npos);
+  return out;
+}
+
 std::optional<std::string> try_read_text_file(const std::string& path, size_t max_bytes, std::string& error) {
   namespace fs = std::filesystem;
   std::error_code ec;

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "attncheck/baseline.hpp"
+#include "attncheck/json_fields.hpp"
 #include "attncheck/report.hpp"
 
 using namespace attncheck;
@@ -320,4 +321,15 @@ TEST_CASE("merged shard reports list their results in the single run's order", "
   for (auto* r : {&s0, &s1})
     for (auto& e : r->entries) e.plan_index = -1;
   CHECK(order(merge_reports({s0, s1})) == std::vector<std::string>{want[0], want[2], want[1]});
+}
+
+TEST_CASE("printable_tail keeps the end of a long text, escapes whole", "[report][json]") {
+  using attncheck::json_fields::printable_tail;
+  CHECK(printable_tail("short", 10) == "short");
+  // 26 letters in 10 characters: "..." and the last 7.
+  CHECK(printable_tail("abcdefghijklmnopqrstuvwxyz", 10) == "...tuvwxyz");
+  // A newline is the 4 characters \x0a: kept whole ("...", \x0a, "end" is exactly 10) ...
+  CHECK(printable_tail("aaaaaaaaaa\nend", 10) == "...\\x0aend");
+  // ... or left out whole when it does not fit (9: "..." and "end" leave 3).
+  CHECK(printable_tail("aaaaaaaaaa\nend", 9) == "...end");
 }

@@ -13,7 +13,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -350,18 +349,6 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
   }
 }
 
-// A word the shell reads back as itself: as it is when it holds nothing the shell interprets, else
-// in single quotes.
-std::string shell_word(const std::string& s) {
-  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_@%+=:,./-", c) != nullptr;
-  });
-  if (plain) return s;
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // The reproduce command of a result or replay, as it must be pasted: `command` (attncheck replay
 // FILE --subject NAME, or check) with what it needs besides the case. That is where the subject
 // comes from (its worker, or this run's plugins, isolated or not) and the backend, and for a
@@ -374,7 +361,7 @@ std::string reproduce_line(const std::string& command, const ac::Subject& s,
   if (const std::string worker = ac::worker::worker_command_of(s); !worker.empty()) {
     for (const char* name : {"PYTHONPATH", "PYTHONHOME"})
       if (const char* value = std::getenv(name); value && *value)
-        env += std::string(name) + "=" + shell_word(value) + " ";
+        env += std::string(name) + "=" + ac::worker::shell_word(value) + " ";
     flags = " --worker \"" + worker + "\"";
   } else {
     for (const auto& p : plugins) flags += " --plugin " + p;
@@ -504,9 +491,15 @@ std::string describe_death(const ac::cli::ChildOutcome& o, double call_timeout) 
                         : "exited with status " + std::to_string(o.exit_code) + " before reporting";
   std::string tail = o.stderr_tail;
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
-  if (const size_t cut = tail.size() > 600 ? tail.size() - 600 : 0; cut) tail = "..." + tail.substr(cut);
-  return "the process running this pair " + why +
-         (tail.empty() ? "" : "; its last stderr: " + one_line(tail));
+  const std::string head = "the process running this pair " + why;
+  if (tail.empty()) return head;
+  // The quote keeps the end of stderr, where a dying program says why, and the whole line stays
+  // within the one-line limit (a longer line is cut at its end).
+  const std::string lead = head + "; its last stderr: ";
+  const size_t room = ac::json_fields::kMaxMessageChars > lead.size() + 40
+                          ? ac::json_fields::kMaxMessageChars - lead.size()
+                          : 40;
+  return lead + ac::json_fields::printable_tail(tail, room);
 }
 
 int run_check(const CheckOptions& o, const std::string& command, char** argv_) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -384,16 +385,20 @@ std::string handshake_failed_line(const std::string& command, const std::string&
   if (head.size() + sep.size() + min_quote > limit)
     head = head.substr(0, limit - sep.size() - min_quote - cut.size()) + cut;
   const size_t room = limit - head.size() - sep.size();
-  return head + sep + (tail.size() <= room ? tail : cut + tail.substr(tail.size() - (room - cut.size())));
+  return head + sep + json_fields::printable_tail(tail, room);
 }
 
-std::string shell_quote(const std::string& s) {
+}  // namespace
+
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_@%+=:,./-", c) != nullptr;
+  });
+  if (plain) return s;
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
 }
-
-}  // namespace
 
 std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& command,
                                                            const WorkerOptions& opt) {
@@ -473,15 +478,15 @@ std::string self_path() {
 std::string isolate_command(const std::string& plugin_path) {
   const std::string self = self_path();
   const std::string dir = self.empty() ? "." : self.substr(0, self.rfind('/'));
-  return shell_quote(dir + "/attncheck-isolate") + " " + shell_quote(plugin_path);
+  return shell_word(dir + "/attncheck-isolate") + " " + shell_word(plugin_path);
 }
 
 std::string device_server_command(const std::string& socket_path, const std::string& backend,
                                   const std::string& device, double call_limit_s,
                                   const std::string& log_path) {
-  return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_quote(device)) + " " +
-         shell_quote(self_path()) + " --device-server " + shell_quote(socket_path) + " " +
-         shell_quote(backend) + " " + std::to_string(call_limit_s) + " 2>>" + shell_quote(log_path);
+  return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_word(device)) + " " +
+         shell_word(self_path()) + " --device-server " + shell_word(socket_path) + " " + shell_word(backend) +
+         " " + std::to_string(call_limit_s) + " 2>>" + shell_word(log_path);
 }
 
 std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,

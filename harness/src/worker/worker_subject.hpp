@@ -75,5 +75,8 @@ std::string worker_command_of(const Subject& s);
 // A RunConfig::before_launch hook numbering the cases of one (subject, property):
 // "<subject>/<property>/<shard>/<n>"; nullptr for subjects that are not workers.
 std::function<void(const Case&)> call_context_hook(Subject& s, int shard_index);
+// A word the shell reads back as itself: as it is when it holds nothing the shell interprets, else
+// in single quotes. For the commands attncheck starts through /bin/sh and the ones it prints.
+std::string shell_word(const std::string& s);
 
 }  // namespace attncheck::worker

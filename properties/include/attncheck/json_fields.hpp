@@ -25,6 +25,10 @@ constexpr int kMaxJsonDepth = 64;
 
 // One line for a message: control and non-ASCII bytes escaped, cut to `max` characters.
 std::string printable(std::string_view text, size_t max = 80);
+// As printable, but the end is kept: at most `max` characters, "..." and then the text's last
+// characters (an escape is kept whole or left out). For a program's stderr, whose last line is
+// the one that says why it died.
+std::string printable_tail(std::string_view text, size_t max);
 // The longest one-line error the CLI prints (it cuts longer ones there with printable).
 constexpr size_t kMaxMessageChars = 400;
 
