@@ -533,7 +533,7 @@ BackendResolution resolve_backend(Backend requested) {
   switch (requested) {
     case Backend::host:
       r.backend = Backend::host;
-      r.note = "backend: host twins (as asked)";
+      r.note = "backend: host twins";
       break;
     case Backend::cuda:
       if (!built) throw std::runtime_error("--backend cuda: this attncheck was built without CUDA");

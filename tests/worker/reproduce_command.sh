@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The reproduce command a failing check prints (report.json, reproduce_command) works when pasted,
-# and so does the one the replay it runs prints:
-# run as written in a fresh shell, with "attncheck" on PATH pointing at this build and no
+# and so does the one the replay it runs prints: run as written in a fresh shell, with no
 # PYTHONPATH (ctest sets one for the worker, a fresh clone's shell has none: the command must carry
-# it), it gives the same failure (exit 1 and the same failure class).
+# it), it gives the same failure (exit 1 and the same failure class). check is started by its path
+# and its command names that path (no attncheck on PATH then); the replay is started as
+# "attncheck" from PATH and its command names "attncheck".
 #   reproduce_command.sh ATTNCHECK "WORKER COMMAND" SCRATCH_DIR
 set -u
 AC=$(realpath "$1")
@@ -21,20 +22,31 @@ import json, sys
 e = [x for x in json.load(open(sys.argv[1]))["results"] if x["status"] == "failed"][0]
 print(e["failure_class"], e["reproduce_command"])' "$S/report/report.json")
 echo "printed: $cmd"
-# attncheck, after the environment assignments it carries.
-case "$cmd" in attncheck\ * | [A-Z]*=*\ attncheck\ *) ;; *) echo "not an attncheck command"; exit 1 ;; esac
+# The path check was started by, after the environment assignments it carries.
+case "$cmd" in "$AC "* | [A-Z]*=*" $AC "*) ;; *) echo "does not start the attncheck that ran ($AC)"; exit 1 ;; esac
 
-paste_in_fresh_shell() { env -u PYTHONPATH PATH="$S/bin:$PATH" bash -c "$1" 2>&1; }
-out=$(paste_in_fresh_shell "$cmd")
-rc=$?
-[ "$rc" -eq 1 ] || { echo "pasted command exit $rc, want 1: $out"; exit 1; }
-echo "$out" | grep -q "FAIL $cls" || { echo "pasted command did not fail with $cls: $out"; exit 1; }
-# replay prints its own reproduce line: that one must paste as well.
+# A fresh shell: no PYTHONPATH; attncheck on PATH only when asked.
+fresh_shell() { env -u PYTHONPATH bash -c "$1" 2>&1; }
+fresh_shell_on_path() { env -u PYTHONPATH PATH="$S/bin:$PATH" bash -c "$1" 2>&1; }
+expect_failure() {  # NAME OUTPUT RC
+  [ "$3" -eq 1 ] || { echo "$1 exit $3, want 1: $2"; exit 1; }
+  echo "$2" | grep -q "FAIL $cls" || { echo "$1 did not fail with $cls: $2"; exit 1; }
+}
+out=$(fresh_shell "$cmd")
+expect_failure "pasted command" "$out" $?
+# replay prints its own reproduce line, naming the binary as it was started: the path here.
 again=$(echo "$out" | sed -n 's/^  reproduce: //p' | head -1)
-[ -n "$again" ] || { echo "replay printed no reproduce line: $out"; exit 1; }
 echo "replay printed: $again"
-out2=$(paste_in_fresh_shell "$again")
-rc=$?
-[ "$rc" -eq 1 ] || { echo "replay's reproduce line exit $rc, want 1: $out2"; exit 1; }
-echo "$out2" | grep -q "FAIL $cls" || { echo "replay's reproduce line did not fail with $cls: $out2"; exit 1; }
-echo "the pasted commands (check's and replay's) reproduce the failure ($cls)"
+case "$again" in "$AC "* | [A-Z]*=*" $AC "*) ;; *) echo "replay's line does not start $AC"; exit 1 ;; esac
+out2=$(fresh_shell "$again")
+expect_failure "replay's reproduce line" "$out2" $?
+# Started as "attncheck" from PATH, replay names it so, and that line pastes too.
+onpath=${again/"$AC "/attncheck }
+out3=$(fresh_shell_on_path "$onpath")
+expect_failure "replay started from PATH" "$out3" $?
+third=$(echo "$out3" | sed -n 's/^  reproduce: //p' | head -1)
+echo "replay from PATH printed: $third"
+case "$third" in "attncheck "* | [A-Z]*=*" attncheck "*) ;; *) echo "its line does not start attncheck"; exit 1 ;; esac
+out4=$(fresh_shell_on_path "$third")
+expect_failure "its reproduce line" "$out4" $?
+echo "the pasted commands (check's and replay's, by path and from PATH) reproduce the failure ($cls)"

@@ -355,9 +355,17 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
 // worker the environment it was started with that a fresh shell lacks: a worker inherits
 // attncheck's environment, and a Python worker finds its modules, the SDK among them, through
 // PYTHONPATH (PYTHONHOME where set). check and replay print the same.
+// How this attncheck was started (argv[0], quoted for the shell): a path when it was given as one,
+// so that a printed command runs the same binary when pasted in the same directory; "attncheck"
+// when the shell found it on PATH.
+std::string g_invoked_as = "attncheck";
+
 std::string reproduce_line(const std::string& command, const ac::Subject& s,
                            const std::vector<std::string>& plugins, const std::string& backend) {
   std::string env, flags;
+  const std::string program = "attncheck ";
+  const std::string run =
+      command.rfind(program, 0) == 0 ? g_invoked_as + " " + command.substr(program.size()) : command;
   if (const std::string worker = ac::worker::worker_command_of(s); !worker.empty()) {
     for (const char* name : {"PYTHONPATH", "PYTHONHOME"})
       if (const char* value = std::getenv(name); value && *value)
@@ -367,7 +375,7 @@ std::string reproduce_line(const std::string& command, const ac::Subject& s,
     for (const auto& p : plugins) flags += " --plugin " + p;
     if (g_worker_flags.isolate) flags += " --isolate";
   }
-  return env + command + flags + " --backend " + backend;
+  return env + run + flags + " --backend " + backend;
 }
 
 std::string shape_set_of(const ac::RunConfig& cfg) {
@@ -1113,6 +1121,7 @@ int run_report_merge(const std::vector<std::string>& dirs, const std::string& ou
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 0 && std::strchr(argv[0], '/') != nullptr) g_invoked_as = ac::worker::shell_word(argv[0]);
   // The device server of a `check --jobs N` run (serve.hpp), started by its parent.
   if (argc == 5 && std::string(argv[1]) == "--device-server") {
     std::FILE* proto = ac::worker::private_stdout();
