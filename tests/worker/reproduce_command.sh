@@ -25,28 +25,24 @@ echo "printed: $cmd"
 # The path check was started by, after the environment assignments it carries.
 case "$cmd" in "$AC "* | [A-Z]*=*" $AC "*) ;; *) echo "does not start the attncheck that ran ($AC)"; exit 1 ;; esac
 
-# A fresh shell: no PYTHONPATH; attncheck on PATH only when asked.
-fresh_shell() { env -u PYTHONPATH bash -c "$1" 2>&1; }
-fresh_shell_on_path() { env -u PYTHONPATH PATH="$S/bin:$PATH" bash -c "$1" 2>&1; }
-expect_failure() {  # NAME OUTPUT RC
-  [ "$3" -eq 1 ] || { echo "$1 exit $3, want 1: $2"; exit 1; }
-  echo "$2" | grep -q "FAIL $cls" || { echo "$1 did not fail with $cls: $2"; exit 1; }
+# A fresh shell: no PYTHONPATH; with "path", attncheck on PATH.
+fresh_shell() {  # COMMAND [path]
+  if [ "${2:-}" = path ]; then env -u PYTHONPATH PATH="$S/bin:$PATH" bash -c "$1" 2>&1; else env -u PYTHONPATH bash -c "$1" 2>&1; fi
 }
-out=$(fresh_shell "$cmd")
-expect_failure "pasted command" "$out" $?
-# replay prints its own reproduce line, naming the binary as it was started: the path here.
-again=$(echo "$out" | sed -n 's/^  reproduce: //p' | head -1)
-echo "replay printed: $again"
-case "$again" in "$AC "* | [A-Z]*=*" $AC "*) ;; *) echo "replay's line does not start $AC"; exit 1 ;; esac
-out2=$(fresh_shell "$again")
-expect_failure "replay's reproduce line" "$out2" $?
+# Pastes COMMAND, which must fail with the class check found; replay prints its own reproduce line,
+# which must name attncheck as it was started (BINARY), and pasting that line must fail the same.
+paste_twice() {  # NAME COMMAND BINARY [path]
+  local out rc line
+  out=$(fresh_shell "$2" "${4:-}"); rc=$?
+  [ "$rc" -eq 1 ] || { echo "$1: exit $rc, want 1: $out"; exit 1; }
+  echo "$out" | grep -q "FAIL $cls" || { echo "$1: did not fail with $cls: $out"; exit 1; }
+  line=$(echo "$out" | sed -n 's/^  reproduce: //p' | head -1)
+  echo "$1: replay printed: $line"
+  case "$line" in "$3 "* | [A-Z]*=*" $3 "*) ;; *) echo "$1: replay's line does not start $3"; exit 1 ;; esac
+  out=$(fresh_shell "$line" "${4:-}"); rc=$?
+  [ "$rc" -eq 1 ] && echo "$out" | grep -q "FAIL $cls" || { echo "$1: replay's line exit $rc: $out"; exit 1; }
+}
+paste_twice "by path" "$cmd" "$AC"
 # Started as "attncheck" from PATH, replay names it so, and that line pastes too.
-onpath=${again/"$AC "/attncheck }
-out3=$(fresh_shell_on_path "$onpath")
-expect_failure "replay started from PATH" "$out3" $?
-third=$(echo "$out3" | sed -n 's/^  reproduce: //p' | head -1)
-echo "replay from PATH printed: $third"
-case "$third" in "attncheck "* | [A-Z]*=*" attncheck "*) ;; *) echo "its line does not start attncheck"; exit 1 ;; esac
-out4=$(fresh_shell_on_path "$third")
-expect_failure "its reproduce line" "$out4" $?
+paste_twice "from PATH" "${cmd/"$AC "/attncheck }" attncheck path
 echo "the pasted commands (check's and replay's, by path and from PATH) reproduce the failure ($cls)"
