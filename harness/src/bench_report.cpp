@@ -21,6 +21,14 @@ double positive(const json& obj, const char* key, const std::string& where) {
   return v;
 }
 
+// A finite number of zero or more, 0 where absent: a ceiling or a fraction of one (0: not measured).
+double non_negative_or_zero(const json& obj, const char* key, const std::string& where) {
+  const double v = jf::get_number_or<BenchError>(obj, key, where, 0);
+  if (!(v >= 0) || !std::isfinite(v))
+    throw BenchError(where + "." + key + " must be a finite number, 0 or more");
+  return v;
+}
+
 std::string fmt(double v, const char* spec = "%.4g") {
   char b[48];
   std::snprintf(b, sizeof b, spec, v);
@@ -89,8 +97,8 @@ BenchRun bench_from_json_text(const std::string& text, const std::string& where)
   r.repeats = int(jf::get_int<BenchError>(j, "repeats", where, 1, kMaxRepeats));
   const json& c = jf::field<BenchError>(j, "ceilings", where);
   if (!c.is_object()) throw BenchError(where + ".ceilings must be an object");
-  r.copy_gbps = jf::get_number_or<BenchError>(c, "copy_gbps", where + ".ceilings", 0);
-  r.gemm_tflops = jf::get_number_or<BenchError>(c, "gemm_tflops", where + ".ceilings", 0);
+  r.copy_gbps = non_negative_or_zero(c, "copy_gbps", where + ".ceilings");
+  r.gemm_tflops = non_negative_or_zero(c, "gemm_tflops", where + ".ceilings");
   const json& rows = jf::field<BenchError>(j, "rows", where);
   if (!rows.is_array()) throw BenchError(where + ".rows must be a list");
   std::set<std::string> ids;
@@ -109,7 +117,7 @@ BenchRun bench_from_json_text(const std::string& text, const std::string& where)
     b.value = positive(x, "value", w);
     b.unit = jf::get_string<BenchError>(x, "unit", w);
     b.ceiling = jf::get_string_or<BenchError>(x, "ceiling", w, "");
-    b.of_ceiling = jf::get_number_or<BenchError>(x, "of_ceiling", w, 0);
+    b.of_ceiling = non_negative_or_zero(x, "of_ceiling", w);
     if (x.contains("peers")) {
       const json& p = x["peers"];
       if (!p.is_object()) throw BenchError(w + ".peers must be an object");
