@@ -4,26 +4,15 @@
 # PYTHONPATH (ctest sets one for the worker, a fresh clone's shell has none: the command must carry
 # it), it gives the same failure (exit 1 and the same failure class). check is started by its path
 # and its command names that path (no attncheck on PATH then); the replay is started as
-# "attncheck" from PATH and its command names "attncheck".
+# "attncheck" from PATH and its command names "attncheck". Twice: with the worker command as given,
+# and with one that holds what a double-quoted word would not keep ($, " and ').
 #   reproduce_command.sh ATTNCHECK "WORKER COMMAND" SCRATCH_DIR
 set -u
 AC=$(realpath "$1")
-WORKER=$2
 S=$3
 rm -rf "$S"
 mkdir -p "$S/bin"
 ln -s "$AC" "$S/bin/attncheck"
-"$AC" check --worker "$WORKER" --property merge_sentinels --no-plots --cases 100 --report-dir "$S/report" \
-  >"$S/check.out" 2>&1
-rc=$?
-[ "$rc" -eq 1 ] || { echo "check exit $rc, want 1: $(tail -c 300 "$S/check.out")"; exit 1; }
-read -r cls cmd < <(python3 -c '
-import json, sys
-e = [x for x in json.load(open(sys.argv[1]))["results"] if x["status"] == "failed"][0]
-print(e["failure_class"], e["reproduce_command"])' "$S/report/report.json")
-echo "printed: $cmd"
-# The path check was started by, after the environment assignments it carries.
-case "$cmd" in "$AC "* | [A-Z]*=*" $AC "*) ;; *) echo "does not start the attncheck that ran ($AC)"; exit 1 ;; esac
 
 # A fresh shell: no PYTHONPATH; with "path", attncheck on PATH.
 fresh_shell() {  # COMMAND [path]
@@ -42,7 +31,26 @@ paste_twice() {  # NAME COMMAND BINARY [path]
   out=$(fresh_shell "$line" "${4:-}"); rc=$?
   [ "$rc" -eq 1 ] && echo "$out" | grep -q "FAIL $cls" || { echo "$1: replay's line exit $rc: $out"; exit 1; }
 }
-paste_twice "by path" "$cmd" "$AC"
-# Started as "attncheck" from PATH, replay names it so, and that line pastes too.
-paste_twice "from PATH" "${cmd/"$AC "/attncheck }" attncheck path
-echo "the pasted commands (check's and replay's, by path and from PATH) reproduce the failure ($cls)"
+one_worker() {  # WORKER_COMMAND
+  "$AC" check --worker "$1" --property merge_sentinels --no-plots --cases 100 --report-dir "$S/report" \
+    >"$S/check.out" 2>&1
+  local rc=$?
+  [ "$rc" -eq 1 ] || { echo "check exit $rc, want 1: $(tail -c 300 "$S/check.out")"; exit 1; }
+  read -r cls cmd < <(python3 -c '
+import json, sys
+e = [x for x in json.load(open(sys.argv[1]))["results"] if x["status"] == "failed"][0]
+print(e["failure_class"], e["reproduce_command"])' "$S/report/report.json")
+  echo "printed: $cmd"
+  # The path check was started by, after the environment assignments it carries.
+  case "$cmd" in "$AC "* | [A-Z]*=*" $AC "*) ;; *) echo "does not start the attncheck that ran ($AC)"; exit 1 ;; esac
+  # The shell reads back the worker command that ran, word for word.
+  local got
+  got=$(python3 -c 'import shlex, sys; a = shlex.split(sys.argv[1]); print(a[a.index("--worker") + 1])' "$cmd")
+  [ "$got" = "$1" ] || { echo "the printed --worker reads back as <$got>, not <$1>"; exit 1; }
+  paste_twice "by path" "$cmd" "$AC"
+  # Started as "attncheck" from PATH, replay names it so, and that line pastes too.
+  paste_twice "from PATH" "${cmd/"$AC "/attncheck }" attncheck path
+}
+one_worker "$2"
+one_worker "env AC_TAG='\$HOME \"q\" it'\\''s' $2"
+echo "the pasted commands (check's and replay's, by path and from PATH, plain and odd worker commands) reproduce the failure"

@@ -370,9 +370,9 @@ std::string reproduce_line(const std::string& command, const ac::Subject& s,
     for (const char* name : {"PYTHONPATH", "PYTHONHOME"})
       if (const char* value = std::getenv(name); value && *value)
         env += std::string(name) + "=" + ac::worker::shell_word(value) + " ";
-    flags = " --worker \"" + worker + "\"";
+    flags = " --worker " + ac::worker::shell_word(worker);
   } else {
-    for (const auto& p : plugins) flags += " --plugin " + p;
+    for (const auto& p : plugins) flags += " --plugin " + ac::worker::shell_word(p);
     if (g_worker_flags.isolate) flags += " --isolate";
   }
   return env + run + flags + " --backend " + backend;
