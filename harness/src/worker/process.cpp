@@ -296,11 +296,11 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
     const int left = ms_left(deadline);
     if (left == 0) {
       kill_group();
-      // The handshake's limit is --call-timeout but at least kMinHandshakeTimeoutS: say which.
       fail("worker hung: no reply to " + what + " within " +
            std::to_string(timeout_s).substr(0, std::to_string(timeout_s).find('.') + 2) +
-           (op == "hello" ? " s (the handshake's limit: --call-timeout, at least 120 s); killed"
-                          : " s (--call-timeout); killed"));
+           (op == "hello" ? " s (the handshake's limit: --call-timeout, at least " +
+                                std::to_string(int(kMinHandshakeTimeoutS)) + " s); killed"
+                          : std::string(" s (--call-timeout); killed")));
     }
     pollfd p[2] = {{from_worker_, POLLIN, 0}, {err_from_worker_, POLLIN, 0}};
     const int pr = ::poll(p, 2, left);

@@ -19,6 +19,10 @@
 
 namespace attncheck::worker {
 
+// The handshake may import frameworks and compile kernels: it gets --call-timeout, but at least
+// this long (a hung hello is reported with this limit).
+constexpr double kMinHandshakeTimeoutS = 120.0;
+
 // The worker died, hung or broke the protocol. what() is one line: what happened, then the
 // worker's last stderr lines when there are any. Both parts are kept apart too, so that a caller
 // that must fit the line into a length limit can keep the end of the quote, where a Python

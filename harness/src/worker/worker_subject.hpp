@@ -25,8 +25,6 @@ struct HandshakeError : std::runtime_error {
 };
 
 constexpr double kDefaultCallTimeoutS = 60.0;
-// The handshake may import frameworks and compile kernels: it gets at least this long.
-constexpr double kMinHandshakeTimeoutS = 120.0;
 
 struct WorkerOptions {
   double call_timeout_s = kDefaultCallTimeoutS;
