@@ -9,11 +9,13 @@
 // Barriers: q_full; per stage k_full, v_full (the producer's expect_tx, completed by the copy
 // engine's bytes) and kv_empty (one arrival per consumer thread once both wgmmas that read the
 // stage, S on K and P V on V, have retired).
-// Producer: one thread issues the bulk tensor copies; a V tile that runs past the key range (only
-// ever the last) is instead written after the loop by the whole producer warpgroup with ordinary
-// loads and stores (rows past the range zeroed, as fused's cp.async zero-fill does, so masked keys
-// meet V = 0), then fence.proxy.async makes those stores visible to wgmma, a named barrier gathers
-// the warpgroup and one thread arrives on v_full.
+// Producer: the warpgroup's first warp alone (the other three leave after setmaxnreg: a warp
+// waiting on kv_empty retries its try_wait, and four of them took issue slots from the consumers);
+// one thread issues the bulk tensor copies; a V tile that runs past the key range (only ever the
+// last) is instead written after the loop by the warp with ordinary loads and stores (rows past the
+// range zeroed, as fused's cp.async zero-fill does, so masked keys meet V = 0), then each thread's
+// fence.proxy.async makes its stores visible to wgmma, __syncwarp gathers the warp and one thread
+// arrives on v_full.
 // Consumer warpgroup c owns rows [row0 + 64 c, +64): S = Q K^T by D / 16 wgmma (SS, both K-major),
 // the online softmax of fused_math.h on the accumulator registers, P packed to the input type as
 // the register A operand, O += P V by BC / 16 wgmma (RS, V transposed: MN-major descriptor).
@@ -42,6 +44,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fused/fused_kernel.cuh"
 #include "fused/fused_math.h"
@@ -139,9 +142,6 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -176,9 +176,15 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 // wgmma shared-memory descriptor, 128-byte swizzle: start address, leading and stride byte
 // offsets (all >> 4), layout type 1 (SWIZZLE_128B) in bits 62-63; base offset 0 (tiles are
 // 1024-byte aligned; the k-step advance inside a swizzle row only moves the start address).
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr >> 4) & 0x3fff) | (uint64_t((lbo >> 4) & 0x3fff) << 16) |
-         (uint64_t((sbo >> 4) & 0x3fff) << 32) | (uint64_t(1) << 62);
+// Built from its low word (start address and leading offset) and its high word (stride offset
+// and layout, a constant of the operand): a k step then costs one 32-bit add to the low word of
+// the tile's descriptor. Shared addresses stay below 2^18, so the start address field (14 bits of
+// address >> 4) never carries into the leading offset.
+__device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo) {
+  return (addr >> 4) | ((lbo >> 4) << 16);
+}
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t lo, uint32_t sbo) {
+  return (uint64_t((sbo >> 4) | (1u << 30)) << 32) | lo;
 }
 
 }  // namespace dev
@@ -201,7 +207,9 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   auto bar_v = [&](int s) { return bar_q + 8u * uint32_t(1 + L::kStages + s); };
   auto bar_e = [&](int s) { return bar_q + 8u * uint32_t(1 + 2 * L::kStages + s); };
 
-  const int wg = int(threadIdx.x) / 128, wtid = int(threadIdx.x) % 128;
+  // The warpgroup index through a shuffle, so that the compiler knows it is the same in the whole
+  // warp and keeps what derives from it (the Q descriptors) in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0), wtid = int(threadIdx.x) % 128;
   const int head = blockIdx.y, seq = blockIdx.z;
   const int64_t q0 = p.cu_q[seq], k0 = p.cu_k[seq];
   const int tq = p.cu_q[seq + 1] - int(q0), tk = p.cu_k[seq + 1] - int(k0);
@@ -231,7 +239,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   if (wg == 0) {
     // Producer warpgroup.
     dev::setmaxnreg_dec<L::kProducerRegs>();
-    if (n_tiles == 0) return;
+    if (n_tiles == 0 || wtid >= 32) return;
     if (wtid == 0) {
       dev::mbar_expect_tx(bar_q, L::kQBytes);
 #pragma unroll
@@ -263,20 +271,20 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     if (n_full < n_tiles) {
       // The last tile runs past the key range: rows past it must be zero (P = 0 there, and
       // 0 x V must stay 0), which the copy engine cannot do inside the tensor, so the
-      // warpgroup writes the tile itself, swizzled as the copy engine would. Every producer
-      // thread waited on the stage's kv_empty in the loop's last pass.
+      // warp writes the tile itself, swizzled as the copy engine would. Every thread of the warp
+      // waited on the stage's kv_empty in the loop's last pass.
       const int s = n_full % L::kStages, n0 = n_full * BC, valid = k_end - n0;
       const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
       const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
       unsigned char* tile_v = smem + (L::kV + s * L::kTileBytes);
-      for (int idx = wtid; idx < BC * D / 8; idx += 128) {
+      for (int idx = wtid; idx < BC * D / 8; idx += 32) {
         const int r = idx / (D / 8), c = idx % (D / 8);
         uint4 val = make_uint4(0u, 0u, 0u, 0u);
         if (r < valid) val = *reinterpret_cast<const uint4*>(gv + (int64_t(n0) + r) * kv_stride + c * 8);
         *reinterpret_cast<uint4*>(tile_v + (c / 8) * BC * 128 + r * 128 + (((c % 8) ^ (r & 7)) << 4)) = val;
       }
       if constexpr (HM != HopperMutation::no_proxy_fence) dev::fence_proxy_async();
-      dev::named_sync(1, 128);
+      __syncwarp();
       if (wtid == 0) dev::mbar_arrive(bar_v(s));
     }
     return;
@@ -310,17 +318,18 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   // S_j = Q K_j^T into sacc, one commit group: A = this warpgroup's 64 Q rows, B = the BC keys,
   // both K-major; a k16 step moves 32 bytes along a swizzled 128-byte row, a column block is
   // rows x 128 bytes further.
+  const uint32_t q_lo = dev::desc_lo(sQ + uint32_t(c * 64 * 128), 16);
   auto issue_s = [&](int j) {
     const int s = stage_of(j);
     if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_k(s), phase_of(j));
-    const uint32_t tk_s = sK + uint32_t(s * L::kTileBytes);
+    const uint32_t k_lo = dev::desc_lo(sK + uint32_t(s * L::kTileBytes), 16);
     dev::fence_regs(sacc);
     dev::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t qa = sQ + uint32_t((ks / 4) * BR * 128 + c * 64 * 128 + (ks % 4) * 32);
-      const uint32_t kb = tk_s + uint32_t((ks / 4) * BC * 128 + (ks % 4) * 32);
-      dev::wgmma_ss<BC, BF16>(sacc, dev::desc_sw128(qa, 16, 1024), dev::desc_sw128(kb, 16, 1024), ks > 0);
+      const uint32_t qa = q_lo + uint32_t(((ks / 4) * BR * 128 + (ks % 4) * 32) >> 4);
+      const uint32_t kb = k_lo + uint32_t(((ks / 4) * BC * 128 + (ks % 4) * 32) >> 4);
+      dev::wgmma_ss<BC, BF16>(sacc, dev::desc_sw128(qa, 1024), dev::desc_sw128(kb, 1024), ks > 0);
     }
     dev::wgmma_commit();
   };
@@ -329,31 +338,30 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   auto issue_pv = [&](int j) {
     const int s = stage_of(j);
     if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_v(s), phase_of(j));
-    const uint32_t tv_s = sV + uint32_t(s * L::kTileBytes);
+    const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), uint32_t(BC * 128));
     dev::fence_regs(o);
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) dev::fence_regs(pa[kk]);
     dev::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk)
-      dev::wgmma_rs<D, BF16>(o, pa[kk],
-                             dev::desc_sw128(tv_s + uint32_t(kk * 2048), uint32_t(BC * 128), 1024));
+      dev::wgmma_rs<D, BF16>(o, pa[kk], dev::desc_sw128(v_lo + uint32_t(kk * 2048 / 16), 1024));
     dev::wgmma_commit();
   };
   // The online softmax of tile j on sacc (S_j retired): scale, mask, row max, alpha, P (fp32, in
   // sacc), l. O is not touched here: it may be the accumulator of the P V wgmma in flight.
   // Accumulator element 4 i + e is row (e < 2 ? g : g + 8) of the warp's 16, column
   // 8 i + 2 t4 + (e & 1) of the tile (the mma.sync C layout per warp).
-  auto softmax = [&](int j) {
-    const int n0 = j * BC;
-    const bool full = n0 + BC <= tk && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
-    float mx[2] = {neg_inf_f(), neg_inf_f()};
+  // A tile with every score visible to the warp (most tiles) takes a path without the visibility
+  // tests: written as one loop, the compiler kept a branch around each score's tests, three
+  // instructions a score with the tests skipped.
+  auto scale_and_max = [&](auto masked, int n0, float(&mx)[2]) {
 #pragma unroll
     for (int i = 0; i < BC / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = __fmul_rn(sacc[4 * i + e], p.scale_log2);
-        if (!full) {
+        if constexpr (decltype(masked)::value) {
           const int row = e < 2 ? row_a : row_b;
           const int col = n0 + i * 8 + 2 * t4 + (e & 1);
           bool vis = row < tq && col < tk;
@@ -365,6 +373,15 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
     }
+  };
+  auto softmax = [&](int j) {
+    const int n0 = j * BC;
+    const bool full = n0 + BC <= tk && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
+    float mx[2] = {neg_inf_f(), neg_inf_f()};
+    if (full)
+      scale_and_max(std::false_type{}, n0, mx);
+    else
+      scale_and_max(std::true_type{}, n0, mx);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
