@@ -1,11 +1,11 @@
 // The Hopper attention forward kernel (sm_90a), launched by hopper.cu.
 //
 // CTA = 1 producer warpgroup + NC = BR / 64 consumer warpgroups. Shared memory (1024-byte aligned,
-// as the 128-byte swizzle needs): Q [BR x D], then 3 stages of K [BC x D] and V [BC x D] (tile j
-// in stage j % 3; at (128, 128), d = 128: 32 KB + 3 x 64 KB, under the 227 KB limit). Every tile
-// is stored as D / 64 column blocks of rows x 128 bytes, 16-byte chunks swizzled by
-// chunk ^ (row % 8) (the tensor map's CU_TENSOR_MAP_SWIZZLE_128B, which the wgmma descriptors'
-// 128-byte swizzle mode reads back).
+// as the 128-byte swizzle needs): Q [BR x D], then S = Layout::kStages stages of K [BC x D] and V
+// [BC x D] (tile j in stage j % S; 4, or 3 at (128, 128), d = 128: 32 KB + 3 x 64 KB, under the 227
+// KB limit). Every tile is stored as D / 64 column blocks of rows x 128 bytes, 16-byte chunks
+// swizzled by chunk ^ (row % 8) (the tensor map's CU_TENSOR_MAP_SWIZZLE_128B, which the wgmma
+// descriptors' 128-byte swizzle mode reads back).
 // Barriers: q_full; per stage k_full, v_full (the producer's expect_tx, completed by the copy
 // engine's bytes) and kv_empty (one arrival per consumer thread once both wgmmas that read the
 // stage, S on K and P V on V, have retired).
@@ -22,11 +22,11 @@
 // Overlap inside the warpgroup (FlashAttention-3's intra-warpgroup pipelining): tile j's S wgmma
 // and tile j - 1's P V wgmma are issued as two commit groups back to back; wait_group 1 retires
 // S_j, and tile j's softmax runs while P_(j-1) V_(j-1) is still on the tensor cores; wait_group 0
-// retires it, the stage of tile j - 1 is released, then O *= alpha_j and P_j is packed into the
-// A fragment (which P V_(j-1) no longer reads). Prologue: S_0 and its softmax alone; epilogue: the
+// retires it, the stage of tile j - 1 is released, then O *= alpha_j and P_j is packed into the A
+// fragment (which P V_(j-1) no longer reads). Prologue: S_0 and its softmax alone; epilogue: the
 // last P V alone. So a consumer holds the stages of tiles j - 1 and j, and the producer can load
-// tile j + 1 meanwhile (3 stages); it loads tile j once tile j - 3 is released, which the consumers
-// do in tile j - 2's step, before they wait on tile j: no cycle.
+// tiles j + 1 .. j + S - 2 meanwhile; it loads tile j once tile j - S is released, which the
+// consumers do in tile j - S + 1's step (S >= 3), before they wait on tile j: no cycle.
 // Rounding is per tile as in the one-tile-at-a-time loop: S in fp32 (wgmma), x = fp32 S *
 // scale_log2 (one rounded fmul), max, alpha and p = 2^(x - m) by fused_math.h (for fp16 inputs p by
 // dev::exp2_ftz, which gives the same P and, but for exact rounding ties, the same l: see there);
@@ -57,8 +57,14 @@ template <int BR, int BC, int D>
 struct Layout {
   static constexpr int kConsumers = BR / 64;
   static constexpr int kThreads = (kConsumers + 1) * 128;
-  static constexpr int kStages = 3;
   static constexpr int kQBytes = BR * D * 2, kTileBytes = BC * D * 2;
+  // Ring stages: as many K and V tiles as fit beside Q in the 227 KB an SM gives one CTA, at most
+  // kMaxStages (3 at (128, 128), d = 128). A consumer holds two stages (tiles j - 1 and j), so
+  // with 3 only one copy is in flight.
+  static constexpr int kMaxStages = 4;
+  static constexpr int kFit = (227 * 1024 - 1024 - 8 * 32 - kQBytes) / (2 * kTileBytes);
+  static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
+  static_assert(kStages >= 3, "the overlap holds two stages and loads into a third");
   static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes;
   static constexpr int kBar = kV + kStages * kTileBytes;  // q_full, k_full[S], v_full[S], kv_empty[S]
   static constexpr int kBytes = kBar + 8 * (1 + 3 * kStages) + 1024;  // + slack for the alignment
@@ -352,21 +358,39 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   // sacc), l. O is not touched here: it may be the accumulator of the P V wgmma in flight.
   // Accumulator element 4 i + e is row (e < 2 ? g : g + 8) of the warp's 16, column
   // 8 i + 2 t4 + (e & 1) of the tile (the mma.sync C layout per warp).
-  // A tile with every score visible to the warp (most tiles) takes a path without the visibility
-  // tests: written as one loop, the compiler kept a branch around each score's tests, three
-  // instructions a score with the tests skipped.
-  auto scale_and_max = [&](auto masked, int n0, float(&mx)[2]) {
+  // Three paths by what the tile needs, each without branches inside (written as one loop, the
+  // compiler kept a branch around each score's tests, three instructions a score with the tests
+  // skipped): kAll, every score visible to the warp (most tiles); kBounds, no mask array, so a
+  // row's visible keys are those below its end (the causal end, and the key range; 0 for a row
+  // past tq), two compares and selects a score; kMask, the mask array's loads besides.
+  // The row ends are computed in the tile that needs them (held across the loop, their four
+  // registers slowed the tiles without masks).
+  enum Visibility { kAll, kBounds, kMask };
+  auto scale_and_max = [&](auto vis_kind, int n0, float(&mx)[2]) {
+    constexpr Visibility kVis = decltype(vis_kind)::value;
+    [[maybe_unused]] int end_vis[2], end_range[2];  // keys [0, end_vis) visible, [0, end_range) in range
+    if constexpr (kVis == kBounds) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = r == 0 ? row_a : row_b;
+        end_range[r] = row < tq ? tk : 0;
+        const int causal_end = row + diag + 1;  // fused::causal_visible: key <= row + tk - tq
+        end_vis[r] = p.causal && causal_end < end_range[r] ? (causal_end > 0 ? causal_end : 0) : end_range[r];
+      }
+    }
 #pragma unroll
     for (int i = 0; i < BC / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = __fmul_rn(sacc[4 * i + e], p.scale_log2);
-        if constexpr (decltype(masked)::value) {
+        [[maybe_unused]] const int col = n0 + i * 8 + 2 * t4 + (e & 1);
+        if constexpr (kVis == kBounds) {
+          if (col >= end_vis[e >> 1]) x = col < end_range[e >> 1] ? fused::masked_logit() : neg_inf_f();
+        } else if constexpr (kVis == kMask) {
           const int row = e < 2 ? row_a : row_b;
-          const int col = n0 + i * 8 + 2 * t4 + (e & 1);
           bool vis = row < tq && col < tk;
           if (p.causal) vis = vis && fused::causal_visible(row, col, tq, tk);
-          if (mask && vis) vis = mask[int64_t(row) * tk + col] != 0;
+          if (vis) vis = mask[int64_t(row) * tk + col] != 0;
           if (!vis) x = row < tq && col < tk ? fused::masked_logit() : neg_inf_f();
         }
         sacc[4 * i + e] = x;
@@ -376,12 +400,13 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   };
   auto softmax = [&](int j) {
     const int n0 = j * BC;
-    const bool full = n0 + BC <= tk && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
     float mx[2] = {neg_inf_f(), neg_inf_f()};
-    if (full)
-      scale_and_max(std::false_type{}, n0, mx);
+    if (mask)
+      scale_and_max(std::integral_constant<Visibility, kMask>{}, n0, mx);
+    else if (n0 + BC <= tk && (!p.causal || n0 + BC - 1 <= warp_row0 + diag))
+      scale_and_max(std::integral_constant<Visibility, kAll>{}, n0, mx);
     else
-      scale_and_max(std::true_type{}, n0, mx);
+      scale_and_max(std::integral_constant<Visibility, kBounds>{}, n0, mx);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
