@@ -378,6 +378,11 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
         end_vis[r] = p.causal && causal_end < end_range[r] ? (causal_end > 0 ? causal_end : 0) : end_range[r];
       }
     }
+    // The row max as eight chains (element e, i odd or even) joined at the end, not one chain of
+    // BC / 4 dependent fmaxf a row: the max is the same in any order.
+    float part[2][4];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) part[k & 1][k >> 1] = neg_inf_f();
 #pragma unroll
     for (int i = 0; i < BC / 8; ++i) {
 #pragma unroll
@@ -394,9 +399,13 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
           if (!vis) x = row < tq && col < tk ? fused::masked_logit() : neg_inf_f();
         }
         sacc[4 * i + e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        float& q = part[i & 1][e];
+        q = fmaxf(q, x);
       }
     }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      mx[r] = fmaxf(fmaxf(part[0][2 * r], part[0][2 * r + 1]), fmaxf(part[1][2 * r], part[1][2 * r + 1]));
   };
   auto softmax = [&](int j) {
     const int n0 = j * BC;
