@@ -32,9 +32,10 @@ enum class HopperMutation : int {
   none = 0,
   no_full_wait = 1,    // consumers read the K and V stages without waiting on their full mbarriers
   stale_phase = 2,     // consumers wait on parity 0 forever: on odd passes round the ring the wait
-                       // succeeds on the previous pass's completion, before the new data lands; the
-                       // consumers then run ahead, the producer's next expect_tx lands on a phase
-                       // still pending, and the pipeline deadlocks (caught by the wait's trap)
+                       // succeeds on the previous pass's completion, before the new data lands, so
+                       // they read the stage's old tile unless the copy was quick, or run ahead until
+                       // the pipeline deadlocks (caught by the wait's trap). With 4 stages the copy
+                       // mostly lands in time at small shapes: K/V past L2 shows it
   no_proxy_fence = 3,  // the partial V tile written by ordinary stores lacks fence.proxy.async
                        // before the barrier that hands it to wgmma
 };

@@ -67,8 +67,13 @@ constexpr MutantInfo kMutants[] = {
      "fused-hopper consumers read K/V stages without waiting on their full mbarriers", "fused-hopper",
      "split_equals_whole, accuracy (nondeterministic); synccheck: missing wait", true},
     {15, "mutant-hopper-stale-phase",
-     "fused-hopper consumers wait on a fixed mbarrier parity: the pipeline deadlocks after the ring wraps",
-     "fused-hopper", "any property: the wait's guard traps (device fault, exit 3)", true},
+     "fused-hopper consumers wait on a fixed mbarrier parity: on odd passes round the ring they read a "
+     "stage before its tile lands, or the pipeline deadlocks",
+     "fused-hopper",
+     "gpu test: kernels_hopper_gpu with K/V past L2 (outside the exact bound, or the wait's guard traps: "
+     "device fault, exit 3); memcheck. The gate's small cases mostly miss it: with 4 ring stages the copy "
+     "lands in time",
+     true},
     {16, "mutant-hopper-no-proxy-fence",
      "fused-hopper's partial V tile, stored by ordinary stores, misses fence.proxy.async before wgmma",
      "fused-hopper",

@@ -396,7 +396,7 @@ TEST_CASE("hopper gpu: small shapes for the sanitizers", "[sanitize]") {
 }
 
 // The Hopper mutants once each on a small shape, results unchecked: for the sanitizers to judge.
-// Hidden from a plain run: the stale-phase mutant traps, and a trap leaves the context unusable.
+// Hidden from a plain run: the stale-phase mutant can trap, and a trap leaves the context unusable.
 // AC_HOPPER_MUTANT=N runs only mutation N, so each sanitizer report belongs to one mutant.
 TEST_CASE("hopper gpu: mutants under the sanitizers", "[.sanitize-mutants]") {
   if (!kern::hopper_built()) return;
@@ -427,7 +427,7 @@ TEST_CASE("hopper gpu: the Hopper mutants are caught", "[hopper][gpu][mutants]")
     const char* name;
     bool must_catch;
   };
-  // stale-phase last: its deadlock traps (the wait's guard), and a trap leaves the context unusable.
+  // stale-phase last: a deadlock traps (the wait's guard), and a trap leaves the context unusable.
   for (const M& m : {M{kern::HopperMutation::no_proxy_fence, "no-proxy-fence", false},
                      M{kern::HopperMutation::no_full_wait, "no-full-wait", true},
                      M{kern::HopperMutation::stale_phase, "stale-phase", true}}) {
