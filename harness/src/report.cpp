@@ -475,9 +475,14 @@ std::string render_markdown(const Report& r) {
   o << "## attncheck: " << upper << " (" << bad << " of " << rows.size()
     << " subject x property results not passing)\n\n";
   o << "backend " << r.backend << (r.device.empty() || r.device == r.backend ? "" : " (" + r.device + ")")
-    << ", seed " << r.seed << ", " << r.num_cases << " cases, suite " << r.suite << ", shard "
-    << r.shard_index << "/" << r.shard_count;
-  if (r.shards_merged.size() > 1) o << " (" << r.shards_merged.size() << " shards merged)";
+    << ", seed " << r.seed << ", " << r.num_cases << " cases, suite " << r.suite;
+  if (r.shards_merged.size() > 1) {
+    o << ", shards";
+    for (size_t i = 0; i < r.shards_merged.size(); ++i) o << (i ? ", " : " ") << r.shards_merged[i];
+    o << " of " << r.shard_count << " merged";
+  } else {
+    o << ", shard " << r.shard_index << "/" << r.shard_count;
+  }
   o << ", attncheck " << r.tool_version << (r.git_describe.empty() ? "" : " (" + r.git_describe + ")")
     << "\n";
   if (r.interrupted) o << "\n**Interrupted**: this report holds what completed before Ctrl-C.\n";

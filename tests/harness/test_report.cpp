@@ -217,6 +217,19 @@ TEST_CASE("report.md lists the worst offenders first", "[report]") {
   CHECK(md.find("| 50 | 1 | 0.5 | 0.25 | 0 |") != std::string::npos);
 }
 
+TEST_CASE("report.md names a single shard, or the shards a merged report holds", "[report]") {
+  Report r = sample_report();
+  r.shard_index = 1;
+  r.shard_count = 3;
+  CHECK(render_markdown(r).find(", shard 1/3,") != std::string::npos);
+  // A merged report's shard_index is its first shard's; "shard 0/3 (3 shards merged)" read as one.
+  r.shard_index = 0;
+  r.shards_merged = {0, 1, 2};
+  const std::string md = render_markdown(r);
+  CHECK(md.find(", shards 0, 1, 2 of 3 merged,") != std::string::npos);
+  CHECK(md.find("shard 0/3") == std::string::npos);
+}
+
 TEST_CASE("the gate passes an identical report and flags built-in regressions", "[baseline]") {
   const Report base = sample_report();
   const BaselineComparison same = compare_to_baseline(base, base);
