@@ -8,10 +8,13 @@ from .check import check
 
 
 @pytest.fixture
-def attncheck_check(tmp_path, record_property):
+def attncheck_check(tmp_path, request):
     def run(subject_or_callable, **kwargs):
         kwargs.setdefault("report_dir", tmp_path / "attncheck-report")
-        record_property("attncheck_report", str(kwargs["report_dir"]))
+        # The test's user_properties, which junit-xml writes and xdist carries back: pytest's
+        # record_property fixture appends to the same list but warns under junit_family xunit2,
+        # pytest's default.
+        request.node.user_properties.append(("attncheck_report", str(kwargs["report_dir"])))
         return check(subject_or_callable, **kwargs)
 
     return run
