@@ -3,8 +3,10 @@
 # 32/8 heads, d = 128, fp16, non-causal), one launch each, side by side: which limit binds (tensor
 # pipe, shared memory, issue, stalls). Run on the device machine from the repo root with gpu-pack/
 # carried; clocks are left alone (--clock-control none). Writes under $OUT: <name>.txt (ncu's
-# details page), <name>-source.csv (per-SASS-instruction samples, fused-hopper only) and
-# summary.txt lines with the headline metrics.
+# details page: its "highest-utilized pipeline" line gives the tensor pipe's share), <name>-source.csv
+# (per-SASS-instruction samples, fused-hopper only) and a summary.txt line per kernel with the
+# metrics of $metrics that the report holds (on the H200 in 2026-12: duration, warp instructions,
+# issue activity, registers, block, grid and shared memory; the pipe metrics were absent there).
 #   bash tests/gpu/profile.sh [tiling...]   tilings as the kernel's template arguments BR, BC
 #                                           (default: 192,64 128,128); CUDNN=0 leaves cuDNN out
 set -u
