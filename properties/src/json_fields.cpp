@@ -4,9 +4,22 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <utility>
 #include <vector>
 
 namespace attncheck::json_fields {
+
+namespace {
+
+// One byte as printable writes it: itself when printable ASCII, else \xNN.
+std::string escaped(unsigned char ch) {
+  if (ch >= 0x20 && ch < 0x7f) return std::string(1, char(ch));
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+  return buf;
+}
+
+}  // namespace
 
 std::string printable(std::string_view text, size_t max) {
   std::string out;
@@ -15,13 +28,7 @@ std::string printable(std::string_view text, size_t max) {
       out += "...";
       break;
     }
-    if (ch >= 0x20 && ch < 0x7f) {
-      out.push_back(char(ch));
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
-      out += buf;
-    }
+    out += escaped(ch);
   }
   return out;
 }
@@ -29,17 +36,17 @@ std::string printable(std::string_view text, size_t max) {
 std::string printable_tail(std::string_view text, size_t max) {
   const std::string all = printable(text, std::string::npos);
   if (all.size() <= max) return all;
-  // Escaped characters, from the end, while they fit after the "...".
-  std::vector<std::string_view> pieces;
+  // Escaped bytes, from the end, while they fit after the "...".
+  std::vector<std::string> pieces;
   size_t used = 3;
   for (size_t i = text.size(); i-- > 0;) {
-    const size_t width = (text[i] >= 0x20 && text[i] < 0x7f) ? 1 : 4;
-    if (used + width > max) break;
-    used += width;
-    pieces.push_back(text.substr(i, 1));
+    std::string e = escaped(static_cast<unsigned char>(text[i]));
+    if (used + e.size() > max) break;
+    used += e.size();
+    pieces.push_back(std::move(e));
   }
   std::string out = "...";
-  for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) out += printable(*it, std::string::npos);
+  for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) out += *it;
   return out;
 }
 
