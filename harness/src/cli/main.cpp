@@ -349,17 +349,17 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
   }
 }
 
+// How this attncheck was started (argv[0], quoted for the shell): a path when it was given as one,
+// so that a printed command runs the same binary when pasted in the same directory; "attncheck"
+// when the shell found it on PATH.
+std::string g_invoked_as = "attncheck";
+
 // The reproduce command of a result or replay, as it must be pasted: `command` (attncheck replay
 // FILE --subject NAME, or check) with what it needs besides the case. That is where the subject
 // comes from (its worker, or this run's plugins, isolated or not) and the backend, and for a
 // worker the environment it was started with that a fresh shell lacks: a worker inherits
 // attncheck's environment, and a Python worker finds its modules, the SDK among them, through
 // PYTHONPATH (PYTHONHOME where set). check and replay print the same.
-// How this attncheck was started (argv[0], quoted for the shell): a path when it was given as one,
-// so that a printed command runs the same binary when pasted in the same directory; "attncheck"
-// when the shell found it on PATH.
-std::string g_invoked_as = "attncheck";
-
 std::string reproduce_line(const std::string& command, const ac::Subject& s,
                            const std::vector<std::string>& plugins, const std::string& backend) {
   std::string env, flags;
