@@ -83,6 +83,13 @@ class Timer {
   cudaEvent_t a_{}, b_{};
 };
 
+// The GPU left idle after a heavy load (`after`), so that the rows measured next do not run at the
+// clocks that load left behind.
+void rest(int seconds, const char* after) {
+  check(cudaDeviceSynchronize(), after);
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+}
+
 void fill(void* p, int64_t n, uint32_t seed, bool bf16) {
   ::attncheck::bench::fill_random<<<1024, 256>>>(static_cast<uint16_t*>(p), n, seed, bf16);
   check(cudaGetLastError(), "fill_random");
@@ -172,8 +179,7 @@ void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& ou
   // A second's rest after fused-hopper, the run's heaviest kernel after the GEMM: at T = 8192
   // (about 80% of the GEMM ceiling) the first fused row after its rows measured 3.5-10% slower
   // than in the baseline run on the H200, with fused's code unchanged, and failed the speed gate.
-  check(cudaDeviceSynchronize(), "fused-hopper");
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  rest(1, "fused-hopper");
 #endif
 }
 
@@ -312,8 +318,7 @@ Ceilings run_suite(const SuiteOptions& o, std::vector<Measurement>& out) {
   // Two idle seconds after the GEMM, the heaviest load of the run: in a run started right after
   // another on the H200, the first attention rows measured straight after it were 9% slower than
   // in the first run, recovering over about ten rows, and the speed gate failed on them.
-  check(cudaDeviceSynchronize(), "the GEMM ceiling");
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  rest(2, "the GEMM ceiling");
   if (o.attention)
     for (int t : o.attention_tokens)
       for (bool bf16 : {false, true})
