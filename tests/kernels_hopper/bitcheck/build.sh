@@ -17,7 +17,6 @@ git rev-parse --verify -q "$rev^{commit}" > /dev/null || die "'$rev' is not a gi
 lib=$build/kernels/libac_kernels.a budgets=$build/properties/libac_budgets.a
 [ -f "$lib" ] && [ -f "$budgets" ] || die "no $lib or $budgets (build the working tree with CUDA first)"
 nvcc=${NVCC:-$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2> /dev/null)} || die "no nvcc here" 77
-cuda=$(dirname "$(dirname "$nvcc")")
 old=$out/old/hopper
 rm -rf "$out/old" && mkdir -p "$old"
 for f in hopper_kernel.cuh hopper_launch.cuh hopper_wgmma.cuh; do
@@ -27,8 +26,10 @@ done
 src=tests/kernels_hopper/bitcheck defs="-DATTNCHECK_HAVE_CUDA=1 -DATTNCHECK_HAVE_SM90A=1"
 "$nvcc" $defs -I"$out/old" -Ikernels -Iharness/include -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
   --expt-relaxed-constexpr -std=c++20 -x cu -c "$src/old_kernel.cu" -o "$out/old_kernel.o"
-"${CXX:-g++}" $defs -Itests/kernels_attention -Ikernels -Iharness/include -Iproperties/include -isystem "$cuda/include" \
+# The host file goes through nvcc too, so it finds the CUDA headers where nvcc's own profile puts
+# them (not always <toolkit>/include).
+"$nvcc" -ccbin "${CXX:-g++}" -x c++ $defs -Itests/kernels_attention -Ikernels -Iharness/include -Iproperties/include \
   -O2 -std=c++20 -c "$src/hopper_bitcheck.cpp" -o "$out/hopper_bitcheck.o"
-"$nvcc" -o "$out/hopper_bitcheck" "$out/hopper_bitcheck.o" "$out/old_kernel.o" "$lib" "$budgets" \
-  -L"$cuda/targets/x86_64-linux/lib" -lcudadevrt -lcudart_static -lrt -lpthread -ldl
+"$nvcc" -ccbin "${CXX:-g++}" -cudart static -o "$out/hopper_bitcheck" "$out/hopper_bitcheck.o" "$out/old_kernel.o" \
+  "$lib" "$budgets" -lrt -lpthread -ldl
 echo "$out/hopper_bitcheck: the working tree's fused-hopper against $(git rev-parse --short "$rev")'s"
