@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "attncheck/json_fields.hpp"
+#include "attncheck/names.hpp"
 
 #if defined(ATTNCHECK_HAVE_CUDA)
 #include <cuda_runtime.h>
@@ -43,11 +44,9 @@ uint32_t poison_bits(ac_dtype d) {
 
 namespace {
 
-size_t element_size(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
-
 // Bits (one uint32 per element) -> packed bytes of the element type.
 std::vector<unsigned char> pack(ac_dtype d, const Bits& bits) {
-  const size_t es = element_size(d);
+  const size_t es = size_t(dtype_bytes(d));
   std::vector<unsigned char> out(bits.size() * es);
   for (size_t i = 0; i < bits.size(); ++i) {
     if (es == 4) {
@@ -61,7 +60,7 @@ std::vector<unsigned char> pack(ac_dtype d, const Bits& bits) {
 }
 
 Bits unpack(ac_dtype d, const std::vector<unsigned char>& bytes) {
-  const size_t es = element_size(d);
+  const size_t es = size_t(dtype_bytes(d));
   Bits out(bytes.size() / es);
   for (size_t i = 0; i < out.size(); ++i) {
     if (es == 4) {

@@ -27,8 +27,6 @@ using json = nlohmann::json;
 constexpr int kFormatVersion = 1;
 constexpr size_t kHexMaxElements = 64;
 
-int element_bytes(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
-
 const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 std::string base64_encode(const std::vector<uint8_t>& bytes) {
@@ -258,7 +256,7 @@ std::string case_to_json(const Case& c) {
                   {"fold", fold_name(c.options.fold_order)}};
   json in;
   if (const auto* m = std::get_if<MergeInput>(&c.input)) {
-    const int w = element_bytes(m->dtype);
+    const int w = dtype_bytes(m->dtype);
     in = {{"dtype", dtype_name(m->dtype)},
           {"num_tokens", m->num_tokens},
           {"num_heads", m->num_heads},
@@ -271,10 +269,10 @@ std::string case_to_json(const Case& c) {
     in = {{"dtype", dtype_name(s->dtype)},
           {"rows", s->rows},
           {"cols", s->cols},
-          {"x", encode_elements(s->x, element_bytes(s->dtype))}};
+          {"x", encode_elements(s->x, dtype_bytes(s->dtype))}};
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
-    const int w = element_bytes(a.dtype);
+    const int w = dtype_bytes(a.dtype);
     std::vector<uint32_t> mask(a.mask.begin(), a.mask.end());
     in = {{"dtype", dtype_name(a.dtype)},
           {"num_heads", a.num_heads},
@@ -330,7 +328,7 @@ Case case_from_json(const std::string& text) {
   const json& in = field(j, "input", top);
   const std::string w = "input";
   const ac_dtype dtype = dtype_from_name(get_string(in, "dtype", w));
-  const int eb = element_bytes(dtype);
+  const int eb = dtype_bytes(dtype);
   if (op == AC_OP_MERGE) {
     MergeInput m;
     m.dtype = dtype;

@@ -45,6 +45,7 @@ constexpr std::array<std::pair<RunStatus, const char*>, 5> kStatuses{
 const char* op_name(uint32_t op) { return name_of(kOps, op, "unknown"); }
 std::optional<uint32_t> op_from(std::string_view name) { return value_of(kOps, name); }
 const char* dtype_name(ac_dtype d) { return name_of(kDtypes, d, "unknown"); }
+int dtype_bytes(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
 std::optional<ac_dtype> dtype_from(std::string_view name) { return value_of(kDtypes, name); }
 const char* fold_name(ac_fold f) { return name_of(kFolds, f, "unknown"); }
 std::optional<ac_fold> fold_from(std::string_view name) { return value_of(kFolds, name); }

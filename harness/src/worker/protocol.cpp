@@ -7,6 +7,8 @@
 #include <cstring>
 #include <utility>
 
+#include "attncheck/names.hpp"
+
 namespace attncheck::worker {
 
 using nlohmann::json;
@@ -101,22 +103,14 @@ DeclaredSubject& DeclaredSubject::operator=(const DeclaredSubject& o) {
 const char* layout_word(ac_lse_layout l) {
   return l == AC_LSE_TOKENS_HEADS ? "tokens_heads" : "heads_tokens";
 }
-const char* fold_word(ac_fold f) {
-  return f == AC_FOLD_RIGHT ? "right" : f == AC_FOLD_TREE ? "tree" : "left";
-}
 ac_fold fold_from_word(const std::string& w) {
-  if (w == "left") return AC_FOLD_LEFT;
-  if (w == "right") return AC_FOLD_RIGHT;
-  if (w == "tree") return AC_FOLD_TREE;
+  if (const auto f = fold_from(w)) return *f;
   throw ProtocolError("unknown fold order '" + w + "'");
 }
 ac_dtype dtype_from_word(const std::string& w) {
-  if (w == "fp32") return AC_DTYPE_F32;
-  if (w == "fp16") return AC_DTYPE_F16;
-  if (w == "bf16") return AC_DTYPE_BF16;
+  if (const auto d = dtype_from(w)) return *d;
   throw ProtocolError("unknown dtype '" + w + "'");
 }
-size_t dtype_bytes(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
 
 json caps_to_json(const std::string& name, const std::string& description, const ac_caps& c) {
   json j;

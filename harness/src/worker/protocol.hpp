@@ -58,10 +58,8 @@ nlohmann::json caps_to_json(const std::string& name, const std::string& descript
 DeclaredSubject caps_from_json(const nlohmann::json& j, int protocol = kProtocolVersion);  // ProtocolError
 
 const char* layout_word(ac_lse_layout);
-const char* fold_word(ac_fold);
 ac_fold fold_from_word(const std::string&);
 ac_dtype dtype_from_word(const std::string&);
-size_t dtype_bytes(ac_dtype);
 
 // One tensor's place in the arena and its shape, as a request or reply names it.
 struct TensorRef {

@@ -202,7 +202,7 @@ class WorkerSubject final : public Subject {
       r["tiling"] = tiling;
     }
     r["num_splits"] = opt.num_splits;
-    r["fold_order"] = fold_word(opt.fold_order);
+    r["fold_order"] = fold_name(opt.fold_order);
     r["inputs"] = {{"q", tensor_json(q)}, {"k", tensor_json(k)}, {"v", tensor_json(v)}};
     if (has_mask) {
       r["inputs"]["mask"] = tensor_json(mask);

@@ -13,6 +13,7 @@ namespace attncheck {
 const char* op_name(uint32_t op);  // AC_OP_MERGE -> "merge"; "unknown" for other bits
 std::optional<uint32_t> op_from(std::string_view name);
 const char* dtype_name(ac_dtype);  // "fp32" | "fp16" | "bf16"
+int dtype_bytes(ac_dtype);         // storage bytes of one element: 4 (fp32), 2 (fp16, bf16)
 std::optional<ac_dtype> dtype_from(std::string_view name);
 const char* fold_name(ac_fold);  // "left" | "right" | "tree"
 std::optional<ac_fold> fold_from(std::string_view name);
