@@ -7,7 +7,9 @@
 #   tests/kernels_hopper/bitcheck/build.sh REV [BUILD_DIR] [OUT_DIR]
 # BUILD_DIR: a CUDA build of the working tree (default build-cuda), whose libac_kernels.a holds the
 # new kernel; OUT_DIR (default BUILD_DIR/bitcheck) gets hopper_bitcheck. $NVCC and $CXX override
-# nvcc (else on PATH or in /usr/local/cuda) and g++.
+# nvcc (else on PATH or in /usr/local/cuda) and g++. $CUDA_INCLUDE (folders, ':'-separated) and
+# $CUDA_LIBDIR name the toolkit's headers and libraries where they are not where nvcc's own profile
+# says (ctest passes what CMake found).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 die() { echo "bitcheck/build.sh: $1" >&2; exit "${2:-2}"; }
@@ -24,12 +26,16 @@ for f in hopper_kernel.cuh hopper_launch.cuh hopper_wgmma.cuh; do
   sed -i 's/namespace attncheck::kern::hopper\b/namespace attncheck::kern::hopper_old/' "$old/$f"
 done
 src=tests/kernels_hopper/bitcheck defs="-DATTNCHECK_HAVE_CUDA=1 -DATTNCHECK_HAVE_SM90A=1"
-"$nvcc" $defs -I"$out/old" -Ikernels -Iharness/include -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
+inc=() libdirs=()
+IFS=: read -r -a dirs <<< "${CUDA_INCLUDE:-}"
+for d in "${dirs[@]}"; do [ -n "$d" ] && inc+=(-isystem "$d"); done
+[ -n "${CUDA_LIBDIR:-}" ] && libdirs+=(-L"$CUDA_LIBDIR")
+"$nvcc" $defs "${inc[@]}" -I"$out/old" -Ikernels -Iharness/include -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
   --expt-relaxed-constexpr -std=c++20 -x cu -c "$src/old_kernel.cu" -o "$out/old_kernel.o"
-# The host file goes through nvcc too, so it finds the CUDA headers where nvcc's own profile puts
-# them (not always <toolkit>/include).
-"$nvcc" -ccbin "${CXX:-g++}" -x c++ $defs -Itests/kernels_attention -Ikernels -Iharness/include -Iproperties/include \
+# The host file goes through nvcc too, so it also finds the CUDA headers where nvcc's own profile
+# puts them (not always beside nvcc).
+"$nvcc" -ccbin "${CXX:-g++}" -x c++ $defs "${inc[@]}" -Itests/kernels_attention -Ikernels -Iharness/include -Iproperties/include \
   -O2 -std=c++20 -c "$src/hopper_bitcheck.cpp" -o "$out/hopper_bitcheck.o"
 "$nvcc" -ccbin "${CXX:-g++}" -cudart static -o "$out/hopper_bitcheck" "$out/hopper_bitcheck.o" "$out/old_kernel.o" \
-  "$lib" "$budgets" -lrt -lpthread -ldl
+  "$lib" "$budgets" "${libdirs[@]}" -lrt -lpthread -ldl
 echo "$out/hopper_bitcheck: the working tree's fused-hopper against $(git rev-parse --short "$rev")'s"
