@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -215,9 +216,13 @@ constexpr int64_t kMaxElements = int64_t(1) << 28;
 // Work a case may declare beyond what its tensors carry, so that a small file cannot ask for
 // hours: a softmax row costs a reference row even with no columns (tens of microseconds; generated
 // cases have at most 5 rows), and attention scores number sum_i Tq_i Tk_i x heads x head size
-// while the file holds only (Tq + Tk) x heads x head size elements.
+// while the file holds only (Tq + Tk) x heads x head size elements. An attention case may declare
+// kMaxAttentionWork, or kWorkPerElement times the elements its q, k and v hold if that is more: the
+// long suite's layer (8192 queries over 8192 keys, 32 heads over 8, d = 128: 2^38 of work over
+// 50 million elements, 5461 each) reads back, and hours of work need a file past the size bound.
 constexpr int64_t kMaxSoftmaxRows = int64_t(1) << 16;
 constexpr int64_t kMaxAttentionWork = int64_t(1) << 32;
+constexpr int64_t kWorkPerElement = int64_t(1) << 13;
 
 int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& what) {
   int64_t p = 1;
@@ -385,9 +390,16 @@ Case case_from_json(const std::string& text) {
       if (total_q > kMaxDim || total_k > kMaxDim || mask_elems > kMaxElements)
         throw CaseError("input: sequences too long");
     }
-    // mask_elems <= 2^28, heads and head size <= 2^24: divide rather than multiply.
-    if (mask_elems > 0 && (kMaxAttentionWork / mask_elems) / a.num_heads < a.head_size)
-      throw CaseError("input: attention work (sum Tq x Tk x heads x head size) beyond the bound 2^32");
+    // In double: mask_elems <= 2^28 and the rest <= 2^24 each, far inside its range; the shapes
+    // declared here are the tensors' sizes, checked as they are decoded below.
+    const double work = double(mask_elems) * a.num_heads * a.head_size,
+                 elements =
+                     (double(total_q) * a.num_heads + 2.0 * double(total_k) * a.num_kv_heads) * a.head_size;
+    if (work > std::max(double(kMaxAttentionWork), double(kWorkPerElement) * elements))
+      throw CaseError(
+          "input: attention work (sum Tq x Tk x heads x head size) beyond the bound (2^32, or 2^13 per "
+          "element "
+          "of q, k and v)");
     const std::string mask = get_string_or(in, "mask", w, "");
     if (!mask.empty()) {
       const auto m = decode_elements(mask, 1, "input.mask");

@@ -147,3 +147,38 @@ TEST_CASE("atomic write: content-named file, no temporaries, missing file is a C
   CHECK(describe_size(case_size(attention_case(5))) == "tokens=3 keys=5 heads=2 d=4");
   fs::remove_all(dir);
 }
+
+// The work bound: 2^32, or 2^13 per element of q, k and v the file holds. 2048 queries over 2048
+// keys, 32 heads over 8, d = 128 (2^34 of work over 12.6 million elements, 1365 each: the long
+// suite's layer at a quarter of its tokens) reads back. 16384 queries over 16384 keys, 32 heads
+// over 1, d = 1 (2^33 of work over 557,056 elements, 15420 each) is refused before its tensors are
+// decoded.
+TEST_CASE("attention work: a large case reads back, one with too much work per element is refused",
+          "[case]") {
+  auto make = [](int32_t tokens, int32_t heads, int32_t kv_heads, int32_t d) {
+    Case c;
+    c.op.assign("attention");
+    c.subject.assign("fused");
+    AttentionInput a;
+    a.num_heads = heads;
+    a.num_kv_heads = kv_heads;
+    a.head_size = d;
+    a.seqlens_q = {tokens};
+    a.seqlens_k = {tokens};
+    a.q.assign(size_t(tokens) * heads * d, 0x3c00);
+    a.k.resize(size_t(tokens) * kv_heads * d);
+    for (size_t i = 0; i < a.k.size(); ++i) a.k[i] = uint32_t(i * 2654435761u) & 0x7bffu;
+    a.v = a.k;
+    c.input = std::move(a);
+    return c;
+  };
+  const Case big = make(2048, 32, 8, 128);
+  const Case back = case_from_json(case_to_json(big));
+  CHECK(std::get<AttentionInput>(back.input).k == std::get<AttentionInput>(big.input).k);
+  try {
+    (void)case_from_json(case_to_json(make(16384, 32, 1, 1)));
+    FAIL("accepted 15420 of work per element");
+  } catch (const CaseError& e) {
+    CHECK(std::string(e.what()).find("attention work") != std::string::npos);
+  }
+}
