@@ -30,13 +30,17 @@ constexpr size_t kHexMaxElements = 64;
 
 const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-std::string base64_encode(const std::vector<uint8_t>& bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    uint32_t n = (uint32_t(bytes[i]) << 16) | (uint32_t(bytes[i + 1]) << 8) | bytes[i + 2];
-    for (int s = 18; s >= 0; s -= 6) out.push_back(kB64[(n >> s) & 63]);
+// Appends to `out` (a prefix already there), written in place: a long-suite or streamed case
+// carries 10^8 bytes.
+void base64_encode(const std::vector<uint8_t>& bytes, std::string& out) {
+  size_t o = out.size(), i = 0;
+  out.resize(o + bytes.size() / 3 * 4);
+  for (; i + 2 < bytes.size(); i += 3, o += 4) {
+    const uint32_t n = (uint32_t(bytes[i]) << 16) | (uint32_t(bytes[i + 1]) << 8) | bytes[i + 2];
+    out[o] = kB64[(n >> 18) & 63];
+    out[o + 1] = kB64[(n >> 12) & 63];
+    out[o + 2] = kB64[(n >> 6) & 63];
+    out[o + 3] = kB64[n & 63];
   }
   const size_t rest = bytes.size() - i;
   if (rest) {
@@ -47,7 +51,6 @@ std::string base64_encode(const std::vector<uint8_t>& bytes) {
     out.push_back(rest == 2 ? kB64[(n >> 6) & 63] : '=');
     out.push_back('=');
   }
-  return out;
 }
 
 std::vector<uint8_t> base64_decode(const std::string& s, const std::string& what) {
@@ -106,13 +109,17 @@ std::vector<uint8_t> hex_decode(const std::string& s, const std::string& what) {
   return out;
 }
 
-// Elements of `width` bytes, little-endian, to text.
-std::string encode_elements(const std::vector<uint32_t>& elems, int width) {
-  std::vector<uint8_t> bytes;
-  bytes.reserve(elems.size() * width);
-  for (uint32_t e : elems)
-    for (int b = 0; b < width; ++b) bytes.push_back(uint8_t(e >> (8 * b)));
-  return elems.size() <= kHexMaxElements ? "hex:" + hex_encode(bytes) : "b64:" + base64_encode(bytes);
+// Elements of `width` bytes (a uint32_t or uint8_t vector), little-endian, to text.
+template <class Elems>
+std::string encode_elements(const Elems& elems, int width) {
+  std::vector<uint8_t> bytes(elems.size() * size_t(width));
+  for (size_t i = 0; i < elems.size(); ++i)
+    for (int b = 0; b < width; ++b)
+      bytes[i * size_t(width) + size_t(b)] = uint8_t(uint32_t(elems[i]) >> (8 * b));
+  if (elems.size() <= kHexMaxElements) return "hex:" + hex_encode(bytes);
+  std::string text = "b64:";
+  base64_encode(bytes, text);
+  return text;
 }
 
 std::vector<uint32_t> decode_elements(const std::string& text, int width, const std::string& what) {
@@ -278,7 +285,6 @@ std::string case_to_json(const Case& c) {
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
     const int w = dtype_bytes(a.dtype);
-    std::vector<uint32_t> mask(a.mask.begin(), a.mask.end());
     in = {{"dtype", dtype_name(a.dtype)},
           {"num_heads", a.num_heads},
           {"num_kv_heads", a.num_kv_heads},
@@ -287,14 +293,15 @@ std::string case_to_json(const Case& c) {
           {"seqlens_k", a.seqlens_k},
           {"causal", a.causal},
           {"softmax_scale_bits", bits_hex(float_bits(a.softmax_scale))},
-          {"softmax_scale", double(a.softmax_scale)},  // for the reader; the bits are authoritative
-          {"mask", a.mask.empty() ? std::string() : encode_elements(mask, 1)},
-          {"q", encode_elements(a.q, w)},
-          {"k", encode_elements(a.k, w)},
-          {"v", encode_elements(a.v, w)}};
+          {"softmax_scale", double(a.softmax_scale)}};  // for the reader; the bits are authoritative
+    // Assigned, not listed above: an initializer list's strings would be copied.
+    in["mask"] = a.mask.empty() ? std::string() : encode_elements(a.mask, 1);
+    in["q"] = encode_elements(a.q, w);
+    in["k"] = encode_elements(a.k, w);
+    in["v"] = encode_elements(a.v, w);
     if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
   }
-  j["input"] = in;
+  j["input"] = std::move(in);
   return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
