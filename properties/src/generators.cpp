@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "attncheck/hash.hpp"
 #include "internal.hpp"
@@ -519,11 +520,30 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
 
 namespace {
 
+// n values uniform on [-scale, scale), rounded to `dtype`, from the 53 high bits of one splitmix64
+// draw per element and stream: the layer's 10^7 to 10^8 values come from one drawn seed, not from
+// one RapidCheck pick each, which would take minutes to draw. Element i depends on i alone, so the
+// threads (one per core, each over at least 2^20 elements) do not change a bit.
+void uniform_fill(ac_dtype dtype, uint64_t seed, Bits& b, int64_t n, uint64_t stream, double scale) {
+  b.resize(size_t(n));
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t r = hash::splitmix64(seed ^ hash::splitmix64(stream * hash::kGoldenGamma + uint64_t(i)));
+      b[size_t(i)] = round_bits(dtype, (double(r >> 11) * 0x1p-52 - 1.0) * scale);
+    }
+  };
+  const int64_t threads =
+      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 1 + n / (int64_t(1) << 20));
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fill, n * t / threads, n * (t + 1) / threads);
+  fill(0, n / threads);
+  for (std::thread& th : pool) th.join();
+}
+
 // The seed's layer: Llama-3-8B's 32 query heads over 8 KV heads (32 over 32 without GQA), d = 128
 // (else the largest size the subject takes), one sequence of dom.layer_tokens queries and keys,
-// causal or not, logits of standard deviation 1 or 3 after the 1/sqrt(d) scale. Its 10^7 to 10^8
-// values come from one drawn seed through splitmix64, not from one RapidCheck pick each, which
-// would take minutes to draw; a failure is cut down by the structural shrinker (shrink.cpp).
+// causal or not, logits of standard deviation 1 or 3 after the 1/sqrt(d) scale. Its values come
+// from one drawn seed (uniform_fill); a failure is cut down by the structural shrinker (shrink.cpp).
 AttentionInput layer_input(const Domain& dom) {
   AttentionInput a;
   a.dtype = *g::elementOf(dom.dtypes);
@@ -539,18 +559,10 @@ AttentionInput layer_input(const Domain& dom) {
   const uint64_t seed = *any_seed();
   const int64_t T = dom.layer_tokens, D = a.head_size;
   a.softmax_scale = float(1.0 / std::sqrt(double(D)));
-  // Uniform on [-1, 1) from the 53 high bits of one splitmix64 draw per element and stream.
-  auto fill = [&](Bits& b, int64_t n, uint64_t stream, double scale) {
-    b.resize(size_t(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t r = hash::splitmix64(seed ^ hash::splitmix64(stream * hash::kGoldenGamma + uint64_t(i)));
-      b[size_t(i)] = round_bits(a.dtype, (double(r >> 11) * 0x1p-52 - 1.0) * scale);
-    }
-  };
   // Uniform entries of variance 1 (q) and sigma^2 (k): scores q.k / sqrt(d) then have variance sigma^2.
-  fill(a.q, T * a.num_heads * D, 1, std::sqrt(3.0));
-  fill(a.k, T * a.num_kv_heads * D, 2, std::sqrt(3.0) * sigma);
-  fill(a.v, T * a.num_kv_heads * D, 3, 1.0);
+  uniform_fill(a.dtype, seed, a.q, T * a.num_heads * D, 1, std::sqrt(3.0));
+  uniform_fill(a.dtype, seed, a.k, T * a.num_kv_heads * D, 2, std::sqrt(3.0) * sigma);
+  uniform_fill(a.dtype, seed, a.v, T * a.num_kv_heads * D, 3, 1.0);
   return a;
 }
 
