@@ -158,10 +158,7 @@ TEST_CASE("hopper gpu: bitwise reproducible run to run", "[hopper][gpu]") {
 TEST_CASE("hopper gpu: the seed's shape on sampled rows", "[hopper][gpu][seed]") {
   if (!kern::hopper_built()) return;
   const AttnCase c = make_case(9300, DType::f16, 32, 8, 128, {8192}, {8192}, false, false);
-  std::vector<std::pair<int64_t, int>> rows;
-  for (int i = 0; i < 16; ++i) rows.push_back({int64_t((i * 2654435761u) % 8192u), (i * 7) % 32});
-  rows.push_back({8191, 31});
-  rows.push_back({0, 0});
+  const std::vector<std::pair<int64_t, int>> rows = seed_shape_rows();
   for (bool causal : {false, true}) {
     AttnCase cc = c;
     cc.causal = causal;
