@@ -252,7 +252,23 @@ ac_dtype dtype_from_name(const std::string& s) {
   throw CaseError("unknown dtype \"" + json_fields::printable(s) + "\" (" + dtype_names() + ")");
 }
 
-std::string case_to_json(const Case& c) {
+namespace {
+
+// The JSON text of a case. With `splice`, each tensor text of at least kSpliceChars goes into the
+// tree as a placeholder and is put in the dumped text afterwards: base64 needs no escaping, and
+// the dump's scan of 10^8 characters for it was most of the time a long-suite or streamed case
+// took to write. The placeholder is found as `"k": "\u0001k\u0001"`, quotes included, which no
+// dumped string can hold (its quotes are escaped); were it not found exactly once, the text would
+// be made without splicing. The text is the same either way.
+constexpr size_t kSpliceChars = size_t(1) << 16;
+std::string case_text(const Case& c, bool splice) {
+  std::vector<std::pair<std::string, std::string>> spliced;  // placeholder as dumped, tensor text
+  auto tensor = [&](const std::string& field, std::string text) -> json {
+    if (!splice || text.size() < kSpliceChars) return text;
+    spliced.push_back(
+        {"\"" + field + "\": \"\\u0001" + field + "\\u0001\"", "\"" + field + "\": \"" + text + "\""});
+    return "\x01" + field + "\x01";
+  };
   json j;
   j["format"] = "attncheck-case";
   j["version"] = kFormatVersion;
@@ -295,15 +311,26 @@ std::string case_to_json(const Case& c) {
           {"softmax_scale_bits", bits_hex(float_bits(a.softmax_scale))},
           {"softmax_scale", double(a.softmax_scale)}};  // for the reader; the bits are authoritative
     // Assigned, not listed above: an initializer list's strings would be copied.
-    in["mask"] = a.mask.empty() ? std::string() : encode_elements(a.mask, 1);
-    in["q"] = encode_elements(a.q, w);
-    in["k"] = encode_elements(a.k, w);
-    in["v"] = encode_elements(a.v, w);
+    in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
+    in["q"] = tensor("q", encode_elements(a.q, w));
+    in["k"] = tensor("k", encode_elements(a.k, w));
+    in["v"] = tensor("v", encode_elements(a.v, w));
     if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
   }
   j["input"] = std::move(in);
-  return j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::string text = j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
+  for (const auto& [placeholder, tensor_text] : spliced) {
+    const size_t at = text.find(placeholder);
+    if (at == std::string::npos || text.find(placeholder, at + 1) != std::string::npos)
+      return case_text(c, false);
+    text.replace(at, placeholder.size(), tensor_text);
+  }
+  return text;
 }
+
+}  // namespace
+
+std::string case_to_json(const Case& c) { return case_text(c, true); }
 
 Case case_from_json(const std::string& text) {
   const json j = json_fields::parse_strict<CaseError>(text, "case file");

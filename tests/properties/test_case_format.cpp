@@ -53,8 +53,8 @@ Case attention_case(int keys) {
   a.mask[0] = 0;
   a.q.assign(3 * 2 * 4, 0x3f80);
   for (int i = 0; i < (keys + 1) * 4; ++i) {
-    a.k.push_back(uint32_t(i * 7919) & 0xffffu);
-    a.v.push_back(uint32_t(i * 104729) & 0xffffu);
+    a.k.push_back(uint32_t(i) * 7919u & 0xffffu);
+    a.v.push_back(uint32_t(i) * 104729u & 0xffffu);
   }
   c.input = a;
   return c;
@@ -181,4 +181,23 @@ TEST_CASE("attention work: a large case reads back, one with too much work per e
   } catch (const CaseError& e) {
     CHECK(std::string(e.what()).find("attention work") != std::string::npos);
   }
+}
+
+// Tensor texts of 2^16 characters and more are spliced into the dumped JSON (case.cpp). A case
+// whose k and v are that long (80,004 elements each), with a note that holds what k's placeholder
+// dumps as, reads back as written and writes the same text again.
+TEST_CASE("long tensors are spliced into the text and read back; a note cannot pose as one", "[case]") {
+  Case c = attention_case(20000);
+  c.note = "\"k\": \"\x01k\x01\" and \x01v\x01";
+  const auto& a = std::get<AttentionInput>(c.input);
+  const std::string text = case_to_json(c);
+  CHECK(text.find("\"k\": \"b64:") != std::string::npos);
+  const Case back = case_from_json(text);
+  CHECK(back.note == c.note);
+  const auto& b = std::get<AttentionInput>(back.input);
+  CHECK(b.q == a.q);
+  CHECK(b.k == a.k);
+  CHECK(b.v == a.v);
+  CHECK(b.mask == a.mask);
+  CHECK(case_to_json(back) == text);
 }
