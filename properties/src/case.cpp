@@ -30,8 +30,8 @@ constexpr size_t kHexMaxElements = 64;
 
 const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-// Appends to `out` (a prefix already there), written in place: a long-suite or streamed case
-// carries 10^8 bytes.
+// Appends to `out` (a prefix already there), written in place: a long-suite layer case carries
+// 10^8 bytes.
 void base64_encode(const std::vector<uint8_t>& bytes, std::string& out) {
   size_t o = out.size(), i = 0;
   out.resize(o + bytes.size() / 3 * 4);
@@ -256,8 +256,8 @@ namespace {
 
 // The JSON text of a case. With `splice`, each tensor text of at least kSpliceChars goes into the
 // tree as a placeholder and is put in the dumped text afterwards: base64 needs no escaping, and
-// the dump's scan of 10^8 characters for it was most of the time a long-suite or streamed case
-// took to write. The placeholder is found as `"k": "\u0001k\u0001"`, quotes included, which no
+// the dump's scan of 10^8 characters for it was half the time a long-suite layer case took to
+// write. The placeholder is found as `"k": "\u0001k\u0001"`, quotes included, which no
 // dumped string can hold (its quotes are escaped); were it not found exactly once, the text would
 // be made without splicing. The text is the same either way.
 constexpr size_t kSpliceChars = size_t(1) << 16;
