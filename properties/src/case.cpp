@@ -262,11 +262,10 @@ namespace {
 // be made without splicing. The text is the same either way.
 constexpr size_t kSpliceChars = size_t(1) << 16;
 std::string case_text(const Case& c, bool splice) {
-  std::vector<std::pair<std::string, std::string>> spliced;  // placeholder as dumped, tensor text
+  std::vector<std::pair<std::string, std::string>> spliced;  // field, tensor text
   auto tensor = [&](const std::string& field, std::string text) -> json {
     if (!splice || text.size() < kSpliceChars) return text;
-    spliced.push_back(
-        {"\"" + field + "\": \"\\u0001" + field + "\\u0001\"", "\"" + field + "\": \"" + text + "\""});
+    spliced.push_back({field, std::move(text)});
     return "\x01" + field + "\x01";
   };
   json j;
@@ -319,11 +318,13 @@ std::string case_text(const Case& c, bool splice) {
   }
   j["input"] = std::move(in);
   std::string text = j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
-  for (const auto& [placeholder, tensor_text] : spliced) {
+  for (const auto& [field, tensor_text] : spliced) {
+    const std::string inner = "\\u0001" + field + "\\u0001",
+                      placeholder = "\"" + field + "\": \"" + inner + "\"";
     const size_t at = text.find(placeholder);
     if (at == std::string::npos || text.find(placeholder, at + 1) != std::string::npos)
       return case_text(c, false);
-    text.replace(at, placeholder.size(), tensor_text);
+    text.replace(at + field.size() + 5, inner.size(), tensor_text);  // past `"k": "`
   }
   return text;
 }
