@@ -30,12 +30,13 @@ inc=() libdirs=()
 IFS=: read -r -a dirs <<< "${CUDA_INCLUDE:-}"
 for d in "${dirs[@]}"; do [ -n "$d" ] && inc+=(-isystem "$d"); done
 [ -n "${CUDA_LIBDIR:-}" ] && libdirs+=(-L"$CUDA_LIBDIR")
-"$nvcc" $defs "${inc[@]}" -I"$out/old" -Ikernels -Iharness/include -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
+# Every step through nvcc with one host compiler, $CXX: the host file then also finds the CUDA
+# headers where nvcc's own profile puts them (not always beside nvcc).
+nv=("$nvcc" -ccbin "${CXX:-g++}")
+"${nv[@]}" $defs "${inc[@]}" -I"$out/old" -Ikernels -Iharness/include -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
   --expt-relaxed-constexpr -std=c++20 -x cu -c "$src/old_kernel.cu" -o "$out/old_kernel.o"
-# The host file goes through nvcc too, so it also finds the CUDA headers where nvcc's own profile
-# puts them (not always beside nvcc).
-"$nvcc" -ccbin "${CXX:-g++}" -x c++ $defs "${inc[@]}" -Itests/kernels_attention -Ikernels -Iharness/include -Iproperties/include \
+"${nv[@]}" -x c++ $defs "${inc[@]}" -Itests/kernels_attention -Ikernels -Iharness/include -Iproperties/include \
   -O2 -std=c++20 -c "$src/hopper_bitcheck.cpp" -o "$out/hopper_bitcheck.o"
-"$nvcc" -ccbin "${CXX:-g++}" -cudart static -o "$out/hopper_bitcheck" "$out/hopper_bitcheck.o" "$out/old_kernel.o" \
+"${nv[@]}" -cudart static -o "$out/hopper_bitcheck" "$out/hopper_bitcheck.o" "$out/old_kernel.o" \
   "$lib" "$budgets" "${libdirs[@]}" -lrt -lpthread -ldl
 echo "$out/hopper_bitcheck: the working tree's fused-hopper against $(git rev-parse --short "$rev")'s"
