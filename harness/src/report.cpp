@@ -595,17 +595,16 @@ std::string render_junit(const Report& r) {
   return o.str();
 }
 
-void ensure_writable_dir(const std::string& dir) {
+void ensure_writable_dir(const std::string& dir, const std::string& what) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir))
-    throw ReportError("report directory " + dir +
-                      " cannot be created: " + (ec ? ec.message() : "not a directory"));
+    throw ReportError(what + " " + dir + " cannot be created: " + (ec ? ec.message() : "not a directory"));
   const std::string probe = dir + "/.attncheck-write-probe";
   {
     std::ofstream f(probe);
-    if (!f) throw ReportError("report directory " + dir + " is not writable");
+    if (!f) throw ReportError(what + " " + dir + " is not writable");
   }
   fs::remove(probe, ec);
 }

@@ -294,7 +294,7 @@ row baseline-a-case-file 2 'not an attncheck report' "$AC" "${C[@]}" --baseline 
 row report-json-is-directory 2 'report.json exists and is not a regular file' \
   "$AC" check --backend host --no-plots --cases 1 --subject merge --property accuracy --report-dir "$S/report-json-dir"
 row report-dir-is-file 2 'report directory' "$AC" check --backend host --no-plots --cases 1 --subject merge --report-dir "$D/valid.json"
-row corpus-dir-is-file 2 'valid.json' "$AC" "${C[@]}" --corpus-dir "$D/valid.json"
+row corpus-dir-is-file 2 'corpus directory .*valid.json' "$AC" "${C[@]}" --corpus-dir "$D/valid.json"
 row report-dir-non-utf8 '0|2' 'attncheck' "$AC" "${C[@]:0:10}" --report-dir "$S/$(printf 'bad\xff\xfename')"
 row corpus-dir-non-utf8 '0|2' 'attncheck' "$AC" "${C[@]}" --corpus-dir "$S/$(printf 'corpus\xff')"
 mkdir -p "$S/$(printf 'cases\xff')"

@@ -97,8 +97,8 @@ std::string render_markdown(const Report&);
 std::string render_junit(const Report&);
 
 // Create dir (and parents) and check it is writable: the CLI calls this before any work.
-// Throws ReportError naming the directory.
-void ensure_writable_dir(const std::string& dir);
+// Throws ReportError naming the directory as `what` says ("report directory", "corpus directory").
+void ensure_writable_dir(const std::string& dir, const std::string& what = "report directory");
 // Write report.json, report.md and junit.xml into dir (each atomically, see above), then
 // manifest.json with the hash of each.
 void write_report_dir(const std::string& dir, const Report&);

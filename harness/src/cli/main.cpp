@@ -321,7 +321,7 @@ void prepare_report_dir(const std::string& dir, bool quiet) {
 // then says what it holds) and reported, never silently overwritten.
 void prepare_corpus_dir(const std::string& dir, bool quiet) {
   try {
-    ac::ensure_writable_dir(dir);
+    ac::ensure_writable_dir(dir, "corpus directory");
   } catch (const ac::ReportError& e) {
     throw UsageError(e.what());
   }

@@ -300,7 +300,7 @@ int run(const Options& o) {
     if (!kern::find_mutant(n)) throw Usage("unknown mutant '" + n + "' (see attncheck mutants --list)");
   try {
     ensure_writable_dir(o.report_dir);
-    ensure_writable_dir(o.report_dir + "/corpus");
+    ensure_writable_dir(o.report_dir + "/corpus", "corpus directory");
   } catch (const ReportError& e) {
     throw Usage(e.what());
   }
