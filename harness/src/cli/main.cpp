@@ -1293,8 +1293,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    // One line, exit 2: CLI11's own exit codes differ.
-    std::fprintf(stderr, "attncheck: %s (see attncheck --help)\n", one_line(e.what()).c_str());
+    // One line, exit 2: CLI11's own exit codes differ. CLI11 reads an unknown first word as a
+    // missing command; the line names the word and the commands instead.
+    std::string what = one_line(e.what());
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App* a) { return !a->get_group().empty(); }))
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      what = "unknown command '" + ac::json_fields::printable(argv[1]) + "' (commands: " + names + ")";
+    }
+    std::fprintf(stderr, "attncheck: %s (see attncheck --help)\n", what.c_str());
     return kExitUsage;
   }
 
