@@ -521,9 +521,10 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
 namespace {
 
 // n values uniform on [-scale, scale), rounded to `dtype`, from the 53 high bits of one splitmix64
-// draw per element and stream: the layer's 10^7 to 10^8 values come from one drawn seed, not from
-// one RapidCheck pick each, which would take minutes to draw. Element i depends on i alone, so the
-// threads (one per core, each over at least 2^20 elements) do not change a bit.
+// draw per element and stream: the layer's and the streamed case's 10^7 to 10^8 values come from
+// one drawn seed, not from one RapidCheck pick each, which would take minutes to draw. Element i
+// depends on i alone, so the threads (one per core, each over at least 2^20 elements) do not change
+// a bit.
 void uniform_fill(ac_dtype dtype, uint64_t seed, Bits& b, int64_t n, uint64_t stream, double scale) {
   b.resize(size_t(n));
   auto fill = [&](int64_t begin, int64_t end) {
@@ -566,6 +567,28 @@ AttentionInput layer_input(const Domain& dom) {
   return a;
 }
 
+// Attention whose K and V hold at least dom.streamed_kv_bytes together (streamed_kv_input).
+AttentionInput streamed_input(const Domain& dom) {
+  AttentionInput a;
+  a.dtype = *g::elementOf(dom.dtypes);
+  a.head_size = std::find(dom.head_sizes.begin(), dom.head_sizes.end(), 128) != dom.head_sizes.end()
+                    ? 128
+                    : *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  a.num_heads = a.num_kv_heads = kStreamedHeads;
+  const int64_t D = a.head_size, per_key = 2 * int64_t(a.num_kv_heads) * D * dtype_bytes(a.dtype);
+  const int64_t keys =
+      std::max<int64_t>(1, (dom.streamed_kv_bytes + per_key - 1) / per_key) + kStreamedPartialKeys;
+  a.seqlens_q = {kStreamedQueries};
+  a.seqlens_k = {int32_t(std::min<int64_t>(keys, INT32_MAX))};
+  const uint64_t seed = *any_seed();
+  a.softmax_scale = float(1.0 / std::sqrt(double(D)));
+  // Scores of variance 1 after the 1/sqrt(d) scale (as the layer's with sigma 1).
+  uniform_fill(a.dtype, seed, a.q, int64_t(kStreamedQueries) * a.num_heads * D, 1, std::sqrt(3.0));
+  uniform_fill(a.dtype, seed, a.k, keys * a.num_kv_heads * D, 2, std::sqrt(3.0));
+  uniform_fill(a.dtype, seed, a.v, keys * a.num_kv_heads * D, 3, 1.0);
+  return a;
+}
+
 }  // namespace
 
 rc::Gen<AttentionInput> attention_input(const Domain& dom) {
@@ -579,6 +602,9 @@ rc::Gen<AttentionInput> attention_input(const Domain& dom) {
     c.overflow_band = kind == 1;
     return attention_with(dom, c);
   });
+}
+rc::Gen<AttentionInput> attention_streamed_input(const Domain& dom) {
+  return g::exec([dom] { return streamed_input(dom); });
 }
 rc::Gen<AttentionInput> attention_empty_rows_input(const Domain& dom) {
   return g::exec([dom] {

@@ -187,6 +187,7 @@ gen::Domain run_domain(const Subject& s, const RunConfig& cfg) {
     std::erase_if(d.head_sizes, [&](int32_t h) {
       return std::find(cfg.head_sizes.begin(), cfg.head_sizes.end(), h) == cfg.head_sizes.end();
     });
+  d.streamed_kv_bytes = cfg.streamed_kv_bytes;
   if (cfg.layer_tokens > 0)
     d.layer_tokens =
         s.caps().memory == AC_MEMORY_CUDA ? cfg.layer_tokens : std::min(cfg.layer_tokens, kHostLayerTokens);
@@ -272,6 +273,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
          ("inflight-" + safe(subject.name()) + "-" + name + "-" + std::to_string(cfg.shard_index) + ".json"))
             .string();
   const rc::Gen<Case> gen = case_gen(ctx, dom, *prop, op);
+  const int max_cases = prop->info().max_cases;
+  const int num_cases = std::max(1, max_cases > 0 ? std::min(cfg.num_cases, max_cases) : cfg.num_cases);
 
   std::optional<Case> last_failing;
   Outcome last_outcome;
@@ -336,7 +339,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       add_drift(res.drift_by_splits, o.drift_counts);
       ++res.cases_run;
       ++supported;
-      if (cfg.progress) cfg.progress(res.cases_run, cfg.num_cases);
+      if (cfg.progress) cfg.progress(res.cases_run, num_cases);
     }
     if (o.ok) return;
     if (ctx.counting) {
@@ -363,16 +366,16 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
 
   RapidCheckRun run;
   run.seed = case_seed(cfg.seed, cfg.shard_index, cfg.shard_count, name, subject.name());
-  run.max_success = std::max(1, cfg.num_cases);
+  run.max_success = num_cases;
   run.max_size = std::min(100, std::max(0, cfg.max_size));
   // Attention and split-KV cases are shrunk by their structure (shrink.hpp), after RapidCheck has
   // found the first failure: RapidCheck's own walk over their per-element picks takes minutes.
   const bool structural_shrink = op == AC_OP_ATTENTION || op == AC_OP_SPLITKV;
-  run.shrink = cfg.shrink && !structural_shrink;
+  run.shrink = cfg.shrink && prop->shrinks() && !structural_shrink;
   run.id = name + "/" + subject.name();
   const RapidCheckResult result = check_with_rapidcheck(property, run);
-  if (structural_shrink && cfg.shrink && result.kind == RapidCheckResult::Kind::failed && last_failing &&
-      !last_outcome.crashed && !cancelled) {
+  if (structural_shrink && cfg.shrink && prop->shrinks() && result.kind == RapidCheckResult::Kind::failed &&
+      last_failing && !last_outcome.crashed && !cancelled) {
     ShrinkHooks hooks;
     hooks.candidates = [&](const AttentionInput& a) {
       return attention_shrinks(a, dom.head_sizes, dom.zero_keys);

@@ -53,6 +53,9 @@ class Property {
   virtual void draw_input(Case& c, const gen::Domain&, uint32_t op) const;
   // Split-KV cases draw num_splits and fold order at random unless the check sweeps them itself.
   virtual bool draws_split_options() const { return true; }
+  // False where a smaller case cannot show the failure (streamed_kv: a case that fits in L2): the
+  // first failing case is then the counterexample, unshrunk.
+  virtual bool shrinks() const { return true; }
   // Runs the subject on the case (calling before_launch before each subject call) and judges it.
   virtual Outcome check(Ctx&, const Case&) const = 0;
   // A replay that passes this property's check is also held to the accuracy budget: true for the
@@ -81,6 +84,11 @@ std::string digest_bits(const Bits& out, const std::vector<float>& lse);
 // How far apart two values of one format are: the count of representable values between them
 // (0 for equal bits, and for +0 against -0), +inf when either is NaN.
 double ulps_apart(ac_dtype, uint32_t a, uint32_t b);
+// How two launches' outputs on input `a` first differ bitwise: "differ at O[token=..,head=..,d=..]:
+// first <bits>, second <bits>" (O before LSE) or "returned outputs of different sizes"; "" when
+// every bit agrees.
+std::string first_difference(const AttentionInput& a, const AttentionOutput& first,
+                             const AttentionOutput& second);
 // Two launches' outputs compared element by element (O and LSE) into a Spread.
 Spread spread_of(ac_dtype, const AttentionOutput& first, const AttentionOutput& second);
 // Calls f(e, idx, col) for each element of an attention judgement J of input `a` whose verdict

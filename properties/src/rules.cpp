@@ -55,6 +55,26 @@ Spread spread_of(ac_dtype d, const AttentionOutput& first, const AttentionOutput
   return s;
 }
 
+std::string first_difference(const AttentionInput& a, const AttentionOutput& first,
+                             const AttentionOutput& second) {
+  const int64_t H = a.num_heads, D = a.head_size;
+  for (size_t i = 0; i < first.out.size() && i < second.out.size(); ++i)
+    if (first.out[i] != second.out[i]) {
+      const int64_t e = int64_t(i);
+      return "differ at O[token=" + std::to_string(e / (H * D)) + ",head=" + std::to_string(e / D % H) +
+             ",d=" + std::to_string(e % D) + "]: first " + hexfloat(a.dtype, first.out[i]) + ", second " +
+             hexfloat(a.dtype, second.out[i]);
+    }
+  for (size_t i = 0; i < first.lse.size() && i < second.lse.size(); ++i)
+    if (std::memcmp(&first.lse[i], &second.lse[i], sizeof(float)) != 0)
+      return "differ at LSE[token=" + std::to_string(int64_t(i) / H) +
+             ",head=" + std::to_string(int64_t(i) % H) + "]: first " + hexfloat(double(first.lse[i])) +
+             ", second " + hexfloat(double(second.lse[i]));
+  if (first.out.size() != second.out.size() || first.lse.size() != second.lse.size())
+    return "returned outputs of different sizes";
+  return "";
+}
+
 void keep_worst(Outcome& o, const Elem& e) {
   o.worst.push_back(e);
   std::sort(o.worst.begin(), o.worst.end(), [](const Elem& a, const Elem& b) { return a.ratio > b.ratio; });

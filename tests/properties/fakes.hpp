@@ -198,6 +198,8 @@ class Fake : public Subject {
     }
     return out;
   }
+  // Where the subject declares its tensors live (the fakes compute on the host either way).
+  void set_memory(ac_memory m) { caps_.memory = m; }
   // Version-2 contract bits (AC_CAP_*), declared after construction.
   void set_flags(uint32_t flags) {
     caps_.flags = flags;
@@ -225,6 +227,30 @@ class NoZeroKeys final : public Fake {
       }
     return Fake::attention(in, opt);
   }
+};
+
+// A correct attention, except when K and V together hold at least `lag_bytes`: then every second
+// call (every call, if `always`) returns O[token 0, head 0, d 0] (a row every judgement samples)
+// doubled plus one, as a consumer reading a pipeline stage before its data landed would. Small
+// cases never show it.
+class LagsPastBytes final : public Fake {
+ public:
+  LagsPastBytes(std::string name, int64_t lag_bytes, bool always, uint32_t features)
+      : Fake(std::move(name), AC_OP_ATTENTION, Bug::none, 0, -1, features),
+        lag_bytes_(lag_bytes),
+        always_(always) {}
+  int large_calls = 0;
+  AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+    AttentionOutput out = Fake::attention(in, opt);
+    const int64_t bytes = int64_t(in.k.size() + in.v.size()) * dtype_bytes(in.dtype);
+    if (bytes >= lag_bytes_ && (++large_calls % 2 == 0 || always_))
+      out.out[0] = enc(in.dtype, 2 * dec(in.dtype, out.out[0]) + 1);
+    return out;
+  }
+
+ private:
+  int64_t lag_bytes_;
+  bool always_;
 };
 
 inline constexpr uint32_t kAttnFeatures =

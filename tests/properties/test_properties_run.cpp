@@ -57,8 +57,8 @@ void expect_fail(const std::string& prop, Subject& s, const std::string& cls) {
 
 }  // namespace
 
-TEST_CASE("registry: nine named properties with seed sections", "[properties]") {
-  CHECK(all_properties().size() == 9);
+TEST_CASE("registry: ten named properties with seed sections", "[properties]") {
+  CHECK(all_properties().size() == 10);
   for (const auto& p : all_properties()) {
     CHECK(!p.description.empty());
     CHECK(!p.seed_section.empty());
@@ -402,4 +402,85 @@ TEST_CASE("layer cases: sampled judging finds an everywhere bug", "[properties][
   CHECK(o.counterexample_size.head_size == 128);
   CHECK(o.counterexample_size.tokens == 1);
   CHECK_FALSE(o.shrink_cut);
+}
+
+// streamed_kv at 1 MiB instead of 256 (the property's shape with fewer keys): fp16, d = 128, 64
+// heads over 64, so 2 * 64 * 128 * 2 = 32 KiB per key, 32 keys for the bytes plus 61 for a partial
+// tile. At most two cases per subject whatever --cases says, three launches each, none shrunk.
+TEST_CASE("streamed_kv: K/V past the configured bytes; a lag-only bug is caught, a correct subject passes",
+          "[properties][streamed_kv]") {
+  RunConfig cfg = small_config();
+  cfg.streamed_kv_bytes = int64_t(1) << 20;
+  cfg.head_sizes = {128};
+  cfg.dtypes = {AC_DTYPE_F16};
+  std::vector<Case> seen;
+  cfg.before_launch = [&](const Case& c) { seen.push_back(c); };
+
+  Fake host("attn-host", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  CHECK(run_property("streamed_kv", host, cfg).status == PropertyResult::Status::not_applicable);
+  CHECK(seen.empty());
+
+  Fake good("attn-device", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  good.set_memory(AC_MEMORY_CUDA);
+  const PropertyResult g = run_property("streamed_kv", good, cfg);
+  INFO(g.failure_class << " " << g.message);
+  CHECK(g.status == PropertyResult::Status::passed);
+  CHECK(g.cases_run == 2);
+  CHECK(good.calls == 6);
+  REQUIRE(seen.size() == 6);
+  for (const Case& c : seen) {
+    const auto& a = std::get<AttentionInput>(c.input);
+    CHECK(a.num_heads == 64);
+    CHECK(a.num_kv_heads == 64);
+    CHECK(a.head_size == 128);
+    CHECK(a.seqlens_q == std::vector<int32_t>{130});
+    CHECK(a.seqlens_k == std::vector<int32_t>{32 + 61});
+    CHECK(int64_t(a.k.size() + a.v.size()) * 2 >= cfg.streamed_kv_bytes);
+  }
+  // 130 x 64 rows: one judgement per case (equal bits) of at most 64 of the sampled rows.
+  CHECK(g.rows_judged > 0);
+  CHECK(g.rows_judged <= 2 * 64);
+
+  // Wrong only past the bytes: run_to_run's small cases never see it; streamed_kv does at its
+  // first case, as a difference between launches when it comes and goes, as an error over budget
+  // when it is there on every launch. The case is kept whole.
+  fakes::LagsPastBytes lag("attn-lag", cfg.streamed_kv_bytes, false, fakes::kAttnFeatures);
+  lag.set_memory(AC_MEMORY_CUDA);
+  CHECK(run("run_to_run", lag).status == PropertyResult::Status::passed);
+  CHECK(lag.large_calls == 0);
+  const PropertyResult l = run_property("streamed_kv", lag, cfg);
+  INFO(l.message);
+  REQUIRE(l.status == PropertyResult::Status::failed);
+  CHECK(l.failure_class == "nondeterministic");
+  CHECK(l.message.rfind("launches 1 and 2 on the same input differ at O[token=0,head=0,d=0]", 0) == 0);
+  CHECK(l.cases_to_first_failure == 1);
+  CHECK(l.counterexample_size.tokens == 130);
+  CHECK(l.counterexample_size.keys == 93);
+  fakes::LagsPastBytes always("attn-lag-always", cfg.streamed_kv_bytes, true, fakes::kAttnFeatures);
+  always.set_memory(AC_MEMORY_CUDA);
+  CHECK(run("accuracy", always).status == PropertyResult::Status::passed);
+  const PropertyResult w = run_property("streamed_kv", always, cfg);
+  INFO(w.message);
+  REQUIRE(w.status == PropertyResult::Status::failed);
+  CHECK(w.failure_class == "accuracy");
+  CHECK(w.message.rfind("launch 1 of 3: over budget", 0) == 0);
+  CHECK(w.counterexample_size.keys == 93);
+
+  // Nondeterministic within budget (the last bit of O on every other call): a failure unless
+  // declared, then every launch judged and the spread over the launch pairs reported.
+  Fake flip("attn-flip", AC_OP_ATTENTION, Bug::attention_nondeterministic, 0, -1, fakes::kAttnFeatures);
+  flip.set_memory(AC_MEMORY_CUDA);
+  const PropertyResult u = run_property("streamed_kv", flip, cfg);
+  CHECK(u.status == PropertyResult::Status::failed);
+  CHECK(u.failure_class == "nondeterministic");
+  CHECK(u.message.rfind("launches 1 and 2 on the same input differ at O[", 0) == 0);
+  Fake declared("attn-flip-declared", AC_OP_ATTENTION, Bug::attention_nondeterministic, 0, -1,
+                fakes::kAttnFeatures);
+  declared.set_memory(AC_MEMORY_CUDA);
+  declared.set_flags(AC_CAP_NONDETERMINISTIC);
+  const PropertyResult d = run_property("streamed_kv", declared, cfg);
+  CHECK(d.status == PropertyResult::Status::passed);
+  CHECK(d.spread.differing > 0);
+  CHECK(d.spread.max_ulps == 1);
+  CHECK(d.rows_judged > 2 * 64);
 }

@@ -27,6 +27,7 @@ struct Domain {
   int tile_keys = 0;                // the subject's largest key tile (Bc); 0: none
   bool zero_keys = true;            // sequences of 0 keys allowed (AC_CAP_REFUSES_ZERO_KEYS: not)
   int layer_tokens = 0;             // > 0: attention_input draws the seed's layer shape (RunConfig)
+  int64_t streamed_kv_bytes = 0;    // attention_streamed_input: K and V together hold at least this
 };
 // The key tile a subject that declares no tilings is tested as if it had, when the run's max_keys
 // reaches it: rows of up to 2 * 64 + 8 keys then cross the boundaries of 64- and 128-key tiles.
@@ -79,5 +80,12 @@ rc::Gen<AttentionInput> attention_input(const Domain&);             // everythin
 rc::Gen<AttentionInput> attention_empty_rows_input(const Domain&);  // some rows see no key
 rc::Gen<AttentionInput> attention_overflow_band_input(const Domain&);
 rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, one sequence
+// K and V of at least dom.streamed_kv_bytes together: kStreamedHeads query and KV heads, d = 128
+// (else the largest size the subject takes), one non-causal sequence of kStreamedQueries queries
+// over as many keys as the bytes need plus kStreamedPartialKeys, so that the last key tile of 64 or
+// 128 is partial. kStreamedQueries * kStreamedHeads rows pass kJudgeEveryRowUpTo, so the judgement
+// samples rows. Values from one drawn seed (the layer's splitmix64 fill), scores of variance 1.
+constexpr int32_t kStreamedHeads = 64, kStreamedQueries = 130, kStreamedPartialKeys = 61;
+rc::Gen<AttentionInput> attention_streamed_input(const Domain&);
 
 }  // namespace attncheck::gen

@@ -42,6 +42,7 @@ struct PropertyInfo {
   // A pair's expected time relative to a one-launch-per-case property (several launches per case
   // cost more): `check --jobs` starts the costliest pairs first, so no long pair starts last.
   double relative_cost = 1;
+  int max_cases = 0;  // > 0: at most this many cases per subject, whatever the run's --cases
 };
 const std::vector<PropertyInfo>& all_properties();
 const PropertyInfo* find_property(const std::string& name);  // nullptr if unknown
@@ -67,6 +68,8 @@ struct RunConfig {
   // d = 128) over this many tokens, judged on sampled rows (sampled_rows in measure.cpp); host
   // subjects get at most kHostLayerTokens of them (a host twin takes minutes for 8192). 0: none.
   int layer_tokens = 0;
+  // streamed_kv's K and V bytes per case: past every GPU's L2, so that the loads lag the math.
+  int64_t streamed_kv_bytes = int64_t(256) << 20;
   std::function<void(int done, int total)> progress;  // called after each case
   const std::atomic<bool>* cancel = nullptr;          // set: stop after the current case
   std::function<void(const Case&)> before_launch;     // called before each subject call

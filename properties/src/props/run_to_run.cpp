@@ -5,8 +5,6 @@
 // both launches' bits. A subject declared nondeterministic by design (AC_CAP_NONDETERMINISTIC)
 // passes instead, and the run reports the spread: how many outputs differed and by how many ulps.
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 
 #include "../property.hpp"
 #include "attncheck/names.hpp"
@@ -51,29 +49,13 @@ class RunToRun final : public Property {
       if (o.spread.differing > 0) o.spread.max_budget = budget_spread(ctx, a, first, second);
       return o;
     }
-    const int64_t H = a.num_heads, D = a.head_size;
-    const std::string how = c.op == "splitkv" ? " (num_splits " + std::to_string(c.options.num_splits) +
-                                                    ", fold " + fold_name(c.options.fold_order) + ")"
-                                              : "";
-    for (size_t i = 0; i < first.out.size() && i < second.out.size(); ++i)
-      if (first.out[i] != second.out[i]) {
-        const int64_t e = int64_t(i);
-        fail(o, "nondeterministic",
-             "two launches on the same input differ at O[token=" + std::to_string(e / (H * D)) +
-                 ",head=" + std::to_string(e / D % H) + ",d=" + std::to_string(e % D) + "]: first " +
-                 hexfloat(a.dtype, first.out[i]) + ", second " + hexfloat(a.dtype, second.out[i]) + how);
-        return o;
-      }
-    for (size_t i = 0; i < first.lse.size() && i < second.lse.size(); ++i)
-      if (std::memcmp(&first.lse[i], &second.lse[i], sizeof(float)) != 0) {
-        fail(o, "nondeterministic",
-             "two launches on the same input differ at LSE[token=" + std::to_string(int64_t(i) / H) +
-                 ",head=" + std::to_string(int64_t(i) % H) + "]: first " + hexfloat(double(first.lse[i])) +
-                 ", second " + hexfloat(double(second.lse[i])) + how);
-        return o;
-      }
-    if (first.out.size() != second.out.size() || first.lse.size() != second.lse.size())
-      fail(o, "nondeterministic", "two launches on the same input returned outputs of different sizes" + how);
+    const std::string diff = first_difference(a, first, second);
+    if (!diff.empty()) {
+      const std::string how = c.op == "splitkv" ? " (num_splits " + std::to_string(c.options.num_splits) +
+                                                      ", fold " + fold_name(c.options.fold_order) + ")"
+                                                : "";
+      fail(o, "nondeterministic", "two launches on the same input " + diff + how);
+    }
     return o;
   }
 };
