@@ -145,9 +145,7 @@ Judgement judge_attention(const AttentionInput&, const AttentionOutput&, const C
 // rows) is computed once, each judge() only measures the output. `a` must outlive it.
 class PreparedAttention {
  public:
-  // max_rows > 0: of the rows judge_attention would judge, at most about max_rows, evenly spaced
-  // (always a subset, so judge_attention finds whatever this finds).
-  PreparedAttention(const AttentionInput& a, const Conventions&, const Budget&, int64_t max_rows = 0);
+  PreparedAttention(const AttentionInput& a, const Conventions&, const Budget&);
   ~PreparedAttention();
   PreparedAttention(const PreparedAttention&) = delete;
   PreparedAttention& operator=(const PreparedAttention&) = delete;

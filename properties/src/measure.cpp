@@ -822,23 +822,14 @@ struct PreparedAttention::State {
   bool fast_ready = false;
   std::map<int64_t, ref::ExactRow> exact;  // per escalated row, computed once
 
-  State(const AttentionInput& in, const Conventions& c, const Budget& bud, int64_t max_rows)
-      : a(in), cv(c), b(bud) {
+  State(const AttentionInput& in, const Conventions& c, const Budget& bud) : a(in), cv(c), b(bud) {
     p = problem_of(a);
     ref::validate(p);
     T = total_q(a);
     H = a.num_heads;
     kv = std::make_unique<DecodedKV>(a);
     infos.resize(size_t(T * H));
-    std::vector<int64_t> sample = sampled_rows(T, H);
-    if (max_rows > 0 && sample.empty() && T * H > max_rows)
-      for (int64_t r = 0; r < T * H; ++r) sample.push_back(r);
-    if (max_rows > 0 && int64_t(sample.size()) > max_rows) {
-      const size_t step = (sample.size() + size_t(max_rows) - 1) / size_t(max_rows);
-      std::vector<int64_t> kept;
-      for (size_t i = 0; i < sample.size(); i += step) kept.push_back(sample[i]);
-      sample = std::move(kept);
-    }
+    const std::vector<int64_t> sample = sampled_rows(T, H);
     std::vector<char> judged;  // per row, when sampled
     if (!sample.empty()) {
       judged.assign(size_t(T * H), 0);
@@ -920,10 +911,9 @@ struct PreparedAttention::State {
   }
 };
 
-PreparedAttention::PreparedAttention(const AttentionInput& a, const Conventions& cv, const Budget& b,
-                                     int64_t max_rows) {
+PreparedAttention::PreparedAttention(const AttentionInput& a, const Conventions& cv, const Budget& b) {
   const AddSeconds timed(thread_time_split().judge);
-  s_ = std::make_unique<State>(a, cv, b, max_rows);
+  s_ = std::make_unique<State>(a, cv, b);
 }
 PreparedAttention::~PreparedAttention() = default;
 

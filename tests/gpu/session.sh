@@ -34,7 +34,7 @@ harness() {
   timeout 200 "$BIN/attncheck" check --backend cuda --suite gate --no-plots --report-dir "$OUT/gate" > "$OUT/gate.log" 2>&1
   note "harness gate (cuda) rc=$? ($(($(date +%s) - s)) s): $(tail -n 1 "$OUT/gate.log" | cut -c1-200)"
   s=$(date +%s)
-  timeout 200 "$BIN/attncheck" mutants --backend cuda --oracle all --first-kill --no-shrink --report-dir "$OUT/mutants" > "$OUT/mutants.log" 2>&1
+  timeout 420 "$BIN/attncheck" mutants --backend cuda --oracle all --first-kill --no-shrink --report-dir "$OUT/mutants" > "$OUT/mutants.log" 2>&1
   note "harness mutants (cuda) rc=$? ($(($(date +%s) - s)) s): $(tail -n 1 "$OUT/mutants.log" | cut -c1-200)"
 }
 worker() {

@@ -235,22 +235,25 @@ class NoZeroKeys final : public Fake {
 // cases never show it.
 class LagsPastBytes final : public Fake {
  public:
-  LagsPastBytes(std::string name, int64_t lag_bytes, bool always, uint32_t features)
+  // at: the element of O made wrong (default the first).
+  LagsPastBytes(std::string name, int64_t lag_bytes, bool always, uint32_t features, size_t at = 0)
       : Fake(std::move(name), AC_OP_ATTENTION, Bug::none, 0, -1, features),
         lag_bytes_(lag_bytes),
-        always_(always) {}
+        always_(always),
+        at_(at) {}
   int large_calls = 0;
   AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
     AttentionOutput out = Fake::attention(in, opt);
     const int64_t bytes = int64_t(in.k.size() + in.v.size()) * dtype_bytes(in.dtype);
     if (bytes >= lag_bytes_ && (++large_calls % 2 == 0 || always_))
-      out.out[0] = enc(in.dtype, 2 * dec(in.dtype, out.out[0]) + 1);
+      out.out[at_] = enc(in.dtype, 2 * dec(in.dtype, out.out[at_]) + 1);
     return out;
   }
 
  private:
   int64_t lag_bytes_;
   bool always_;
+  size_t at_;
 };
 
 inline constexpr uint32_t kAttnFeatures =

@@ -437,9 +437,8 @@ TEST_CASE("streamed_kv: K/V past the configured bytes; a lag-only bug is caught,
     CHECK(a.seqlens_k == std::vector<int32_t>{32 + 61});
     CHECK(int64_t(a.k.size() + a.v.size()) * 2 >= cfg.streamed_kv_bytes);
   }
-  // 130 x 64 rows: one judgement per case (equal bits) of at most 64 of the sampled rows.
-  CHECK(g.rows_judged > 0);
-  CHECK(g.rows_judged <= 2 * 64);
+  // One judgement per case (equal bits), of KV heads 0 and 63: 2 x 130 rows.
+  CHECK(g.rows_judged == 2 * 2 * 130);
 
   // Wrong only past the bytes: run_to_run's small cases never see it; streamed_kv does at its
   // first case, as a difference between launches when it comes and goes, as an error over budget
@@ -463,8 +462,17 @@ TEST_CASE("streamed_kv: K/V past the configured bytes; a lag-only bug is caught,
   INFO(w.message);
   REQUIRE(w.status == PropertyResult::Status::failed);
   CHECK(w.failure_class == "accuracy");
-  CHECK(w.message.rfind("launch 1 of 3: over budget", 0) == 0);
+  CHECK(w.message.rfind("launch 1 of 3, KV head 0 and 63 (heads 0 and 1 of the slice judged): over budget",
+                        0) == 0);
+  CHECK(w.message.find("O[token=0,head=0,d=0]") != std::string::npos);
   CHECK(w.counterexample_size.keys == 93);
+  // Wrong on every launch in the last head (token 0, head 63, d 5): found in the slice's head 1.
+  fakes::LagsPastBytes last("attn-lag-last", cfg.streamed_kv_bytes, true, fakes::kAttnFeatures, 63 * 128 + 5);
+  last.set_memory(AC_MEMORY_CUDA);
+  const PropertyResult wl = run_property("streamed_kv", last, cfg);
+  INFO(wl.message);
+  REQUIRE(wl.status == PropertyResult::Status::failed);
+  CHECK(wl.message.find("O[token=0,head=1,d=5]") != std::string::npos);
 
   // Nondeterministic within budget (the last bit of O on every other call): a failure unless
   // declared, then every launch judged and the spread over the launch pairs reported.
