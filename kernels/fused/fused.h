@@ -17,12 +17,9 @@
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
+#include "fused/fused_math.h"  // Mutation, ExpForm
 
 namespace attncheck::kern {
-
-namespace fused {
-enum class Mutation : int;  // fused_math.h; complete here (fixed underlying type)
-}
 
 struct FusedOptions {
   int lse_base = 0;            // 0: natural log; 2: base 2
@@ -30,6 +27,7 @@ struct FusedOptions {
   bool synchronize = true;     // CUDA: synchronise the stream before returning (false: benchmarks)
   fused::Mutation mutation{};  // host twin: none (0); another value runs an attention mutant
                                // (kernels/mutants/) through the twin's own walk
+  fused::ExpForm exp_form{};   // host twin: how p is formed (fused_math.h); fused-hopper's twin sets it
 };
 
 // The compiled (Br, Bc) tilings, one list that both the kernel instantiations and the subjects'

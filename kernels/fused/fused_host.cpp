@@ -90,7 +90,7 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
     for (int head = 0; head < x.h; ++head) {
       const fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
       for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
-        const auto states = fused::twin_row_tile<M>(view, row0, br, bc, 0, view.tk);
+        const auto states = fused::twin_row_tile<M>(view, row0, br, bc, 0, view.tk, o.exp_form);
         for (size_t r = 0; r < states.size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
           store_row(states[r], x.dtype, a.out, (tok * x.h + head) * x.d, a.lse,

@@ -86,6 +86,22 @@ AC_HD float exponent_offset(float m_new) { return m_new == neg_inf_f() ? 0.0f : 
 // p = 2^(x - m): x is the scaled logit (log2 e folded in), m the offset above.
 AC_HD float tile_probability(float x, float m_offset) { return exp2_f(x - m_offset); }
 
+// How the twins form p = 2^(x - m) (a kernel's choice, stated in its header). The default is
+// fused's and the split-KV kernels': x = fl(s scale_log2), p = exp2_f(fl(x - m)). fma: where
+// scale_log2 > 0, p = 2^fl(s scale_log2 - m), one rounding (the max of the fl(s scale_log2) is the
+// same either way, rounding being monotonic). flush: a p below 2^-126 is 0 (ex2.approx.ftz, the
+// exp2 of kernels built with fast math). fused-hopper takes both.
+struct ExpForm {
+  bool fma = false, flush = false;
+};
+// p of key j under form f: x = fl(s scale_log2) as the walk stored it (-inf, or mutant 7's
+// sentinel, for a hidden key), s its unscaled fp32 score (used only for a visible key under fma).
+inline float twin_probability(float x, float s, bool visible, float scale_log2, float m_offset, ExpForm f) {
+  const float p = f.fma && visible && scale_log2 > 0.0f ? exp2_f(std::fma(s, scale_log2, -m_offset))
+                                                        : tile_probability(x, m_offset);
+  return f.flush && p < 0x1p-126f ? 0.0f : p;
+}
+
 // 1 / l for the final normalisation; 0 for an empty row so O = 0 exactly.
 AC_HD float inverse_row_sum(float l) { return l == 0.0f ? 0.0f : 1.0f / l; }
 

@@ -101,10 +101,10 @@ struct TwinRowState {
 };
 
 // Runs the row tile [row0, row0 + br) over keys [k_lo, k_hi) in tiles of bc, as one CTA does, and
-// returns the state of every row of the tile that exists (row < tq).
+// returns the state of every row of the tile that exists (row < tq). f: how p is formed (fused_math.h).
 template <Mutation M = Mutation::none>
 std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int br, int bc, int64_t k_lo,
-                                        int64_t k_hi) {
+                                        int64_t k_hi, ExpForm f = {}) {
   const int d = h.head_size;
   const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(br, h.tq - row0));
   std::vector<TwinRowState> st(size_t(rows),
@@ -115,7 +115,8 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
     const int64_t last_row = std::min<int64_t>(row0 + br, h.tq) - 1;
     k_end = std::min<int64_t>(k_end, last_row + h.tk - h.tq + 1 + (M == Mutation::causal_off_by_one ? 1 : 0));
   }
-  std::vector<float> x(static_cast<size_t>(bc)), p(static_cast<size_t>(bc));
+  std::vector<float> x(static_cast<size_t>(bc)), p(static_cast<size_t>(bc)), dots(static_cast<size_t>(bc));
+  std::vector<char> vis(static_cast<size_t>(bc));
   for (int64_t n0 = k_lo; n0 < k_end; n0 += bc) {
     const int64_t n1 = std::min<int64_t>(n0 + bc, k_end);
     for (int64_t r = 0; r < rows; ++r) {
@@ -133,7 +134,9 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
           float dot = 0.0f;
           for (int c = 0; c < d; ++c) dot += qr[c] * kj[c];
           xj = dot * h.scale_log2;
+          dots[size_t(j - n0)] = dot;
         }
+        vis[size_t(j - n0)] = visible;
         x[size_t(j - n0)] = xj;
         tile_max = std::max(tile_max, xj);
       }
@@ -143,7 +146,7 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       const float off = exponent_offset(m_new);
       float tile_sum = 0.0f;
       for (int j = 0; j < bc; ++j) {
-        p[size_t(j)] = tile_probability(x[size_t(j)], off);
+        p[size_t(j)] = twin_probability(x[size_t(j)], dots[size_t(j)], vis[size_t(j)], h.scale_log2, off, f);
         tile_sum += p[size_t(j)];
       }
       s.l = s.l * alpha + tile_sum;

@@ -2,7 +2,8 @@
 // tilings) and its host twin, fused's twin walked with the tile (BR, BC) of kHopperTilings: the
 // Hopper kernel walks row tiles of BR and key tiles of BC from key 0 with the causal end of the
 // tile's last row, and rounds where fused rounds (dot in fp32, P to the input type, m / l / O
-// fp32, O to the input type at the store).
+// fp32, O to the input type at the store) but for p: its exponent argument in one fma and a p below
+// 2^-126 flushed to 0 (fused::ExpForm{true, true}).
 // Check: ctest --test-dir build -R kernels_hopper
 #include "common/cuda_check.h"
 #include "hopper/hopper.h"
@@ -23,7 +24,9 @@ int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* e
 
 int hopper_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
   if (int rc = hopper_check_args(a, o, err, err_len)) return rc;
-  return fused_twin_tiles(a, o, kHopperTilings[a.tiling].br, kHopperTilings[a.tiling].bc, err, err_len);
+  FusedOptions twin = o;
+  twin.exp_form = fused::ExpForm{true, true};  // the kernel's exponent: one fma, flushed exp2
+  return fused_twin_tiles(a, twin, kHopperTilings[a.tiling].br, kHopperTilings[a.tiling].bc, err, err_len);
 }
 
 }  // namespace attncheck::kern

@@ -27,15 +27,21 @@
 // last P V alone. So a consumer holds the stages of tiles j - 1 and j, and the producer can load
 // tiles j + 1 .. j + S - 2 meanwhile; it loads tile j once tile j - S is released, which the
 // consumers do in tile j - S + 1's step (S >= 3), before they wait on tile j: no cycle.
-// Rounding is per tile as in the one-tile-at-a-time loop: S in fp32 (wgmma), x = fp32 S *
-// scale_log2 (one rounded fmul), max, alpha and p = 2^(x - m) by fused_math.h (for fp16 inputs p by
-// dev::exp2_ftz, which gives the same P and, but for exact rounding ties, the same l: see there);
-// then l = l alpha + sum p (the unrounded p), O = O alpha_j (fp32 fmul) and then O +=
+// Rounding is per tile as in the one-tile-at-a-time loop: S in fp32 (wgmma); m = the max of the
+// fl(S scale_log2), alpha by fused_math.h; p = 2^fl(S scale_log2 - m), the exponent argument in one
+// fma where fused rounds S scale_log2 and then the difference (the two forms agree for scale_log2 <=
+// 0, which takes fused's; see scale_and_max), by dev::exp2_ftz, which flushes a p below 2^-126 to 0
+// (fused's exp2f keeps it; see there); then l = l alpha + sum p (the unrounded p), O = O alpha_j
+// (fp32 fmul) and then O +=
 // round_to_input(P_j) V_j (wgmma, fp32): the overlap only moves the rescale after the previous
 // tile's P V has retired, which is where it was already, so O goes through the same operations in
 // the same order and the results are bit for bit those of the loop without overlap.
 // The tile walk (row tiles of BR, key tiles of BC from key 0, causal end from the tile's last row)
-// and the rounding points are fused's, so fused's twin with (BR, BC) is this kernel's twin.
+// and the other rounding points are fused's, so fused's twin with (BR, BC) and the exponent form
+// fused::ExpForm{fma, flush} is this kernel's twin. One edge differs from fused: where fl(S_max
+// scale_log2) overflows to +inf for a finite S (scale_log2 > 1 and |S| near fp32's largest), every
+// p of the row is 2^(-inf) = 0, so the row is written as empty (O = 0, the empty LSE), where fused
+// writes NaN; both are far outside the exact budget, and the gate fails either.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #pragma once
 #include <cuda.h>
@@ -132,14 +138,15 @@ __device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap* map, 
       : "memory");
 }
 // p = 2^x by the same hardware approximation as exp2f, without exp2f's path for results below
-// 2^-126 (a compare and two multiplies per score around the one MUFU): such a p is 0 here. Used
-// for fp16 inputs only, where P is the same bit for bit: P is rounded to fp16, whose smallest
-// subnormal is 2^-24, so such a p was stored as 0 anyway. The unrounded p also enters a thread's
-// share of the row sum l; 64 of them add up to under 2^-120, so they move only a share below about
-// 2^-100, and the row's l, at least 1 (the share holding the row's max has p = 2^0 there and
-// keeps it), absorbs that unless a sum lands exactly on a rounding tie. So O and the LSE are
-// exp2f's but for such ties. In bf16 a p below 2^-126 is a representable P, and against a V near
-// 2^126 it carries weight, so bf16 keeps exp2f.
+// 2^-126 (a compare and two multiplies per score around the one MUFU): such a p is 0 here, as in
+// kernels built with fast math. In fp16 P is the same bit for bit: P is rounded to fp16, whose
+// smallest subnormal is 2^-24, so such a p was stored as 0 anyway. In bf16 such a p is a
+// representable P (down to 2^-133), so a weight below 2^-126 is dropped: O moves by at most
+// N 2^-126 max|v| / l with l >= 1, which the subject declares (AC_CAP_FLUSHES_SUBNORMALS; the
+// budget's allowance for it is in properties/src/budgets.cpp). The unrounded p also enters a
+// thread's share of the row sum l; 64 of them add up to under 2^-120, which the row's l, at least
+// 1, absorbs unless a sum lands exactly on a rounding tie. (H200, T = 8192, bf16: about 10% faster
+// than exp2f; a per-thread test that took exp2f only where a score could flush gained 0-2%.)
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -302,6 +309,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t4 = lane & 3;
   const int warp_row0 = row0 + c * 64 + warp * 16;
   const int row_a = warp_row0 + g, row_b = row_a + 8;
+  const bool raw_s = p.scale_log2 > 0.0f;  // see scale_and_max
   const uint8_t* mask = p.mask ? p.mask + p.cu_mask[seq] : nullptr;
   const int diag = tk - tq;
 
@@ -365,9 +373,17 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   // past tq), two compares and selects a score; kMask, the mask array's loads besides.
   // The row ends are computed in the tile that needs them (held across the loop, their four
   // registers slowed the tiles without masks).
+  // Raw (raw_s: scale_log2 > 0, every launch the gate makes): sacc keeps the fp32 S of visible keys and
+  // -inf for the others, the max is taken over S and scaled once per row, and the exponent
+  // argument is one fma, fl(S scale_log2 - m): one multiply a score less. fl(S_max scale_log2) is
+  // the max of the fl(S scale_log2), since rounding is monotonic and the scale positive, so m is
+  // the same as scaling first. Not raw (scale_log2 <= 0, where the max of S is not the max of the
+  // scaled S): x = fl(S scale_log2) is stored, the general path (kMask, whose mask test is skipped
+  // without a mask) takes every tile, and the argument is fl(x - m).
   enum Visibility { kAll, kBounds, kMask };
-  auto scale_and_max = [&](auto vis_kind, int n0, float(&mx)[2]) {
+  auto scale_and_max = [&](auto vis_kind, auto raw_kind, int n0, float(&mx)[2]) {
     constexpr Visibility kVis = decltype(vis_kind)::value;
+    constexpr bool kRaw = decltype(raw_kind)::value;
     [[maybe_unused]] int end_vis[2], end_range[2];  // keys [0, end_vis) visible, [0, end_range) in range
     if constexpr (kVis == kBounds) {
 #pragma unroll
@@ -387,7 +403,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     for (int i = 0; i < BC / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = __fmul_rn(sacc[4 * i + e], p.scale_log2);
+        float x = kRaw ? sacc[4 * i + e] : __fmul_rn(sacc[4 * i + e], p.scale_log2);
         [[maybe_unused]] const int col = n0 + i * 8 + 2 * t4 + (e & 1);
         if constexpr (kVis == kBounds) {
           if (col >= end_vis[e >> 1]) x = col < end_range[e >> 1] ? fused::masked_logit() : neg_inf_f();
@@ -395,7 +411,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
           const int row = e < 2 ? row_a : row_b;
           bool vis = row < tq && col < tk;
           if (p.causal) vis = vis && fused::causal_visible(row, col, tq, tk);
-          if (vis) vis = mask[int64_t(row) * tk + col] != 0;
+          if (vis && (kRaw || mask)) vis = mask[int64_t(row) * tk + col] != 0;
           if (!vis) x = row < tq && col < tk ? fused::masked_logit() : neg_inf_f();
         }
         sacc[4 * i + e] = x;
@@ -410,16 +426,20 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   auto softmax = [&](int j) {
     const int n0 = j * BC;
     float mx[2] = {neg_inf_f(), neg_inf_f()};
-    if (mask)
-      scale_and_max(std::integral_constant<Visibility, kMask>{}, n0, mx);
+    using Raw = std::true_type;
+    if (!raw_s)
+      scale_and_max(std::integral_constant<Visibility, kMask>{}, std::false_type{}, n0, mx);
+    else if (mask)
+      scale_and_max(std::integral_constant<Visibility, kMask>{}, Raw{}, n0, mx);
     else if (n0 + BC <= tk && (!p.causal || n0 + BC - 1 <= warp_row0 + diag))
-      scale_and_max(std::integral_constant<Visibility, kAll>{}, n0, mx);
+      scale_and_max(std::integral_constant<Visibility, kAll>{}, Raw{}, n0, mx);
     else
-      scale_and_max(std::integral_constant<Visibility, kBounds>{}, n0, mx);
+      scale_and_max(std::integral_constant<Visibility, kBounds>{}, Raw{}, n0, mx);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      if (raw_s) mx[r] = __fmul_rn(mx[r], p.scale_log2);
     }
     float off[2];
 #pragma unroll
@@ -430,10 +450,10 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       m_run[r] = m_new;
     }
     float tile_sum[2] = {0.0f, 0.0f};
+    const float mul = raw_s ? p.scale_log2 : 1.0f;  // fl(x * 1 - m) = fl(x - m)
 #pragma unroll
     for (int i = 0; i < BC / 2; ++i) {
-      sacc[i] = BF16 ? fused::tile_probability(sacc[i], off[(i & 3) >> 1])
-                     : dev::exp2_ftz(sacc[i] - off[(i & 3) >> 1]);
+      sacc[i] = dev::exp2_ftz(fmaf(sacc[i], mul, -off[(i & 3) >> 1]));
       tile_sum[(i & 3) >> 1] += sacc[i];
     }
 #pragma unroll

@@ -29,6 +29,9 @@ ac_caps hopper_caps(bool cuda) {
   ac_caps c = fused_caps(cuda, 0, -1);  // fused's contract: dtypes, heads, features, conventions
   c.tilings = kHopperTilings;
   c.num_tilings = kNumHopperTilings;
+  // Its exp2 flushes a p below 2^-126 (hopper_kernel.cuh), as does its twin: declared, so the
+  // budget allows the dropped weights (budgets.cpp).
+  c.flags |= AC_CAP_FLUSHES_SUBNORMALS;
   return c;
 }
 

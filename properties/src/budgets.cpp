@@ -10,7 +10,11 @@
 //     score s_j = scale * q.k_j moves exp(s_j - m) by up to (d |scale| sum_c |q_c k_jc| +
 //     |s_j - m| + 4) 2^-24 relatively: the conditioning of the problem in fp32, not kernel slack.
 //   - where P = e^(s - m) is subnormal in F its rounding error is absolute: up to half the smallest
-//     subnormal per key, so O moves by up to N sub_F max|v| / (2 l), l = sum e^(s - m) >= 1.
+//     subnormal per key, so O moves by up to N sub_F max|v| / (2 l), l = sum e^(s - m) >= 1;
+//   - a subject that flushes subnormals (AC_CAP_FLUSHES_SUBNORMALS) may flush a weight p below
+//     fp32's smallest normal 2^-126 to 0 (the exp2 of kernels built with fast math): up to 2^-126
+//     per key absolutely, N 2^-126 max|v| / l in O (more than the term above in bf16 and fp32), and
+//     l off by up to N 2^-126, which moves the LSE by N 2^-126 / l natural-log units.
 // o_ulp = 4 passes this analysis (1.5) with margin; the deliberately broken kernels (mutants) err
 // by whole units (NaN, a lost rescale, a wrong base, a missed head), far beyond it.
 // The error itself is measured exactly (measure.cpp); the allowances are evaluated in double, as
@@ -63,7 +67,7 @@ double naive_exp_overflow_slack(ac_dtype d, double head_size, double abs_dot, do
 double softmax_overflow_slack(double x) { return 1e-6 * std::fabs(x); }
 
 // Attention O: |O - O_exact| <= o_ulp * ulp_F(S) + 2^-24 [(N + d + 8) S + sum_j p_j |v_j| c_j]
-//   + N sub_F max|v| / (2 l).
+//   + N max(sub_F / 2, 2^-126 when the subject flushes subnormals) max|v| / l.
 // A declared naive exp (AC_FEAT_NAIVE_EXP) stores e^s rounded to F (u_F per term), sums the rounded
 // terms and rounds P again: + 3 u_F S, plus the subnormal absolute error of the stored e^s,
 // N sub_F max|v| / sum e^s. (Rows whose exp overflows, or whose largest term is subnormal, are the
@@ -72,7 +76,8 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
                              double vmax) {
   const double N = r.keys;
   double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8) * S + cond);
-  if (N > 0) allowed += 0.5 * min_subnormal(r.dtype) * N * vmax / std::max(r.sum_exp_scaled, 1.0);
+  const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushes ? 0x1p-126 : 0.0);
+  if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
     allowed += 3 * unit_roundoff(r.dtype) * S + N * min_subnormal(r.dtype) * vmax / std::max(sum_exp, 1e-300);
@@ -88,6 +93,7 @@ double attention_lse_allowance(const Budget& b, const AttentionRow& r, double ls
                                double lse_unit) {
   const double N = r.keys;
   double allowed = kFp32Unit * (b.lse_ulp * lse_scale + (N + 2 + cond) * lse_unit);
+  if (r.flushes && N > 0) allowed += 0x1p-126 * N / std::max(r.sum_exp_scaled, 1.0) * lse_unit;
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
     allowed +=
@@ -134,8 +140,10 @@ double softmax_allowance(const Budget& b, ac_dtype d, double ulp_exact, double k
 // so -0 also needs a negative y in range, x - a < 0. Nothing else is relaxed: a nonzero output is
 // judged by the ordinary allowance, and a zero where every y within budget is normal (|x| - a >=
 // min_F) is still an error. An fp32 intermediate flushed inside the kernel moves its result by less
-// than 2^-126 per flushed term; a declared flush buys no allowance for that beyond the zero above,
-// so a kernel whose intermediate flushes push a normal output past its budget fails.
+// than 2^-126 per flushed term. Attention's weights p are the one such intermediate the budget
+// allows for (attention_o_allowance: N 2^-126 max|v| / l); beyond that a declared flush buys no
+// allowance but the zero above, so a kernel whose other intermediate flushes push a normal output
+// past its budget fails.
 double min_normal(ac_dtype d) { return d == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126; }
 bool flushed_zero_allowed(ac_dtype d, double exact, double allowed, bool negative) {
   if (!std::isfinite(exact)) return false;
@@ -175,13 +183,15 @@ bool within_split_merge_allowance(double err, double allowed) { return err <= al
 //     which moves each weight by a factor within e^(+-2e): 2 e' A with e' = e (1 + e);
 //   - fp32 accumulation of O over Tk keys: Tk 2^-24 A;
 //   - fp16 only: a weight below 2^-14 (relative to the row max) rounds to a subnormal, absolute
-//     error up to 2^-25 each: Tk 2^-25 max|v| / l (l >= 1 is the shifted sum).
+//     error up to 2^-25 each: Tk 2^-25 max|v| / l (l >= 1 is the shifted sum);
+//   - a kernel whose exp2 flushes (fused-hopper: ex2.approx.ftz) drops a weight below 2^-126,
+//     absolute error up to 2^-126 each: Tk 2^-126 max|v| / l (in fp16 the term above is larger).
 // Bound: |o - o_exact| <= 2 (2u A + u |o_exact| + 2 e' A + Tk 2^-24 A + sub) + 1e-30, a factor 2 of
 // slack for the exp2 / log2 approximations (a few fp32 ulps each). LSE (fp32): |lse - exact| <=
 // 2 (e + Tk 2^-23 + 4 2^-24 (|lse| + 1)).
 double kernel_logit_error(double head_size, double abs_dot) { return head_size * 0x1p-24 * abs_dot; }
-double kernel_subnormal_p_error(bool fp16, double keys, double vmax, double l) {
-  return fp16 ? keys * 0x1p-25 * vmax / l : 0.0;
+double kernel_subnormal_p_error(bool fp16, bool p_flushed, double keys, double vmax, double l) {
+  return (fp16 ? 0x1p-25 : p_flushed ? 0x1p-126 : 0.0) * keys * vmax / l;
 }
 double kernel_attention_o_bound(double u, double A, double o, double max_logit_err, double keys,
                                 double subnormal_p) {

@@ -90,6 +90,23 @@ inline AttnCase make_case(uint64_t seed, DType dt, int heads, int kv_heads, int 
   return c;
 }
 
+// bf16, one query, two keys of d = 64 (scale 1/8): key 0 has logit 0 and V = 0, key 1 has base-2
+// logit -720 / 8 log2 e = -129.84, so p_1 = 2^-129.84 = 1.3e-39, below 2^-126 but a bf16 value
+// (bf16 reaches 2^-133), and V = 2^126 in every column. Exact: O = p_1 2^126 / (1 + p_1) =
+// 2^-3.84 = 0.070 in every column. A kernel that flushes p_1 writes 0, which only the flush term of
+// kernel_subnormal_p_error (2 keys x 2^-126 x 2^126 = 2) allows: the rest of the bound is about 1e-3.
+inline AttnCase flushed_weight_case() {
+  AttnCase c = make_case(1, DType::bf16, 1, 1, 64, {1}, {2}, false, false);
+  c.scale = 0.125f;
+  std::fill(c.q.begin(), c.q.end(), round_to_input(c.dtype, 0.0f));
+  std::fill(c.k.begin(), c.k.end(), round_to_input(c.dtype, 0.0f));
+  std::fill(c.v.begin(), c.v.begin() + 64, round_to_input(c.dtype, 0.0f));
+  std::fill(c.v.begin() + 64, c.v.end(), round_to_input(c.dtype, 0x1p126f));
+  c.q[0] = round_to_input(c.dtype, 1.0f);
+  c.k[64] = round_to_input(c.dtype, -720.0f);
+  return c;
+}
+
 // The ABI arguments of a case with every tensor in host memory (the twins' view).
 inline ac_attention_args host_args(const AttnCase& c, void* out, float* lse, int tiling) {
   ac_attention_args a{};
@@ -126,7 +143,8 @@ struct RowRef {
 
 inline double in_value(DType t, uint16_t b) { return double(kern::load_as_float(t, b)); }
 
-inline RowRef exact_row(const AttnCase& c, int seq, int row, int head) {
+// p_flushed: the kernel flushes a weight below 2^-126 to 0 (fused-hopper), which its bound allows.
+inline RowRef exact_row(const AttnCase& c, int seq, int row, int head, bool p_flushed = false) {
   const int d = c.head_size, kvh = head / (c.heads / c.kv_heads);
   const int tq = c.seqlens_q[size_t(seq)], tk = c.seqlens_k[size_t(seq)];
   const int64_t tok = c.cu_q[size_t(seq)] + row;
@@ -173,7 +191,8 @@ inline RowRef exact_row(const AttnCase& c, int seq, int row, int head) {
       vmax = std::max(vmax, std::fabs(vi));
     }
   }
-  const double sub = attncheck::kernel_subnormal_p_error(c.dtype == DType::f16, double(tk), vmax, l);
+  const double sub =
+      attncheck::kernel_subnormal_p_error(c.dtype == DType::f16, p_flushed, double(tk), vmax, l);
   for (int i = 0; i < d; ++i)
     r.o_bound[size_t(i)] =
         attncheck::kernel_attention_o_bound(u, a[size_t(i)], r.o[size_t(i)], max_logit_err, double(tk), sub);
@@ -200,6 +219,8 @@ struct Conventions {
   // Extra roundings of O to the input type (cascade: the partials are stored before the merge);
   // see kernel_extra_o_rounding_bound.
   int extra_o_roundings = 0;
+  // p below 2^-126 flushed to 0 (fused-hopper's exp2); see kernel_subnormal_p_error.
+  bool p_flushed = false;
 };
 inline std::string compare_with_exact(const AttnCase& c, const std::vector<uint16_t>& out,
                                       const std::vector<float>* lse, Conventions conv,
@@ -209,7 +230,7 @@ inline std::string compare_with_exact(const AttnCase& c, const std::vector<uint1
   const int d = c.head_size;
   const int64_t total_q = c.total_q();
   auto check_row = [&](int seq, int row, int head) {
-    const RowRef r = exact_row(c, seq, row, head);
+    const RowRef r = exact_row(c, seq, row, head, conv.p_flushed);
     const int64_t tok = c.cu_q[size_t(seq)] + row;
     for (int i = 0; i < d && failures < 8; ++i) {
       const double got = double(kern::load_as_float(c.dtype, out[size_t((tok * c.heads + head) * d + i)]));

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "attention_case.h"
+#include "fused/fused.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
 
@@ -26,8 +27,27 @@ TEST_CASE("hopper twin: every tiling, dtype, head size, causal or not against fp
           char err[256] = {0};
           INFO("tiling " << tiling << " d " << d << " causal " << causal);
           REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
-          CHECK(compare_with_exact(c, out, &lse, {}) == "");
+          CHECK(compare_with_exact(c, out, &lse, Conventions{0, -1, 0, true}) == "");
         }
+}
+
+// fused-hopper's exp2 flushes a weight below 2^-126 (hopper_kernel.cuh), and so does its twin: the
+// case's one such weight carries O = 0.070 (attention_case.h), which the flushed twin drops. The
+// bound with the flush term passes that; without it, the drop is outside the bound.
+TEST_CASE("hopper twin: a weight below 2^-126 is flushed, within the flushed bound only", "[hopper][twin]") {
+  const AttnCase c = flushed_weight_case();
+  std::vector<uint16_t> out(64, 0xbeef);
+  std::vector<float> lse(1, 12345.0f);
+  ac_attention_args a = host_args(c, out.data(), lse.data(), 0);
+  char err[256] = {0};
+  REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
+  CHECK(kern::load_as_float(c.dtype, out[0]) == 0.0f);
+  CHECK(compare_with_exact(c, out, &lse, Conventions{0, -1, 0, true}) == "");
+  CHECK(compare_with_exact(c, out, &lse, {}) != "");
+  // fused's twin keeps the weight: 0.070 within the ordinary bound.
+  REQUIRE(kern::fused_attention_host(a, {}, err, sizeof err) == AC_OK);
+  CHECK(kern::load_as_float(c.dtype, out[0]) > 0.06f);
+  CHECK(compare_with_exact(c, out, &lse, {}) == "");
 }
 
 TEST_CASE("hopper twin: refuses a tiling index past the Hopper list", "[hopper][twin]") {

@@ -144,7 +144,8 @@ typedef struct {
 #define AC_CAP_REFUSES_ZERO_KEYS 1u
 /* The subject flushes subnormals to zero (FTZ / DAZ in its outputs or its intermediates). An
  * output whose exact value lies in the subnormal range of its format may then be 0 (+0, or 0 of
- * the exact value's sign); nothing else is relaxed (budgets.cpp derives the rule). */
+ * the exact value's sign), and an attention weight e^(s - max) below 2^-126 may be 0 (the exp2 of
+ * kernels built with fast math); nothing else is relaxed (budgets.cpp derives the rule). */
 #define AC_CAP_FLUSHES_SUBNORMALS 2u
 /* An empty row's LSE is undefined: it is not judged (O = 0 still is). empty_lse_sign must be 0. */
 #define AC_CAP_EMPTY_LSE_UNDEFINED 4u

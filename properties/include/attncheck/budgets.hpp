@@ -39,6 +39,7 @@ struct AttentionRow {
   double max_score = 0;       // max_j s_j
   double sum_exp_scaled = 0;  // l = sum_j e^(s_j - max), >= 1 when N > 0
   bool naive_exp = false;     // AC_FEAT_NAIVE_EXP
+  bool flushes = false;       // AC_CAP_FLUSHES_SUBNORMALS: a weight e^(s - max) below 2^-126 may be 0
 };
 // ulp_S = ulp_F(S); cond = sum_j p_j |v_j| c_j; vmax = max_j |v_j| over the column.
 double attention_o_allowance(const Budget&, const AttentionRow&, double ulp_S, double S, double cond,
@@ -77,7 +78,7 @@ bool within_split_merge_allowance(double err, double allowed);
 // Attention (tests/kernels_attention): the fp32 error of one logit, e = d 2^-24 |scale| sum |q k|.
 double kernel_logit_error(double head_size, double abs_dot);
 // The fp16 P that rounds to a subnormal: keys 2^-25 max|v| / l (0 for other types).
-double kernel_subnormal_p_error(bool fp16, double keys, double vmax, double l);
+double kernel_subnormal_p_error(bool fp16, bool p_flushed, double keys, double vmax, double l);
 // O element: A = sum_j y_j |v_j|, o the exact output, max_logit_err the largest e of the row.
 double kernel_attention_o_bound(double u, double A, double o, double max_logit_err, double keys,
                                 double subnormal_p);
