@@ -35,7 +35,7 @@ enum class HopperMutation : int {
                        // succeeds on the previous pass's completion, before the new data lands, so
                        // they read the stage's old tile unless the copy was quick, or run ahead until
                        // the pipeline deadlocks (caught by the wait's trap). With 4 stages the copy
-                       // mostly lands in time at small shapes: K/V past L2 shows it
+                       // mostly lands in time at small shapes: K/V past L2 (streamed_kv) shows it
   no_proxy_fence = 3,  // the partial V tile written by ordinary stores lacks fence.proxy.async
                        // before the barrier that hands it to wgmma
 };

@@ -72,8 +72,8 @@ void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
       {"mutant-hopper-stale-phase",
        "MUTANT: fused-hopper consumers wait on a fixed mbarrier parity (wrong pipeline phase after the "
        "ring wraps): on odd passes they read a stage before its tile lands, or run ahead until the "
-       "pipeline deadlocks and the wait's guard traps (killers: kernels_hopper_gpu with K/V past L2, "
-       "memcheck; small cases mostly pass with 4 ring stages)",
+       "pipeline deadlocks and the wait's guard traps (killers: streamed_kv and kernels_hopper_gpu, with K/V "
+       "past L2; memcheck; small cases mostly pass with 4 ring stages)",
        hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[1]});
   out.push_back(
       {"mutant-hopper-no-proxy-fence",

@@ -70,9 +70,10 @@ constexpr MutantInfo kMutants[] = {
      "fused-hopper consumers wait on a fixed mbarrier parity: on odd passes round the ring they read a "
      "stage before its tile lands, or the pipeline deadlocks",
      "fused-hopper",
-     "gpu test: kernels_hopper_gpu with K/V past L2 (outside the exact bound, or the wait's guard traps: "
-     "device fault, exit 3); memcheck. The gate's small cases mostly miss it: with 4 ring stages the copy "
-     "lands in time",
+     "streamed_kv (K/V past L2: the wait's guard traps, a device fault, or launches differ or leave the "
+     "budget); gpu test: kernels_hopper_gpu; memcheck. The gate's small cases miss it: with 4 ring stages "
+     "the "
+     "copy lands in time",
      true},
     {16, "mutant-hopper-no-proxy-fence",
      "fused-hopper's partial V tile, stored by ordinary stores, misses fence.proxy.async before wgmma",
