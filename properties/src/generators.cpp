@@ -541,16 +541,23 @@ void uniform_fill(ac_dtype dtype, uint64_t seed, Bits& b, int64_t n, uint64_t st
   for (std::thread& th : pool) th.join();
 }
 
-// The seed's layer: Llama-3-8B's 32 query heads over 8 KV heads (32 over 32 without GQA), d = 128
-// (else the largest size the subject takes), one sequence of dom.layer_tokens queries and keys,
-// causal or not, logits of standard deviation 1 or 3 after the 1/sqrt(d) scale. Its values come
-// from one drawn seed (uniform_fill); a failure is cut down by the structural shrinker (shrink.cpp).
-AttentionInput layer_input(const Domain& dom) {
+// A drawn dtype and d = 128 where the subject takes it, else its largest head size: the layer's
+// and the streamed case's format.
+AttentionInput realistic_format(const Domain& dom) {
   AttentionInput a;
   a.dtype = *g::elementOf(dom.dtypes);
   a.head_size = std::find(dom.head_sizes.begin(), dom.head_sizes.end(), 128) != dom.head_sizes.end()
                     ? 128
                     : *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  return a;
+}
+
+// The seed's layer: Llama-3-8B's 32 query heads over 8 KV heads (32 over 32 without GQA), d = 128
+// (else the largest size the subject takes), one sequence of dom.layer_tokens queries and keys,
+// causal or not, logits of standard deviation 1 or 3 after the 1/sqrt(d) scale. Its values come
+// from one drawn seed (uniform_fill); a failure is cut down by the structural shrinker (shrink.cpp).
+AttentionInput layer_input(const Domain& dom) {
+  AttentionInput a = realistic_format(dom);
   a.num_heads = 32;
   a.num_kv_heads = (dom.features & AC_FEAT_GQA) ? 8 : 32;
   a.seqlens_q = {dom.layer_tokens};
@@ -569,11 +576,7 @@ AttentionInput layer_input(const Domain& dom) {
 
 // Attention whose K and V hold at least dom.streamed_kv_bytes together (streamed_kv_input).
 AttentionInput streamed_input(const Domain& dom) {
-  AttentionInput a;
-  a.dtype = *g::elementOf(dom.dtypes);
-  a.head_size = std::find(dom.head_sizes.begin(), dom.head_sizes.end(), 128) != dom.head_sizes.end()
-                    ? 128
-                    : *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  AttentionInput a = realistic_format(dom);
   a.num_heads = a.num_kv_heads = kStreamedHeads;
   const int64_t D = a.head_size, per_key = 2 * int64_t(a.num_kv_heads) * D * dtype_bytes(a.dtype);
   const int64_t keys =
