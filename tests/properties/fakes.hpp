@@ -38,6 +38,7 @@ enum class Bug {
   attention_off_by_one_o,      // O wrong by a few ulps of fp16 when d > 1 (accuracy)
   attention_nondeterministic,  // flips the last bit of O on every other call
   splitkv_empty_plus_inf,      // split combine returns +inf for an all-empty row
+  attention_flushes_outputs,   // O below its format's smallest normal written as +0 (FTZ; counted)
 };
 
 class Fake : public Subject {
@@ -67,6 +68,7 @@ class Fake : public Subject {
   std::string backend() const override { return "host"; }
   std::string origin() const override { return "test"; }
   int calls = 0;
+  int64_t flushed = 0;  // outputs Bug::attention_flushes_outputs wrote as 0
 
   MergeOutput merge(const MergeInput& in) override {
     ++calls;
@@ -172,6 +174,11 @@ class Fake : public Subject {
           for (int64_t c = 0; c < D; ++c) {
             double o = empty ? 0.0 : acc[size_t(c)] / L;
             if (bug_ == Bug::attention_off_by_one_o && c == 1) o *= 1 + 0x1p-7;
+            if (bug_ == Bug::attention_flushes_outputs && o != 0 &&
+                std::fabs(o) < (a.dtype == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126)) {
+              o = 0.0;
+              ++flushed;
+            }
             uint32_t bits = enc(a.dtype, o);
             if (bug_ == Bug::attention_nondeterministic && (calls % 2) && !empty && o != 0) bits ^= 1u;
             out.out[size_t(row * D + c)] = bits;

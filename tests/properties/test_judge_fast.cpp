@@ -363,6 +363,7 @@ TEST_CASE("whole property runs give the same results under the fast and the exac
     Bug bug;
     int base, sign;
     uint32_t ops, features;
+    uint32_t flags = 0;  // ac_caps.flags (declared contracts)
   };
   const uint32_t attn = AC_OP_ATTENTION, split = AC_OP_ATTENTION | AC_OP_SPLITKV;
   const uint32_t all = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
@@ -379,13 +380,21 @@ TEST_CASE("whole property runs give the same results under the fast and the exac
       {"split_order_drift", Bug::none, 0, -1, split, all},
       {"split_order_drift", Bug::attention_nondeterministic, 0, -1, split, all},
       {"fp16_overflow", Bug::none, 0, -1, attn, all | AC_FEAT_NAIVE_EXP},
+      // Declared flushes: zeros only the flush rule accepts, which split_equals_whole's fast path
+      // sends to the exact check (its allowance widens there).
+      {"accuracy", Bug::attention_flushes_outputs, 0, -1, attn, all, AC_CAP_FLUSHES_SUBNORMALS},
+      {"split_equals_whole", Bug::attention_flushes_outputs, 0, -1, split, all, AC_CAP_FLUSHES_SUBNORMALS},
   };
+  int64_t flushed = 0;
   int64_t fast_rows = 0, escalated = 0;
   for (const Pair& p : pairs) {
     Fake fast_subject("fake", p.ops, p.bug, p.base, p.sign, p.features);
     Fake exact_subject("fake", p.ops, p.bug, p.base, p.sign, p.features);
+    fast_subject.set_flags(p.flags);
+    exact_subject.set_flags(p.flags);
     const PropertyResult f = run_with(JudgePath::fast, p.prop, fast_subject);
     const PropertyResult x = run_with(JudgePath::exact, p.prop, exact_subject);
+    flushed += fast_subject.flushed;
     INFO(p.prop << " bug " << int(p.bug) << ": fast " << status_name(f.status) << " " << f.failure_class
                 << " " << f.message << " / exact " << status_name(x.status) << " " << x.failure_class << " "
                 << x.message);
@@ -426,6 +435,7 @@ TEST_CASE("whole property runs give the same results under the fast and the exac
   }
   INFO("fast rows " << fast_rows << " escalated " << escalated);
   CHECK(fast_rows > 0);
+  CHECK(flushed > 0);  // the flushing pairs met outputs to flush
 }
 
 // ulps_apart counts representable values between two bit patterns: the hand-derived distances of

@@ -152,8 +152,9 @@ class SplitEqualsWhole final : public Property {
     if (pj[0].row_skipped(row) || pj[1].row_skipped(row)) return true;
     if (!whole.certified) return false;
     // The declared contracts' adjustments (an undefined empty LSE, an accepted flushed zero) are
-    // made by the exact check only.
-    if (ctx.cv.flushes_subnormals) return false;
+    // made by the exact check only: rows they could touch go there. A flushed zero (an O of 0 whose
+    // |exact| exceeds its allowance, so only the flush rule accepted it) is found below; a zero
+    // within its allowance keeps it there, as in check_row.
     if (ctx.cv.empty_lse_undefined && (pj[0].rows[size_t(row)].empty || pj[1].rows[size_t(row)].empty))
       return false;
     ref::ExactState st[2];
@@ -167,6 +168,9 @@ class SplitEqualsWhole final : public Property {
         if (e.row == row) {
           if (e.out == Out::LSE)
             lse_allowed[i] = e.allowed_lo;
+          else if (ctx.cv.flushes_subnormals && e.out_value == 0 &&
+                   std::fabs(e.exact.convert_to<double>()) > e.allowed)
+            return false;  // a zero the flush rule accepted: the exact check widens its allowance
           else
             o_allowed[i].push_back(e.allowed_lo);
         }
