@@ -256,6 +256,14 @@ std::vector<ac::Subject*> pick_subjects(SubjectSet& set, const std::vector<std::
 constexpr int kLongSuiteTokens = 8192, kLongSuiteCases = 10;
 constexpr uint32_t kLongSuiteOps = AC_OP_ATTENTION | AC_OP_SPLITKV;
 
+// Whether a property belongs to a suite (gate, full or long): the one rule pick_properties and
+// `list` share.
+bool in_suite(const ac::PropertyInfo& p, const std::string& suite) {
+  if (suite == "full") return true;
+  if (suite == "gate") return p.in_gate;
+  return suite == "long" && p.in_gate && p.in_long && (p.ops & kLongSuiteOps);
+}
+
 std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::string>& names,
                                                      const std::string& suite) {
   std::vector<const ac::PropertyInfo*> out;
@@ -274,7 +282,7 @@ std::vector<const ac::PropertyInfo*> pick_properties(const std::vector<std::stri
   if (suite != "gate" && suite != "full" && suite != "long")
     throw UsageError("unknown suite '" + suite + "' (gate, full or long)");
   for (const auto& p : ac::all_properties())
-    if (suite == "full" || (p.in_gate && (suite == "gate" || (p.ops & kLongSuiteOps)))) out.push_back(&p);
+    if (in_suite(p, suite)) out.push_back(&p);
   return out;
 }
 
@@ -1083,10 +1091,13 @@ int run_list(const std::string& backend, const std::vector<std::string>& plugins
     std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
     if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
   }
-  std::printf("\nproperties (gate = in the default suite):\n");
-  for (const auto& p : ac::all_properties())
-    std::printf("  %-24s %-4s %-9s %s  [%s]\n", p.name.c_str(), p.in_gate ? "gate" : "full",
-                ops_string(p.ops).c_str(), p.description.c_str(), p.seed_section.c_str());
+  std::printf(
+      "\nproperties (gate = in the default suite, long = also in --suite long, full = in full only):\n");
+  for (const auto& p : ac::all_properties()) {
+    const std::string suites = in_suite(p, "long") ? "gate,long" : in_suite(p, "gate") ? "gate" : "full";
+    std::printf("  %-24s %-9s %-9s %s  [%s]\n", p.name.c_str(), suites.c_str(), ops_string(p.ops).c_str(),
+                p.description.c_str(), p.seed_section.c_str());
+  }
   return kExitOk;
 }
 

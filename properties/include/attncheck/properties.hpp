@@ -43,6 +43,10 @@ struct PropertyInfo {
   // cost more): `check --jobs` starts the costliest pairs first, so no long pair starts last.
   double relative_cost = 1;
   int max_cases = 0;  // > 0: at most this many cases per subject, whatever the run's --cases
+  // Part of `--suite long` when in the gate and taking attention or split-KV subjects. False where
+  // the cases do not grow with the suite (streamed_kv: its one case is the gate's), so the long
+  // suite would repeat the gate's pair, on its time.
+  bool in_long = true;
 };
 const std::vector<PropertyInfo>& all_properties();
 const PropertyInfo* find_property(const std::string& name);  // nullptr if unknown

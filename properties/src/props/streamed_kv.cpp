@@ -93,7 +93,7 @@ class StreamedKv final : public Property {
                   "With K and V past the device's L2 (256 MiB), so the loads lag the math, every launch "
                   "repeats the first bit for bit and is within budget on a slice of two KV heads.",
                   "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
-                  /*relative_cost=*/4, kMaxCases}) {}
+                  /*relative_cost=*/4, kMaxCases, /*in_long=*/false}) {}
 
   bool applies_to(const Subject& s, uint32_t) const override { return s.caps().memory == AC_MEMORY_CUDA; }
   void draw_input(Case& c, const gen::Domain& dom, uint32_t) const override {
