@@ -29,10 +29,10 @@
 // consumers do in tile j - S + 1's step (S >= 3), before they wait on tile j: no cycle.
 // Rounding is per tile as in the one-tile-at-a-time loop: S in fp32 (wgmma); m = the max of the
 // fl(S scale_log2), alpha by fused_math.h; p = 2^fl(S scale_log2 - m), the exponent argument in one
-// fma where fused rounds S scale_log2 and then the difference (the two forms agree for scale_log2 <=
-// 0, which takes fused's; see scale_and_max), by dev::exp2_ftz, which flushes a p below 2^-126 to 0
-// (fused's exp2f keeps it; see there); then l = l alpha + sum p (the unrounded p), O = O alpha_j
-// (fp32 fmul) and then O +=
+// fma where fused rounds S scale_log2 and then the difference (a scale_log2 <= 0 takes fused's
+// form; see scale_and_max), by dev::exp2_ftz, which flushes a p below 2^-126 to 0 (fused's exp2f
+// keeps it; see there); then l = l alpha + sum p (the unrounded p), O = O alpha_j (fp32 fmul) and
+// then O +=
 // round_to_input(P_j) V_j (wgmma, fp32): the overlap only moves the rescale after the previous
 // tile's P V has retired, which is where it was already, so O goes through the same operations in
 // the same order and the results are bit for bit those of the loop without overlap.
