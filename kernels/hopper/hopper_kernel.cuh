@@ -40,8 +40,9 @@
 // and the other rounding points are fused's, so fused's twin with (BR, BC) and the exponent form
 // fused::ExpForm{fma, flush} is this kernel's twin. One edge differs from fused: where fl(S_max
 // scale_log2) overflows to +inf for a finite S (scale_log2 > 1 and |S| near fp32's largest), every
-// p of the row is 2^(-inf) = 0, so the row is written as empty (O = 0, the empty LSE), where fused
-// writes NaN; both are far outside the exact budget, and the gate fails either.
+// p of that tile is 2^(-inf) = 0, where fused's are NaN; a later tile's alpha = 2^(inf - inf) is
+// NaN, so the row comes out NaN as in fused, or empty (O = 0, the empty LSE) where that tile is the
+// row's last. Both are far outside the exact budget, and the gate fails either.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #pragma once
 #include <cuda.h>
@@ -142,10 +143,11 @@ __device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap* map, 
 // kernels built with fast math. In fp16 P is the same bit for bit: P is rounded to fp16, whose
 // smallest subnormal is 2^-24, so such a p was stored as 0 anyway. In bf16 such a p is a
 // representable P (down to 2^-133), so a weight below 2^-126 is dropped: O moves by at most
-// N 2^-126 max|v| / l with l >= 1, which the subject declares (AC_CAP_FLUSHES_SUBNORMALS; the
-// budget's allowance for it is in properties/src/budgets.cpp). The unrounded p also enters a
+// N 2^-126 max|v| / l, which the subject declares (AC_FEAT_FLUSHED_EXP; the budget's allowance
+// for it is in properties/src/budgets.cpp). The unrounded p also enters a
 // thread's share of the row sum l; 64 of them add up to under 2^-120, which the row's l, at least
-// 1, absorbs unless a sum lands exactly on a rounding tie. (H200, T = 8192, bf16: about 10% faster
+// about 1 (the max key's p is 2 to the rounding error of its own scaled score), absorbs unless a
+// sum lands exactly on a rounding tie. (H200, T = 8192, bf16: about 10% faster
 // than exp2f; a per-thread test that took exp2f only where a score could flush gained 0-2%.)
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;

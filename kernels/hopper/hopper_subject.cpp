@@ -30,8 +30,8 @@ ac_caps hopper_caps(bool cuda) {
   c.tilings = kHopperTilings;
   c.num_tilings = kNumHopperTilings;
   // Its exp2 flushes a p below 2^-126 (hopper_kernel.cuh), as does its twin: declared, so the
-  // budget allows the dropped weights (budgets.cpp).
-  c.flags |= AC_CAP_FLUSHES_SUBNORMALS;
+  // budget allows the dropped weights (budgets.cpp). Its outputs are not flushed.
+  c.features |= AC_FEAT_FLUSHED_EXP;
   return c;
 }
 

@@ -71,9 +71,8 @@ constexpr MutantInfo kMutants[] = {
      "stage before its tile lands, or the pipeline deadlocks",
      "fused-hopper",
      "streamed_kv (K/V past L2: the wait's guard traps, a device fault, or launches differ or leave the "
-     "budget); gpu test: kernels_hopper_gpu; memcheck. The gate's small cases miss it: with 4 ring stages "
-     "the "
-     "copy lands in time",
+     "budget); gpu test: kernels_hopper_gpu; memcheck. The gate's small cases miss it: with 4 ring "
+     "stages the copy lands in time",
      true},
     {16, "mutant-hopper-no-proxy-fence",
      "fused-hopper's partial V tile, stored by ordinary stores, misses fence.proxy.async before wgmma",

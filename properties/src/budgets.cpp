@@ -11,10 +11,13 @@
 //     |s_j - m| + 4) 2^-24 relatively: the conditioning of the problem in fp32, not kernel slack.
 //   - where P = e^(s - m) is subnormal in F its rounding error is absolute: up to half the smallest
 //     subnormal per key, so O moves by up to N sub_F max|v| / (2 l), l = sum e^(s - m) >= 1;
-//   - a subject that flushes subnormals (AC_CAP_FLUSHES_SUBNORMALS) may flush a weight p below
+//   - a subject that declares a flushed exp2 (AC_FEAT_FLUSHED_EXP) may flush a weight p below
 //     fp32's smallest normal 2^-126 to 0 (the exp2 of kernels built with fast math): up to 2^-126
-//     per key absolutely, N 2^-126 max|v| / l in O (more than the term above in bf16 and fp32), and
-//     l off by up to N 2^-126, which moves the LSE by N 2^-126 / l natural-log units.
+//     per key absolutely. With F the dropped keys, O = (sum p v - sum_F p v) / (l - dl) moves by
+//     (O dl - sum_F p v) / (l - dl): the second part is at most N 2^-126 max|v| / l, the term added
+//     (more than the one above in bf16 and fp32); the first, |O| N 2^-126 / l, is far inside the
+//     fp32 term 2^-24 N S (S >= |O|). l off by up to N 2^-126 moves the LSE by N 2^-126 / l
+//     natural-log units.
 // o_ulp = 4 passes this analysis (1.5) with margin; the deliberately broken kernels (mutants) err
 // by whole units (NaN, a lost rescale, a wrong base, a missed head), far beyond it.
 // The error itself is measured exactly (measure.cpp); the allowances are evaluated in double, as
@@ -67,7 +70,7 @@ double naive_exp_overflow_slack(ac_dtype d, double head_size, double abs_dot, do
 double softmax_overflow_slack(double x) { return 1e-6 * std::fabs(x); }
 
 // Attention O: |O - O_exact| <= o_ulp * ulp_F(S) + 2^-24 [(N + d + 8) S + sum_j p_j |v_j| c_j]
-//   + N max(sub_F / 2, 2^-126 when the subject flushes subnormals) max|v| / l.
+//   + N max(sub_F / 2, 2^-126 when the subject declares a flushed exp2) max|v| / l.
 // A declared naive exp (AC_FEAT_NAIVE_EXP) stores e^s rounded to F (u_F per term), sums the rounded
 // terms and rounds P again: + 3 u_F S, plus the subnormal absolute error of the stored e^s,
 // N sub_F max|v| / sum e^s. (Rows whose exp overflows, or whose largest term is subnormal, are the
@@ -140,10 +143,10 @@ double softmax_allowance(const Budget& b, ac_dtype d, double ulp_exact, double k
 // so -0 also needs a negative y in range, x - a < 0. Nothing else is relaxed: a nonzero output is
 // judged by the ordinary allowance, and a zero where every y within budget is normal (|x| - a >=
 // min_F) is still an error. An fp32 intermediate flushed inside the kernel moves its result by less
-// than 2^-126 per flushed term. Attention's weights p are the one such intermediate the budget
-// allows for (attention_o_allowance: N 2^-126 max|v| / l); beyond that a declared flush buys no
-// allowance but the zero above, so a kernel whose other intermediate flushes push a normal output
-// past its budget fails.
+// than 2^-126 per flushed term; a declared flush buys no allowance for that beyond the zero above,
+// so a kernel whose intermediate flushes push a normal output past its budget fails. (Attention's
+// weights p flushed by its exp2 are declared apart, AC_FEAT_FLUSHED_EXP, and allowed for in
+// attention_o_allowance.)
 double min_normal(ac_dtype d) { return d == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126; }
 bool flushed_zero_allowed(ac_dtype d, double exact, double allowed, bool negative) {
   if (!std::isfinite(exact)) return false;

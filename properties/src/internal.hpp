@@ -34,6 +34,7 @@ struct Conventions {
   int empty_sign = -1;
   bool naive_exp = false;
   bool scores_rounded = false;  // AC_FEAT_SCORES_IN_INPUT_TYPE: S stored in the input format
+  bool flushed_exp = false;     // AC_FEAT_FLUSHED_EXP: attention weights below 2^-126 may be 0
   bool has_lse = false;         // attention: writes LSE (AC_FEAT_LSE); merge always has one
   ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
   // Contract bits of ac_caps.flags (version 2).

@@ -74,6 +74,7 @@ Conventions conventions_of(const Subject& s) {
   v.empty_sign = c.empty_lse_sign > 0 ? 1 : -1;
   v.naive_exp = (c.features & AC_FEAT_NAIVE_EXP) != 0;
   v.scores_rounded = (c.features & AC_FEAT_SCORES_IN_INPUT_TYPE) != 0;
+  v.flushed_exp = (c.features & AC_FEAT_FLUSHED_EXP) != 0;
   v.has_lse = (c.features & AC_FEAT_LSE) != 0;
   v.layout = c.lse_layout;
   v.empty_lse_undefined = (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) != 0;
@@ -475,7 +476,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.max_score = r.smax;
   r.ar.sum_exp_scaled = sum_exp_scaled;
   r.ar.naive_exp = cv.naive_exp;
-  r.ar.flushes = cv.flushes_subnormals;
+  r.ar.flushes = cv.flushed_exp;
   r.vmax.assign(size_t(D), 0.0);
   if (n > 0 && r.keys.back() - r.keys.front() + 1 == int64_t(n)) {  // one run of keys
     r.vabs_shared = kv.vabs.data() + kv.col(kvh, 0) + size_t(r.keys.front());

@@ -9,7 +9,7 @@ MEMORY = ("host", "cuda")
 LSE_BASES = ("e", "2")
 LSE_LAYOUTS = ("heads_tokens", "tokens_heads")
 EMPTY_LSE = ("-inf", "+inf", "undefined")
-FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type")
+FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type", "flushed_exp")
 FOLDS = ("left", "right", "tree")
 
 
@@ -38,8 +38,7 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
     problem.
 
     refuses_zero_keys: the subject cannot be called with a sequence of 0 keys; attncheck never does.
-    flushes_subnormals: outputs whose exact value is subnormal may come back as 0, and attention
-        weights below 2^-126 may be dropped (FTZ / DAZ, a fast-math exp2).
+    flushes_subnormals: outputs whose exact value is subnormal may come back as 0 (FTZ / DAZ).
     nondeterministic: two launches on the same input may differ in bits (atomics, timing-ordered
     combines); run_to_run then reports the spread instead of failing.
     empty_lse="undefined": an empty row's LSE is not judged (its O = 0 still is).

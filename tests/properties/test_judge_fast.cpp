@@ -342,6 +342,46 @@ TEST_CASE("hand-built hard rows: exact powers of two, near ties, subnormal outpu
   CHECK(tot.escalated < tot.rows);
 }
 
+// AC_FEAT_FLUSHED_EXP's allowance (budgets.cpp): bf16, one query, two keys of d = 64 (scale 1/8).
+// Key 0: logit 0, V = 0. Key 1: logit -720 / 8 = -90 (natural), weight e^-90 = 8.2e-40, below
+// 2^-126 = 1.2e-38 but a bf16 value, and V = 2^126 = 8.5e37 in every column. Exact O = 0.070
+// (e^-90 2^126 / (1 + e^-90)), carried by that weight alone; a flushed exp2 drops it and writes 0.
+// The zero is within budget when the subject declares the flushed exp2, under both judgement
+// paths, and over budget when it does not (the rest of the allowance is about 1e-3).
+TEST_CASE("a declared flushed exp2 may drop a weight below 2^-126, and only then", "[judge][flushed_exp]") {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_BF16;
+  a.head_size = 64;
+  a.seqlens_q = {1};
+  a.seqlens_k = {2};
+  a.softmax_scale = 0.125f;
+  a.q.assign(64, fakes::enc(a.dtype, 0.0));
+  a.k.assign(128, fakes::enc(a.dtype, 0.0));
+  a.v.assign(128, fakes::enc(a.dtype, 0.0));
+  a.q[0] = fakes::enc(a.dtype, 1.0);
+  a.k[64] = fakes::enc(a.dtype, -720.0);
+  for (int c = 64; c < 128; ++c) a.v[size_t(c)] = fakes::enc(a.dtype, 0x1p126);
+  const Exact x = exact_of(a, ref::LseBase::e);
+  REQUIRE(x.o[0] > 0.06);
+  REQUIRE(x.o[0] < 0.08);
+  AttentionOutput flushed;
+  flushed.out.assign(64, fakes::enc(a.dtype, 0.0));
+  flushed.lse = {0.0f};  // ln(1 + 8.2e-40) rounds to 0
+  for (const bool declared : {false, true}) {
+    Conventions cv;
+    cv.has_lse = true;
+    cv.flushed_exp = declared;
+    const Judgement F = judge_attention(a, flushed, cv, Budget{}, JudgePath::fast);
+    const Judgement X = judge_attention(a, flushed, cv, Budget{}, JudgePath::exact);
+    std::string why;
+    INFO("declared " << declared << ": " << why);
+    CHECK(same_judgement(F, X, why));
+    const bool all_within =
+        std::all_of(X.elems.begin(), X.elems.end(), [](const Elem& e) { return e.within; });
+    CHECK(all_within == declared);
+  }
+}
+
 namespace {
 PropertyResult run_with(JudgePath path, const std::string& prop, Subject& s) {
   set_default_judge_path(path);

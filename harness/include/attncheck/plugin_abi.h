@@ -105,6 +105,11 @@ typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
  * softmax (a textbook kernel that materialises S in fp16 / bf16). Budgets then allow the score
  * rounding, u_F |s_j| per key, instead of fp32 score error. */
 #define AC_FEAT_SCORES_IN_INPUT_TYPE 64u
+/* Declared rounding point: p = 2^(x - m) is computed by an exp2 that flushes results below 2^-126
+ * to 0 (ex2.approx.ftz, the exp2 of kernels built with fast math), so an attention weight below
+ * 2^-126 is dropped. Budgets then allow N 2^-126 max|v| / l in O and N 2^-126 / l in the LSE
+ * (properties/src/budgets.cpp); the subject's outputs are judged as before. */
+#define AC_FEAT_FLUSHED_EXP 128u
 
 /* Return codes. */
 #define AC_OK 0
@@ -144,8 +149,8 @@ typedef struct {
 #define AC_CAP_REFUSES_ZERO_KEYS 1u
 /* The subject flushes subnormals to zero (FTZ / DAZ in its outputs or its intermediates). An
  * output whose exact value lies in the subnormal range of its format may then be 0 (+0, or 0 of
- * the exact value's sign), and an attention weight e^(s - max) below 2^-126 may be 0 (the exp2 of
- * kernels built with fast math); nothing else is relaxed (budgets.cpp derives the rule). */
+ * the exact value's sign); nothing else is relaxed (budgets.cpp derives the rule; a flushed exp2
+ * inside attention is declared by AC_FEAT_FLUSHED_EXP). */
 #define AC_CAP_FLUSHES_SUBNORMALS 2u
 /* An empty row's LSE is undefined: it is not judged (O = 0 still is). empty_lse_sign must be 0. */
 #define AC_CAP_EMPTY_LSE_UNDEFINED 4u

@@ -130,6 +130,7 @@ std::string caps_string(const ac::Subject& s) {
     if (c.features & AC_FEAT_VARLEN) o << "; varlen";
     if (c.features & AC_FEAT_GQA) o << "; gqa";
     if (c.features & AC_FEAT_NAIVE_EXP) o << "; naive-exp (declared hazard)";
+    if (c.features & AC_FEAT_FLUSHED_EXP) o << "; flushed exp2 (weights below 2^-126 dropped)";
   }
   if (c.ops & AC_OP_SPLITKV) {
     o << "; splits 1.." << c.max_splits << " folds";

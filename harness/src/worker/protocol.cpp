@@ -32,7 +32,8 @@ const Word kFeatures[] = {{"causal", AC_FEAT_CAUSAL},
                           {"gqa", AC_FEAT_GQA},
                           {"lse", AC_FEAT_LSE},
                           {"naive_exp", AC_FEAT_NAIVE_EXP},
-                          {"scores_in_input_type", AC_FEAT_SCORES_IN_INPUT_TYPE}};
+                          {"scores_in_input_type", AC_FEAT_SCORES_IN_INPUT_TYPE},
+                          {"flushed_exp", AC_FEAT_FLUSHED_EXP}};
 const Word kFolds[] = {{"left", AC_FOLD_BIT(AC_FOLD_LEFT)},
                        {"right", AC_FOLD_BIT(AC_FOLD_RIGHT)},
                        {"tree", AC_FOLD_BIT(AC_FOLD_TREE)}};

@@ -83,8 +83,8 @@ rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, on
 // K and V of at least dom.streamed_kv_bytes together: kStreamedHeads query and KV heads, d = 128
 // (else the largest size the subject takes), one non-causal sequence of kStreamedQueries queries
 // over as many keys as the bytes need plus kStreamedPartialKeys, so that the last key tile of 64 or
-// 128 is partial. kStreamedQueries * kStreamedHeads rows pass kJudgeEveryRowUpTo, so the judgement
-// samples rows. Values from one drawn seed (the layer's splitmix64 fill), scores of variance 1.
+// 128 is partial. streamed_kv judges a slice of it (two KV heads, 32 query tokens). Values from one
+// drawn seed (the layer's splitmix64 fill), scores of variance 1.
 constexpr int32_t kStreamedHeads = 64, kStreamedQueries = 130, kStreamedPartialKeys = 61;
 rc::Gen<AttentionInput> attention_streamed_input(const Domain&);
 
