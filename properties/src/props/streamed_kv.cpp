@@ -10,6 +10,7 @@
 // nondeterministic has every launch judged, and the spread reported). A smaller case cannot show
 // the failure, so a failing case is kept as it is, unshrunk; kMaxCases per subject bound the run's
 // time.
+#include <numeric>
 #include <sstream>
 
 #include "../property.hpp"
@@ -46,52 +47,57 @@ Slice slice_of(const AttentionInput& a) {
   return sl;
 }
 
-// The case restricted to a slice, with the matching part of an output: attention heads are
-// independent, and so are the query rows of an unmasked non-causal sequence, so each kept row's
-// exact value is the same. The judgement's cost is the slice's (2 of 64 heads, 32 of 130 tokens
-// here), not the 256 MiB case's.
-std::pair<AttentionInput, AttentionOutput> slice_case(const AttentionInput& a, const AttentionOutput& o,
-                                                      const Slice& sl) {
-  const int64_t D = a.head_size, H = a.num_heads, Hkv = a.num_kv_heads, group = H / Hkv;
-  const int64_t n = int64_t(sl.kv.size());
-  auto iota = [](int64_t count) {
-    std::vector<int64_t> v(static_cast<size_t>(count));
-    for (size_t t = 0; t < v.size(); ++t) v[t] = int64_t(t);
-    return v;
-  };
-  const std::vector<int64_t> qt = sl.tokens.empty() ? iota(total_q(a)) : sl.tokens, kt = iota(total_k(a));
-  AttentionInput s;  // a's metadata, not its 256 MiB
-  s.dtype = a.dtype;
-  s.head_size = a.head_size;
-  s.seqlens_q = a.seqlens_q;
-  s.seqlens_k = a.seqlens_k;
-  s.causal = a.causal;
-  s.mask = a.mask;
-  s.softmax_scale = a.softmax_scale;
-  s.num_kv_heads = int32_t(n);
-  s.num_heads = int32_t(n * group);
-  if (!sl.tokens.empty()) s.seqlens_q = {int32_t(qt.size())};
-  AttentionOutput so;
+// The case restricted to a slice: attention heads are independent, and so are the query rows of an
+// unmasked non-causal sequence, so each kept row's exact value is the case's. The judgement's cost
+// is the slice's (2 of 64 heads, 32 of 130 tokens here), not the 256 MiB case's.
+struct Sliced {
+  const AttentionInput& a;
+  const Slice& sl;
+  int64_t D = a.head_size, H = a.num_heads, group = a.num_heads / a.num_kv_heads;
+  std::vector<int64_t> qt;  // the query tokens kept
+  Sliced(const AttentionInput& case_input, const Slice& slice) : a(case_input), sl(slice), qt(sl.tokens) {
+    if (qt.empty()) {
+      qt.resize(size_t(total_q(a)));
+      std::iota(qt.begin(), qt.end(), int64_t(0));
+    }
+  }
   // Rows [t][h][D] of x, for the heads g * width .. + width of each kept group g.
-  auto take = [&](const Bits& x, const std::vector<int64_t>& rows, int64_t heads, int64_t width, Bits& out) {
-    out.clear();
-    out.reserve(rows.size() * size_t(n * width * D));
+  void take(const Bits& x, const std::vector<int64_t>& rows, int64_t heads, int64_t width, Bits& out) const {
+    out.reserve(rows.size() * sl.kv.size() * size_t(width * D));
     for (const int64_t t : rows)
       for (const int32_t g : sl.kv) {
         const auto first = x.begin() + (t * heads + g * width) * D;
         out.insert(out.end(), first, first + width * D);
       }
-  };
-  take(a.q, qt, H, group, s.q);
-  take(a.k, kt, Hkv, 1, s.k);
-  take(a.v, kt, Hkv, 1, s.v);
-  take(o.out, qt, H, group, so.out);
-  if (!o.lse.empty())
-    for (const int64_t t : qt)
-      for (const int32_t g : sl.kv)
-        for (int64_t i = 0; i < group; ++i) so.lse.push_back(o.lse[size_t(t * H + g * group + i)]);
-  return {std::move(s), std::move(so)};
-}
+  }
+  AttentionInput input() const {
+    AttentionInput s;  // a's metadata, not its 256 MiB
+    s.dtype = a.dtype;
+    s.head_size = a.head_size;
+    s.seqlens_q = sl.tokens.empty() ? a.seqlens_q : std::vector<int32_t>{int32_t(qt.size())};
+    s.seqlens_k = a.seqlens_k;
+    s.causal = a.causal;
+    s.mask = a.mask;
+    s.softmax_scale = a.softmax_scale;
+    s.num_kv_heads = int32_t(sl.kv.size());
+    s.num_heads = int32_t(int64_t(sl.kv.size()) * group);
+    std::vector<int64_t> kt(size_t(total_k(a)));
+    std::iota(kt.begin(), kt.end(), int64_t(0));
+    take(a.q, qt, H, group, s.q);
+    take(a.k, kt, a.num_kv_heads, 1, s.k);
+    take(a.v, kt, a.num_kv_heads, 1, s.v);
+    return s;
+  }
+  AttentionOutput output(const AttentionOutput& o) const {
+    AttentionOutput so;
+    take(o.out, qt, H, group, so.out);
+    if (!o.lse.empty())
+      for (const int64_t t : qt)
+        for (const int32_t g : sl.kv)
+          for (int64_t i = 0; i < group; ++i) so.lse.push_back(o.lse[size_t(t * H + g * group + i)]);
+    return so;
+  }
+};
 
 class StreamedKv final : public Property {
  public:
@@ -129,9 +135,12 @@ class StreamedKv final : public Property {
     }
     // Equal bits need one judgement; a subject declared nondeterministic has each launch judged.
     const Slice sl = slice_of(a);
+    const Sliced sliced(a, sl);
+    const AttentionInput sa = sliced.input();
+    // The reference side once: the launches differ in their outputs only.
+    const PreparedAttention judge(sa, ctx.cv, ctx.budget);
     for (int i = 0; i < (ctx.cv.nondeterministic ? kLaunches : 1); ++i) {
-      const auto [sa, so] = slice_case(a, outs[size_t(i)], sl);
-      const Judgement J = judge_attention(sa, so, ctx.cv, ctx.budget);
+      const Judgement J = judge.judge(sliced.output(outs[size_t(i)]));
       if (i == 0) record_stats(ctx, J);
       rule_accuracy(o, J, false);
       if (!o.ok) {
