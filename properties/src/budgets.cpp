@@ -79,7 +79,7 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
                              double vmax) {
   const double N = r.keys;
   double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8) * S + cond);
-  const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushes ? 0x1p-126 : 0.0);
+  const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
@@ -96,7 +96,7 @@ double attention_lse_allowance(const Budget& b, const AttentionRow& r, double ls
                                double lse_unit) {
   const double N = r.keys;
   double allowed = kFp32Unit * (b.lse_ulp * lse_scale + (N + 2 + cond) * lse_unit);
-  if (r.flushes && N > 0) allowed += 0x1p-126 * N / std::max(r.sum_exp_scaled, 1.0) * lse_unit;
+  if (r.flushed_exp && N > 0) allowed += 0x1p-126 * N / std::max(r.sum_exp_scaled, 1.0) * lse_unit;
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
     allowed +=

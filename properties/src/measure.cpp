@@ -476,7 +476,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.max_score = r.smax;
   r.ar.sum_exp_scaled = sum_exp_scaled;
   r.ar.naive_exp = cv.naive_exp;
-  r.ar.flushes = cv.flushed_exp;
+  r.ar.flushed_exp = cv.flushed_exp;
   r.vmax.assign(size_t(D), 0.0);
   if (n > 0 && r.keys.back() - r.keys.front() + 1 == int64_t(n)) {  // one run of keys
     r.vabs_shared = kv.vabs.data() + kv.col(kvh, 0) + size_t(r.keys.front());

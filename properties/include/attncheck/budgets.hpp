@@ -39,7 +39,7 @@ struct AttentionRow {
   double max_score = 0;       // max_j s_j
   double sum_exp_scaled = 0;  // l = sum_j e^(s_j - max), >= 1 when N > 0
   bool naive_exp = false;     // AC_FEAT_NAIVE_EXP
-  bool flushes = false;       // AC_FEAT_FLUSHED_EXP: a weight e^(s - max) below 2^-126 may be 0
+  bool flushed_exp = false;   // AC_FEAT_FLUSHED_EXP: a weight e^(s - max) below 2^-126 may be 0
 };
 // ulp_S = ulp_F(S); cond = sum_j p_j |v_j| c_j; vmax = max_j |v_j| over the column.
 double attention_o_allowance(const Budget&, const AttentionRow&, double ulp_S, double S, double cond,
