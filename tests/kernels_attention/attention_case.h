@@ -222,6 +222,8 @@ struct Conventions {
   // p below 2^-126 flushed to 0 (fused-hopper's exp2); see kernel_subnormal_p_error.
   bool p_flushed = false;
 };
+// fused-hopper's: the defaults, with its exp2's flushed weights (hopper_kernel.cuh).
+inline const Conventions kHopperConv{0, -1, 0, true};
 inline std::string compare_with_exact(const AttnCase& c, const std::vector<uint16_t>& out,
                                       const std::vector<float>* lse, Conventions conv,
                                       const std::vector<std::pair<int64_t, int>>* only_rows = nullptr) {

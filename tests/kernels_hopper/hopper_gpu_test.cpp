@@ -31,9 +31,6 @@ struct GpuResult {
   std::vector<float> lse;
 };
 
-// fused-hopper's exp2 flushes a p below 2^-126 (hopper_kernel.cuh); its bound allows that.
-const Conventions kHopperConv{0, -1, 0, true};
-
 GpuResult run_gpu(const AttnCase& c, int tiling, kern::FusedOptions opt = {},
                   kern::HopperMutation m = kern::HopperMutation::none) {
   DeviceCase dc(c);

@@ -27,7 +27,7 @@ TEST_CASE("hopper twin: every tiling, dtype, head size, causal or not against fp
           char err[256] = {0};
           INFO("tiling " << tiling << " d " << d << " causal " << causal);
           REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
-          CHECK(compare_with_exact(c, out, &lse, Conventions{0, -1, 0, true}) == "");
+          CHECK(compare_with_exact(c, out, &lse, kHopperConv) == "");
         }
 }
 
@@ -42,7 +42,7 @@ TEST_CASE("hopper twin: a weight below 2^-126 is flushed, within the flushed bou
   char err[256] = {0};
   REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
   CHECK(kern::load_as_float(c.dtype, out[0]) == 0.0f);
-  CHECK(compare_with_exact(c, out, &lse, Conventions{0, -1, 0, true}) == "");
+  CHECK(compare_with_exact(c, out, &lse, kHopperConv) == "");
   CHECK(compare_with_exact(c, out, &lse, {}) != "");
   // fused's twin keeps the weight: 0.070 within the ordinary bound.
   REQUIRE(kern::fused_attention_host(a, {}, err, sizeof err) == AC_OK);
