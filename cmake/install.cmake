@@ -15,7 +15,7 @@ set(ATTNCHECK_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attncheck)
 install(TARGETS attncheck attncheck_abi EXPORT attncheckTargets
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS attncheck-isolate RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/harness/include/attncheck/plugin_abi.h
+install(FILES ${PROJECT_SOURCE_DIR}/abi/include/attncheck/plugin_abi.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attncheck)
 install(PROGRAMS ${PROJECT_SOURCE_DIR}/harness/plots/plot_report.py
         DESTINATION ${CMAKE_INSTALL_DATADIR}/attncheck)

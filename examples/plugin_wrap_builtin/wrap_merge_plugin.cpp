@@ -1,6 +1,6 @@
 // An attncheck plugin, written the way a user would write one for their own kernel: it wraps
 // attncheck's built-in attention-state merge (kernels/merge) and exports it through the plugin
-// ABI (harness/include/attncheck/plugin_abi.h), as
+// ABI (abi/include/attncheck/plugin_abi.h), as
 //   example-merge       the host twin (always), tensors in host memory
 //   example-merge-cuda  the CUDA kernel (only when built with nvcc), tensors in device memory
 // Conventions declared below: natural-log LSE, [heads, tokens] LSE layout, empty sentinel -inf,

@@ -1,5 +1,5 @@
 // The built-in subjects: every kernel of kernels/, as ac_subject entries of the plugin ABI
-// (harness/include/attncheck/plugin_abi.h), once per backend. Host twins are always present;
+// (abi/include/attncheck/plugin_abi.h), once per backend. Host twins are always present;
 // CUDA subjects only in a CUDA build. The harness registers these exactly as it registers a
 // user's plugin, so built-ins and plugins are tested by one code path.
 #pragma once

@@ -33,9 +33,9 @@ for d in "${dirs[@]}"; do [ -n "$d" ] && inc+=(-isystem "$d"); done
 # Every step through nvcc with one host compiler, $CXX: the host file then also finds the CUDA
 # headers where nvcc's own profile puts them (not always beside nvcc).
 nv=("$nvcc" -ccbin "${CXX:-g++}")
-"${nv[@]}" $defs "${inc[@]}" -I"$out/old" -Ikernels -Iharness/include -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
+"${nv[@]}" $defs "${inc[@]}" -I"$out/old" -Ikernels -Iabi/include -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a \
   --expt-relaxed-constexpr -std=c++20 -x cu -c "$src/old_kernel.cu" -o "$out/old_kernel.o"
-"${nv[@]}" -x c++ $defs "${inc[@]}" -Itests/kernels_attention -Ikernels -Iharness/include -Iproperties/include \
+"${nv[@]}" -x c++ $defs "${inc[@]}" -Itests/kernels_attention -Ikernels -Iabi/include -Icore/include -Iproperties/include \
   -O2 -std=c++20 -c "$src/hopper_bitcheck.cpp" -o "$out/hopper_bitcheck.o"
 "${nv[@]}" -cudart static -o "$out/hopper_bitcheck" "$out/hopper_bitcheck.o" "$out/old_kernel.o" \
   "$lib" "$budgets" "${libdirs[@]}" -lrt -lpthread -ldl
