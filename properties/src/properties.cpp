@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "attncheck/case_context.hpp"
 #include "attncheck/seed.hpp"
 #include "property.hpp"
 #include "rc_adapter.hpp"
@@ -420,6 +421,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
                      " s: the smallest failing case found so far)";
     c.note = res.failure_class + ": " + res.message;
     if (c.note.size() > 400) c.note.resize(400);
+    res.context = case_context(c, &subject.caps(), last_outcome.quoted ? last_outcome.quoted->row : -1);
+    if (last_outcome.quoted) res.quoted = worst_element(*last_outcome.quoted);
     res.counterexample_size = case_size(c);
     res.counterexample_summary = describe_size(res.counterexample_size);
     std::string file;
@@ -513,7 +516,10 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
     }
     r.passed = o.ok;
     r.crashed = o.crashed;
-    for (const Elem& e : o.worst) r.worst_elements.push_back(to_worst(e));
+    r.context = case_context(run, &subject.caps(), o.quoted ? o.quoted->row : -1);
+    if (o.quoted) r.worst_elements.push_back(worst_element(*o.quoted));
+    for (const Elem& e : o.worst)
+      if (!o.quoted || e.where != o.quoted->where) r.worst_elements.push_back(worst_element(e));
     r.verdict = o.ok ? "pass (" + judged_by + ")" : "FAIL " + o.failure_class + ": " + o.message;
   } catch (const SubjectError& e) {
     if (e.kind == SubjectError::Kind::unsupported) return not_applicable(e.what());

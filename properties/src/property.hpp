@@ -6,6 +6,7 @@
 // rules.cpp; every budget they compare against is in budgets.cpp.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,10 @@ struct Outcome {
   bool crashed = false;
   std::string failure_class, message;
   std::vector<Elem> worst;  // failing elements, worst first (up to 5)
-  std::string digest;       // the output bits, for the determinism re-run
+  // The element the message quotes (fail_at), which report.json, check's line and replay then give
+  // with the same numbers; none when the message quotes no element.
+  std::optional<Elem> quoted;
+  std::string digest;  // the output bits, for the determinism re-run
   double drift = 0;
   Spread spread;                          // run_to_run on a subject declared nondeterministic
   std::vector<DriftCounts> drift_counts;  // split_order_drift, per split count
@@ -66,6 +70,13 @@ class Property {
   PropertyInfo info_;
 };
 
+// `info` with PropertyInfo::budget_use set: for the properties whose verdict applies the budget to
+// the LSE only, or to no output.
+inline PropertyInfo with_budget_use(PropertyInfo info, PropertyInfo::BudgetUse use) {
+  info.budget_use = use;
+  return info;
+}
+
 // The registry. `position` orders `attncheck list`, the suites and the reports' entries.
 struct PropertyRegistration {
   PropertyRegistration(int position, std::unique_ptr<Property>);
@@ -110,6 +121,12 @@ void for_each_measured(const AttentionInput& a, const Judgement& J, F f) {
 void keep_worst(Outcome&, const Elem&);
 std::string elem_line(const Elem&);
 void fail(Outcome&, const std::string& failure_class, const std::string& message);
+// keep_worst, then fail with `prefix` and the element's line; the first failure's element becomes
+// the outcome's quoted one.
+void fail_at(Outcome&, const std::string& failure_class, const std::string& prefix, const Elem&);
+// to_worst with the element's error / budget and absolute allowance, for the quoted element and
+// replay's list.
+WorstElement worst_element(const Elem&);
 void record_stats(Ctx&, const Judgement&);  // only while counting (before the first failure)
 // Runs the subject once on the case, sets o.digest, judges the output and records its stats.
 Judgement run_once(Ctx&, const Case&, Outcome& o);

@@ -82,9 +82,41 @@ void keep_worst(Outcome& o, const Elem& e) {
 }
 
 std::string elem_line(const Elem& e) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, " (ulp %.3g, cancel-ulp %.3g, %.3gx budget)", e.ulp, e.cancel, e.ratio);
-  return e.where + ": exact " + ref::to_decimal(e.exact, 12) + ", got " + hexfloat(e.out_value) + buf;
+  auto g = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", x);
+    return std::string(b);
+  };
+  // cancel-ulp is left out where the element has no cancellation scale (split_equals_whole's
+  // merged value, which no single output's sum S belongs to).
+  const bool has_cancel = e.cancel_unit > 0 || e.cancel != 0;
+  std::string line = e.where + ": exact " + ref::to_decimal(e.exact, 12) + ", got " + hexfloat(e.out_value) +
+                     " (ulp " + g(e.ulp) + (has_cancel ? ", cancel-ulp " + g(e.cancel) : "") +
+                     ", err/budget " + g(e.ratio) + ")";
+  // Over budget by less than an ulp of the output format: the allowance is below the format's
+  // resolution there, which the line must say, or "ulp 0" beside a failing ratio reads as a
+  // contradiction.
+  if (e.ratio > 1 && e.allowed == 0)
+    line += "; the allowance is 0: only the exact value passes";
+  else if (e.ratio > 1 && e.ulp < 1 && std::isfinite(e.ratio))
+    line += "; |error| " + g(std::fabs(e.out_value - e.exact.convert_to<double>())) +
+            " exceeds the allowance " + g(e.allowed) + ", below one ulp of the output format";
+  return line;
+}
+
+void fail_at(Outcome& o, const std::string& cls, const std::string& prefix, const Elem& e) {
+  keep_worst(o, e);
+  if (!o.ok) return;
+  fail(o, cls, prefix + elem_line(e));
+  o.quoted = e;
+}
+
+WorstElement worst_element(const Elem& e) {
+  WorstElement w = to_worst(e);
+  w.ratio = e.ratio;
+  w.allowed = e.allowed;
+  w.row = e.row;
+  return w;
 }
 
 void fail(Outcome& o, const std::string& cls, const std::string& msg) {
@@ -127,14 +159,10 @@ void rule_accuracy(Outcome& o, const Judgement& J, bool finite_only) {
   for (const Elem& e : J.elems) {
     if (J.row_skipped(e.row)) continue;
     const RowInfo& r = J.rows[size_t(e.row)];
-    if (e.exact_finite && !e.out_finite) {
-      keep_worst(o, e);
-      fail(o, "nonfinite", "non-finite output where the exact value is finite: " + elem_line(e));
-    } else if (!finite_only && !e.within) {
-      keep_worst(o, e);
-      fail(o, r.empty ? "empty_row" : "accuracy",
-           (r.empty ? "empty-row contract: " : "over budget: ") + elem_line(e));
-    }
+    if (e.exact_finite && !e.out_finite)
+      fail_at(o, "nonfinite", "non-finite output where the exact value is finite: ", e);
+    else if (!finite_only && !e.within)
+      fail_at(o, r.empty ? "empty_row" : "accuracy", r.empty ? "empty-row contract: " : "over budget: ", e);
   }
 }
 
@@ -175,8 +203,7 @@ void rule_overflow(Outcome& o, const Judgement& J, const Conventions& cv) {
     if (!predicted && row_nonfinite[size_t(r)]) {
       for (const Elem& e : J.elems)
         if (e.row == r && !e.out_finite && e.out != Out::LSE) {
-          keep_worst(o, e);
-          fail(o, "overflow", "overflow where none is predicted: " + elem_line(e));
+          fail_at(o, "overflow", "overflow where none is predicted: ", e);
           break;
         }
     }
@@ -222,6 +249,7 @@ void rule_lse(Outcome& o, const Judgement& J, const Conventions& cv) {
   if (all_within) return;
   for (const Elem* e : lse)
     if (e && !e->within) keep_worst(o, *e);
+  if (o.ok) o.quoted = o.worst.front();
   if (other_base)
     fail(o, "lse_base",
          std::string("LSE is in base ") + (cv.base == ref::LseBase::e ? "2" : "e") +

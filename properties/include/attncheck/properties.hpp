@@ -47,6 +47,12 @@ struct PropertyInfo {
   // the cases do not grow with the suite (streamed_kv: its one case is the gate's), so the long
   // suite would repeat the gate's pair, on its time.
   bool in_long = true;
+  // Which outputs the verdict holds to the error budget, so that reports print the err/budget a
+  // property applied and no other: every output (accuracy and the claims built on it), the LSE only
+  // (lse_convention), or none (claims about non-finite values, sentinels and overflow rows, whose
+  // statistics are measured on the way but never judged against the budget).
+  enum class BudgetUse { every_output, lse_only, none };
+  BudgetUse budget_use = BudgetUse::every_output;
 };
 const std::vector<PropertyInfo>& all_properties();
 const PropertyInfo* find_property(const std::string& name);  // nullptr if unknown
@@ -154,6 +160,20 @@ struct TimeSplit {
   }
 };
 
+// One output element of a failing case, as a failure line, report.json and replay quote it.
+struct WorstElement {
+  std::string where;          // "O[token=0,head=1,d=3]", "LSE[token=0,head=1]", "Y[row=0,col=2]"
+  std::string input_bits;     // the inputs that matter, as hexfloats (a logit, an LSE pair, ...)
+  std::string exact;          // exact value, 36 significant digits
+  std::string rounded_exact;  // exact rounded once to the output format, hexfloat
+  std::string output_bits;    // the subject's output: 0x.... and hexfloat
+  double ulp = 0;             // plain ulp error
+  double cancel_ulp = 0;      // cancellation-aware error
+  double ratio = 0;           // |error| / allowed: the verdict's quantity (<= 1 passes)
+  double allowed = 0;         // the budget in absolute terms
+  int64_t row = -1;           // token * heads + head (softmax: the row); -1 unknown
+};
+
 struct PropertyResult {
   // interrupted: cancelled (Ctrl-C) before any case ran; passed needs at least one case run.
   using Status = RunStatus;
@@ -167,6 +187,8 @@ struct PropertyResult {
   std::vector<OutputStats> stats;
   std::vector<std::string> corpus_files;
   std::string message;                 // one line; the worst element of the shrunk case
+  std::string context;                 // case_context of the shrunk case (its shape and flags)
+  WorstElement quoted;                 // the element the message quotes (where "": none)
   std::string counterexample_summary;  // describe_size of the shrunk case, plus its note
   CaseSize counterexample_size;
   uint64_t seed = 0;              // the run's seed
@@ -200,21 +222,13 @@ constexpr int kHostLayerTokens = 512;
 
 // Replay: re-run one case against a subject, judged by the property the case names (accuracy and
 // no_spurious_nonfinite when it names none or one that does not apply to the subject).
-struct WorstElement {
-  std::string where;          // "O[token=0,head=1,d=3]", "LSE[token=0,head=1]", "Y[row=0,col=2]"
-  std::string input_bits;     // the inputs that matter, as hexfloats (a logit, an LSE pair, ...)
-  std::string exact;          // exact value, 36 significant digits
-  std::string rounded_exact;  // exact rounded once to the output format, hexfloat
-  std::string output_bits;    // the subject's output: 0x.... and hexfloat
-  double ulp = 0;             // plain ulp error
-  double cancel_ulp = 0;      // cancellation-aware error
-};
 struct ReplayResult {
   bool passed = false;
   bool applicable = true;  // false: the subject lacks the op/dtype/head size (not a failure)
   bool crashed = false;    // the subject raised, crashed, hung or exited (not passed either)
   std::string verdict;     // one line: "pass", "FAIL accuracy: ...", "not applicable: ..."
-  std::vector<WorstElement> worst_elements;  // up to 5, worst first
+  std::vector<WorstElement> worst_elements;  // up to 5: the one the verdict quotes, then worst first
+  std::string context;                       // case_context of the case (its shape and flags)
   std::string reproduce_command;             // attncheck replay FILE --subject NAME
 };
 ReplayResult replay_case(const Case&, Subject&, const std::string& file_path = "");

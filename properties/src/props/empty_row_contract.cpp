@@ -8,10 +8,11 @@ namespace {
 class EmptyRowContract final : public Property {
  public:
   EmptyRowContract()
-      : Property(
+      : Property(with_budget_use(
             {"empty_row_contract",
              "A row with no visible key gives O = 0 exactly and the declared LSE sentinel (softmax: Y = 0).",
-             "\"The base case is a NaN factory\"", AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
+             "\"The base case is a NaN factory\"", AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
+            PropertyInfo::BudgetUse::none)) {}
 
   // A subject refusing zero keys has empty attention rows only through a mask or causal alignment.
   bool applies_to(const Subject& s, uint32_t op) const override {

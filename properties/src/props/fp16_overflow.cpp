@@ -9,12 +9,14 @@ namespace {
 class Fp16Overflow final : public Property {
  public:
   Fp16Overflow()
-      : Property({"fp16_overflow",
-                  "A declared naive exp overflows exactly where the exact exp rounds to inf in the storage "
-                  "type; safe "
-                  "and online variants never do.",
-                  "\"(1) Naive softmax, and why it is unusable\"",
-                  AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
+      : Property(with_budget_use(
+            {"fp16_overflow",
+             "A declared naive exp overflows exactly where the exact exp rounds to inf in the storage "
+             "type; safe "
+             "and online variants never do.",
+             "\"(1) Naive softmax, and why it is unusable\"", AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV,
+             true},
+            PropertyInfo::BudgetUse::none)) {}
 
   void draw_input(Case& c, const gen::Domain& dom, uint32_t op) const override {
     if (op == AC_OP_SOFTMAX)

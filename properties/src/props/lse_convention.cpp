@@ -8,9 +8,10 @@ namespace {
 class LseConvention final : public Property {
  public:
   LseConvention()
-      : Property({"lse_convention", "The LSE matches the declared base (e or 2) and layout.",
-                  "\"The state that gets passed around is the log-sum-exp\"",
-                  AC_OP_MERGE | AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
+      : Property(with_budget_use({"lse_convention", "The LSE matches the declared base (e or 2) and layout.",
+                                  "\"The state that gets passed around is the log-sum-exp\"",
+                                  AC_OP_MERGE | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
+                                 PropertyInfo::BudgetUse::lse_only)) {}
 
   // A merge always returns an LSE; attention only when it declares AC_FEAT_LSE.
   bool applies_to(const Subject& s, uint32_t op) const override {

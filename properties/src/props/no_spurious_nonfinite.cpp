@@ -8,10 +8,12 @@ namespace {
 class NoSpuriousNonfinite final : public Property {
  public:
   NoSpuriousNonfinite()
-      : Property({"no_spurious_nonfinite",
-                  "No NaN or Inf where the exact result is finite (declared naive-exp hazard rows excepted).",
-                  "\"(2) Safe softmax, and why it costs three passes\", \"The base case is a NaN factory\"",
-                  AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
+      : Property(with_budget_use(
+            {"no_spurious_nonfinite",
+             "No NaN or Inf where the exact result is finite (declared naive-exp hazard rows excepted).",
+             "\"(2) Safe softmax, and why it costs three passes\", \"The base case is a NaN factory\"",
+             AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
+            PropertyInfo::BudgetUse::none)) {}
 
   Outcome check(Ctx& ctx, const Case& c) const override {
     Outcome o;

@@ -1,0 +1,23 @@
+// The context of a case in one short phrase, for every line that reports a failure (report.md,
+// report.html, junit.xml, check's stderr, pytest's message, replay):
+//   attention  "fp16, causal (bottom-right), Tq=1 Tk=2, GQA 4:1, d=8, tiling 64x64, row 0 sees 1 of 2 keys"
+//   merge      "fp32, 2 tokens x 1 head, d=4, row 0: prefix empty (-inf), suffix empty (+inf, FA2)"
+//   softmax    "fp16, 1 row x 8 cols, row 0: max logit 11.1"
+// A user reading a failure should see at once whether it was causal, masked, GQA or varlen, its
+// dtype and tiling, and how many keys the failing row could see: the classes of bug (a causal mask
+// aligned top-left, a wrong GQA head map, a fully masked row) show in those words, without opening
+// the case file.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "attncheck/case.hpp"
+
+namespace attncheck {
+
+// `caps`: the subject the case ran on, to name its tiling as BrxBc (else by index). `row`: the
+// failing row (token * heads + head; softmax: the row), whose visible keys (attention) or sides
+// (merge) the phrase names; -1 when unknown, then the phrase sums up every row instead.
+std::string case_context(const Case&, const ac_caps* caps = nullptr, int64_t row = -1);
+
+}  // namespace attncheck

@@ -1,0 +1,77 @@
+// case_context: the phrase every failure line carries. Expected phrases are written from the
+// attention convention (bottom-right causal: query t of Tq over Tk keys sees keys 0 .. t + Tk - Tq;
+// a mask entry nonzero = visible) and the merge sentinels (-inf empty, +inf FlashAttention-2's
+// empty), not from this code's output.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "attncheck/case_context.hpp"
+
+using namespace attncheck;
+
+namespace {
+
+Case attention_case(std::vector<int32_t> tq, std::vector<int32_t> tk, int heads, int kv_heads, bool causal,
+                    std::vector<uint8_t> mask = {}) {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F16;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_size = 8;
+  a.seqlens_q = std::move(tq);
+  a.seqlens_k = std::move(tk);
+  a.causal = causal;
+  a.mask = std::move(mask);
+  Case c;
+  c.op = "attention";
+  c.input = a;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the context names dtype, causal alignment, shape, GQA, tiling and the row's visible keys",
+          "[context]") {
+  const ac_tiling tilings[] = {{32, 32}, {64, 64}};
+  ac_caps caps{};
+  caps.tilings = tilings;
+  caps.num_tilings = 2;
+  Case c = attention_case({1}, {2}, 4, 1, true);
+  c.options.tiling = 1;
+  // Tq = 1 over Tk = 2, bottom-right: query 0 sees keys 0 .. 0 + 2 - 1, both.
+  CHECK(case_context(c, &caps, 3) ==
+        "fp16, causal (bottom-right), Tq=1 Tk=2, GQA 4:1 (4 over 1 heads), d=8, tiling 64x64, row 0 sees 2 "
+        "of 2 keys");
+  // A mask hiding key 1: one of two keys.
+  c = attention_case({1}, {2}, 2, 2, false, {1, 0});
+  CHECK(case_context(c, &caps, 0) ==
+        "fp16, masked, Tq=1 Tk=2, 2 heads, d=8, tiling 32x32, row 0 sees 1 of 2 keys");
+  // Top-left alignment would give query 0 of Tq = 2 over Tk = 3 one key; bottom-right gives two.
+  c = attention_case({2}, {3}, 1, 1, true);
+  CHECK(case_context(c, nullptr, 0).ends_with("row 0 sees 2 of 3 keys"));
+  CHECK(case_context(c, nullptr, 1).ends_with("row 1 sees 3 of 3 keys"));
+  // No failing row: the range over every row; varlen sequences named by their lengths.
+  c = attention_case({1, 2}, {3, 0}, 1, 1, false);
+  CHECK(case_context(c) ==
+        "fp16, no mask, varlen 2 sequences Tq=1,2 Tk=3,0, 1 head, d=8, rows see 0 to 3 keys (2 see none)");
+}
+
+TEST_CASE("a merge's context says which side of the failing row is empty or +inf", "[context]") {
+  MergeInput m;
+  m.dtype = AC_DTYPE_F32;
+  m.num_tokens = 2;
+  m.num_heads = 1;
+  m.head_size = 4;
+  m.prefix_lse = {-INFINITY, 0.5f};
+  m.suffix_lse = {INFINITY, INFINITY};
+  Case c;
+  c.op = "merge";
+  c.input = m;
+  CHECK(case_context(c, nullptr, 0) ==
+        "fp32, 2 tokens x 1 head, d=4, row 0: prefix empty (-inf), suffix empty (+inf, FA2)");
+  CHECK(case_context(c, nullptr, 1) ==
+        "fp32, 2 tokens x 1 head, d=4, row 1: prefix LSE 0.5, suffix empty (+inf, FA2)");
+  CHECK(case_context(c) ==
+        "fp32, 2 tokens x 1 head, d=4, prefix empty (-inf) in 1 of 2 rows, suffix empty (+inf, FA2) in 2 of "
+        "2 rows");
+}
