@@ -16,6 +16,7 @@
 #include <sstream>
 #include <vector>
 
+#include "attncheck/report.hpp"
 #include "cli/options.hpp"
 
 #ifndef ATTNCHECK_PLOT_SCRIPT_FROM_BIN
@@ -138,6 +139,11 @@ PlotStatus render_plots(const std::string& report_dir, bool quiet) {
     if (r.status == kScriptNoMatplotlib) continue;  // try the next python3 on PATH
     if (r.status == 0) {
       if (!quiet && !r.output.empty()) std::fprintf(stderr, "%s", r.output.c_str());
+      try {
+        embed_plots_in_report(report_dir);  // report.html shows the figures that decide
+      } catch (const ReportError& e) {
+        note(std::string("plots drawn; report.html left without them: ") + e.what());
+      }
       return PlotStatus::drawn;
     }
     if (!quiet) {

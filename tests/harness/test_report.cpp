@@ -190,7 +190,8 @@ TEST_CASE("junit.xml is well-formed and has one testcase per result", "[report]"
   CHECK(testcases == 3);  // two results + the baseline case
   const auto dir = std::filesystem::temp_directory_path() / ("ac_junit_" + std::to_string(::getpid()));
   write_report_dir(dir.string(), r);
-  for (const char* f : {"report.json", "report.md", "junit.xml"}) CHECK(std::filesystem::exists(dir / f));
+  for (const char* f : {"report.json", "report.md", "report.html", "junit.xml"})
+    CHECK(std::filesystem::exists(dir / f));
   // No temporary directory is left behind.
   for (const auto& e : std::filesystem::directory_iterator(dir))
     CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
@@ -211,10 +212,12 @@ TEST_CASE("report.md lists the worst offenders first", "[report]") {
   REQUIRE(fused != std::string::npos);
   REQUIRE(merge != std::string::npos);
   CHECK(fused < merge);
-  CHECK(md.find("## attncheck: FAIL") == 0);
-  // merge: max ulp max(0.75, 1), p99 ulp 0.5, max err/budget max(0.75, 1) / 4.
-  CHECK(md.find("| max ulp | p99 ulp | max err/budget |") != std::string::npos);
-  CHECK(md.find("| 50 | 1 | 0.5 | 0.25 | 0 |") != std::string::npos);
+  CHECK(md.find("## FAIL: 1 of 1 properties failed on fused: empty_row") == 0);
+  // merge: max err/budget max(0.75, 1) / 4, p99 err/budget 0.5 / 4, then max ulp max(0.75, 1) and
+  // p99 ulp 0.5, after the budget columns.
+  CHECK(md.find("| max err/budget | p99 err/budget | cases | non-finite | max ulp | p99 ulp |") !=
+        std::string::npos);
+  CHECK(md.find("| accuracy | 0.25 | 0.125 | 50 | 0 | 1 | 0.5 |") != std::string::npos);
 }
 
 TEST_CASE("report.md names a single shard, or the shards a merged report holds", "[report]") {

@@ -1,9 +1,15 @@
 // Reports: what one `attncheck check` (or `tiling`) run leaves behind, as a directory of
 //   report.json  the full record (schema in reports/README.md; read back by --baseline and merge)
-//   report.md    a short summary for a pull-request comment, worst offenders first
+//   report.md    a short summary for a pull-request comment: the verdict in one sentence, then the
+//                results by error / budget, failures first, each failure with its case's context
+//   report.html  the same as one self-contained page (CI artifact), with the run's figures once
+//                `attncheck plot` has drawn them (embed_plots_in_report)
 //   junit.xml    one testcase per (subject, property), for CI systems
 // Each file is written by the one atomic writer (atomic_file.hpp), so a reader (or a Ctrl-C)
 // never sees a half-written file. Shard reports combine with merge_reports.
+// The code: report.cpp (entries, verdicts), report_json.cpp (report.json both ways),
+// report_render.cpp (Markdown, HTML, JUnit), report_dir.cpp (the directory and its manifest),
+// report_merge.cpp (shards).
 //
 // Merging shards: counts, failures, non-finite counts, histograms and drift counts add; max is the
 // max; mean is the count-weighted mean; each quantile (p99 ulp, p99 cancel ulp, p50 and p99 of
@@ -15,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attncheck/properties.hpp"
@@ -37,6 +44,11 @@ struct ReportEntry {
   std::vector<OutputStats> stats;  // per dtype and output
   std::vector<std::string> corpus_files;
   std::string message, counterexample, rc_reproduce, reproduce_command;
+  std::string context;  // the failing case's shape and flags in one phrase (case_context.hpp)
+  WorstElement quoted;  // the element the message quotes; where "" when none
+  // What the property holds to the budget (PropertyInfo::budget_use): which statistics a report
+  // prints as err/budget.
+  PropertyInfo::BudgetUse budget_use = PropertyInfo::BudgetUse::every_output;
   double seconds = 0;
   int64_t cases_to_first_failure = -1;
   double seconds_to_first_failure = -1;  // excludes shrinking
@@ -93,15 +105,46 @@ nlohmann::json report_to_json(const Report&);
 Report report_from_json(const nlohmann::json&);    // ReportError with one line on a bad document
 Report read_report_file(const std::string& path);  // ReportError naming the file
 
+// The verdict as one sentence a user can act on: "PASS: 82 of 82 subject x property results
+// passed", "FAIL: 3 of 7 properties failed on my-fa2: accuracy, lse_convention, empty_row_contract".
+std::string verdict_sentence(const Report&);
+
+// The statistics of an entry that its property judges (ReportEntry::budget_use): err/budget over
+// the judged outputs only (judged false: the property applies no budget, and none is printed);
+// the plain ulp error over the same outputs. A failed entry's maxima include the element its
+// failure quotes: the statistics otherwise describe the cases before the first failure.
+struct JudgedStats {
+  bool judged = true;
+  double max_ratio = 0, p99_ratio = 0, max_ulp = 0, p99_ulp = 0;
+  int64_t nonfinite = 0;
+};
+JudgedStats judged_stats(const ReportEntry&);
+// The entries as the reports list them: crashed, failed, interrupted, then passing; within each,
+// largest judged err/budget first (entries that judge no budget last), then in run order.
+std::vector<const ReportEntry*> entries_by_verdict(const Report&);
+// "context: message" (or the message alone): a failure's line wherever it is printed.
+std::string failure_line(const ReportEntry&);
+// One quoted element with every number of it, as report.md, junit.xml and `replay` print it:
+// "O[token=0,head=0,d=1]  inputs ...  exact ...  rounded ...  output ...  ulp 3 (cancellation-aware
+// 2.5)  err/budget 1.7".
+std::string element_line(const WorstElement&);
+
 std::string render_markdown(const Report&);
 std::string render_junit(const Report&);
+// figures: (file name under plots/, SVG text) pairs, drawn into the page in that order.
+std::string render_html(const Report&, const std::vector<std::pair<std::string, std::string>>& figures = {});
 
 // Create dir (and parents) and check it is writable: the CLI calls this before any work.
 // Throws ReportError naming the directory as `what` says ("report directory", "corpus directory").
 void ensure_writable_dir(const std::string& dir, const std::string& what = "report directory");
-// Write report.json, report.md and junit.xml into dir (each atomically, see above), then
-// manifest.json with the hash of each.
+// Write report.json, report.md, report.html and junit.xml into dir (each atomically, see above),
+// then manifest.json with the hash of each. The page embeds no figure: those of an earlier run may
+// still lie in dir/plots.
 void write_report_dir(const std::string& dir, const Report&);
+// After `attncheck plot` has drawn dir/plots: report.html again, with the run's figures that decide
+// (plots/summary.svg, then every plots/budget-*.svg) in it, and the manifest. ReportError when dir
+// holds no complete report.
+void embed_plots_in_report(const std::string& dir);
 // What is wrong with the report set in dir (empty: complete, or no report yet): a file missing,
 // or a file whose hash differs from the manifest's (a run killed between two renames).
 std::vector<std::string> check_report_set(const std::string& dir);

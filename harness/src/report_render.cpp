@@ -1,0 +1,319 @@
+// report.md, report.html and junit.xml from a Report. All three open with the verdict sentence and
+// list results in entries_by_verdict's order, each failure with its case's context, the element
+// its message quotes and the command that reproduces it.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "attncheck/report.hpp"
+#include "report_internal.hpp"
+
+namespace attncheck {
+
+using nlohmann::json;
+using report_detail::short_number;
+using report_detail::status_rank;
+
+namespace {
+
+std::string xml_escape(const std::string& in) {
+  std::string out;
+  for (unsigned char c : in) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        // XML 1.0 forbids most control characters even escaped.
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r')
+          out += '?';
+        else
+          out += char(c);
+    }
+  }
+  return out;
+}
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    out += (c == '|') ? std::string("\\|") : (c == '\n') ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
+std::string cut(std::string s, size_t n) {
+  if (s.size() > n) s = s.substr(0, n - 3) + "...";
+  return s;
+}
+
+// The run's header line: where, with what seed and cases, which attncheck.
+std::string run_line(const Report& r) {
+  std::ostringstream o;
+  o << "backend " << r.backend << (r.device.empty() || r.device == r.backend ? "" : " (" + r.device + ")")
+    << ", seed " << r.seed << ", " << r.num_cases << " cases, suite " << r.suite;
+  if (r.shards_merged.size() > 1) {
+    o << ", shards";
+    for (size_t i = 0; i < r.shards_merged.size(); ++i) o << (i ? ", " : " ") << r.shards_merged[i];
+    o << " of " << r.shard_count << " merged";
+  } else {
+    o << ", shard " << r.shard_index << "/" << r.shard_count;
+  }
+  o << ", attncheck " << r.tool_version << (r.git_describe.empty() ? "" : " (" + r.git_describe + ")");
+  return o.str();
+}
+
+// The note of a passing row: what a passing result still tells (a declared nondeterminism).
+std::string pass_note(const ReportEntry& e) {
+  if (e.spread.compared == 0) return "";
+  return "nondeterministic by design: " + std::to_string(e.spread.differing) + " of " +
+         std::to_string(e.spread.compared) + " outputs differed run to run, by at most " +
+         short_number(e.spread.max_budget) + " accuracy budgets (" + short_number(e.spread.max_ulps) +
+         " representable values apart)";
+}
+
+const char* const kColumnsExplained =
+    "**err/budget** is an output's error divided by the error it is allowed (the cancellation-aware "
+    "bound of `properties/src/budgets.cpp`); an output passes at 1 or below, so a result whose max is "
+    "above 1 failed. \"-\": the property judges non-finite values, sentinels or overflow rows, not "
+    "errors against the budget, and prints no err/budget. A failed row's maxima include the element its "
+    "failure quotes; the other statistics describe the cases before the first failure. **max ulp, "
+    "p99 ulp**: the plain ulp error of the output format, reported and never judged (near zero a "
+    "cancelling output has tiny ulps, which is why err/budget decides).";
+
+struct Row {
+  const ReportEntry* e;
+  JudgedStats j;
+  std::string status, max_ratio, p99_ratio;
+};
+Row row_of(const ReportEntry& e) {
+  Row r{&e, judged_stats(e), e.status == "passed" ? "pass" : e.status, "-", "-"};
+  if (r.j.judged) {
+    r.max_ratio = short_number(r.j.max_ratio);
+    r.p99_ratio = short_number(r.j.p99_ratio);
+  }
+  return r;
+}
+
+std::string baseline_line(const Report& r) {
+  const auto regs = r.baseline.value("regressions", json::array());
+  return "Baseline " + r.baseline.value("path", std::string()) + ": " +
+         (regs.empty() ? "no regression" : std::to_string(regs.size()) + " regression(s)") + ", " +
+         std::to_string(r.baseline.value("compared", 0)) + " compared, " +
+         std::to_string(r.baseline.value("skipped", json::array()).size()) + " skipped";
+}
+
+std::string html_escape(const std::string& s) { return xml_escape(s); }
+
+}  // namespace
+
+std::string element_line(const WorstElement& w) {
+  return w.where + "  inputs " + w.input_bits + "  exact " + w.exact + "  rounded " + w.rounded_exact +
+         "  output " + w.output_bits + "  ulp " + short_number(w.ulp) + " (cancellation-aware " +
+         short_number(w.cancel_ulp) + ")  err/budget " + short_number(w.ratio);
+}
+
+std::string render_markdown(const Report& r) {
+  const std::vector<const ReportEntry*> rows = entries_by_verdict(r);
+  std::ostringstream o;
+  o << "## " << verdict_sentence(r) << "\n\n" << run_line(r) << "\n";
+  if (r.interrupted) o << "\n**Interrupted**: this report holds what completed before Ctrl-C.\n";
+  if (r.baseline.is_object()) {
+    o << "\n**" << baseline_line(r) << "**\n";
+    for (const auto& g : r.baseline.value("regressions", json::array()))
+      o << "- " << g.get<std::string>() << "\n";
+  }
+  o << "\n| status | subject | property | max err/budget | p99 err/budget | cases | non-finite | max ulp | "
+       "p99 ulp "
+       "| note |\n";
+  o << "|---|---|---|---:|---:|---:|---:|---:|---:|---|\n";
+  const size_t limit = 25;
+  size_t shown = 0;
+  for (const ReportEntry* e : rows) {
+    if (shown == limit) break;
+    ++shown;
+    const Row x = row_of(*e);
+    const std::string note =
+        e->status == "passed" ? pass_note(*e) : e->failure_class + ": " + failure_line(*e);
+    o << "| " << (e->status == "passed" ? "pass" : "**" + e->status + "**") << " | " << md_cell(e->subject)
+      << " (" << e->backend << ") | " << md_cell(e->property) << " | " << x.max_ratio << " | " << x.p99_ratio
+      << " | " << e->cases_run << " | " << x.j.nonfinite << " | " << short_number(x.j.max_ulp) << " | "
+      << short_number(x.j.p99_ulp) << " | " << md_cell(cut(note, 200)) << " |\n";
+  }
+  if (rows.size() > shown)
+    o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
+  o << "\n" << kColumnsExplained << "\n";
+  bool header = false;
+  for (const ReportEntry* e : rows) {
+    if (e->status == "passed") continue;
+    if (!header) o << "\n### Failures\n";
+    header = true;
+    o << "\n**" << e->subject << " / " << e->property << "**: " << e->status
+      << (e->failure_class.empty() ? "" : " (" + e->failure_class + ")") << "\n\n";
+    if (!e->context.empty()) o << "- case: " << e->context << "\n";
+    o << "- " << e->message << "\n";
+    if (!e->quoted.where.empty()) o << "- quoted element: `" << element_line(e->quoted) << "`\n";
+    if (!e->counterexample.empty()) o << "- shrunk case: " << e->counterexample << "\n";
+    o << "- reproduce: "
+      << (e->reproduce_command.empty() ? "(no reproducer)" : "`" + e->reproduce_command + "`") << "\n";
+  }
+  return o.str();
+}
+
+std::string render_html(const Report& r, const std::vector<std::pair<std::string, std::string>>& figures) {
+  const std::vector<const ReportEntry*> rows = entries_by_verdict(r);
+  const std::string verdict = r.verdict();
+  std::ostringstream o;
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    << "<title>" << html_escape(verdict_sentence(r)) << "</title>\n"
+    << "<style>\n"
+       "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:84em;color:#222}\n"
+       "h1{font-size:1.3em;padding:.4em .6em;border-radius:4px}\n"
+       "h1.pass{background:#e3f4e1}h1.fail,h1.crashed{background:#fbe3e1}h1.interrupted{background:#fff3cd}\n"
+       "table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.2em .5em}\n"
+       "td.n{text-align:right;font-variant-numeric:tabular-nums}tr.failed td,tr.crashed "
+       "td{background:#fdf0ef}\n"
+       "code{font-size:.85em;background:#f4f4f4;padding:0 .2em;word-break:break-all}\n"
+       "figure{margin:1em 0}figure svg{max-width:100%;height:auto}\n"
+       "</style>\n</head>\n<body>\n";
+  o << "<h1 id=\"verdict\" class=\"" << html_escape(verdict) << "\">" << html_escape(verdict_sentence(r))
+    << "</h1>\n";
+  o << "<p>" << html_escape(run_line(r)) << "</p>\n";
+  if (r.interrupted)
+    o << "<p><strong>Interrupted</strong>: this report holds what completed before Ctrl-C.</p>\n";
+  if (r.baseline.is_object()) {
+    o << "<p><strong>" << html_escape(baseline_line(r)) << "</strong></p>\n<ul>\n";
+    for (const auto& g : r.baseline.value("regressions", json::array()))
+      o << "<li>" << html_escape(g.get<std::string>()) << "</li>\n";
+    o << "</ul>\n";
+  }
+  for (const auto& [name, svg] : figures)
+    o << "<figure>\n" << svg << "\n<figcaption>plots/" << html_escape(name) << "</figcaption>\n</figure>\n";
+  if (figures.empty())
+    o << "<p>Figures: <code>attncheck plot REPORT_DIR</code> draws them into plots/ and into this "
+         "page.</p>\n";
+  o << "<table id=\"results\">\n<tr><th>status</th><th>subject</th><th>property</th><th>max "
+       "err/budget</th><th>p99 "
+       "err/budget</th><th>cases</th><th>non-finite</th><th>max ulp</th><th>p99 ulp</th><th>note</th></tr>\n";
+  for (const ReportEntry* e : rows) {
+    const Row x = row_of(*e);
+    const std::string note =
+        e->status == "passed" ? pass_note(*e) : e->failure_class + ": " + failure_line(*e);
+    o << "<tr class=\"" << html_escape(e->status) << "\"><td>" << html_escape(x.status) << "</td><td>"
+      << html_escape(e->subject) << " (" << html_escape(e->backend) << ")</td><td>"
+      << html_escape(e->property) << "</td><td class=\"n\">" << x.max_ratio << "</td><td class=\"n\">"
+      << x.p99_ratio << "</td><td class=\"n\">" << e->cases_run << "</td><td class=\"n\">" << x.j.nonfinite
+      << "</td><td class=\"n\">" << short_number(x.j.max_ulp) << "</td><td class=\"n\">"
+      << short_number(x.j.p99_ulp) << "</td><td>" << html_escape(cut(note, 200)) << "</td></tr>\n";
+  }
+  o << "</table>\n";
+  std::string explained = kColumnsExplained;
+  std::string plain;  // the Markdown emphasis and code marks of the explanation, dropped
+  for (char c : explained)
+    if (c != '*' && c != '`') plain += c;
+  o << "<p>" << html_escape(plain) << "</p>\n";
+  bool header = false;
+  for (const ReportEntry* e : rows) {
+    if (e->status == "passed") continue;
+    if (!header) o << "<h2>Failures</h2>\n";
+    header = true;
+    o << "<section class=\"failure\">\n<h3>" << html_escape(e->subject + " / " + e->property) << ": "
+      << html_escape(e->status)
+      << (e->failure_class.empty() ? "" : " (" + html_escape(e->failure_class) + ")") << "</h3>\n<ul>\n";
+    if (!e->context.empty()) o << "<li>case: " << html_escape(e->context) << "</li>\n";
+    o << "<li>" << html_escape(e->message) << "</li>\n";
+    if (!e->quoted.where.empty())
+      o << "<li>quoted element: <code>" << html_escape(element_line(e->quoted)) << "</code></li>\n";
+    if (!e->counterexample.empty()) o << "<li>shrunk case: " << html_escape(e->counterexample) << "</li>\n";
+    o << "<li>reproduce: "
+      << (e->reproduce_command.empty() ? "(no reproducer)"
+                                       : "<code>" + html_escape(e->reproduce_command) + "</code>")
+      << "</li>\n</ul>\n</section>\n";
+  }
+  o << "</body>\n</html>\n";
+  return o.str();
+}
+
+std::string render_junit(const Report& r) {
+  std::map<std::string, std::vector<const ReportEntry*>> by_subject;
+  for (const auto& e : r.entries) by_subject[e.subject + " (" + e.backend + ")"].push_back(&e);
+  int tests = 0, failures = 0, errors = 0;
+  double total = 0;
+  for (const auto& e : r.entries) {
+    ++tests;
+    failures += e.status == "failed";
+    errors += e.status == "crashed" || e.status == "interrupted";
+    total += e.seconds;
+  }
+  const bool baseline_case = r.baseline.is_object();
+  const auto regs = baseline_case ? r.baseline.value("regressions", json::array()) : json::array();
+  if (baseline_case) {
+    ++tests;
+    failures += !regs.empty();
+  }
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o << "<testsuites name=\"attncheck\" tests=\"" << tests << "\" failures=\"" << failures << "\" errors=\""
+    << errors << "\" time=\"" << short_number(total, 6) << "\">\n";
+  for (const auto& [suite, entries] : by_subject) {
+    int sf = 0, se = 0;
+    double st = 0;
+    for (const auto* e : entries) {
+      sf += e->status == "failed";
+      se += e->status == "crashed" || e->status == "interrupted";
+      st += e->seconds;
+    }
+    o << "  <testsuite name=\"" << xml_escape("attncheck." + suite) << "\" tests=\"" << entries.size()
+      << "\" failures=\"" << sf << "\" errors=\"" << se << "\" time=\"" << short_number(st, 6) << "\">\n";
+    for (const auto* e : entries) {
+      o << "    <testcase classname=\"" << xml_escape("attncheck." + e->subject) << "\" name=\""
+        << xml_escape(e->property) << "\" time=\"" << short_number(e->seconds, 6) << "\">";
+      const std::string detail =
+          "cases run " + std::to_string(e->cases_run) + ", failures " + std::to_string(e->failures) +
+          (e->context.empty() ? "" : "\ncase: " + e->context) +
+          (e->quoted.where.empty() ? "" : "\nquoted element: " + element_line(e->quoted)) +
+          "\ncounterexample: " + e->counterexample + "\nreproduce: " + e->reproduce_command +
+          "\nrapidcheck: " + e->rc_reproduce;
+      if (e->status == "failed") {
+        o << "\n      <failure type=\"" << xml_escape(e->failure_class) << "\" message=\""
+          << xml_escape(failure_line(*e)) << "\">" << xml_escape(detail) << "</failure>\n    ";
+      } else if (e->status == "crashed" || e->status == "interrupted") {
+        o << "\n      <error type=\""
+          << xml_escape(e->status + (e->failure_class.empty() ? "" : ":" + e->failure_class))
+          << "\" message=\"" << xml_escape(failure_line(*e)) << "\">" << xml_escape(detail)
+          << "</error>\n    ";
+      }
+      o << "</testcase>\n";
+    }
+    o << "  </testsuite>\n";
+  }
+  if (baseline_case) {
+    o << "  <testsuite name=\"attncheck.baseline\" tests=\"1\" failures=\"" << (!regs.empty())
+      << "\" errors=\"0\">\n";
+    o << "    <testcase classname=\"attncheck.baseline\" name=\"no_regression\">";
+    if (!regs.empty()) {
+      std::string all;
+      for (const auto& g : regs) all += g.get<std::string>() + "\n";
+      o << "\n      <failure type=\"regression\" message=\""
+        << xml_escape(std::to_string(regs.size()) + " regression(s) against the baseline") << "\">"
+        << xml_escape(all) << "</failure>\n    ";
+    }
+    o << "</testcase>\n  </testsuite>\n";
+  }
+  o << "</testsuites>\n";
+  return o.str();
+}
+
+}  // namespace attncheck
