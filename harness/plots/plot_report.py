@@ -5,12 +5,22 @@
     python3 harness/plots/plot_report.py REPORT_DIR/report.json --out REPORT_DIR/plots
 
 Writes, as PNG and SVG:
+  summary.{png,svg}                    the run at a glance: one cell per subject x property, coloured by
+                                       status, holding the max error / budget the property judged
+                                       ("-" where it judges no budget: non-finite values, sentinels)
+  budget-<dtype>.{png,svg}             error / budget per property, one dtype: max (dot) and p99 (bar end)
+                                       of each subject, log scale, the pass line 1 in red; a property
+                                       that judges no budget is left out, one that judges the LSE only
+                                       shows its LSE
   tiling-<subject>-<dtype>.{png,svg}   heatmaps of error / budget per tiling (Br x Bc), O at num_splits = 1:
                                        p50, p99 and max over the outputs; the verdict passes an output
                                        at <= 1, so the colour scale runs from 0 to max(1, largest value)
   splits-<subject>-<dtype>.{png,svg}   split-KV subjects: p50, p99 and max of error / budget (O) per
                                        split count, one line per fold order (worst over tilings), y from 0
-  histogram-<subject>-<backend>.{png,svg} ulp-error histogram of each subject (all properties, dtypes, outputs)
+  histogram-<subject>-<backend>.{png,svg} plain ulp-error histogram of each subject (all properties, dtypes,
+                                       outputs): what the format's ulps say, not what the verdict reads
+                                       (outputs that cancel to near zero have huge plain ulp errors
+                                       within budget)
   drift-<subject>-<backend>.{png,svg}  split_order_drift: per split count, the fraction of O outputs whose
                                        bits differ between fold orders and against num_splits = 1 (same
                                        fold order), and the largest such difference in ulps of the scale
@@ -73,6 +83,113 @@ def ratio_top(values):
     """Top of an error / budget scale: at least the pass line 1, else the largest finite value."""
     finite = [v for v in values if not math.isnan(v) and not math.isinf(v)]
     return max([1.0] + finite)
+
+
+STATUS_COLOURS = {"passed": "#cfe8c9", "failed": "#f4a6a0", "crashed": "#8c2d2d", "interrupted": "#ffe08a",
+                  "not_applicable": "#eeeeee"}
+
+
+def judged_stats(e, stats=None):
+    """The stats of a result its property judges against the budget (report.json's budget_use;
+    attncheck's JudgedStats): None when it judges none."""
+    use = e.get("budget_use", "every_output")
+    if use == "none":
+        return None
+    stats = e.get("stats", []) if stats is None else stats
+    return [s for s in stats if use != "lse_only" or s["output"] == "LSE"]
+
+
+def judged_max(e):
+    """Max error / budget of a result as the report table gives it (the quoted element of a failure
+    included); None when the property judges no budget."""
+    stats = judged_stats(e)
+    if stats is None:
+        return None
+    values = [num(s.get("max_ratio", 0)) for s in stats if s.get("count", 0) > 0]
+    w = e.get("worst_element")
+    if e.get("status") == "failed" and w:
+        values.append(num(w.get("err_budget", 0)))
+    return max(values) if values else math.nan  # nan: nothing measured (split_equals_whole, run_to_run)
+
+
+def summary(plt, report, out_dir):
+    results = report.get("results", [])
+    if not results:
+        return []
+    subjects = list(dict.fromkeys(f"{e['subject']} ({e['backend']})" for e in results))
+    props = list(dict.fromkeys(e["property"] for e in results))
+    cell = {(f"{e['subject']} ({e['backend']})", e["property"]): e for e in results}
+    fig, ax = plt.subplots(figsize=(2.2 + 1.05 * len(props), 1.2 + 0.36 * len(subjects)), layout="constrained")
+    from matplotlib.patches import Rectangle
+    for i, subject in enumerate(subjects):
+        for j, prop in enumerate(props):
+            e = cell.get((subject, prop))
+            if e is None:
+                continue
+            status = e.get("status", "passed")
+            ax.add_patch(Rectangle((j, i), 1, 1, facecolor=STATUS_COLOURS.get(status, "#ffffff"), edgecolor="white"))
+            m = judged_max(e)
+            text = "-" if m is None else "" if math.isnan(m) else f"{m:.2g}"
+            if status not in ("passed", "not_applicable"):
+                text = status.upper() if m is None else f"{status.upper()}\n{text}"
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=7,
+                    color="white" if status == "crashed" else "black")
+    ax.set_xlim(0, len(props))
+    ax.set_ylim(len(subjects), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(props))], props, rotation=35, ha="right", fontsize=8)
+    ax.set_yticks([i + 0.5 for i in range(len(subjects))], subjects, fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    counts = {}
+    for e in results:
+        counts[e.get("status", "passed")] = counts.get(e.get("status", "passed"), 0) + 1
+    told = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(counts.items()))
+    ax.set_title(f"{report.get('verdict', '').upper()}: {told}; cells: max error / budget (passes at <= 1; "
+                 f"'-': judges no budget; empty: no per-output statistics)", fontsize=9)
+    made = []
+    save(fig, out_dir, "summary", made)
+    return made
+
+
+def budget_by_property(plt, report, out_dir):
+    """Per dtype: for each property (x), each subject's p99 (bar) and max (dot) error / budget."""
+    series = {}  # dtype -> property -> [(subject, p99, max, failed)]
+    for e in report.get("results", []):
+        stats = judged_stats(e)
+        if not stats:
+            continue
+        by_dtype = {}
+        for s in stats:
+            if "max_ratio" not in s or s.get("count", 0) == 0:
+                continue
+            p99, mx = by_dtype.get(s["dtype"], (0.0, 0.0))
+            by_dtype[s["dtype"]] = (max(p99, num(s["p99_ratio"])), max(mx, num(s["max_ratio"])))
+        for dtype, (p99, mx) in by_dtype.items():
+            series.setdefault(dtype, {}).setdefault(e["property"], []).append(
+                (f"{e['subject']} ({e['backend']})", p99, mx, e.get("status") != "passed"))
+    made = []
+    for dtype, props in sorted(series.items()):
+        names = list(props)
+        fig, ax = plt.subplots(figsize=(2.5 + 1.2 * len(names), 3.8), layout="constrained")
+        floor = 1e-4  # log scale: a zero error sits on the floor
+        for j, prop in enumerate(names):
+            points = props[prop]
+            for k, (subject, p99, mx, failed) in enumerate(points):
+                x = j + (k + 0.5) / (len(points) + 0.5) - 0.5
+                top = mx if not (math.isinf(mx) or math.isnan(mx)) else 1e12
+                ax.plot([x, x], [floor, max(floor, min(p99, top))], color="#4477aa", linewidth=2, alpha=0.6)
+                ax.plot([x], [max(floor, top)], marker="o", markersize=4,
+                        color="#cc3311" if failed or mx > 1 else "#4477aa")
+        ax.axhline(1.0, color="red", linewidth=1.2, linestyle="--", label="budget: passes at <= 1")
+        ax.set_yscale("log")
+        ax.set_ylim(floor * 0.8, None)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("error / budget")
+        ax.legend(fontsize=8, loc="upper right")
+        ax.set_title(f"{dtype}: error / budget per property, each subject's p99 (bar) and max (dot)", fontsize=9)
+        save(fig, out_dir, safe(f"budget-{dtype}"), made)
+    return made
 
 
 def tiling_heatmaps(plt, report, out_dir):
@@ -171,7 +288,7 @@ def histograms(plt, report, out_dir):
         ax.bar(range(last), counts[:last], color="#4477aa")
         ax.set_xticks(range(last), labels[:last], rotation=60, ha="right", fontsize=7)
         ax.set_yscale("log")
-        ax.set_xlabel("ulp error of the output format")
+        ax.set_xlabel("plain ulp error of the output format (not what the verdict reads)")
         ax.set_ylabel("elements")
         ax.set_title(f"{subject}: ulp error histogram ({sum(counts)} elements)")
         stem = safe(f"histogram-{subject.split(' ')[0]}-{subject.split('(')[-1].rstrip(')')}")
@@ -221,7 +338,8 @@ def drift(plt, report, out_dir):
 def jobs_of(report):
     """The pictures as independent jobs: (family, a report holding only what that picture reads).
     Every family draws the same files from its part as from the whole report."""
-    jobs = []
+    jobs = [(summary, {"results": report.get("results", []), "verdict": report.get("verdict", "")}),
+            (budget_by_property, {"results": report.get("results", [])})]
     for t in report.get("tilings", []):
         jobs.append((tiling_heatmaps, {"tilings": [t]}))
         jobs.append((splits, {"tilings": [t]}))
@@ -271,6 +389,8 @@ def main():
         import matplotlib
 
         matplotlib.use("Agg")
+        # Text stays text in the SVGs: report.html embeds them, and a search finds a subject's name.
+        matplotlib.rcParams["svg.fonttype"] = "none"
         import matplotlib.pyplot as plt
     except ImportError:
         print(f"plots skipped: {sys.executable} has no matplotlib (apt-get install python3-matplotlib)", file=sys.stderr)
