@@ -87,6 +87,7 @@ def check(subject_or_callable, properties=None, cases=100, seed=1, *, suite=None
           max_keys=None, extra_args=(), binary=None, python=None, raise_on_failure=True):
     """Runs `attncheck check --worker ...` on the subject; returns a CheckResult, or raises
     AttncheckFailure when attncheck exits non-zero."""
+    __tracebackhide__ = True  # noqa: F841 (pytest: the traceback ends at the caller's line)
     spec = _spec_of(subject_or_callable)
     binary = binary or find_binary()
     if report_dir is None:
@@ -127,14 +128,17 @@ def check(subject_or_callable, properties=None, cases=100, seed=1, *, suite=None
 
 
 def _summary(result, binary, worker, env):
-    lines = [f"attncheck exited {result.exit_code}; report in {result.report_dir}/ (report.md, report.json)"]
     if result.report is None:
+        # attncheck stopped before any work (a usage error: exit 2): its one line is the message.
         err = result.stderr.strip().splitlines()
-        lines.append("no report: " + (err[-1] if err else "(no output)"))
-        lines.append("command: " + result.command)
-        return "\n".join(lines)
+        return (f"attncheck could not run (exit {result.exit_code}): " + (err[-1] if err else "(no output)") +
+                "\ncommand: " + result.command)
+    lines = [f"attncheck exited {result.exit_code}; report in {result.report_dir}/ (report.md, report.html, "
+             "report.json)"]
     for r in result.failures:
-        lines.append(f"{r['subject']} / {r['property']}: {r['status']} ({r.get('failure_class', '')}) {r.get('message', '')}")
+        context = f"{r['context']}: " if r.get("context") else ""
+        lines.append(f"{r['subject']} / {r['property']}: {r['status']} ({r.get('failure_class', '')}) "
+                     f"{context}{r.get('message', '')}")
         if r.get("counterexample"):
             lines.append(f"  shrunk case: {r['counterexample']}")
         for f in r.get("corpus_files", []):
