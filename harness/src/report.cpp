@@ -114,6 +114,7 @@ JudgedStats judged_stats(const ReportEntry& e) {
   j.judged = e.budget_use != PropertyInfo::BudgetUse::none;
   for (const OutputStats& s : e.stats) {
     if (e.budget_use == PropertyInfo::BudgetUse::lse_only && s.output != "LSE") continue;
+    j.measured = j.measured || s.count > 0;
     j.max_ulp = std::max(j.max_ulp, s.max_ulp);
     j.p99_ulp = std::max(j.p99_ulp, s.p99_ulp);
     j.nonfinite += s.nonfinite;
@@ -122,6 +123,7 @@ JudgedStats judged_stats(const ReportEntry& e) {
     j.p99_ratio = std::max(j.p99_ratio, s.p99_ratio);
   }
   if (e.status == "failed" && !e.quoted.where.empty()) {
+    j.measured = true;
     j.max_ulp = std::max(j.max_ulp, e.quoted.ulp);
     if (j.judged) j.max_ratio = std::max(j.max_ratio, e.quoted.ratio);
   }

@@ -89,21 +89,30 @@ const char* const kColumnsExplained =
     "bound of `properties/src/budgets.cpp`); an output passes at 1 or below, so a result whose max is "
     "above 1 failed. \"-\": the property judges non-finite values, sentinels or overflow rows, not "
     "errors against the budget, and prints no err/budget. A failed row's maxima include the element its "
-    "failure quotes; the other statistics describe the cases before the first failure. **max ulp, "
-    "p99 ulp**: the plain ulp error of the output format, reported and never judged (near zero a "
-    "cancelling output has tiny ulps, which is why err/budget decides).";
+    "failure quotes; the other statistics describe the cases before the first failure. An empty cell: the "
+    "property records no per-output statistics (it compares launches or pieces of a case). **max ulp, "
+    "p99 ulp**: the plain ulp error of the output format, reported and never judged (an output that "
+    "cancels to near zero has a tiny ulp of its own, so its plain ulp error can be huge within budget).";
 
 struct Row {
   const ReportEntry* e;
   JudgedStats j;
-  std::string status, max_ratio, p99_ratio;
+  std::string status, max_ratio, p99_ratio, max_ulp, p99_ulp;
 };
+// A statistic's cell: "-" for an err/budget the property does not judge, empty where nothing was
+// measured (a "0" there would read as a perfect result).
 Row row_of(const ReportEntry& e) {
-  Row r{&e, judged_stats(e), e.status == "passed" ? "pass" : e.status, "-", "-"};
+  Row r{&e, judged_stats(e), e.status == "passed" ? "pass" : e.status, "-", "-", "", ""};
+  if (!r.j.measured) {
+    if (r.j.judged) r.max_ratio = r.p99_ratio = "";
+    return r;
+  }
   if (r.j.judged) {
     r.max_ratio = short_number(r.j.max_ratio);
     r.p99_ratio = short_number(r.j.p99_ratio);
   }
+  r.max_ulp = short_number(r.j.max_ulp);
+  r.p99_ulp = short_number(r.j.p99_ulp);
   return r;
 }
 
@@ -149,8 +158,8 @@ std::string render_markdown(const Report& r) {
         e->status == "passed" ? pass_note(*e) : e->failure_class + ": " + failure_line(*e);
     o << "| " << (e->status == "passed" ? "pass" : "**" + e->status + "**") << " | " << md_cell(e->subject)
       << " (" << e->backend << ") | " << md_cell(e->property) << " | " << x.max_ratio << " | " << x.p99_ratio
-      << " | " << e->cases_run << " | " << x.j.nonfinite << " | " << short_number(x.j.max_ulp) << " | "
-      << short_number(x.j.p99_ulp) << " | " << md_cell(cut(note, 200)) << " |\n";
+      << " | " << e->cases_run << " | " << x.j.nonfinite << " | " << x.max_ulp << " | " << x.p99_ulp << " | "
+      << md_cell(cut(note, 200)) << " |\n";
   }
   if (rows.size() > shown)
     o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
@@ -215,8 +224,8 @@ std::string render_html(const Report& r, const std::vector<std::pair<std::string
       << html_escape(e->subject) << " (" << html_escape(e->backend) << ")</td><td>"
       << html_escape(e->property) << "</td><td class=\"n\">" << x.max_ratio << "</td><td class=\"n\">"
       << x.p99_ratio << "</td><td class=\"n\">" << e->cases_run << "</td><td class=\"n\">" << x.j.nonfinite
-      << "</td><td class=\"n\">" << short_number(x.j.max_ulp) << "</td><td class=\"n\">"
-      << short_number(x.j.p99_ulp) << "</td><td>" << html_escape(cut(note, 200)) << "</td></tr>\n";
+      << "</td><td class=\"n\">" << x.max_ulp << "</td><td class=\"n\">" << x.p99_ulp << "</td><td>"
+      << html_escape(cut(note, 200)) << "</td></tr>\n";
   }
   o << "</table>\n";
   std::string explained = kColumnsExplained;

@@ -216,3 +216,13 @@ TEST_CASE("report.html is written with the set, and takes the figures once drawn
   CHECK(check_report_set(dir.string()).empty());
   fs::remove_all(dir);
 }
+
+TEST_CASE("a property that records no per-output statistics gets empty cells, not zeros",
+          "[report][render]") {
+  Report r = passing_report();
+  ReportEntry e = entry("fused", "split_equals_whole", 0, 0);
+  e.stats.clear();
+  r.entries.push_back(e);
+  CHECK(render_markdown(r).find("| pass | fused (host) | split_equals_whole |  |  | 100 | 0 |  |  |") !=
+        std::string::npos);
+}

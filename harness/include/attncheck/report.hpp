@@ -115,6 +115,7 @@ std::string verdict_sentence(const Report&);
 // failure quotes: the statistics otherwise describe the cases before the first failure.
 struct JudgedStats {
   bool judged = true;
+  bool measured = false;  // any output measured (split_equals_whole and run_to_run record none)
   double max_ratio = 0, p99_ratio = 0, max_ulp = 0, p99_ulp = 0;
   int64_t nonfinite = 0;
 };
