@@ -165,28 +165,37 @@ def budget_by_property(plt, report, out_dir):
                 continue
             p99, mx = by_dtype.get(s["dtype"], (0.0, 0.0))
             by_dtype[s["dtype"]] = (max(p99, num(s["p99_ratio"])), max(mx, num(s["max_ratio"])))
+        w = e.get("worst_element")
+        quoted = num(w.get("err_budget", 0)) if e.get("status") == "failed" and w else 0.0
         for dtype, (p99, mx) in by_dtype.items():
+            # A failure's quoted element is the run's worst: the stats stop before it.
+            mx = max(mx, quoted) if not math.isnan(quoted) else mx
             series.setdefault(dtype, {}).setdefault(e["property"], []).append(
                 (f"{e['subject']} ({e['backend']})", p99, mx, e.get("status") != "passed"))
     made = []
     for dtype, props in sorted(series.items()):
         names = list(props)
-        fig, ax = plt.subplots(figsize=(2.5 + 1.2 * len(names), 3.8), layout="constrained")
+        fig, ax = plt.subplots(figsize=(max(5.5, 2.5 + 1.2 * len(names)), 3.8), layout="constrained")
         floor = 1e-4  # log scale: a zero error sits on the floor
         for j, prop in enumerate(names):
             points = props[prop]
             for k, (subject, p99, mx, failed) in enumerate(points):
                 x = j + (k + 0.5) / (len(points) + 0.5) - 0.5
-                top = mx if not (math.isinf(mx) or math.isnan(mx)) else 1e12
+                finite = not (math.isinf(mx) or math.isnan(mx))
+                top = mx if finite else 1e6  # an infinite ratio (a NaN output) is drawn high, marked inf
                 ax.plot([x, x], [floor, max(floor, min(p99, top))], color="#4477aa", linewidth=2, alpha=0.6)
-                ax.plot([x], [max(floor, top)], marker="o", markersize=4,
+                ax.plot([x], [max(floor, top)], marker="o" if finite else "^", markersize=4 if finite else 7,
                         color="#cc3311" if failed or mx > 1 else "#4477aa")
+                if not finite:
+                    ax.annotate("inf", (x, top), textcoords="offset points", xytext=(4, 0), fontsize=7, color="#cc3311")
         ax.axhline(1.0, color="red", linewidth=1.2, linestyle="--", label="budget: passes at <= 1")
         ax.set_yscale("log")
-        ax.set_ylim(floor * 0.8, None)
+        any_inf = any(not math.isfinite(mx) for pts in props.values() for (_, _, mx, _) in pts)
+        ax.set_ylim(floor * 0.8, 1e7 if any_inf else None)
+        ax.set_xlim(-0.6, len(names) - 0.4)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("error / budget")
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: no point hidden
         ax.set_title(f"{dtype}: error / budget per property, each subject's p99 (bar) and max (dot)", fontsize=9)
         save(fig, out_dir, safe(f"budget-{dtype}"), made)
     return made

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `attncheck plot` on a report with tiling rows and split_order_drift results draws the pictures
-# harness/plots/plot_report.py promises: error / budget per tiling (fused and split-KV), per split
-# count (split-KV only) and the drift of the split-KV subject. Exit 77 (skipped) where no python3 on
-# PATH has matplotlib.
+# harness/plots/plot_report.py promises: the run's summary and error / budget per dtype, error /
+# budget per tiling (fused and split-KV), per split count (split-KV only) and the drift of the
+# split-KV subject. Exit 77 (skipped) where no python3 on PATH has matplotlib.
 #   plot_files.sh ATTNCHECK SCRATCH
 set -euo pipefail
 AC=$1
@@ -22,7 +22,7 @@ fi
 [ "$rc" -eq 0 ] || { echo "attncheck plot exited $rc: $out"; exit 1; }
 P=$S/r/plots
 ls "$P"
-for stem in tiling-fused- tiling-splitkv- splits-splitkv- drift-splitkv-host; do
+for stem in summary budget- tiling-fused- tiling-splitkv- splits-splitkv- drift-splitkv-host; do
   for ext in png svg; do
     compgen -G "$P/$stem*.$ext" >/dev/null || { echo "no $stem*.$ext"; exit 1; }
   done
