@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "attncheck/names.hpp"
@@ -15,55 +16,42 @@ using nlohmann::json;
 
 namespace {
 
-struct Word {
-  const char* word;
-  uint32_t bit;
+// An ac_caps bit set in words: its names.hpp table, how a member is a bit of the set, and the
+// names listed for a message.
+template <class T>
+struct WordSet {
+  std::span<const Spelling<T>> table;
+  uint32_t (*bit)(T);
+  std::string (*names)();
 };
-const Word kOps[] = {{"merge", AC_OP_MERGE},
-                     {"softmax", AC_OP_SOFTMAX},
-                     {"attention", AC_OP_ATTENTION},
-                     {"splitkv", AC_OP_SPLITKV}};
-const Word kDtypes[] = {{"fp32", AC_DTYPE_BIT(AC_DTYPE_F32)},
-                        {"fp16", AC_DTYPE_BIT(AC_DTYPE_F16)},
-                        {"bf16", AC_DTYPE_BIT(AC_DTYPE_BF16)}};
-const Word kFeatures[] = {{"causal", AC_FEAT_CAUSAL},
-                          {"mask", AC_FEAT_MASK},
-                          {"varlen", AC_FEAT_VARLEN},
-                          {"gqa", AC_FEAT_GQA},
-                          {"lse", AC_FEAT_LSE},
-                          {"naive_exp", AC_FEAT_NAIVE_EXP},
-                          {"scores_in_input_type", AC_FEAT_SCORES_IN_INPUT_TYPE},
-                          {"flushed_exp", AC_FEAT_FLUSHED_EXP}};
-const Word kFolds[] = {{"left", AC_FOLD_BIT(AC_FOLD_LEFT)},
-                       {"right", AC_FOLD_BIT(AC_FOLD_RIGHT)},
-                       {"tree", AC_FOLD_BIT(AC_FOLD_TREE)}};
+const WordSet<uint32_t> kOps{op_spellings(), [](uint32_t op) { return op; }, op_names};
+const WordSet<ac_dtype> kDtypes{dtype_spellings(), [](ac_dtype d) { return AC_DTYPE_BIT(d); }, dtype_names};
+const WordSet<uint32_t> kFeatures{feature_spellings(), [](uint32_t f) { return f; }, feature_names};
+const WordSet<ac_fold> kFolds{fold_spellings(), [](ac_fold f) { return AC_FOLD_BIT(f); }, fold_names};
 
-template <size_t N>
-json words_of(uint32_t bits, const Word (&table)[N]) {
+template <class T>
+json words_of(uint32_t bits, const WordSet<T>& set) {
   json a = json::array();
-  for (const Word& w : table)
-    if (bits & w.bit) a.push_back(w.word);
+  for (const auto& [value, name] : set.table)
+    if (bits & set.bit(value)) a.push_back(name);
   return a;
 }
 
-template <size_t N>
-uint32_t bits_of(const json& j, const char* field, const Word (&table)[N]) {
+template <class T>
+uint32_t bits_of(const json& j, const char* field, const WordSet<T>& set) {
   if (!j.is_array()) throw ProtocolError(std::string("'") + field + "' must be a list of words");
   uint32_t bits = 0;
   for (const json& w : j) {
     if (!w.is_string()) throw ProtocolError(std::string("'") + field + "' holds a non-string");
     bool known = false;
-    for (const Word& t : table)
-      if (w.get<std::string>() == t.word) {
-        bits |= t.bit;
+    for (const auto& [value, name] : set.table)
+      if (w.get<std::string>() == name) {
+        bits |= set.bit(value);
         known = true;
       }
-    if (!known) {
-      std::string list;
-      for (const Word& t : table) list += (list.empty() ? "" : ", ") + std::string(t.word);
+    if (!known)
       throw ProtocolError(std::string("unknown word '") + w.get<std::string>() + "' in '" + field +
-                          "' (known: " + list + ")");
-    }
+                          "' (known: " + set.names() + ")");
   }
   return bits;
 }
