@@ -9,7 +9,7 @@
 //   - after a crash (device fault) the remaining evaluations pass without launching, so the crash
 //     case itself is kept rather than shrunk on a dead device;
 //   - cases are counted only before the first failure, so stats describe the random stream.
-// The cases of (seed, shard, property, subject) come from case_seed (seed.hpp) and nothing else.
+// The cases of (seed, property, subject) come from case_seed (seed.hpp) and nothing else.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -268,10 +268,9 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   TimedSubject timed(subject, thread_time_split().subject);
   Ctx ctx{timed, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {}, true};
   if (!cfg.corpus_dir.empty() && (cfg.write_ahead || subject.caps().memory == AC_MEMORY_CUDA))
-    ctx.write_ahead_path =
-        (std::filesystem::path(cfg.corpus_dir) /
-         ("inflight-" + safe(subject.name()) + "-" + name + "-" + std::to_string(cfg.shard_index) + ".json"))
-            .string();
+    ctx.write_ahead_path = (std::filesystem::path(cfg.corpus_dir) /
+                            ("inflight-" + safe(subject.name()) + "-" + name + "-0.json"))
+                               .string();
   const rc::Gen<Case> gen = case_gen(ctx, dom, *prop, op);
   const int max_cases = prop->info().max_cases;
   const int num_cases = std::max(1, max_cases > 0 ? std::min(cfg.num_cases, max_cases) : cfg.num_cases);
@@ -365,7 +364,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   };
 
   RapidCheckRun run;
-  run.seed = case_seed(cfg.seed, cfg.shard_index, cfg.shard_count, name, subject.name());
+  run.seed = case_seed(cfg.seed, name, subject.name());
   run.max_success = num_cases;
   run.max_size = std::min(100, std::max(0, cfg.max_size));
   // Attention and split-KV cases are shrunk by their structure (shrink.hpp), after RapidCheck has
@@ -432,9 +431,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       }
     }
     res.reproduce_command = file.empty() ? "attncheck check --subject " + subject.name() + " --property " +
-                                               name + " --seed " + std::to_string(cfg.seed) + " --shard " +
-                                               std::to_string(cfg.shard_index) + "/" +
-                                               std::to_string(cfg.shard_count) + stream_flags(cfg)
+                                               name + " --seed " + std::to_string(cfg.seed) + " --shard 0/1" +
+                                               stream_flags(cfg)
                                          : "attncheck replay " + file + " --subject " + subject.name();
   } else if (result.kind == RapidCheckResult::Kind::failed || result.kind == RapidCheckResult::Kind::error) {
     // A failure that left no case behind (something outside the check threw): never a pass.
@@ -536,7 +534,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
   const rc::Gen<AttentionInput> g = gen::attention_input(dom);
   std::vector<AttentionInput> inputs;
   // The tiling report draws its own stream: case_seed with "tiling" in the property's place.
-  const rc::Random base(case_seed(cfg.seed, cfg.shard_index, cfg.shard_count, "tiling", subject.name()));
+  const rc::Random base(case_seed(cfg.seed, "tiling", subject.name()));
   rc::Random random = base;
   for (int i = 0; i < std::max(1, cfg.num_cases); ++i) {
     rc::Random here = random.split();

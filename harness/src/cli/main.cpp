@@ -598,8 +598,6 @@ int run_check(const CheckOptions& o, const std::string& command, char** argv_) {
   // to I, each with exactly the cases of the single run (the stream of shard 0 of 1). So the merge
   // of the N shard reports is the single run's report, and a pair's shard does not move when other
   // subjects or properties come and go.
-  base_cfg.shard_index = 0;
-  base_cfg.shard_count = 1;
   base_cfg.corpus_dir = corpus_dir;
   base_cfg.max_keys = o.max_keys;
   base_cfg.dtypes = dtypes;

@@ -16,7 +16,7 @@
 // for fp32 score and exponent rounding); `ulp` is reported, never gated.
 //
 // Write-ahead: before every subject call of a cuda subject (or when RunConfig::write_ahead), the
-// case is written atomically to <corpus_dir>/inflight-<subject>-<property>-<shard>.json and
+// case is written atomically to <corpus_dir>/inflight-<subject>-<property>-0.json and
 // cfg.before_launch is called; the file is removed when the run returns normally, so a file left
 // behind is the reproducer of a crash.
 #pragma once
@@ -55,10 +55,9 @@ const PropertyInfo* find_property(const std::string& name);  // nullptr if unkno
 bool property_applies(const PropertyInfo&, const Subject&);
 
 struct RunConfig {
-  uint64_t seed = 1;    // the run's seed; each (shard, property, subject) stream is case_seed of it
-  int num_cases = 100;  // RapidCheck max_success per (property, subject)
-  int shard_index = 0, shard_count = 1;  // shard I of N draws a disjoint, deterministic stream
-  std::string corpus_dir;                // where shrunk failures go ("" = do not write)
+  uint64_t seed = 1;       // the run's seed; each (property, subject) stream is case_seed of it
+  int num_cases = 100;     // RapidCheck max_success per (property, subject)
+  std::string corpus_dir;  // where shrunk failures go ("" = do not write)
   bool shrink = true;
   // Seconds a failure may spend shrinking, from its discovery; past it (or on cancel) the smallest
   // failing case found so far is the counterexample and the result says the shrink was cut.
@@ -193,7 +192,7 @@ struct PropertyResult {
 // unsupported skips the case, device_fault / internal give Status::crashed (the write-ahead file
 // then holds the case). Throws std::invalid_argument for an unknown property name.
 PropertyResult run_property(const std::string& name, Subject& subject, const RunConfig& cfg);
-// The check flags that shape a run's case stream besides --seed and --shard (--cases, and
+// The check flags that shape a run's case stream besides --seed (--cases, and
 // --max-keys and --dtype where they are not the defaults): a pasted reproduce command needs them.
 std::string stream_flags(const RunConfig&);
 constexpr int kHostLayerTokens = 512;
