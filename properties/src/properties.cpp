@@ -22,6 +22,7 @@
 #include "property.hpp"
 #include "rc_adapter.hpp"
 #include "shrink.hpp"
+#include "split_options.hpp"
 
 namespace attncheck {
 
@@ -217,10 +218,9 @@ rc::Gen<Case> case_gen(const Ctx& ctx, const gen::Domain& dom, const Property& p
     if (op != AC_OP_MERGE && op != AC_OP_SOFTMAX) {
       if (caps.num_tilings > 1) c.options.tiling = *rc::gen::inRange(0, caps.num_tilings);
       if (op == AC_OP_SPLITKV && prop.draws_split_options()) {
-        c.options.num_splits = *rc::gen::inRange(1, std::max(1, caps.max_splits) + 1);
-        std::vector<ac_fold> folds;
-        for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE})
-          if (caps.fold_orders & AC_FOLD_BIT(f)) folds.push_back(f);
+        c.options.num_splits =
+            draw_num_splits(caps, split_counts(caps), [](int n) { return *rc::gen::inRange(0, n); });
+        const std::vector<ac_fold> folds = folds_in(caps.fold_orders);
         if (!folds.empty()) c.options.fold_order = *rc::gen::elementOf(folds);
       }
     }
@@ -550,10 +550,8 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
       configs.push_back({t, 1, AC_FOLD_LEFT});
       continue;
     }
-    for (int n = 1; n <= std::max(1, caps.max_splits); ++n)
-      for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE})
-        if ((caps.fold_orders & AC_FOLD_BIT(f)) || (caps.fold_orders == 0 && f == AC_FOLD_LEFT))
-          configs.push_back({t, n, f});
+    for (int n : split_counts(caps))
+      for (ac_fold f : tried_folds(caps)) configs.push_back({t, n, f});
   }
   const Conventions cv = conventions_of(subject);
   // Inputs outside, configurations inside: each input's reference side is computed once and freed
@@ -584,10 +582,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
         row.bc = caps.tilings[cf.tiling].bc;
       }
       row.num_splits = cf.splits;
-      row.fold = split ? (cf.fold == AC_FOLD_LEFT    ? "left"
-                          : cf.fold == AC_FOLD_RIGHT ? "right"
-                                                     : "tree")
-                       : "";
+      row.fold = split ? fold_name(cf.fold) : "";
       row.stats = s;
       rows.push_back(row);
     }
