@@ -212,10 +212,16 @@ void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
     if (e > 0xffffu) throw CaseError(what + ": 16-bit element with bits above 0xffff");
 }
 
-ac_fold fold_from_name(const std::string& s) {
+// The options' fold order is written as "fold_order", the worker protocol's word for it; files
+// written before that say "fold", which is read when "fold_order" is absent.
+ac_fold read_fold_order(const json& options) {
+  const char* key = options.is_object() && !options.contains("fold_order") && options.contains("fold")
+                        ? "fold"
+                        : "fold_order";
+  const std::string s = get_string(options, key, "options");
   if (const auto f = fold_from(s)) return *f;
-  throw CaseError("options.fold must be one of " + fold_names() + ", not \"" + json_fields::printable(s) +
-                  "\"");
+  throw CaseError(std::string("options.") + key + " must be one of " + fold_names() + ", not \"" +
+                  json_fields::printable(s) + "\"");
 }
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;
@@ -280,7 +286,7 @@ std::string case_text(const Case& c, bool splice) {
   j["conventions"] = {{"lse_base", c.lse_base}, {"empty_lse_sign", c.empty_lse_sign}};
   j["options"] = {{"tiling", c.options.tiling},
                   {"num_splits", c.options.num_splits},
-                  {"fold", fold_name(c.options.fold_order)}};
+                  {"fold_order", fold_name(c.options.fold_order)}};
   json in;
   if (const auto* m = std::get_if<MergeInput>(&c.input)) {
     const int w = dtype_bytes(m->dtype);
@@ -363,7 +369,7 @@ Case case_from_json(const std::string& text) {
   if (auto it = j.find("options"); it != j.end()) {
     c.options.tiling = int32_t(get_int(*it, "tiling", "options", 0, 1 << 20));
     c.options.num_splits = int32_t(get_int(*it, "num_splits", "options", 1, 1 << 20));
-    c.options.fold_order = fold_from_name(get_string(*it, "fold", "options"));
+    c.options.fold_order = read_fold_order(*it);
   }
   const json& in = field(j, "input", top);
   const std::string w = "input";

@@ -91,6 +91,36 @@ TEST_CASE("case JSON round-trips bit-exactly", "[case]") {
   CHECK(case_to_json(merge_case()).find("hex:") != std::string::npos);
 }
 
+// The fold order is written as "fold_order" (the worker protocol's word); files written before say
+// "fold" and still read. The committed corpus/ files are such files.
+TEST_CASE("case files: fold_order is written, and the older fold is read", "[case]") {
+  Case c = attention_case(3);
+  c.op = "splitkv";
+  c.options.num_splits = 3;
+  c.options.fold_order = AC_FOLD_TREE;
+  const std::string text = case_to_json(c);
+  CHECK(text.find("\"fold_order\": \"tree\"") != std::string::npos);
+  CHECK(text.find("\"fold\"") == std::string::npos);
+  CHECK(case_from_json(text).options.fold_order == AC_FOLD_TREE);
+  auto with = [&](const std::string& fields) {
+    std::string t = text;
+    t.replace(t.find("\"fold_order\": \"tree\""), 20, fields);
+    return t;
+  };
+  CHECK(case_from_json(with("\"fold\": \"right\"")).options.fold_order == AC_FOLD_RIGHT);
+  CHECK(case_from_json(with("\"fold\": \"left\"")).options.fold_order == AC_FOLD_LEFT);
+  // Both present: fold_order is the field, the older word is left unread.
+  CHECK(case_from_json(with("\"fold\": \"left\", \"fold_order\": \"right\"")).options.fold_order ==
+        AC_FOLD_RIGHT);
+  // A wrong word names the field it was read from; neither field is a missing fold_order.
+  CHECK_THROWS_WITH(case_from_json(with("\"fold\": \"middle\"")),
+                    Catch::Contains("options.fold must be one of left, right, tree, not \"middle\""));
+  CHECK_THROWS_WITH(case_from_json(with("\"fold_order\": \"middle\"")),
+                    Catch::Contains("options.fold_order must be one of left, right, tree"));
+  CHECK_THROWS_WITH(case_from_json(with("\"folds\": \"left\"")),
+                    Catch::Contains("options: missing field \"fold_order\""));
+}
+
 TEST_CASE("malformed and truncated case files give a one-line CaseError", "[case]") {
   const std::string good = case_to_json(attention_case(40));
   std::vector<std::string> bad = {"", "{", "[]", "{\"format\":\"other\"}", good.substr(0, good.size() / 2)};
