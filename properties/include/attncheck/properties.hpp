@@ -68,7 +68,7 @@ struct RunConfig {
   std::vector<ac_dtype> dtypes;     // empty: every dtype the subject has
   std::vector<int32_t> head_sizes;  // empty: every head size the generators offer the subject
   // The long suite: one attention case in four is the seed's layer (32 query heads over 8 KV heads,
-  // d = 128) over this many tokens, judged on sampled rows (sampled_rows in measure.cpp); host
+  // d = 128) over this many tokens, judged on sampled rows (sampled_rows in judge_attention.cpp); host
   // subjects get at most kHostLayerTokens of them (a host twin takes minutes for 8192). 0: none.
   int layer_tokens = 0;
   // streamed_kv's K and V bytes per case: past every GPU's L2, so that the loads lag the math.
