@@ -79,10 +79,7 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   const ac_memory mem = subject_.caps.memory;
   const int64_t tokens = in.num_tokens, heads = in.num_heads;
   const size_t n_out = size_t(tokens * heads * in.head_size), n_lse = size_t(tokens * heads);
-  require_tensor_size("prefix_out", in.prefix_out.size(), n_out);
-  require_tensor_size("suffix_out", in.suffix_out.size(), n_out);
-  require_tensor_size("prefix_lse", in.prefix_lse.size(), n_lse);
-  require_tensor_size("suffix_lse", in.suffix_lse.size(), n_lse);
+  require_merge_sizes(in);
   const ac_lse_layout layout = subject_.caps.lse_layout;
 
   Staging st(mem);

@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+
+#include "attncheck/reference/offsets.hpp"
 
 namespace attncheck {
 
@@ -17,21 +20,26 @@ void require_tensor_size(const char* what, size_t got, size_t want) {
                                                          std::to_string(want));
 }
 
+void require_merge_sizes(const MergeInput& in) {
+  const int64_t tokens = in.num_tokens, heads = in.num_heads;
+  const size_t n_out = size_t(tokens * heads * in.head_size), n_lse = size_t(tokens * heads);
+  require_tensor_size("prefix_out", in.prefix_out.size(), n_out);
+  require_tensor_size("suffix_out", in.suffix_out.size(), n_out);
+  require_tensor_size("prefix_lse", in.prefix_lse.size(), n_lse);
+  require_tensor_size("suffix_lse", in.suffix_lse.size(), n_lse);
+}
+
 PackedSequences pack_sequences(const AttentionInput& in) {
   if (in.seqlens_q.size() != in.seqlens_k.size())
     throw SubjectError(SubjectError::Kind::internal, "seqlens_q and seqlens_k differ in length");
-  const size_t n = in.seqlens_q.size();
+  ref::SequenceOffsets offsets = ref::sequence_offsets(in.seqlens_q, in.seqlens_k);
   PackedSequences p;
-  p.cu_q.assign(n + 1, 0);
-  p.cu_k.assign(n + 1, 0);
-  p.cu_mask.assign(n + 1, 0);
-  for (size_t s = 0; s < n; ++s) {
-    p.cu_q[s + 1] = p.cu_q[s] + in.seqlens_q[s];
-    p.cu_k[s + 1] = p.cu_k[s] + in.seqlens_k[s];
-    p.cu_mask[s + 1] = p.cu_mask[s] + int64_t(in.seqlens_q[s]) * in.seqlens_k[s];
-    p.max_q = std::max(p.max_q, in.seqlens_q[s]);
-    p.max_k = std::max(p.max_k, in.seqlens_k[s]);
-  }
+  // ac_attention_args's offsets are 32-bit; a case's totals are far below 2^31 (case.cpp's kMaxDim).
+  p.cu_q.assign(offsets.q.begin(), offsets.q.end());
+  p.cu_k.assign(offsets.k.begin(), offsets.k.end());
+  p.cu_mask = std::move(offsets.mask);
+  for (const int32_t n : in.seqlens_q) p.max_q = std::max(p.max_q, n);
+  for (const int32_t n : in.seqlens_k) p.max_k = std::max(p.max_k, n);
   const size_t n_q = size_t(p.total_q() * in.num_heads * in.head_size);
   const size_t n_kv = size_t(p.total_k() * in.num_kv_heads * in.head_size);
   require_tensor_size("q", in.q.size(), n_q);

@@ -58,21 +58,23 @@ LseStrides lse_strides(ac_lse_layout layout, int64_t tokens, int64_t heads) {
   return {heads, 1};
 }
 
+namespace {
+// a, a row-major [rows, cols], as [cols, rows].
+std::vector<float> transposed(const std::vector<float>& a, int64_t rows, int64_t cols) {
+  std::vector<float> out(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[size_t(c * rows + r)] = a[size_t(r * cols + c)];
+  return out;
+}
+}  // namespace
+
 std::vector<float> to_layout(const std::vector<float>& logical, ac_lse_layout layout, int64_t tokens,
                              int64_t heads) {
-  if (layout == AC_LSE_TOKENS_HEADS) return logical;
-  std::vector<float> out(logical.size());
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t h = 0; h < heads; ++h) out[size_t(h * tokens + t)] = logical[size_t(t * heads + h)];
-  return out;
+  return layout == AC_LSE_TOKENS_HEADS ? logical : transposed(logical, tokens, heads);
 }
 std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout layout, int64_t tokens,
                                int64_t heads) {
-  if (layout == AC_LSE_TOKENS_HEADS) return stored;
-  std::vector<float> out(stored.size());
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t h = 0; h < heads; ++h) out[size_t(t * heads + h)] = stored[size_t(h * tokens + t)];
-  return out;
+  return layout == AC_LSE_TOKENS_HEADS ? stored : transposed(stored, heads, tokens);
 }
 
 namespace {

@@ -21,6 +21,8 @@ uint32_t poison_bits(ac_dtype d);
 
 // SubjectError (internal) naming the tensor when a case tensor has `got` elements, not `want`.
 void require_tensor_size(const char* what, size_t got, size_t want);
+// The same for each tensor of a merge case against its shape.
+void require_merge_sizes(const MergeInput& in);
 
 // The sequences of an attention case packed back to back, as ac_attention_args describes them.
 struct PackedSequences {

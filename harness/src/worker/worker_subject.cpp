@@ -76,10 +76,7 @@ class WorkerSubject final : public Subject {
     if (!has_op(AC_OP_MERGE)) throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no merge");
     const int64_t T = in.num_tokens, H = in.num_heads, D = in.head_size;
     const size_t n_out = size_t(T * H * D), n_lse = size_t(T * H);
-    require_tensor_size("prefix_out", in.prefix_out.size(), n_out);
-    require_tensor_size("suffix_out", in.suffix_out.size(), n_out);
-    require_tensor_size("prefix_lse", in.prefix_lse.size(), n_lse);
-    require_tensor_size("suffix_lse", in.suffix_lse.size(), n_lse);
+    require_merge_sizes(in);
     const ac_lse_layout lay = d_.caps.lse_layout;
     const std::string dt = dtype_name(in.dtype);
     Layout L;
