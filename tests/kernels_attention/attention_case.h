@@ -108,16 +108,33 @@ inline AttnCase flushed_weight_case() {
   return c;
 }
 
-// The ABI arguments of a case with every tensor in host memory (the twins' view).
-inline ac_attention_args host_args(const AttnCase& c, void* out, float* lse, int tiling) {
+// Where a case's tensors and offsets are for a call: the host vectors or their device copies.
+struct CasePlaces {
+  const void *q, *k, *v;
+  void* out;
+  float* lse;
+  const int32_t *cu_q, *cu_k;
+  const uint8_t* mask;
+  const int64_t* cu_mask;
+};
+// The ABI arguments of a case at those places (the host offsets are always the case's own).
+inline ac_attention_args case_args(const AttnCase& c, const CasePlaces& at, int tiling) {
   return AttentionArgs(ac_dtype(c.dtype), c.heads, c.kv_heads, c.head_size)
-      .sequences(int32_t(c.seqlens_q.size()), c.cu_q.data(), c.cu_k.data())
-      .tensors(c.q.data(), c.k.data(), c.v.data(), out, lse)
+      .sequences(int32_t(c.seqlens_q.size()), at.cu_q, at.cu_k, c.cu_q.data(), c.cu_k.data())
+      .tensors(at.q, at.k, at.v, at.out, at.lse)
       .scale(c.scale)
       .causal(c.causal)
-      .mask(c.with_mask ? c.mask.data() : nullptr, c.with_mask ? c.cu_mask.data() : nullptr)
+      .mask(c.with_mask ? at.mask : nullptr, c.with_mask ? at.cu_mask : nullptr,
+            c.with_mask ? c.cu_mask.data() : nullptr)
       .tiling(tiling)
       .splits(1, AC_FOLD_LEFT);
+}
+// The same with every tensor in host memory (the twins' view).
+inline ac_attention_args host_args(const AttnCase& c, void* out, float* lse, int tiling) {
+  return case_args(c,
+                   {c.q.data(), c.k.data(), c.v.data(), out, lse, c.cu_q.data(), c.cu_k.data(), c.mask.data(),
+                    c.cu_mask.data()},
+                   tiling);
 }
 
 // fp64 attention of one (token, head): O, natural LSE and the error bounds above.
