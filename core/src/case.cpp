@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -461,14 +462,14 @@ Case case_from_json(const std::string& text) {
   return c;
 }
 
-namespace {
-std::string safe_name(const std::string& s) {
+std::string file_name_part(std::string_view name) {
   std::string out;
-  for (char ch : s)
-    out.push_back(
-        (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
+  for (char ch : name)
+    out.push_back(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ? ch : '_');
   return out.empty() ? std::string("none") : out;
 }
+
+namespace {
 void write_text_atomic(const std::string& path, const std::string& text,
                        Durability durability = Durability::power_loss) {
   try {
@@ -488,8 +489,8 @@ std::string write_case_atomic(const std::string& dir, const Case& c) {
   char hash[20];
   std::snprintf(hash, sizeof hash, "%016llx",
                 static_cast<unsigned long long>(hash::fnv1a64(text, hash::kLegacyStart)));
-  const std::string name =
-      safe_name(c.op) + "-" + safe_name(c.subject) + "-" + safe_name(c.property) + "-" + hash + ".json";
+  const std::string name = file_name_part(c.op) + "-" + file_name_part(c.subject) + "-" +
+                           file_name_part(c.property) + "-" + hash + ".json";
   const std::string path = (std::filesystem::path(dir.empty() ? "." : dir) / name).string();
   write_text_atomic(path, text);
   return path;

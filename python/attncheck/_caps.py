@@ -3,6 +3,10 @@
 validate_caps() rejects anything the harness would reject, with one clear message, at
 registration time rather than at the first call."""
 
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence, Tuple, cast
+
 OPS = ("merge", "softmax", "attention", "splitkv")
 DTYPES = ("fp32", "fp16", "bf16")
 MEMORY = ("host", "cuda")
@@ -17,7 +21,7 @@ class CapsError(ValueError):
     """A subject declared capabilities the harness would refuse."""
 
 
-def _words(name, field, value, known):
+def _words(name: Optional[str], field: str, value: Any, known: Sequence[str]) -> Tuple[str, ...]:
     if isinstance(value, str):
         value = (value,)
     try:
@@ -27,13 +31,15 @@ def _words(name, field, value, known):
     for w in value:
         if w not in known:
             raise CapsError(f"subject {name!r}: unknown word {w!r} in {field!r} (known: {', '.join(known)})")
-    return value
+    return cast(Tuple[str, ...], value)
 
 
-def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_size_range=None, lse_base="e",
-                  lse_layout="heads_tokens", empty_lse="-inf", features=(), tilings=(), max_splits=0,
-                  fold_orders=(), description="", refuses_zero_keys=False, flushes_subnormals=False,
-                  nondeterministic=False):
+def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "host",
+                  head_sizes: Optional[Sequence[int]] = None, head_size_range: Optional[Tuple[int, int]] = None,
+                  lse_base: str = "e", lse_layout: str = "heads_tokens", empty_lse: str = "-inf", features: Any = (),
+                  tilings: Sequence[Tuple[int, int]] = (), max_splits: int = 0, fold_orders: Any = (),
+                  description: str = "", refuses_zero_keys: bool = False, flushes_subnormals: bool = False,
+                  nondeterministic: bool = False) -> Dict[str, Any]:
     """Returns the handshake dictionary of one subject (protocol 2), or raises CapsError naming the
     problem.
 
@@ -106,7 +112,7 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
 V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals", "nondeterministic")
 
 
-def as_protocol_1(d):
+def as_protocol_1(d: Dict[str, Any]) -> Dict[str, Any]:
     """The declaration for an attncheck that speaks only protocol 1, or CapsError when the subject
     relies on something version 1 cannot say (its result would be judged by the wrong rules)."""
     needs = [f for f in V2_FIELDS if d.get(f)]

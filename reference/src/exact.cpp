@@ -30,8 +30,8 @@
 #include <string>
 #include <type_traits>
 
+#include "attncheck/reference/offsets.hpp"
 #include "precision_internal.hpp"
-#include "problem_offsets.hpp"
 
 namespace attncheck::ref {
 namespace {
@@ -509,7 +509,7 @@ struct RowEngine {
 ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t head, LseBase base) {
   validate(pb);
   const mpfr_prec_t prec = detail::working_prec();
-  const Offsets off = offsets_of(pb);
+  const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   const int64_t total_q = off.q.back();
   if (token < 0 || token >= total_q)
     throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(total_q) + ")");
@@ -536,7 +536,7 @@ ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t 
 std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) {
   validate(pb);
   const mpfr_prec_t prec = detail::working_prec();
-  const Offsets off = offsets_of(pb);
+  const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   const int32_t h = pb.num_heads, group = pb.num_heads / pb.num_kv_heads;
   std::vector<ExactRow> out(static_cast<size_t>(off.q.back() * h));
   RowEngine eng(prec, pb.head_size);

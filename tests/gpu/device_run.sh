@@ -82,7 +82,7 @@ if has bench; then
     { echo "===== $(basename "$b")"; timeout 300 "$b" 2>&1; echo "rc=$?"; } >> "$OUT/bench.log"
   done
   # PyTorch's SDPA backends at hopper_bench's shapes, same timing method, where torch is importable.
-  { echo "===== attncheck.peers"; PYTHONPATH="$PWD/python" timeout 300 python3 -m attncheck.peers 10 2>&1; echo "rc=$?"; } >> "$OUT/bench.log"
+  { echo "===== kernels/bench/peers.py"; timeout 300 python3 kernels/bench/peers.py 10 2>&1; echo "rc=$?"; } >> "$OUT/bench.log"
   note "benchmarks done: $(ls "$BIN"/*_bench 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
 fi
 rm -f "$OUT/tmp.log"

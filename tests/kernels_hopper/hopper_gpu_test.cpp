@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "attncheck/attention_args.hpp"
 #include "device_case.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
@@ -338,16 +339,11 @@ TEST_CASE("packed gpu: the combine folds 1..64 parts in every order as the twin'
         }
       DeviceArray<float> dpo(po), dpl(pl), dlse(static_cast<size_t>(pairs));
       DeviceArray<uint16_t> dout(size_t(pairs) * size_t(d));
-      ac_attention_args a{};
-      a.dtype = ac_dtype(int(dt));
-      a.num_seqs = 1;
-      a.cu_seqlens_q_host = cu_q.data();
-      a.num_heads = heads;
-      a.head_size = d;
-      a.num_splits = n;
-      a.fold_order = f;
-      a.out = dout.ptr;
-      a.lse = dlse.ptr;
+      // What the combine reads: shape, the host offsets of the queries, the outputs, the fold.
+      const ac_attention_args a = AttentionArgs(ac_dtype(int(dt)), heads, 0, d)
+                                      .sequences(1, nullptr, nullptr, cu_q.data(), nullptr)
+                                      .tensors(nullptr, nullptr, nullptr, dout.ptr, dlse.ptr)
+                                      .splits(n, f);
       REQUIRE(kern::splitkv_combine_cuda(dpo.ptr, dpl.ptr, a, nullptr) == int(cudaSuccess));
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
       const std::vector<uint16_t> out = dout.to_host();

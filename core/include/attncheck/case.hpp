@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "attncheck/names.hpp"
@@ -48,10 +49,16 @@ std::string case_to_json(const Case&);
 // the op). Throws CaseError with a one-line reason on anything malformed or truncated.
 Case case_from_json(const std::string& text);
 
+// A name (op, subject, property) as one part of a case file's name: letters, digits, '-' and '_'
+// kept, every other byte '_', "none" for an empty name. A plugin names its subjects, so the part
+// never holds a path separator, a dot or a control character, and is never empty.
+std::string file_name_part(std::string_view name);
+
 // Write atomically into dir (created if missing): a temporary file in dir, flushed, then renamed,
 // so a reader or a crash never sees a partial file. The name is
-// <op>-<subject>-<property>-<first 16 hex digits of the FNV-1a hash of the JSON>.json; writing the
-// same case twice gives the same file. Returns the path. Throws CaseError if dir is unwritable.
+// <op>-<subject>-<property>-<first 16 hex digits of the FNV-1a hash of the JSON>.json, each name as
+// file_name_part writes it; writing the same case twice gives the same file. Returns the path. Throws
+// CaseError if dir is unwritable.
 std::string write_case_atomic(const std::string& dir, const Case&);
 // The same, to an explicit path: the write-ahead file before a subject call, written to survive the
 // process (Durability::process), not a machine crash.

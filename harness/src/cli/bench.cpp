@@ -5,7 +5,6 @@
 #include "bench.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -42,22 +41,20 @@ int usage(const std::string& why) {
 
 #if defined(ATTNCHECK_HAVE_CUDA)
 // PyTorch's FlashAttention-2 and cuDNN at the attention rows' shapes, through
-// `python3 -m attncheck.peers --json` with the first python3 on PATH that has torch; their rates
-// go beside every attention row of the same T, dtype and causality. The SDK comes from this
-// build's source tree where it still exists, else from PYTHONPATH (a copied or installed binary).
+// `python3 kernels/bench/peers.py --json` of this build's source tree with the first python3 on
+// PATH that has torch; their rates go beside every attention row of the same T, dtype and
+// causality. A binary whose source tree is gone (copied or installed) measures no peers.
 // Returns a note for bench.json.
 std::string add_peers(BenchRun& run, int repeats) {
-  const std::string sdk = ATTNCHECK_PYTHON_SOURCE;
+  const std::string script = ATTNCHECK_PEERS_SCRIPT;
   std::error_code ec;
-  if (std::filesystem::is_directory(sdk + "/attncheck", ec)) {
-    const char* old = std::getenv("PYTHONPATH");
-    ::setenv("PYTHONPATH", (sdk + (old && *old ? ":" + std::string(old) : "")).c_str(), 1);
-  }
+  if (!std::filesystem::is_regular_file(script, ec))
+    return "peers: no " + script + " (the source tree is gone)";
   for (const std::string& py : pythons_on_path()) {
     if (run_captured({py, "-c", "import torch; assert torch.cuda.is_available()"}).status != 0) continue;
-    const CapturedRun r = run_captured({py, "-m", "attncheck.peers", std::to_string(repeats), "--json"});
+    const CapturedRun r = run_captured({py, script, std::to_string(repeats), "--json"});
     if (r.status != 0)
-      return "peers: " + py + " -m attncheck.peers failed (exit " + std::to_string(r.status) + ")";
+      return "peers: " + py + " " + script + " failed (exit " + std::to_string(r.status) + ")";
     int added = 0;
     std::istringstream lines(r.output);
     std::string line;

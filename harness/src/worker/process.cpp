@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "attncheck/json_fields.hpp"
 #include "protocol.hpp"
 
 extern char** environ;
@@ -36,12 +37,9 @@ int ms_left(Clock::time_point deadline) {
   return left < 0 ? 0 : int(left);
 }
 
-std::string printable(const std::string& s, size_t max = 60) {
-  std::string out;
-  for (char c : s.substr(0, max)) out += (c >= 32 && c < 127) ? c : '?';
-  if (s.size() > max) out += "...";
-  return out;
-}
+// A worker's reply and stderr lines, quoted in a message by json_fields::printable, are cut to
+// these lengths, to leave room for the rest of the message.
+constexpr size_t kQuoteChars = 60, kStderrLineChars = 200;
 
 }  // namespace
 
@@ -194,7 +192,7 @@ std::string WorkerProcess::last_stderr(size_t lines) const {
   std::string s;
   const size_t from = all.size() > lines ? all.size() - lines : 0;
   for (size_t i = from; i < all.size(); ++i)
-    if (!all[i].empty()) s += (s.empty() ? "" : " | ") + printable(all[i], 200);
+    if (!all[i].empty()) s += (s.empty() ? "" : " | ") + json_fields::printable(all[i], kStderrLineChars);
   return s;
 }
 
@@ -279,19 +277,20 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
         j = nlohmann::json::parse(reply);
       } catch (const nlohmann::json::exception&) {
         kill_group();
-        fail("worker broke the protocol: its reply to " + what + " is not JSON: '" + printable(reply) + "'");
+        fail("worker broke the protocol: its reply to " + what + " is not JSON: '" +
+             json_fields::printable(reply, kQuoteChars) + "'");
       }
       if (!j.is_object() || !j.contains("status") || !j["status"].is_string()) {
         kill_group();
-        fail("worker broke the protocol: its reply to " + what + " has no \"status\": '" + printable(reply) +
-             "'");
+        fail("worker broke the protocol: its reply to " + what + " has no \"status\": '" +
+             json_fields::printable(reply, kQuoteChars) + "'");
       }
       return j;
     }
     if (out_buf_.size() > kMaxReplyBytes) {
       kill_group();
-      fail("worker broke the protocol: more than 1 MiB on stdout without a newline ('" + printable(out_buf_) +
-           "')");
+      fail("worker broke the protocol: more than 1 MiB on stdout without a newline ('" +
+           json_fields::printable(out_buf_, kQuoteChars) + "')");
     }
     const int left = ms_left(deadline);
     if (left == 0) {
