@@ -496,6 +496,37 @@ std::string write_case_atomic(const std::string& dir, const Case& c) {
   return path;
 }
 
+std::string write_ahead_path(const std::string& dir, const std::string& subject,
+                             const std::string& property) {
+  return (std::filesystem::path(dir) / ("inflight-" + file_name_part(subject) + "-" + property + "-0.json"))
+      .string();
+}
+
+bool is_write_ahead_file(const std::string& path) {
+  const std::filesystem::path p(path);
+  return p.filename().string().rfind("inflight-", 0) == 0 && p.extension() == ".json";
+}
+
+std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const std::string& why,
+                                                   const std::string& subject, const std::string& property,
+                                                   std::vector<std::string>* unreadable) {
+  std::vector<KeptWriteAhead> kept;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!is_write_ahead_file(it->path().string())) continue;
+    try {
+      Case c = read_case_file(it->path().string());
+      if (!subject.empty() && (c.subject != subject || c.property != property)) continue;
+      c.note = why + "; " + c.note;
+      kept.push_back({write_case_atomic(dir, c), c.subject});
+      std::filesystem::remove(it->path(), ec);
+    } catch (const CaseError& e) {
+      if (unreadable) unreadable->push_back(it->path().filename().string() + ": " + e.what());
+    }
+  }
+  return kept;
+}
+
 Case read_case_file(const std::string& path) {
   // The largest legal case (2^28 elements a tensor, three tensors, base64) is under 4 GiB of text;
   // corpus cases are kilobytes. A stated bound keeps /dev/zero or a huge file from being read.

@@ -228,13 +228,6 @@ rc::Gen<Case> case_gen(const Ctx& ctx, const gen::Domain& dom, const Property& p
   });
 }
 
-std::string safe(const std::string& s) {
-  std::string out;
-  for (char ch : s)
-    out.push_back(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ? ch : '_');
-  return out;
-}
-
 }  // namespace
 
 bool property_applies(const PropertyInfo& info, const Subject& s) {
@@ -268,9 +261,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   TimedSubject timed(subject, thread_time_split().subject);
   Ctx ctx{timed, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {}, true};
   if (!cfg.corpus_dir.empty() && (cfg.write_ahead || subject.caps().memory == AC_MEMORY_CUDA))
-    ctx.write_ahead_path = (std::filesystem::path(cfg.corpus_dir) /
-                            ("inflight-" + safe(subject.name()) + "-" + name + "-0.json"))
-                               .string();
+    ctx.write_ahead_path = write_ahead_path(cfg.corpus_dir, subject.name(), name);
   const rc::Gen<Case> gen = case_gen(ctx, dom, *prop, op);
   const int max_cases = prop->info().max_cases;
   const int num_cases = std::max(1, max_cases > 0 ? std::min(cfg.num_cases, max_cases) : cfg.num_cases);

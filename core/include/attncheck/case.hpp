@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "attncheck/names.hpp"
 #include "attncheck/subject.hpp"
@@ -65,6 +66,25 @@ std::string write_case_atomic(const std::string& dir, const Case&);
 void write_case_atomic_to(const std::string& path, const Case&);
 // Read and parse one file; CaseError (with the path in the message) on any problem.
 Case read_case_file(const std::string& path);
+
+// The write-ahead file: the case a subject is about to be called on, written before the call so
+// that a crash leaves its reproducer behind (RunConfig::write_ahead). Named and recognised here
+// only: <dir>/inflight-<subject>-<property>-0.json (the "-0" is kept so that files of earlier
+// versions keep their meaning).
+std::string write_ahead_path(const std::string& dir, const std::string& subject, const std::string& property);
+bool is_write_ahead_file(const std::string& path);
+// Keeps the write-ahead files of dir as ordinary corpus cases (write_case_atomic; the note then
+// starts with `why`) and removes them: those of (subject, property) when both are given, else
+// every one. Returns (kept path, subject) per case kept; `unreadable` gets "name: why" for files
+// that are not readable cases, which are left in place (a write-ahead file is written atomically,
+// so such a file is foreign).
+struct KeptWriteAhead {
+  std::string path, subject;
+};
+std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const std::string& why,
+                                                   const std::string& subject = "",
+                                                   const std::string& property = "",
+                                                   std::vector<std::string>* unreadable = nullptr);
 
 // Shape summary of a case, for the shrunk-counterexample size the mutation self-test reports:
 // tokens = query rows (merge: tokens, softmax: rows), keys = keys per row (max over sequences;
