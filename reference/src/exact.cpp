@@ -1,4 +1,4 @@
-// Exact logsumexp, softmax, the seed's online state, attention forward and merge.
+// Exact logsumexp, softmax, the online state, attention forward and merge.
 //
 // Where rounding happens (working precision p, default 200 bits; the analysis is in README.md):
 //   - scores: the products q_c k_c of stored fp16/bf16/fp32 values are exact in double (at most
@@ -277,7 +277,7 @@ void online_state_update(OnlineState& s, const std::vector<Real>& x,
   for (const auto& xi : x)
     if (xi > m_new) m_new = xi;
   if (isinf(m_new) && m_new < 0) return;  // nothing seen yet and nothing new: the state is unchanged
-  // The seed's base-case guard: alpha = e^(m - m') is e^(-inf + inf) = NaN when both are -inf;
+  // The base-case guard: alpha = e^(m - m') is e^(-inf + inf) = NaN when both are -inf;
   // with m = -inf the old state is empty (l = 0, O~ = 0) and alpha is 0 by definition.
   const Real alpha = (isinf(s.m) && s.m < 0) ? real_zero() : Real(exp(s.m - m_new));
   s.l *= alpha;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session's work in one call (run on the device machine from the repo root):
+# One batch of GPU work in one call (run on the device machine from the repo root):
 #   GPU test executables, compute-sanitizer (memcheck, racecheck) on small shapes, the harness on
 #   the CUDA backend, and the benchmarks. Binaries are built on the dev machine for sm_90 and
 #   carried xz-packed in gpu-pack/ (tests/gpu/stage.sh puts them there; carry: ["gpu-pack"]). Logs go to $OUT (at most 8 files).

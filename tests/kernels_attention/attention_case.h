@@ -204,7 +204,7 @@ inline RowRef exact_row(const AttnCase& c, int seq, int row, int head, bool p_fl
   return r;
 }
 
-// The rows (token, head) the GPU tests judge at the seed's shape (8192 tokens, 32 heads): 16
+// The rows (token, head) the GPU tests judge at the Llama-3-8B layer shape (8192 tokens, 32 heads): 16
 // spread by a multiplicative hash, the last and the first.
 inline std::vector<std::pair<int64_t, int>> seed_shape_rows() {
   std::vector<std::pair<int64_t, int>> rows;

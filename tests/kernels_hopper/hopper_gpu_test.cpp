@@ -3,7 +3,7 @@
 // (fused's twin with the Hopper tile), over every tiling, fp16 and bf16, head sizes 64 and 128,
 // causal with Tq < Tk, ragged key ranges (the partial V tile the producer writes itself), key
 // ranges several times the ring (the pipeline phases wrap), GQA ratios, varlen with zero-length
-// ranges, masks; run-to-run bitwise reproducibility; the seed's shape on sampled rows; and the
+// ranges, masks; run-to-run bitwise reproducibility; the Llama-3-8B layer shape on sampled rows; and the
 // Hopper mutants, which must differ from the exact result or from run to run. splitkv-packed:
 // split counts 1..64 and fold orders against fp64, decode against the split-KV twin, the
 // machine-sized split count (33 at batch 1 on an H200, the benchmark's path), and the split-KV
@@ -171,7 +171,7 @@ TEST_CASE("hopper gpu: bitwise reproducible run to run", "[hopper][gpu]") {
   }
 }
 
-TEST_CASE("hopper gpu: the seed's shape on sampled rows", "[hopper][gpu][seed]") {
+TEST_CASE("hopper gpu: the Llama-3-8B layer shape on sampled rows", "[hopper][gpu][seed]") {
   if (!kern::hopper_built()) return;
   const AttnCase c = make_case(9300, DType::f16, 32, 8, 128, {8192}, {8192}, false, false);
   const std::vector<std::pair<int64_t, int>> rows = seed_shape_rows();

@@ -1,4 +1,4 @@
-// fused_bench: throughput of the fused attention forward at the seed's shape and of split-KV
+// fused_bench: throughput of the fused attention forward at the Llama-3-8B layer shape and of split-KV
 // decode, on the GPU (not a test; the lead runs it on the H200).
 //   Fused: T = 8192, 32 query heads, 8 KV heads, d = 128, fp16, non-causal and causal, every
 //   tiling: median of 20 timed runs (cudaEvents, after 3 warm-up runs, fresh random non-zero

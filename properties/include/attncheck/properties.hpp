@@ -1,4 +1,4 @@
-// Properties: named claims of the seed chapter, checked against a Subject with RapidCheck
+// Properties: named claims of the Background chapter, checked against a Subject with RapidCheck
 // generators (generators.hpp) and the exact reference (reference/). Each property is one object,
 // registered once from its own file under properties/src/props/ (all_properties lists them), and
 // runs against every subject that has its operation. A failure is re-run to rule out
@@ -36,7 +36,7 @@ namespace attncheck {
 struct PropertyInfo {
   std::string name;          // "accuracy", "merge_sentinels", ...
   std::string description;   // one sentence
-  std::string seed_section;  // the seed chapter section it checks
+  std::string seed_section;  // the Background section it checks
   uint32_t ops = 0;          // AC_OP_* bits: runs against subjects having any of them
   bool in_gate = true;       // part of the default `gate` suite (else `full` only)
   // A pair's expected time relative to a one-launch-per-case property (several launches per case
@@ -67,7 +67,7 @@ struct RunConfig {
   bool write_ahead = false;         // write-ahead for host subjects too (always on for cuda subjects)
   std::vector<ac_dtype> dtypes;     // empty: every dtype the subject has
   std::vector<int32_t> head_sizes;  // empty: every head size the generators offer the subject
-  // The long suite: one attention case in four is the seed's layer (32 query heads over 8 KV heads,
+  // The long suite: one attention case in four is the Llama-3-8B layer (32 query heads over 8 KV heads,
   // d = 128) over this many tokens, judged on sampled rows (sampled_rows in judge_attention.cpp); host
   // subjects get at most kHostLayerTokens of them (a host twin takes minutes for 8192). 0: none.
   int layer_tokens = 0;
