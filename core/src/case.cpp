@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -424,6 +425,11 @@ Case case_from_json(const std::string& text) {
       throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) +
                       "\" is not 0x and 8 hex digits");
     a.softmax_scale = bits_float(uint32_t(std::stoul(scale.substr(2), nullptr, 16)));
+    // No kernel is called with a NaN or infinite scale and the exact reference has no answer for
+    // one: such a file is malformed, not a case a subject fails.
+    if (!std::isfinite(a.softmax_scale))
+      throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) +
+                      "\" is not a finite float (NaN or infinity)");
     int64_t total_q = 0, total_k = 0, mask_elems = 0;
     for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
       total_q += a.seqlens_q[i];
@@ -466,6 +472,14 @@ std::string file_name_part(std::string_view name) {
   std::string out;
   for (char ch : name)
     out.push_back(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ? ch : '_');
+  if (out.size() > kMaxFileNamePart) {
+    // A file name holds three parts, a hash and a temporary suffix within NAME_MAX (255): a long
+    // name keeps its start, readable, and the hash of the whole name, which keeps two names that
+    // share the start apart.
+    char hash[20];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(hash::fnv1a64(name)));
+    out = out.substr(0, kMaxFileNamePart - 17) + "-" + hash;
+  }
   return out.empty() ? std::string("none") : out;
 }
 
@@ -498,7 +512,7 @@ std::string write_case_atomic(const std::string& dir, const Case& c) {
 
 std::string write_ahead_path(const std::string& dir, const std::string& subject,
                              const std::string& property) {
-  return (std::filesystem::path(dir) / ("inflight-" + file_name_part(subject) + "-" + property + "-0.json"))
+  return (std::filesystem::path(dir) / ("inflight-" + file_name_part(subject) + "-" + file_name_part(property) + "-0.json"))
       .string();
 }
 

@@ -270,6 +270,10 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   Outcome last_outcome;
   bool crashed = false, cancelled = false;
   int supported = 0;
+  // The subject's own refusals (AC_ERR_UNSUPPORTED, a worker's "unsupported"), apart from the
+  // reference's: a subject that refuses every case it declared it serves never passes.
+  int refused = 0;
+  std::string last_refusal;
 
   // A shrink candidate that returns without failing is rejected; once the time bound has passed
   // (or on cancel) every candidate returns at once, so RapidCheck ends with the smallest failing
@@ -289,6 +293,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     } catch (const SubjectError& e) {
       if (e.kind == SubjectError::Kind::unsupported) {
         why = std::string("unsupported: ") + e.what();
+        ++refused;
+        last_refusal = e.what();
         return std::nullopt;
       }
       crashed = true;
@@ -431,6 +437,16 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     res.failures = 1;
     res.failure_class = "internal";
     res.message = "the property stopped without a judged case: " + result.description;
+  } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported && refused > 0 && !cancelled) {
+    // Every case was drawn from the subject's own declaration (ops, dtypes, head sizes, tilings)
+    // and it refused each one: what it declares is not what it serves, and nothing was judged.
+    // Not applicable would let such a subject pass a gate; it is a failure of the subject (exit 1,
+    // "a property failed"), not a crash (it answered every call) nor an input error.
+    res.status = PropertyResult::Status::failed;
+    res.failures = 1;
+    res.failure_class = "refused_every_case";
+    res.message = "the subject refused all " + std::to_string(refused) +
+                  " cases drawn from its declared capabilities; last refusal: " + last_refusal;
   } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported) {
     res.status = PropertyResult::Status::not_applicable;
     res.message = result.description;

@@ -1,4 +1,4 @@
-"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), versions 1 and 2.
+"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), versions 1 to 3.
 
     python3 -m attncheck.worker SPEC [SPEC...]
 
@@ -28,7 +28,8 @@ from ._caps import CapsError, as_protocol_1
 from .dtypes import NUMPY_DTYPES
 from .subject import DeviceError, Subject, Unsupported
 
-PROTOCOL_VERSION = 2
+# Version 3: every reply echoes its request's "seq" (serve() does it for every reply).
+PROTOCOL_VERSION = 3
 ARENA_FD = 3
 
 _ELEM: Dict[str, Any] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8}
@@ -283,13 +284,19 @@ def serve(subjects: Sequence[Subject], stdin: Optional[TextIO] = None, proto_out
     stdin = stdin or sys.stdin
     server = _Server(subjects)
 
+    seq: Any = None  # the request's number, echoed by its reply (protocol 3)
+
     def reply(obj: Dict[str, Any]) -> None:
+        if seq is not None:
+            obj = dict(obj, seq=seq)
         out.write(json.dumps(obj, allow_nan=False) + "\n")
         out.flush()
 
     for line in stdin:
+        seq = None
         try:
             req = json.loads(line)
+            seq = req.get("seq") if isinstance(req, dict) else None
             if "arena_bytes" in req:
                 server.arena.ensure(int(req["arena_bytes"]))
             op = req.get("op")

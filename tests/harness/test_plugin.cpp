@@ -105,6 +105,63 @@ TEST_CASE("validate_subject names each missing piece", "[plugin]") {
   CHECK(attncheck::validate_subject(bad_sign).size() == 1);
 }
 
+// Every declared number has a range (plugin_abi.h, AC_MAX_*), checked with one line naming it: a
+// declaration past it would make attncheck allocate or loop without bound before any call.
+TEST_CASE("validate_subject refuses declared numbers outside their ranges", "[plugin]") {
+  static const ac_tiling tilings[] = {{64, 64}};
+  ac_subject s{};
+  s.name = "ok-name";
+  s.description = "d";
+  s.caps.ops = AC_OP_SPLITKV;
+  s.caps.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16);
+  s.caps.head_size_min = 64;
+  s.caps.head_size_max = 128;
+  s.caps.empty_lse_sign = -1;
+  s.caps.tilings = tilings;
+  s.caps.num_tilings = 1;
+  s.caps.max_splits = AC_MAX_SPLITS;
+  s.caps.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT);
+  s.attention = [](void*, const ac_attention_args*, char*, size_t) { return 0; };
+  REQUIRE(attncheck::validate_subject(s).empty());
+  const auto only = [](const ac_subject& x) {
+    const auto p = attncheck::validate_subject(x);
+    return p.size() == 1 ? p.front() : std::string("(") + std::to_string(p.size()) + " problems)";
+  };
+
+  ac_subject splits = s;
+  splits.caps.max_splits = INT32_MAX;
+  CHECK(only(splits) == "caps.max_splits 2147483647 is out of range 0..1024");
+  splits.caps.max_splits = -1;
+  CHECK(only(splits) == "caps.max_splits -1 is out of range 0..1024");
+  ac_subject sizes = s;
+  static const int32_t huge[] = {64, 1 << 30};
+  sizes.caps.head_sizes = huge;
+  sizes.caps.num_head_sizes = 2;
+  CHECK(only(sizes) == "caps.head_sizes[1] 1073741824 is out of range 1..1024");
+  sizes.caps.num_head_sizes = AC_MAX_HEAD_SIZES + 1;
+  CHECK(only(sizes) == "caps.num_head_sizes 65 is out of range 1..64");
+  ac_subject range = s;
+  range.caps.head_size_min = AC_MAX_HEAD_SIZE + 1;
+  range.caps.head_size_max = INT32_MAX;
+  CHECK(only(range) == "caps.head_size_min 1025 is out of range 1..1024");
+  range.caps.head_size_min = 1;  // open-ended: only sizes up to AC_MAX_HEAD_SIZE are drawn
+  CHECK(attncheck::validate_subject(range).empty());
+  ac_subject tile = s;
+  static const ac_tiling wide[] = {{64, 1 << 20}};
+  tile.caps.tilings = wide;
+  CHECK(only(tile) == "tiling 0 (64, 1048576): Br or Bc is out of range 1..1024");
+  tile.caps.tilings = tilings;
+  tile.caps.num_tilings = AC_MAX_TILINGS + 1;
+  CHECK(only(tile).find("caps.num_tilings 65 is out of range 0..64") == 0);
+  ac_subject named = s;
+  const std::string long_name(AC_MAX_NAME_CHARS + 1, 'n');
+  named.name = long_name.c_str();
+  CHECK(only(named) == "name is 65 characters long, more than 64");
+  const std::string just(AC_MAX_NAME_CHARS, 'n');
+  named.name = just.c_str();
+  CHECK(attncheck::validate_subject(named).empty());
+}
+
 // Version 2's contract word: read only from version-2 plugins; the version-1 rules still hold for
 // version-1 subjects (no flags, at least one tiling).
 TEST_CASE("ABI versions: v1 and v2 plugins load, flags are read only from v2", "[plugin][abi2]") {

@@ -231,3 +231,41 @@ TEST_CASE("long tensors are spliced into the text and read back; a note cannot p
   CHECK(b.mask == a.mask);
   CHECK(case_to_json(back) == text);
 }
+
+// A subject's name is part of every corpus and write-ahead file name: however long it is, each
+// part fits (three parts, a hash and a temporary suffix within NAME_MAX), and two long names that
+// share their start stay two files.
+TEST_CASE("case file names fit NAME_MAX and stay unique for long subject names", "[case]") {
+  const std::string a(300, 'a'), b = a + "b", c = a + "c";
+  CHECK(file_name_part(b).size() <= kMaxFileNamePart);
+  CHECK(file_name_part(b) != file_name_part(c));
+  CHECK(file_name_part(b).rfind(std::string(40, 'a'), 0) == 0);
+  CHECK(file_name_part("merge-np") == "merge-np");  // a short name is as it was
+  const fs::path dir = fs::temp_directory_path() / ("ac_case_names_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Case k = merge_case();
+  k.subject = b;
+  const std::string kept = write_case_atomic(dir.string(), k);
+  CHECK(fs::path(kept).filename().string().size() < 200);
+  CHECK(read_case_file(kept).subject == b);
+  CHECK(write_ahead_path(dir.string(), b, "accuracy") != write_ahead_path(dir.string(), c, "accuracy"));
+  fs::remove_all(dir);
+}
+
+// A NaN or infinite softmax scale has no exact answer: the file is malformed (CaseError), never a
+// case that fails.
+TEST_CASE("a case file with a NaN or infinite softmax_scale is refused", "[case]") {
+  const std::string text = case_to_json(attention_case(5));
+  const std::string bits = "0x3e000000";  // 0.125f
+  REQUIRE(text.find(bits) != std::string::npos);
+  for (const char* bad : {"0x7fc00000", "0x7f800000", "0xff800000"}) {
+    std::string t = text;
+    t.replace(t.find(bits), bits.size(), bad);
+    try {
+      (void)case_from_json(t);
+      FAIL("accepted softmax_scale_bits " << bad);
+    } catch (const CaseError& e) {
+      CHECK(std::string(e.what()).find("is not a finite float") != std::string::npos);
+    }
+  }
+}

@@ -1,11 +1,16 @@
 // The handshake's capability words: every built-in subject's ac_caps written as words and read
 // back is the same ac_caps (the C structs of kernels/ are the independent source), and unknown
 // words are refused with a message naming the field.
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
 #include "attncheck/abi_subject.hpp"
+#include "process.hpp"
 #include "protocol.hpp"
 
 namespace ac = attncheck;
@@ -142,4 +147,24 @@ TEST_CASE("the arena layout aligns and never overlaps", "[worker]") {
   CHECK(a.strides == std::vector<int64_t>{5, 1});
   CHECK(b.offset == w::kArenaAlign);
   CHECK(L.size() == 2 * w::kArenaAlign);
+}
+
+// The arena is shared with the worker: a worker truncating it under the harness's mapping made the
+// harness's next read of it SIGBUS. Sealed, no one can shrink it; it still grows.
+TEST_CASE("the arena cannot be shrunk by anyone holding its descriptor", "[worker]") {
+  attncheck::worker::Arena arena;
+  const size_t before = arena.size();
+  REQUIRE(before > 0);
+  CHECK(::ftruncate(arena.fd(), 0) != 0);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(arena.fd(), off_t(before / 2)) != 0);
+  // Nor can a further seal (F_SEAL_GROW) stop it from growing.
+  CHECK(::fcntl(arena.fd(), F_ADD_SEALS, F_SEAL_GROW) != 0);
+  CHECK(arena.intact());
+  // A worker may grow the file past the harness's size; the harness then grows into it.
+  REQUIRE(::ftruncate(arena.fd(), off_t(4 * before)) == 0);
+  arena.reserve(2 * before);
+  CHECK(arena.size() == 2 * before);
+  CHECK(arena.intact());
+  arena.data()[arena.size() - 1] = 1;
 }

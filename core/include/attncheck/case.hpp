@@ -52,7 +52,9 @@ Case case_from_json(const std::string& text);
 
 // A name (op, subject, property) as one part of a case file's name: letters, digits, '-' and '_'
 // kept, every other byte '_', "none" for an empty name. A plugin names its subjects, so the part
-// never holds a path separator, a dot or a control character, and is never empty.
+// never holds a path separator, a dot or a control character, and is never empty. At most
+// kMaxFileNamePart characters: a longer name keeps its first 47 and a hash of the whole name.
+constexpr size_t kMaxFileNamePart = 64;
 std::string file_name_part(std::string_view name);
 
 // Write atomically into dir (created if missing): a temporary file in dir, flushed, then renamed,

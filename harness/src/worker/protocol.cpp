@@ -4,6 +4,7 @@
 
 #include <sys/socket.h>
 
+#include <climits>
 #include <cstring>
 #include <span>
 #include <utility>
@@ -61,11 +62,17 @@ const json& need(const json& j, const char* field) {
   return j.at(field);
 }
 
-int64_t need_int(const json& j, const char* field) {
-  const json& v = need(j, field);
-  if (!v.is_number_integer()) throw ProtocolError(std::string("'") + field + "' must be an integer");
-  return v.get<int64_t>();
+// A declared number, as the int32_t of ac_caps: one outside int32_t is refused rather than
+// wrapped (2^32 + 64 would read as 64), so that validate_subject's ranges see the value declared.
+int32_t as_int32(const json& v, const std::string& field) {
+  if (!v.is_number_integer()) throw ProtocolError("'" + field + "' must be an integer");
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                           : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+  if (!fits) throw ProtocolError("'" + field + "' " + v.dump() + " is out of range (a 32-bit integer)");
+  return int32_t(v.get<int64_t>());
 }
+
+int32_t need_int32(const json& j, const char* field) { return as_int32(need(j, field), field); }
 
 std::string need_string(const json& j, const char* field) {
   const json& v = need(j, field);
@@ -158,13 +165,17 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
     const json& hs = j["head_sizes"];
     if (!hs.is_array() || hs.empty())
       throw ProtocolError("'head_sizes' must be a non-empty list of integers");
+    // More entries than any valid declaration holds are refused before they are copied.
+    if (hs.size() > AC_MAX_HEAD_SIZES)
+      throw ProtocolError("'head_sizes' holds " + std::to_string(hs.size()) + " sizes, more than " +
+                          std::to_string(AC_MAX_HEAD_SIZES));
     for (const json& h : hs) {
       if (!h.is_number_integer()) throw ProtocolError("'head_sizes' holds a non-integer");
-      s.head_sizes.push_back(h.get<int32_t>());
+      s.head_sizes.push_back(as_int32(h, "head_sizes"));
     }
   } else {
-    c.head_size_min = int32_t(need_int(j, "head_size_min"));
-    c.head_size_max = int32_t(need_int(j, "head_size_max"));
+    c.head_size_min = need_int32(j, "head_size_min");
+    c.head_size_max = need_int32(j, "head_size_max");
   }
   const std::string base = j.contains("lse_base") ? need_string(j, "lse_base") : "e";
   if (base != "e" && base != "2")
@@ -189,16 +200,24 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
   if (j.contains("tilings")) {
     const json& t = j["tilings"];
     if (!t.is_array()) throw ProtocolError("'tilings' must be a list of [br, bc] pairs");
+    if (t.size() > AC_MAX_TILINGS)
+      throw ProtocolError("'tilings' holds " + std::to_string(t.size()) + " tilings, more than " +
+                          std::to_string(AC_MAX_TILINGS));
     for (const json& p : t) {
       if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
         throw ProtocolError("'tilings' entries must be [br, bc] integer pairs");
-      s.tilings.push_back({p[0].get<int32_t>(), p[1].get<int32_t>()});
+      s.tilings.push_back({as_int32(p[0], "tilings"), as_int32(p[1], "tilings")});
     }
   }
-  c.max_splits = j.contains("max_splits") ? int32_t(need_int(j, "max_splits")) : 0;
+  c.max_splits = j.contains("max_splits") ? need_int32(j, "max_splits") : 0;
   c.fold_orders = j.contains("fold_orders") ? bits_of(j["fold_orders"], "fold_orders", kFolds) : 0;
   s = DeclaredSubject(s);  // points caps at the own arrays
   return s;
+}
+
+json with_seq(const json& request, json reply) {
+  if (request.is_object() && request.contains("seq")) reply["seq"] = request["seq"];
+  return reply;
 }
 
 json tensor_json(const TensorRef& t) {

@@ -227,7 +227,7 @@ void serve_connection(int fd, const std::vector<std::unique_ptr<Subject>>& subje
       out = {{"status", "error"}, {"error", std::string("attncheck worker: ") + e.what()}};
     }
     if (out["status"] == "ok" && r.value("op", "") != "hello" && ++g_served == dies_after()) std::_Exit(9);
-    if (!send_all(fd, out.dump() + "\n")) break;
+    if (!send_all(fd, with_seq(r, out).dump() + "\n")) break;
     if (out["status"] == "device_error") std::_Exit(3);  // the context is gone for every client
   }
   if (arena.base) ::munmap(arena.base, arena.size);
@@ -285,10 +285,10 @@ int run_device_server(const std::string& socket_path, const std::vector<std::uni
       continue;
     }
     if (r.value("op", "") == "hello")
-      reply(proto,
-            error.empty() ? hello_reply(subjects, worker) : json{{"status", "error"}, {"error", error}});
+      reply(proto, with_seq(r, error.empty() ? hello_reply(subjects, worker)
+                                             : json{{"status", "error"}, {"error", error}}));
     if (r.value("op", "") == "shutdown") {
-      reply(proto, {{"status", "ok"}, {"served_calls", g_served.load()}});
+      reply(proto, with_seq(r, {{"status", "ok"}, {"served_calls", g_served.load()}}));
       break;
     }
   }

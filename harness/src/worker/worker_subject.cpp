@@ -27,6 +27,8 @@ namespace attncheck::worker {
 namespace {
 // A --worker subject's origin: this prefix and the command (list, reports and reproduce lines read it).
 constexpr std::string_view kWorkerOriginPrefix = "worker: ";
+// A worker's error text is cut to this length in a result's message (the protocol says one line).
+constexpr size_t kMaxErrorChars = 500;
 }  // namespace
 
 using nlohmann::json;
@@ -245,8 +247,10 @@ class WorkerSubject final : public Subject {
       transport_failed(*host_, e.what());
     }
     const std::string status = reply["status"].get<std::string>();
+    // The worker's words reach the terminal, report.md and the corpus note: control bytes (an
+    // escape sequence, a newline) are written as escapes there.
     const std::string why = reply.contains("error") && reply["error"].is_string()
-                                ? reply["error"].get<std::string>()
+                                ? json_fields::printable(reply["error"].get<std::string>(), kMaxErrorChars)
                                 : "no reason given";
     const std::string where = d_.name + " " + r["op"].get<std::string>() + ": ";
     if (status == "unsupported") throw SubjectError(SubjectError::Kind::unsupported, where + why);
@@ -260,6 +264,10 @@ class WorkerSubject final : public Subject {
       host_->process.shutdown();
       transport_failed(*host_, "worker broke the protocol: unknown reply status '" + status +
                                    "' (ok, unsupported, device_error, error)");
+    }
+    if (!host_->process.arena().intact()) {
+      host_->process.shutdown();
+      transport_failed(*host_, "worker broke the shared arena: the file is smaller than its mapping");
     }
     if (!reply.contains("written") || !reply["written"].is_object()) {
       host_->process.shutdown();
@@ -404,6 +412,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
                          ", this attncheck speaks " + std::to_string(kMinProtocolVersion) + " to " +
                          std::to_string(kProtocolVersion));
   host->protocol = reply["protocol"].get<int>();
+  host->process.require_seq(host->protocol >= 3);
   if (!reply.contains("subjects") || !reply["subjects"].is_array() || reply["subjects"].empty())
     throw HandshakeError(where + "declares no subjects");
   host->declared = reply["subjects"];
@@ -432,7 +441,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     s.merge = [](void*, const ac_merge_args*, char*, size_t) { return AC_OK; };
     s.softmax = [](void*, const ac_softmax_args*, char*, size_t) { return AC_OK; };
     s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
-    const auto problems = validate_subject(s, uint32_t(host->protocol));
+    const auto problems = validate_subject(s, abi_version_of_protocol(host->protocol));
     if (!problems.empty()) throw HandshakeError(where + "subject " + label + ": " + problems.front());
     if (!names.insert(d.name).second)
       throw HandshakeError(where + "subject name " + label + " declared twice");
@@ -483,6 +492,7 @@ std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_pt
     return subjects;
   host->declared = reply["subjects"];
   host->protocol = reply.value("protocol", kProtocolVersion);
+  host->process.require_seq(host->protocol >= 3);
   for (auto& s : subjects) {
     if (!which(*s)) continue;
     for (const json& j : host->declared) {
