@@ -512,7 +512,8 @@ std::string write_case_atomic(const std::string& dir, const Case& c) {
 
 std::string write_ahead_path(const std::string& dir, const std::string& subject,
                              const std::string& property) {
-  return (std::filesystem::path(dir) / ("inflight-" + file_name_part(subject) + "-" + file_name_part(property) + "-0.json"))
+  return (std::filesystem::path(dir) /
+          ("inflight-" + file_name_part(subject) + "-" + file_name_part(property) + "-0.json"))
       .string();
 }
 

@@ -118,7 +118,7 @@ variant attention-gqa-3-2 'c["op"] = "attention"; c["subject"] = "fused"; c["inp
 variant mask-zero 'c["op"] = "attention"; c["subject"] = "fused"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": "0x3f800000", "mask": 0, "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-bits-short 'c["op"] = "attention"; c["subject"] = "fused"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": " 0x3f8000", "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant unknown-subject 'c["subject"] = "no-such-kernel"'
-attention_case='c["op"] = "attention"; c["subject"] = "fused"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": SCALE, "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
+attention_case='c["op"] = "attention"; c["subject"] = "textbook"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": SCALE, "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-nan "SCALE = '0x7fc00000'; $attention_case"
 variant scale-inf "SCALE = '0x7f800000'; $attention_case"
 variant scale-one "SCALE = '0x3f800000'; $attention_case"

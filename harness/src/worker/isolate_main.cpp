@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
       const std::string op = r.at("op");
       if (op == "hello") {
         if (r.contains("arena_bytes")) arena.map(r["arena_bytes"].get<size_t>());
-        w::reply(proto, w::with_seq(r, load_error.empty()
-                                           ? w::hello_reply(plugin.subjects, "attncheck-isolate " + plugin.path)
-                                           : json{{"status", "error"}, {"error", load_error}}));
+        w::reply(proto,
+                 w::with_seq(r, load_error.empty()
+                                    ? w::hello_reply(plugin.subjects, "attncheck-isolate " + plugin.path)
+                                    : json{{"status", "error"}, {"error", load_error}}));
         continue;
       }
       if (op == "shutdown") {
@@ -52,8 +53,8 @@ int main(int argc, char** argv) {
       }
       w::reply(proto, w::with_seq(r, w::answer(r, plugin.subjects, arena)));
     } catch (const std::exception& e) {
-      w::reply(proto,
-               w::with_seq(r, {{"status", "error"}, {"error", std::string("attncheck-isolate: ") + e.what()}}));
+      w::reply(proto, w::with_seq(r, {{"status", "error"},
+                                      {"error", std::string("attncheck-isolate: ") + e.what()}}));
     }
   }
   return 0;

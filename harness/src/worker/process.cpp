@@ -64,7 +64,7 @@ Arena::Arena() {
 }
 
 bool Arena::intact() const {
-  struct stat st{};
+  struct stat st {};
   return ::fstat(fd_, &st) == 0 && st.st_size >= off_t(size_);
 }
 
@@ -79,7 +79,7 @@ void Arena::reserve(size_t bytes) {
   while (n < bytes) n *= 2;
   // A worker may have grown the file already (growing is not sealed); truncating it back to n
   // would be a shrink, which the seal refuses.
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd_, &st) != 0 || st.st_size < off_t(n))
     if (::ftruncate(fd_, off_t(n)) != 0)
       throw TransportError(std::string("cannot grow the shared arena: ") + std::strerror(errno));
@@ -344,11 +344,13 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
              json_fields::printable(reply, kQuoteChars) + "'");
       }
       if (j.contains("seq") || require_seq_) {
-        const bool same = j.contains("seq") && j["seq"].is_number_unsigned() && j["seq"].get<uint64_t>() == seq;
+        const bool same =
+            j.contains("seq") && j["seq"].is_number_unsigned() && j["seq"].get<uint64_t>() == seq;
         if (!same) {
           kill_group();
           fail("worker broke the protocol: its reply to " + what + " carries seq " +
-               (j.contains("seq") ? json_fields::printable(j["seq"].dump(), kQuoteChars) : std::string("(none)")) +
+               (j.contains("seq") ? json_fields::printable(j["seq"].dump(), kQuoteChars)
+                                  : std::string("(none)")) +
                ", expected " + std::to_string(seq) + " (a reply sent twice, or to another request)");
         }
       }
