@@ -11,6 +11,7 @@
 #include <set>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/json_fields.hpp"
 
 namespace attncheck {
 
@@ -213,7 +214,8 @@ LoadedPlugin load_plugin(const std::string& path) {
     // Built with append rather than operator+ chains: GCC 12 -Wrestrict misfires on those.
     std::string label;
     if (s.name) {
-      label.append(1, '\'').append(s.name).append(1, '\'');
+      // Cut and escaped: an over-long name must leave room in the line for what is wrong with it.
+      label.append(1, '\'').append(json_fields::printable(s.name, AC_MAX_NAME_CHARS)).append(1, '\'');
     } else {
       label.append("#").append(std::to_string(i));
     }

@@ -424,7 +424,10 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     // Built with append rather than operator+ chains: GCC 12 -Wrestrict misfires on those.
     std::string label;
     if (j.contains("name") && j["name"].is_string())
-      label.append(1, '\'').append(j["name"].get<std::string>()).append(1, '\'');
+      // Cut and escaped: an over-long name must leave room in the line for what is wrong with it.
+      label.append(1, '\'')
+          .append(json_fields::printable(j["name"].get<std::string>(), AC_MAX_NAME_CHARS))
+          .append(1, '\'');
     else
       label.append("#").append(std::to_string(i));
     try {
