@@ -70,7 +70,8 @@ TEST_CASE("broken plugins are refused with one line naming file and problem", "[
   for (const std::string* m : {&wrong, &missing, &caps, &absent}) CHECK(m->find('\n') == std::string::npos);
 }
 
-TEST_CASE("validate_subject names each missing piece", "[plugin]") {
+// A valid split-KV subject (four splits, one tiling) for validate_subject's tests to spoil.
+static ac_subject valid_splitkv_subject() {
   static const ac_tiling tilings[] = {{64, 64}};
   ac_subject s{};
   s.name = "ok-name";
@@ -85,6 +86,11 @@ TEST_CASE("validate_subject names each missing piece", "[plugin]") {
   s.caps.max_splits = 4;
   s.caps.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT);
   s.attention = [](void*, const ac_attention_args*, char*, size_t) { return 0; };
+  return s;
+}
+
+TEST_CASE("validate_subject names each missing piece", "[plugin]") {
+  const ac_subject s = valid_splitkv_subject();
   CHECK(attncheck::validate_subject(s).empty());
 
   ac_subject bad_name = s;
@@ -108,20 +114,8 @@ TEST_CASE("validate_subject names each missing piece", "[plugin]") {
 // Every declared number has a range (plugin_abi.h, AC_MAX_*), checked with one line naming it: a
 // declaration past it would make attncheck allocate or loop without bound before any call.
 TEST_CASE("validate_subject refuses declared numbers outside their ranges", "[plugin]") {
-  static const ac_tiling tilings[] = {{64, 64}};
-  ac_subject s{};
-  s.name = "ok-name";
-  s.description = "d";
-  s.caps.ops = AC_OP_SPLITKV;
-  s.caps.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16);
-  s.caps.head_size_min = 64;
-  s.caps.head_size_max = 128;
-  s.caps.empty_lse_sign = -1;
-  s.caps.tilings = tilings;
-  s.caps.num_tilings = 1;
+  ac_subject s = valid_splitkv_subject();
   s.caps.max_splits = AC_MAX_SPLITS;
-  s.caps.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT);
-  s.attention = [](void*, const ac_attention_args*, char*, size_t) { return 0; };
   REQUIRE(attncheck::validate_subject(s).empty());
   const auto only = [](const ac_subject& x) {
     const auto p = attncheck::validate_subject(x);
@@ -151,7 +145,7 @@ TEST_CASE("validate_subject refuses declared numbers outside their ranges", "[pl
   static const ac_tiling wide[] = {{64, 1 << 20}};
   tile.caps.tilings = wide;
   CHECK(only(tile) == "tiling 0 (64, 1048576): Br or Bc is out of range 1..1024");
-  tile.caps.tilings = tilings;
+  tile.caps.tilings = s.caps.tilings;
   tile.caps.num_tilings = AC_MAX_TILINGS + 1;
   CHECK(only(tile).find("caps.num_tilings 65 is out of range 0..64") == 0);
   ac_subject named = s;
