@@ -15,8 +15,8 @@ std::string replay_command(const ReproduceContext& ctx, const std::string& file,
   return with_context(ctx, "replay " + file + " --subject " + subject);
 }
 
-std::string check_command(const ReproduceContext& ctx, const std::string& subject, const std::string& property,
-                          uint64_t seed, const std::string& stream_flags) {
+std::string check_command(const ReproduceContext& ctx, const std::string& subject,
+                          const std::string& property, uint64_t seed, const std::string& stream_flags) {
   return with_context(ctx, "check --subject " + subject + " --property " + property + " --seed " +
                                std::to_string(seed) + " --shard 0/1" + stream_flags);
 }

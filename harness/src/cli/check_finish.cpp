@@ -1,6 +1,5 @@
 // check's finish: tiling rows, the baseline gate, the report directory and the final line.
 #include <cstdio>
-#include <map>
 
 #include "attncheck/baseline.hpp"
 #include "check.hpp"
@@ -14,15 +13,8 @@ int finish_check(CheckPlan& plan, const CheckOptions& o) {
   if ((o.tiling || o.suite == "full") && !report.interrupted) {
     for (Subject* s : plan.subjects) {
       if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV))) continue;
-      std::map<std::string, TilingEntry> by_dtype;
-      for (auto& row : tiling_report(*s, plan.base_cfg)) {
-        auto& t = by_dtype[row.stats.dtype];
-        t.subject = s->name();
-        t.backend = s->backend();
-        t.dtype = row.stats.dtype;
-        t.rows.push_back(row);
-      }
-      for (auto& [d, t] : by_dtype) report.tilings.push_back(std::move(t));
+      for (auto& t : tiling_entries(*s, tiling_report(*s, plan.base_cfg)))
+        report.tilings.push_back(std::move(t));
     }
   }
 

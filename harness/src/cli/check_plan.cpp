@@ -22,8 +22,8 @@ std::pair<int, int> parse_shard(const std::string& s) {
     n = json_fields::parse_decimal_u64(std::string_view(s).substr(slash + 1));
   }
   if (!i || !n || *n < 1 || *n > uint64_t(Limits::kMaxShards) || *i >= *n)
-    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N <= " + std::to_string(Limits::kMaxShards) +
-                     " (shards are numbered from 0)");
+    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N <= " +
+                     std::to_string(Limits::kMaxShards) + " (shards are numbered from 0)");
   return {int(*i), int(*n)};
 }
 

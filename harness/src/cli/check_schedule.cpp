@@ -81,8 +81,9 @@ std::vector<std::string> parse_devices(const std::string& text, bool cuda) {
 std::string describe_death(const ChildOutcome& o, double call_timeout) {
   std::string why = o.signal == SIGALRM ? "hung: a subject call gave no answer within --call-timeout " +
                                               std::to_string(int(call_timeout)) + " s"
-                    : o.signal ? "killed by signal " + std::to_string(o.signal) + " (" + strsignal(o.signal) + ")"
-                               : "exited with status " + std::to_string(o.exit_code) + " before reporting";
+                    : o.signal
+                        ? "killed by signal " + std::to_string(o.signal) + " (" + strsignal(o.signal) + ")"
+                        : "exited with status " + std::to_string(o.exit_code) + " before reporting";
   std::string tail = o.stderr_tail;
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
   const std::string head = "the process running this pair " + why;
@@ -110,8 +111,8 @@ ReportEntry crashed_entry(const CheckPlan& plan, const Common& common, size_t i,
   e.failure_class = !mismatch.empty() ? "internal" : out.signal == SIGALRM ? "hung" : "process_died";
   e.shards = {plan.shard_index};
   e.seconds = seconds;
-  const auto kept = keep_write_ahead_cases(plan.corpus_dir, "the case running when the subject's process died",
-                                           subject->name(), property->name);
+  const auto kept = keep_write_ahead_cases(
+      plan.corpus_dir, "the case running when the subject's process died", subject->name(), property->name);
   if (!kept.empty()) {
     e.corpus_files.push_back(kept.front().path);
     e.reproduce_command = replay_command(reproduce_context(common, *subject, plan.report.backend),
@@ -224,7 +225,8 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
       {"devices", nlohmann::json::array()},
       {"device_servers", served}};
   for (const auto& [dev, use] : device_use)
-    report.parallel["devices"].push_back({{"device", dev}, {"pairs", use.first}, {"busy_seconds", use.second}});
+    report.parallel["devices"].push_back(
+        {{"device", dev}, {"pairs", use.first}, {"busy_seconds", use.second}});
   for (size_t i = 0; i < pairs.size(); ++i)
     if (results[i]) report.entries.push_back(std::move(*results[i]));
   report.interrupted = cancel->load();

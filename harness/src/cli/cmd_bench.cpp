@@ -2,8 +2,6 @@
 // bench.json against --baseline anywhere (CI, a laptop). Exit codes as everywhere: 0 ran (and no
 // regression), 1 a row slowed down beyond the tolerance, 2 usage or input error before any work,
 // 3 a kernel or CUDA call failed while measuring.
-#include "command.hpp"
-
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include "attncheck/bench_report.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/report.hpp"
+#include "command.hpp"
 #include "options.hpp"
 #include "plot.hpp"
 #if defined(ATTNCHECK_HAVE_CUDA)

@@ -35,8 +35,9 @@ int run_check(const CheckOptions& o, Common& common) {
   ::signal(SIGINT, child ? on_sigint_child : on_sigint);
   if (plan.shard_count > 1 && plan.pairs.empty() && !child) {
     write_report_dir(o.report_dir, plan.report);
-    std::printf("attncheck: shard %d/%d holds none of the %s (subject, property) pairs; empty report in %s/\n",
-                plan.shard_index, plan.shard_count, "chosen", o.report_dir.c_str());
+    std::printf(
+        "attncheck: shard %d/%d holds none of the %s (subject, property) pairs; empty report in %s/\n",
+        plan.shard_index, plan.shard_count, "chosen", o.report_dir.c_str());
     return kExitOk;
   }
   if (child) return run_child(plan, common);
@@ -53,14 +54,18 @@ Command add_check_command(CLI::App& app, Common& common) {
   c.app = check;
   add_common_options(check, common);
   check
-      ->add_option("--subject", co->subjects,
-                   "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)")
+      ->add_option(
+          "--subject", co->subjects,
+          "subject names (repeatable or comma-separated; default: all, or the plugins' when --plugin)")
       ->check(names_something());
-  check->add_option("--property", co->properties, "property names (repeatable or comma-separated; overrides --suite)")
+  check
+      ->add_option("--property", co->properties,
+                   "property names (repeatable or comma-separated; overrides --suite)")
       ->check(names_something());
-  check->add_option("--suite", co->suite,
-                    "gate (default, fast) | full | long (attention subjects: keys to 8192, d 128, fp16/bf16, the "
-                    "seed's layer on sampled rows; 10 cases)");
+  check->add_option(
+      "--suite", co->suite,
+      "gate (default, fast) | full | long (attention subjects: keys to 8192, d 128, fp16/bf16, the "
+      "seed's layer on sampled rows; 10 cases)");
   check->add_option("--seed", co->run.seed, "seed of the case stream (default 1)")->check(decimal_u64());
   check->add_option("--cases", co->run.cases, "cases per (subject, property) (default 100)")
       ->check(CLI::Range(1, Limits::kMaxCases));
@@ -73,7 +78,9 @@ Command add_check_command(CLI::App& app, Common& common) {
       ->check(names_something());
   check->add_option("--report-dir", co->report_dir, "report directory (default attncheck-report)")
       ->check(non_empty());
-  check->add_option("--corpus-dir", co->corpus_dir, "where shrunk failures are written (default REPORT_DIR/corpus)")
+  check
+      ->add_option("--corpus-dir", co->corpus_dir,
+                   "where shrunk failures are written (default REPORT_DIR/corpus)")
       ->check(non_empty());
   check->add_option("--baseline", co->baseline, "baseline report.json: fail on regressions against it");
   check->add_option("--shard", co->shard,
@@ -81,8 +88,9 @@ Command add_check_command(CLI::App& app, Common& common) {
                     "running exactly the cases of the unsharded run");
   check->add_flag("--no-shrink", co->run.no_shrink, "keep each failure's first failing case, unshrunk");
   check
-      ->add_option("--shrink-time", co->run.shrink_time,
-                   "seconds each failure may spend shrinking (default 20); then the smallest case so far is kept")
+      ->add_option(
+          "--shrink-time", co->run.shrink_time,
+          "seconds each failure may spend shrinking (default 20); then the smallest case so far is kept")
       ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
   check->add_flag("--tiling", co->tiling,
                   "also run every tiling / split count of attention subjects (always with --suite full)");
@@ -90,8 +98,9 @@ Command add_check_command(CLI::App& app, Common& common) {
       ->add_option("--jobs", co->jobs,
                    "(subject, property) pairs run at once, each in its own process (default: every core)")
       ->check(CLI::Range(1, 1024));
-  check->add_option("--devices", co->devices,
-                    "all (default: every visible GPU) or device indices 0,1,...: children run round-robin on them");
+  check->add_option(
+      "--devices", co->devices,
+      "all (default: every visible GPU) or device indices 0,1,...: children run round-robin on them");
   check->add_flag("--quiet", co->quiet, "print only the final line and regressions");
   check->add_flag("--no-plots", co->no_plots, "do not render plots");
   c.run = [co, check, &common] {

@@ -75,7 +75,8 @@ int run_list(const Common& common) {
     std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
     if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
   }
-  std::printf("\nproperties (gate = in the default suite, long = also in --suite long, full = in full only):\n");
+  std::printf(
+      "\nproperties (gate = in the default suite, long = also in --suite long, full = in full only):\n");
   for (const auto& p : all_properties()) {
     const std::string suites = in_suite(p, "long") ? "gate,long" : in_suite(p, "gate") ? "gate" : "full";
     std::printf("  %-24s %-9s %-9s %s  [%s]\n", p.name.c_str(), suites.c_str(), ops_string(p.ops).c_str(),

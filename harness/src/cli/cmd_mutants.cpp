@@ -17,8 +17,6 @@
 // (tests/mutants, mutants_large_gpu): the table says so and it counts as neither.
 // Writes <report-dir>/mutants.md (the table, markdown), mutants.json and corpus/ (the shrunk
 // counterexamples, replayable with `attncheck replay`).
-#include "command.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -37,6 +35,7 @@
 #include "attncheck/peer_oracles.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/report.hpp"
+#include "command.hpp"
 #include "common.hpp"
 #include "common/registry.h"
 #include "mutants/mutants.h"
@@ -140,8 +139,8 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
                    bool gate_ran, const std::string& backend_note) {
   std::ostringstream md;
   md << "# attncheck mutants\n\n"
-     << backend_note << "; seed " << o.run.seed << "; gate cases per property " << o.run.cases << "; peer cases "
-     << o.peer_cases << "; " << utc_timestamp() << "\n\n";
+     << backend_note << "; seed " << o.run.seed << "; gate cases per property " << o.run.cases
+     << "; peer cases " << o.peer_cases << "; " << utc_timestamp() << "\n\n";
   if (gate_ran) {
     md << "| # | subject | verdict | killed by | cases | seconds | "
        << (o.run.no_shrink ? "first failing case (unshrunk)" : "shrunk counterexample")
@@ -421,7 +420,9 @@ Command add_mutants_command(CLI::App& app, Common&) {
   c.app->add_flag("--no-correct", o->no_correct, "skip the correct kernels");
   c.app->add_flag("--first-kill", o->first_kill, "stop a mutant's gate at its first failing property");
   c.app->add_flag("--no-shrink", o->run.no_shrink, "report the first failing case unshrunk (faster: CI)");
-  c.app->add_option("--shrink-time", o->run.shrink_time, "seconds each failure may spend shrinking (default 20)")
+  c.app
+      ->add_option("--shrink-time", o->run.shrink_time,
+                   "seconds each failure may spend shrinking (default 20)")
       ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
   c.app->add_flag("--list", *list, "list the mutants and exit");
   c.app->add_flag("--quiet", o->quiet, "print only the table");

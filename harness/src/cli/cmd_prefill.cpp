@@ -35,14 +35,15 @@ int run_prefill(const PrefillOptions& o, const Common& common) {
   };
   // The attention subject must take the scenario's head size and dtype: when none is named, the
   // first that can is used; a named one that cannot is refused with the list of those that can.
-  const int head_size =
-      j.is_object() && j.contains("head_size") && j["head_size"].is_number_integer() ? j["head_size"].get<int>() : 0;
+  const int head_size = j.is_object() && j.contains("head_size") && j["head_size"].is_number_integer()
+                            ? j["head_size"].get<int>()
+                            : 0;
   const auto dtype = dtype_from(j.is_object() && j.contains("dtype") && j["dtype"].is_string()
                                     ? j["dtype"].get<std::string>()
                                     : "fp16");
   auto can_run = [&](const Subject& s) {
-    return s.has_op(AC_OP_ATTENTION) && (s.caps().features & AC_FEAT_LSE) && s.supports_head_size(head_size) &&
-           dtype && s.has_dtype(*dtype);
+    return s.has_op(AC_OP_ATTENTION) && (s.caps().features & AC_FEAT_LSE) &&
+           s.supports_head_size(head_size) && dtype && s.has_dtype(*dtype);
   };
   std::string able;
   for (auto& s : set.all)
@@ -52,14 +53,16 @@ int run_prefill(const PrefillOptions& o, const Common& common) {
     for (auto& s : set.all)
       if (can_run(*s) && (attention.empty() || s->name() == "fused")) attention = s->name();
     if (attention.empty())
-      throw UsageError("scenario " + o.scenario + ": no loaded attention subject with an LSE takes head size " +
+      throw UsageError("scenario " + o.scenario +
+                       ": no loaded attention subject with an LSE takes head size " +
                        std::to_string(head_size) + " (name one with --attention)");
   }
   Subject& a = find(attention);
   if (head_size > 0 && !can_run(a))
-    throw UsageError("scenario " + o.scenario + ": attention subject '" + attention + "' cannot take head size " +
-                     std::to_string(head_size) + " with an LSE" +
-                     (able.empty() ? std::string(" (no loaded subject can)") : " (subjects that can: " + able + ")"));
+    throw UsageError(
+        "scenario " + o.scenario + ": attention subject '" + attention + "' cannot take head size " +
+        std::to_string(head_size) + " with an LSE" +
+        (able.empty() ? std::string(" (no loaded subject can)") : " (subjects that can: " + able + ")"));
   Subject& m = find(o.merge);
   PrefillReport r;
   try {
@@ -67,7 +70,8 @@ int run_prefill(const PrefillOptions& o, const Common& common) {
   } catch (const PrefillScenarioError& e) {
     throw UsageError("scenario " + o.scenario + ": " + e.what());
   }
-  std::printf("attention subject %s, merge subject %s\n%s\n", attention.c_str(), o.merge.c_str(), r.summary.c_str());
+  std::printf("attention subject %s, merge subject %s\n%s\n", attention.c_str(), o.merge.c_str(),
+              r.summary.c_str());
   for (const auto& f : r.findings)
     std::printf("  %s at request %d, chunk %d, token %d, head %d, stage %s%s%s\n", f.value.c_str(), f.request,
                 f.chunk, f.token, f.head, f.stage.c_str(), f.detail.empty() ? "" : ": ", f.detail.c_str());
@@ -79,7 +83,8 @@ int run_prefill(const PrefillOptions& o, const Common& common) {
 Command add_prefill_command(CLI::App& app, Common& common) {
   auto o = std::make_shared<PrefillOptions>();
   Command c;
-  c.app = app.add_subcommand("prefill", "replay a chunked-prefill scenario through prefix/suffix attention and merge");
+  c.app = app.add_subcommand("prefill",
+                             "replay a chunked-prefill scenario through prefix/suffix attention and merge");
   add_common_options(c.app, common);
   c.app->add_option("--scenario", o->scenario, "scenario JSON (corpus/prefill/*.json)")->required();
   c.app

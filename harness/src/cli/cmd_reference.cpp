@@ -34,13 +34,15 @@ Command add_exact_command(CLI::App& app, Common&) {
   };
   auto o = std::make_shared<Options>();
   Command c;
-  c.app = app.add_subcommand("exact", "exact lse or softmax of logits, with their rounded fp16/bf16/fp32 values");
+  c.app =
+      app.add_subcommand("exact", "exact lse or softmax of logits, with their rounded fp16/bf16/fp32 values");
   c.app->add_option("what", o->what, "lse | softmax")->required()->check(CLI::IsMember({"lse", "softmax"}));
   c.app->add_option("--logits", o->logits, "x1,x2,...")->required();
   c.app->add_option("--base", o->base, "LSE base: e (default) or 2")->check(CLI::IsMember({0, 2}));
   c.run = [o] {
-    std::printf("%s\n",
-                ref::ask_exact(o->what, o->logits, o->base == 2 ? ref::LseBase::two : ref::LseBase::e).c_str());
+    std::printf(
+        "%s\n",
+        ref::ask_exact(o->what, o->logits, o->base == 2 ? ref::LseBase::two : ref::LseBase::e).c_str());
     return kExitOk;
   };
   return c;

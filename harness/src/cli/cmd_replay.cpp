@@ -56,10 +56,11 @@ int run_replay(const ReplayOptions& o, const Common& common) {
   }
   // Nothing to replay is an input error, never a pass.
   if (items.empty())
-    throw UsageError("replay: no readable case file in " + o.inputs.front() + (o.inputs.size() > 1 ? " ..." : "") +
-                     (skipped.empty() ? ""
-                                      : " (" + std::to_string(skipped.size()) +
-                                            " malformed, first: " + skipped.front() + ")"));
+    throw UsageError(
+        "replay: no readable case file in " + o.inputs.front() + (o.inputs.size() > 1 ? " ..." : "") +
+        (skipped.empty()
+             ? ""
+             : " (" + std::to_string(skipped.size()) + " malformed, first: " + skipped.front() + ")"));
   SubjectSet set = load_subject_set(common);
   auto find = [&](const std::string& n) -> Subject* {
     for (auto& s : set.all)
@@ -69,7 +70,8 @@ int run_replay(const ReplayOptions& o, const Common& common) {
   if (!o.subject.empty() && !find(o.subject)) throw UsageError("unknown subject '" + o.subject + "'");
   for (const auto& it : items) {
     const std::string n = o.subject.empty() ? it.c.subject : o.subject;
-    if (!find(n)) throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
+    if (!find(n))
+      throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
   }
   for (const auto& s : skipped) std::printf("skipped (malformed): %s\n", s.c_str());
   int failed = 0, crashed = 0;
@@ -96,7 +98,8 @@ int run_replay(const ReplayOptions& o, const Common& common) {
         std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
                     it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
     }
-    if (!r.reproduce_command.empty() && !r.passed) std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
+    if (!r.reproduce_command.empty() && !r.passed)
+      std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
   }
   if (crashed) return kExitCrashed;
   return failed ? kExitFailed : kExitOk;

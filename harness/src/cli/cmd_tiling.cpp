@@ -1,6 +1,5 @@
 // `attncheck tiling`: the ulp error of one attention subject per tiling, split count and fold order.
 #include <cstdio>
-#include <map>
 #include <memory>
 
 #include "common.hpp"
@@ -28,13 +27,14 @@ int run_tiling(const TilingOptions& o, const Common& common) {
   if (s->caps().num_tilings <= 0)
     std::printf("%s declares no tilings: one row per split configuration, Br and Bc shown as -\n",
                 o.subject.c_str());
-  std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype", "out",
-              "max ulp", "p99 ulp", "mean ulp", "nonfinite");
+  std::printf("%-6s %-6s %-7s %-6s %-5s %-4s %10s %10s %10s %10s\n", "Br", "Bc", "splits", "fold", "dtype",
+              "out", "max ulp", "p99 ulp", "mean ulp", "nonfinite");
   for (const auto& r : rows)
     std::printf("%-6s %-6s %-7d %-6s %-5s %-4s %10.3g %10.3g %10.3g %10lld\n",
                 r.br > 0 ? std::to_string(r.br).c_str() : "-", r.bc > 0 ? std::to_string(r.bc).c_str() : "-",
-                r.num_splits, r.fold.empty() ? "-" : r.fold.c_str(), r.stats.dtype.c_str(), r.stats.output.c_str(),
-                r.stats.max_ulp, r.stats.p99_ulp, r.stats.mean_ulp, (long long)r.stats.nonfinite);
+                r.num_splits, r.fold.empty() ? "-" : r.fold.c_str(), r.stats.dtype.c_str(),
+                r.stats.output.c_str(), r.stats.max_ulp, r.stats.p99_ulp, r.stats.mean_ulp,
+                (long long)r.stats.nonfinite);
   if (o.report_dir.empty()) return kExitOk;
   Report rep;
   rep.timestamp = utc_timestamp();
@@ -47,15 +47,7 @@ int run_tiling(const TilingOptions& o, const Common& common) {
   rep.suite = "tiling";
   rep.shape_set = shape_set_of(cfg);
   rep.histogram_edges = ulp_histogram_edges();
-  std::map<std::string, TilingEntry> by_dtype;
-  for (const auto& r : rows) {
-    auto& t = by_dtype[r.stats.dtype];
-    t.subject = s->name();
-    t.backend = s->backend();
-    t.dtype = r.stats.dtype;
-    t.rows.push_back(r);
-  }
-  for (auto& [d, t] : by_dtype) rep.tilings.push_back(std::move(t));
+  rep.tilings = tiling_entries(*s, rows);
   write_report_dir(o.report_dir, rep);
   if (!o.no_plots) render_plots(o.report_dir, false);
   std::printf("report in %s/\n", o.report_dir.c_str());
@@ -68,9 +60,12 @@ Command add_tiling_command(CLI::App& app, Common& common) {
   auto o = std::make_shared<TilingOptions>();
   o->run.cases = 20;
   Command c;
-  c.app = app.add_subcommand("tiling", "ulp error of one attention subject per tiling, split count and fold order");
+  c.app = app.add_subcommand("tiling",
+                             "ulp error of one attention subject per tiling, split count and fold order");
   add_common_options(c.app, common);
-  c.app->add_option("--subject", o->subject, "fused-attention or split-KV subject")->required()->check(non_empty());
+  c.app->add_option("--subject", o->subject, "fused-attention or split-KV subject")
+      ->required()
+      ->check(non_empty());
   c.app->add_option("--seed", o->run.seed, "seed (default 1)")->check(decimal_u64());
   c.app->add_option("--cases", o->run.cases, "inputs per tiling (default 20)")
       ->check(CLI::Range(1, Limits::kMaxTilingCases));

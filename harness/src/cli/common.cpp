@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/backend.hpp"
@@ -20,7 +21,8 @@ std::string one_line(const std::string& text) {
 
 void add_common_options(CLI::App* sub, Common& common) {
   sub->add_option("--backend", common.backend, "auto (GPU if present, else host twins) | cuda | host");
-  sub->add_option("--plugin", common.plugins, "shared library exporting the attncheck plugin ABI (repeatable)");
+  sub->add_option("--plugin", common.plugins,
+                  "shared library exporting the attncheck plugin ABI (repeatable)");
   sub->add_option("--worker", common.worker_commands,
                   "\"CMD ARGS\": a worker process serving subjects (WORKER_PROTOCOL.md; repeatable)")
       ->allow_extra_args(false);
@@ -37,7 +39,8 @@ namespace {
 // A --worker command manages its own device, so its subjects are never skipped here.
 void add_plugin_subject(SubjectSet& set, std::unique_ptr<Subject> s, bool cuda_usable) {
   if (s->backend() == "cuda" && !cuda_usable) {
-    set.notes.push_back("plugin subject " + s->name() + " is a CUDA subject and no CUDA device is usable: skipped");
+    set.notes.push_back("plugin subject " + s->name() +
+                        " is a CUDA subject and no CUDA device is usable: skipped");
     return;
   }
   set.all.push_back(std::move(s));
@@ -98,12 +101,13 @@ SubjectSet load_subject_set(const Common& common) {
   for (const auto& command : common.worker_commands)
     load_worker(set, command, "", cuda_usable, common.call_timeout_s);
   const std::string dup = first_duplicate_name(set.all);
-  if (!dup.empty()) throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
+  if (!dup.empty())
+    throw UsageError("subject name '" + dup + "' declared twice (built-in, plugin or worker)");
   return set;
 }
 
-std::vector<Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names, bool plugins_given,
-                                    bool skip_unknown) {
+std::vector<Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names,
+                                    bool plugins_given, bool skip_unknown) {
   std::vector<Subject*> out;
   if (names.empty()) {
     // With plugins and no --subject, test the plugins' subjects: that is what the user brought.
@@ -132,7 +136,8 @@ bool in_suite(const PropertyInfo& p, const std::string& suite) {
   return suite == "long" && p.in_gate && p.in_long && (p.ops & kLongSuiteOps);
 }
 
-std::vector<const PropertyInfo*> pick_properties(const std::vector<std::string>& names, const std::string& suite) {
+std::vector<const PropertyInfo*> pick_properties(const std::vector<std::string>& names,
+                                                 const std::string& suite) {
   std::vector<const PropertyInfo*> out;
   if (!names.empty()) {
     for (const auto& n : names) {
@@ -159,7 +164,8 @@ namespace {
 void remove_temporaries(const std::string& dir, bool quiet) {
   for (const auto& t : remove_stale_temporaries(dir))
     if (!quiet)
-      std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(), t.c_str());
+      std::fprintf(stderr, "removed %s/%s, left by an attncheck run that was killed\n", dir.c_str(),
+                   t.c_str());
 }
 
 }  // namespace
@@ -191,14 +197,15 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
   }
   remove_temporaries(dir, quiet);
   std::vector<UnreadableWriteAhead> unreadable;
-  const auto kept = keep_write_ahead_cases(dir, "the case running when an earlier run died (crash or kill)", "",
-                                           "", &unreadable);
+  const auto kept = keep_write_ahead_cases(dir, "the case running when an earlier run died (crash or kill)",
+                                           "", "", &unreadable);
   if (quiet) return;
   for (const auto& k : kept)
     std::fprintf(stderr, "an earlier run died while running %s: its case is kept as %s\n", k.subject.c_str(),
                  k.path.c_str());
   for (const auto& u : unreadable)
-    std::fprintf(stderr, "note: %s is not a readable case (%s); left in place\n", u.name.c_str(), u.why.c_str());
+    std::fprintf(stderr, "note: %s is not a readable case (%s); left in place\n", u.name.c_str(),
+                 u.why.c_str());
 }
 
 RunConfig run_config(const RunOptions& o) {
@@ -231,6 +238,20 @@ ReproduceContext reproduce_context(const Common& common, const Subject& s, const
     if (common.isolate) ctx.source_flags += " --isolate";
   }
   return ctx;
+}
+
+std::vector<TilingEntry> tiling_entries(const Subject& s, const std::vector<TilingRow>& rows) {
+  std::map<std::string, TilingEntry> by_dtype;
+  for (const auto& row : rows) {
+    auto& t = by_dtype[row.stats.dtype];
+    t.subject = s.name();
+    t.backend = s.backend();
+    t.dtype = row.stats.dtype;
+    t.rows.push_back(row);
+  }
+  std::vector<TilingEntry> out;
+  for (auto& [d, t] : by_dtype) out.push_back(std::move(t));
+  return out;
 }
 
 std::string shape_set_of(const RunConfig& cfg) {

@@ -43,8 +43,8 @@ struct SubjectSet {
 SubjectSet load_subject_set(const Common& common);
 
 // skip_unknown: names not in the set are left out (a child of check, which loads no worker).
-std::vector<Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names, bool plugins_given,
-                                    bool skip_unknown = false);
+std::vector<Subject*> pick_subjects(SubjectSet& set, const std::vector<std::string>& names,
+                                    bool plugins_given, bool skip_unknown = false);
 
 // --suite long: realistic attention rows. The gate's properties that take attention or split-KV
 // subjects, on those subjects only, with keys up to kLongSuiteTokens, d = 128, fp16 and bf16, and
@@ -56,7 +56,8 @@ constexpr uint32_t kLongSuiteOps = AC_OP_ATTENTION | AC_OP_SPLITKV;
 // Whether a property belongs to a suite (gate, full or long): the one rule pick_properties and
 // `list` share.
 bool in_suite(const PropertyInfo& p, const std::string& suite);
-std::vector<const PropertyInfo*> pick_properties(const std::vector<std::string>& names, const std::string& suite);
+std::vector<const PropertyInfo*> pick_properties(const std::vector<std::string>& names,
+                                                 const std::string& suite);
 
 // A report directory, made ready before any work: writable, no report file shadowed by a
 // directory, temporaries of killed writers removed, and a set left mixed by a killed run named.
@@ -84,6 +85,9 @@ RunConfig run_config(const RunOptions& o);
 // the subject's source (its worker, or this run's plugins, isolated or not) and, for a worker,
 // the environment it was started with that a fresh shell lacks (PYTHONPATH, PYTHONHOME where set).
 ReproduceContext reproduce_context(const Common& common, const Subject& s, const std::string& backend);
+
+// A subject's tiling rows as report entries, one per dtype (dtype order).
+std::vector<TilingEntry> tiling_entries(const Subject& s, const std::vector<TilingRow>& rows);
 
 // report.json's shape_set: the RunConfig fields that shape the cases.
 std::string shape_set_of(const RunConfig& cfg);

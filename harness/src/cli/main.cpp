@@ -44,12 +44,12 @@ int main(int argc, char** argv) {
                                         (git_describe.empty() ? "" : " (" + git_describe + ")"));
   // In the order --help lists them.
   const std::vector<ac::cli::Command> commands = {
-      ac::cli::add_list_command(app, common),    ac::cli::add_check_command(app, common),
-      ac::cli::add_replay_command(app, common),  ac::cli::add_prefill_command(app, common),
-      ac::cli::add_tiling_command(app, common),  ac::cli::add_round_command(app, common),
-      ac::cli::add_exact_command(app, common),   ac::cli::add_report_command(app, common),
+      ac::cli::add_list_command(app, common),      ac::cli::add_check_command(app, common),
+      ac::cli::add_replay_command(app, common),    ac::cli::add_prefill_command(app, common),
+      ac::cli::add_tiling_command(app, common),    ac::cli::add_round_command(app, common),
+      ac::cli::add_exact_command(app, common),     ac::cli::add_report_command(app, common),
       ac::cli::add_selfcheck_command(app, common), ac::cli::add_mutants_command(app, common),
-      ac::cli::add_plot_command(app, common),    ac::cli::add_bench_command(app, common)};
+      ac::cli::add_plot_command(app, common),      ac::cli::add_bench_command(app, common)};
 
   try {
     app.parse(argc, argv);

@@ -13,9 +13,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
-#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -333,11 +333,12 @@ void DeviceServers::start(const std::vector<std::string>& devices, const std::st
                           double call_timeout_s, const std::string& log_dir, bool quiet) {
   namespace fs = std::filesystem;
   for (size_t k = 0; k < devices.size(); ++k) {
-    const std::string sock =
-        (fs::temp_directory_path() / ("attncheck-" + std::to_string(::getpid()) + "-" + std::to_string(k) + ".sock"))
-            .string();
-    auto server = std::make_unique<WorkerProcess>(device_server_command(
-        sock, backend, devices[k], call_timeout_s / 2, log_dir + "/device-server-" + std::to_string(k) + ".log"));
+    const std::string sock = (fs::temp_directory_path() /
+                              ("attncheck-" + std::to_string(::getpid()) + "-" + std::to_string(k) + ".sock"))
+                                 .string();
+    auto server = std::make_unique<WorkerProcess>(
+        device_server_command(sock, backend, devices[k], call_timeout_s / 2,
+                              log_dir + "/device-server-" + std::to_string(k) + ".log"));
     std::string why = "its handshake was refused";
     try {
       if (server->call({{"op", "hello"}}, kMinHandshakeTimeoutS).value("status", "") == "ok") {

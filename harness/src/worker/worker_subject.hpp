@@ -39,7 +39,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
 // found beside the running attncheck executable).
 std::string isolate_command(const std::string& plugin_path);
 
-// The device server: one process per GPU (attncheck-isolate --device-server SOCKET) that makes the
+// The device server: one process per GPU (attncheck --device-server SOCKET ...) that makes the
 // built-in CUDA subjects' calls of every child of `check --jobs N` in its one CUDA context. Each
 // child's calls in a context of its own made the GPU switch between up to N contexts, about a
 // millisecond a call. The parent names the socket in kDeviceServerEnv; ATTNCHECK_DEVICE_SERVER=off
