@@ -524,7 +524,7 @@ bool is_write_ahead_file(const std::string& path) {
 
 std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const std::string& why,
                                                    const std::string& subject, const std::string& property,
-                                                   std::vector<std::string>* unreadable) {
+                                                   std::vector<UnreadableWriteAhead>* unreadable) {
   std::vector<KeptWriteAhead> kept;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -536,7 +536,7 @@ std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const
       kept.push_back({write_case_atomic(dir, c), c.subject});
       std::filesystem::remove(it->path(), ec);
     } catch (const CaseError& e) {
-      if (unreadable) unreadable->push_back(it->path().filename().string() + ": " + e.what());
+      if (unreadable) unreadable->push_back({it->path().filename().string(), e.what()});
     }
   }
   return kept;

@@ -427,10 +427,9 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
         res.message += " (could not write the corpus file: " + std::string(e.what()) + ")";
       }
     }
-    res.reproduce_command = file.empty() ? "attncheck check --subject " + subject.name() + " --property " +
-                                               name + " --seed " + std::to_string(cfg.seed) + " --shard 0/1" +
-                                               stream_flags(cfg)
-                                         : "attncheck replay " + file + " --subject " + subject.name();
+    res.reproduce_command =
+        file.empty() ? check_command(cfg.reproduce, subject.name(), name, cfg.seed, stream_flags(cfg))
+                     : replay_command(cfg.reproduce, file, subject.name());
   } else if (result.kind == RapidCheckResult::Kind::failed || result.kind == RapidCheckResult::Kind::error) {
     // A failure that left no case behind (something outside the check threw): never a pass.
     res.status = PropertyResult::Status::crashed;
@@ -472,10 +471,11 @@ std::string stream_flags(const RunConfig& cfg) {
   return f;
 }
 
-ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path) {
+ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path,
+                         const ReproduceContext& reproduce) {
   ReplayResult r;
-  r.reproduce_command = "attncheck replay " + (file_path.empty() ? std::string("FILE") : file_path) +
-                        " --subject " + subject.name();
+  r.reproduce_command =
+      replay_command(reproduce, file_path.empty() ? std::string("FILE") : file_path, subject.name());
   uint32_t op = op_from_name(c.op);
   if (op == AC_OP_ATTENTION && !subject.has_op(op) && subject.has_op(AC_OP_SPLITKV)) op = AC_OP_SPLITKV;
   if (op == AC_OP_SPLITKV && !subject.has_op(op) && subject.has_op(AC_OP_ATTENTION)) op = AC_OP_ATTENTION;

@@ -77,16 +77,19 @@ std::string write_ahead_path(const std::string& dir, const std::string& subject,
 bool is_write_ahead_file(const std::string& path);
 // Keeps the write-ahead files of dir as ordinary corpus cases (write_case_atomic; the note then
 // starts with `why`) and removes them: those of (subject, property) when both are given, else
-// every one. Returns (kept path, subject) per case kept; `unreadable` gets "name: why" for files
-// that are not readable cases, which are left in place (a write-ahead file is written atomically,
-// so such a file is foreign).
+// every one. Returns (kept path, subject) per case kept; `unreadable` gets the file name and the
+// reader's error for files that are not readable cases, which are left in place (a write-ahead
+// file is written atomically, so such a file is foreign).
 struct KeptWriteAhead {
   std::string path, subject;
+};
+struct UnreadableWriteAhead {
+  std::string name, why;
 };
 std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const std::string& why,
                                                    const std::string& subject = "",
                                                    const std::string& property = "",
-                                                   std::vector<std::string>* unreadable = nullptr);
+                                                   std::vector<UnreadableWriteAhead>* unreadable = nullptr);
 
 // Shape summary of a case, for the shrunk-counterexample size the mutation self-test reports:
 // tokens = query rows (merge: tokens, softmax: rows), keys = keys per row (max over sequences;

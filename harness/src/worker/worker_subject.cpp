@@ -474,8 +474,8 @@ std::string device_server_command(const std::string& socket_path, const std::str
                                   const std::string& device, double call_limit_s,
                                   const std::string& log_path) {
   return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_word(device)) + " " +
-         shell_word(self_path()) + " --device-server " + shell_word(socket_path) + " " + shell_word(backend) +
-         " " + std::to_string(call_limit_s) + " 2>>" + shell_word(log_path);
+         shell_word(self_path()) + " " + kDeviceServerFlag + " " + shell_word(socket_path) + " " +
+         shell_word(backend) + " " + std::to_string(call_limit_s) + " 2>>" + shell_word(log_path);
 }
 
 std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,

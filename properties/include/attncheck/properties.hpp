@@ -29,6 +29,7 @@
 
 #include "attncheck/case.hpp"
 #include "attncheck/names.hpp"
+#include "attncheck/reproduce.hpp"
 #include "attncheck/subject.hpp"
 
 namespace attncheck {
@@ -76,6 +77,7 @@ struct RunConfig {
   std::function<void(int done, int total)> progress;  // called after each case
   const std::atomic<bool>* cancel = nullptr;          // set: stop after the current case
   std::function<void(const Case&)> before_launch;     // called before each subject call
+  ReproduceContext reproduce;  // how a failure's reproduce command is started (reproduce.hpp)
 };
 
 struct OutputStats {
@@ -170,7 +172,7 @@ struct PropertyResult {
   CaseSize counterexample_size;
   uint64_t seed = 0;              // the run's seed
   std::string rc_reproduce;       // RapidCheck reproduce string ("" when passed)
-  std::string reproduce_command;  // "attncheck replay FILE --subject NAME" or a check command
+  std::string reproduce_command;  // replay_command or, without a corpus file, check_command
   double seconds = 0;
   int cases_to_first_failure = -1;  // 1-based count of cases run when the first failure appeared
   double seconds_to_first_failure = -1;
@@ -216,7 +218,8 @@ struct ReplayResult {
   std::vector<WorstElement> worst_elements;  // up to 5, worst first
   std::string reproduce_command;             // attncheck replay FILE --subject NAME
 };
-ReplayResult replay_case(const Case&, Subject&, const std::string& file_path = "");
+ReplayResult replay_case(const Case&, Subject&, const std::string& file_path = "",
+                         const ReproduceContext& reproduce = {});
 
 // Tiling and split report: the same inputs through every tiling of an attention subject and, for
 // split-KV subjects, every num_splits in 1..max_splits and every declared fold order.

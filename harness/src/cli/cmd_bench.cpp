@@ -2,8 +2,6 @@
 // bench.json against --baseline anywhere (CI, a laptop). Exit codes as everywhere: 0 ran (and no
 // regression), 1 a row slowed down beyond the tolerance, 2 usage or input error before any work,
 // 3 a kernel or CUDA call failed while measuring.
-#include "bench.hpp"
-
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include "attncheck/bench_report.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/report.hpp"
+#include "command.hpp"
 #include "options.hpp"
 #include "plot.hpp"
 #if defined(ATTNCHECK_HAVE_CUDA)
@@ -193,9 +192,9 @@ int run_bench(const Options& o) {
 
 }  // namespace
 
-BenchCommand add_bench_command(CLI::App& app) {
+Command add_bench_command(CLI::App& app, Common&) {
   auto o = std::make_shared<Options>();
-  BenchCommand c;
+  Command c;
   c.app = app.add_subcommand(
       "bench",
       "the built-in kernels' speed at the seed's shapes, against the device's ceilings and "
