@@ -197,7 +197,7 @@ Command add_bench_command(CLI::App& app, Common&) {
   Command c;
   c.app = app.add_subcommand(
       "bench",
-      "the built-in kernels' speed at the seed's shapes, against the device's ceilings and "
+      "the built-in kernels' speed at the Llama-3-8B layer's shapes, against the device's ceilings and "
       "PyTorch's backends; bench.json and a speed gate");
   c.app
       ->add_option("--repeats", o->repeats, "timed launches per measurement; the median is kept (default 20)")

@@ -65,7 +65,7 @@ Command add_check_command(CLI::App& app, Common& common) {
   check->add_option(
       "--suite", co->suite,
       "gate (default, fast) | full | long (attention subjects: keys to 8192, d 128, fp16/bf16, the "
-      "seed's layer on sampled rows; 10 cases)");
+      "Llama-3-8B layer on sampled rows; 10 cases)");
   check->add_option("--seed", co->run.seed, "seed of the case stream (default 1)")->check(decimal_u64());
   check->add_option("--cases", co->run.cases, "cases per (subject, property) (default 100)")
       ->check(CLI::Range(1, Limits::kMaxCases));
