@@ -72,7 +72,7 @@ case("merge-fa2-plus-inf-sentinels.json", "merge",
      "FA2 empty sentinel +inf must be read as empty (-inf), on either or both sides",
      "merge_sentinels")
 
-# 3. The seed's late outlier: 8192 logits of sigma 3 with +40 at index 4000, one query, fp16.
+# 3. The late-outlier case: 8192 logits of sigma 3 with +40 at index 4000, one query, fp16.
 #    q is one-hot on coordinate 0 and k carries the logit there (scale 1), so the subject's own
 #    q.k is exactly the fp16-rounded logit. d = 8 keeps the file small.
 rng = random.Random(8192)
@@ -96,7 +96,7 @@ case("softmax-fp16-overflow-band.json", "softmax",
      {"dtype": "fp16", "rows": len(band), "cols": 4, "x": f16([x for r in band for x in r])},
      "fp16 overflow band straddling 11.0859375 / 11.09375", "fp16_overflow")
 
-# 5. The seed's worked example: eight logits in four blocks of two; the running max is 3 after two
+# 5. The eight-logit worked example: eight logits in four blocks of two; the running max is 3 after two
 #    blocks and jumps to 8 in the third (alpha = e^-5). fp32, q one-hot, scale 1: scores exact.
 x = [1.0, 3.0, 2.0, 0.0, 8.0, 5.0, 4.0, 6.0]
 d = 2

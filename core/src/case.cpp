@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -212,10 +214,16 @@ void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
     if (e > 0xffffu) throw CaseError(what + ": 16-bit element with bits above 0xffff");
 }
 
-ac_fold fold_from_name(const std::string& s) {
+// The options' fold order is written as "fold_order", the worker protocol's word for it; files
+// written before that say "fold", which is read when "fold_order" is absent.
+ac_fold read_fold_order(const json& options) {
+  const char* key = options.is_object() && !options.contains("fold_order") && options.contains("fold")
+                        ? "fold"
+                        : "fold_order";
+  const std::string s = get_string(options, key, "options");
   if (const auto f = fold_from(s)) return *f;
-  throw CaseError("options.fold must be one of " + fold_names() + ", not \"" + json_fields::printable(s) +
-                  "\"");
+  throw CaseError(std::string("options.") + key + " must be one of " + fold_names() + ", not \"" +
+                  json_fields::printable(s) + "\"");
 }
 
 constexpr int64_t kMaxDim = int64_t(1) << 24;
@@ -280,7 +288,7 @@ std::string case_text(const Case& c, bool splice) {
   j["conventions"] = {{"lse_base", c.lse_base}, {"empty_lse_sign", c.empty_lse_sign}};
   j["options"] = {{"tiling", c.options.tiling},
                   {"num_splits", c.options.num_splits},
-                  {"fold", fold_name(c.options.fold_order)}};
+                  {"fold_order", fold_name(c.options.fold_order)}};
   json in;
   if (const auto* m = std::get_if<MergeInput>(&c.input)) {
     const int w = dtype_bytes(m->dtype);
@@ -363,7 +371,7 @@ Case case_from_json(const std::string& text) {
   if (auto it = j.find("options"); it != j.end()) {
     c.options.tiling = int32_t(get_int(*it, "tiling", "options", 0, 1 << 20));
     c.options.num_splits = int32_t(get_int(*it, "num_splits", "options", 1, 1 << 20));
-    c.options.fold_order = fold_from_name(get_string(*it, "fold", "options"));
+    c.options.fold_order = read_fold_order(*it);
   }
   const json& in = field(j, "input", top);
   const std::string w = "input";
@@ -417,6 +425,11 @@ Case case_from_json(const std::string& text) {
       throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) +
                       "\" is not 0x and 8 hex digits");
     a.softmax_scale = bits_float(uint32_t(std::stoul(scale.substr(2), nullptr, 16)));
+    // No kernel is called with a NaN or infinite scale and the exact reference has no answer for
+    // one: such a file is malformed, not a case a subject fails.
+    if (!std::isfinite(a.softmax_scale))
+      throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) +
+                      "\" is not a finite float (NaN or infinity)");
     int64_t total_q = 0, total_k = 0, mask_elems = 0;
     for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
       total_q += a.seqlens_q[i];
@@ -455,14 +468,22 @@ Case case_from_json(const std::string& text) {
   return c;
 }
 
-namespace {
-std::string safe_name(const std::string& s) {
+std::string file_name_part(std::string_view name) {
   std::string out;
-  for (char ch : s)
-    out.push_back(
-        (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.') ? ch : '_');
+  for (char ch : name)
+    out.push_back(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ? ch : '_');
+  if (out.size() > kMaxFileNamePart) {
+    // A file name holds three parts, a hash and a temporary suffix within NAME_MAX (255): a long
+    // name keeps its start, readable, and the hash of the whole name, which keeps two names that
+    // share the start apart.
+    char hash[20];
+    std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(hash::fnv1a64(name)));
+    out = out.substr(0, kMaxFileNamePart - 17) + "-" + hash;
+  }
   return out.empty() ? std::string("none") : out;
 }
+
+namespace {
 void write_text_atomic(const std::string& path, const std::string& text,
                        Durability durability = Durability::power_loss) {
   try {
@@ -482,11 +503,43 @@ std::string write_case_atomic(const std::string& dir, const Case& c) {
   char hash[20];
   std::snprintf(hash, sizeof hash, "%016llx",
                 static_cast<unsigned long long>(hash::fnv1a64(text, hash::kLegacyStart)));
-  const std::string name =
-      safe_name(c.op) + "-" + safe_name(c.subject) + "-" + safe_name(c.property) + "-" + hash + ".json";
+  const std::string name = file_name_part(c.op) + "-" + file_name_part(c.subject) + "-" +
+                           file_name_part(c.property) + "-" + hash + ".json";
   const std::string path = (std::filesystem::path(dir.empty() ? "." : dir) / name).string();
   write_text_atomic(path, text);
   return path;
+}
+
+std::string write_ahead_path(const std::string& dir, const std::string& subject,
+                             const std::string& property) {
+  return (std::filesystem::path(dir) /
+          ("inflight-" + file_name_part(subject) + "-" + file_name_part(property) + "-0.json"))
+      .string();
+}
+
+bool is_write_ahead_file(const std::string& path) {
+  const std::filesystem::path p(path);
+  return p.filename().string().rfind("inflight-", 0) == 0 && p.extension() == ".json";
+}
+
+std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const std::string& why,
+                                                   const std::string& subject, const std::string& property,
+                                                   std::vector<UnreadableWriteAhead>* unreadable) {
+  std::vector<KeptWriteAhead> kept;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!is_write_ahead_file(it->path().string())) continue;
+    try {
+      Case c = read_case_file(it->path().string());
+      if (!subject.empty() && (c.subject != subject || c.property != property)) continue;
+      c.note = why + "; " + c.note;
+      kept.push_back({write_case_atomic(dir, c), c.subject});
+      std::filesystem::remove(it->path(), ec);
+    } catch (const CaseError& e) {
+      if (unreadable) unreadable->push_back({it->path().filename().string(), e.what()});
+    }
+  }
+  return kept;
 }
 
 Case read_case_file(const std::string& path) {

@@ -1,58 +1,80 @@
 #include "attncheck/names.hpp"
 
 #include <array>
-#include <utility>
 
 namespace attncheck {
 namespace {
 
-template <class T, size_t N>
-const char* name_of(const std::array<std::pair<T, const char*>, N>& table, T value, const char* missing) {
+template <class T>
+const char* name_of(std::span<const Spelling<T>> table, T value, const char* missing) {
   for (const auto& [v, n] : table)
     if (v == value) return n;
   return missing;
 }
-template <class T, size_t N>
-std::optional<T> value_of(const std::array<std::pair<T, const char*>, N>& table, std::string_view name) {
+template <class T>
+std::optional<T> value_of(std::span<const Spelling<T>> table, std::string_view name) {
   for (const auto& [v, n] : table)
     if (name == n) return v;
   return std::nullopt;
 }
-template <class T, size_t N>
-std::string joined(const std::array<std::pair<T, const char*>, N>& table) {
+template <class T>
+std::string joined(std::span<const Spelling<T>> table) {
   std::string out;
   for (const auto& [v, n] : table) out += (out.empty() ? "" : ", ") + std::string(n);
   return out;
 }
 
-constexpr std::array<std::pair<uint32_t, const char*>, 4> kOps{{{AC_OP_MERGE, "merge"},
-                                                                {AC_OP_SOFTMAX, "softmax"},
-                                                                {AC_OP_ATTENTION, "attention"},
-                                                                {AC_OP_SPLITKV, "splitkv"}}};
-constexpr std::array<std::pair<ac_dtype, const char*>, 3> kDtypes{
+constexpr std::array<Spelling<uint32_t>, 4> kOps{{{AC_OP_MERGE, "merge"},
+                                                  {AC_OP_SOFTMAX, "softmax"},
+                                                  {AC_OP_ATTENTION, "attention"},
+                                                  {AC_OP_SPLITKV, "splitkv"}}};
+constexpr std::array<Spelling<ac_dtype>, 3> kDtypes{
     {{AC_DTYPE_F32, "fp32"}, {AC_DTYPE_F16, "fp16"}, {AC_DTYPE_BF16, "bf16"}}};
-constexpr std::array<std::pair<ac_fold, const char*>, 3> kFolds{
+constexpr std::array<Spelling<ac_fold>, 3> kFolds{
     {{AC_FOLD_LEFT, "left"}, {AC_FOLD_RIGHT, "right"}, {AC_FOLD_TREE, "tree"}}};
-constexpr std::array<std::pair<RunStatus, const char*>, 5> kStatuses{
-    {{RunStatus::passed, "passed"},
-     {RunStatus::failed, "failed"},
-     {RunStatus::crashed, "crashed"},
-     {RunStatus::not_applicable, "not_applicable"},
-     {RunStatus::interrupted, "interrupted"}}};
+constexpr std::array<Spelling<uint32_t>, 8> kFeatures{{{AC_FEAT_CAUSAL, "causal"},
+                                                       {AC_FEAT_MASK, "mask"},
+                                                       {AC_FEAT_VARLEN, "varlen"},
+                                                       {AC_FEAT_GQA, "gqa"},
+                                                       {AC_FEAT_LSE, "lse"},
+                                                       {AC_FEAT_NAIVE_EXP, "naive_exp"},
+                                                       {AC_FEAT_SCORES_IN_INPUT_TYPE, "scores_in_input_type"},
+                                                       {AC_FEAT_FLUSHED_EXP, "flushed_exp"}}};
+constexpr std::array<Spelling<RunStatus>, 5> kStatuses{{{RunStatus::passed, "passed"},
+                                                        {RunStatus::failed, "failed"},
+                                                        {RunStatus::crashed, "crashed"},
+                                                        {RunStatus::not_applicable, "not_applicable"},
+                                                        {RunStatus::interrupted, "interrupted"}}};
 
 }  // namespace
 
-const char* op_name(uint32_t op) { return name_of(kOps, op, "unknown"); }
-std::optional<uint32_t> op_from(std::string_view name) { return value_of(kOps, name); }
-const char* dtype_name(ac_dtype d) { return name_of(kDtypes, d, "unknown"); }
+std::span<const Spelling<uint32_t>> op_spellings() { return kOps; }
+std::span<const Spelling<ac_dtype>> dtype_spellings() { return kDtypes; }
+std::span<const Spelling<ac_fold>> fold_spellings() { return kFolds; }
+std::span<const Spelling<uint32_t>> feature_spellings() { return kFeatures; }
+
+const char* op_name(uint32_t op) { return name_of<uint32_t>(kOps, op, "unknown"); }
+std::optional<uint32_t> op_from(std::string_view name) { return value_of<uint32_t>(kOps, name); }
+const char* dtype_name(ac_dtype d) { return name_of<ac_dtype>(kDtypes, d, "unknown"); }
 int dtype_bytes(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : 2; }
-std::optional<ac_dtype> dtype_from(std::string_view name) { return value_of(kDtypes, name); }
-const char* fold_name(ac_fold f) { return name_of(kFolds, f, "unknown"); }
-std::optional<ac_fold> fold_from(std::string_view name) { return value_of(kFolds, name); }
-const char* status_name(RunStatus s) { return name_of(kStatuses, s, "unknown"); }
-std::optional<RunStatus> status_from(std::string_view name) { return value_of(kStatuses, name); }
-std::string op_names() { return joined(kOps); }
-std::string dtype_names() { return joined(kDtypes); }
-std::string fold_names() { return joined(kFolds); }
+std::optional<ac_dtype> dtype_from(std::string_view name) { return value_of<ac_dtype>(kDtypes, name); }
+const char* fold_name(ac_fold f) { return name_of<ac_fold>(kFolds, f, "unknown"); }
+std::optional<ac_fold> fold_from(std::string_view name) { return value_of<ac_fold>(kFolds, name); }
+const char* feature_name(uint32_t f) { return name_of<uint32_t>(kFeatures, f, "unknown"); }
+std::optional<uint32_t> feature_from(std::string_view name) { return value_of<uint32_t>(kFeatures, name); }
+const char* status_name(RunStatus s) { return name_of<RunStatus>(kStatuses, s, "unknown"); }
+std::optional<RunStatus> status_from(std::string_view name) { return value_of<RunStatus>(kStatuses, name); }
+
+std::vector<ac_fold> folds_in(uint32_t fold_orders) {
+  std::vector<ac_fold> out;
+  for (const auto& [f, n] : kFolds)
+    if (fold_orders & AC_FOLD_BIT(f)) out.push_back(f);
+  return out;
+}
+
+std::string op_names() { return joined<uint32_t>(kOps); }
+std::string dtype_names() { return joined<ac_dtype>(kDtypes); }
+std::string fold_names() { return joined<ac_fold>(kFolds); }
+std::string feature_names() { return joined<uint32_t>(kFeatures); }
 
 }  // namespace attncheck

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attncheck/report.hpp"
+#include "cli/command.hpp"
 #include "cli/options.hpp"
 
 #ifndef ATTNCHECK_PLOT_SCRIPT_FROM_BIN
@@ -159,9 +160,9 @@ PlotStatus render_plots(const std::string& report_dir, bool quiet) {
 
 namespace cli {
 
-PlotCommand add_plot_command(CLI::App& app) {
+Command add_plot_command(CLI::App& app, Common&) {
   auto dir = std::make_shared<std::string>();
-  PlotCommand c;
+  Command c;
   c.app = app.add_subcommand(
       "plot", "draw a report directory's pictures into REPORT_DIR/plots (python3, matplotlib)");
   c.app->add_option("report_dir", *dir, "report directory (holds report.json)")->required();

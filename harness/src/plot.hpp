@@ -2,8 +2,6 @@
 // `report merge` call after writing a report. Runs harness/plots/plot_report.py (installed as
 // share/attncheck/plot_report.py) with a python3 from PATH; the report files never depend on it.
 #pragma once
-#include <CLI/CLI.hpp>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,12 +28,6 @@ struct CapturedRun {
 };
 CapturedRun run_captured(const std::vector<std::string>& args);
 
-namespace cli {
-struct PlotCommand {
-  CLI::App* app = nullptr;  // the subcommand; run() when app->parsed()
-  std::function<int()> run;
-};
-PlotCommand add_plot_command(CLI::App& app);
-}  // namespace cli
+// `attncheck plot` is registered by add_plot_command (cli/command.hpp), defined in plot.cpp.
 
 }  // namespace attncheck

@@ -7,9 +7,11 @@
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <cstring>
 #include <set>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/json_fields.hpp"
 
 namespace attncheck {
 
@@ -24,6 +26,11 @@ bool valid_name(const char* n) {
     if (!ok) return false;
   }
   return true;
+}
+
+// " is out of range LO..HI": the tail of a range problem's line.
+std::string out_of(int64_t lo, int64_t hi) {
+  return " is out of range " + std::to_string(lo) + ".." + std::to_string(hi);
 }
 
 // A version-1 subject must read the same through either layout: every field they share sits at
@@ -84,6 +91,10 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   auto bad = [&](const std::string& p) { problems.push_back(p); };
   const ac_caps& c = s.caps;
   if (!valid_name(s.name)) bad("name must be non-empty letters, digits, '-', '_', '.'");
+  // A name becomes part of corpus and write-ahead file names, and of every report line.
+  else if (std::strlen(s.name) > AC_MAX_NAME_CHARS)
+    bad("name is " + std::to_string(std::strlen(s.name)) + " characters long, more than " +
+        std::to_string(AC_MAX_NAME_CHARS));
   if (!s.description) bad("description is NULL");
   const uint32_t known_ops = AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV;
   if (c.ops == 0) bad("declares no operation (caps.ops = 0)");
@@ -93,14 +104,27 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   if (c.dtypes == 0) bad("declares no dtype (caps.dtypes = 0)");
   if (c.dtypes & ~known_dtypes) bad("unknown bits in caps.dtypes");
   if (c.memory != AC_MEMORY_HOST && c.memory != AC_MEMORY_CUDA) bad("caps.memory is neither host nor cuda");
+  // The ranges of plugin_abi.h (AC_MAX_*): each bounds what the declaration makes attncheck
+  // allocate or loop over.
   if (c.head_sizes) {
-    if (c.num_head_sizes <= 0) bad("caps.head_sizes given with num_head_sizes <= 0");
-    for (int32_t i = 0; i < c.num_head_sizes; ++i)
-      if (c.head_sizes[i] <= 0) bad("caps.head_sizes holds a size <= 0");
+    // The entries are read only where their count is in range: past it the array may be shorter.
+    if (c.num_head_sizes <= 0 || c.num_head_sizes > AC_MAX_HEAD_SIZES)
+      bad("caps.num_head_sizes " + std::to_string(c.num_head_sizes) + out_of(1, AC_MAX_HEAD_SIZES));
+    else
+      for (int32_t i = 0; i < c.num_head_sizes; ++i)
+        if (c.head_sizes[i] < 1 || c.head_sizes[i] > AC_MAX_HEAD_SIZE)
+          bad("caps.head_sizes[" + std::to_string(i) + "] " + std::to_string(c.head_sizes[i]) +
+              out_of(1, AC_MAX_HEAD_SIZE));
   } else if (c.head_size_min < 1 || c.head_size_max < c.head_size_min) {
     bad("head size range [" + std::to_string(c.head_size_min) + ", " + std::to_string(c.head_size_max) +
         "] is empty or starts below 1");
+  } else if (c.head_size_min > AC_MAX_HEAD_SIZE) {
+    bad("caps.head_size_min " + std::to_string(c.head_size_min) + out_of(1, AC_MAX_HEAD_SIZE));
   }
+  if (c.max_splits < 0 || c.max_splits > AC_MAX_SPLITS)
+    bad("caps.max_splits " + std::to_string(c.max_splits) + out_of(0, AC_MAX_SPLITS));
+  if (c.num_tilings > AC_MAX_TILINGS)
+    bad("caps.num_tilings " + std::to_string(c.num_tilings) + out_of(0, AC_MAX_TILINGS));
   if (c.lse_base != 0 && c.lse_base != 2) bad("caps.lse_base must be 0 (natural) or 2");
   if (c.lse_layout != AC_LSE_HEADS_TOKENS && c.lse_layout != AC_LSE_TOKENS_HEADS)
     bad("caps.lse_layout is not a known layout");
@@ -123,9 +147,12 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
       bad("declares attention/split-KV but no tilings (version 2 may declare none)");
     if (c.num_tilings < 0 || (c.num_tilings > 0 && !c.tilings))
       bad("caps.num_tilings is negative, or positive with tilings NULL");
-    for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i)
+    for (int32_t i = 0; c.tilings && c.num_tilings <= AC_MAX_TILINGS && i < c.num_tilings; ++i)
       if (c.tilings[i].br <= 0 || c.tilings[i].bc <= 0)
         bad("tiling " + std::to_string(i) + " has Br or Bc <= 0");
+      else if (c.tilings[i].br > AC_MAX_TILE || c.tilings[i].bc > AC_MAX_TILE)
+        bad("tiling " + std::to_string(i) + " (" + std::to_string(c.tilings[i].br) + ", " +
+            std::to_string(c.tilings[i].bc) + "): Br or Bc" + out_of(1, AC_MAX_TILE));
   }
   if (c.ops & AC_OP_SPLITKV) {
     if (c.max_splits < 1) bad("declares split-KV but caps.max_splits < 1");
@@ -187,7 +214,8 @@ LoadedPlugin load_plugin(const std::string& path) {
     // Built with append rather than operator+ chains: GCC 12 -Wrestrict misfires on those.
     std::string label;
     if (s.name) {
-      label.append(1, '\'').append(s.name).append(1, '\'');
+      // Cut and escaped: an over-long name must leave room in the line for what is wrong with it.
+      label.append(1, '\'').append(json_fields::printable(s.name, AC_MAX_NAME_CHARS)).append(1, '\'');
     } else {
       label.append("#").append(std::to_string(i));
     }

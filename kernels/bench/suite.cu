@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "attncheck/attention_args.hpp"
 #include "bench/suite.h"
 #include "common/bench_util.cuh"
 #include "fused/fused.h"
@@ -116,25 +117,12 @@ struct Problem {
     }
     check(cudaMemcpy(cu_q.p, cu_q_host.data(), cu_q_host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     check(cudaMemcpy(cu_k.p, cu_k_host.data(), cu_k_host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-    a.dtype = bf16 ? AC_DTYPE_BF16 : AC_DTYPE_F16;
-    a.num_seqs = batch;
-    a.cu_seqlens_q = cu_q.as<int32_t>();
-    a.cu_seqlens_k = cu_k.as<int32_t>();
-    a.cu_seqlens_q_host = cu_q_host.data();
-    a.cu_seqlens_k_host = cu_k_host.data();
-    a.max_seqlen_q = tq;
-    a.max_seqlen_k = tk;
-    a.num_heads = kHeads;
-    a.num_kv_heads = kKvHeads;
-    a.head_size = kD;
-    a.q = q.p;
-    a.k = k.p;
-    a.v = v.p;
-    a.out = o.p;
-    a.lse = lse.as<float>();
-    a.softmax_scale = float(1.0 / std::sqrt(double(kD)));
-    a.causal = causal ? 1 : 0;
-    a.num_splits = 1;
+    a = AttentionArgs(bf16 ? AC_DTYPE_BF16 : AC_DTYPE_F16, kHeads, kKvHeads, kD)
+            .sequences(batch, cu_q.as<int32_t>(), cu_k.as<int32_t>(), cu_q_host.data(), cu_k_host.data())
+            .tensors(q.p, k.p, v.p, o.p, lse.as<float>())
+            .scale(float(1.0 / std::sqrt(double(kD))))
+            .causal(causal)
+            .splits(1, AC_FOLD_LEFT);
     check(cudaDeviceSynchronize(), "preparing inputs");
   }
   static constexpr int kHeads = 32, kKvHeads = 8, kD = 128;

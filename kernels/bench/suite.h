@@ -1,7 +1,7 @@
 // The built-in kernels' benchmark, the measuring half of `attncheck bench` (the harness writes
 // bench.json and gates on a baseline; hopper_bench prints the same rows as text).
 //
-// Shapes are the seed's:
+// Shapes are the Llama-3-8B layer's:
 //   attention  T in {2048, 8192}, 32 query heads over 8 KV heads, d = 128, fp16 and bf16, causal
 //              and not; fused (every tiling) and fused-hopper (every tiling, sm_90a builds).
 //              TFLOP/s of 4 T^2 h d flops (half when causal), against the GEMM ceiling.

@@ -23,10 +23,7 @@ int run_unsplit(const ac_attention_args& a, const FusedOptions& o, LaunchFn fn, 
   if (a.num_seqs > 65535) AC_REFUSE("fused attention: %d sequences exceed the grid (65535)", a.num_seqs);
   const int max_tq = max_seqlen_q_host(a);
 
-  KernelParams p = params_from_args(a);
-  p.lse_base2 = o.lse_base == 2;
-  p.empty_lse = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
-
+  const KernelParams p = unsplit_params(a, o);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   AC_CUDA_TRY(fn(p, max_tq, a.num_seqs, stream));
   if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));

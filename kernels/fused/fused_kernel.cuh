@@ -139,7 +139,46 @@ __device__ __forceinline__ void load_tile(uint16_t* s, const uint16_t* g, int64_
   }
 }
 
+// The sum / the max of x over the quad of lanes that hold one row of an mma fragment (lanes
+// 4 g .. 4 g + 3), each lane's value first.
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x;
+}
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
+
 }  // namespace dev
+
+// One key tile's step of a row's running max m (fused_math.h): m moves to the larger of m and the
+// tile's max (fmaxf), alpha rescales the state to it and off is what the exponent subtracts.
+__device__ __forceinline__ void advance_max(float& m_run, float tile_max, float& alpha, float& off) {
+  const float m_new = fmaxf(m_run, tile_max);
+  alpha = rescale_factor(m_run, m_new);
+  off = exponent_offset(m_new);
+  m_run = m_new;
+}
+
+// The unsplit epilogue's store of one of this thread's rows (token tok of head `head`), shared by
+// fused and fused-hopper: O times inv (1 / l) rounded to the input type, this thread's columns
+// 8 i + 2 t4 and 8 i + 2 t4 + 1 of each group i of 8, which o_pair(i, 0) and o_pair(i, 1) name in
+// the kernel's accumulator; the row's LSE from the quad's first thread. inv and the accumulator
+// are taken by reference, so the kernel's registers are read where its own loop read them.
+template <bool BF16, int D, class OPair>
+__device__ __forceinline__ void store_row(const KernelParams& p, int64_t tok, int head, int t4,
+                                          const float& inv, float m, float l, OPair o_pair) {
+  uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+    *reinterpret_cast<uint32_t*>(po + i * 8 + 2 * t4) =
+        dev::pack2<BF16>(o_pair(i, 0) * inv, o_pair(i, 1) * inv);
+  if (p.lse && t4 == 0)
+    p.lse[int64_t(head) * p.total_q + tok] = final_lse(m, l, p.lse_base2 != 0, p.empty_lse);
+}
 
 // CTAs per SM the register allocator is asked to allow: 3 for the 4-warp tiles with at most 64
 // keys (up to 170 registers), otherwise whatever fits (255).
@@ -284,18 +323,10 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
       }
     }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
+    for (int r = 0; r < 2; ++r) mx[r] = dev::quad_max(mx[r]);
     float alpha[2], off[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m_run[r], mx[r]);
-      alpha[r] = rescale_factor(m_run[r], m_new);
-      off[r] = exponent_offset(m_new);
-      m_run[r] = m_new;
-    }
+    for (int r = 0; r < 2; ++r) advance_max(m_run[r], mx[r], alpha[r], off[r]);
     float tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < BC / 8; ++i) {
@@ -338,14 +369,7 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
   }
 
   // Epilogue: reduce l over the quad, normalise, store.
-  float l_row[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l_row[r] = l;
-  }
+  const float l_row[2] = {dev::quad_sum(l_run[0]), dev::quad_sum(l_run[1])};
   const float inv[2] = {inverse_row_sum(l_row[0]), inverse_row_sum(l_row[1])};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -362,13 +386,8 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
         p.part_lse[(int64_t(split) * p.total_q + tok) * p.num_heads + head] =
             partial_lse2(m_run[r], l_row[r]);
     } else {
-      uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i)
-        *reinterpret_cast<uint32_t*>(po + i * 8 + 2 * t4) =
-            dev::pack2<BF16>(o[i][2 * r] * inv[r], o[i][2 * r + 1] * inv[r]);
-      if (p.lse && t4 == 0)
-        p.lse[int64_t(head) * p.total_q + tok] = final_lse(m_run[r], l_row[r], p.lse_base2 != 0, p.empty_lse);
+      store_row<BF16, D>(p, tok, head, t4, inv[r], m_run[r], l_row[r],
+                         [&](int i, int c) -> const float& { return o[i][2 * r + c]; });
     }
   }
 }
@@ -410,16 +429,14 @@ LaunchFn pick_launch(bool bf16, int head_size, int tiling) {
   return table[size_t(tiling)];
 }
 
-// Host side, shared by every launcher of this mainloop (fused, split-KV, the mutants): the
-// parameters read off the ABI arguments, and the longest query range (the grid's row tiles).
-// Each launcher then sets what is its own: outputs, LSE convention, split workspace.
-inline KernelParams params_from_args(const ac_attention_args& a) {
-  KernelParams p{};
-  p.q = a.q;
-  p.k = a.k;
-  p.v = a.v;
-  p.out = a.out;
-  p.lse = a.lse;
+// Host side. The fields every mainloop's parameters read off the ABI arguments alike (this
+// mainloop's KernelParams, splitkv-packed's PackedParams): tensors, offsets, mask, heads, the
+// total query rows, the scale with log2 e folded in, causality.
+template <class Params>
+void read_common_args(Params& p, const ac_attention_args& a) {
+  p.q = static_cast<decltype(p.q)>(a.q);
+  p.k = static_cast<decltype(p.k)>(a.k);
+  p.v = static_cast<decltype(p.v)>(a.v);
   p.cu_q = a.cu_seqlens_q;
   p.cu_k = a.cu_seqlens_k;
   p.mask = a.mask;
@@ -430,10 +447,28 @@ inline KernelParams params_from_args(const ac_attention_args& a) {
   p.total_q = a.cu_seqlens_q_host[a.num_seqs];
   p.scale_log2 = a.softmax_scale * kLog2e;
   p.causal = a.causal != 0;
+}
+
+// Shared by every launcher of this mainloop (fused, split-KV, the mutants, fused-hopper): the
+// parameters read off the ABI arguments, and the longest query range (the grid's row tiles).
+// Each launcher then sets what is its own: outputs, LSE convention, split workspace.
+inline KernelParams params_from_args(const ac_attention_args& a) {
+  KernelParams p{};
+  read_common_args(p, a);
+  p.out = a.out;
+  p.lse = a.lse;
   p.lse_base2 = 0;
   p.empty_lse = neg_inf_f();
   p.reverse_tiles = a.causal != 0;
   p.num_splits = 1;
+  return p;
+}
+// The unsplit launchers' parameters (fused, its mutants, fused-hopper): o's LSE base and empty-row
+// sentinel.
+inline KernelParams unsplit_params(const ac_attention_args& a, const FusedOptions& o) {
+  KernelParams p = params_from_args(a);
+  p.lse_base2 = o.lse_base == 2;
+  p.empty_lse = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
   return p;
 }
 

@@ -1,12 +1,12 @@
 // Per-element math of the fused attention forward, shared by the CUDA kernel (fused_kernel.cuh)
 // and its host twin (fused_host.cpp), so the two cannot drift apart.
 //
-// What it computes: the seed's online-softmax recurrence for one query row, one key tile at a
+// What it computes: the online-softmax recurrence for one query row, one key tile at a
 // time, in base 2 with log2(e) folded into the softmax scale (what FlashAttention-2 does on the
 // GPU, where exp2 is the native instruction):
 //   x_j   = fp32(dot(q, k_j)) * (softmax_scale * log2 e)      (-inf when key j is masked)
 //   m'    = max(m, max_j x_j)
-//   alpha = 2^(m - m')   but 0 when m = -inf                  (the seed's base-case guard)
+//   alpha = 2^(m - m')   but 0 when m = -inf                  (the base-case guard)
 //   p_j   = 2^(x_j - m'') with m'' = m' unless m' = -inf, then 0, so a fully masked tile gives
 //           p = 0, never 2^(-inf - -inf) = NaN
 //   l'    = alpha l + sum_j p_j         (fp32, the unrounded p, as FlashAttention-2 sums it)

@@ -101,7 +101,7 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // wait that lasts more than kHangNs (a broken pipeline protocol: a phase that never completes)
 // traps, so the launch fails with a device error instead of hanging the test process. The correct
 // kernel spins without the check: the timer read in its waits cost about 10% (measured on the
-// H200: 392 -> 350 TFLOP/s at the seed's shape, tiling (192, 64)).
+// H200: 392 -> 350 TFLOP/s at the Llama-3-8B layer shape, tiling (192, 64)).
 constexpr uint64_t kHangNs = 10ull * 1000 * 1000 * 1000;
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
@@ -439,18 +439,12 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       scale_and_max(std::integral_constant<Visibility, kBounds>{}, Raw{}, n0, mx);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      mx[r] = fused::dev::quad_max(mx[r]);
       if (raw_s) mx[r] = __fmul_rn(mx[r], p.scale_log2);
     }
     float off[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m_run[r], mx[r]);
-      alpha[r] = fused::rescale_factor(m_run[r], m_new);
-      off[r] = fused::exponent_offset(m_new);
-      m_run[r] = m_new;
-    }
+    for (int r = 0; r < 2; ++r) fused::advance_max(m_run[r], mx[r], alpha[r], off[r]);
     float tile_sum[2] = {0.0f, 0.0f};
     const float mul = raw_s ? p.scale_log2 : 1.0f;  // fl(x * 1 - m) = fl(x - m)
 #pragma unroll
@@ -514,29 +508,16 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     dev::mbar_arrive(bar_e(stage_of(n_tiles - 1)));
   }
 
-  // Epilogue (as fused): reduce l over the quad, normalise, store O and LSE.
-  float l_row[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_run[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    l_row[r] = l;
-  }
+  // Epilogue, fused's: reduce l over the quad, normalise, store O and LSE (accumulator element
+  // 4 i + e here is fused's o[i][e]).
+  const float l_row[2] = {fused::dev::quad_sum(l_run[0]), fused::dev::quad_sum(l_run[1])};
   const float inv[2] = {fused::inverse_row_sum(l_row[0]), fused::inverse_row_sum(l_row[1])};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = r == 0 ? row_a : row_b;
     if (row >= tq) continue;
-    const int64_t tok = q0 + row;
-    uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-      *reinterpret_cast<uint32_t*>(po + i * 8 + 2 * t4) =
-          fused::dev::pack2<BF16>(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
-    if (p.lse && t4 == 0)
-      p.lse[int64_t(head) * p.total_q + tok] =
-          fused::final_lse(m_run[r], l_row[r], p.lse_base2 != 0, p.empty_lse);
+    fused::store_row<BF16, D>(p, q0 + row, head, t4, inv[r], m_run[r], l_row[r],
+                              [&](int i, int e) -> const float& { return o[4 * i + 2 * r + e]; });
   }
 #endif
 }

@@ -97,9 +97,7 @@ int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, siz
     if (err && err_len) std::snprintf(err, err_len, "fused-hopper: cuTensorMapEncodeTiled failed");
     return AC_ERR_DEVICE;
   }
-  fused::KernelParams p = fused::params_from_args(a);
-  p.lse_base2 = o.lse_base == 2;
-  p.empty_lse = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
+  const fused::KernelParams p = fused::unsplit_params(a, o);
   static constexpr auto t16_64 = table<false, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});
   static constexpr auto t16_128 = table<false, 128, HM>(std::make_index_sequence<kNumHopperTilings>{});
   static constexpr auto tb_64 = table<true, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});

@@ -202,8 +202,7 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      mx[h] = dev::quad_max(mx[h]);
       if (t4 == 0) smax[warp * kRows + g + 8 * h] = mx[h];
     }
     __syncthreads();
@@ -214,10 +213,7 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
       float m = smax[g + 8 * h];
 #pragma unroll
       for (int w = 1; w < kWarps; ++w) m = fmaxf(m, smax[w * kRows + g + 8 * h]);
-      const float m_new = fmaxf(m_run[h], m);
-      alpha[h] = fused::rescale_factor(m_run[h], m_new);
-      off[h] = fused::exponent_offset(m_new);
-      m_run[h] = m_new;
+      fused::advance_max(m_run[h], m, alpha[h], off[h]);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -256,9 +252,7 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
   float* const sl = so + kWarps * kRows * D;                  // [kWarps][16]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = dev::quad_sum(l_run[h]);
     if (t4 == 0) sl[warp * kRows + g + 8 * h] = l;
     if (t4 == 0 && warp == 0) smax[kWarps * kRows + g + 8 * h] = m_run[h];  // the same in every warp
 #pragma unroll
@@ -320,21 +314,9 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   if (total_q == 0) return AC_OK;
   const int max_tq = fused::max_seqlen_q_host(a);
   PackedParams p{};
-  p.q = static_cast<const uint16_t*>(a.q);
-  p.k = static_cast<const uint16_t*>(a.k);
-  p.v = static_cast<const uint16_t*>(a.v);
-  p.cu_q = a.cu_seqlens_q;
-  p.cu_k = a.cu_seqlens_k;
-  p.mask = a.mask;
-  p.cu_mask = a.cu_mask;
-  p.num_heads = a.num_heads;
-  p.num_kv_heads = a.num_kv_heads;
-  p.group = a.num_heads / a.num_kv_heads;
+  fused::read_common_args(p, a);
   p.br = kSplitKVTilings[a.tiling].br;
   p.num_splits = a.num_splits;
-  p.causal = a.causal != 0;
-  p.total_q = total_q;
-  p.scale_log2 = a.softmax_scale * fused::kLog2e;
   const int tile_tokens = std::min(p.br, max_tq);
   const int tile_rows = tile_tokens * p.group;
   p.chunks_per_tile = (tile_rows + kRows - 1) / kRows;

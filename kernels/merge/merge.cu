@@ -1,4 +1,4 @@
-// CUDA merge of two attention states (the seed's merge section; vLLM merge_attn_states,
+// CUDA merge of two attention states (the LSE merge of two attention states; vLLM merge_attn_states,
 // SGLang merge_state): out[t, h, :] = p_scale * prefix_out[t, h, :] + s_scale * suffix_out[t, h, :].
 //
 // Numerics: the per-(token, head) weights and the per-element fma come from merge_math.h, shared

@@ -1,4 +1,4 @@
-// Launchers of the merge of two attention states (the seed's merge section):
+// Launchers of the merge of two attention states (the LSE merge of two attention states):
 //   out[t, h, :] = p_scale * prefix_out[t, h, :] + s_scale * suffix_out[t, h, :]
 //   p_scale = e^(p_lse - M) / (e^(p_lse - M) + e^(s_lse - M)),  M = max(p_lse, s_lse)
 //   out_lse[t, h] = M + log(e^(p_lse - M) + e^(s_lse - M))

@@ -1,7 +1,7 @@
 // Per-element math of the attention-state merge, shared by the CUDA kernel (merge.cu) and its
 // host twin (merge_host.cpp), so the two cannot drift apart.
 //
-// What it computes (the seed's merge section, vLLM / SGLang arithmetic):
+// What it computes (the LSE merge of two attention states, vLLM / SGLang arithmetic):
 //   M = max(p_lse, s_lse); p_se = e^(p_lse - M); s_se = e^(s_lse - M); out_se = p_se + s_se
 //   p_scale = p_se / out_se; s_scale = s_se / out_se          (scale first ...)
 //   out = fma(p, p_scale, s * s_scale)                         (... then multiply)

@@ -3,8 +3,8 @@
 //
 // Each part s of the key range leaves a partial state: O_s = O~_s / l_s (fp32, 0 for an empty
 // part) and its base-2 LSE_s = m_s + log2 l_s (-inf for an empty part). Two states merge as in
-// the seed's merge section, in base 2, scale first and multiply afterwards (a convex combination,
-// no unbounded intermediate), with the both-empty guard:
+// the LSE merge of two attention states, in base 2, scale first and multiply afterwards (a convex
+// combination, no unbounded intermediate), with the both-empty guard:
 //   M = max(LSE_a, LSE_b);  M = -inf: O = 0, LSE = -inf (never -inf - -inf = NaN)
 //   w_a = 2^(LSE_a - M), w_b = 2^(LSE_b - M), s = w_a + w_b
 //   O = O_a (w_a / s) + O_b (w_b / s),  LSE = M + log2 s

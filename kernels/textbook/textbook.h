@@ -2,7 +2,7 @@
 //   S = softmax_scale * Q K^T   (fp32, or the input dtype)       [heads, T_q, T_k] per sequence
 //   P = softmax(S)              (safe, or naive), input dtype    [heads, T_q, T_k] per sequence
 //   O = P V                     (fp32 accumulation), input dtype; LSE fp32, natural log
-// the slow baseline of the seed chapter, and the only kernel allowed memory ~ T_q x T_k.
+// the slow baseline of the Background chapter, and the only kernel allowed memory ~ T_q x T_k.
 // Arguments are the plugin ABI's ac_attention_args (GQA, bottom-right causal, varlen, mask).
 // Return AC_OK, AC_ERR_UNSUPPORTED (refused before launch, reason in err) or AC_ERR_DEVICE.
 #pragma once

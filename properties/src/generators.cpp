@@ -83,7 +83,7 @@ rc::Gen<std::vector<double>> normal_logits(int n) {
 }
 
 rc::Gen<std::vector<double>> late_outlier_logits(int n) {
-  // The seed's case: sigma 3 logits with +40 at index 4000 of 8192, scaled to the row length, so the
+  // The late-outlier case: sigma 3 logits with +40 at index 4000 of 8192, scaled to the row length, so the
   // running max jumps by ~30 after many blocks.
   return g::exec([n] {
     std::vector<double> x(static_cast<size_t>(n));
@@ -552,7 +552,7 @@ AttentionInput realistic_format(const Domain& dom) {
   return a;
 }
 
-// The seed's layer: Llama-3-8B's 32 query heads over 8 KV heads (32 over 32 without GQA), d = 128
+// The Llama-3-8B layer: Llama-3-8B's 32 query heads over 8 KV heads (32 over 32 without GQA), d = 128
 // (else the largest size the subject takes), one sequence of dom.layer_tokens queries and keys,
 // causal or not, logits of standard deviation 1 or 3 after the 1/sqrt(d) scale. Its values come
 // from one drawn seed (uniform_fill); a failure is cut down by the structural shrinker (shrink.cpp).

@@ -1,6 +1,7 @@
 // Shared internals of properties/: bit conversions, a subject's declared conventions, and the
-// element-by-element judgement of an output against the exact reference (measure.cpp). Every
-// property is a rule over a Judgement; replay prints its worst elements.
+// element-by-element judgement of an output against the exact reference (measuring an element:
+// measure.cpp; the judges: judge_attention.cpp, judge_merge.cpp, judge_softmax.cpp; statistics:
+// stats.cpp). Every property is a rule over a Judgement; replay prints its worst elements.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -69,7 +70,7 @@ struct Elem {
   double allowed = 0;  // the budget in absolute terms
   bool within = true;  // meets the budget (or the expected non-finite value)
   // The exact path's allowance lies in [allowed_lo, allowed_hi]: equal to `allowed` when the element
-  // was judged exactly; an interval when it was judged by the fast path (measure.cpp), whose
+  // was judged exactly; an interval when it was judged by the fast path (judge_attention.cpp), whose
   // allowance depends on an LSE it knows only to within its bound. `allowed` is then allowed_lo.
   double allowed_lo = 0, allowed_hi = 0;
   // Judged by the certified fast path: `exact` holds its fp64 approximation and `inputs` is empty
@@ -79,6 +80,18 @@ struct Elem {
   // a power of two (the error is then near zero in either binade's ulp, and `ulp` is right).
   bool binade_known = true;
 };
+
+// The measuring the judges share (measure.cpp).
+inline double to_d(const Real& x) { return x.convert_to<double>(); }
+// Fills the measured fields of an element whose stored output is `bits` in `d`: its error against
+// e.exact in ulps of the format, in ulps of `scale_ulp_of` (cancel), and against `allowed`.
+void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, double allowed);
+// The same for an LSE output `y` (fp32), its cancel unit the fp32 ulp scaled to max(1, |exact|).
+void measure_lse(Elem& e, float y, double allowed);
+// "O[token=t,head=h,d=c]"; without ",d=" when c < 0 (an LSE).
+std::string where_th(const char* what, int64_t t, int64_t h, int64_t c);
+// One O element of an attention or merge row, before it is measured.
+Elem o_elem(int64_t row, int64_t t, int64_t h, int64_t c, const Real& exact);
 
 struct RowInfo {
   bool empty = false;      // no visible key / all -inf / both merge states empty
@@ -116,7 +129,7 @@ void apply_declared_contracts(Judgement&, const Conventions&);
 
 // Which reference judges attention rows. `fast`: the certified fp64 path (reference/fast.hpp), each
 // row escalated to the exact path unless every verdict of the row is certain (the argument is at
-// judge_attention in measure.cpp); the Judgement's verdicts are identical to `exact`'s. `exact`:
+// judge_attention.cpp); the Judgement's verdicts are identical to `exact`'s. `exact`:
 // every row through exact_attention_row (MPFR), as a comparison. The process default is `fast`,
 // or `exact` when the environment variable ATTNCHECK_JUDGE is "exact".
 enum class JudgePath { fast, exact };

@@ -15,8 +15,9 @@
 #include <limits>
 #include <random>
 
-#include "attncheck/hash.hpp"
 #include "attncheck/reference/format.hpp"
+#include "attncheck/seed.hpp"
+#include "split_options.hpp"
 
 namespace attncheck {
 
@@ -297,12 +298,8 @@ bool attention_case(Rng& r, const Style& st, Subject& s, bool splitkv, Compared&
   in.k = randn_bits(r, in.dtype, size_t(tk) * size_t(hkv) * size_t(d));
   in.v = randn_bits(r, in.dtype, size_t(tk) * size_t(hkv) * size_t(d));
   AttentionOptions opt;
-  if (splitkv) {
-    std::vector<int> ns;
-    for (int n : st.splits)
-      if (n <= caps.max_splits) ns.push_back(n);
-    opt.num_splits = ns.empty() ? 1 : ns[size_t(uniform(r, 0, int(ns.size()) - 1))];
-  }
+  if (splitkv)
+    opt.num_splits = detail::draw_num_splits(caps, st.splits, [&](int n) { return uniform(r, 0, n - 1); });
   const AttentionOutput out = s.attention(in, opt);
   c.dtype = in.dtype;
   c.attention = true;
@@ -392,9 +389,8 @@ PeerResult run_peer_oracle(PeerOracle o, Subject& s, uint64_t seed, int num_case
     res.applicable = false;
     return res;
   }
-  // One stream per (oracle, subject's correct-or-mutant-independent op): the same inputs for a
-  // mutant and its correct twin, so their verdicts compare like for like.
-  Rng rng(seed * hash::kGoldenGamma + uint64_t(o) * 1000003u + op);
+  // One stream per (oracle, operation), the same for a mutant and its correct twin (peer_seed).
+  Rng rng(peer_seed(seed, uint64_t(o), op));
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,6 +1,6 @@
 // Chunked-prefill NaN reproduction: a batch of requests through the cascade.
 //
-// Model (vLLM's chunked prefill with a chunked cached context, the path of the seed's NaN report):
+// Model (vLLM's chunked prefill with a chunked cached context, the path of the chunked-prefill NaN report):
 // for each request and each chunk of its new tokens,
 //   prefix   attention of the chunk's queries over each context chunk of the batch, non-causal. The
 //            batch walks ceil(max cached prefix / chunk_size) context chunks; a request whose prefix

@@ -9,7 +9,7 @@
 //   - after a crash (device fault) the remaining evaluations pass without launching, so the crash
 //     case itself is kept rather than shrunk on a dead device;
 //   - cases are counted only before the first failure, so stats describe the random stream.
-// The cases of (seed, shard, property, subject) come from case_seed (seed.hpp) and nothing else.
+// The cases of (seed, property, subject) come from case_seed (seed.hpp) and nothing else.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,6 +23,7 @@
 #include "property.hpp"
 #include "rc_adapter.hpp"
 #include "shrink.hpp"
+#include "split_options.hpp"
 
 namespace attncheck {
 
@@ -218,22 +219,14 @@ rc::Gen<Case> case_gen(const Ctx& ctx, const gen::Domain& dom, const Property& p
     if (op != AC_OP_MERGE && op != AC_OP_SOFTMAX) {
       if (caps.num_tilings > 1) c.options.tiling = *rc::gen::inRange(0, caps.num_tilings);
       if (op == AC_OP_SPLITKV && prop.draws_split_options()) {
-        c.options.num_splits = *rc::gen::inRange(1, std::max(1, caps.max_splits) + 1);
-        std::vector<ac_fold> folds;
-        for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE})
-          if (caps.fold_orders & AC_FOLD_BIT(f)) folds.push_back(f);
+        c.options.num_splits =
+            draw_num_splits(caps, split_counts(caps), [](int n) { return *rc::gen::inRange(0, n); });
+        const std::vector<ac_fold> folds = folds_in(caps.fold_orders);
         if (!folds.empty()) c.options.fold_order = *rc::gen::elementOf(folds);
       }
     }
     return c;
   });
-}
-
-std::string safe(const std::string& s) {
-  std::string out;
-  for (char ch : s)
-    out.push_back(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ? ch : '_');
-  return out;
 }
 
 }  // namespace
@@ -269,10 +262,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   TimedSubject timed(subject, thread_time_split().subject);
   Ctx ctx{timed, cfg, conventions_of(subject), default_budget(op, AC_DTYPE_F32), "", name, {}, {}, true};
   if (!cfg.corpus_dir.empty() && (cfg.write_ahead || subject.caps().memory == AC_MEMORY_CUDA))
-    ctx.write_ahead_path =
-        (std::filesystem::path(cfg.corpus_dir) /
-         ("inflight-" + safe(subject.name()) + "-" + name + "-" + std::to_string(cfg.shard_index) + ".json"))
-            .string();
+    ctx.write_ahead_path = write_ahead_path(cfg.corpus_dir, subject.name(), name);
   const rc::Gen<Case> gen = case_gen(ctx, dom, *prop, op);
   const int max_cases = prop->info().max_cases;
   const int num_cases = std::max(1, max_cases > 0 ? std::min(cfg.num_cases, max_cases) : cfg.num_cases);
@@ -281,6 +271,10 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   Outcome last_outcome;
   bool crashed = false, cancelled = false;
   int supported = 0;
+  // The subject's own refusals (AC_ERR_UNSUPPORTED, a worker's "unsupported"), apart from the
+  // reference's: a subject that refuses every case it declared it serves never passes.
+  int refused = 0;
+  std::string last_refusal;
 
   // A shrink candidate that returns without failing is rejected; once the time bound has passed
   // (or on cancel) every candidate returns at once, so RapidCheck ends with the smallest failing
@@ -300,6 +294,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     } catch (const SubjectError& e) {
       if (e.kind == SubjectError::Kind::unsupported) {
         why = std::string("unsupported: ") + e.what();
+        ++refused;
+        last_refusal = e.what();
         return std::nullopt;
       }
       crashed = true;
@@ -366,7 +362,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   };
 
   RapidCheckRun run;
-  run.seed = case_seed(cfg.seed, cfg.shard_index, cfg.shard_count, name, subject.name());
+  run.seed = case_seed(cfg.seed, name, subject.name());
   run.max_success = num_cases;
   run.max_size = std::min(100, std::max(0, cfg.max_size));
   // Attention and split-KV cases are shrunk by their structure (shrink.hpp), after RapidCheck has
@@ -434,17 +430,25 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
         res.message += " (could not write the corpus file: " + std::string(e.what()) + ")";
       }
     }
-    res.reproduce_command = file.empty() ? "attncheck check --subject " + subject.name() + " --property " +
-                                               name + " --seed " + std::to_string(cfg.seed) + " --shard " +
-                                               std::to_string(cfg.shard_index) + "/" +
-                                               std::to_string(cfg.shard_count) + stream_flags(cfg)
-                                         : "attncheck replay " + file + " --subject " + subject.name();
+    res.reproduce_command =
+        file.empty() ? check_command(cfg.reproduce, subject.name(), name, cfg.seed, stream_flags(cfg))
+                     : replay_command(cfg.reproduce, file, subject.name());
   } else if (result.kind == RapidCheckResult::Kind::failed || result.kind == RapidCheckResult::Kind::error) {
     // A failure that left no case behind (something outside the check threw): never a pass.
     res.status = PropertyResult::Status::crashed;
     res.failures = 1;
     res.failure_class = "internal";
     res.message = "the property stopped without a judged case: " + result.description;
+  } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported && refused > 0 && !cancelled) {
+    // Every case was drawn from the subject's own declaration (ops, dtypes, head sizes, tilings)
+    // and it refused each one: what it declares is not what it serves, and nothing was judged.
+    // Not applicable would let such a subject pass a gate; it is a failure of the subject (exit 1,
+    // "a property failed"), not a crash (it answered every call) nor an input error.
+    res.status = PropertyResult::Status::failed;
+    res.failures = 1;
+    res.failure_class = "refused_every_case";
+    res.message = "the subject refused all " + std::to_string(refused) +
+                  " cases drawn from its declared capabilities; last refusal: " + last_refusal;
   } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported) {
     res.status = PropertyResult::Status::not_applicable;
     res.message = result.description;
@@ -470,10 +474,11 @@ std::string stream_flags(const RunConfig& cfg) {
   return f;
 }
 
-ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path) {
+ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path,
+                         const ReproduceContext& reproduce) {
   ReplayResult r;
-  r.reproduce_command = "attncheck replay " + (file_path.empty() ? std::string("FILE") : file_path) +
-                        " --subject " + subject.name();
+  r.reproduce_command =
+      replay_command(reproduce, file_path.empty() ? std::string("FILE") : file_path, subject.name());
   uint32_t op = op_from_name(c.op);
   if (op == AC_OP_ATTENTION && !subject.has_op(op) && subject.has_op(AC_OP_SPLITKV)) op = AC_OP_SPLITKV;
   if (op == AC_OP_SPLITKV && !subject.has_op(op) && subject.has_op(AC_OP_ATTENTION)) op = AC_OP_ATTENTION;
@@ -542,7 +547,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
   const rc::Gen<AttentionInput> g = gen::attention_input(dom);
   std::vector<AttentionInput> inputs;
   // The tiling report draws its own stream: case_seed with "tiling" in the property's place.
-  const rc::Random base(case_seed(cfg.seed, cfg.shard_index, cfg.shard_count, "tiling", subject.name()));
+  const rc::Random base(case_seed(cfg.seed, "tiling", subject.name()));
   rc::Random random = base;
   for (int i = 0; i < std::max(1, cfg.num_cases); ++i) {
     rc::Random here = random.split();
@@ -558,10 +563,8 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
       configs.push_back({t, 1, AC_FOLD_LEFT});
       continue;
     }
-    for (int n = 1; n <= std::max(1, caps.max_splits); ++n)
-      for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE})
-        if ((caps.fold_orders & AC_FOLD_BIT(f)) || (caps.fold_orders == 0 && f == AC_FOLD_LEFT))
-          configs.push_back({t, n, f});
+    for (int n : split_counts(caps))
+      for (ac_fold f : tried_folds(caps)) configs.push_back({t, n, f});
   }
   const Conventions cv = conventions_of(subject);
   // Inputs outside, configurations inside: each input's reference side is computed once and freed
@@ -592,10 +595,7 @@ std::vector<TilingRow> tiling_report(Subject& subject, const RunConfig& cfg) {
         row.bc = caps.tilings[cf.tiling].bc;
       }
       row.num_splits = cf.splits;
-      row.fold = split ? (cf.fold == AC_FOLD_LEFT    ? "left"
-                          : cf.fold == AC_FOLD_RIGHT ? "right"
-                                                     : "tree")
-                       : "";
+      row.fold = split ? fold_name(cf.fold) : "";
       row.stats = s;
       rows.push_back(row);
     }

@@ -1,5 +1,5 @@
 // The property interface. A property is one object in one file under props/: its PropertyInfo
-// (name, description, seed chapter sections, ops, suite), which subjects it applies to beyond
+// (name, description, Background sections, ops, suite), which subjects it applies to beyond
 // having one of its ops, the generator of its cases, its check and its replay. The file registers
 // the object once with AC_REGISTER_PROPERTY; the runner (properties.cpp) knows only this interface.
 // The rules several properties share (rule_accuracy, rule_empty, rule_overflow, rule_lse) are in

@@ -1,6 +1,6 @@
 // The rules several properties share, and the helpers every check uses. A rule reads a Judgement
-// (measure.cpp) and records the first failure in an Outcome; the tolerances it uses are in
-// budgets.cpp.
+// (the judge_*.cpp files) and records the first failure in an Outcome; the tolerances it uses are
+// in budgets.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

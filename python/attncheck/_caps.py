@@ -3,6 +3,10 @@
 validate_caps() rejects anything the harness would reject, with one clear message, at
 registration time rather than at the first call."""
 
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Sequence, Tuple, cast
+
 OPS = ("merge", "softmax", "attention", "splitkv")
 DTYPES = ("fp32", "fp16", "bf16")
 MEMORY = ("host", "cuda")
@@ -13,11 +17,23 @@ FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_in
 FOLDS = ("left", "right", "tree")
 
 
+# The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
+# refuses a subject outside them at the handshake; checked here so the user hears it at
+# registration.
+MAX_NAME_CHARS = 64
+MAX_HEAD_SIZE = 1024
+MAX_HEAD_SIZES = 64
+MAX_TILINGS = 64
+MAX_TILE = 1024
+MAX_SPLITS = 1024
+INT32_MAX = 2**31 - 1
+
+
 class CapsError(ValueError):
     """A subject declared capabilities the harness would refuse."""
 
 
-def _words(name, field, value, known):
+def _words(name: Optional[str], field: str, value: Any, known: Sequence[str]) -> Tuple[str, ...]:
     if isinstance(value, str):
         value = (value,)
     try:
@@ -27,14 +43,16 @@ def _words(name, field, value, known):
     for w in value:
         if w not in known:
             raise CapsError(f"subject {name!r}: unknown word {w!r} in {field!r} (known: {', '.join(known)})")
-    return value
+    return cast(Tuple[str, ...], value)
 
 
-def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_size_range=None, lse_base="e",
-                  lse_layout="heads_tokens", empty_lse="-inf", features=(), tilings=(), max_splits=0,
-                  fold_orders=(), description="", refuses_zero_keys=False, flushes_subnormals=False,
-                  nondeterministic=False):
-    """Returns the handshake dictionary of one subject (protocol 2), or raises CapsError naming the
+def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "host",
+                  head_sizes: Optional[Sequence[int]] = None, head_size_range: Optional[Tuple[int, int]] = None,
+                  lse_base: str = "e", lse_layout: str = "heads_tokens", empty_lse: str = "-inf", features: Any = (),
+                  tilings: Sequence[Tuple[int, int]] = (), max_splits: int = 0, fold_orders: Any = (),
+                  description: str = "", refuses_zero_keys: bool = False, flushes_subnormals: bool = False,
+                  nondeterministic: bool = False) -> Dict[str, Any]:
+    """Returns the handshake dictionary of one subject (protocol 2 and 3), or raises CapsError naming the
     problem.
 
     refuses_zero_keys: the subject cannot be called with a sequence of 0 keys; attncheck never does.
@@ -45,6 +63,8 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
     tilings: may be empty for attention / splitkv (a black-box kernel picks its own)."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
         raise CapsError(f"subject name {name!r} must be non-empty letters, digits, '-', '_', '.'")
+    if len(name) > MAX_NAME_CHARS:
+        raise CapsError(f"subject name {name[:20]!r}... is {len(name)} characters long, more than {MAX_NAME_CHARS}")
     ops = _words(name, "ops", ops, OPS)
     dtypes = _words(name, "dtypes", dtypes, DTYPES)
     features = _words(name, "features", features, FEATURES)
@@ -75,11 +95,19 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
         hs = [int(h) for h in head_sizes]
         if not hs or any(h <= 0 for h in hs):
             raise CapsError(f"subject {name!r}: head_sizes must be a non-empty list of positive sizes")
+        if len(hs) > MAX_HEAD_SIZES:
+            raise CapsError(f"subject {name!r}: head_sizes holds {len(hs)} sizes, more than {MAX_HEAD_SIZES}")
+        for h in hs:
+            if h > MAX_HEAD_SIZE:
+                raise CapsError(f"subject {name!r}: head size {h} is out of range 1..{MAX_HEAD_SIZE}")
         d["head_sizes"] = hs
     else:
         lo, hi = head_size_range if head_size_range is not None else (1, 512)
         if int(lo) < 1 or int(hi) < int(lo):
             raise CapsError(f"subject {name!r}: head_size_range ({lo}, {hi}) is empty or starts below 1")
+        if int(lo) > MAX_HEAD_SIZE or int(hi) > INT32_MAX:
+            raise CapsError(f"subject {name!r}: head_size_range ({lo}, {hi}) is out of range: the minimum "
+                            f"1..{MAX_HEAD_SIZE}, the maximum up to {INT32_MAX}")
         d["head_size_min"], d["head_size_max"] = int(lo), int(hi)
     tl = []
     for t in tilings:
@@ -89,7 +117,11 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
             raise CapsError(f"subject {name!r}: tilings must be (br, bc) pairs, got {t!r}") from None
         if br <= 0 or bc <= 0:
             raise CapsError(f"subject {name!r}: tiling {t!r} has Br or Bc <= 0")
+        if br > MAX_TILE or bc > MAX_TILE:
+            raise CapsError(f"subject {name!r}: tiling {t!r}: Br or Bc is out of range 1..{MAX_TILE}")
         tl.append([br, bc])
+    if len(tl) > MAX_TILINGS:
+        raise CapsError(f"subject {name!r}: {len(tl)} tilings, more than {MAX_TILINGS}")
     # Empty for a black-box kernel: protocol 2 lets attention subjects declare no tilings.
     d["tilings"] = tl
     if "splitkv" in ops:
@@ -97,6 +129,8 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
             raise CapsError(f"subject {name!r} declares splitkv but max_splits < 1")
         if not fold_orders:
             raise CapsError(f"subject {name!r} declares splitkv but no fold_orders")
+    if not 0 <= int(max_splits) <= MAX_SPLITS:
+        raise CapsError(f"subject {name!r}: max_splits {max_splits} is out of range 0..{MAX_SPLITS}")
     d["max_splits"] = int(max_splits)
     d["fold_orders"] = list(fold_orders)
     return d
@@ -106,7 +140,7 @@ def validate_caps(name, *, ops, dtypes, memory="host", head_sizes=None, head_siz
 V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals", "nondeterministic")
 
 
-def as_protocol_1(d):
+def as_protocol_1(d: Dict[str, Any]) -> Dict[str, Any]:
     """The declaration for an attncheck that speaks only protocol 1, or CapsError when the subject
     relies on something version 1 cannot say (its result would be judged by the wrong rules)."""
     needs = [f for f in V2_FIELDS if d.get(f)]

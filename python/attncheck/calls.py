@@ -5,21 +5,38 @@ subjects. fp16 is numpy float16; numpy has no bfloat16, so bf16 host arrays are 
 patterns (see attncheck.bf16_to_float32 / float32_to_bf16); torch gets torch.bfloat16.
 
 Every call carries case_id and property, so a subject's logs can be matched to the report."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, cast
+
+if TYPE_CHECKING:
+    from .subject import Subject
+
+# An input array as the subject receives it: a numpy array (memory="host") or a torch / CuPy
+# tensor (memory="cuda").
+Array = Any
 
 
 class _Call:
-    op = None
+    op: Optional[str] = None
+    request: Dict[str, Any]
+    subject: str
+    case_id: str
+    property: str
+    dtype: str
+    lse_layout: str
+    lse_base: str
 
-    def __init__(self, request, subject):
+    def __init__(self, request: Dict[str, Any], subject: Subject) -> None:
         self.request = request
-        self.subject = subject.name
+        self.subject = cast(str, subject.name)  # validated when the subject was created
         self.case_id = request.get("case_id", "")
         self.property = request.get("property", "")
         self.dtype = request["dtype"]
         self.lse_layout = subject.declaration["lse_layout"]
         self.lse_base = subject.declaration["lse_base"]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.subject} {self.dtype} case {self.case_id}>"
 
 
@@ -29,11 +46,21 @@ class MergeCall(_Call):
     the declared layout ([num_heads, num_tokens] or [num_tokens, num_heads]) and base. Return
     (out, lse) of the same shapes."""
     op = "merge"
+    num_tokens: int
+    num_heads: int
+    head_size: int
+    prefix_out: Array
+    prefix_lse: Array
+    suffix_out: Array
+    suffix_lse: Array
 
 
 class SoftmaxCall(_Call):
     """y = softmax(x) per row; x: [rows, cols]. Return y of the same shape and dtype."""
     op = "softmax"
+    rows: int
+    cols: int
+    x: Array
 
 
 class AttentionCall(_Call):
@@ -45,4 +72,25 @@ class AttentionCall(_Call):
     None when the subject declares no tilings;
     num_splits and fold_order for split-KV. Return out, or (out, lse) when the subject declares
     the "lse" feature (lse fp32 in the declared layout, [num_heads, total_q] or [total_q, num_heads])."""
-    op = "attention"
+    op = "attention"  # or "splitkv"
+    num_seqs: int
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    max_seqlen_q: int
+    max_seqlen_k: int
+    causal: bool
+    softmax_scale: float
+    num_splits: int
+    fold_order: str  # "left" | "right" | "tree"
+    tiling: Optional[Tuple[int, Optional[int], Optional[int]]]
+    cu_seqlens_q: Array
+    cu_seqlens_k: Array
+    cu_mask: Optional[Array]
+    cu_seqlens_q_host: List[int]
+    cu_seqlens_k_host: List[int]
+    cu_mask_host: Optional[List[int]]
+    q: Array
+    k: Array
+    v: Array
+    mask: Optional[Array]

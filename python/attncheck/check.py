@@ -13,6 +13,8 @@ message, the shrunk case's size and corpus file, the worst elements (from `attnc
 the command that reproduces it. Each call writes its own report directory, so pytest-xdist
 workers and -k selections never share one.
 """
+from __future__ import annotations
+
 import json
 import os
 import shlex
@@ -20,20 +22,29 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any, Dict, List, Optional, Sequence, Union, cast
 
 from .subject import Subject
+
+# What check() runs: a Subject (or a list of them) defined at module level, or a "module:object" /
+# "file.py:object" spec.
+SubjectSpec = Union[Subject, Sequence[Subject], str, Any]
 
 
 class AttncheckFailure(AssertionError):
     """attncheck found a failing property, a crash or a hang (its report says which)."""
 
-    def __init__(self, message, result):
+    def __init__(self, message: str, result: CheckResult) -> None:
         super().__init__(message)
         self.result = result
 
 
 class CheckResult:
-    def __init__(self, exit_code, report_dir, report, stdout, stderr, command):
+    """One run of the binary: its exit code, report directory and parsed report.json (None when
+    it wrote none), its output, and the command line."""
+
+    def __init__(self, exit_code: int, report_dir: str, report: Optional[Dict[str, Any]], stdout: str, stderr: str,
+                 command: str) -> None:
         self.exit_code = exit_code
         self.report_dir = report_dir
         self.report = report
@@ -42,22 +53,22 @@ class CheckResult:
         self.command = command
 
     @property
-    def results(self):
+    def results(self) -> List[Dict[str, Any]]:
         return (self.report or {}).get("results", [])
 
     @property
-    def failures(self):
+    def failures(self) -> List[Dict[str, Any]]:
         return [r for r in self.results if r.get("status") in ("failed", "crashed")]
 
 
-def find_binary():
+def find_binary() -> str:
     b = os.environ.get("ATTNCHECK_BIN") or shutil.which("attncheck")
     if not b:
         raise FileNotFoundError("attncheck binary not found: set ATTNCHECK_BIN or put attncheck on PATH")
     return b
 
 
-def _spec_of(obj):
+def _spec_of(obj: SubjectSpec) -> str:
     if isinstance(obj, str):
         return obj
     mod = sys.modules.get(getattr(obj, "__module__", None) or "")
@@ -67,24 +78,27 @@ def _spec_of(obj):
         raise TypeError(f"{obj!r}: cannot find the module that defines it; pass 'module:object' or 'file.py:object'")
     for name, value in vars(mod).items():
         if value is obj:
-            return f"{os.path.abspath(mod.__file__)}:{name}"
+            return f"{os.path.abspath(cast(str, mod.__file__))}:{name}"
     raise TypeError(f"{obj!r} is not a module-level name of {mod.__file__}; pass 'module:object' or 'file.py:object'")
 
 
-def worker_command(spec, python=None):
+def worker_command(spec: str, python: Optional[str] = None) -> str:
     return f"{shlex.quote(python or sys.executable)} -m attncheck.worker {shlex.quote(spec)}"
 
 
-def _subject_names(obj):
+def _subject_names(obj: SubjectSpec) -> List[str]:
+    # Names of created subjects: validated strings.
     if isinstance(obj, Subject):
-        return [obj.name]
+        return [cast(str, obj.name)]
     if isinstance(obj, (list, tuple)) and all(isinstance(s, Subject) for s in obj):
-        return [s.name for s in obj]
+        return [cast(str, s.name) for s in obj]
     return []
 
 
-def check(subject_or_callable, properties=None, cases=100, seed=1, *, suite=None, report_dir=None, call_timeout=None,
-          max_keys=None, extra_args=(), binary=None, python=None, raise_on_failure=True):
+def check(subject_or_callable: SubjectSpec, properties: Union[str, Sequence[str], None] = None, cases: int = 100,
+          seed: int = 1, *, suite: Optional[str] = None, report_dir: Union[str, os.PathLike[str], None] = None,
+          call_timeout: Optional[float] = None, max_keys: Optional[int] = None, extra_args: Sequence[str] = (),
+          binary: Optional[str] = None, python: Optional[str] = None, raise_on_failure: bool = True) -> CheckResult:
     """Runs `attncheck check --worker ...` on the subject; returns a CheckResult, or raises
     AttncheckFailure when attncheck exits non-zero."""
     __tracebackhide__ = True  # noqa: F841 (pytest: the traceback ends at the caller's line)
@@ -127,7 +141,7 @@ def check(subject_or_callable, properties=None, cases=100, seed=1, *, suite=None
     return result
 
 
-def _summary(result, binary, worker, env):
+def _summary(result: CheckResult, binary: str, worker: str, env: Dict[str, str]) -> str:
     if result.report is None:
         # attncheck stopped before any work (a usage error: exit 2): its one line is the message.
         err = result.stderr.strip().splitlines()

@@ -1,16 +1,23 @@
 """bf16 on numpy (which has no bfloat16): bit patterns as uint16, converted exactly to float32 and
 back with one round-to-nearest-even (NaN kept quiet), the rounding a bf16 kernel's store does."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, cast
+
 import numpy as np
 
-NUMPY_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+NUMPY_DTYPES: Dict[str, Any] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 
 
-def bf16_to_float32(bits):
+def bf16_to_float32(bits: Any) -> NDArray[Any]:
     """uint16 bf16 bit patterns -> float32 values (exact)."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def float32_to_bf16(x):
+def float32_to_bf16(x: Any) -> NDArray[Any]:
     """float32 values -> uint16 bf16 bit patterns, rounded to nearest even."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
@@ -18,12 +25,12 @@ def float32_to_bf16(x):
     return np.where(nan, ((u >> 16) | np.uint32(0x40)).astype(np.uint16), rounded)
 
 
-def to_float32(a, dtype):
+def to_float32(a: Any, dtype: str) -> NDArray[Any]:
     """Any host input of the given protocol dtype as float32 values."""
     return bf16_to_float32(a) if dtype == "bf16" else np.asarray(a, dtype=np.float32)
 
 
-def float64_to_bf16(x):
+def float64_to_bf16(x: Any) -> NDArray[Any]:
     """float64 values -> uint16 bf16 bit patterns with one rounding (to nearest even), computed in
     float64 where every step below is exact: the quantum of the value's bf16 binade is a power of
     two (2^-133 at the least, for subnormals), rint rounds to nearest even."""
@@ -38,9 +45,9 @@ def float64_to_bf16(x):
     return float32_to_bf16(r.astype(np.float32))
 
 
-def from_float(x, dtype):
+def from_float(x: Any, dtype: str) -> NDArray[Any]:
     """float32 / float64 values -> the storage array of a protocol dtype, with one rounding."""
     x = np.asarray(x)
     if dtype == "bf16":
         return float64_to_bf16(x) if x.dtype == np.float64 else float32_to_bf16(x)
-    return x.astype(NUMPY_DTYPES[dtype])
+    return cast("NDArray[Any]", x.astype(NUMPY_DTYPES[dtype]))

@@ -10,10 +10,19 @@ torch.nn.functional.scaled_dot_product_attention's is_causal=True is top-left al
 sees keys 0 .. t) and its boolean attn_mask is True = take part; FlashAttention >= 2.1 is
 bottom-right. These helpers build the mask a library needs from attncheck's call.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Tuple, cast
+
 import numpy as np
 
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
-def causal_mask(tq, tk, align="bottom_right"):
+    from .calls import AttentionCall
+
+
+def causal_mask(tq: int, tk: int, align: str = "bottom_right") -> NDArray[np.bool_]:
     """[tq, tk] boolean, True = visible. bottom_right: query t sees keys 0 .. t + tk - tq
     (attncheck, FlashAttention >= 2.1, chunked prefill); top_left: keys 0 .. t (torch SDPA's
     is_causal=True, FlashAttention < 2.1). They agree only when tq == tk."""
@@ -25,7 +34,7 @@ def causal_mask(tq, tk, align="bottom_right"):
     return j <= t + offset
 
 
-def mask_to_bias(mask, dtype=np.float32):
+def mask_to_bias(mask: Any, dtype: Any = np.float32) -> NDArray[Any]:
     """Boolean visibility (True = visible) -> additive bias: 0 where visible, -inf where not.
     -inf, never a large finite negative: a finite sentinel such as -1e4 or finfo.min leaks weight
     into rows whose every key is masked (they then average V instead of being empty) and can
@@ -34,7 +43,7 @@ def mask_to_bias(mask, dtype=np.float32):
     return np.where(mask, np.zeros((), dtype), np.array(-np.inf, dtype))
 
 
-def expand_kv_heads(kv, num_heads):
+def expand_kv_heads(kv: Any, num_heads: int) -> Any:
     """[tokens, num_kv_heads, d] -> [tokens, num_heads, d] for grouped-query attention: query head h
     reads KV head h // (num_heads // num_kv_heads) (groups of consecutive query heads share one
     KV head; repeat_interleave, not tile). Works on numpy arrays and torch tensors."""
@@ -49,7 +58,7 @@ def expand_kv_heads(kv, num_heads):
     return kv.repeat_interleave(group, dim=1)  # torch
 
 
-def sequences(call):
+def sequences(call: AttentionCall) -> Iterator[Tuple[int, slice, slice, Optional[NDArray[np.bool_]]]]:
     """Yields (i, q_slice, k_slice, mask_block) for each packed sequence of an AttentionCall: the
     varlen loop. mask_block is the sequence's [Tq_i, Tk_i] boolean visibility (explicit mask and
     bottom-right causal combined), or None when neither applies."""
@@ -59,20 +68,21 @@ def sequences(call):
         vis = None
         if call.mask is not None:
             m = call.mask if isinstance(call.mask, np.ndarray) else call.mask.cpu().numpy()
-            vis = m[cm[i]:cm[i] + tq * tk].reshape(tq, tk) != 0
+            at = cast(List[int], cm)[i]  # a call with a mask has its offsets
+            vis = m[at:at + tq * tk].reshape(tq, tk) != 0
         if call.causal:
             c = causal_mask(tq, tk, "bottom_right")
             vis = c if vis is None else (vis & c)
         yield i, slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1]), vis
 
 
-def empty_rows(visible):
+def empty_rows(visible: Any) -> NDArray[np.bool_]:
     """Rows of a [.., tq, tk] boolean visibility with no visible key: attncheck requires O = 0
     and the declared LSE sentinel there, where a softmax over an all -inf row gives NaN."""
-    return ~np.asarray(visible, dtype=bool).any(axis=-1)
+    return cast("NDArray[np.bool_]", ~np.asarray(visible, dtype=bool).any(axis=-1))
 
 
-def lse_to_layout(lse_tokens_heads, layout):
+def lse_to_layout(lse_tokens_heads: Any, layout: str) -> Any:
     """[tokens, heads] -> the declared layout ("heads_tokens" transposes), contiguous."""
     a = lse_tokens_heads
     if layout == "heads_tokens":
@@ -80,6 +90,6 @@ def lse_to_layout(lse_tokens_heads, layout):
     return np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a.contiguous()
 
 
-def lse_from_layout(lse, layout):
+def lse_from_layout(lse: Any, layout: str) -> Any:
     """The declared layout -> [tokens, heads]."""
     return lse_to_layout(lse, layout)  # a transpose is its own inverse

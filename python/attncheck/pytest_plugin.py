@@ -14,14 +14,18 @@ A failing check's traceback stops at the user's test: the SDK's frames are hidde
 (__tracebackhide__), so pytest prints the test's line and attncheck's message, not the SDK's
 source. `pytest --full-trace` shows them again.
 """
+from __future__ import annotations
+
+from typing import Any, Callable
+
 import pytest
 
-from .check import check
+from .check import CheckResult, SubjectSpec, check
 
 
 @pytest.fixture
-def attncheck_check(tmp_path, request):
-    def run(subject_or_callable, **kwargs):
+def attncheck_check(tmp_path: Any, request: Any) -> Callable[..., CheckResult]:
+    def run(subject_or_callable: SubjectSpec, **kwargs: Any) -> CheckResult:
         __tracebackhide__ = True  # noqa: F841 (read by pytest)
         kwargs.setdefault("report_dir", tmp_path / "attncheck-report")
         # The test's user_properties, which junit-xml writes and xdist carries back: pytest's

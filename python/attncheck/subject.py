@@ -26,6 +26,10 @@ Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or mod
 Raise ac.Unsupported for inputs the subject refuses (skipped, not a failure) and ac.DeviceError
 when the device faulted; any other exception fails the call (a crash of the subject, exit 3).
 """
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
 from ._caps import validate_caps
 
 
@@ -46,27 +50,31 @@ class Subject:
     """A subject: capabilities plus merge / softmax / attention methods for the declared ops.
     Subclass it and set the capability attributes, or build one with subject()."""
 
-    name = None
-    ops = ()
-    dtypes = ()
-    memory = "host"
-    head_sizes = None
-    head_size_range = None
-    lse_base = "e"
-    lse_layout = "heads_tokens"
-    empty_lse = "-inf"  # or "+inf", or "undefined": an empty row's LSE is then not judged
-    features = ()
-    tilings = ()  # (br, bc) pairs; empty: a black-box kernel that picks its own
-    refuses_zero_keys = False  # never called with a sequence of 0 keys
-    flushes_subnormals = False  # FTZ / DAZ: an exact subnormal output may come back as 0
-    nondeterministic = False  # launches may differ in bits by design (atomics, timing-ordered combines)
-    max_splits = 0
-    fold_orders = ()
-    description = ""
+    name: Optional[str] = None
+    ops: Sequence[str] = ()
+    dtypes: Sequence[str] = ()
+    memory: str = "host"
+    head_sizes: Optional[Sequence[int]] = None
+    head_size_range: Optional[Tuple[int, int]] = None
+    lse_base: str = "e"
+    lse_layout: str = "heads_tokens"
+    empty_lse: str = "-inf"  # or "+inf", or "undefined": an empty row's LSE is then not judged
+    features: Sequence[str] = ()
+    tilings: Sequence[Tuple[int, int]] = ()  # (br, bc) pairs; empty: a black-box kernel that picks its own
+    refuses_zero_keys: bool = False  # never called with a sequence of 0 keys
+    flushes_subnormals: bool = False  # FTZ / DAZ: an exact subnormal output may come back as 0
+    nondeterministic: bool = False  # launches may differ in bits by design (atomics, timing-ordered combines)
+    max_splits: int = 0
+    fold_orders: Sequence[str] = ()
+    description: str = ""
     # For memory="cuda": "torch" or "cupy" tensors (default: torch when importable, else cupy).
-    framework = None
+    framework: Optional[str] = None
+    # The handshake declaration, validated (set by __init__).
+    declaration: Dict[str, Any]
+    # The decorated function of a subject built by subject().
+    function: Optional[Callable[..., Any]]
 
-    def __init__(self, **caps):
+    def __init__(self, **caps: Any) -> None:
         for k, v in caps.items():
             if k not in _CAP_FIELDS + ("name", "framework"):
                 raise TypeError(f"unknown capability {k!r} (known: name, framework, {', '.join(_CAP_FIELDS)})")
@@ -77,14 +85,14 @@ class Subject:
                 from ._caps import CapsError
                 raise CapsError(f"subject {self.name!r} declares {op} but has no {method}(call) method")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<attncheck subject {self.name}: {', '.join(self.declaration['ops'])}>"
 
 
-def subject(name, **caps):
+def subject(name: str, **caps: Any) -> Callable[[Callable[..., Any]], Subject]:
     """Decorator: the function serves every op the subject declares (merge, softmax, attention or
     splitkv: the call object says which)."""
-    def wrap(fn):
+    def wrap(fn: Callable[..., Any]) -> Subject:
         s = Subject.__new__(Subject)
         for op in ("merge", "softmax", "attention"):
             setattr(s, op, fn)

@@ -1,4 +1,4 @@
-"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), versions 1 and 2.
+"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), versions 1 to 3.
 
     python3 -m attncheck.worker SPEC [SPEC...]
 
@@ -10,6 +10,8 @@ Requests arrive as JSON lines on stdin, replies leave as JSON lines on the origi
 is pointed at stderr first, so print() in a subject cannot corrupt the protocol. Tensors live in
 the shared arena at fd 3 (mapped once, remapped when the harness grows it).
 """
+from __future__ import annotations
+
 import importlib
 import importlib.util
 import json
@@ -17,6 +19,7 @@ import mmap
 import os
 import sys
 import traceback
+from typing import Any, Dict, List, Optional, Sequence, TextIO, cast
 
 import numpy as np
 
@@ -25,18 +28,19 @@ from ._caps import CapsError, as_protocol_1
 from .dtypes import NUMPY_DTYPES
 from .subject import DeviceError, Subject, Unsupported
 
-PROTOCOL_VERSION = 2
+# Version 3: every reply echoes its request's "seq" (serve() does it for every reply).
+PROTOCOL_VERSION = 3
 ARENA_FD = 3
 
-_ELEM = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8}
+_ELEM: Dict[str, Any] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8}
 
 
 class _Arena:
-    def __init__(self):
-        self.map = None
+    def __init__(self) -> None:
+        self.map: Optional[mmap.mmap] = None
         self.size = 0
 
-    def ensure(self, size):
+    def ensure(self, size: int) -> None:
         if size > self.size:
             if self.map is not None:
                 try:
@@ -46,17 +50,17 @@ class _Arena:
             self.map = mmap.mmap(ARENA_FD, size)
             self.size = size
 
-    def view(self, t, writable=False):
+    def view(self, t: Dict[str, Any], writable: bool = False) -> Any:
         n = 1
         for d in t["shape"]:
             n *= d
-        a = np.frombuffer(self.map, dtype=_ELEM[t["dtype"]], count=n, offset=t["offset"]).reshape(t["shape"])
+        a = np.frombuffer(cast(mmap.mmap, self.map), dtype=_ELEM[t["dtype"]], count=n, offset=t["offset"]).reshape(t["shape"])
         if not writable:
             a.flags.writeable = False
         return a
 
 
-def load_subjects(specs):
+def load_subjects(specs: Sequence[str]) -> List[Subject]:
     """Subjects named by module:object or file.py:object specs."""
     found = []
     for spec in specs:
@@ -69,6 +73,8 @@ def load_subjects(specs):
                 mod = sys.modules[modname]
             else:
                 s = importlib.util.spec_from_file_location(modname, path)
+                if s is None or s.loader is None:
+                    raise ImportError(f"{path}: not a loadable Python file")
                 mod = importlib.util.module_from_spec(s)
                 sys.modules[modname] = mod
                 s.loader.exec_module(mod)
@@ -94,7 +100,7 @@ def load_subjects(specs):
     return found
 
 
-def _framework(subject):
+def _framework(subject: Subject) -> str:
     if subject.framework:
         return subject.framework
     try:
@@ -111,7 +117,7 @@ def _framework(subject):
         ) from None
 
 
-def _to_device(a, dtype, framework):
+def _to_device(a: Any, dtype: Optional[str], framework: str) -> Any:
     a = np.ascontiguousarray(a)
     if framework == "torch":
         import torch
@@ -122,7 +128,7 @@ def _to_device(a, dtype, framework):
     return cupy.asarray(a)  # bf16 stays uint16 bits: CuPy has no bfloat16
 
 
-def _to_host(x, dtype):
+def _to_host(x: Any, dtype: str) -> Any:
     if isinstance(x, np.ndarray):
         return x
     mod = type(x).__module__
@@ -137,19 +143,19 @@ def _to_host(x, dtype):
     return np.asarray(x)
 
 
-def _storage_dtype(dtype):
+def _storage_dtype(dtype: str) -> Any:
     return np.dtype(NUMPY_DTYPES[dtype])
 
 
 class _Server:
-    def __init__(self, subjects):
+    def __init__(self, subjects: Sequence[Subject]) -> None:
         self.subjects = {s.name: s for s in subjects}
         if len(self.subjects) != len(subjects):
             raise TypeError("two subjects share a name")
         self.arena = _Arena()
 
-    def inputs(self, req, subject, names):
-        out = {}
+    def inputs(self, req: Dict[str, Any], subject: Subject, names: Sequence[str]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
         for n in names:
             t = req["inputs"].get(n)
             if t is None:
@@ -161,7 +167,7 @@ class _Server:
             out[n] = a
         return out
 
-    def write(self, req, subject, name, value, want_dtype):
+    def write(self, req: Dict[str, Any], subject: Subject, name: str, value: Any, want_dtype: str) -> int:
         t = req["outputs"][name]
         v = _to_host(value, want_dtype)
         shape = tuple(t["shape"])
@@ -171,11 +177,13 @@ class _Server:
         if v.dtype != want:
             raise _Wrong(f"{subject.name} returned {name} of dtype {v.dtype}, expected {want} ({t['dtype']})")
         self.arena.view(t, writable=True)[...] = v
-        return t["bytes"]
+        return cast(int, t["bytes"])
 
-    def handle(self, req):
+    def handle(self, req: Dict[str, Any]) -> Dict[str, Any]:
         op = req["op"]
-        s = self.subjects.get(req.get("subject"))
+        # A subject's operations and a call's fields are the user's (set below per op).
+        s: Any = self.subjects.get(req.get("subject"))
+        call: Any
         if s is None:
             return {"status": "error", "error": f"unknown subject {req.get('subject')!r}"}
         cuda = s.declaration["memory"] == "cuda"
@@ -239,17 +247,17 @@ class _Wrong(Exception):
     """The subject returned something of the wrong shape or type."""
 
 
-def _one_line(e):
+def _one_line(e: BaseException) -> str:
     s = f"{type(e).__name__}: {e}".replace("\n", " ")
     return s[:500]
 
 
-def _is_device_fault(e):
+def _is_device_fault(e: BaseException) -> bool:
     text = str(e)
     return "CUDA error" in text or "illegal memory access" in text or "device-side assert" in text
 
 
-def private_stdout():
+def private_stdout() -> TextIO:
     """The protocol's own copy of stdout; fd 1 (and sys.stdout) then go to stderr, so whatever the
     subject's code or its libraries print, at import or at call time, cannot corrupt a reply."""
     proto_out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -259,7 +267,7 @@ def private_stdout():
     return proto_out
 
 
-def hello(req, subjects):
+def hello(req: Dict[str, Any], subjects: Sequence[Subject]) -> Dict[str, Any]:
     """The handshake reply: the newest protocol both sides speak (the request names attncheck's
     newest; an attncheck of version 1 is answered in version 1 where the subjects allow it)."""
     version = min(PROTOCOL_VERSION, int(req.get("protocol", 1)))
@@ -270,20 +278,25 @@ def hello(req, subjects):
     return {"status": "ok", "protocol": version, "worker": "attncheck.worker (python)", "subjects": decls}
 
 
-def serve(subjects, stdin=None, proto_out=None):
+def serve(subjects: Sequence[Subject], stdin: Optional[TextIO] = None, proto_out: Optional[TextIO] = None) -> None:
     """Answers requests until stdin closes or a shutdown request arrives."""
-    if proto_out is None:
-        proto_out = private_stdout()
+    out = private_stdout() if proto_out is None else proto_out
     stdin = stdin or sys.stdin
     server = _Server(subjects)
 
-    def reply(obj):
-        proto_out.write(json.dumps(obj, allow_nan=False) + "\n")
-        proto_out.flush()
+    seq: Any = None  # the request's number, echoed by its reply (protocol 3)
+
+    def reply(obj: Dict[str, Any]) -> None:
+        if seq is not None:
+            obj = dict(obj, seq=seq)
+        out.write(json.dumps(obj, allow_nan=False) + "\n")
+        out.flush()
 
     for line in stdin:
+        seq = None
         try:
             req = json.loads(line)
+            seq = req.get("seq") if isinstance(req, dict) else None
             if "arena_bytes" in req:
                 server.arena.ensure(int(req["arena_bytes"]))
             op = req.get("op")
@@ -305,7 +318,7 @@ def serve(subjects, stdin=None, proto_out=None):
             reply({"status": "device_error" if _is_device_fault(e) else "error", "error": _one_line(e)})
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)

@@ -23,6 +23,12 @@ def test_valid_declaration_is_the_handshake_dictionary():
     (dict(ops="splitkv", dtypes="fp16"), "declares splitkv but max_splits < 1"),
     (dict(ops="attention", dtypes="fp16", tilings=[(64, 0)]), "has Br or Bc <= 0"),
     (dict(ops="merge", dtypes="fp16", memory="gpu"), "memory must be 'host' or 'cuda'"),
+    # The ranges of plugin_abi.h (AC_MAX_*), which attncheck checks at the handshake.
+    (dict(ops="splitkv", dtypes="fp16", max_splits=2**31 - 1, fold_orders="left"),
+     "max_splits 2147483647 is out of range 0..1024"),
+    (dict(ops="merge", dtypes="fp16", head_sizes=[2**30]), "head size 1073741824 is out of range 1..1024"),
+    (dict(ops="merge", dtypes="fp16", head_size_range=(1, 2**32 + 64)), "head_size_range (1, 4294967360) is out of range"),
+    (dict(ops="attention", dtypes="fp16", tilings=[(64, 2**20)]), "Br or Bc is out of range 1..1024"),
 ])
 def test_bad_declarations_are_refused_at_registration(caps, message):
     with pytest.raises(ac.CapsError) as e:
@@ -68,3 +74,25 @@ def test_hello_answers_the_newest_common_protocol():
     nozero = ac.subject(name="nz", ops="attention", dtypes="fp16", refuses_zero_keys=True)(lambda call: None)
     r = hello({"op": "hello", "protocol": 1}, [nozero])
     assert r["status"] == "error" and "needs worker protocol 2" in r["error"] and "refuses_zero_keys" in r["error"]
+
+
+def test_long_names_are_refused_at_registration():
+    with pytest.raises(ac.CapsError, match="is 300 characters long, more than 64"):
+        ac.subject(name="n" * 300, ops="merge", dtypes="fp16")(lambda call: None)
+
+
+def test_every_reply_echoes_its_request_number():
+    """Protocol 3: attncheck refuses a reply whose seq is not its request's (a reply sent twice)."""
+    import io
+    import json
+
+    from attncheck.worker import serve
+    plain = ac.subject(name="m", ops="merge", dtypes="fp32")(lambda call: None)
+    requests = [{"op": "hello", "protocol": 3, "seq": 1},
+                {"op": "merge", "subject": "nope", "seq": 2},
+                {"op": "shutdown", "seq": 3}]
+    out = io.StringIO()
+    serve([plain], stdin=io.StringIO("".join(json.dumps(r) + "\n" for r in requests)), proto_out=out)
+    replies = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["seq"] for r in replies] == [1, 2, 3]
+    assert replies[0]["protocol"] == 3 and replies[1]["status"] == "error"

@@ -5,7 +5,7 @@
 //      and the ratio;
 //   2. a whole head at T = 8192 (8192 rows, non-causal and causal): rounded O (fp16) and LSE (fp32)
 //      bit-identical to the MPFR reference, with the escalation rate;
-//   3. with --layer: a full layer of the seed's shape (32 query heads, 8 KV heads, T = 8192,
+//   3. with --layer: a full layer of the Llama-3-8B layer shape (32 query heads, 8 KV heads, T = 8192,
 //      non-causal), run once; without it the layer time is extrapolated from the head (x 32).
 // Wall time and process CPU time are both printed: the machine may be shared, and CPU time / 2 is
 // the wall time an idle 2-core machine would show.

@@ -138,7 +138,7 @@ std::string self_check() {
            "fp16 exp(ln 2^-25 + 1e-30) rounds to the minimum subnormal 2^-24");
   }
 
-  // The seed's worked example: eight logits in four blocks of two; the maximum jumps from 3 to 8 in
+  // The eight-logit worked example: eight logits in four blocks of two; the maximum jumps from 3 to 8 in
   // block 3 (alpha = e^-5). The online state must equal the direct sums.
   {
     const std::vector<std::vector<double>> blocks = {{1, 3}, {2, 0}, {8, 5}, {4, 6}};

@@ -1,4 +1,4 @@
-// Exact logsumexp, softmax, the seed's online state, attention forward and merge.
+// Exact logsumexp, softmax, the online state, attention forward and merge.
 //
 // Where rounding happens (working precision p, default 200 bits; the analysis is in README.md):
 //   - scores: the products q_c k_c of stored fp16/bf16/fp32 values are exact in double (at most
@@ -30,8 +30,8 @@
 #include <string>
 #include <type_traits>
 
+#include "attncheck/reference/offsets.hpp"
 #include "precision_internal.hpp"
-#include "problem_offsets.hpp"
 
 namespace attncheck::ref {
 namespace {
@@ -277,7 +277,7 @@ void online_state_update(OnlineState& s, const std::vector<Real>& x,
   for (const auto& xi : x)
     if (xi > m_new) m_new = xi;
   if (isinf(m_new) && m_new < 0) return;  // nothing seen yet and nothing new: the state is unchanged
-  // The seed's base-case guard: alpha = e^(m - m') is e^(-inf + inf) = NaN when both are -inf;
+  // The base-case guard: alpha = e^(m - m') is e^(-inf + inf) = NaN when both are -inf;
   // with m = -inf the old state is empty (l = 0, O~ = 0) and alpha is 0 by definition.
   const Real alpha = (isinf(s.m) && s.m < 0) ? real_zero() : Real(exp(s.m - m_new));
   s.l *= alpha;
@@ -509,7 +509,7 @@ struct RowEngine {
 ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t head, LseBase base) {
   validate(pb);
   const mpfr_prec_t prec = detail::working_prec();
-  const Offsets off = offsets_of(pb);
+  const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   const int64_t total_q = off.q.back();
   if (token < 0 || token >= total_q)
     throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(total_q) + ")");
@@ -536,7 +536,7 @@ ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t 
 std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) {
   validate(pb);
   const mpfr_prec_t prec = detail::working_prec();
-  const Offsets off = offsets_of(pb);
+  const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   const int32_t h = pb.num_heads, group = pb.num_heads / pb.num_kv_heads;
   std::vector<ExactRow> out(static_cast<size_t>(off.q.back() * h));
   RowEngine eng(prec, pb.head_size);

@@ -28,7 +28,7 @@
 #include <thread>
 #include <tuple>
 
-#include "problem_offsets.hpp"
+#include "attncheck/reference/offsets.hpp"
 
 namespace attncheck::ref {
 namespace {
@@ -93,7 +93,8 @@ struct Slice {
   std::vector<int32_t> nonfinite_prefix;  // number of keys < j with a non-finite k or v
 };
 
-void load_slice(const AttentionProblem& pb, const Offsets& off, size_t seq, int32_t kv_head, Slice& sl) {
+void load_slice(const AttentionProblem& pb, const SequenceOffsets& off, size_t seq, int32_t kv_head,
+                Slice& sl) {
   const int d = pb.head_size;
   sl.q_begin = off.q[seq];
   sl.mask_begin = off.mask[seq];
@@ -364,7 +365,7 @@ FastAttentionReference::FastAttentionReference(const AttentionProblem& problem, 
 
 FastRow FastAttentionReference::row(int64_t token, int32_t head) const {
   const AttentionProblem& pb = problem_;
-  const Offsets off = offsets_of(pb);
+  const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   if (token < 0 || token >= off.q.back())
     throw ReferenceError("token " + std::to_string(token) + " outside [0, " + std::to_string(off.q.back()) +
                          ")");
@@ -395,7 +396,7 @@ FastRow FastAttentionReference::row(int64_t token, int32_t head) const {
 void FastAttentionReference::for_each_row(
     const std::function<void(int64_t token, int32_t head, const FastRow&)>& visit) const {
   const AttentionProblem& pb = problem_;
-  const Offsets off = offsets_of(pb);
+  const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   const Params par{options_.base, mp_margin()};
   const int32_t group = pb.num_heads / pb.num_kv_heads;
   const int32_t block = options_.query_block;
@@ -434,7 +435,7 @@ void FastAttentionReference::for_rows(
     const std::vector<RowId>& wanted,
     const std::function<void(int64_t token, int32_t head, const FastRow&)>& visit) const {
   const AttentionProblem& pb = problem_;
-  const Offsets off = offsets_of(pb);
+  const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   const Params par{options_.base, mp_margin()};
   const int32_t group = pb.num_heads / pb.num_kv_heads;
   struct Item {
@@ -494,7 +495,7 @@ void FastAttentionReference::for_rows(
 
 RoundedAttention FastAttentionReference::rounded(Format o_format, Format lse_format) {
   const AttentionProblem& pb = problem_;
-  const int64_t total_q = offsets_of(pb).q.back();
+  const int64_t total_q = sequence_offsets(pb.seqlens_q, pb.seqlens_k).q.back();
   const int d = pb.head_size;
   RoundedAttention out;
   out.o.assign(static_cast<size_t>(total_q * pb.num_heads * d), 0);
@@ -538,7 +539,7 @@ AttentionUlpErrors FastAttentionReference::ulp_errors(Format o_format, const std
                                                       Format lse_format,
                                                       const std::vector<double>& lse_values) {
   const AttentionProblem& pb = problem_;
-  const int64_t total_q = offsets_of(pb).q.back();
+  const int64_t total_q = sequence_offsets(pb.seqlens_q, pb.seqlens_k).q.back();
   const int d = pb.head_size;
   const size_t rows = static_cast<size_t>(total_q * pb.num_heads);
   if (o_bits.size() != rows * d)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session's work in one call (run on the device machine from the repo root):
+# One batch of GPU work in one call (run on the device machine from the repo root):
 #   GPU test executables, compute-sanitizer (memcheck, racecheck) on small shapes, the harness on
 #   the CUDA backend, and the benchmarks. Binaries are built on the dev machine for sm_90 and
 #   carried xz-packed in gpu-pack/ (tests/gpu/stage.sh puts them there; carry: ["gpu-pack"]). Logs go to $OUT (at most 8 files).
@@ -82,7 +82,7 @@ if has bench; then
     { echo "===== $(basename "$b")"; timeout 300 "$b" 2>&1; echo "rc=$?"; } >> "$OUT/bench.log"
   done
   # PyTorch's SDPA backends at hopper_bench's shapes, same timing method, where torch is importable.
-  { echo "===== attncheck.peers"; PYTHONPATH="$PWD/python" timeout 300 python3 -m attncheck.peers 10 2>&1; echo "rc=$?"; } >> "$OUT/bench.log"
+  { echo "===== kernels/bench/peers.py"; timeout 300 python3 kernels/bench/peers.py 10 2>&1; echo "rc=$?"; } >> "$OUT/bench.log"
   note "benchmarks done: $(ls "$BIN"/*_bench 2>/dev/null | xargs -n1 basename | tr '\n' ' ')"
 fi
 rm -f "$OUT/tmp.log"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Nsight Compute on fused-hopper and on PyTorch's cuDNN attention at the seed's shape (T = 8192,
+# Nsight Compute on fused-hopper and on PyTorch's cuDNN attention at the Llama-3-8B layer shape (T = 8192,
 # 32/8 heads, d = 128, fp16, non-causal), one launch each, side by side: which limit binds (tensor
 # pipe, shared memory, issue, stalls). Run on the device machine from the repo root with gpu-pack/
 # carried; clocks are left alone (--clock-control none). Writes under $OUT: <name>.txt (ncu's

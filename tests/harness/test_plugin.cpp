@@ -70,7 +70,8 @@ TEST_CASE("broken plugins are refused with one line naming file and problem", "[
   for (const std::string* m : {&wrong, &missing, &caps, &absent}) CHECK(m->find('\n') == std::string::npos);
 }
 
-TEST_CASE("validate_subject names each missing piece", "[plugin]") {
+// A valid split-KV subject (four splits, one tiling) for validate_subject's tests to spoil.
+static ac_subject valid_splitkv_subject() {
   static const ac_tiling tilings[] = {{64, 64}};
   ac_subject s{};
   s.name = "ok-name";
@@ -85,6 +86,11 @@ TEST_CASE("validate_subject names each missing piece", "[plugin]") {
   s.caps.max_splits = 4;
   s.caps.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT);
   s.attention = [](void*, const ac_attention_args*, char*, size_t) { return 0; };
+  return s;
+}
+
+TEST_CASE("validate_subject names each missing piece", "[plugin]") {
+  const ac_subject s = valid_splitkv_subject();
   CHECK(attncheck::validate_subject(s).empty());
 
   ac_subject bad_name = s;
@@ -103,6 +109,52 @@ TEST_CASE("validate_subject names each missing piece", "[plugin]") {
   ac_subject bad_sign = s;
   bad_sign.caps.empty_lse_sign = 0;
   CHECK(attncheck::validate_subject(bad_sign).size() == 1);
+}
+
+// Every declared number has a range (plugin_abi.h, AC_MAX_*), checked with one line naming it: a
+// declaration past it would make attncheck allocate or loop without bound before any call.
+TEST_CASE("validate_subject refuses declared numbers outside their ranges", "[plugin]") {
+  ac_subject s = valid_splitkv_subject();
+  s.caps.max_splits = AC_MAX_SPLITS;
+  REQUIRE(attncheck::validate_subject(s).empty());
+  const auto only = [](const ac_subject& x) {
+    const auto p = attncheck::validate_subject(x);
+    // Built with append rather than operator+: GCC 12 -Wrestrict misfires on that.
+    return p.size() == 1 ? p.front() : std::string("problems: ").append(std::to_string(p.size()));
+  };
+
+  ac_subject splits = s;
+  splits.caps.max_splits = INT32_MAX;
+  CHECK(only(splits) == "caps.max_splits 2147483647 is out of range 0..1024");
+  splits.caps.max_splits = -1;
+  CHECK(attncheck::validate_subject(splits).front() == "caps.max_splits -1 is out of range 0..1024");
+  ac_subject sizes = s;
+  static const int32_t huge[] = {64, 1 << 30};
+  sizes.caps.head_sizes = huge;
+  sizes.caps.num_head_sizes = 2;
+  CHECK(only(sizes) == "caps.head_sizes[1] 1073741824 is out of range 1..1024");
+  sizes.caps.num_head_sizes = AC_MAX_HEAD_SIZES + 1;
+  CHECK(only(sizes) == "caps.num_head_sizes 65 is out of range 1..64");
+  ac_subject range = s;
+  range.caps.head_size_min = AC_MAX_HEAD_SIZE + 1;
+  range.caps.head_size_max = INT32_MAX;
+  CHECK(only(range) == "caps.head_size_min 1025 is out of range 1..1024");
+  range.caps.head_size_min = 1;  // open-ended: only sizes up to AC_MAX_HEAD_SIZE are drawn
+  CHECK(attncheck::validate_subject(range).empty());
+  ac_subject tile = s;
+  static const ac_tiling wide[] = {{64, 1 << 20}};
+  tile.caps.tilings = wide;
+  CHECK(only(tile) == "tiling 0 (64, 1048576): Br or Bc is out of range 1..1024");
+  tile.caps.tilings = s.caps.tilings;
+  tile.caps.num_tilings = AC_MAX_TILINGS + 1;
+  CHECK(only(tile).find("caps.num_tilings 65 is out of range 0..64") == 0);
+  ac_subject named = s;
+  const std::string long_name(AC_MAX_NAME_CHARS + 1, 'n');
+  named.name = long_name.c_str();
+  CHECK(only(named) == "name is 65 characters long, more than 64");
+  const std::string just(AC_MAX_NAME_CHARS, 'n');
+  named.name = just.c_str();
+  CHECK(attncheck::validate_subject(named).empty());
 }
 
 // Version 2's contract word: read only from version-2 plugins; the version-1 rules still hold for

@@ -61,6 +61,20 @@ row() {
     printf '      stdout: %s\n' "$(head -c 200 "$S/out" | tr '\n' '|')"
   fi
 }
+# holds NAME WHAT COMMAND...: a row on what a row before it left behind (files, their content);
+# it passes when COMMAND succeeds.
+holds() {
+  local name=$1 what=$2
+  shift 2
+  if "$@" >/dev/null 2>&1; then
+    n_ok=$((n_ok + 1))
+    printf 'ok    %-34s %s\n' "$name" "$what"
+  else
+    n_fail=$((n_fail + 1))
+    failed+=("$name")
+    printf 'FAIL  %-34s not so: %s\n' "$name" "$what"
+  fi
+}
 skip() {
   n_skip=$((n_skip + 1))
   printf 'skip  %-34s %s\n' "$1" "$2"
@@ -104,6 +118,10 @@ variant attention-gqa-3-2 'c["op"] = "attention"; c["subject"] = "fused"; c["inp
 variant mask-zero 'c["op"] = "attention"; c["subject"] = "fused"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": "0x3f800000", "mask": 0, "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-bits-short 'c["op"] = "attention"; c["subject"] = "fused"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": " 0x3f8000", "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant unknown-subject 'c["subject"] = "no-such-kernel"'
+attention_case='c["op"] = "attention"; c["subject"] = "textbook"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": SCALE, "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
+variant scale-nan "SCALE = '0x7fc00000'; $attention_case"
+variant scale-inf "SCALE = '0x7f800000'; $attention_case"
+variant scale-one "SCALE = '0x3f800000'; $attention_case"
 sed 's/"softmax", "subject"/"softmax", "op": "merge", "subject"/' "$D/valid.json" >"$D/dup-key.json"
 sed 's/"format": "attncheck-case"/"format": "attncheck-case", "format": "attncheck-case"/' "$D/valid.json" >"$D/dup-key-same.json"
 { cat "$D/valid.json"; echo '{}'; } >"$D/trailing.json"
@@ -260,6 +278,11 @@ row case-raw-newline 2 'invalid JSON' "$AC" replay "$D/raw-newline.json" --backe
 row case-escaped-newline-op 2 'unknown op' "$AC" replay "$D/newline-op.json" --backend host
 row case-newline-subject 2 'not loaded' "$AC" replay "$D/newline-subject.json" --backend host
 row case-unknown-subject 2 "no-such-kernel" "$AC" replay "$D/unknown-subject.json" --backend host
+# A NaN or infinite scale is a malformed file (the exact reference has no answer), not a failure;
+# the same case with scale 1 replays.
+row case-scale-nan 2 'softmax_scale_bits "0x7fc00000" is not a finite float' "$AC" replay "$D/scale-nan.json" --backend host
+row case-scale-inf 2 'softmax_scale_bits "0x7f800000" is not a finite float' "$AC" replay "$D/scale-inf.json" --backend host
+row case-scale-one 0 'pass' "$AC" replay "$D/scale-one.json" --backend host
 # 300-byte cases declaring 16M rows: refused, or bounded so the replay ends quickly.
 row case-softmax-16m-rows '0|1|2' 'softmax|rows|pass' "$AC" replay "$D/softmax-16m.json" --backend host
 row case-softmax-2e24-plus-1 2 'rows' "$AC" replay "$D/softmax-2e24.json" --backend host
@@ -317,6 +340,55 @@ else
   row mutants-cuda-without-gpu 2 'cuda|CUDA|GPU' "$AC" mutants --backend cuda --cases 1 --report-dir "$S/mut"
   row check-cuda-without-gpu 2 'cuda|CUDA|GPU' "$AC" check --backend cuda --no-plots --cases 1 --report-dir "$S/r"
 fi
+
+# Workers attacking through the protocol (hostile_worker.py). Declarations outside the ranges of
+# plugin_abi.h (AC_MAX_*) are refused at the handshake, before any work.
+HW=(python3 "$ROOT/tests/hostile/hostile_worker.py")
+W=(--no-plots --cases 5 --property accuracy --call-timeout 30)
+row worker-max-splits-int-max 2 "subject 'hostile-splitkv': caps.max_splits 2147483647 is out of range 0..1024" \
+  "$AC" check --worker "${HW[*]} max-splits" "${W[@]}" --report-dir "$S/w"
+row worker-head-size-2e30 2 'caps.head_sizes\[0\] 1073741824 is out of range 1..1024' \
+  "$AC" check --worker "${HW[*]} head-size-2e30" "${W[@]}" --report-dir "$S/w"
+row worker-head-size-max-wrap 2 "'head_size_max' 4294967360 is out of range \(a 32-bit integer\)" \
+  "$AC" check --worker "${HW[*]} head-size-max-wrap" "${W[@]}" --report-dir "$S/w"
+row worker-head-size-negative-wrap 2 "'head_sizes' -4294967232 is out of range \(a 32-bit integer\)" \
+  "$AC" check --worker "${HW[*]} head-size-neg-wrap" "${W[@]}" --report-dir "$S/w"
+row worker-tile-huge 2 'tiling 0 \(64, 1048576\): Br or Bc is out of range 1..1024' \
+  "$AC" check --worker "${HW[*]} tile-huge" "${W[@]}" --report-dir "$S/w"
+row worker-name-300 2 'name is 300 characters long, more than 64' \
+  "$AC" check --worker "${HW[*]} long-name" "${W[@]}" --report-dir "$S/w"
+# A subject that refuses every case it declared never passes: failed, exit 1.
+row worker-refuses-everything 1 'hostile-merge / accuracy: failed.*refused all [0-9]+ cases drawn from its declared capabilities' \
+  "$AC" check --worker "${HW[*]} refuse-all" "${W[@]}" --report-dir "$S/w-refuse"
+# A worker truncating the shared arena cannot: the arena is sealed against shrinking. Its call
+# fails in the worker, a transport failure (exit 3); the run goes on to the next property, the
+# report is written, the case is kept in the corpus and no write-ahead or temporary file is left.
+row worker-truncates-arena 3 'merge_sentinels: crashed.*Operation not permitted' \
+  "$AC" check --worker "${HW[*]} truncate-arena" --no-plots --cases 5 --property accuracy,merge_sentinels \
+  --call-timeout 30 --report-dir "$S/w-arena" --corpus-dir "$S/w-arena-corpus"
+arena_files() {
+  local cases
+  cases=$(find "$S/w-arena-corpus" -name 'merge-hostile-merge-*.json' | wc -l)
+  test -s "$S/w-arena/report.json" && [ "$cases" -eq 2 ] &&
+    [ -z "$(find "$S/w-arena" "$S/w-arena-corpus" -name 'inflight-*' -o -name '.tmp*')" ]
+}
+holds worker-truncates-arena-files 'report.json written, 2 corpus cases kept, no inflight-* or .tmp* file' arena_files
+# A worker that exits while a process it started holds its stdout: seen when it exits, not after
+# --call-timeout (30 s) as a hang.
+start=$(date +%s)
+row worker-exit-stdout-held 3 'worker crashed: exited with status 0 during merge[^|]*still holds its stdout' \
+  "$AC" check --worker "${HW[*]} exit-keep-stdout" "${W[@]}" --report-dir "$S/w-exit"
+holds worker-exit-stdout-held-fast 'seen within 15 s (the call timeout is 30 s)' test $(($(date +%s) - start)) -lt 15
+# A reply sent twice is refused by its sequence number, not read as the next call's reply.
+row worker-reply-twice 3 'worker broke the protocol: its reply to merge [^|]*carries seq [0-9]+, expected [0-9]+' \
+  "$AC" check --worker "${HW[*]} reply-twice" "${W[@]}" --report-dir "$S/w-twice"
+# A worker's error text reaches report.md with its control bytes escaped.
+row worker-error-control-bytes 3 'boom\\x1b\[2J' \
+  "$AC" check --worker "${HW[*]} escape-error" "${W[@]}" --report-dir "$S/w-esc"
+escaped_report() {
+  grep -qF 'boom\x1b[2J' "$S/w-esc/report.md" && ! grep -q $'[\x1b\x07]' "$S/w-esc/report.md"
+}
+holds worker-error-control-bytes-report 'report.md holds boom\x1b[2J and no raw ESC or BEL byte' escaped_report
 
 echo "hostile user: $((n_ok + n_fail + n_skip)) rows: $n_ok ok, $n_fail failed, $n_skip skipped"
 rm -rf "$S/longpath" "$S/sparse-2g.json" 2>/dev/null

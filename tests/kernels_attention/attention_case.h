@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/attention_args.hpp"
 #include "attncheck/budgets.hpp"
 #include "attncheck/plugin_abi.h"
 #include "common/storage.h"
@@ -107,31 +108,33 @@ inline AttnCase flushed_weight_case() {
   return c;
 }
 
-// The ABI arguments of a case with every tensor in host memory (the twins' view).
+// Where a case's tensors and offsets are for a call: the host vectors or their device copies.
+struct CasePlaces {
+  const void *q, *k, *v;
+  void* out;
+  float* lse;
+  const int32_t *cu_q, *cu_k;
+  const uint8_t* mask;
+  const int64_t* cu_mask;
+};
+// The ABI arguments of a case at those places (the host offsets are always the case's own).
+inline ac_attention_args case_args(const AttnCase& c, const CasePlaces& at, int tiling) {
+  return AttentionArgs(ac_dtype(c.dtype), c.heads, c.kv_heads, c.head_size)
+      .sequences(int32_t(c.seqlens_q.size()), at.cu_q, at.cu_k, c.cu_q.data(), c.cu_k.data())
+      .tensors(at.q, at.k, at.v, at.out, at.lse)
+      .scale(c.scale)
+      .causal(c.causal)
+      .mask(c.with_mask ? at.mask : nullptr, c.with_mask ? at.cu_mask : nullptr,
+            c.with_mask ? c.cu_mask.data() : nullptr)
+      .tiling(tiling)
+      .splits(1, AC_FOLD_LEFT);
+}
+// The same with every tensor in host memory (the twins' view).
 inline ac_attention_args host_args(const AttnCase& c, void* out, float* lse, int tiling) {
-  ac_attention_args a{};
-  a.dtype = ac_dtype(c.dtype);
-  a.num_seqs = int32_t(c.seqlens_q.size());
-  a.cu_seqlens_q = a.cu_seqlens_q_host = c.cu_q.data();
-  a.cu_seqlens_k = a.cu_seqlens_k_host = c.cu_k.data();
-  a.max_seqlen_q = c.seqlens_q.empty() ? 0 : *std::max_element(c.seqlens_q.begin(), c.seqlens_q.end());
-  a.max_seqlen_k = c.seqlens_k.empty() ? 0 : *std::max_element(c.seqlens_k.begin(), c.seqlens_k.end());
-  a.num_heads = c.heads;
-  a.num_kv_heads = c.kv_heads;
-  a.head_size = c.head_size;
-  a.q = c.q.data();
-  a.k = c.k.data();
-  a.v = c.v.data();
-  a.out = out;
-  a.lse = lse;
-  a.softmax_scale = c.scale;
-  a.causal = c.causal;
-  a.mask = c.with_mask ? c.mask.data() : nullptr;
-  a.cu_mask = a.cu_mask_host = c.with_mask ? c.cu_mask.data() : nullptr;
-  a.tiling = tiling;
-  a.num_splits = 1;
-  a.fold_order = AC_FOLD_LEFT;
-  return a;
+  return case_args(c,
+                   {c.q.data(), c.k.data(), c.v.data(), out, lse, c.cu_q.data(), c.cu_k.data(), c.mask.data(),
+                    c.cu_mask.data()},
+                   tiling);
 }
 
 // fp64 attention of one (token, head): O, natural LSE and the error bounds above.
@@ -201,7 +204,7 @@ inline RowRef exact_row(const AttnCase& c, int seq, int row, int head, bool p_fl
   return r;
 }
 
-// The rows (token, head) the GPU tests judge at the seed's shape (8192 tokens, 32 heads): 16
+// The rows (token, head) the GPU tests judge at the Llama-3-8B layer shape (8192 tokens, 32 heads): 16
 // spread by a multiplicative hash, the last and the first.
 inline std::vector<std::pair<int64_t, int>> seed_shape_rows() {
   std::vector<std::pair<int64_t, int>> rows;

@@ -54,16 +54,8 @@ struct DeviceCase {
     lse.fill_bytes(0x7f);
   }
   ac_attention_args args(const AttnCase& c, int tiling) {
-    ac_attention_args a = host_args(c, out.ptr, lse.ptr, tiling);
-    a.cu_seqlens_q = cu_q.ptr;
-    a.cu_seqlens_k = cu_k.ptr;
-    a.q = q.ptr;
-    a.k = k.ptr;
-    a.v = v.ptr;
-    a.mask = c.with_mask ? mask.ptr : nullptr;
-    a.cu_mask = c.with_mask ? cu_mask.ptr : nullptr;
-    a.stream = nullptr;
-    return a;
+    return case_args(c, {q.ptr, k.ptr, v.ptr, out.ptr, lse.ptr, cu_q.ptr, cu_k.ptr, mask.ptr, cu_mask.ptr},
+                     tiling);
   }
 };
 

@@ -2,7 +2,7 @@
 // against the fp64 attention of attention_case.h (derived error bound) and against its host twin,
 // over every tiling, fp16 and bf16, head sizes 64 and 128, GQA ratios 1/2/4/8, causal with
 // Tq < Tk, varlen with zero-length key ranges (O = 0 exactly, LSE -inf or +inf), masks with fully
-// masked rows; run-to-run bitwise reproducibility; the seed's shape (T = 8192, 32 query heads,
+// masked rows; run-to-run bitwise reproducibility; the Llama-3-8B layer shape (T = 8192, 32 query heads,
 // 8 KV heads, d = 128, fp16) on 16 sampled rows; refusals (misaligned pointers).
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <catch2/catch.hpp>
@@ -109,7 +109,7 @@ TEST_CASE("fused gpu: bitwise reproducible run to run", "[fused][gpu]") {
   }
 }
 
-TEST_CASE("fused gpu: the seed's shape on 16 sampled rows", "[fused][gpu][seed]") {
+TEST_CASE("fused gpu: the Llama-3-8B layer shape on 16 sampled rows", "[fused][gpu][seed]") {
   // T = 8192, 32 query heads, 8 KV heads, d = 128, fp16, non-causal and causal.
   const AttnCase c = make_case(3300, DType::f16, 32, 8, 128, {8192}, {8192}, false, false);
   const std::vector<std::pair<int64_t, int>> rows = seed_shape_rows();

@@ -33,7 +33,7 @@ TEST_CASE("textbook twin: GQA, causal, mask, varlen against fp64; bytes of S and
   kb::check_textbook_suite(run_host, 11);
 }
 
-TEST_CASE("textbook twin: the seed's S size formula at a small shape") {
+TEST_CASE("textbook twin: the S size formula at a small shape") {
   kb::AttnCase c;
   c.type = DType::f16;
   c.heads = 4;

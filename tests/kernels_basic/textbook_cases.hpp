@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "attncheck/attention_args.hpp"
 #include "kb_support.hpp"
 #include "textbook/textbook.h"
 
@@ -130,27 +131,12 @@ inline void check_naive_fp16_overflow(const TextbookRun& run) {
 inline ac_attention_args textbook_args(const AttnCase& c, const void* q, const void* k, const void* v,
                                        void* out, float* lse, const uint8_t* mask, const int32_t* cu_q,
                                        const int32_t* cu_k, const int64_t* cu_mask) {
-  ac_attention_args a{};
-  a.dtype = ac_dtype(c.type);
-  a.num_seqs = int32_t(c.seq_q.size());
-  a.cu_seqlens_q = cu_q;
-  a.cu_seqlens_k = cu_k;
-  a.cu_seqlens_q_host = c.cu_q.data();
-  a.cu_seqlens_k_host = c.cu_k.data();
-  a.num_heads = c.heads;
-  a.num_kv_heads = c.kv_heads;
-  a.head_size = c.d;
-  a.q = q;
-  a.k = k;
-  a.v = v;
-  a.out = out;
-  a.lse = lse;
-  a.softmax_scale = c.scale;
-  a.causal = c.causal;
-  a.mask = c.use_mask ? mask : nullptr;
-  a.cu_mask = cu_mask;
-  a.cu_mask_host = c.cu_mask.data();
-  return a;
+  return attncheck::AttentionArgs(ac_dtype(c.type), c.heads, c.kv_heads, c.d)
+      .sequences(int32_t(c.seq_q.size()), cu_q, cu_k, c.cu_q.data(), c.cu_k.data())
+      .tensors(q, k, v, out, lse)
+      .scale(c.scale)
+      .causal(c.causal)
+      .mask(c.use_mask ? mask : nullptr, cu_mask, c.cu_mask.data());
 }
 
 }  // namespace kb

@@ -3,7 +3,7 @@
 // (fused's twin with the Hopper tile), over every tiling, fp16 and bf16, head sizes 64 and 128,
 // causal with Tq < Tk, ragged key ranges (the partial V tile the producer writes itself), key
 // ranges several times the ring (the pipeline phases wrap), GQA ratios, varlen with zero-length
-// ranges, masks; run-to-run bitwise reproducibility; the seed's shape on sampled rows; and the
+// ranges, masks; run-to-run bitwise reproducibility; the Llama-3-8B layer shape on sampled rows; and the
 // Hopper mutants, which must differ from the exact result or from run to run. splitkv-packed:
 // split counts 1..64 and fold orders against fp64, decode against the split-KV twin, the
 // machine-sized split count (33 at batch 1 on an H200, the benchmark's path), and the split-KV
@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "attncheck/attention_args.hpp"
 #include "device_case.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
@@ -170,7 +171,7 @@ TEST_CASE("hopper gpu: bitwise reproducible run to run", "[hopper][gpu]") {
   }
 }
 
-TEST_CASE("hopper gpu: the seed's shape on sampled rows", "[hopper][gpu][seed]") {
+TEST_CASE("hopper gpu: the Llama-3-8B layer shape on sampled rows", "[hopper][gpu][seed]") {
   if (!kern::hopper_built()) return;
   const AttnCase c = make_case(9300, DType::f16, 32, 8, 128, {8192}, {8192}, false, false);
   const std::vector<std::pair<int64_t, int>> rows = seed_shape_rows();
@@ -338,16 +339,11 @@ TEST_CASE("packed gpu: the combine folds 1..64 parts in every order as the twin'
         }
       DeviceArray<float> dpo(po), dpl(pl), dlse(static_cast<size_t>(pairs));
       DeviceArray<uint16_t> dout(size_t(pairs) * size_t(d));
-      ac_attention_args a{};
-      a.dtype = ac_dtype(int(dt));
-      a.num_seqs = 1;
-      a.cu_seqlens_q_host = cu_q.data();
-      a.num_heads = heads;
-      a.head_size = d;
-      a.num_splits = n;
-      a.fold_order = f;
-      a.out = dout.ptr;
-      a.lse = dlse.ptr;
+      // What the combine reads: shape, the host offsets of the queries, the outputs, the fold.
+      const ac_attention_args a = AttentionArgs(ac_dtype(int(dt)), heads, 0, d)
+                                      .sequences(1, nullptr, nullptr, cu_q.data(), nullptr)
+                                      .tensors(nullptr, nullptr, nullptr, dout.ptr, dlse.ptr)
+                                      .splits(n, f);
       REQUIRE(kern::splitkv_combine_cuda(dpo.ptr, dpl.ptr, a, nullptr) == int(cudaSuccess));
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
       const std::vector<uint16_t> out = dout.to_host();

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "attention_case.h"
+#include "attncheck/attention_args.hpp"
 #include "fused/fused.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
@@ -70,13 +71,9 @@ TEST_CASE("packed: the machine-sized split count", "[packed][twin]") {
       cq[size_t(i)] = i;
       ck[size_t(i)] = i * tk;
     }
-    ac_attention_args a{};
-    a.num_seqs = batch;
-    a.num_heads = 32;
-    a.num_kv_heads = 8;
-    a.cu_seqlens_q_host = cq.data();
-    a.cu_seqlens_k_host = ck.data();
-    return kern::packed_machine_splits(a, sms);
+    // What the split count reads: the heads and the host offsets.
+    return kern::packed_machine_splits(
+        AttentionArgs(AC_DTYPE_F32, 32, 8, 0).sequences(batch, nullptr, nullptr, cq.data(), ck.data()), sms);
   };
   CHECK(splits(1, 131072, 132) == 33);
   CHECK(splits(1, 8192, 132) == 33);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/attention_args.hpp"
 #include "attncheck/plugin_abi.h"
 #include "common/registry.h"
 
@@ -74,26 +75,12 @@ struct DeviceAttention {
   // Returns the subject's status; err receives its one-line reason.
   int run(const ac_subject& s, std::string* err_out = nullptr) {
     int32_t cu_q[2] = {0, tq}, cu_k[2] = {0, tk};
-    ac_attention_args a{};
-    a.dtype = AC_DTYPE_F16;
-    a.num_seqs = 1;
-    a.cu_seqlens_q = cu.p;
-    a.cu_seqlens_k = cu.p + 2;
-    a.cu_seqlens_q_host = cu_q;
-    a.cu_seqlens_k_host = cu_k;
-    a.max_seqlen_q = tq;
-    a.max_seqlen_k = tk;
-    a.num_heads = h;
-    a.num_kv_heads = hkv;
-    a.head_size = d;
-    a.q = q.p;
-    a.k = k.p;
-    a.v = v.p;
-    a.out = out.p;
-    a.lse = lse.p;
-    a.softmax_scale = scale;
-    a.tiling = 0;
-    a.num_splits = 1;
+    const ac_attention_args a = attncheck::AttentionArgs(AC_DTYPE_F16, h, hkv, d)
+                                    .sequences(1, cu.p, cu.p + 2, cu_q, cu_k)
+                                    .tensors(q.p, k.p, v.p, out.p, lse.p)
+                                    .scale(scale)
+                                    .tiling(0)
+                                    .splits(1, AC_FOLD_LEFT);
     char err[512] = {};
     const int rc = s.attention(s.self, &a, err, sizeof err);
     if (err_out) *err_out = err;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/attention_args.hpp"
 #include "attncheck/plugin_abi.h"
 #include "common/registry.h"
 #include "common/storage.h"
@@ -132,30 +133,15 @@ struct Attention {
     lse.assign(size_t(h) * tq, 12345.0f);
     int32_t cu_q[2] = {0, tq}, cu_k[2] = {0, tk};
     int64_t cu_m[2] = {0, int64_t(tq) * tk};
-    ac_attention_args a{};
-    a.dtype = AC_DTYPE_F16;
-    a.num_seqs = 1;
-    a.cu_seqlens_q = a.cu_seqlens_q_host = cu_q;
-    a.cu_seqlens_k = a.cu_seqlens_k_host = cu_k;
-    a.max_seqlen_q = tq;
-    a.max_seqlen_k = tk;
-    a.num_heads = h;
-    a.num_kv_heads = hkv;
-    a.head_size = d;
-    a.q = q.data();
-    a.k = k.data();
-    a.v = v.data();
-    a.out = out.data();
-    a.lse = lse.data();
-    a.softmax_scale = 1.0f;
-    a.causal = causal ? 1 : 0;
-    if (!mask.empty()) {
-      a.mask = mask.data();
-      a.cu_mask = a.cu_mask_host = cu_m;
-    }
-    a.tiling = 0;
-    a.num_splits = num_splits;
-    a.fold_order = AC_FOLD_LEFT;
+    const bool masked = !mask.empty();
+    const ac_attention_args a = attncheck::AttentionArgs(AC_DTYPE_F16, h, hkv, d)
+                                    .sequences(1, cu_q, cu_k)
+                                    .tensors(q.data(), k.data(), v.data(), out.data(), lse.data())
+                                    .scale(1.0f)
+                                    .causal(causal)
+                                    .mask(masked ? mask.data() : nullptr, masked ? cu_m : nullptr)
+                                    .tiling(0)
+                                    .splits(num_splits, AC_FOLD_LEFT);
     char err[256] = {};
     if (s.attention(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);
   }

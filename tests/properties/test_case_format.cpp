@@ -91,6 +91,36 @@ TEST_CASE("case JSON round-trips bit-exactly", "[case]") {
   CHECK(case_to_json(merge_case()).find("hex:") != std::string::npos);
 }
 
+// The fold order is written as "fold_order" (the worker protocol's word); files written before say
+// "fold" and still read. The committed corpus/ files are such files.
+TEST_CASE("case files: fold_order is written, and the older fold is read", "[case]") {
+  Case c = attention_case(3);
+  c.op = "splitkv";
+  c.options.num_splits = 3;
+  c.options.fold_order = AC_FOLD_TREE;
+  const std::string text = case_to_json(c);
+  CHECK(text.find("\"fold_order\": \"tree\"") != std::string::npos);
+  CHECK(text.find("\"fold\"") == std::string::npos);
+  CHECK(case_from_json(text).options.fold_order == AC_FOLD_TREE);
+  auto with = [&](const std::string& fields) {
+    std::string t = text;
+    t.replace(t.find("\"fold_order\": \"tree\""), 20, fields);
+    return t;
+  };
+  CHECK(case_from_json(with("\"fold\": \"right\"")).options.fold_order == AC_FOLD_RIGHT);
+  CHECK(case_from_json(with("\"fold\": \"left\"")).options.fold_order == AC_FOLD_LEFT);
+  // Both present: fold_order is the field, the older word is left unread.
+  CHECK(case_from_json(with("\"fold\": \"left\", \"fold_order\": \"right\"")).options.fold_order ==
+        AC_FOLD_RIGHT);
+  // A wrong word names the field it was read from; neither field is a missing fold_order.
+  CHECK_THROWS_WITH(case_from_json(with("\"fold\": \"middle\"")),
+                    Catch::Contains("options.fold must be one of left, right, tree, not \"middle\""));
+  CHECK_THROWS_WITH(case_from_json(with("\"fold_order\": \"middle\"")),
+                    Catch::Contains("options.fold_order must be one of left, right, tree"));
+  CHECK_THROWS_WITH(case_from_json(with("\"folds\": \"left\"")),
+                    Catch::Contains("options: missing field \"fold_order\""));
+}
+
 TEST_CASE("malformed and truncated case files give a one-line CaseError", "[case]") {
   const std::string good = case_to_json(attention_case(40));
   std::vector<std::string> bad = {"", "{", "[]", "{\"format\":\"other\"}", good.substr(0, good.size() / 2)};
@@ -200,4 +230,42 @@ TEST_CASE("long tensors are spliced into the text and read back; a note cannot p
   CHECK(b.v == a.v);
   CHECK(b.mask == a.mask);
   CHECK(case_to_json(back) == text);
+}
+
+// A subject's name is part of every corpus and write-ahead file name: however long it is, each
+// part fits (three parts, a hash and a temporary suffix within NAME_MAX), and two long names that
+// share their start stay two files.
+TEST_CASE("case file names fit NAME_MAX and stay unique for long subject names", "[case]") {
+  const std::string a(300, 'a'), b = a + "b", c = a + "c";
+  CHECK(file_name_part(b).size() <= kMaxFileNamePart);
+  CHECK(file_name_part(b) != file_name_part(c));
+  CHECK(file_name_part(b).rfind(std::string(40, 'a'), 0) == 0);
+  CHECK(file_name_part("merge-np") == "merge-np");  // a short name is as it was
+  const fs::path dir = fs::temp_directory_path() / ("ac_case_names_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Case k = merge_case();
+  k.subject = b;
+  const std::string kept = write_case_atomic(dir.string(), k);
+  CHECK(fs::path(kept).filename().string().size() < 200);
+  CHECK(read_case_file(kept).subject == b);
+  CHECK(write_ahead_path(dir.string(), b, "accuracy") != write_ahead_path(dir.string(), c, "accuracy"));
+  fs::remove_all(dir);
+}
+
+// A NaN or infinite softmax scale has no exact answer: the file is malformed (CaseError), never a
+// case that fails.
+TEST_CASE("a case file with a NaN or infinite softmax_scale is refused", "[case]") {
+  const std::string text = case_to_json(attention_case(5));
+  const std::string bits = "0x3e000000";  // 0.125f
+  REQUIRE(text.find(bits) != std::string::npos);
+  for (const char* bad : {"0x7fc00000", "0x7f800000", "0xff800000"}) {
+    std::string t = text;
+    t.replace(t.find(bits), bits.size(), bad);
+    try {
+      (void)case_from_json(t);
+      FAIL("accepted softmax_scale_bits " << bad);
+    } catch (const CaseError& e) {
+      CHECK(std::string(e.what()).find("is not a finite float") != std::string::npos);
+    }
+  }
 }

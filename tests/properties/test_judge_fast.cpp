@@ -1,4 +1,4 @@
-// The fast judgement of attention (measure.cpp: the certified fp64 reference, escalating to MPFR)
+// The fast judgement of attention (judge_attention.cpp: the certified fp64 reference, escalating to MPFR)
 // against the exact one (every row through MPFR): same verdicts element by element, same rows, same
 // rule outcomes (failure classes, messages, worst elements), over generated cases of every kind and
 // outputs built to sit on the budget's edge, off by a few ulps, non-finite, or exact. Then whole
@@ -180,7 +180,7 @@ bool same_judgement(const Judgement& f, const Judgement& x, std::string& why) {
       return differ("a fast element that fails");
     } else if (a.out_finite && b.out_finite &&
                !(a.ratio >= b.ratio && (a.out != Out::O || a.cancel_unit <= b.cancel_unit))) {
-      return differ("fast ratio below the exact one, or its ulp_F(S) above");  // measure.cpp, step 8
+      return differ("fast ratio below the exact one, or its ulp_F(S) above");  // judge_attention.cpp, step 8
     }
   }
   return true;

@@ -1,8 +1,8 @@
-// Exact logsumexp, softmax, the seed's online state, merge laws, precision handling, and the
+// Exact logsumexp, softmax, the online state, merge laws, precision handling, and the
 // `round` / `exact` / self-check answers.
 //
-// Expected values: hand derivations (the seed's worked example), double arithmetic where it is
-// accurate enough for the claim tested (exp thresholds, the seed's fp64 recurrence to 1e-12), and
+// Expected values: hand derivations (the eight-logit worked example), double arithmetic where it is
+// accurate enough for the claim tested (exp thresholds, the fp64 recurrence to 1e-12), and
 // algebraic laws checked in exact arithmetic up to the working precision's rounding (2^-190
 // relative for 200 bits).
 #include <rapidcheck.h>
@@ -121,7 +121,7 @@ TEST_CASE("logsumexp and softmax: values and special inputs", "[exact]") {
   for (const auto& v : softmax({Real(1), nan})) CHECK(isnan(v));
 }
 
-TEST_CASE("the seed's worked example: 8 logits, 4 blocks of 2, max jumps 3 -> 8 in block 3",
+TEST_CASE("the eight-logit worked example: 8 logits, 4 blocks of 2, max jumps 3 -> 8 in block 3",
           "[exact][seed]") {
   // Hand-chosen logits consistent with the seed: block maxima 3, 2, 8, 6, so m = 3, 3, 8, 8 and
   // alpha^(3) = e^(3-8) = e^-5 = 0.0067379 (the accumulated state is divided by 148.4).
@@ -180,7 +180,7 @@ TEST_CASE("online state: the base-case guard keeps empty blocks NaN-free", "[exa
   CHECK_THROWS_AS(online_state_update(st, {Real(0)}, {}), ReferenceError);
 }
 
-TEST_CASE("the seed's numerical check: fp64 online recurrence vs the exact reference", "[exact][seed]") {
+TEST_CASE("the numerical check: fp64 online recurrence vs the exact reference", "[exact][seed]") {
   // 8192 logits with sigma 3, an outlier of 40 at index 4000, values of dimension 128, blocks of 64.
   constexpr int N = 8192, D = 128, BC = 64;
   Normal normal(0);
@@ -190,7 +190,7 @@ TEST_CASE("the seed's numerical check: fp64 online recurrence vs the exact refer
   std::vector<double> v(static_cast<size_t>(N) * D);
   for (auto& vi : v) vi = normal();
 
-  // The seed's numpy recurrence, in double.
+  // The recurrence as a numpy script would run it, in double.
   double m = -INFINITY, l = 0;
   std::vector<double> o(D, 0.0);
   for (int j = 0; j < N; j += BC) {

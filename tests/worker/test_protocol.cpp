@@ -1,9 +1,16 @@
 // The handshake's capability words: every built-in subject's ac_caps written as words and read
 // back is the same ac_caps (the C structs of kernels/ are the independent source), and unknown
 // words are refused with a message naming the field.
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <string>
+#include <vector>
 
 #include "attncheck/abi_subject.hpp"
+#include "process.hpp"
 #include "protocol.hpp"
 
 namespace ac = attncheck;
@@ -59,6 +66,43 @@ TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
   CHECK_THROWS_WITH(w::caps_from_json(bad), Catch::Contains("missing field 'ops'"));
 }
 
+// The words every set field is written with, in order, as harness/WORKER_PROTOCOL.md lists them and
+// the Python SDK declares them (python/attncheck/_caps.py): a subject with every bit set.
+TEST_CASE("the handshake's words are the protocol document's, in its order", "[worker]") {
+  ac_caps c{};
+  c.ops = AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV;
+  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F32) | AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
+  c.head_size_min = 1;
+  c.head_size_max = 8;
+  c.empty_lse_sign = -1;
+  c.features = 0xffu;
+  c.max_splits = 4;
+  c.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
+  const auto j = w::caps_to_json("x", "", c);
+  using L = std::vector<std::string>;
+  CHECK(j["ops"].get<L>() == L{"merge", "softmax", "attention", "splitkv"});
+  CHECK(j["dtypes"].get<L>() == L{"fp32", "fp16", "bf16"});
+  CHECK(j["features"].get<L>() ==
+        L{"causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type", "flushed_exp"});
+  CHECK(j["fold_orders"].get<L>() == L{"left", "right", "tree"});
+  // One bit alone is its one word.
+  c.features = AC_FEAT_FLUSHED_EXP;
+  c.fold_orders = AC_FOLD_BIT(AC_FOLD_TREE);
+  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_BF16);
+  const auto one = w::caps_to_json("x", "", c);
+  CHECK(one["features"].get<L>() == L{"flushed_exp"});
+  CHECK(one["fold_orders"].get<L>() == L{"tree"});
+  CHECK(one["dtypes"].get<L>() == L{"bf16"});
+  // A refusal lists the known words of its field.
+  auto bad = j;
+  bad["fold_orders"] = {"left", "middle"};
+  CHECK_THROWS_WITH(w::caps_from_json(bad),
+                    Catch::Contains("unknown word 'middle' in 'fold_orders' (known: left, right, tree)"));
+  bad = j;
+  bad["dtypes"] = {"fp8"};
+  CHECK_THROWS_WITH(w::caps_from_json(bad), Catch::Contains("(known: fp32, fp16, bf16)"));
+}
+
 TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in version-1 ones", "[worker]") {
   auto j = w::caps_to_json("x", "",
                            ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr,
@@ -103,4 +147,24 @@ TEST_CASE("the arena layout aligns and never overlaps", "[worker]") {
   CHECK(a.strides == std::vector<int64_t>{5, 1});
   CHECK(b.offset == w::kArenaAlign);
   CHECK(L.size() == 2 * w::kArenaAlign);
+}
+
+// The arena is shared with the worker: a worker truncating it under the harness's mapping made the
+// harness's next read of it SIGBUS. Sealed, no one can shrink it; it still grows.
+TEST_CASE("the arena cannot be shrunk by anyone holding its descriptor", "[worker]") {
+  attncheck::worker::Arena arena;
+  const size_t before = arena.size();
+  REQUIRE(before > 0);
+  CHECK(::ftruncate(arena.fd(), 0) != 0);
+  CHECK(errno == EPERM);
+  CHECK(::ftruncate(arena.fd(), off_t(before / 2)) != 0);
+  // Nor can a further seal (F_SEAL_GROW) stop it from growing.
+  CHECK(::fcntl(arena.fd(), F_ADD_SEALS, F_SEAL_GROW) != 0);
+  CHECK(arena.intact());
+  // A worker may grow the file past the harness's size; the harness then grows into it.
+  REQUIRE(::ftruncate(arena.fd(), off_t(4 * before)) == 0);
+  arena.reserve(2 * before);
+  CHECK(arena.size() == 2 * before);
+  CHECK(arena.intact());
+  arena.data()[arena.size() - 1] = 1;
 }

@@ -117,6 +117,29 @@ typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
 #define AC_ERR_DEVICE 2      /* a CUDA call or launch failed, or the device faulted */
 #define AC_ERR_INTERNAL 3
 
+/*
+ * The range of every declared number. attncheck checks them where it reads a declaration (a plugin
+ * when it is loaded, a worker at its handshake) and refuses a subject with a number outside its
+ * range, with one line naming the field, before any work (exit 2). They bound what a declaration
+ * can make attncheck allocate or loop over: every head size and tile is drawn into cases, and
+ * every num_splits from 1 to max_splits is offered.
+ *
+ *   name                        1 .. AC_MAX_NAME_CHARS characters (letters, digits, '-', '_', '.')
+ *   head_sizes, num_head_sizes  1 .. AC_MAX_HEAD_SIZES entries, each 1 .. AC_MAX_HEAD_SIZE
+ *   head_size_min               1 .. AC_MAX_HEAD_SIZE
+ *   head_size_max               head_size_min .. INT32_MAX (open-ended: only sizes up to
+ *                               AC_MAX_HEAD_SIZE are ever drawn)
+ *   num_tilings                 0 .. AC_MAX_TILINGS (version 1: at least 1 for attention / split-KV)
+ *   tilings[i].br, .bc          1 .. AC_MAX_TILE
+ *   max_splits                  0 .. AC_MAX_SPLITS (split-KV: at least 1)
+ */
+#define AC_MAX_NAME_CHARS 64
+#define AC_MAX_HEAD_SIZE 1024
+#define AC_MAX_HEAD_SIZES 64
+#define AC_MAX_TILINGS 64
+#define AC_MAX_TILE 1024
+#define AC_MAX_SPLITS 1024
+
 typedef struct {
   int32_t br; /* query rows per tile */
   int32_t bc; /* keys per tile */
@@ -182,7 +205,7 @@ typedef struct {
   uint32_t features;        /* AC_FEAT_* bits, attention and split-KV */
   const ac_tiling* tilings; /* attention: the tilings selectable by ac_attention_args.tiling; */
   int32_t num_tilings;      /* version 2: may be 0 (a black-box kernel), the call's tiling is -1 */
-  int32_t max_splits;       /* split-KV: num_splits from 1 to max_splits */
+  int32_t max_splits;       /* split-KV: num_splits from 1 to max_splits (ranges: see AC_MAX_*) */
   uint32_t fold_orders;     /* split-KV: AC_FOLD_BIT bits */
   uint32_t flags;           /* version 2: AC_CAP_* bits */
 } ac_caps;
@@ -265,7 +288,8 @@ typedef struct {
 typedef ac_subject_v1 ac_subject;
 #else
 typedef struct {
-  const char* name;        /* unique among loaded subjects: letters, digits, '-', '_', '.' */
+  const char* name;        /* unique among loaded subjects: letters, digits, '-', '_', '.'; at most
+                            * AC_MAX_NAME_CHARS */
   const char* description; /* one line */
   ac_caps caps;
   ac_merge_fn merge;         /* NULL unless caps.ops has AC_OP_MERGE */

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
+#include <vector>
 
 #include "attncheck/names.hpp"
 #include "attncheck/subject.hpp"
@@ -48,16 +50,46 @@ std::string case_to_json(const Case&);
 // the op). Throws CaseError with a one-line reason on anything malformed or truncated.
 Case case_from_json(const std::string& text);
 
+// A name (op, subject, property) as one part of a case file's name: letters, digits, '-' and '_'
+// kept, every other byte '_', "none" for an empty name. A plugin names its subjects, so the part
+// never holds a path separator, a dot or a control character, and is never empty. At most
+// kMaxFileNamePart characters: a longer name keeps its first 47 and a hash of the whole name.
+constexpr size_t kMaxFileNamePart = 64;
+std::string file_name_part(std::string_view name);
+
 // Write atomically into dir (created if missing): a temporary file in dir, flushed, then renamed,
 // so a reader or a crash never sees a partial file. The name is
-// <op>-<subject>-<property>-<first 16 hex digits of the FNV-1a hash of the JSON>.json; writing the
-// same case twice gives the same file. Returns the path. Throws CaseError if dir is unwritable.
+// <op>-<subject>-<property>-<first 16 hex digits of the FNV-1a hash of the JSON>.json, each name as
+// file_name_part writes it; writing the same case twice gives the same file. Returns the path. Throws
+// CaseError if dir is unwritable.
 std::string write_case_atomic(const std::string& dir, const Case&);
 // The same, to an explicit path: the write-ahead file before a subject call, written to survive the
 // process (Durability::process), not a machine crash.
 void write_case_atomic_to(const std::string& path, const Case&);
 // Read and parse one file; CaseError (with the path in the message) on any problem.
 Case read_case_file(const std::string& path);
+
+// The write-ahead file: the case a subject is about to be called on, written before the call so
+// that a crash leaves its reproducer behind (RunConfig::write_ahead). Named and recognised here
+// only: <dir>/inflight-<subject>-<property>-0.json (the "-0" is kept so that files of earlier
+// versions keep their meaning).
+std::string write_ahead_path(const std::string& dir, const std::string& subject, const std::string& property);
+bool is_write_ahead_file(const std::string& path);
+// Keeps the write-ahead files of dir as ordinary corpus cases (write_case_atomic; the note then
+// starts with `why`) and removes them: those of (subject, property) when both are given, else
+// every one. Returns (kept path, subject) per case kept; `unreadable` gets the file name and the
+// reader's error for files that are not readable cases, which are left in place (a write-ahead
+// file is written atomically, so such a file is foreign).
+struct KeptWriteAhead {
+  std::string path, subject;
+};
+struct UnreadableWriteAhead {
+  std::string name, why;
+};
+std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const std::string& why,
+                                                   const std::string& subject = "",
+                                                   const std::string& property = "",
+                                                   std::vector<UnreadableWriteAhead>* unreadable = nullptr);
 
 // Shape summary of a case, for the shrunk-counterexample size the mutation self-test reports:
 // tokens = query rows (merge: tokens, softmax: rows), keys = keys per row (max over sequences;

@@ -1,14 +1,30 @@
-// The one names table: the spelling of operations, dtypes, fold orders and result statuses in case
-// files, reports, the CLI and messages. Every reader and writer goes through it, so a name is
-// written once and a file written by one part is always readable by another.
+// The one names table: the spelling of operations, dtypes, fold orders, attention features and
+// result statuses in case files, reports, the worker protocol, the CLI and messages. Every reader
+// and writer goes through it, so a name is written once and a file or message written by one part
+// is always readable by another.
 #pragma once
+#include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attncheck/plugin_abi.h"
 
 namespace attncheck {
+
+// A value and its name. Each table lists every known value once, in the ABI's order; a set of
+// values (a bit mask of ac_caps) is spelled as the names of its members in table order.
+template <class T>
+struct Spelling {
+  T value;
+  const char* name;
+};
+std::span<const Spelling<uint32_t>> op_spellings();       // AC_OP_* bits
+std::span<const Spelling<ac_dtype>> dtype_spellings();    // members of ac_caps.dtypes by AC_DTYPE_BIT
+std::span<const Spelling<ac_fold>> fold_spellings();      // members of ac_caps.fold_orders by AC_FOLD_BIT
+std::span<const Spelling<uint32_t>> feature_spellings();  // AC_FEAT_* bits
 
 const char* op_name(uint32_t op);  // AC_OP_MERGE -> "merge"; "unknown" for other bits
 std::optional<uint32_t> op_from(std::string_view name);
@@ -17,6 +33,12 @@ int dtype_bytes(ac_dtype);         // storage bytes of one element: 4 (fp32), 2 
 std::optional<ac_dtype> dtype_from(std::string_view name);
 const char* fold_name(ac_fold);  // "left" | "right" | "tree"
 std::optional<ac_fold> fold_from(std::string_view name);
+// AC_FEAT_CAUSAL -> "causal", AC_FEAT_NAIVE_EXP -> "naive_exp", ...; "unknown" for another value.
+const char* feature_name(uint32_t feature);
+std::optional<uint32_t> feature_from(std::string_view name);
+
+// The fold orders of an ac_caps.fold_orders mask, in table order (left, right, tree).
+std::vector<ac_fold> folds_in(uint32_t fold_orders);
 
 // The outcome of one (subject, property) run, as reports spell it.
 enum class RunStatus { passed, failed, crashed, not_applicable, interrupted };
@@ -27,5 +49,6 @@ std::optional<RunStatus> status_from(std::string_view name);
 std::string op_names();
 std::string dtype_names();
 std::string fold_names();
+std::string feature_names();
 
 }  // namespace attncheck

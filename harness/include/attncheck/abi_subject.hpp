@@ -4,8 +4,8 @@
 // they are tested by the same code path. The adapter
 //   - packs the host-side bit tensors of a case into the subject's element type (4 bytes for
 //     fp32, 2 for fp16 / bf16) and, for AC_MEMORY_CUDA subjects, stages them to the device;
-//   - poisons every output element with a NaN pattern before the call, so an element the subject
-//     never wrote shows up as NaN (a non-finite output) instead of stale zeros;
+//   - poisons every output element with a NaN pattern before the call (staging.hpp), so an element
+//     the subject never wrote shows up as NaN (a non-finite output) instead of stale zeros;
 //   - writes input LSEs and reads output LSEs through the subject's declared layout
 //     ([heads, tokens] or [tokens, heads]), handing the properties the logical [tokens, heads];
 //   - maps AC_ERR_* codes to SubjectError kinds (AC_ERR_DEVICE -> device_fault).
@@ -16,20 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/backend.hpp"
 #include "attncheck/plugin_abi.h"
+#include "attncheck/staging.hpp"
 #include "attncheck/subject.hpp"
 
 namespace attncheck {
-
-enum class Backend { automatic, cuda, host };
-Backend parse_backend(const std::string& name);  // "auto" | "cuda" | "host"; throws std::invalid_argument
-const char* backend_name(Backend b);
-
-// Bit patterns the adapter writes into outputs before each call (quiet NaNs with a payload).
-constexpr uint32_t kPoisonF32 = 0x7fc0deadu;
-constexpr uint32_t kPoisonF16 = 0x7e5au;
-constexpr uint32_t kPoisonBf16 = 0x7fdau;
-uint32_t poison_bits(ac_dtype d);
 
 class AbiSubject final : public Subject {
  public:
@@ -56,16 +48,6 @@ class AbiSubject final : public Subject {
   std::shared_ptr<void> keep_alive_;
   std::function<void()> before_call_;
 };
-
-// What --backend auto resolves to: cuda when this build has CUDA and a device is visible.
-struct BackendResolution {
-  Backend backend = Backend::host;
-  std::string note;  // one line: which backend and why
-};
-BackendResolution resolve_backend(Backend requested);
-bool cuda_device_available();
-int cuda_device_count();         // 0 without CUDA or device
-std::string cuda_device_name();  // "" without CUDA or device
 
 // The built-in kernels of kernels/ for one backend (auto is resolved first; its choice is
 // printed once to stderr unless `note` is given, which then receives it).

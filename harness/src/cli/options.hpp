@@ -1,4 +1,4 @@
-// Option parsing shared by the CLI's subcommands (main.cpp, mutants.cpp).
+// Option parsing shared by the CLI's subcommands (cmd_*.cpp): exit codes, numeric limits, list options.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>

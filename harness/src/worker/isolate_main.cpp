@@ -41,18 +41,20 @@ int main(int argc, char** argv) {
       const std::string op = r.at("op");
       if (op == "hello") {
         if (r.contains("arena_bytes")) arena.map(r["arena_bytes"].get<size_t>());
-        w::reply(proto, load_error.empty()
-                            ? w::hello_reply(plugin.subjects, "attncheck-isolate " + plugin.path)
-                            : json{{"status", "error"}, {"error", load_error}});
+        w::reply(proto,
+                 w::with_seq(r, load_error.empty()
+                                    ? w::hello_reply(plugin.subjects, "attncheck-isolate " + plugin.path)
+                                    : json{{"status", "error"}, {"error", load_error}}));
         continue;
       }
       if (op == "shutdown") {
-        w::reply(proto, {{"status", "ok"}});
+        w::reply(proto, w::with_seq(r, {{"status", "ok"}}));
         return 0;
       }
-      w::reply(proto, w::answer(r, plugin.subjects, arena));
+      w::reply(proto, w::with_seq(r, w::answer(r, plugin.subjects, arena)));
     } catch (const std::exception& e) {
-      w::reply(proto, {{"status", "error"}, {"error", std::string("attncheck-isolate: ") + e.what()}});
+      w::reply(proto, w::with_seq(r, {{"status", "error"},
+                                      {"error", std::string("attncheck-isolate: ") + e.what()}}));
     }
   }
   return 0;

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "attncheck/json_fields.hpp"
 #include "protocol.hpp"
 
 extern char** environ;
@@ -36,19 +39,33 @@ int ms_left(Clock::time_point deadline) {
   return left < 0 ? 0 : int(left);
 }
 
-std::string printable(const std::string& s, size_t max = 60) {
-  std::string out;
-  for (char c : s.substr(0, max)) out += (c >= 32 && c < 127) ? c : '?';
-  if (s.size() > max) out += "...";
-  return out;
-}
+// A worker's reply and stderr lines, quoted in a message by json_fields::printable, are cut to
+// these lengths, to leave room for the rest of the message.
+constexpr size_t kQuoteChars = 60, kStderrLineChars = 200;
+
+// Without a pidfd, how often a wait for a reply checks whether the worker has ended.
+constexpr int kExitCheckMs = 100;
 
 }  // namespace
 
 Arena::Arena() {
-  fd_ = ::memfd_create("attncheck-arena", MFD_CLOEXEC);
+  // The worker shares the file: truncated under this process's mapping, the next read of a page
+  // past its new end would raise SIGBUS here. Sealed against shrinking, no ftruncate can do that;
+  // F_SEAL_SEAL keeps a worker from adding F_SEAL_GROW, which would stop the arena from growing.
+  fd_ = ::memfd_create("attncheck-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0) throw TransportError(std::string("cannot create the shared arena: ") + std::strerror(errno));
+  if (::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    const int e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    throw TransportError(std::string("cannot seal the shared arena: ") + std::strerror(e));
+  }
   reserve(1 << 20);
+}
+
+bool Arena::intact() const {
+  struct stat st {};
+  return ::fstat(fd_, &st) == 0 && st.st_size >= off_t(size_);
 }
 
 Arena::~Arena() {
@@ -60,8 +77,12 @@ void Arena::reserve(size_t bytes) {
   if (bytes <= size_) return;
   size_t n = size_ ? size_ : 1;
   while (n < bytes) n *= 2;
-  if (::ftruncate(fd_, off_t(n)) != 0)
-    throw TransportError(std::string("cannot grow the shared arena: ") + std::strerror(errno));
+  // A worker may have grown the file already (growing is not sealed); truncating it back to n
+  // would be a shrink, which the seal refuses.
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || st.st_size < off_t(n))
+    if (::ftruncate(fd_, off_t(n)) != 0)
+      throw TransportError(std::string("cannot grow the shared arena: ") + std::strerror(errno));
   void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED)
     throw TransportError(std::string("cannot map the shared arena: ") + std::strerror(errno));
@@ -157,6 +178,11 @@ void WorkerProcess::start() {
     throw TransportError("cannot start worker '" + command_ + "': " + std::strerror(rc));
   }
   pid_ = pid;
+  // A descriptor that turns readable when the worker ends: its exit is seen even while a process
+  // it started still holds its stdout open (no end of file then). Where the kernel has no
+  // pidfd_open (before Linux 5.3), wait_reply checks the process every kExitCheckMs instead.
+  pid_fd_ = int(::syscall(SYS_pidfd_open, pid, 0));
+  if (pid_fd_ >= 0) ::fcntl(pid_fd_, F_SETFD, FD_CLOEXEC);
   to_worker_ = in[1];
   from_worker_ = out[0];
   err_from_worker_ = err[0];
@@ -194,7 +220,7 @@ std::string WorkerProcess::last_stderr(size_t lines) const {
   std::string s;
   const size_t from = all.size() > lines ? all.size() - lines : 0;
   for (size_t i = from; i < all.size(); ++i)
-    if (!all[i].empty()) s += (s.empty() ? "" : " | ") + printable(all[i], 200);
+    if (!all[i].empty()) s += (s.empty() ? "" : " | ") + json_fields::printable(all[i], kStderrLineChars);
   return s;
 }
 
@@ -230,8 +256,15 @@ std::string WorkerProcess::death_reason() {
   return why;
 }
 
+bool WorkerProcess::exited() const {
+  if (pid_ <= 0) return false;
+  siginfo_t si{};
+  // WNOWAIT: the status stays for death_reason to read.
+  return ::waitid(P_PID, id_t(pid_), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid_;
+}
+
 void WorkerProcess::close_fds() {
-  for (int* fd : {&to_worker_, &from_worker_, &err_from_worker_})
+  for (int* fd : {&to_worker_, &from_worker_, &err_from_worker_, &pid_fd_})
     if (*fd >= 0) {
       ::close(*fd);
       *fd = -1;
@@ -244,13 +277,36 @@ void WorkerProcess::close_fds() {
   }
 }
 
+bool WorkerProcess::read_available() {
+  bool any = false;
+  for (;;) {
+    char buf[65536];
+    const ssize_t n = ::read(from_worker_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || out_buf_.size() > kMaxReplyBytes) return any;
+    out_buf_.append(buf, size_t(n));
+    any = true;
+  }
+}
+
 nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout_s) {
   if (!running()) start();
   const auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(timeout_s * 1000));
   const std::string op = request.value("op", std::string("?"));
   const std::string what =
       op + (request.contains("case_id") ? " (case " + request["case_id"].get<std::string>() + ")" : "");
-  std::string line = request.dump() + "\n";
+  // A worker that numbers nothing cannot be told apart from one that answered twice by what it
+  // sends next; what it sent with no request in flight is then refused here. A numbering worker's
+  // stale line is read below and refused by its number.
+  if (!require_seq_ && !out_buf_.empty()) {
+    kill_group();
+    fail("worker broke the protocol: it wrote '" + json_fields::printable(out_buf_, kQuoteChars) +
+         "' with no request in flight (a reply sent twice?)");
+  }
+  nlohmann::json numbered = request;
+  const uint64_t seq = ++seq_;
+  numbered["seq"] = seq;
+  std::string line = numbered.dump() + "\n";
   size_t sent = 0;
   while (sent < line.size()) {
     pollfd p[2] = {{to_worker_, POLLOUT, 0}, {err_from_worker_, POLLIN, 0}};
@@ -279,19 +335,31 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
         j = nlohmann::json::parse(reply);
       } catch (const nlohmann::json::exception&) {
         kill_group();
-        fail("worker broke the protocol: its reply to " + what + " is not JSON: '" + printable(reply) + "'");
+        fail("worker broke the protocol: its reply to " + what + " is not JSON: '" +
+             json_fields::printable(reply, kQuoteChars) + "'");
       }
       if (!j.is_object() || !j.contains("status") || !j["status"].is_string()) {
         kill_group();
-        fail("worker broke the protocol: its reply to " + what + " has no \"status\": '" + printable(reply) +
-             "'");
+        fail("worker broke the protocol: its reply to " + what + " has no \"status\": '" +
+             json_fields::printable(reply, kQuoteChars) + "'");
+      }
+      if (j.contains("seq") || require_seq_) {
+        const bool same =
+            j.contains("seq") && j["seq"].is_number_unsigned() && j["seq"].get<uint64_t>() == seq;
+        if (!same) {
+          kill_group();
+          fail("worker broke the protocol: its reply to " + what + " carries seq " +
+               (j.contains("seq") ? json_fields::printable(j["seq"].dump(), kQuoteChars)
+                                  : std::string("(none)")) +
+               ", expected " + std::to_string(seq) + " (a reply sent twice, or to another request)");
+        }
       }
       return j;
     }
     if (out_buf_.size() > kMaxReplyBytes) {
       kill_group();
-      fail("worker broke the protocol: more than 1 MiB on stdout without a newline ('" + printable(out_buf_) +
-           "')");
+      fail("worker broke the protocol: more than 1 MiB on stdout without a newline ('" +
+           json_fields::printable(out_buf_, kQuoteChars) + "')");
     }
     const int left = ms_left(deadline);
     if (left == 0) {
@@ -302,10 +370,20 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
                                 std::to_string(int(kMinHandshakeTimeoutS)) + " s); killed"
                           : std::string(" s (--call-timeout); killed")));
     }
-    pollfd p[2] = {{from_worker_, POLLIN, 0}, {err_from_worker_, POLLIN, 0}};
-    const int pr = ::poll(p, 2, left);
+    pollfd p[3] = {{from_worker_, POLLIN, 0}, {err_from_worker_, POLLIN, 0}, {pid_fd_, POLLIN, 0}};
+    const bool watch_exit = pid_ > 0;
+    const int pr = ::poll(p, 3, watch_exit && pid_fd_ < 0 ? std::min(left, kExitCheckMs) : left);
     if (pr < 0 && errno == EINTR) continue;
     if (p[1].revents) drain_stderr(0);
+    if (watch_exit && !p[0].revents && (pid_fd_ >= 0 ? p[2].revents != 0 : exited())) {
+      // The worker ended with its stdout still open: a process it started holds it. What it wrote
+      // before ending is read first (a reply followed by an exit is still a reply).
+      if (read_available() && out_buf_.find('\n') != std::string::npos) continue;
+      drain_stderr(300);
+      const std::string why = death_reason();
+      fail("worker crashed: " + why + " during " + what +
+           " (a process it started still holds its stdout; that process was killed with the group)");
+    }
     if (p[0].revents) {
       char buf[65536];
       const ssize_t n = ::read(from_worker_, buf, sizeof buf);

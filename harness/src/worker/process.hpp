@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -36,7 +37,8 @@ struct TransportError : std::runtime_error {
   std::string stderr_tail;  // the last stderr lines, joined with " | " ("" when none)
 };
 
-// A shared-memory arena: a memfd mapped here, inherited by the worker as fd 3. It only grows.
+// A shared-memory arena: a memfd mapped here, inherited by the worker as fd 3. It only grows, and
+// is sealed so that nobody can shrink it (F_SEAL_SHRINK).
 class Arena {
  public:
   Arena();
@@ -47,6 +49,10 @@ class Arena {
   unsigned char* data() { return base_; }
   size_t size() const { return size_; }
   int fd() const { return fd_; }
+  // Whether the file still holds every mapped byte. It is sealed against shrinking, so a worker
+  // cannot truncate it; checked before outputs are read all the same, since a read past the
+  // file's end would be SIGBUS in this process.
+  bool intact() const;
 
  private:
   int fd_ = -1;
@@ -80,9 +86,14 @@ class WorkerProcess {
   Arena& arena() { return arena_; }
   std::string last_stderr(size_t lines = 5) const;  // joined with " | "
   int restarts() const { return starts_ > 0 ? starts_ - 1 : 0; }
+  // Protocol 3 (the handshake says so): every reply must echo its request's "seq". Before, a
+  // reply's "seq" is checked only where it has one.
+  void require_seq(bool on) { require_seq_ = on; }
 
  private:
   std::string death_reason();  // reaps the child: "exited with status 1" / "killed by signal 6 (SIGABRT)"
+  bool exited() const;         // the child has ended (not yet reaped)
+  bool read_available();       // reads what stdout holds now into out_buf_; whether it read any
   void kill_group();
   void drain_stderr(int timeout_ms);
   void close_fds();
@@ -93,10 +104,12 @@ class WorkerProcess {
   std::string command_, socket_path_;
   Arena arena_;
   pid_t pid_ = -1;
-  int to_worker_ = -1, from_worker_ = -1, err_from_worker_ = -1;
+  int to_worker_ = -1, from_worker_ = -1, err_from_worker_ = -1, pid_fd_ = -1;
   std::string out_buf_, err_partial_;
   std::deque<std::string> err_lines_;
   int starts_ = 0;
+  uint64_t seq_ = 0;  // the last request's number: every request gets the next one
+  bool require_seq_ = false;
 };
 
 }  // namespace attncheck::worker

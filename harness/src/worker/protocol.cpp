@@ -4,7 +4,9 @@
 
 #include <sys/socket.h>
 
+#include <climits>
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "attncheck/names.hpp"
@@ -15,55 +17,42 @@ using nlohmann::json;
 
 namespace {
 
-struct Word {
-  const char* word;
-  uint32_t bit;
+// An ac_caps bit set in words: its names.hpp table, how a member is a bit of the set, and the
+// names listed for a message.
+template <class T>
+struct WordSet {
+  std::span<const Spelling<T>> table;
+  uint32_t (*bit)(T);
+  std::string (*names)();
 };
-const Word kOps[] = {{"merge", AC_OP_MERGE},
-                     {"softmax", AC_OP_SOFTMAX},
-                     {"attention", AC_OP_ATTENTION},
-                     {"splitkv", AC_OP_SPLITKV}};
-const Word kDtypes[] = {{"fp32", AC_DTYPE_BIT(AC_DTYPE_F32)},
-                        {"fp16", AC_DTYPE_BIT(AC_DTYPE_F16)},
-                        {"bf16", AC_DTYPE_BIT(AC_DTYPE_BF16)}};
-const Word kFeatures[] = {{"causal", AC_FEAT_CAUSAL},
-                          {"mask", AC_FEAT_MASK},
-                          {"varlen", AC_FEAT_VARLEN},
-                          {"gqa", AC_FEAT_GQA},
-                          {"lse", AC_FEAT_LSE},
-                          {"naive_exp", AC_FEAT_NAIVE_EXP},
-                          {"scores_in_input_type", AC_FEAT_SCORES_IN_INPUT_TYPE},
-                          {"flushed_exp", AC_FEAT_FLUSHED_EXP}};
-const Word kFolds[] = {{"left", AC_FOLD_BIT(AC_FOLD_LEFT)},
-                       {"right", AC_FOLD_BIT(AC_FOLD_RIGHT)},
-                       {"tree", AC_FOLD_BIT(AC_FOLD_TREE)}};
+const WordSet<uint32_t> kOps{op_spellings(), [](uint32_t op) { return op; }, op_names};
+const WordSet<ac_dtype> kDtypes{dtype_spellings(), [](ac_dtype d) { return AC_DTYPE_BIT(d); }, dtype_names};
+const WordSet<uint32_t> kFeatures{feature_spellings(), [](uint32_t f) { return f; }, feature_names};
+const WordSet<ac_fold> kFolds{fold_spellings(), [](ac_fold f) { return AC_FOLD_BIT(f); }, fold_names};
 
-template <size_t N>
-json words_of(uint32_t bits, const Word (&table)[N]) {
+template <class T>
+json words_of(uint32_t bits, const WordSet<T>& set) {
   json a = json::array();
-  for (const Word& w : table)
-    if (bits & w.bit) a.push_back(w.word);
+  for (const auto& [value, name] : set.table)
+    if (bits & set.bit(value)) a.push_back(name);
   return a;
 }
 
-template <size_t N>
-uint32_t bits_of(const json& j, const char* field, const Word (&table)[N]) {
+template <class T>
+uint32_t bits_of(const json& j, const char* field, const WordSet<T>& set) {
   if (!j.is_array()) throw ProtocolError(std::string("'") + field + "' must be a list of words");
   uint32_t bits = 0;
   for (const json& w : j) {
     if (!w.is_string()) throw ProtocolError(std::string("'") + field + "' holds a non-string");
     bool known = false;
-    for (const Word& t : table)
-      if (w.get<std::string>() == t.word) {
-        bits |= t.bit;
+    for (const auto& [value, name] : set.table)
+      if (w.get<std::string>() == name) {
+        bits |= set.bit(value);
         known = true;
       }
-    if (!known) {
-      std::string list;
-      for (const Word& t : table) list += (list.empty() ? "" : ", ") + std::string(t.word);
+    if (!known)
       throw ProtocolError(std::string("unknown word '") + w.get<std::string>() + "' in '" + field +
-                          "' (known: " + list + ")");
-    }
+                          "' (known: " + set.names() + ")");
   }
   return bits;
 }
@@ -73,11 +62,17 @@ const json& need(const json& j, const char* field) {
   return j.at(field);
 }
 
-int64_t need_int(const json& j, const char* field) {
-  const json& v = need(j, field);
-  if (!v.is_number_integer()) throw ProtocolError(std::string("'") + field + "' must be an integer");
-  return v.get<int64_t>();
+// A declared number, as the int32_t of ac_caps: one outside int32_t is refused rather than
+// wrapped (2^32 + 64 would read as 64), so that validate_subject's ranges see the value declared.
+int32_t as_int32(const json& v, const std::string& field) {
+  if (!v.is_number_integer()) throw ProtocolError("'" + field + "' must be an integer");
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(INT32_MAX)
+                                           : v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+  if (!fits) throw ProtocolError("'" + field + "' " + v.dump() + " is out of range (a 32-bit integer)");
+  return int32_t(v.get<int64_t>());
 }
+
+int32_t need_int32(const json& j, const char* field) { return as_int32(need(j, field), field); }
 
 std::string need_string(const json& j, const char* field) {
   const json& v = need(j, field);
@@ -170,13 +165,17 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
     const json& hs = j["head_sizes"];
     if (!hs.is_array() || hs.empty())
       throw ProtocolError("'head_sizes' must be a non-empty list of integers");
+    // More entries than any valid declaration holds are refused before they are copied.
+    if (hs.size() > AC_MAX_HEAD_SIZES)
+      throw ProtocolError("'head_sizes' holds " + std::to_string(hs.size()) + " sizes, more than " +
+                          std::to_string(AC_MAX_HEAD_SIZES));
     for (const json& h : hs) {
       if (!h.is_number_integer()) throw ProtocolError("'head_sizes' holds a non-integer");
-      s.head_sizes.push_back(h.get<int32_t>());
+      s.head_sizes.push_back(as_int32(h, "head_sizes"));
     }
   } else {
-    c.head_size_min = int32_t(need_int(j, "head_size_min"));
-    c.head_size_max = int32_t(need_int(j, "head_size_max"));
+    c.head_size_min = need_int32(j, "head_size_min");
+    c.head_size_max = need_int32(j, "head_size_max");
   }
   const std::string base = j.contains("lse_base") ? need_string(j, "lse_base") : "e";
   if (base != "e" && base != "2")
@@ -201,16 +200,24 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
   if (j.contains("tilings")) {
     const json& t = j["tilings"];
     if (!t.is_array()) throw ProtocolError("'tilings' must be a list of [br, bc] pairs");
+    if (t.size() > AC_MAX_TILINGS)
+      throw ProtocolError("'tilings' holds " + std::to_string(t.size()) + " tilings, more than " +
+                          std::to_string(AC_MAX_TILINGS));
     for (const json& p : t) {
       if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
         throw ProtocolError("'tilings' entries must be [br, bc] integer pairs");
-      s.tilings.push_back({p[0].get<int32_t>(), p[1].get<int32_t>()});
+      s.tilings.push_back({as_int32(p[0], "tilings"), as_int32(p[1], "tilings")});
     }
   }
-  c.max_splits = j.contains("max_splits") ? int32_t(need_int(j, "max_splits")) : 0;
+  c.max_splits = j.contains("max_splits") ? need_int32(j, "max_splits") : 0;
   c.fold_orders = j.contains("fold_orders") ? bits_of(j["fold_orders"], "fold_orders", kFolds) : 0;
   s = DeclaredSubject(s);  // points caps at the own arrays
   return s;
+}
+
+json with_seq(const json& request, json reply) {
+  if (request.is_object() && request.contains("seq")) reply["seq"] = request["seq"];
+  return reply;
 }
 
 json tensor_json(const TensorRef& t) {

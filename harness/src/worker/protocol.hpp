@@ -20,8 +20,14 @@ namespace attncheck::worker {
 
 // The newest version this side speaks (the hello request names it) and the oldest it accepts in
 // a reply. Version 2 adds subject fields (refuses_zero_keys, flushes_subnormals, empty_lse
-// "undefined", no tilings); a version-1 reply is read without them.
-constexpr int kProtocolVersion = 2;
+// "undefined", no tilings); a version-1 reply is read without them. Version 3 has every reply echo
+// its request's "seq", so that a reply sent twice is never read as the next call's.
+constexpr int kProtocolVersion = 3;
+// The C ABI version whose validation a worker's declarations get: protocol 3 changed only the
+// messages, not what a subject may declare.
+constexpr uint32_t abi_version_of_protocol(int protocol) { return protocol >= 2 ? 2u : 1u; }
+// The reply to `request` with its sequence number: every worker of this attncheck answers so.
+nlohmann::json with_seq(const nlohmann::json& request, nlohmann::json reply);
 constexpr int kMinProtocolVersion = 1;
 // The worker finds the arena at this file descriptor (a memfd the harness creates and grows).
 constexpr int kArenaFd = 3;

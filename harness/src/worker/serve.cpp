@@ -13,10 +13,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include "attncheck/json_fields.hpp"
+#include "process.hpp"
+#include "worker_subject.hpp"
 
 namespace attncheck::worker {
 
@@ -227,7 +232,7 @@ void serve_connection(int fd, const std::vector<std::unique_ptr<Subject>>& subje
       out = {{"status", "error"}, {"error", std::string("attncheck worker: ") + e.what()}};
     }
     if (out["status"] == "ok" && r.value("op", "") != "hello" && ++g_served == dies_after()) std::_Exit(9);
-    if (!send_all(fd, out.dump() + "\n")) break;
+    if (!send_all(fd, with_seq(r, out).dump() + "\n")) break;
     if (out["status"] == "device_error") std::_Exit(3);  // the context is gone for every client
   }
   if (arena.base) ::munmap(arena.base, arena.size);
@@ -285,15 +290,83 @@ int run_device_server(const std::string& socket_path, const std::vector<std::uni
       continue;
     }
     if (r.value("op", "") == "hello")
-      reply(proto,
-            error.empty() ? hello_reply(subjects, worker) : json{{"status", "error"}, {"error", error}});
+      reply(proto, with_seq(r, error.empty() ? hello_reply(subjects, worker)
+                                             : json{{"status", "error"}, {"error", error}}));
     if (r.value("op", "") == "shutdown") {
-      reply(proto, {{"status", "ok"}, {"served_calls", g_served.load()}});
+      reply(proto, with_seq(r, {{"status", "ok"}, {"served_calls", g_served.load()}}));
       break;
     }
   }
   if (error.empty()) ::unlink(socket_path.c_str());
   return 0;
+}
+
+std::optional<int> device_server_main(int argc, char** argv, BuiltinLoader load_builtins) {
+  if (argc != 5 || std::string(argv[1]) != kDeviceServerFlag) return std::nullopt;
+  std::FILE* proto = private_stdout();
+  if (!proto) return 2;
+  std::vector<std::unique_ptr<Subject>> builtins;
+  std::string error;
+  try {
+    std::string note;
+    builtins = load_builtins(parse_backend(argv[3]), &note);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const int rc = run_device_server(argv[2], builtins, error,
+                                   std::string("attncheck ") + kDeviceServerFlag + " " + argv[3],
+                                   std::atof(argv[4]), proto);
+  std::fflush(nullptr);
+  std::_Exit(rc);
+}
+
+bool DeviceServers::wanted(bool cuda_backend) {
+  const char* mode_env = std::getenv(kDeviceServerModeEnv);
+  const std::string mode = mode_env ? mode_env : "";
+  return mode != "off" && (cuda_backend || mode == "on");
+}
+
+DeviceServers::DeviceServers() = default;
+DeviceServers::~DeviceServers() { shut_down(); }
+
+void DeviceServers::start(const std::vector<std::string>& devices, const std::string& backend,
+                          double call_timeout_s, const std::string& log_dir, bool quiet) {
+  namespace fs = std::filesystem;
+  for (size_t k = 0; k < devices.size(); ++k) {
+    const std::string sock = (fs::temp_directory_path() /
+                              ("attncheck-" + std::to_string(::getpid()) + "-" + std::to_string(k) + ".sock"))
+                                 .string();
+    auto server = std::make_unique<WorkerProcess>(
+        device_server_command(sock, backend, devices[k], call_timeout_s / 2,
+                              log_dir + "/device-server-" + std::to_string(k) + ".log"));
+    std::string why = "its handshake was refused";
+    try {
+      if (server->call({{"op", "hello"}}, kMinHandshakeTimeoutS).value("status", "") == "ok") {
+        sockets_[devices[k]] = sock;
+        servers_.emplace_back(devices[k], std::move(server));
+        continue;
+      }
+    } catch (const TransportError& e) {
+      why = e.what();
+    }
+    if (!quiet)
+      std::fprintf(stderr, "note: no device server for device '%s' (%s); its children make their own calls\n",
+                   devices[k].c_str(), json_fields::printable(why, json_fields::kMaxMessageChars).c_str());
+  }
+}
+
+json DeviceServers::shut_down() {
+  json served = json::array();
+  for (auto& [device, server] : servers_) {
+    const json bye = server->shutdown();
+    served.push_back({{"device", device.empty() ? "inherited" : device},
+                      {"calls", bye.is_object() ? bye.value("served_calls", int64_t(-1)) : int64_t(-1)}});
+  }
+  servers_.clear();
+  std::error_code ec;
+  for (const auto& [device, sock] : sockets_) std::filesystem::remove(sock, ec);
+  sockets_.clear();
+  return served;
 }
 
 }  // namespace attncheck::worker

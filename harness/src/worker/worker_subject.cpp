@@ -18,6 +18,7 @@
 #include "attncheck/abi_subject.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/plugin.hpp"
+#include "attncheck/staging.hpp"
 #include "process.hpp"
 #include "protocol.hpp"
 
@@ -26,6 +27,8 @@ namespace attncheck::worker {
 namespace {
 // A --worker subject's origin: this prefix and the command (list, reports and reproduce lines read it).
 constexpr std::string_view kWorkerOriginPrefix = "worker: ";
+// A worker's error text is cut to this length in a result's message (the protocol says one line).
+constexpr size_t kMaxErrorChars = 500;
 }  // namespace
 
 using nlohmann::json;
@@ -56,13 +59,6 @@ struct Host {
                      "transport failed: " + what + " [worker: " + h.command + "]");
 }
 
-void require_size(const char* what, size_t got, size_t want) {
-  if (got != want)
-    throw SubjectError(SubjectError::Kind::internal, std::string("case tensor ") + what + " has " +
-                                                         std::to_string(got) + " elements, expected " +
-                                                         std::to_string(want));
-}
-
 class WorkerSubject final : public Subject {
  public:
   WorkerSubject(std::shared_ptr<Host> host, DeclaredSubject d) : host_(std::move(host)), d_(std::move(d)) {}
@@ -82,10 +78,7 @@ class WorkerSubject final : public Subject {
     if (!has_op(AC_OP_MERGE)) throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no merge");
     const int64_t T = in.num_tokens, H = in.num_heads, D = in.head_size;
     const size_t n_out = size_t(T * H * D), n_lse = size_t(T * H);
-    require_size("prefix_out", in.prefix_out.size(), n_out);
-    require_size("suffix_out", in.suffix_out.size(), n_out);
-    require_size("prefix_lse", in.prefix_lse.size(), n_lse);
-    require_size("suffix_lse", in.suffix_lse.size(), n_lse);
+    require_merge_sizes(in);
     const ac_lse_layout lay = d_.caps.lse_layout;
     const std::string dt = dtype_name(in.dtype);
     Layout L;
@@ -119,7 +112,7 @@ class WorkerSubject final : public Subject {
     if (!has_op(AC_OP_SOFTMAX))
       throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no softmax");
     const size_t n = size_t(int64_t(in.rows) * in.cols);
-    require_size("x", in.x.size(), n);
+    require_tensor_size("x", in.x.size(), n);
     const std::string dt = dtype_name(in.dtype);
     Layout L;
     const TensorRef x = L.add(dt, {in.rows, in.cols}), y = L.add(dt, {in.rows, in.cols});
@@ -138,31 +131,17 @@ class WorkerSubject final : public Subject {
   AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
     if (!(has_op(AC_OP_ATTENTION) || has_op(AC_OP_SPLITKV)))
       throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no attention");
-    if (in.seqlens_q.size() != in.seqlens_k.size())
-      throw SubjectError(SubjectError::Kind::internal, "seqlens_q and seqlens_k differ in length");
+    const PackedSequences seqs = pack_sequences(in);
     const size_t S = in.seqlens_q.size();
-    std::vector<int64_t> cu_q(S + 1, 0), cu_k(S + 1, 0), cu_mask(S + 1, 0);
-    int32_t max_q = 0, max_k = 0;
-    for (size_t s = 0; s < S; ++s) {
-      cu_q[s + 1] = cu_q[s] + in.seqlens_q[s];
-      cu_k[s + 1] = cu_k[s] + in.seqlens_k[s];
-      cu_mask[s + 1] = cu_mask[s] + int64_t(in.seqlens_q[s]) * in.seqlens_k[s];
-      max_q = std::max(max_q, in.seqlens_q[s]);
-      max_k = std::max(max_k, in.seqlens_k[s]);
-    }
-    const int64_t TQ = cu_q.back(), TK = cu_k.back(), H = in.num_heads, HK = in.num_kv_heads,
+    const int64_t TQ = seqs.total_q(), TK = seqs.total_k(), H = in.num_heads, HK = in.num_kv_heads,
                   D = in.head_size;
-    require_size("q", in.q.size(), size_t(TQ * H * D));
-    require_size("k", in.k.size(), size_t(TK * HK * D));
-    require_size("v", in.v.size(), size_t(TK * HK * D));
     const bool has_mask = !in.mask.empty();
-    if (has_mask) require_size("mask", in.mask.size(), size_t(cu_mask.back()));
     const bool wants_lse = (d_.caps.features & AC_FEAT_LSE) != 0;
     const ac_lse_layout lay = d_.caps.lse_layout;
     const std::string dt = dtype_name(in.dtype);
     Layout L;
     const TensorRef q = L.add(dt, {TQ, H, D}), k = L.add(dt, {TK, HK, D}), v = L.add(dt, {TK, HK, D});
-    const TensorRef mask = L.add("u8", {has_mask ? cu_mask.back() : 0});
+    const TensorRef mask = L.add("u8", {has_mask ? seqs.cu_mask.back() : 0});
     const TensorRef out = L.add(dt, {TQ, H, D});
     const TensorRef lse = L.add("fp32", wants_lse ? lse_shape(lay, TQ, H) : std::vector<int64_t>{0});
     unsigned char* a = arena(L.size());
@@ -177,10 +156,10 @@ class WorkerSubject final : public Subject {
     r["num_seqs"] = S;
     r["seqlens_q"] = in.seqlens_q;
     r["seqlens_k"] = in.seqlens_k;
-    r["cu_seqlens_q"] = cu_q;
-    r["cu_seqlens_k"] = cu_k;
-    r["max_seqlen_q"] = max_q;
-    r["max_seqlen_k"] = max_k;
+    r["cu_seqlens_q"] = seqs.cu_q;
+    r["cu_seqlens_k"] = seqs.cu_k;
+    r["max_seqlen_q"] = seqs.max_q;
+    r["max_seqlen_k"] = seqs.max_k;
     r["num_heads"] = H;
     r["num_kv_heads"] = HK;
     r["head_size"] = D;
@@ -206,7 +185,7 @@ class WorkerSubject final : public Subject {
     r["inputs"] = {{"q", tensor_json(q)}, {"k", tensor_json(k)}, {"v", tensor_json(v)}};
     if (has_mask) {
       r["inputs"]["mask"] = tensor_json(mask);
-      r["cu_mask"] = cu_mask;
+      r["cu_mask"] = seqs.cu_mask;
     } else {
       r["cu_mask"] = nullptr;
     }
@@ -268,8 +247,10 @@ class WorkerSubject final : public Subject {
       transport_failed(*host_, e.what());
     }
     const std::string status = reply["status"].get<std::string>();
+    // The worker's words reach the terminal, report.md and the corpus note: control bytes (an
+    // escape sequence, a newline) are written as escapes there.
     const std::string why = reply.contains("error") && reply["error"].is_string()
-                                ? reply["error"].get<std::string>()
+                                ? json_fields::printable(reply["error"].get<std::string>(), kMaxErrorChars)
                                 : "no reason given";
     const std::string where = d_.name + " " + r["op"].get<std::string>() + ": ";
     if (status == "unsupported") throw SubjectError(SubjectError::Kind::unsupported, where + why);
@@ -283,6 +264,10 @@ class WorkerSubject final : public Subject {
       host_->process.shutdown();
       transport_failed(*host_, "worker broke the protocol: unknown reply status '" + status +
                                    "' (ok, unsupported, device_error, error)");
+    }
+    if (!host_->process.arena().intact()) {
+      host_->process.shutdown();
+      transport_failed(*host_, "worker broke the shared arena: the file is smaller than its mapping");
     }
     if (!reply.contains("written") || !reply["written"].is_object()) {
       host_->process.shutdown();
@@ -427,6 +412,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
                          ", this attncheck speaks " + std::to_string(kMinProtocolVersion) + " to " +
                          std::to_string(kProtocolVersion));
   host->protocol = reply["protocol"].get<int>();
+  host->process.require_seq(host->protocol >= 3);
   if (!reply.contains("subjects") || !reply["subjects"].is_array() || reply["subjects"].empty())
     throw HandshakeError(where + "declares no subjects");
   host->declared = reply["subjects"];
@@ -438,7 +424,10 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     // Built with append rather than operator+ chains: GCC 12 -Wrestrict misfires on those.
     std::string label;
     if (j.contains("name") && j["name"].is_string())
-      label.append(1, '\'').append(j["name"].get<std::string>()).append(1, '\'');
+      // Cut and escaped: an over-long name must leave room in the line for what is wrong with it.
+      label.append(1, '\'')
+          .append(json_fields::printable(j["name"].get<std::string>(), AC_MAX_NAME_CHARS))
+          .append(1, '\'');
     else
       label.append("#").append(std::to_string(i));
     try {
@@ -455,7 +444,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     s.merge = [](void*, const ac_merge_args*, char*, size_t) { return AC_OK; };
     s.softmax = [](void*, const ac_softmax_args*, char*, size_t) { return AC_OK; };
     s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
-    const auto problems = validate_subject(s, uint32_t(host->protocol));
+    const auto problems = validate_subject(s, abi_version_of_protocol(host->protocol));
     if (!problems.empty()) throw HandshakeError(where + "subject " + label + ": " + problems.front());
     if (!names.insert(d.name).second)
       throw HandshakeError(where + "subject name " + label + " declared twice");
@@ -485,8 +474,8 @@ std::string device_server_command(const std::string& socket_path, const std::str
                                   const std::string& device, double call_limit_s,
                                   const std::string& log_path) {
   return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_word(device)) + " " +
-         shell_word(self_path()) + " --device-server " + shell_word(socket_path) + " " + shell_word(backend) +
-         " " + std::to_string(call_limit_s) + " 2>>" + shell_word(log_path);
+         shell_word(self_path()) + " " + kDeviceServerFlag + " " + shell_word(socket_path) + " " +
+         shell_word(backend) + " " + std::to_string(call_limit_s) + " 2>>" + shell_word(log_path);
 }
 
 std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,
@@ -506,6 +495,7 @@ std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_pt
     return subjects;
   host->declared = reply["subjects"];
   host->protocol = reply.value("protocol", kProtocolVersion);
+  host->process.require_seq(host->protocol >= 3);
   for (auto& s : subjects) {
     if (!which(*s)) continue;
     for (const json& j : host->declared) {

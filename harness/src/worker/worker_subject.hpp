@@ -39,7 +39,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
 // found beside the running attncheck executable).
 std::string isolate_command(const std::string& plugin_path);
 
-// The device server: one process per GPU (attncheck-isolate --device-server SOCKET) that makes the
+// The device server: one process per GPU (attncheck --device-server SOCKET ...) that makes the
 // built-in CUDA subjects' calls of every child of `check --jobs N` in its one CUDA context. Each
 // child's calls in a context of its own made the GPU switch between up to N contexts, about a
 // millisecond a call. The parent names the socket in kDeviceServerEnv; ATTNCHECK_DEVICE_SERVER=off
@@ -47,6 +47,8 @@ std::string isolate_command(const std::string& plugin_path);
 // backend's built-ins (which is how CI, without a GPU, runs this path).
 constexpr const char* kDeviceServerEnv = "ATTNCHECK_DEVICE_SERVER_SOCKET";
 constexpr const char* kDeviceServerModeEnv = "ATTNCHECK_DEVICE_SERVER";
+// The first argument that makes attncheck a device server (device_server_main in serve.hpp).
+constexpr const char* kDeviceServerFlag = "--device-server";
 // `subjects` with those that `which` picks served by the server at socket_path (ServedSubject in
 // worker_subject.cpp: only the server's "ok" is taken, anything else is redone in this process).
 // The same subjects, unchanged, when the server cannot be reached.

@@ -1,4 +1,4 @@
-// fused_bench: throughput of the fused attention forward at the seed's shape and of split-KV
+// fused_bench: throughput of the fused attention forward at the Llama-3-8B layer shape and of split-KV
 // decode, on the GPU (not a test; the lead runs it on the H200).
 //   Fused: T = 8192, 32 query heads, 8 KV heads, d = 128, fp16, non-causal and causal, every
 //   tiling: median of 20 timed runs (cudaEvents, after 3 warm-up runs, fresh random non-zero
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "attncheck/attention_args.hpp"
 #include "common/bench_util.cuh"
 #include "fused/fused.h"
 #include "splitkv/splitkv.h"
@@ -88,23 +89,12 @@ int main() {
   std::printf("  %-8s %-10s %10s %12s\n", "causal", "tiling", "ms", "TFLOP/s");
   for (int causal : {0, 1}) {
     for (int t = 0; t < kern::kNumFusedTilings; ++t) {
-      ac_attention_args a{};
-      a.dtype = AC_DTYPE_F16;
-      a.num_seqs = 1;
-      a.cu_seqlens_q = a.cu_seqlens_k = cu;
-      a.cu_seqlens_q_host = a.cu_seqlens_k_host = cu_host;
-      a.max_seqlen_q = a.max_seqlen_k = T;
-      a.num_heads = H;
-      a.num_kv_heads = HKV;
-      a.head_size = D;
-      a.q = b.q;
-      a.k = b.k;
-      a.v = b.v;
-      a.out = b.o;
-      a.lse = b.lse;
-      a.softmax_scale = 0.08838834764831845f;
-      a.causal = causal;
-      a.tiling = t;
+      const ac_attention_args a = attncheck::AttentionArgs(AC_DTYPE_F16, H, HKV, D)
+                                      .sequences(1, cu, cu, cu_host, cu_host)
+                                      .tensors(b.q, b.k, b.v, b.o, b.lse)
+                                      .scale(0.08838834764831845f)
+                                      .causal(causal)
+                                      .tiling(t);
       kern::FusedOptions opt;
       opt.synchronize = false;
       char err[256];
@@ -156,27 +146,12 @@ int main() {
   std::printf("  %-8s %-10s %10s %12s\n", "splits", "tiling", "ms", "GB/s");
   for (int t = 0; t < kern::kNumSplitKVTilings; ++t) {
     for (int splits : {1, 2, 4, 8, 16}) {
-      ac_attention_args a{};
-      a.dtype = AC_DTYPE_F16;
-      a.num_seqs = B;
-      a.cu_seqlens_q = dcq;
-      a.cu_seqlens_k = dck;
-      a.cu_seqlens_q_host = cq.data();
-      a.cu_seqlens_k_host = ck.data();
-      a.max_seqlen_q = 1;
-      a.max_seqlen_k = TK;
-      a.num_heads = H;
-      a.num_kv_heads = HKV;
-      a.head_size = D;
-      a.q = d.q;
-      a.k = d.k;
-      a.v = d.v;
-      a.out = d.o;
-      a.lse = d.lse;
-      a.softmax_scale = 0.08838834764831845f;
-      a.tiling = t;
-      a.num_splits = splits;
-      a.fold_order = AC_FOLD_TREE;
+      const ac_attention_args a = attncheck::AttentionArgs(AC_DTYPE_F16, H, HKV, D)
+                                      .sequences(B, dcq, dck, cq.data(), ck.data())
+                                      .tensors(d.q, d.k, d.v, d.o, d.lse)
+                                      .scale(0.08838834764831845f)
+                                      .tiling(t)
+                                      .splits(splits, AC_FOLD_TREE);
       kern::SplitKVOptions opt;
       opt.synchronize = false;
       opt.workspace = ws;

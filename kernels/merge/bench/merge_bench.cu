@@ -1,4 +1,4 @@
-// Merge bandwidth benchmark: merge_cuda on 4096 tokens x 32 heads x 128 (the seed's merge shape)
+// Merge bandwidth benchmark: merge_cuda on 4096 tokens x 32 heads x 128 (the Llama-3-8B merge shape)
 // in fp16, bf16 and fp32, both LSE layouts. Prints the median of 50 timed repeats (cudaEvents,
 // after 5 warm-ups), the achieved bandwidth counting bytes read (two states, two LSEs) plus
 // bytes written (one state, one LSE), and beside it the device's own copy bandwidth measured the

@@ -1,4 +1,4 @@
-// RapidCheck generators, one small named generator per failure class of the seed chapter, composed
+// RapidCheck generators, one small named generator per failure class of the Background chapter, composed
 // into whole inputs for each operation. RapidCheck's own float generators never give NaN, Inf,
 // subnormals or tiny magnitudes, so every value here is built from weighted special values and bit
 // patterns, and rounded once to its storage format (reference round_to_format). Sizes never exceed
@@ -26,7 +26,7 @@ struct Domain {
   int max_heads = 4;                // query heads (GQA ratios 1, 2, 4, 8 within it)
   int tile_keys = 0;                // the subject's largest key tile (Bc); 0: none
   bool zero_keys = true;            // sequences of 0 keys allowed (AC_CAP_REFUSES_ZERO_KEYS: not)
-  int layer_tokens = 0;             // > 0: attention_input draws the seed's layer shape (RunConfig)
+  int layer_tokens = 0;             // > 0: attention_input draws the Llama-3-8B layer shape (RunConfig)
   int64_t streamed_kv_bytes = 0;    // attention_streamed_input: K and V together hold at least this
 };
 // The key tile a subject that declares no tilings is tested as if it had, when the run's max_keys

@@ -1,4 +1,4 @@
-// Properties: named claims of the seed chapter, checked against a Subject with RapidCheck
+// Properties: named claims of the Background chapter, checked against a Subject with RapidCheck
 // generators (generators.hpp) and the exact reference (reference/). Each property is one object,
 // registered once from its own file under properties/src/props/ (all_properties lists them), and
 // runs against every subject that has its operation. A failure is re-run to rule out
@@ -16,7 +16,7 @@
 // for fp32 score and exponent rounding); `ulp` is reported, never gated.
 //
 // Write-ahead: before every subject call of a cuda subject (or when RunConfig::write_ahead), the
-// case is written atomically to <corpus_dir>/inflight-<subject>-<property>-<shard>.json and
+// case is written atomically to <corpus_dir>/inflight-<subject>-<property>-0.json and
 // cfg.before_launch is called; the file is removed when the run returns normally, so a file left
 // behind is the reproducer of a crash.
 #pragma once
@@ -29,6 +29,7 @@
 
 #include "attncheck/case.hpp"
 #include "attncheck/names.hpp"
+#include "attncheck/reproduce.hpp"
 #include "attncheck/subject.hpp"
 
 namespace attncheck {
@@ -36,7 +37,7 @@ namespace attncheck {
 struct PropertyInfo {
   std::string name;          // "accuracy", "merge_sentinels", ...
   std::string description;   // one sentence
-  std::string seed_section;  // the seed chapter section it checks
+  std::string seed_section;  // the Background section it checks
   uint32_t ops = 0;          // AC_OP_* bits: runs against subjects having any of them
   bool in_gate = true;       // part of the default `gate` suite (else `full` only)
   // A pair's expected time relative to a one-launch-per-case property (several launches per case
@@ -61,10 +62,9 @@ const PropertyInfo* find_property(const std::string& name);  // nullptr if unkno
 bool property_applies(const PropertyInfo&, const Subject&);
 
 struct RunConfig {
-  uint64_t seed = 1;    // the run's seed; each (shard, property, subject) stream is case_seed of it
-  int num_cases = 100;  // RapidCheck max_success per (property, subject)
-  int shard_index = 0, shard_count = 1;  // shard I of N draws a disjoint, deterministic stream
-  std::string corpus_dir;                // where shrunk failures go ("" = do not write)
+  uint64_t seed = 1;       // the run's seed; each (property, subject) stream is case_seed of it
+  int num_cases = 100;     // RapidCheck max_success per (property, subject)
+  std::string corpus_dir;  // where shrunk failures go ("" = do not write)
   bool shrink = true;
   // Seconds a failure may spend shrinking, from its discovery; past it (or on cancel) the smallest
   // failing case found so far is the counterexample and the result says the shrink was cut.
@@ -74,8 +74,8 @@ struct RunConfig {
   bool write_ahead = false;         // write-ahead for host subjects too (always on for cuda subjects)
   std::vector<ac_dtype> dtypes;     // empty: every dtype the subject has
   std::vector<int32_t> head_sizes;  // empty: every head size the generators offer the subject
-  // The long suite: one attention case in four is the seed's layer (32 query heads over 8 KV heads,
-  // d = 128) over this many tokens, judged on sampled rows (sampled_rows in measure.cpp); host
+  // The long suite: one attention case in four is the Llama-3-8B layer (32 query heads over 8 KV heads,
+  // d = 128) over this many tokens, judged on sampled rows (sampled_rows in judge_attention.cpp); host
   // subjects get at most kHostLayerTokens of them (a host twin takes minutes for 8192). 0: none.
   int layer_tokens = 0;
   // streamed_kv's K and V bytes per case: past every GPU's L2, so that the loads lag the math.
@@ -83,6 +83,7 @@ struct RunConfig {
   std::function<void(int done, int total)> progress;  // called after each case
   const std::atomic<bool>* cancel = nullptr;          // set: stop after the current case
   std::function<void(const Case&)> before_launch;     // called before each subject call
+  ReproduceContext reproduce;  // how a failure's reproduce command is started (reproduce.hpp)
 };
 
 struct OutputStats {
@@ -193,7 +194,7 @@ struct PropertyResult {
   CaseSize counterexample_size;
   uint64_t seed = 0;              // the run's seed
   std::string rc_reproduce;       // RapidCheck reproduce string ("" when passed)
-  std::string reproduce_command;  // "attncheck replay FILE --subject NAME" or a check command
+  std::string reproduce_command;  // replay_command or, without a corpus file, check_command
   double seconds = 0;
   int cases_to_first_failure = -1;  // 1-based count of cases run when the first failure appeared
   double seconds_to_first_failure = -1;
@@ -215,7 +216,7 @@ struct PropertyResult {
 // unsupported skips the case, device_fault / internal give Status::crashed (the write-ahead file
 // then holds the case). Throws std::invalid_argument for an unknown property name.
 PropertyResult run_property(const std::string& name, Subject& subject, const RunConfig& cfg);
-// The check flags that shape a run's case stream besides --seed and --shard (--cases, and
+// The check flags that shape a run's case stream besides --seed (--cases, and
 // --max-keys and --dtype where they are not the defaults): a pasted reproduce command needs them.
 std::string stream_flags(const RunConfig&);
 constexpr int kHostLayerTokens = 512;
@@ -231,7 +232,8 @@ struct ReplayResult {
   std::string context;                       // case_context of the case (its shape and flags)
   std::string reproduce_command;             // attncheck replay FILE --subject NAME
 };
-ReplayResult replay_case(const Case&, Subject&, const std::string& file_path = "");
+ReplayResult replay_case(const Case&, Subject&, const std::string& file_path = "",
+                         const ReproduceContext& reproduce = {});
 
 // Tiling and split report: the same inputs through every tiling of an attention subject and, for
 // split-KV subjects, every num_splits in 1..max_splits and every declared fold order.

@@ -51,9 +51,10 @@ class RunToRun final : public Property {
     }
     const std::string diff = first_difference(a, first, second);
     if (!diff.empty()) {
-      const std::string how = c.op == "splitkv" ? " (num_splits " + std::to_string(c.options.num_splits) +
-                                                      ", fold " + fold_name(c.options.fold_order) + ")"
-                                                : "";
+      const std::string how = c.op == op_name(AC_OP_SPLITKV)
+                                  ? " (num_splits " + std::to_string(c.options.num_splits) + ", fold " +
+                                        fold_name(c.options.fold_order) + ")"
+                                  : "";
       fail(o, "nondeterministic", "two launches on the same input " + diff + how);
     }
     return o;

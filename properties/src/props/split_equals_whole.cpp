@@ -139,7 +139,7 @@ class SplitEqualsWhole final : public Property {
   }
 
   // check_row's verdict decided from the fast path: the whole's exact O within its bound of the
-  // fast row's (certified), each part's allowance within [allowed_lo, allowed_hi] (measure.cpp).
+  // fast row's (certified), each part's allowance within [allowed_lo, allowed_hi] (judge_attention.cpp).
   // split_merge_allowance is a sum of products of nonnegative terms in the allowances and
   // within_split_merge_allowance is monotone in it, so a row is certainly within when the largest
   // error (the farther end of the whole's interval: the double subtraction got - want is monotone

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "../property.hpp"
+#include "../split_options.hpp"
 
 namespace attncheck::detail {
 namespace {
@@ -38,13 +39,12 @@ class SplitOrderDrift final : public Property {
     const auto& a = std::get<AttentionInput>(c.input);
     const ac_caps& caps = s.caps();
     std::vector<AttentionOptions> configs;
-    const int32_t most = std::max(1, std::min(caps.max_splits, 8));
+    const int32_t most = std::min(max_num_splits(caps), 8);
     const bool large = double(total_q(a)) * a.num_heads * total_k(a) > kLargeLogits;
     for (int32_t n = 1; n <= most; ++n)
-      for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE})
+      for (ac_fold f : tried_folds(caps))
         if (!large || n == 1 || n == 2 || n == 5 || n == most)
-          if ((caps.fold_orders & AC_FOLD_BIT(f)) || (caps.fold_orders == 0 && f == AC_FOLD_LEFT))
-            configs.push_back(AttentionOptions{c.options.tiling, n, f});
+          configs.push_back(AttentionOptions{c.options.tiling, n, f});
     std::vector<AttentionOutput> outs;
     // Configurations often return the same bits (more splits than key blocks, one fold order of
     // two pieces). The judgement is a function of the input and the output bits, so a repeated

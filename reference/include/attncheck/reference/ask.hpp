@@ -13,7 +13,7 @@ std::string ask_round(Format to, const std::string& value);
 // what: "lse" or "softmax". Exact values to >= 30 significant digits (36 printed) and their correctly
 // rounded fp16, bf16 and fp32 values (hexfloat and bits).
 std::string ask_exact(const std::string& what, const std::string& logits_csv, LseBase base);
-// Runs independent checks (rounding traps, fp16 exp thresholds, the seed's worked example, merge
+// Runs independent checks (rounding traps, fp16 exp thresholds, the eight-logit worked example, merge
 // laws) and returns a report of what it verified; throws ReferenceError on any mismatch.
 std::string self_check();
 

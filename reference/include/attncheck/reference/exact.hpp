@@ -33,7 +33,7 @@ Real logsumexp(const std::vector<Real>& x, LseBase base = LseBase::e);
 // Empty input: empty; all -inf: all zero; NaN anywhere: all NaN; +inf entries share the mass.
 std::vector<Real> softmax(const std::vector<Real>& x);
 
-// The seed's online state (m, l, O~): m the running max, l = sum e^(x - m), O~ = sum e^(x - m) v
+// The online state (m, l, O~): m the running max, l = sum e^(x - m), O~ = sum e^(x - m) v
 // (unnormalised). Final output O = O~ / l, LSE = m + log l.
 struct OnlineState {
   Real m;

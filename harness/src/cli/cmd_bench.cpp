@@ -2,10 +2,7 @@
 // bench.json against --baseline anywhere (CI, a laptop). Exit codes as everywhere: 0 ran (and no
 // regression), 1 a row slowed down beyond the tolerance, 2 usage or input error before any work,
 // 3 a kernel or CUDA call failed while measuring.
-#include "bench.hpp"
-
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -17,6 +14,7 @@
 #include "attncheck/bench_report.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/report.hpp"
+#include "command.hpp"
 #include "options.hpp"
 #include "plot.hpp"
 #if defined(ATTNCHECK_HAVE_CUDA)
@@ -42,22 +40,20 @@ int usage(const std::string& why) {
 
 #if defined(ATTNCHECK_HAVE_CUDA)
 // PyTorch's FlashAttention-2 and cuDNN at the attention rows' shapes, through
-// `python3 -m attncheck.peers --json` with the first python3 on PATH that has torch; their rates
-// go beside every attention row of the same T, dtype and causality. The SDK comes from this
-// build's source tree where it still exists, else from PYTHONPATH (a copied or installed binary).
+// `python3 kernels/bench/peers.py --json` of this build's source tree with the first python3 on
+// PATH that has torch; their rates go beside every attention row of the same T, dtype and
+// causality. A binary whose source tree is gone (copied or installed) measures no peers.
 // Returns a note for bench.json.
 std::string add_peers(BenchRun& run, int repeats) {
-  const std::string sdk = ATTNCHECK_PYTHON_SOURCE;
+  const std::string script = ATTNCHECK_PEERS_SCRIPT;
   std::error_code ec;
-  if (std::filesystem::is_directory(sdk + "/attncheck", ec)) {
-    const char* old = std::getenv("PYTHONPATH");
-    ::setenv("PYTHONPATH", (sdk + (old && *old ? ":" + std::string(old) : "")).c_str(), 1);
-  }
+  if (!std::filesystem::is_regular_file(script, ec))
+    return "peers: no " + script + " (the source tree is gone)";
   for (const std::string& py : pythons_on_path()) {
     if (run_captured({py, "-c", "import torch; assert torch.cuda.is_available()"}).status != 0) continue;
-    const CapturedRun r = run_captured({py, "-m", "attncheck.peers", std::to_string(repeats), "--json"});
+    const CapturedRun r = run_captured({py, script, std::to_string(repeats), "--json"});
     if (r.status != 0)
-      return "peers: " + py + " -m attncheck.peers failed (exit " + std::to_string(r.status) + ")";
+      return "peers: " + py + " " + script + " failed (exit " + std::to_string(r.status) + ")";
     int added = 0;
     std::istringstream lines(r.output);
     std::string line;
@@ -196,12 +192,12 @@ int run_bench(const Options& o) {
 
 }  // namespace
 
-BenchCommand add_bench_command(CLI::App& app) {
+Command add_bench_command(CLI::App& app, Common&) {
   auto o = std::make_shared<Options>();
-  BenchCommand c;
+  Command c;
   c.app = app.add_subcommand(
       "bench",
-      "the built-in kernels' speed at the seed's shapes, against the device's ceilings and "
+      "the built-in kernels' speed at the Llama-3-8B layer's shapes, against the device's ceilings and "
       "PyTorch's backends; bench.json and a speed gate");
   c.app
       ->add_option("--repeats", o->repeats, "timed launches per measurement; the median is kept (default 20)")

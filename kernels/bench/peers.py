@@ -1,6 +1,6 @@
 """PyTorch's attention backends at the shapes of hopper_bench, timed the same way.
 
-    python3 -m attncheck.peers [repeats] [--json]
+    python3 kernels/bench/peers.py [repeats] [--json]
 
 For each shape (T in {2048, 8192}, 32 query heads, 8 KV heads, d = 128, fp16 and bf16, causal and
 not) and each SDPA backend that runs it (FlashAttention-2, cuDNN), prints one line in
@@ -8,7 +8,8 @@ hopper_bench's format: "peer-<backend> <shape> <ms> ms <TFLOP/s> TFLOP/s". Each 
 of `repeats` launches, each timed alone with CUDA events after a 512 MiB memset that flushes L2,
 on random inputs in [-1, 1]. TFLOP/s counts 4 T^2 h d flops, half of it when causal, as
 hopper_bench does. K and V are expanded to 32 heads (SDPA's FlashAttention path has no GQA), which
-the flop count does not include. Needs torch with CUDA; never imported by the rest of the SDK.
+the flop count does not include. Needs torch with CUDA; a script beside the benchmark suite, not
+part of the Python SDK.
 With --json, each measurement is one JSON object per line instead (what `attncheck bench` reads):
 {"peer", "T", "dtype", "causal", "ms", "tflops"}, or {"peer", "T", "dtype", "causal", "error"}.
 """
@@ -22,10 +23,10 @@ def main(argv):
     try:
         import torch
     except ImportError as e:
-        print(f"attncheck.peers: torch is not importable ({e})", file=sys.stderr)
+        print(f"peers.py: torch is not importable ({e})", file=sys.stderr)
         return 77
     if not torch.cuda.is_available():
-        print("attncheck.peers: torch sees no CUDA device", file=sys.stderr)
+        print("peers.py: torch sees no CUDA device", file=sys.stderr)
         return 77
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F

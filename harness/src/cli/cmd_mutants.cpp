@@ -1,4 +1,9 @@
-// `attncheck mutants`: the mutation self-test. Runs the default gate (the properties of
+// `attncheck mutants`: the mutation self-test, the command that drives it. The broken kernels
+// themselves are not here: they are kernels/mutants/ (mutants.h, the table of mutant kernels this
+// command reads), built into the kernel library like any kernel; this file only runs the gate
+// against them and reports which it caught.
+//
+// Runs the default gate (the properties of
 // the `gate` suite, default number of cases) against every deliberately broken kernel of
 // kernels/mutants/ and against the correct kernels they derive from, and prints one table:
 // mutant, killed or survived, the property that killed it first, cases and seconds until that
@@ -12,8 +17,6 @@
 // (tests/mutants, mutants_large_gpu): the table says so and it counts as neither.
 // Writes <report-dir>/mutants.md (the table, markdown), mutants.json and corpus/ (the shrunk
 // counterexamples, replayable with `attncheck replay`).
-#include "mutants.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +35,8 @@
 #include "attncheck/peer_oracles.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/report.hpp"
+#include "command.hpp"
+#include "common.hpp"
 #include "common/registry.h"
 #include "mutants/mutants.h"
 #include "options.hpp"
@@ -49,10 +54,9 @@ struct Usage : std::runtime_error {
 struct Options {
   std::string backend = "host", report_dir = "attncheck-mutants";
   std::vector<std::string> oracles = {"attncheck"}, only;
-  uint64_t seed = 1;
-  int cases = 100, peer_cases = 100, max_keys = 64;
-  bool quiet = false, no_correct = false, first_kill = false, no_shrink = false;
-  double shrink_time = RunConfig{}.shrink_seconds;  // seconds per failure, as check's default
+  RunOptions run;  // --seed, --cases, --max-keys, --no-shrink, --shrink-time: check's defaults
+  int peer_cases = 100;
+  bool quiet = false, no_correct = false, first_kill = false;
 };
 
 // One subject's outcome under the attncheck gate.
@@ -84,14 +88,9 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
   int best_cases = 0;
   for (const PropertyInfo& p : all_properties()) {
     if (!p.in_gate || !property_applies(p, s)) continue;
-    RunConfig cfg;
-    cfg.seed = o.seed;
-    cfg.num_cases = o.cases;
-    cfg.max_keys = o.max_keys;
-    cfg.corpus_dir = o.report_dir + "/corpus";
-    cfg.shrink = !o.no_shrink;
-    cfg.shrink_seconds = o.shrink_time;
-    const PropertyResult r = run_property(p.name, s, cfg);
+    RunOptions run = o.run;
+    run.corpus_dir = o.report_dir + "/corpus";
+    const PropertyResult r = run_property(p.name, s, run_config(run));
     g.seconds_total += r.seconds;
     const bool fail =
         r.status == PropertyResult::Status::failed || r.status == PropertyResult::Status::crashed;
@@ -140,11 +139,11 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
                    bool gate_ran, const std::string& backend_note) {
   std::ostringstream md;
   md << "# attncheck mutants\n\n"
-     << backend_note << "; seed " << o.seed << "; gate cases per property " << o.cases << "; peer cases "
-     << o.peer_cases << "; " << utc_timestamp() << "\n\n";
+     << backend_note << "; seed " << o.run.seed << "; gate cases per property " << o.run.cases
+     << "; peer cases " << o.peer_cases << "; " << utc_timestamp() << "\n\n";
   if (gate_ran) {
     md << "| # | subject | verdict | killed by | cases | seconds | "
-       << (o.no_shrink ? "first failing case (unshrunk)" : "shrunk counterexample")
+       << (o.run.no_shrink ? "first failing case (unshrunk)" : "shrunk counterexample")
        << " | expected | also failed |\n"
        << "|---|---|---|---|---|---|---|---|---|\n";
     for (const Row& r : rows) {
@@ -294,7 +293,7 @@ int run(const Options& o) {
   }
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-  if (o.cases < 1 || o.peer_cases < 1) throw Usage("--cases and --peer-cases must be at least 1");
+  if (o.run.cases < 1 || o.peer_cases < 1) throw Usage("--cases and --peer-cases must be at least 1");
   const std::vector<std::string> only = split_csv(o.only);
   for (const auto& n : only)
     if (!kern::find_mutant(n)) throw Usage("unknown mutant '" + n + "' (see attncheck mutants --list)");
@@ -358,7 +357,7 @@ int run(const Options& o) {
     if (gate && r.number != 13) r.gate = run_gate(*r.subject, o, r.number > 0);
     if (r.gate.device_fault) faulted_by = r.name;
     for (const auto& p : peers) {
-      const PeerResult pr = run_peer_oracle(*parse_peer_oracle(p), *r.subject, o.seed, o.peer_cases);
+      const PeerResult pr = run_peer_oracle(*parse_peer_oracle(p), *r.subject, o.run.seed, o.peer_cases);
       if (!o.quiet)
         std::fprintf(stderr, "  %-34s %-22s %s (%d cases)%s%s\n", r.name.c_str(), ("oracle " + p).c_str(),
                      !pr.applicable ? "n/a"
@@ -395,10 +394,10 @@ int run(const Options& o) {
 
 }  // namespace
 
-MutantsCommand add_mutants_command(CLI::App& app) {
+Command add_mutants_command(CLI::App& app, Common&) {
   auto o = std::make_shared<Options>();
   auto list = std::make_shared<bool>(false);
-  MutantsCommand c;
+  Command c;
   c.app = app.add_subcommand("mutants",
                              "mutation self-test: the default gate against every deliberately broken kernel");
   c.app->add_option("--backend", o->backend,
@@ -409,19 +408,21 @@ MutantsCommand add_mutants_command(CLI::App& app) {
       ->check(names_something());
   c.app->add_option("--mutant", o->only, "only these mutants (names, repeatable or comma-separated)")
       ->check(names_something());
-  c.app->add_option("--seed", o->seed, "seed (default 1)")->check(decimal_u64());
-  c.app->add_option("--cases", o->cases, "gate cases per (subject, property) (default 100, the gate's)")
+  c.app->add_option("--seed", o->run.seed, "seed (default 1)")->check(decimal_u64());
+  c.app->add_option("--cases", o->run.cases, "gate cases per (subject, property) (default 100, the gate's)")
       ->check(CLI::Range(1, Limits::kMaxCases));
   c.app->add_option("--peer-cases", o->peer_cases, "cases per (subject, peer oracle) (default 100)")
       ->check(CLI::Range(1, Limits::kMaxCases));
-  c.app->add_option("--max-keys", o->max_keys, "longest key row generated (default 64, the gate's)")
+  c.app->add_option("--max-keys", o->run.max_keys, "longest key row generated (default 64, the gate's)")
       ->check(CLI::Range(1, Limits::kMaxKeys));
   c.app->add_option("--report-dir", o->report_dir, "where mutants.md, mutants.json and corpus/ go")
       ->check(non_empty());
   c.app->add_flag("--no-correct", o->no_correct, "skip the correct kernels");
   c.app->add_flag("--first-kill", o->first_kill, "stop a mutant's gate at its first failing property");
-  c.app->add_flag("--no-shrink", o->no_shrink, "report the first failing case unshrunk (faster: CI)");
-  c.app->add_option("--shrink-time", o->shrink_time, "seconds each failure may spend shrinking (default 20)")
+  c.app->add_flag("--no-shrink", o->run.no_shrink, "report the first failing case unshrunk (faster: CI)");
+  c.app
+      ->add_option("--shrink-time", o->run.shrink_time,
+                   "seconds each failure may spend shrinking (default 20)")
       ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
   c.app->add_flag("--list", *list, "list the mutants and exit");
   c.app->add_flag("--quiet", o->quiet, "print only the table");

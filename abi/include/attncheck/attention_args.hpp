@@ -1,0 +1,103 @@
+// ac_attention_args (plugin_abi.h) filled in one place. The harness's adapter, the benchmarks and
+// the kernel tests say what a call is (shape, sequences, tensors, options) and this builder writes
+// the fields:
+//
+//   const ac_attention_args a = AttentionArgs(AC_DTYPE_F16, heads, kv_heads, head_size)
+//                                   .sequences(num_seqs, cu_q, cu_k, cu_q_host, cu_k_host)
+//                                   .tensors(q, k, v, out, lse)
+//                                   .scale(scale)
+//                                   .causal(true);
+//
+// A field no call sets keeps the value of a value-initialised ac_attention_args (null, 0,
+// AC_FOLD_LEFT). C++ for host code, compiled by a C++ compiler or nvcc's host pass; not installed
+// (plugins fill the C struct as they like).
+#pragma once
+#include <cstdint>
+
+#include "attncheck/plugin_abi.h"
+
+namespace attncheck {
+
+class AttentionArgs {
+ public:
+  AttentionArgs(ac_dtype dtype, int32_t num_heads, int32_t num_kv_heads, int32_t head_size) {
+    a_.dtype = dtype;
+    a_.num_heads = num_heads;
+    a_.num_kv_heads = num_kv_heads;
+    a_.head_size = head_size;
+  }
+
+  // num_seqs sequences back to back: num_seqs + 1 offsets of each sequence's first query and key
+  // row, in the subject's memory (cu_q, cu_k) and in host memory (cu_q_host, cu_k_host). The
+  // longest sequence (max_seqlen_q / _k) is read off the host offsets.
+  AttentionArgs& sequences(int32_t num_seqs, const int32_t* cu_q, const int32_t* cu_k,
+                           const int32_t* cu_q_host, const int32_t* cu_k_host) {
+    a_.num_seqs = num_seqs;
+    a_.cu_seqlens_q = cu_q;
+    a_.cu_seqlens_k = cu_k;
+    a_.cu_seqlens_q_host = cu_q_host;
+    a_.cu_seqlens_k_host = cu_k_host;
+    a_.max_seqlen_q = longest(num_seqs, cu_q_host);
+    a_.max_seqlen_k = longest(num_seqs, cu_k_host);
+    return *this;
+  }
+  // The same with the offsets in host memory only (a host subject's view).
+  AttentionArgs& sequences(int32_t num_seqs, const int32_t* cu_q_host, const int32_t* cu_k_host) {
+    return sequences(num_seqs, cu_q_host, cu_k_host, cu_q_host, cu_k_host);
+  }
+  AttentionArgs& tensors(const void* q, const void* k, const void* v, void* out, float* lse) {
+    a_.q = q;
+    a_.k = k;
+    a_.v = v;
+    a_.out = out;
+    a_.lse = lse;
+    return *this;
+  }
+  AttentionArgs& scale(float softmax_scale) {
+    a_.softmax_scale = softmax_scale;
+    return *this;
+  }
+  AttentionArgs& causal(bool causal) {
+    a_.causal = causal ? 1 : 0;
+    return *this;
+  }
+  // The mask and its block offsets in the subject's memory (cu_mask) and in host memory.
+  AttentionArgs& mask(const uint8_t* mask, const int64_t* cu_mask, const int64_t* cu_mask_host) {
+    a_.mask = mask;
+    a_.cu_mask = cu_mask;
+    a_.cu_mask_host = cu_mask_host;
+    return *this;
+  }
+  // The same with the offsets in host memory only.
+  AttentionArgs& mask(const uint8_t* mask, const int64_t* cu_mask_host) {
+    return this->mask(mask, cu_mask_host, cu_mask_host);
+  }
+  AttentionArgs& tiling(int32_t tiling) {
+    a_.tiling = tiling;
+    return *this;
+  }
+  AttentionArgs& splits(int32_t num_splits, ac_fold fold_order) {
+    a_.num_splits = num_splits;
+    a_.fold_order = fold_order;
+    return *this;
+  }
+  AttentionArgs& stream(void* stream) {
+    a_.stream = stream;
+    return *this;
+  }
+
+  const ac_attention_args& args() const { return a_; }
+  operator const ac_attention_args&() const { return a_; }
+
+ private:
+  // The most rows of one sequence (0 without offsets).
+  static int32_t longest(int32_t num_seqs, const int32_t* cu) {
+    int32_t most = 0;
+    for (int32_t s = 0; cu && s < num_seqs; ++s) most = cu[s + 1] - cu[s] > most ? cu[s + 1] - cu[s] : most;
+    return most;
+  }
+
+  ac_attention_args a_{};
+};
+
+}  // namespace attncheck

@@ -1,0 +1,132 @@
+// check's plan: every input validated before any work, the (subject, property) pairs, and the
+// shard's share of them.
+#include <algorithm>
+#include <cstdlib>
+
+#include "attncheck/backend.hpp"
+#include "attncheck/hash.hpp"
+#include "attncheck/json_fields.hpp"
+#include "check.hpp"
+#include "options.hpp"
+#include "pair_pool.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+// "I/N", shard index 0-based: 0/4 .. 3/4. Digits only: " 1/3" or "+1/3" is a typo, not shard 1.
+std::pair<int, int> parse_shard(const std::string& s) {
+  const auto slash = s.find('/');
+  std::optional<uint64_t> i, n;
+  if (slash != std::string::npos) {
+    i = json_fields::parse_decimal_u64(std::string_view(s).substr(0, slash));
+    n = json_fields::parse_decimal_u64(std::string_view(s).substr(slash + 1));
+  }
+  if (!i || !n || *n < 1 || *n > uint64_t(Limits::kMaxShards) || *i >= *n)
+    throw UsageError("--shard " + s + ": expected I/N with 0 <= I < N <= " +
+                     std::to_string(Limits::kMaxShards) + " (shards are numbered from 0)");
+  return {int(*i), int(*n)};
+}
+
+std::vector<ac_dtype> parse_dtypes(const std::vector<std::string>& names) {
+  std::vector<ac_dtype> dtypes;
+  for (const auto& d : split_csv(names)) {
+    const auto t = dtype_from(d);
+    if (!t) throw UsageError("unknown dtype '" + d + "' (known: " + dtype_names() + ")");
+    if (std::find(dtypes.begin(), dtypes.end(), *t) == dtypes.end()) dtypes.push_back(*t);
+  }
+  return dtypes;
+}
+
+// Shards split the plan, not the cases: shard I of N keeps the pairs whose (subject, property)
+// hash to I, each with exactly the cases of the unsharded run. So the merge of the N shard reports
+// is the unsharded run's report, and a pair's shard does not move when other subjects or
+// properties come and go.
+void keep_shard(CheckPlan& plan) {
+  if (plan.shard_count <= 1) return;
+  size_t kept = 0;
+  for (size_t i = 0; i < plan.pairs.size(); ++i) {
+    const auto& [subject, property] = plan.pairs[i];
+    const uint64_t h = hash::fnv1a64(property->name, hash::fnv1a64(subject->name() + '\0'));
+    if (int(h % uint64_t(plan.shard_count)) != plan.shard_index) continue;
+    plan.pairs[kept] = plan.pairs[i];
+    plan.position[kept] = plan.position[i];
+    ++kept;
+  }
+  plan.pairs.resize(kept);
+  plan.position.resize(kept);
+}
+
+}  // namespace
+
+CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atomic<bool>* cancel) {
+  CheckPlan plan;
+  // A child runs one pair of its parent's run. The subjects of --worker commands run in the parent,
+  // which starts each such worker once for the whole run (a Python worker's start can take
+  // seconds); a child starts none of them, and its plan is the parent's plan without their pairs.
+  // Plugins, isolated or not, run in the children: attncheck-isolate starts in milliseconds.
+  plan.child = child_pair_from_env();
+  const bool child = plan.child.has_value();
+  const bool plugins_given = !common.plugins.empty() || !common.worker_commands.empty();
+  if (child) common.worker_commands.clear();
+  plan.set = load_subject_set(common);
+  // A child's built-in subjects make their calls in the parent's device server, when there is one.
+  if (const char* sock = std::getenv(worker::kDeviceServerEnv); child && sock && *sock)
+    plan.set.all = worker::served_subjects(std::move(plan.set.all), sock, common.call_timeout_s / 2,
+                                           [](const Subject& s) { return s.origin() == "builtin"; });
+  plan.subjects = pick_subjects(plan.set, split_csv(o.subjects), plugins_given, /*skip_unknown=*/child);
+  const auto properties = pick_properties(split_csv(o.properties), o.suite);
+  std::tie(plan.shard_index, plan.shard_count) = parse_shard(o.shard);
+  if (o.run.cases < 1) throw UsageError("--cases must be at least 1");
+  RunOptions run = o.run;
+  run.dtypes = parse_dtypes(o.dtypes);
+  if (!o.baseline.empty()) {
+    try {
+      plan.baseline = read_report_file(o.baseline);
+    } catch (const ReportError& e) {
+      throw UsageError(std::string("baseline: ") + e.what());
+    }
+  }
+  for (Subject* s : plan.subjects)
+    for (const auto* p : properties)
+      if (property_applies(*p, *s) && (o.suite != "long" || (s->caps().ops & kLongSuiteOps)) &&
+          (run.dtypes.empty() ||
+           std::any_of(run.dtypes.begin(), run.dtypes.end(), [&](ac_dtype d) { return s->has_dtype(d); })))
+        plan.pairs.emplace_back(s, p);
+  if (plan.pairs.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
+  if (const char* m = std::getenv(worker::kDeviceServerModeEnv);
+      m && *m && std::string(m) != "on" && std::string(m) != "off")
+    throw UsageError(std::string(worker::kDeviceServerModeEnv) + "=" + m + ": expected on or off");
+  plan.corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
+  // The parent prepared the directories for its children.
+  if (!child) {
+    prepare_report_dir(o.report_dir, o.quiet);
+    prepare_corpus_dir(plan.corpus_dir, o.quiet);
+  }
+  if (plan.subjects.empty()) throw UsageError("no subject to check");
+
+  Report& report = plan.report;
+  report.git_describe = kGitDescribe;
+  report.timestamp = utc_timestamp();
+  report.command = common.command_line;
+  report.backend = backend_name(plan.set.backend);
+  report.device = plan.set.backend == Backend::cuda ? cuda_device_name() : "host";
+  report.seed = o.run.seed;
+  report.num_cases = o.run.cases;
+  report.shard_index = plan.shard_index;
+  report.shard_count = plan.shard_count;
+  report.suite = o.properties.empty() ? o.suite : "custom";
+  report.histogram_edges = ulp_histogram_edges();
+
+  run.corpus_dir = plan.corpus_dir;
+  run.long_suite = o.suite == "long";
+  plan.base_cfg = run_config(run);
+  plan.base_cfg.cancel = cancel;
+  report.shape_set = shape_set_of(plan.base_cfg);
+
+  plan.position.resize(plan.pairs.size());
+  for (size_t i = 0; i < plan.pairs.size(); ++i) plan.position[i] = int64_t(i);
+  keep_shard(plan);
+  return plan;
+}
+
+}  // namespace attncheck::cli

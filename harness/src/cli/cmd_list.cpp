@@ -1,0 +1,98 @@
+// `attncheck list`: the loaded subjects with their capabilities, and the properties with their suites.
+#include <cstdio>
+#include <sstream>
+
+#include "common.hpp"
+#include "options.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+std::string ops_string(uint32_t ops) {
+  std::string s;
+  for (uint32_t bit : {AC_OP_MERGE, AC_OP_SOFTMAX, AC_OP_ATTENTION, AC_OP_SPLITKV})
+    if (ops & bit) s += (s.empty() ? "" : ",") + std::string(op_name(bit));
+  return s;
+}
+
+std::string caps_string(const Subject& s) {
+  const ac_caps& c = s.caps();
+  std::ostringstream o;
+  o << ops_string(c.ops) << "; dtypes";
+  for (ac_dtype d : {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16})
+    if (s.has_dtype(d)) o << " " << dtype_name(d);
+  // Head sizes and LSE conventions mean nothing to a softmax-only subject.
+  const bool has_lse =
+      (c.ops & AC_OP_MERGE) || ((c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && (c.features & AC_FEAT_LSE));
+  if (c.ops != AC_OP_SOFTMAX) {
+    o << "; d ";
+    if (c.head_sizes) {
+      for (int32_t i = 0; i < c.num_head_sizes; ++i) o << (i ? "," : "") << c.head_sizes[i];
+    } else {
+      o << c.head_size_min << ".." << c.head_size_max;
+    }
+  }
+  if (has_lse)
+    o << "; LSE base " << (c.lse_base == 2 ? "2" : "e") << " "
+      << (c.lse_layout == AC_LSE_HEADS_TOKENS ? "[heads,tokens]" : "[tokens,heads]");
+  if (c.ops != AC_OP_SOFTMAX)
+    o << "; empty row LSE "
+      << ((c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) ? "undefined"
+          : c.empty_lse_sign > 0                 ? "+inf"
+                                                 : "-inf");
+  if (c.flags & AC_CAP_REFUSES_ZERO_KEYS) o << "; refuses zero keys";
+  if (c.flags & AC_CAP_FLUSHES_SUBNORMALS) o << "; flushes subnormals";
+  if (c.flags & AC_CAP_NONDETERMINISTIC) o << "; nondeterministic by design";
+  if (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
+    o << "; tilings";
+    if (c.num_tilings <= 0) o << " none declared";
+    for (int32_t i = 0; i < c.num_tilings; ++i) o << " " << c.tilings[i].br << "x" << c.tilings[i].bc;
+    if (c.features & AC_FEAT_CAUSAL) o << "; causal";
+    if (c.features & AC_FEAT_MASK) o << "; mask";
+    if (c.features & AC_FEAT_VARLEN) o << "; varlen";
+    if (c.features & AC_FEAT_GQA) o << "; gqa";
+    if (c.features & AC_FEAT_NAIVE_EXP) o << "; naive-exp (declared hazard)";
+    if (c.features & AC_FEAT_FLUSHED_EXP) o << "; flushed exp2 (weights below 2^-126 dropped)";
+  }
+  if (c.ops & AC_OP_SPLITKV) {
+    o << "; splits 1.." << c.max_splits << " folds";
+    for (ac_fold f : folds_in(c.fold_orders)) o << " " << fold_name(f);
+  }
+  return o.str();
+}
+
+int run_list(const Common& common) {
+  SubjectSet set = load_subject_set(common);
+  std::printf("%s\n", set.backend_note.c_str());
+  for (const auto& n : set.notes) std::printf("%s\n", n.c_str());
+  std::printf("\nsubjects:\n");
+  for (const auto& s : set.all) {
+    std::printf("  %-22s %-4s %-8s %s\n", s->name().c_str(), s->backend().c_str(),
+                s->origin() == "builtin"                 ? "builtin"
+                : !worker::worker_command_of(*s).empty() ? "worker"
+                                                         : "plugin",
+                s->description().c_str());
+    std::printf("  %-22s %s\n", "", caps_string(*s).c_str());
+    if (s->origin() != "builtin") std::printf("  %-22s from %s\n", "", s->origin().c_str());
+  }
+  std::printf(
+      "\nproperties (gate = in the default suite, long = also in --suite long, full = in full only):\n");
+  for (const auto& p : all_properties()) {
+    const std::string suites = in_suite(p, "long") ? "gate,long" : in_suite(p, "gate") ? "gate" : "full";
+    std::printf("  %-24s %-9s %-9s %s  [%s]\n", p.name.c_str(), suites.c_str(), ops_string(p.ops).c_str(),
+                p.description.c_str(), p.seed_section.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_list_command(CLI::App& app, Common& common) {
+  Command c;
+  c.app = app.add_subcommand("list", "subjects (built-in and plugin) with capabilities; properties");
+  add_common_options(c.app, common);
+  c.run = [&common] { return run_list(common); };
+  return c;
+}
+
+}  // namespace attncheck::cli

@@ -1,0 +1,122 @@
+// `attncheck replay`: saved cases (files, or directories of them) re-run against a subject.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "attncheck/case.hpp"
+#include "common.hpp"
+#include "options.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ReplayOptions {
+  std::vector<std::string> inputs;
+  std::string subject;
+};
+
+int run_replay(const ReplayOptions& o, const Common& common) {
+  // Named files must parse (exit 2 otherwise); files met inside a directory are skipped with a note.
+  struct Item {
+    std::string path;
+    Case c;
+  };
+  std::vector<Item> items;
+  std::vector<std::string> skipped;
+  for (const auto& in : o.inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      // Every directory is listed before any case runs: an unreadable one is an input error.
+      std::vector<std::string> files;
+      fs::recursive_directory_iterator it(in, ec), end;
+      for (; !ec && it != end; it.increment(ec))
+        if (it->is_regular_file(ec) && it->path().extension() == ".json" &&
+            it->path().filename().string().rfind(".tmp-", 0) != 0)
+          files.push_back(it->path().string());
+      if (ec) throw UsageError("replay: cannot list " + in + ": " + ec.message());
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) {
+        try {
+          items.push_back({f, read_case_file(f)});
+        } catch (const CaseError& e) {
+          skipped.push_back(e.what());
+        }
+      }
+    } else {
+      if (!fs::exists(in, ec)) throw UsageError("replay: " + in + ": no such file or directory");
+      try {
+        items.push_back({in, read_case_file(in)});
+      } catch (const CaseError& e) {
+        throw UsageError(e.what());
+      }
+    }
+  }
+  // Nothing to replay is an input error, never a pass.
+  if (items.empty())
+    throw UsageError(
+        "replay: no readable case file in " + o.inputs.front() + (o.inputs.size() > 1 ? " ..." : "") +
+        (skipped.empty()
+             ? ""
+             : " (" + std::to_string(skipped.size()) + " malformed, first: " + skipped.front() + ")"));
+  SubjectSet set = load_subject_set(common);
+  auto find = [&](const std::string& n) -> Subject* {
+    for (auto& s : set.all)
+      if (s->name() == n) return s.get();
+    return nullptr;
+  };
+  if (!o.subject.empty() && !find(o.subject)) throw UsageError("unknown subject '" + o.subject + "'");
+  for (const auto& it : items) {
+    const std::string n = o.subject.empty() ? it.c.subject : o.subject;
+    if (!find(n))
+      throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
+  }
+  for (const auto& s : skipped) std::printf("skipped (malformed): %s\n", s.c_str());
+  int failed = 0, crashed = 0;
+  for (const auto& it : items) {
+    Subject* s = find(o.subject.empty() ? it.c.subject : o.subject);
+    ReplayResult r;
+    worker::set_call_context(*s, it.c.property, it.path);
+    try {
+      r = replay_case(it.c, *s, it.path, reproduce_context(common, *s, backend_name(set.backend)));
+    } catch (const SubjectError& e) {
+      std::printf("%s: %s: CRASHED %s\n", it.path.c_str(), s->name().c_str(), e.what());
+      ++crashed;
+      continue;
+    }
+    std::printf("%s: %s: %s\n", it.path.c_str(), s->name().c_str(), r.verdict.c_str());
+    if (r.crashed) ++crashed;
+    if (!r.passed && r.applicable) {
+      if (!r.crashed) ++failed;
+      for (const auto& w : r.worst_elements)
+        std::printf("  %s  inputs %s  exact %s  rounded %s  output %s  ulp %.3g (cancellation-aware %.3g)\n",
+                    w.where.c_str(), w.input_bits.c_str(), w.exact.c_str(), w.rounded_exact.c_str(),
+                    w.output_bits.c_str(), w.ulp, w.cancel_ulp);
+      if (it.c.seed)
+        std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
+                    it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
+    }
+    if (!r.reproduce_command.empty() && !r.passed)
+      std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
+  }
+  if (crashed) return kExitCrashed;
+  return failed ? kExitFailed : kExitOk;
+}
+
+}  // namespace
+
+Command add_replay_command(CLI::App& app, Common& common) {
+  auto o = std::make_shared<ReplayOptions>();
+  Command c;
+  c.app = app.add_subcommand("replay", "re-run saved cases (files or directories) against a subject");
+  add_common_options(c.app, common);
+  c.app->add_option("files", o->inputs, "case files or directories")->required();
+  c.app->add_option("--subject", o->subject, "subject to replay against (default: the case's own)")
+      ->check(non_empty());
+  c.run = [o, &common] { return run_replay(*o, common); };
+  return c;
+}
+
+}  // namespace attncheck::cli

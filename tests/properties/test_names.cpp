@@ -1,0 +1,46 @@
+// The names table (core names.hpp) against the spellings harness/WORKER_PROTOCOL.md and
+// corpus/README.md document, and the bit values of plugin_abi.h.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "attncheck/names.hpp"
+
+using namespace attncheck;
+
+TEST_CASE("names: features by bit, in the ABI's order", "[properties][names]") {
+  CHECK(std::string(feature_name(1u)) == "causal");
+  CHECK(std::string(feature_name(16u)) == "lse");
+  CHECK(std::string(feature_name(32u)) == "naive_exp");
+  CHECK(std::string(feature_name(64u)) == "scores_in_input_type");
+  CHECK(std::string(feature_name(128u)) == "flushed_exp");
+  CHECK(std::string(feature_name(3u)) == "unknown");  // two bits are no one feature
+  CHECK(feature_from("gqa") == 8u);
+  CHECK(feature_from("varlen") == 4u);
+  CHECK_FALSE(feature_from("sliding_window"));
+  CHECK_FALSE(feature_from("Causal"));
+  CHECK(feature_names() == "causal, mask, varlen, gqa, lse, naive_exp, scores_in_input_type, flushed_exp");
+  std::vector<uint32_t> bits;
+  for (const auto& s : feature_spellings()) bits.push_back(s.value);
+  CHECK(bits == std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128});
+}
+
+TEST_CASE("names: fold orders and the members of a fold_orders mask", "[properties][names]") {
+  CHECK(fold_names() == "left, right, tree");
+  CHECK(fold_from("tree") == AC_FOLD_TREE);
+  CHECK_FALSE(fold_from("fold"));
+  CHECK(folds_in(0).empty());
+  CHECK(folds_in(1u << 2) == std::vector<ac_fold>{AC_FOLD_TREE});
+  CHECK(folds_in((1u << 0) | (1u << 2)) == std::vector<ac_fold>{AC_FOLD_LEFT, AC_FOLD_TREE});
+  CHECK(folds_in(7u) == std::vector<ac_fold>{AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE});
+  CHECK(folds_in(8u).empty());  // no fold order has that bit
+}
+
+TEST_CASE("names: every table reads back what it writes", "[properties][names]") {
+  for (const auto& s : op_spellings()) CHECK(op_from(op_name(s.value)) == s.value);
+  for (const auto& s : dtype_spellings()) CHECK(dtype_from(dtype_name(s.value)) == s.value);
+  for (const auto& s : fold_spellings()) CHECK(fold_from(fold_name(s.value)) == s.value);
+  for (const auto& s : feature_spellings()) CHECK(feature_from(feature_name(s.value)) == s.value);
+  CHECK(op_names() == "merge, softmax, attention, splitkv");
+  CHECK(dtype_names() == "fp32, fp16, bf16");
+}
