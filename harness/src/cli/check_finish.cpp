@@ -33,7 +33,8 @@ int finish_check(CheckPlan& plan, const CheckOptions& o) {
   int passed = 0;
   for (const auto& e : report.entries) passed += e.status == "passed";
   std::printf(
-      "attncheck: %s: %d of %zu subject x property results passed%s; report in %s/ (report.md, junit.xml, "
+      "attncheck: %s: %d of %zu subject x property results passed%s; report in %s/ (report.md, report.html, "
+      "junit.xml, "
       "report.json)\n",
       report.verdict().c_str(), passed, report.entries.size(), report.interrupted ? " (interrupted)" : "",
       o.report_dir.c_str());

@@ -92,6 +92,23 @@ CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atom
           (run.dtypes.empty() ||
            std::any_of(run.dtypes.begin(), run.dtypes.end(), [&](ac_dtype d) { return s->has_dtype(d); })))
         plan.pairs.emplace_back(s, p);
+  if (plan.pairs.empty() && !run.dtypes.empty()) {
+    // When the dtype filter is what left nothing, say so: the properties do apply.
+    std::string wanted, have;
+    for (ac_dtype d : run.dtypes) wanted += (wanted.empty() ? "" : ",") + std::string(dtype_name(d));
+    for (Subject* s : plan.subjects) {
+      const bool applies = std::any_of(properties.begin(), properties.end(), [&](const PropertyInfo* p) {
+        return property_applies(*p, *s) && (o.suite != "long" || (s->caps().ops & kLongSuiteOps));
+      });
+      if (!applies) continue;
+      std::string dtypes;
+      for (ac_dtype d : {AC_DTYPE_F32, AC_DTYPE_F16, AC_DTYPE_BF16})
+        if (s->has_dtype(d)) dtypes += (dtypes.empty() ? "" : " ") + std::string(dtype_name(d));
+      have += (have.empty() ? "" : "; ") + s->name() + ": " + dtypes;
+    }
+    if (!have.empty())
+      throw UsageError("--dtype " + wanted + ": none of the chosen subjects has that dtype (" + have + ")");
+  }
   if (plan.pairs.empty()) throw UsageError("none of the chosen properties applies to the chosen subjects");
   if (const char* m = std::getenv(worker::kDeviceServerModeEnv);
       m && *m && std::string(m) != "on" && std::string(m) != "off")

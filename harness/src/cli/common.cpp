@@ -176,7 +176,7 @@ void prepare_report_dir(const std::string& dir, bool quiet) {
   } catch (const ReportError& e) {
     throw UsageError(e.what());
   }
-  for (const char* name : {"report.json", "report.md", "junit.xml", "manifest.json"}) {
+  for (const char* name : {"report.json", "report.md", "report.html", "junit.xml", "manifest.json"}) {
     std::error_code ec;
     const fs::path p = fs::path(dir) / name;
     if (fs::exists(fs::symlink_status(p, ec)) && !fs::is_regular_file(p, ec))
