@@ -292,6 +292,12 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     try {
       o = prop->check(ctx, c);
     } catch (const SubjectError& e) {
+      if (e.kind == SubjectError::Kind::interrupted) {
+        cancelled = true;
+        if (!ctx.counting) res.shrink_cut = true;
+        why = e.what();
+        return std::nullopt;
+      }
       if (e.kind == SubjectError::Kind::unsupported) {
         why = std::string("unsupported: ") + e.what();
         ++refused;
