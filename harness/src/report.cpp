@@ -146,10 +146,11 @@ std::vector<const ReportEntry*> entries_by_verdict(const Report& r) {
   return rows;
 }
 
-std::string failure_line(const ReportEntry& e) {
-  if (e.context.empty()) return e.message;
-  return e.context + ": " + e.message;
+std::string failure_line(const std::string& context, const std::string& message) {
+  return context.empty() ? message : context + ": " + message;
 }
+
+std::string failure_line(const ReportEntry& e) { return failure_line(e.context, e.message); }
 
 std::string verdict_sentence(const Report& r) {
   const std::string verdict = r.verdict();

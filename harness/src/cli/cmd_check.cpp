@@ -3,7 +3,9 @@
 // check_finish.cpp (check.hpp).
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <memory>
 
@@ -36,7 +38,12 @@ int run_check(const CheckOptions& o, Common& common) {
   CheckPlan plan = make_check_plan(o, common, &g_interrupted);
   const bool child = plan.child.has_value();
   if (!o.quiet && !child) {
-    std::fprintf(stderr, "%s\n", plan.set.backend_note.c_str());
+    // The backend is where the built-ins run: a run of plugins or workers alone has none to name.
+    const auto builtins = plan.set.all.begin(), plugins = builtins + std::ptrdiff_t(plan.set.first_plugin);
+    const bool builtin_runs = std::any_of(plan.pairs.begin(), plan.pairs.end(), [&](const auto& pair) {
+      return std::any_of(builtins, plugins, [&](const auto& s) { return s.get() == pair.first; });
+    });
+    if (builtin_runs) std::fprintf(stderr, "%s\n", plan.set.backend_note.c_str());
     for (const auto& n : plan.set.notes) std::fprintf(stderr, "%s\n", n.c_str());
   }
   for (int sig : {SIGINT, SIGTERM}) ::signal(sig, child ? on_stop_child : on_stop);
