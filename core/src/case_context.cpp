@@ -126,7 +126,65 @@ std::string merge_context(const MergeInput& m, int64_t row) {
   return s + (sides.empty() ? ", both sides finite in every row" : sides);
 }
 
+// Attention row kinds, per row in case_context's order (token-major; every head of a token alike).
+std::vector<const char*> attention_row_kinds(const AttentionInput& a) {
+  std::vector<const char*> kinds;
+  const size_t seqs = std::min(a.seqlens_q.size(), a.seqlens_k.size());
+  int64_t mask_offset = 0;
+  AttentionInput unmasked;
+  unmasked.causal = a.causal;
+  for (size_t q = 0; q < seqs; ++q) {
+    unmasked.seqlens_q = {a.seqlens_q[q]};
+    unmasked.seqlens_k = {a.seqlens_k[q]};
+    for (int32_t t = 0; t < a.seqlens_q[q]; ++t) {
+      const int64_t n = visible_keys(a, q, mask_offset, t);
+      const int64_t causal_only = visible_keys(unmasked, 0, 0, t);
+      kinds.push_back(n == 0                ? "empty row"
+                      : n == a.seqlens_k[q] ? "fully visible row"
+                      : n == causal_only    ? "causal edge row"
+                                            : "partly masked row");
+    }
+    mask_offset += int64_t(a.seqlens_q[q]) * a.seqlens_k[q];
+  }
+  return kinds;
+}
+
+const char* merge_row_kind(const MergeInput& m, size_t row) {
+  const bool p = std::isinf(m.prefix_lse[row]), s = std::isinf(m.suffix_lse[row]);
+  return p && s ? "both sides empty" : p ? "prefix empty" : s ? "suffix empty" : "both sides finite";
+}
+
 }  // namespace
+
+std::string row_kind(const Case& c, int64_t row) {
+  if (row < 0) return "";
+  if (const auto* a = std::get_if<AttentionInput>(&c.input)) {
+    const std::vector<const char*> kinds = attention_row_kinds(*a);
+    const int64_t token = row / std::max<int32_t>(1, a->num_heads);
+    return token < int64_t(kinds.size()) ? kinds[size_t(token)] : "";
+  }
+  if (const auto* m = std::get_if<MergeInput>(&c.input))
+    return size_t(row) < std::min(m->prefix_lse.size(), m->suffix_lse.size())
+               ? merge_row_kind(*m, size_t(row))
+               : "";
+  return "row";
+}
+
+std::vector<std::string> row_kinds(const Case& c) {
+  std::vector<std::string> out;
+  auto add = [&](const char* k) {
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  };
+  if (const auto* a = std::get_if<AttentionInput>(&c.input)) {
+    for (const char* k : attention_row_kinds(*a)) add(k);
+  } else if (const auto* m = std::get_if<MergeInput>(&c.input)) {
+    for (size_t r = 0; r < std::min(m->prefix_lse.size(), m->suffix_lse.size()); ++r)
+      add(merge_row_kind(*m, r));
+  } else {
+    add("row");
+  }
+  return out;
+}
 
 std::string case_context(const Case& c, const ac_caps* caps, int64_t row) {
   if (const auto* a = std::get_if<AttentionInput>(&c.input)) return attention_context(c, *a, caps, row);

@@ -89,6 +89,8 @@ ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int sha
   e.message = r.message;
   e.context = r.context;
   e.quoted = r.quoted;
+  e.signature = r.signature;
+  e.other_failures = r.other_failures;
   if (const PropertyInfo* p = find_property(r.property)) e.budget_use = p->budget_use;
   e.counterexample = r.counterexample_summary;
   e.rc_reproduce = r.rc_reproduce;

@@ -211,6 +211,23 @@ json report_to_json(const Report& r) {
                        {"stats", stats}});
     if (!e.context.empty()) results.back()["context"] = e.context;
     if (!e.quoted.where.empty()) results.back()["worst_element"] = quoted_to_json(e.quoted);
+    if (!e.signature.empty()) results.back()["signature"] = e.signature;
+    if (!e.other_failures.empty()) {
+      json more = json::array();
+      for (const DistinctFailure& f : e.other_failures) {
+        json j = {{"signature", f.signature},
+                  {"failure_class", f.failure_class},
+                  {"message", f.message},
+                  {"context", f.context},
+                  {"counterexample", f.counterexample_summary},
+                  {"corpus_file", f.corpus_file},
+                  {"reproduce_command", f.reproduce_command},
+                  {"cases_to_failure", f.cases_to_failure}};
+        if (!f.quoted.where.empty()) j["worst_element"] = quoted_to_json(f.quoted);
+        more.push_back(std::move(j));
+      }
+      results.back()["other_failures"] = std::move(more);
+    }
     if (e.spread.compared > 0)
       results.back()["run_to_run_spread"] = {{"compared", e.spread.compared},
                                              {"differing", e.spread.differing},
@@ -320,6 +337,26 @@ Report report_from_json(const json& j) {
       e.reproduce_command = x.value("reproduce_command", "");
       e.context = x.value("context", "");
       if (x.contains("worst_element")) e.quoted = quoted_from_json(x["worst_element"]);
+      e.signature = x.value("signature", "");
+      if (x.contains("other_failures")) {
+        if (!x["other_failures"].is_array() || x["other_failures"].size() > size_t(kMaxFailuresLimit))
+          throw ReportError("results[].other_failures must be an array of at most " +
+                            std::to_string(kMaxFailuresLimit) + " failures");
+        for (const json& j : x["other_failures"]) {
+          if (!j.is_object()) throw ReportError("results[].other_failures[] must be objects");
+          DistinctFailure f;
+          f.signature = j.value("signature", "");
+          f.failure_class = j.value("failure_class", "");
+          f.message = j.value("message", "");
+          f.context = j.value("context", "");
+          f.counterexample_summary = j.value("counterexample", "");
+          f.corpus_file = j.value("corpus_file", "");
+          f.reproduce_command = j.value("reproduce_command", "");
+          f.cases_to_failure = j.value("cases_to_failure", -1);
+          if (j.contains("worst_element")) f.quoted = quoted_from_json(j["worst_element"]);
+          e.other_failures.push_back(std::move(f));
+        }
+      }
       e.budget_use = budget_use_from(x, e.property);
       e.corpus_files = x.value("corpus_files", std::vector<std::string>{});
       e.shards = integers_or_empty<int>(x, "shards", "results", 0, kMaxShardCount - 1);

@@ -177,6 +177,17 @@ std::string render_markdown(const Report& r) {
     if (!e->counterexample.empty()) o << "- shrunk case: " << e->counterexample << "\n";
     o << "- reproduce: "
       << (e->reproduce_command.empty() ? "(no reproducer)" : "`" + e->reproduce_command + "`") << "\n";
+    if (!e->signature.empty() && !e->other_failures.empty()) o << "- signature: " << e->signature << "\n";
+    for (size_t i = 0; i < e->other_failures.size(); ++i) {
+      const DistinctFailure& f = e->other_failures[i];
+      o << "\n  **failure " << i + 2 << "** (" << f.signature << ")\n\n";
+      if (!f.context.empty()) o << "  - case: " << f.context << "\n";
+      o << "  - " << f.message << "\n";
+      if (!f.quoted.where.empty()) o << "  - quoted element: `" << element_line(f.quoted) << "`\n";
+      if (!f.counterexample_summary.empty()) o << "  - shrunk case: " << f.counterexample_summary << "\n";
+      o << "  - reproduce: "
+        << (f.reproduce_command.empty() ? "(no reproducer)" : "`" + f.reproduce_command + "`") << "\n";
+    }
   }
   return o.str();
 }
@@ -249,7 +260,20 @@ std::string render_html(const Report& r, const std::vector<std::pair<std::string
     o << "<li>reproduce: "
       << (e->reproduce_command.empty() ? "(no reproducer)"
                                        : "<code>" + html_escape(e->reproduce_command) + "</code>")
-      << "</li>\n</ul>\n</section>\n";
+      << "</li>\n</ul>\n";
+    for (size_t i = 0; i < e->other_failures.size(); ++i) {
+      const DistinctFailure& f = e->other_failures[i];
+      o << "<h4>failure " << i + 2 << " (" << html_escape(f.signature) << ")</h4>\n<ul>\n";
+      if (!f.context.empty()) o << "<li>case: " << html_escape(f.context) << "</li>\n";
+      o << "<li>" << html_escape(f.message) << "</li>\n";
+      if (!f.quoted.where.empty())
+        o << "<li>quoted element: <code>" << html_escape(element_line(f.quoted)) << "</code></li>\n";
+      o << "<li>reproduce: "
+        << (f.reproduce_command.empty() ? "(no reproducer)"
+                                        : "<code>" + html_escape(f.reproduce_command) + "</code>")
+        << "</li>\n</ul>\n";
+    }
+    o << "</section>\n";
   }
   o << "</body>\n</html>\n";
   return o.str();
@@ -289,12 +313,18 @@ std::string render_junit(const Report& r) {
     for (const auto* e : entries) {
       o << "    <testcase classname=\"" << xml_escape("attncheck." + e->subject) << "\" name=\""
         << xml_escape(e->property) << "\" time=\"" << short_number(e->seconds, 6) << "\">";
-      const std::string detail =
-          "cases run " + std::to_string(e->cases_run) + ", failures " + std::to_string(e->failures) +
-          (e->context.empty() ? "" : "\ncase: " + e->context) +
-          (e->quoted.where.empty() ? "" : "\nquoted element: " + element_line(e->quoted)) +
-          "\ncounterexample: " + e->counterexample + "\nreproduce: " + e->reproduce_command +
-          "\nrapidcheck: " + e->rc_reproduce;
+      std::string detail = "cases run " + std::to_string(e->cases_run) + ", failures " +
+                           std::to_string(e->failures) + (e->context.empty() ? "" : "\ncase: " + e->context) +
+                           (e->quoted.where.empty() ? "" : "\nquoted element: " + element_line(e->quoted)) +
+                           "\ncounterexample: " + e->counterexample + "\nreproduce: " + e->reproduce_command +
+                           "\nrapidcheck: " + e->rc_reproduce;
+      for (size_t i = 0; i < e->other_failures.size(); ++i) {
+        const DistinctFailure& f = e->other_failures[i];
+        detail += "\n\nfailure " + std::to_string(i + 2) + " (" + f.signature +
+                  "): " + failure_line(f.context, f.message) +
+                  (f.quoted.where.empty() ? "" : "\nquoted element: " + element_line(f.quoted)) +
+                  "\nreproduce: " + f.reproduce_command;
+      }
       if (e->status == "failed") {
         o << "\n      <failure type=\"" << xml_escape(e->failure_class) << "\" message=\""
           << xml_escape(failure_line(*e)) << "\">" << xml_escape(detail) << "</failure>\n    ";

@@ -236,7 +236,32 @@ bool property_applies(const PropertyInfo& info, const Subject& s) {
   return p && applies(*p, s);
 }
 
-PropertyResult run_property(const std::string& name, Subject& subject, const RunConfig& cfg) {
+namespace {
+
+ac_dtype case_dtype(const Case& c) {
+  return std::visit([](const auto& in) { return in.dtype; }, c.input);
+}
+
+// Row kinds a search steers away from once a failure there is known: a row kind that every case
+// holds (every attention case has rows that see keys) cannot be avoided, so a failure there is
+// only ignored, not steered from.
+bool steerable(const std::string& kind) {
+  return kind == "empty row" || kind == "partly masked row" || kind == "causal edge row" ||
+         kind == "both sides empty" || kind == "prefix empty" || kind == "suffix empty";
+}
+
+// Two failures are one defect when their class and row kind agree: a defect shows in every dtype
+// and often in both O and LSE, and those are parts of its signature, not further defects.
+std::string defect_key(const std::string& failure_class, const std::string& kind) {
+  return failure_class + ", " + (kind.empty() ? "any row" : kind);
+}
+
+// One search of a property over a subject (run_property's rounds). Round 0 is the run every
+// earlier attncheck made; a later round draws its own stream (case_seed with "#ROUND" after the
+// property's name), takes a failure whose defect_key is in `known` for a pass, and discards the
+// cases that hold a row kind in `avoid` (the steerable row kinds of the defects found).
+PropertyResult run_round(const std::string& name, Subject& subject, const RunConfig& cfg, int round,
+                         const std::vector<std::string>& known, const std::vector<std::string>& avoid) {
   const Property* prop = find_property_object(name);
   if (!prop) throw std::invalid_argument("unknown property \"" + name + "\"");
   PropertyResult res;
@@ -321,6 +346,11 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
       o.failure_class = "internal";
       o.message = std::string("the check raised an exception: ") + e.what();
     }
+    // A failure already reported (an earlier round's signature) is not what this round looks for.
+    if (!o.ok && !o.crashed && !known.empty()) {
+      const std::string key = defect_key(o.failure_class, o.quoted ? row_kind(c, o.quoted->row) : "");
+      if (std::find(known.begin(), known.end(), key) != known.end()) o.ok = true;
+    }
     return o;
   };
   auto property = [&]() {
@@ -332,6 +362,10 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     }
     if (shrink_over()) return;
     Case c = *gen;
+    if (!avoid.empty())
+      for (const std::string& kind : row_kinds(c))
+        if (std::find(avoid.begin(), avoid.end(), kind) != avoid.end())
+          RC_DISCARD("steered away from a failure already found (" + kind + ")");
     std::string why;
     const std::optional<Outcome> checked = evaluate(c, why);
     if (!checked) RC_DISCARD(why);
@@ -368,7 +402,7 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   };
 
   RapidCheckRun run;
-  run.seed = case_seed(cfg.seed, name, subject.name());
+  run.seed = case_seed(cfg.seed, round == 0 ? name : name + "#" + std::to_string(round), subject.name());
   run.max_success = num_cases;
   run.max_size = std::min(100, std::max(0, cfg.max_size));
   // Attention and split-KV cases are shrunk by their structure (shrink.hpp), after RapidCheck has
@@ -425,6 +459,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     if (c.note.size() > 400) c.note.resize(400);
     res.context = case_context(c, &subject.caps(), last_outcome.quoted ? last_outcome.quoted->row : -1);
     if (last_outcome.quoted) res.quoted = worst_element(*last_outcome.quoted);
+    res.signature = failure_signature(res.failure_class, c, res.quoted);
+    if (last_outcome.quoted) res.row_kind = row_kind(c, res.quoted.row);
     res.counterexample_size = case_size(c);
     res.counterexample_summary = describe_size(res.counterexample_size);
     std::string file;
@@ -467,6 +503,49 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     res.status = PropertyResult::Status::passed;
     if (result.kind == RapidCheckResult::Kind::gave_up) res.message = result.description;
     if (cancelled) res.message = "cancelled after " + std::to_string(res.cases_run) + " cases";
+  }
+  return res;
+}
+
+}  // namespace
+
+std::string failure_signature(const std::string& failure_class, const Case& c, const WorstElement& quoted) {
+  const std::string out = quoted.where.empty() ? "-" : quoted.where.substr(0, quoted.where.find('['));
+  const std::string kind = quoted.where.empty() ? "" : row_kind(c, quoted.row);
+  return failure_class + ", " + out + ", " + (kind.empty() ? "any row" : kind) + ", " +
+         dtype_name(case_dtype(c));
+}
+
+PropertyResult run_property(const std::string& name, Subject& subject, const RunConfig& cfg) {
+  PropertyResult res = run_round(name, subject, cfg, 0, {}, {});
+  // Only a judged failure goes on: after a crash nothing more runs (a faulted device, a dead
+  // worker), and an interrupted run stops.
+  std::vector<std::string> known, avoid;
+  if (res.status != PropertyResult::Status::failed || res.signature.empty()) return res;
+  known.push_back(defect_key(res.failure_class, res.row_kind));
+  auto steer = [&](const std::string& kind) {
+    if (steerable(kind) && std::find(avoid.begin(), avoid.end(), kind) == avoid.end()) avoid.push_back(kind);
+  };
+  steer(res.row_kind);
+  for (int round = 1; round < cfg.max_failures && !(cfg.cancel && cfg.cancel->load()); ++round) {
+    PropertyResult more = run_round(name, subject, cfg, round, known, avoid);
+    res.seconds += more.seconds;
+    if (more.status != PropertyResult::Status::failed || more.signature.empty()) break;
+    DistinctFailure f;
+    f.signature = more.signature;
+    f.failure_class = more.failure_class;
+    f.message = more.message;
+    f.context = more.context;
+    f.counterexample_summary = more.counterexample_summary;
+    f.quoted = more.quoted;
+    f.corpus_file = more.corpus_files.empty() ? "" : more.corpus_files.front();
+    f.reproduce_command = more.reproduce_command;
+    f.cases_to_failure = more.cases_to_first_failure;
+    if (!f.corpus_file.empty()) res.corpus_files.push_back(f.corpus_file);
+    res.other_failures.push_back(std::move(f));
+    ++res.failures;
+    known.push_back(defect_key(more.failure_class, more.row_kind));
+    steer(more.row_kind);
   }
   return res;
 }

@@ -39,6 +39,9 @@ enum class Bug {
   attention_nondeterministic,  // flips the last bit of O on every other call
   splitkv_empty_plus_inf,      // split combine returns +inf for an all-empty row
   attention_flushes_outputs,   // O below its format's smallest normal written as +0 (FTZ; counted)
+  attention_empty_garbage,     // a row that sees no key writes O = 7 (its LSE sentinel is right)
+  attention_mask_leak,         // a row that sees a key also sees the keys its mask hides
+  attention_two_defects,       // both of the above: independent defects in one kernel
 };
 
 class Fake : public Subject {
@@ -142,9 +145,14 @@ class Fake : public Subject {
         for (int64_t h = 0; h < H; ++h) {
           const int64_t kvh = h / (H / Hkv);
           std::vector<double> sc(size_t(tk), -kInf);
+          const bool leak = bug_ == Bug::attention_mask_leak || bug_ == Bug::attention_two_defects;
+          bool sees_any = false;  // whether the row sees a key under the mask and the causal limit
+          for (int64_t j = 0; j < tk; ++j)
+            sees_any = sees_any || (!(a.causal && j > t + tk - tq) &&
+                                    (a.mask.empty() || a.mask[size_t(m0 + t * tk + j)]));
           for (int64_t j = 0; j < tk; ++j) {
             bool vis = !(a.causal && j > t + tk - tq);
-            if (!a.mask.empty() && !a.mask[size_t(m0 + t * tk + j)]) vis = false;
+            if (!a.mask.empty() && !a.mask[size_t(m0 + t * tk + j)] && !(leak && sees_any)) vis = false;
             double dot = 0;
             for (int64_t c = 0; c < D; ++c)
               dot += dec(a.dtype, a.q[size_t(((q0 + t) * H + h) * D + c)]) *
@@ -174,6 +182,8 @@ class Fake : public Subject {
           for (int64_t c = 0; c < D; ++c) {
             double o = empty ? 0.0 : acc[size_t(c)] / L;
             if (bug_ == Bug::attention_off_by_one_o && c == 1) o *= 1 + 0x1p-7;
+            if (empty && (bug_ == Bug::attention_empty_garbage || bug_ == Bug::attention_two_defects))
+              o = 7.0;
             if (bug_ == Bug::attention_flushes_outputs && o != 0 &&
                 std::fabs(o) < (a.dtype == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126)) {
               o = 0.0;

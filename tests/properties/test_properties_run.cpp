@@ -2,11 +2,13 @@
 // exists to catch (it must fail, with the expected failure class): so each property can fail.
 // Also: failures are shrunk to small counterexamples and written to the corpus; the reproduce
 // string, seed and replay command are reported; non-determinism is its own finding.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
 
 #include "attncheck/budgets.hpp"
+#include "attncheck/case_context.hpp"
 #include "attncheck/properties.hpp"
 #include "fakes.hpp"
 
@@ -491,4 +493,45 @@ TEST_CASE("streamed_kv: K/V past the configured bytes; a lag-only bug is caught,
   CHECK(d.spread.differing > 0);
   CHECK(d.spread.max_ulps == 1);
   CHECK(d.rows_judged > 2 * 64);
+}
+
+TEST_CASE(
+    "several failures: two independent defects both show, each shrunk, saved and replaying; one shows once",
+    "[properties][max_failures]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_two_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Fake both("attn-two-defects", AC_OP_ATTENTION, Bug::attention_two_defects, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult r = run("accuracy", both, dir.string());
+  INFO(r.signature << " | " << (r.other_failures.empty() ? "-" : r.other_failures[0].signature));
+  REQUIRE(r.status == PropertyResult::Status::failed);
+  REQUIRE(r.other_failures.size() == 1);
+  CHECK(r.failures == 2);
+  // One failure in an empty row (the garbage O), the other in a partly masked row (the leak).
+  const std::vector<std::string> kinds = {
+      r.row_kind, row_kind(read_case_file(r.other_failures[0].corpus_file), r.other_failures[0].quoted.row)};
+  CHECK(std::count(kinds.begin(), kinds.end(), "empty row") == 1);
+  CHECK(std::count(kinds.begin(), kinds.end(), "partly masked row") == 1);
+  REQUIRE(r.corpus_files.size() == 2);
+  for (const std::string& f : r.corpus_files) {
+    const Case c = read_case_file(f);
+    CHECK_FALSE(replay_case(c, both, f).passed);
+    Fake good("attn-good", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+    CHECK(replay_case(c, good, f).passed);
+  }
+  // Either defect alone: exactly one failure, of that defect's row kind.
+  for (const auto& [bug, kind] : {std::pair{Bug::attention_empty_garbage, "empty row"},
+                                  std::pair{Bug::attention_mask_leak, "partly masked row"}}) {
+    Fake one("attn-one-defect", AC_OP_ATTENTION, bug, 0, -1, fakes::kAttnFeatures);
+    const PropertyResult s = run("accuracy", one);
+    INFO(s.signature);
+    CHECK(s.status == PropertyResult::Status::failed);
+    CHECK(s.row_kind == kind);
+    CHECK(s.other_failures.empty());
+    CHECK(s.failures == 1);
+  }
+  // --max-failures 1: the first failure only, as before.
+  RunConfig cfg = small_config(dir.string());
+  cfg.max_failures = 1;
+  CHECK(run_property("accuracy", both, cfg).other_failures.empty());
+  fs::remove_all(dir);
 }

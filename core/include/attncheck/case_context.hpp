@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attncheck/case.hpp"
 
@@ -19,5 +20,17 @@ namespace attncheck {
 // failing row (token * heads + head; softmax: the row), whose visible keys (attention) or sides
 // (merge) the phrase names; -1 when unknown, then the phrase sums up every row instead.
 std::string case_context(const Case&, const ac_caps* caps = nullptr, int64_t row = -1);
+
+// The kind of one row (as case_context numbers rows), the part of a failure's signature that says
+// where in the input a defect lives:
+//   attention  "empty row" (sees no key), "fully visible row" (sees every key of its sequence),
+//              "causal edge row" (fewer keys only through the causal limit), "partly masked row"
+//   merge      "both sides empty", "prefix empty", "suffix empty", "both sides finite" (an empty side
+//              is an LSE of -inf or +inf; NaN counts as finite here: it is no sentinel)
+//   softmax    "row"
+// "" when the row is out of range.
+std::string row_kind(const Case&, int64_t row);
+// Every row kind the case holds.
+std::vector<std::string> row_kinds(const Case&);
 
 }  // namespace attncheck

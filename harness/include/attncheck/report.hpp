@@ -44,8 +44,10 @@ struct ReportEntry {
   std::vector<OutputStats> stats;  // per dtype and output
   std::vector<std::string> corpus_files;
   std::string message, counterexample, rc_reproduce, reproduce_command;
-  std::string context;  // the failing case's shape and flags in one phrase (case_context.hpp)
-  WorstElement quoted;  // the element the message quotes; where "" when none
+  std::string context;    // the failing case's shape and flags in one phrase (case_context.hpp)
+  WorstElement quoted;    // the element the message quotes; where "" when none
+  std::string signature;  // failure_signature (properties.hpp); "" when none
+  std::vector<DistinctFailure> other_failures;  // the further distinct failures (--max-failures)
   // What the property holds to the budget (PropertyInfo::budget_use): which statistics a report
   // prints as err/budget.
   PropertyInfo::BudgetUse budget_use = PropertyInfo::BudgetUse::every_output;

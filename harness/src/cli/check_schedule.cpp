@@ -141,6 +141,10 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
                    pairs.size(), subject->name().c_str(), property->name.c_str(), e.status.c_str(),
                    (long long)e.cases_run, e.seconds, e.status == "passed" ? "" : "  ",
                    e.status == "passed" ? "" : failure_line(e).c_str());
+    if (!o.quiet)
+      for (const DistinctFailure& f : e.other_failures)
+        std::fprintf(stderr, "      also %s: %s\n", f.signature.c_str(),
+                     failure_line(f.context, f.message).c_str());
     progress.update(done_pairs * cases, 0, "");
     results[i] = std::move(e);
   };

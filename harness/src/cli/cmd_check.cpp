@@ -109,6 +109,12 @@ Command add_check_command(CLI::App& app, Common& common) {
           "--shrink-time", co->run.shrink_time,
           "seconds each failure may spend shrinking (default 20); then the smallest case so far is kept")
       ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
+  check
+      ->add_option(
+          "--max-failures", co->run.max_failures,
+          "distinct failures kept per (subject, property), each shrunk and saved (default 3; 1 stops at "
+          "the first)")
+      ->check(CLI::Range(1, kMaxFailuresLimit));
   check->add_flag("--tiling", co->tiling,
                   "also run every tiling / split count of attention subjects (always with --suite full)");
   check

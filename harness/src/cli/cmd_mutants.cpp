@@ -54,7 +54,13 @@ struct Usage : std::runtime_error {
 struct Options {
   std::string backend = "host", report_dir = "attncheck-mutants";
   std::vector<std::string> oracles = {"attncheck"}, only;
-  RunOptions run;  // --seed, --cases, --max-keys, --no-shrink, --shrink-time: check's defaults
+  // --seed, --cases, --max-keys, --no-shrink, --shrink-time: check's defaults. A mutant is killed
+  // by its first failure: no search for further ones.
+  RunOptions run = [] {
+    RunOptions r;
+    r.max_failures = 1;
+    return r;
+  }();
   int peer_cases = 100;
   bool quiet = false, no_correct = false, first_kill = false;
 };

@@ -258,6 +258,7 @@ RunConfig run_config(const RunOptions& o) {
   }
   cfg.shrink = !o.no_shrink;
   cfg.shrink_seconds = o.shrink_time;
+  cfg.max_failures = o.max_failures;
   return cfg;
 }
 

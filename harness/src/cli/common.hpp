@@ -84,6 +84,7 @@ struct RunOptions {
   std::string corpus_dir;        // "" writes no corpus file
   bool no_shrink = false;
   double shrink_time = RunConfig{}.shrink_seconds;  // seconds per failure
+  int max_failures = RunConfig{}.max_failures;      // distinct failures per (subject, property)
 };
 // The one translation of those options into a RunConfig.
 RunConfig run_config(const RunOptions& o);

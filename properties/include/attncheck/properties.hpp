@@ -84,7 +84,11 @@ struct RunConfig {
   const std::atomic<bool>* cancel = nullptr;          // set: stop after the current case
   std::function<void(const Case&)> before_launch;     // called before each subject call
   ReproduceContext reproduce;  // how a failure's reproduce command is started (reproduce.hpp)
+  // Distinct failures kept per (subject, property): after the first, the search goes on, ignoring
+  // failures of a defect already found and steering the generators away from its row kind.
+  int max_failures = 3;
 };
+constexpr int kMaxFailuresLimit = 16;  // --max-failures' range is 1..kMaxFailuresLimit
 
 struct OutputStats {
   std::string dtype;                              // "fp16" | "bf16" | "fp32"
@@ -175,6 +179,21 @@ struct WorstElement {
   int64_t row = -1;           // token * heads + head (softmax: the row); -1 unknown
 };
 
+// A failure's signature: "CLASS, OUT, ROW KIND, DTYPE", for example "accuracy, O, empty row, fp16"
+// (OUT is O, LSE or Y, or "-" when the message quotes no element; ROW KIND is case_context's
+// row_kind of the quoted row). Two failures are distinct defects when their class or row kind
+// differ: one defect shows in every dtype it touches and often in O and LSE alike.
+std::string failure_signature(const std::string& failure_class, const Case& c, const WorstElement& quoted);
+
+// A failure after the first one of a (subject, property), of another signature.
+struct DistinctFailure {
+  std::string signature, failure_class, message, context, counterexample_summary;
+  WorstElement quoted;
+  std::string corpus_file;        // "" when none was written
+  std::string reproduce_command;  // replay_command of corpus_file, or check_command
+  int cases_to_failure = -1;      // cases its own search ran before it
+};
+
 struct PropertyResult {
   // interrupted: cancelled (Ctrl-C) before any case ran; passed needs at least one case run.
   using Status = RunStatus;
@@ -210,6 +229,9 @@ struct PropertyResult {
   // the fast path did not apply to (NaN/inf inputs, logits beyond 2^32).
   int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
   TimeSplit time_split;
+  std::string signature;                        // failure_signature of the failure (failed only)
+  std::string row_kind;                         // row_kind of the quoted element's row ("" when none)
+  std::vector<DistinctFailure> other_failures;  // up to max_failures - 1, in the order found
 };
 
 // Runs one property against one subject. Never throws for subject failures: a SubjectError of kind
