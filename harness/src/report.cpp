@@ -174,10 +174,11 @@ std::vector<const ReportEntry*> entries_by_verdict(const Report& r) {
   return rows;
 }
 
-std::string failure_line(const ReportEntry& e) {
-  if (e.context.empty()) return e.message;
-  return e.context + ": " + e.message;
+std::string failure_line(const std::string& context, const std::string& message) {
+  return context.empty() ? message : context + ": " + message;
 }
+
+std::string failure_line(const ReportEntry& e) { return failure_line(e.context, e.message); }
 
 namespace {
 std::string results_sentence(const Report& r) {

@@ -275,6 +275,16 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
   return rep;
 }
 
+bool is_prefill_scenario_file(const std::string& path) {
+  try {
+    validate_prefill_scenario(
+        json_fields::read_text_file<PrefillScenarioError>(path, kMaxScenarioFileBytes, "scenario"));
+    return true;
+  } catch (const PrefillScenarioError&) {
+    return false;
+  }
+}
+
 PrefillReport run_prefill(const std::string& path, Subject& attention, Subject& merge) {
   const std::string text =
       json_fields::read_text_file<PrefillScenarioError>(path, kMaxScenarioFileBytes, "scenario");

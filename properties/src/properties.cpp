@@ -292,6 +292,12 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
     try {
       o = prop->check(ctx, c);
     } catch (const SubjectError& e) {
+      if (e.kind == SubjectError::Kind::interrupted) {
+        cancelled = true;
+        if (!ctx.counting) res.shrink_cut = true;
+        why = e.what();
+        return std::nullopt;
+      }
       if (e.kind == SubjectError::Kind::unsupported) {
         why = std::string("unsupported: ") + e.what();
         ++refused;
@@ -482,10 +488,10 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
   uint32_t op = op_from_name(c.op);
   if (op == AC_OP_ATTENTION && !subject.has_op(op) && subject.has_op(AC_OP_SPLITKV)) op = AC_OP_SPLITKV;
   if (op == AC_OP_SPLITKV && !subject.has_op(op) && subject.has_op(AC_OP_ATTENTION)) op = AC_OP_ATTENTION;
-  auto not_applicable = [&](const std::string& why) {
+  auto not_applicable = [&](const std::string& why, const char* verdict = "not applicable: ") {
     r.applicable = false;
     r.passed = true;
-    r.verdict = "not applicable: " + why;
+    r.verdict = verdict + why;
     return r;
   };
   if (!subject.has_op(op))
@@ -525,9 +531,10 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
     if (o.quoted) r.worst_elements.push_back(worst_element(*o.quoted));
     for (const Elem& e : o.worst)
       if (!o.quoted || e.where != o.quoted->where) r.worst_elements.push_back(worst_element(e));
+    if (!o.ok) r.failure_class = o.failure_class, r.message = o.message;
     r.verdict = o.ok ? "pass (" + judged_by + ")" : "FAIL " + o.failure_class + ": " + o.message;
   } catch (const SubjectError& e) {
-    if (e.kind == SubjectError::Kind::unsupported) return not_applicable(e.what());
+    if (e.kind == SubjectError::Kind::unsupported) return not_applicable(e.what(), "refused: ");
     r.passed = false;
     r.crashed = true;
     r.verdict = std::string("CRASH ") + e.failure_class() + ": " + e.what();

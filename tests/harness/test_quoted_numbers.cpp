@@ -8,12 +8,21 @@
 // non-finite O, an LSE in the wrong base), and a subject that flushes fp32 subnormal outputs to zero
 // (split_equals_whole's merged element and accuracy's, where err/budget above 1 must come with the
 // ulps that make it so, or with the reason it does not).
+// A small failing run (four mutants, one or two properties each) written as a report directory: every
+// failure it holds is replayed, and the numbers of its quoted element (exact value, output, ulp,
+// err/budget) read the same in report.json, in report.md's text and in the element line replay prints.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <regex>
+#include <sstream>
 
 #include "attncheck/abi_subject.hpp"
 #include "attncheck/case.hpp"
@@ -101,6 +110,49 @@ PropertyResult run_and_replay(Subject& s, const std::string& property, ac_dtype 
   return r;
 }
 
+// The numbers an element line prints ("  exact X", "  output 0x... (hexfloat)", "  ulp U",
+// "  err/budget R"), read back from the text.
+struct PrintedNumbers {
+  std::string exact, output;
+  double ulp = 0, ratio = 0;
+};
+PrintedNumbers read_element_line(const std::string& line) {
+  PrintedNumbers n;
+  std::smatch m;
+  auto field = [&](const char* pattern) {
+    REQUIRE(std::regex_search(line, m, std::regex(pattern)));
+    return m[1].str();
+  };
+  n.exact = field("  exact (\\S+)");
+  n.output = field("  output (\\S+(?: \\([^)]*\\))?)");
+  n.ulp = std::strtod(field("  ulp (\\S+)").c_str(), nullptr);
+  n.ratio = std::strtod(field("  err/budget (\\S+)").c_str(), nullptr);
+  return n;
+}
+
+// A number printed to 3 significant digits against the one stored: NaN and infinities as such.
+void same_printed(double printed, double stored) {
+  INFO("printed " << printed << ", stored " << stored);
+  if (!std::isfinite(stored)) {
+    CHECK((std::isnan(stored) ? std::isnan(printed) : printed == stored));
+    return;
+  }
+  CHECK(std::fabs(printed - stored) <= 5e-3 * std::fabs(stored));
+}
+
+// report.md's quoted element of one failure: the line under its "**subject / property**" heading.
+std::string md_quoted_element(const std::string& md, const std::string& subject,
+                              const std::string& property) {
+  const size_t at = md.find("\n**" + subject + " / " + property + "**");
+  REQUIRE(at != std::string::npos);
+  const std::string open = "- quoted element: `";
+  const size_t from = md.find(open, at);
+  REQUIRE(from != std::string::npos);
+  REQUIRE(md.find("\n**", at + 1) > from);  // still within this failure's section
+  const size_t begin = from + open.size();
+  return md.substr(begin, md.find('`', begin) - begin);
+}
+
 struct Planted {
   const char* subject;
   const char* property;
@@ -145,4 +197,81 @@ TEST_CASE("a flushed fp32 subnormal is quoted with its ulps in the result and th
     CHECK(r.quoted.ulp >= 1);
   }
   fs::remove_all(corpus);
+}
+
+TEST_CASE(
+    "every failure of a small failing run quotes the same numbers in report.json, report.md and its replay",
+    "[report][replay]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_quoted_run_" + std::to_string(::getpid()));
+  std::vector<ac_subject> raw;
+  kern::append_mutant_subjects(raw, false);
+  const Planted run[] = {
+      {"mutant-fused-causal-off-by-one", "accuracy", AC_DTYPE_F16},
+      {"mutant-fused-no-o-rescale", "accuracy", AC_DTYPE_F16},
+      {"mutant-fused-no-o-rescale", "split_equals_whole", AC_DTYPE_F16},
+      {"mutant-merge-no-inf-map", "merge_sentinels", AC_DTYPE_F32},
+      {"mutant-merge-no-inf-map", "accuracy", AC_DTYPE_F32},
+      {"mutant-merge-base2-as-e", "lse_convention", AC_DTYPE_F32},
+      {"mutant-merge-base2-as-e", "accuracy", AC_DTYPE_F32},
+  };
+  std::vector<std::unique_ptr<AbiSubject>> subjects;
+  auto subject = [&](const std::string& name) -> AbiSubject& {
+    for (auto& s : subjects)
+      if (s->name() == name) return *s;
+    const auto it = std::find_if(raw.begin(), raw.end(), [&](const ac_subject& s) { return s.name == name; });
+    REQUIRE(it != raw.end());
+    subjects.push_back(std::make_unique<AbiSubject>(*it, "builtin-mutant"));
+    return *subjects.back();
+  };
+  Report rep;
+  rep.backend = "host";
+  for (const Planted& p : run) {
+    RunConfig cfg;
+    cfg.seed = 1;
+    cfg.num_cases = 100;
+    cfg.corpus_dir = (dir / "corpus").string();
+    cfg.shrink_seconds = 5;
+    cfg.dtypes = {p.dtype};
+    rep.entries.push_back(
+        entry_from_result(run_property(p.property, subject(p.subject), cfg), subject(p.subject), 0));
+  }
+  write_report_dir(dir.string(), rep);
+
+  auto read = [](const fs::path& f) {
+    std::ifstream in(f);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const Report back = report_from_json(nlohmann::json::parse(read(dir / "report.json")));
+  const std::string md = read(dir / "report.md");
+  int replayed = 0;
+  for (const ReportEntry& e : back.entries) {
+    INFO(e.subject << " / " << e.property << ": " << e.status << " " << e.message);
+    REQUIRE(e.status == "failed");
+    REQUIRE(e.corpus_files.size() == 1);
+    REQUIRE(!e.quoted.where.empty());
+    const ReplayResult rr =
+        replay_case(read_case_file(e.corpus_files[0]), subject(e.subject), e.corpus_files[0]);
+    CHECK(!rr.passed);
+    CHECK(rr.context == e.context);
+    REQUIRE(!rr.worst_elements.empty());
+    // What replay prints after its verdict, and report.md's quoted element.
+    const std::string replay_line = element_line(rr.worst_elements.front());
+    const std::string md_line = md_quoted_element(md, e.subject, e.property);
+    CHECK(md_line == replay_line);
+    for (const std::string& line : {md_line, replay_line}) {
+      INFO(line);
+      const PrintedNumbers n = read_element_line(line);
+      CHECK(n.exact == e.quoted.exact);
+      CHECK(n.output == e.quoted.output_bits);
+      same_printed(n.ulp, e.quoted.ulp);
+      same_printed(n.ratio, e.quoted.ratio);
+    }
+    ++replayed;
+  }
+  // Each pair is one that kills its mutant (kernels/mutants/README.md): every pair failed, and every
+  // failure was replayed.
+  CHECK(replayed == int(std::size(run)));
+  fs::remove_all(dir);
 }

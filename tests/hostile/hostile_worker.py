@@ -13,11 +13,16 @@ survive:
   exit-keep-stdout   on a call, starts a child holding its stdout and exits without replying
   reply-twice        sends every reply twice (speaks protocol 3, numbering its replies)
   escape-error       fails every call with an error text holding control bytes
+  hang-in-call       never answers a call (sleeps an hour in it)
+  setsid-child FILE  starts a process in a session of its own, then answers like the default mode
+  slow               answers like the default mode, 50 ms after each call
+setsid-child takes a second argument: a file where it writes that process's pid and start time.
 """
 import json
 import os
 import subprocess
 import sys
+import time
 
 mode = sys.argv[1]
 SUBJECT = {"name": "hostile-merge", "description": "attacks the harness", "ops": ["merge"], "dtypes": ["fp32"],
@@ -43,6 +48,14 @@ def send(obj, req):
     out.flush()
 
 
+if mode == "setsid-child":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             close_fds=True)
+    stat = open("/proc/%d/stat" % child.pid).read()
+    with open(sys.argv[2], "w") as f:
+        f.write("%d %s\n" % (child.pid, stat[stat.rindex(")") + 2:].split()[19]))
+
 for line in sys.stdin:
     req = json.loads(line)
     if req["op"] == "hello":
@@ -64,6 +77,11 @@ for line in sys.stdin:
     elif mode == "reply-twice":
         send({"status": "unsupported", "error": "shape"}, req)
         send({"status": "unsupported", "error": "shape"}, req)
+    elif mode == "hang-in-call":
+        time.sleep(3600)
+    elif mode == "slow":
+        time.sleep(0.05)
+        send({"status": "ok", "written": written}, req)
     elif mode == "escape-error":
         send({"status": "error", "error": "boom\x1b[2J\x1b]0;owned\x07 done"}, req)
     else:

@@ -60,15 +60,17 @@ struct AttentionOutput {
 
 // A subject refused a case (unsupported shape, dtype...) or failed while running it.
 // transport_failed: the process serving the subject (a worker) died, hung or broke the protocol;
-// its own outcome, never read as a fault of the device.
+// its own outcome, never read as a fault of the device. interrupted: the run was asked to stop
+// while the call was in flight; the case did not end, so it is neither a verdict nor a crash.
 struct SubjectError : std::runtime_error {
-  enum class Kind { unsupported, device_fault, internal, transport_failed };
+  enum class Kind { unsupported, device_fault, internal, transport_failed, interrupted };
   Kind kind;
   SubjectError(Kind k, const std::string& what) : std::runtime_error(what), kind(k) {}
   // The failure class a crash of this kind is reported under (report.json, replay verdicts).
   const char* failure_class() const {
     return kind == Kind::device_fault       ? "device_fault"
            : kind == Kind::transport_failed ? "transport_failed"
+           : kind == Kind::interrupted      ? "interrupted"
                                             : "internal";
   }
 };

@@ -127,8 +127,10 @@ JudgedStats judged_stats(const ReportEntry&);
 // The entries as the reports list them: crashed, failed, interrupted, then passing; within each,
 // largest judged err/budget first (entries that judge no budget last), then in run order.
 std::vector<const ReportEntry*> entries_by_verdict(const Report&);
-// "context: message" (or the message alone): a failure's line wherever it is printed.
+// "context: message" (or the message alone): a failure's line wherever it is printed (the
+// reports, check's stderr, replay).
 std::string failure_line(const ReportEntry&);
+std::string failure_line(const std::string& context, const std::string& message);
 // One quoted element with every number of it, as report.md, junit.xml and `replay` print it:
 // "O[token=0,head=0,d=1]  inputs ...  exact ...  rounded ...  output ...  ulp 3 (cancellation-aware
 // 2.5)  err/budget 1.7".

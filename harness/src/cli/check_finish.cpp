@@ -30,6 +30,16 @@ int finish_check(CheckPlan& plan, const CheckOptions& o) {
   }
   write_report_dir(o.report_dir, report);
   if (!o.no_plots) render_plots(o.report_dir, o.quiet);
+  // Each failure once more beside the final line, with its case and the element it quotes: the
+  // pairs' own lines scroll past as the run goes, and a failure must read true without the report.
+  if (!o.quiet)
+    for (const ReportEntry& e : report.entries) {
+      if (e.status != "failed" && e.status != "crashed") continue;
+      std::fprintf(stderr, "%s %s / %s: %s: %s\n", e.status == "failed" ? "FAIL" : "CRASHED",
+                   e.subject.c_str(), e.property.c_str(), e.failure_class.c_str(), failure_line(e).c_str());
+      if (!e.quoted.where.empty())
+        std::fprintf(stderr, "  quoted element: %s\n", element_line(e.quoted).c_str());
+    }
   int passed = 0;
   for (const auto& e : report.entries) passed += e.status == "passed";
   std::printf(

@@ -140,7 +140,7 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
       std::fprintf(stderr, "[%lld/%zu] %s / %s: %s (%lld cases, %.2f s)%s%s\n", (long long)done_pairs,
                    pairs.size(), subject->name().c_str(), property->name.c_str(), e.status.c_str(),
                    (long long)e.cases_run, e.seconds, e.status == "passed" ? "" : "  ",
-                   e.status == "passed" ? "" : e.message.c_str());
+                   e.status == "passed" ? "" : failure_line(e).c_str());
     progress.update(done_pairs * cases, 0, "");
     results[i] = std::move(e);
   };

@@ -3,36 +3,51 @@
 // check_finish.cpp (check.hpp).
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 #include <memory>
 
 #include "check.hpp"
 #include "options.hpp"
+#include "process.hpp"
 
 namespace attncheck::cli {
 namespace {
 
-// Set from the SIGINT handler: the running pairs stop after their case.
+// Set from the SIGINT and SIGTERM handlers: the running pairs stop after their case (a worker in a
+// call is stopped at once), and what finished is written. g_stop_signal says which signal came.
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) {
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop(int sig) {
   g_interrupted.store(true);
-  // A second Ctrl-C kills at once.
-  ::signal(SIGINT, SIG_DFL);
+  g_stop_signal.store(sig);
+  // A second Ctrl-C (or SIGTERM) kills at once.
+  ::signal(sig, SIG_DFL);
 }
 // A child of check --jobs gets Ctrl-C twice: from the terminal (its process group) and forwarded
 // by its parent. Both ask it to stop after its case; a second Ctrl-C kills the parent, and the
 // kernel then kills the child (PR_SET_PDEATHSIG).
-extern "C" void on_sigint_child(int) { g_interrupted.store(true); }
+extern "C" void on_stop_child(int sig) {
+  g_interrupted.store(true);
+  g_stop_signal.store(sig);
+}
 
 int run_check(const CheckOptions& o, Common& common) {
   CheckPlan plan = make_check_plan(o, common, &g_interrupted);
   const bool child = plan.child.has_value();
   if (!o.quiet && !child) {
-    std::fprintf(stderr, "%s\n", plan.set.backend_note.c_str());
+    // The backend is where the built-ins run: a run of plugins or workers alone has none to name.
+    const auto builtins = plan.set.all.begin(), plugins = builtins + std::ptrdiff_t(plan.set.first_plugin);
+    const bool builtin_runs = std::any_of(plan.pairs.begin(), plan.pairs.end(), [&](const auto& pair) {
+      return std::any_of(builtins, plugins, [&](const auto& s) { return s.get() == pair.first; });
+    });
+    if (builtin_runs) std::fprintf(stderr, "%s\n", plan.set.backend_note.c_str());
     for (const auto& n : plan.set.notes) std::fprintf(stderr, "%s\n", n.c_str());
   }
-  ::signal(SIGINT, child ? on_sigint_child : on_sigint);
+  for (int sig : {SIGINT, SIGTERM}) ::signal(sig, child ? on_stop_child : on_stop);
+  worker::set_cancel_flag(&g_interrupted);
   if (plan.shard_count > 1 && plan.pairs.empty() && !child) {
     write_report_dir(o.report_dir, plan.report);
     std::printf(
@@ -42,7 +57,9 @@ int run_check(const CheckOptions& o, Common& common) {
   }
   if (child) return run_child(plan, common);
   run_scheduled(plan, o, common);
-  return finish_check(plan, o);
+  const int rc = finish_check(plan, o);
+  // Stopped by SIGTERM with nothing failed: the shell's convention for that signal.
+  return rc == kExitInterrupted && g_stop_signal.load() == SIGTERM ? kExitTerminated : rc;
 }
 
 }  // namespace

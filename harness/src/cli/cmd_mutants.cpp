@@ -303,6 +303,8 @@ int run(const Options& o) {
   } catch (const ReportError& e) {
     throw Usage(e.what());
   }
+  lock_dir(o.report_dir, "report directory");
+  lock_dir(o.report_dir + "/corpus", "corpus directory");
 
   // 2. Subjects: the mutants of this backend and the correct kernels they derive from.
   std::vector<ac_subject> raw;

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "attncheck/case.hpp"
+#include "attncheck/report.hpp"
 #include "common.hpp"
 #include "options.hpp"
 
@@ -18,6 +19,11 @@ struct ReplayOptions {
   std::string subject;
 };
 
+// A chunked-prefill scenario (corpus/prefill/) sits beside cases but is run by `prefill`.
+std::string scenario_note(const std::string& path) {
+  return path + ": a chunked-prefill scenario, not a case: run it with attncheck prefill --scenario " + path;
+}
+
 int run_replay(const ReplayOptions& o, const Common& common) {
   // Named files must parse (exit 2 otherwise); files met inside a directory are skipped with a note.
   struct Item {
@@ -25,7 +31,7 @@ int run_replay(const ReplayOptions& o, const Common& common) {
     Case c;
   };
   std::vector<Item> items;
-  std::vector<std::string> skipped;
+  std::vector<std::string> skipped, scenarios;
   for (const auto& in : o.inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
@@ -42,7 +48,10 @@ int run_replay(const ReplayOptions& o, const Common& common) {
         try {
           items.push_back({f, read_case_file(f)});
         } catch (const CaseError& e) {
-          skipped.push_back(e.what());
+          if (is_prefill_scenario_file(f))
+            scenarios.push_back(f);
+          else
+            skipped.push_back(e.what());
         }
       }
     } else {
@@ -50,6 +59,7 @@ int run_replay(const ReplayOptions& o, const Common& common) {
       try {
         items.push_back({in, read_case_file(in)});
       } catch (const CaseError& e) {
+        if (is_prefill_scenario_file(in)) throw UsageError("replay: " + scenario_note(in));
         throw UsageError(e.what());
       }
     }
@@ -58,6 +68,10 @@ int run_replay(const ReplayOptions& o, const Common& common) {
   if (items.empty())
     throw UsageError(
         "replay: no readable case file in " + o.inputs.front() + (o.inputs.size() > 1 ? " ..." : "") +
+        (scenarios.empty()
+             ? ""
+             : " (" + std::to_string(scenarios.size()) +
+                   " chunked-prefill scenarios: run each with attncheck prefill --scenario FILE)") +
         (skipped.empty()
              ? ""
              : " (" + std::to_string(skipped.size()) + " malformed, first: " + skipped.front() + ")"));
@@ -74,7 +88,9 @@ int run_replay(const ReplayOptions& o, const Common& common) {
       throw UsageError(it.path + ": names subject '" + n + "', which is not loaded (use --subject)");
   }
   for (const auto& s : skipped) std::printf("skipped (malformed): %s\n", s.c_str());
-  int failed = 0, crashed = 0;
+  for (const auto& s : scenarios) std::printf("skipped: %s\n", scenario_note(s).c_str());
+  int failed = 0, crashed = 0, judged = 0;
+  std::string first_unjudged;
   for (const auto& it : items) {
     Subject* s = find(o.subject.empty() ? it.c.subject : o.subject);
     ReplayResult r;
@@ -86,14 +102,22 @@ int run_replay(const ReplayOptions& o, const Common& common) {
       ++crashed;
       continue;
     }
-    std::printf("%s: %s: %s\n", it.path.c_str(), s->name().c_str(), r.verdict.c_str());
+    if (!r.applicable) {
+      // A case the subject refused or cannot take judged nothing: never a pass.
+      std::printf("%s: %s: nothing judged, %s\n", it.path.c_str(), s->name().c_str(), r.verdict.c_str());
+      if (first_unjudged.empty()) first_unjudged = r.verdict;
+      continue;
+    }
+    ++judged;
+    if (!r.failure_class.empty())
+      std::printf("%s: %s: FAIL %s: %s\n", it.path.c_str(), s->name().c_str(), r.failure_class.c_str(),
+                  failure_line(r.context, r.message).c_str());
+    else
+      std::printf("%s: %s: %s\n", it.path.c_str(), s->name().c_str(), r.verdict.c_str());
     if (r.crashed) ++crashed;
-    if (!r.passed && r.applicable) {
+    if (!r.passed) {
       if (!r.crashed) ++failed;
-      for (const auto& w : r.worst_elements)
-        std::printf("  %s  inputs %s  exact %s  rounded %s  output %s  ulp %.3g (cancellation-aware %.3g)\n",
-                    w.where.c_str(), w.input_bits.c_str(), w.exact.c_str(), w.rounded_exact.c_str(),
-                    w.output_bits.c_str(), w.ulp, w.cancel_ulp);
+      for (const auto& w : r.worst_elements) std::printf("  %s\n", element_line(w).c_str());
       if (it.c.seed)
         std::printf("  seed %llu%s%s\n", (unsigned long long)it.c.seed,
                     it.c.rc_reproduce.empty() ? "" : "  rapidcheck reproduce ", it.c.rc_reproduce.c_str());
@@ -102,6 +126,12 @@ int run_replay(const ReplayOptions& o, const Common& common) {
       std::printf("  reproduce: %s\n", r.reproduce_command.c_str());
   }
   if (crashed) return kExitCrashed;
+  if (judged == 0 && failed == 0) {
+    if (items.size() > 1)
+      std::printf("nothing judged: none of the %zu cases could be judged (first: %s)\n", items.size(),
+                  first_unjudged.c_str());
+    return kExitFailed;
+  }
   return failed ? kExitFailed : kExitOk;
 }
 

@@ -1,9 +1,16 @@
 #include "common.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/backend.hpp"
@@ -170,12 +177,41 @@ void remove_temporaries(const std::string& dir, bool quiet) {
 
 }  // namespace
 
+void lock_dir(const std::string& dir, const std::string& what) {
+  // One lock per directory and process: a second flock by this process on another descriptor
+  // would wait on itself (--corpus-dir equal to --report-dir).
+  static std::set<fs::path> held;
+  std::error_code ec;
+  const fs::path canonical = fs::weakly_canonical(fs::path(dir), ec);
+  if (!held.insert(ec ? fs::path(dir) : canonical).second) return;
+  const std::string path = (fs::path(dir) / kLockFileName).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0)
+    throw UsageError(what + " " + dir + ": cannot open " + kLockFileName + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    const ssize_t n = ::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    std::string holder = n > 0 ? std::string(pid, size_t(n)) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    throw UsageError(what + " " + dir + " is in use by another attncheck run" +
+                     (holder.empty() ? std::string() : " (pid " + one_line(holder) + ")") +
+                     "; wait for it to end or choose another directory");
+  }
+  // The holder's pid, only for the message above: the lock is the flock, not the file's text.
+  const std::string me = std::to_string(::getpid()) + "\n";
+  const bool noted = ::ftruncate(fd, 0) == 0 && ::pwrite(fd, me.data(), me.size(), 0) > 0;
+  (void)noted;
+  // fd stays open (close-on-exec, so no child holds it) until this process ends.
+}
+
 void prepare_report_dir(const std::string& dir, bool quiet) {
   try {
     ensure_writable_dir(dir);
   } catch (const ReportError& e) {
     throw UsageError(e.what());
   }
+  lock_dir(dir, "report directory");
   for (const char* name : {"report.json", "report.md", "report.html", "junit.xml", "manifest.json"}) {
     std::error_code ec;
     const fs::path p = fs::path(dir) / name;
@@ -195,6 +231,7 @@ void prepare_corpus_dir(const std::string& dir, bool quiet) {
   } catch (const ReportError& e) {
     throw UsageError(e.what());
   }
+  lock_dir(dir, "corpus directory");
   remove_temporaries(dir, quiet);
   std::vector<UnreadableWriteAhead> unreadable;
   const auto kept = keep_write_ahead_cases(dir, "the case running when an earlier run died (crash or kill)",

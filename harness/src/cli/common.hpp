@@ -59,13 +59,20 @@ bool in_suite(const PropertyInfo& p, const std::string& suite);
 std::vector<const PropertyInfo*> pick_properties(const std::vector<std::string>& names,
                                                  const std::string& suite);
 
-// A report directory, made ready before any work: writable, no report file shadowed by a
-// directory, temporaries of killed writers removed, and a set left mixed by a killed run named.
+// A report directory, made ready before any work: locked for this run (lock_dir), writable, no
+// report file shadowed by a directory, temporaries of killed writers removed, and a set left mixed
+// by a killed run named.
 void prepare_report_dir(const std::string& dir, bool quiet);
-// A corpus directory, made ready before any work. A write-ahead file is the case a subject was
-// running when an earlier run died: it is kept as an ordinary corpus case (its name then says what
-// it holds) and reported, never silently overwritten.
+// A corpus directory, made ready before any work and locked for this run. A write-ahead file is
+// the case a subject was running when an earlier run died: it is kept as an ordinary corpus case
+// (its name then says what it holds) and reported, never silently overwritten.
 void prepare_corpus_dir(const std::string& dir, bool quiet);
+// Holds dir for the rest of this process (an exclusive flock on DIR/.attncheck-lock, released by
+// the kernel when the process ends, however it ends). A directory another live attncheck holds is
+// a usage error naming that process: its write-ahead files and temporaries are live, not left by
+// a run that died, and two runs' reports would overwrite each other. `what` names the directory.
+void lock_dir(const std::string& dir, const std::string& what);
+constexpr const char* kLockFileName = ".attncheck-lock";
 
 // The options that shape a run's cases and failures, as check, tiling and mutants take them.
 struct RunOptions {

@@ -23,6 +23,7 @@
 #include "attncheck/report.hpp"
 #include "common.hpp"
 #include "options.hpp"
+#include "process.hpp"
 #include "serve.hpp"
 
 namespace ac = attncheck;
@@ -30,6 +31,8 @@ using ac::cli::kExitCrashed, ac::cli::kExitUsage, ac::cli::one_line;
 
 int main(int argc, char** argv) {
   if (const auto rc = ac::worker::device_server_main(argc, argv, ac::load_builtin_subjects)) return *rc;
+  // What a worker starts and leaves behind is found and ended with the worker (process.hpp).
+  ac::worker::adopt_orphans();
   ac::cli::Common common;
   // A path when attncheck was started by one, so that a printed command runs the same binary when
   // pasted in the same directory.

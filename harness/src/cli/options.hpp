@@ -12,8 +12,9 @@ namespace attncheck::cli {
 
 // The exit codes of every subcommand (the table in the README): 0 pass, 1 a property failed or a
 // gate found a regression, 2 usage or input error before any work, 3 a subject crashed or hung,
-// 130 interrupted with nothing failed.
-constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCrashed = 3, kExitInterrupted = 130;
+// 130 interrupted (Ctrl-C) with nothing failed, 143 the same stopped by SIGTERM.
+constexpr int kExitOk = 0, kExitFailed = 1, kExitUsage = 2, kExitCrashed = 3, kExitInterrupted = 130,
+              kExitTerminated = 143;
 
 // The stated range of every numeric option, checked by CLI11 before any work (exit 2, one line).
 // The bounds keep one run within memory and patience: a case of max_keys keys holds

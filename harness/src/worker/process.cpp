@@ -3,13 +3,14 @@
 // call timeout; stderr is drained while waiting, so a chatty worker never blocks on a full pipe.
 #include "process.hpp"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -18,7 +19,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "attncheck/json_fields.hpp"
 #include "protocol.hpp"
@@ -46,7 +50,92 @@ constexpr size_t kQuoteChars = 60, kStderrLineChars = 200;
 // Without a pidfd, how often a wait for a reply checks whether the worker has ended.
 constexpr int kExitCheckMs = 100;
 
+std::atomic<const std::atomic<bool>*> g_cancel{nullptr};
+
+bool cancelled() {
+  const std::atomic<bool>* flag = g_cancel.load();
+  return flag && flag->load();
+}
+
+// A process as /proc names it: its pid and its start time, so that a pid the kernel hands to a new
+// process later is not taken for it.
+struct ProcId {
+  pid_t pid = 0;
+  unsigned long long start = 0;
+};
+
+// Parent and start time of pid from /proc/PID/stat; false when it is gone.
+bool read_stat(pid_t pid, pid_t& parent, unsigned long long& start) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  FILE* f = std::fopen(path, "re");
+  if (!f) return false;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return false;
+  char state = 0;
+  int ppid = 0;
+  // Fields 3 (state) and 4 (ppid), then 17 skipped, then field 22 (starttime).
+  if (std::sscanf(p + 1, " %c %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                  &state, &ppid, &start) != 3)
+    return false;
+  parent = pid_t(ppid);
+  return true;
+}
+
+// Every live descendant of root, whatever its process group or session.
+std::vector<ProcId> descendants(pid_t root) {
+  std::multimap<pid_t, ProcId> children;
+  if (DIR* d = ::opendir("/proc")) {
+    while (const dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      const long pid = std::strtol(e->d_name, &end, 10);
+      if (pid <= 0 || *end) continue;
+      ProcId id{pid_t(pid), 0};
+      pid_t parent = 0;
+      if (read_stat(id.pid, parent, id.start)) children.emplace(parent, id);
+    }
+    ::closedir(d);
+  }
+  std::vector<ProcId> out;
+  std::vector<pid_t> todo{root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    for (auto [it, end] = children.equal_range(p); it != end; ++it) {
+      out.push_back(it->second);
+      todo.push_back(it->second.pid);
+    }
+  }
+  return out;
+}
+
+// SIGKILL to each process still the one listed; those that became this process's children (their
+// parent died first and adopt_orphans made this process their reaper) are reaped.
+void kill_listed(const std::vector<ProcId>& procs) {
+  for (const ProcId& p : procs) {
+    pid_t parent = 0;
+    unsigned long long start = 0;
+    if (read_stat(p.pid, parent, start) && start == p.start) ::kill(p.pid, SIGKILL);
+  }
+  for (const ProcId& p : procs)
+    for (int i = 0; i < 10; ++i) {
+      int status = 0;
+      const pid_t r = ::waitpid(p.pid, &status, WNOHANG);
+      if (r == p.pid || (r < 0 && errno == ECHILD)) break;
+      ::usleep(2000);
+    }
+}
+
 }  // namespace
+
+void set_cancel_flag(const std::atomic<bool>* flag) { g_cancel.store(flag); }
+
+void adopt_orphans() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 
 Arena::Arena() {
   // The worker shares the file: truncated under this process's mapping, the next read of a page
@@ -142,40 +231,47 @@ void WorkerProcess::start() {
   int in[2], out[2], err[2];
   if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC))
     throw TransportError(std::string("cannot create pipes: ") + std::strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawn_file_actions_adddup2(&fa, arena_.fd(), kArenaFd);  // dup2 clears close-on-exec
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Its own process group: Ctrl-C reaches the harness only (which then shuts the worker down),
-  // and a timeout kills the worker and every process it started.
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, dflt;
-  sigemptyset(&none);
-  sigemptyset(&dflt);
-  sigaddset(&dflt, SIGPIPE);
-  sigaddset(&dflt, SIGINT);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &dflt);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   const std::string script = "exec " + command_;
   char* argv[] = {const_cast<char*>("sh"), const_cast<char*>("-c"), const_cast<char*>(script.c_str()),
                   nullptr};
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  const pid_t parent = ::getpid();
+  const int arena_fd = arena_.fd();
+  // fork + exec rather than posix_spawn: only a forked child can ask the kernel to kill it when
+  // this process dies (PR_SET_PDEATHSIG survives exec), so kill -9 of attncheck does not leave a
+  // worker running its call. Between fork and exec the child calls only async-signal-safe
+  // functions: this process may have other threads.
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Its own process group: Ctrl-C reaches the harness only (which then shuts the worker down),
+    // and a timeout kills the worker and every process it started.
+    ::setpgid(0, 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGPIPE, SIGINT, SIGTERM}) ::sigaction(sig, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    if (arena_fd == kArenaFd)
+      ::fcntl(kArenaFd, F_SETFD, 0);
+    else
+      ::dup2(arena_fd, kArenaFd);  // dup2 clears close-on-exec
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the harness died before the line above
+    ::execve("/bin/sh", argv, environ);
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
   ::close(in[0]);
   ::close(out[1]);
   ::close(err[1]);
-  if (rc != 0) {
+  if (pid < 0) {
     ::close(in[1]);
     ::close(out[0]);
     ::close(err[0]);
-    throw TransportError("cannot start worker '" + command_ + "': " + std::strerror(rc));
+    throw TransportError("cannot start worker '" + command_ + "': " + std::strerror(fork_errno));
   }
   pid_ = pid;
   // A descriptor that turns readable when the worker ends: its exit is seen even while a process
@@ -226,8 +322,11 @@ std::string WorkerProcess::last_stderr(size_t lines) const {
 
 void WorkerProcess::kill_group() {
   if (pid_ > 0) {
+    // Listed before the worker dies: afterwards its descendants have another parent.
+    const std::vector<ProcId> tree = descendants(pid_);
     ::kill(-pid_, SIGKILL);
     ::kill(pid_, SIGKILL);
+    kill_listed(tree);
   }
 }
 
@@ -370,9 +469,16 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
                                 std::to_string(int(kMinHandshakeTimeoutS)) + " s); killed"
                           : std::string(" s (--call-timeout); killed")));
     }
+    if (cancelled() && op != "shutdown") {
+      kill_group();
+      close_fds();
+      throw CallInterrupted("the run was interrupted during " + what + "; the worker was stopped");
+    }
     pollfd p[3] = {{from_worker_, POLLIN, 0}, {err_from_worker_, POLLIN, 0}, {pid_fd_, POLLIN, 0}};
     const bool watch_exit = pid_ > 0;
-    const int pr = ::poll(p, 3, watch_exit && pid_fd_ < 0 ? std::min(left, kExitCheckMs) : left);
+    int slice = watch_exit && pid_fd_ < 0 ? std::min(left, kExitCheckMs) : left;
+    if (g_cancel.load()) slice = std::min(slice, kCancelCheckMs);
+    const int pr = ::poll(p, 3, slice);
     if (pr < 0 && errno == EINTR) continue;
     if (p[1].revents) drain_stderr(0);
     if (watch_exit && !p[0].revents && (pid_fd_ >= 0 ? p[2].revents != 0 : exited())) {
@@ -409,15 +515,20 @@ nlohmann::json WorkerProcess::shutdown() {
     return nullptr;
   }
   if (pid_ <= 0) return nullptr;
+  // A process the worker started outlives it otherwise (in its own session, no group kill reaches
+  // it): listed now, ended after the worker's exit.
+  const std::vector<ProcId> tree = descendants(pid_);
   nlohmann::json reply;
   try {
     reply = call({{"op", "shutdown"}}, 2.0);
   } catch (const TransportError&) {
+    kill_listed(tree);
     return nullptr;  // already reaped by fail()
   }
   int status;
   for (int i = 0; i < 25 && ::waitpid(pid_, &status, WNOHANG) == 0; ++i) ::usleep(20000);
   close_fds();
+  kill_listed(tree);
   return reply;
 }
 

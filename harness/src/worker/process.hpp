@@ -11,6 +11,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -36,6 +37,23 @@ struct TransportError : std::runtime_error {
   std::string reason;       // what() without the quote
   std::string stderr_tail;  // the last stderr lines, joined with " | " ("" when none)
 };
+
+// The run was asked to stop (Ctrl-C, SIGTERM) while a call waited for its reply: the worker and
+// every process it started were killed at once, without waiting for --call-timeout. The case did
+// not end: it is neither a verdict nor a crash.
+struct CallInterrupted : TransportError {
+  using TransportError::TransportError;
+};
+
+// The flag a run sets when it is asked to stop; every wait for a worker checks it at least every
+// kCancelCheckMs. nullptr (the default): calls wait for their reply or their timeout only.
+void set_cancel_flag(const std::atomic<bool>* flag);
+constexpr int kCancelCheckMs = 100;
+
+// Makes this process the reaper of every process its workers start (PR_SET_CHILD_SUBREAPER): a
+// worker's descendant that leaves its process group, or its session, is still found and ended
+// when the worker is (descendants listed from /proc). Called once by a command that may start workers.
+void adopt_orphans();
 
 // A shared-memory arena: a memfd mapped here, inherited by the worker as fd 3. It only grows, and
 // is sealed so that nobody can shrink it (F_SEAL_SHRINK).
@@ -94,6 +112,7 @@ class WorkerProcess {
   std::string death_reason();  // reaps the child: "exited with status 1" / "killed by signal 6 (SIGABRT)"
   bool exited() const;         // the child has ended (not yet reaped)
   bool read_available();       // reads what stdout holds now into out_buf_; whether it read any
+  // The worker, its process group and every descendant (listed from /proc before it dies).
   void kill_group();
   void drain_stderr(int timeout_ms);
   void close_fds();

@@ -207,6 +207,8 @@ class WorkerSubject final : public Subject {
     try {
       ensure_running();
       host_->process.arena().reserve(bytes);
+    } catch (const CallInterrupted& e) {
+      throw SubjectError(SubjectError::Kind::interrupted, e.what());
     } catch (const TransportError& e) {
       transport_failed(*host_, e.what());
     }
@@ -243,6 +245,8 @@ class WorkerSubject final : public Subject {
     try {
       ensure_running();
       reply = host_->process.call(r, host_->call_timeout_s);
+    } catch (const CallInterrupted& e) {
+      throw SubjectError(SubjectError::Kind::interrupted, e.what());
     } catch (const TransportError& e) {
       transport_failed(*host_, e.what());
     }

@@ -225,9 +225,10 @@ constexpr int kHostLayerTokens = 512;
 // no_spurious_nonfinite when it names none or one that does not apply to the subject).
 struct ReplayResult {
   bool passed = false;
-  bool applicable = true;  // false: the subject lacks the op/dtype/head size (not a failure)
+  bool applicable = true;  // false: the subject lacks the op/dtype/head size, or refused the case
   bool crashed = false;    // the subject raised, crashed, hung or exited (not passed either)
-  std::string verdict;     // one line: "pass", "FAIL accuracy: ...", "not applicable: ..."
+  std::string verdict;     // one line: "pass", "FAIL accuracy: ...", "not applicable: ...", "refused: ..."
+  std::string failure_class, message;        // of a judged failure: the verdict's two parts
   std::vector<WorstElement> worst_elements;  // up to 5: the one the verdict quotes, then worst first
   std::string context;                       // case_context of the case (its shape and flags)
   std::string reproduce_command;             // attncheck replay FILE --subject NAME
@@ -267,6 +268,8 @@ struct PrefillScenarioError : std::runtime_error {
 // Parses and validates a scenario's text (format, fields, stated bounds) without running it:
 // PrefillScenarioError with one line on anything run_prefill_text would refuse.
 void validate_prefill_scenario(const std::string& scenario_json);
+// Whether the file at path is a valid scenario: what `replay` tells apart from a malformed case.
+bool is_prefill_scenario_file(const std::string& path);
 PrefillReport run_prefill(const std::string& scenario_json_path, Subject& attention, Subject& merge);
 PrefillReport run_prefill_text(const std::string& scenario_json, Subject& attention, Subject& merge);
 
