@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "attncheck/hash.hpp"
 #include "attncheck/version.hpp"
 #include "report_internal.hpp"
 
@@ -70,8 +71,35 @@ std::string Report::verdict() const {
   if (worst == 3) return "crashed";
   if (worst == 2) return "fail";
   if (baseline.is_object() && !baseline.value("ok", true)) return "fail";
+  if (!missing_shards().empty()) return "partial";
   if (interrupted || worst == 1) return "interrupted";
   return "pass";
+}
+
+std::vector<int> Report::missing_shards() const {
+  std::vector<int> missing;
+  if (shards_merged.empty()) return missing;  // a run's own report: its shard is the whole of it
+  for (int s = 0; s < shard_count; ++s)
+    if (!std::binary_search(shards_merged.begin(), shards_merged.end(), s)) missing.push_back(s);
+  return missing;
+}
+
+int pair_shard(const std::string& subject, const std::string& property, int shard_count) {
+  // The subject's name ends with a NUL byte, so ("ab", "c") and ("a", "bc") hash apart.
+  const uint64_t h = hash::fnv1a64(property, hash::fnv1a64(subject + '\0'));
+  return int(h % uint64_t(shard_count));
+}
+
+std::string shard_list(const std::vector<int>& shards) {
+  std::string out;
+  for (size_t i = 0; i < shards.size();) {
+    size_t j = i;
+    while (j + 1 < shards.size() && shards[j + 1] == shards[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(shards[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(shards[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int shard_index) {
@@ -154,7 +182,8 @@ std::string failure_line(const std::string& context, const std::string& message)
 
 std::string failure_line(const ReportEntry& e) { return failure_line(e.context, e.message); }
 
-std::string verdict_sentence(const Report& r) {
+namespace {
+std::string results_sentence(const Report& r) {
   const std::string verdict = r.verdict();
   size_t passed = 0, applicable = 0;
   std::vector<std::string> subjects;  // failing subjects, in run order
@@ -209,6 +238,27 @@ std::string verdict_sentence(const Report& r) {
     parts += "; and " + std::to_string(subjects.size() - kNamed) + " more subjects";
   return label + std::to_string(all_bad) + " of " + of + " subject x property results failed on " +
          std::to_string(subjects.size()) + " subjects: " + parts;
+}
+}  // namespace
+
+std::string missing_shards_phrase(const Report& r) {
+  const std::vector<int> missing = r.missing_shards();
+  if (missing.empty()) return {};
+  return (missing.size() == 1 ? "shard " : "shards ") + shard_list(missing) + " of " +
+         std::to_string(r.shard_count) + " missing";
+}
+
+std::string verdict_sentence(const Report& r) {
+  const std::string absent = missing_shards_phrase(r);
+  if (absent.empty()) return results_sentence(r);
+  if (r.verdict() != "partial") return results_sentence(r) + " (" + absent + ")";
+  size_t passed = 0, applicable = 0;
+  for (const auto& e : r.entries) {
+    applicable += e.status != "not_applicable";
+    passed += e.status == "passed";
+  }
+  return "PARTIAL: " + absent + "; " + std::to_string(passed) + " of " + std::to_string(applicable) +
+         " subject x property results of the shards present passed";
 }
 
 std::string utc_timestamp() {

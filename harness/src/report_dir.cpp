@@ -14,6 +14,7 @@
 #include "attncheck/hash.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/report.hpp"
+#include "report_internal.hpp"
 
 namespace attncheck {
 
@@ -33,13 +34,15 @@ void ensure_writable_dir(const std::string& dir, const std::string& what) {
   fs::remove(probe, ec);
 }
 
-namespace {
-constexpr const char* kManifest = "manifest.json";
-std::string content_hash(const std::string& text) {
+std::string report_detail::content_hash(const std::string& text) {
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(hash::fnv1a64(text)));
   return buf;
 }
+
+namespace {
+constexpr const char* kManifest = "manifest.json";
+using report_detail::content_hash;
 }  // namespace
 
 namespace {

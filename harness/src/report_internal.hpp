@@ -1,5 +1,5 @@
 // What the report files share inside ac_harness_core: status order, number spelling, the JSON
-// spelling of non-finite numbers. Not installed.
+// spelling of non-finite numbers, content hashes. Not installed.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,5 +16,7 @@ std::string short_number(double x, int prec = 3);
 nlohmann::json num(double x);
 double get_num(const nlohmann::json& j);
 const char* budget_use_name(PropertyInfo::BudgetUse);
+// A file's content as 16 hex digits (FNV-1a): the manifest's hashes, a baseline's id.
+std::string content_hash(const std::string& text);
 
 }  // namespace attncheck::report_detail

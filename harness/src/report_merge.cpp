@@ -1,10 +1,12 @@
-// report merge: shard reports of one campaign into one (the rules are in report.hpp's header).
+// report merge: shard reports of one campaign into one (the rules are in report.hpp's header), their
+// baseline comparisons with them (baseline.hpp).
 #include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
 #include <tuple>
 
+#include "attncheck/baseline.hpp"
 #include "attncheck/report.hpp"
 #include "report_internal.hpp"
 
@@ -46,8 +48,8 @@ Report merge_reports(const std::vector<Report>& parts) {
   out.entries.clear();
   out.tilings.clear();
   out.shards_merged.clear();
-  out.baseline = json();
   out.interrupted = false;
+  std::vector<std::pair<std::vector<int>, json>> comparisons;  // each shard's baseline comparison
   std::set<int> shards;
   std::map<std::tuple<std::string, std::string, std::string>, size_t> index;
   std::set<std::string> tiling_keys;
@@ -67,6 +69,7 @@ Report merge_reports(const std::vector<Report>& parts) {
     for (int s : mine)
       if (!shards.insert(s).second)
         throw ReportError("report merge: shard " + std::to_string(s) + " given twice");
+    comparisons.emplace_back(mine, p.baseline);
     out.interrupted = out.interrupted || p.interrupted;
     for (const auto& e : p.entries) {
       const auto key = std::make_tuple(e.subject, e.backend, e.property);
@@ -120,6 +123,7 @@ Report merge_reports(const std::vector<Report>& parts) {
     };
     return pos(a) < pos(b);
   });
+  out.baseline = merge_baseline_comparisons(comparisons, first.shard_count);
   out.shards_merged.assign(shards.begin(), shards.end());
   out.shard_index = out.shards_merged.front();
   out.timestamp = utc_timestamp();

@@ -201,7 +201,8 @@ std::string render_html(const Report& r, const std::vector<std::pair<std::string
     << "<style>\n"
        "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:84em;color:#222}\n"
        "h1{font-size:1.3em;padding:.4em .6em;border-radius:4px}\n"
-       "h1.pass{background:#e3f4e1}h1.fail,h1.crashed{background:#fbe3e1}h1.interrupted{background:#fff3cd}\n"
+       "h1.pass{background:#e3f4e1}h1.fail,h1.crashed,h1.partial{background:#fbe3e1}h1.interrupted{"
+       "background:#fff3cd}\n"
        "table{border-collapse:collapse;font-size:.9em}td,th{border:1px solid #ccc;padding:.2em .5em}\n"
        "td.n{text-align:right;font-variant-numeric:tabular-nums}tr.failed td,tr.crashed "
        "td{background:#fdf0ef}\n"
@@ -296,6 +297,12 @@ std::string render_junit(const Report& r) {
     ++tests;
     failures += !regs.empty();
   }
+  // A merge that lacks shards fails a testcase of its own: the results present may all pass.
+  const std::string missing = missing_shards_phrase(r);
+  if (!missing.empty()) {
+    ++tests;
+    ++failures;
+  }
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o << "<testsuites name=\"attncheck\" tests=\"" << tests << "\" failures=\"" << failures << "\" errors=\""
@@ -350,6 +357,13 @@ std::string render_junit(const Report& r) {
         << xml_escape(all) << "</failure>\n    ";
     }
     o << "</testcase>\n  </testsuite>\n";
+  }
+  if (!missing.empty()) {
+    o << "  <testsuite name=\"attncheck.shards\" tests=\"1\" failures=\"1\" errors=\"0\">\n";
+    o << "    <testcase classname=\"attncheck.shards\" name=\"every_shard_merged\">\n      <failure "
+         "type=\"partial\" "
+         "message=\""
+      << xml_escape(missing) << "\"/>\n    </testcase>\n  </testsuite>\n";
   }
   o << "</testsuites>\n";
   return o.str();

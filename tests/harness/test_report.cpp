@@ -6,7 +6,11 @@
 //    tolerance, a new non-finite, passed -> failed) and passes an identical report;
 //  - merging two shard reports gives the union (counts add, max is max, quantiles the max of the
 //    shards', drift counts add per split count, corpus files union), its results in the single
-//    run's order (each result's position in the unsharded plan, read back from report.json).
+//    run's order (each result's position in the unsharded plan, read back from report.json);
+//  - shards and baselines: each shard compares its share of the baseline's pairs, and the shards'
+//    comparisons add up to the whole run's (built here by filtering one report); merge keeps them,
+//    from one baseline only; a baseline must hold the run's pairs; a merge lacking shards is
+//    partial, never a pass.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -348,4 +352,138 @@ TEST_CASE("printable_tail keeps the end of a long text, escapes whole", "[report
   CHECK(printable_tail("aaaaaaaaaa\nend", 10) == "...\\x0aend");
   // ... or left out whole when it does not fit (9: "..." and "end" leave 3).
   CHECK(printable_tail("aaaaaaaaaa\nend", 9) == "...end");
+}
+
+TEST_CASE("a shard compares the baseline's pairs of its share; the shards together, the whole run's",
+          "[baseline][shards]") {
+  const Report base = with_drift(sample_report());
+  Report worse = base;
+  for (auto& e : worse.entries) e.stats[0].p99_ulp = 100;  // past any allowance of a finite p99
+  const BaselineComparison whole = compare_to_baseline(worse, base);
+  REQUIRE(whole.regressions.size() == 3);
+  for (int count : {2, 3}) {
+    std::vector<std::string> regressions;
+    std::vector<std::pair<std::vector<int>, nlohmann::json>> comparisons;
+    int compared = 0;
+    for (int i = 0; i < count; ++i) {
+      Report shard = worse;
+      shard.shard_index = i;
+      shard.shard_count = count;
+      shard.entries.clear();
+      for (const auto& e : worse.entries)
+        if (pair_shard(e.subject, e.property, count) == i) shard.entries.push_back(e);
+      const BaselineComparison c = compare_to_baseline(shard, base);
+      // The pairs draw the same cases in every shard: the ulp comparisons apply.
+      CHECK(c.ulp_compared);
+      CHECK(c.skipped.empty());
+      CHECK(c.other_shards == int(base.entries.size() - shard.entries.size()));
+      CHECK(c.id == whole.id);
+      compared += c.compared;
+      regressions.insert(regressions.end(), c.regressions.begin(), c.regressions.end());
+      comparisons.emplace_back(std::vector<int>{i}, c.to_json());
+    }
+    CHECK(compared == whole.compared);
+    std::vector<std::string> want = whole.regressions;
+    std::sort(want.begin(), want.end());
+    std::sort(regressions.begin(), regressions.end());
+    CHECK(regressions == want);
+    const nlohmann::json merged = merge_baseline_comparisons(comparisons, count);
+    CHECK(merged.at("compared") == whole.compared);
+    CHECK(merged.at("other_shards") == 0);
+    CHECK(merged.at("ok") == false);
+    CHECK(merged.at("regressions").size() == 3);
+  }
+}
+
+TEST_CASE("a baseline gates only runs whose pairs it holds", "[baseline][shards]") {
+  Report base = sample_report();
+  CHECK(baseline_coverage_problem(base, 0, 1).empty());
+  CHECK(baseline_coverage_problem(base, 2, 3).empty());
+  base.shard_count = 2;  // shard 0 of 2, as `check --shard 0/2` wrote it
+  CHECK(baseline_coverage_problem(base, 0, 2).empty());
+  CHECK(baseline_coverage_problem(base, 1, 2)
+            .find("it holds shard 0 of 2 only, not the pairs of shard 1 of 2") == 0);
+  CHECK(baseline_coverage_problem(base, 0, 1).find("it holds shard 0 of 2 only, not the whole run's pairs") ==
+        0);
+  CHECK(!baseline_coverage_problem(base, 0, 4).empty());
+  base.shards_merged = {0, 1};  // merged from every shard: a complete run
+  CHECK(baseline_coverage_problem(base, 0, 1).empty());
+  CHECK(baseline_coverage_problem(base, 1, 3).empty());
+  base.shard_count = 4;
+  base.shards_merged = {0, 2};
+  CHECK(baseline_coverage_problem(base, 2, 4).empty());
+  CHECK(baseline_coverage_problem(base, 1, 4).find("it holds shards 0, 2 of 4 only") == 0);
+}
+
+TEST_CASE("report merge carries the shards' baseline comparisons, from one baseline only",
+          "[report][baseline]") {
+  const auto gated = [](int shard, const std::string& id, std::vector<std::string> regressions,
+                        std::vector<std::string> skipped, int compared) {
+    Report r = sample_report(shard, 2);
+    r.entries.pop_back();  // merge/accuracy passed: only the baseline can fail the merge
+    BaselineComparison c;
+    c.path = "base/report.json";
+    c.id = id;
+    c.regressions = std::move(regressions);
+    c.skipped = std::move(skipped);
+    c.compared = compared;
+    r.baseline = c.to_json();
+    return r;
+  };
+  const Report s0 = gated(0, "abc", {"r0"}, {"k0", "ulp comparisons"}, 1);
+  const Report s1 = gated(1, "abc", {"r1"}, {"ulp comparisons"}, 2);
+  const Report m = merge_reports({s1, s0});
+  CHECK(m.verdict() == "fail");
+  CHECK(m.baseline.at("regressions") == nlohmann::json({"r0", "r1"}));           // in shard order
+  CHECK(m.baseline.at("skipped") == nlohmann::json({"k0", "ulp comparisons"}));  // said once
+  CHECK(m.baseline.at("compared") == 3);
+  CHECK(m.baseline.at("id") == "abc");
+  CHECK(verdict_sentence(m) ==
+        "FAIL: 2 regressions against the baseline base/report.json; every property passed");
+
+  CHECK(merge_reports({gated(0, "abc", {}, {}, 1), gated(1, "abc", {}, {}, 1)}).verdict() == "pass");
+  const auto refused = [](const std::vector<Report>& parts) {
+    try {
+      merge_reports(parts);
+    } catch (const ReportError& e) {
+      return std::string(e.what());
+    }
+    return std::string("merged");
+  };
+  CHECK(refused({s0, gated(1, "xyz", {}, {}, 1)})
+            .find("compared with different baselines (shard 0: "
+                  "base/report.json (id abc); shard 1: base/report.json "
+                  "(id xyz))") != std::string::npos);
+  Report none = s1;
+  none.baseline = nullptr;
+  CHECK(refused({s0, none}) ==
+        "report merge: shard 0 compared with a baseline, shard 1 with none: not one gate");
+  Report older = s1;
+  older.baseline.erase("id");  // written before baselines had an id
+  CHECK(refused({s0, older}).find("shard 1 does not say which baseline") != std::string::npos);
+  Report plain0 = s0, plain1 = s1;
+  plain0.baseline = plain1.baseline = nullptr;
+  CHECK(merge_reports({plain0, plain1}).baseline.is_null());
+}
+
+TEST_CASE("a merge without every shard is partial, never a pass", "[report][shards]") {
+  CHECK(shard_list({0, 1, 2, 3, 5, 7, 8}) == "0-3, 5, 7, 8");
+  CHECK(shard_list({4}) == "4");
+  Report s0 = sample_report(0, 3);
+  s0.entries.pop_back();  // every result passed
+  const Report m = merge_reports({s0});
+  CHECK(m.missing_shards() == std::vector<int>{1, 2});
+  CHECK(m.verdict() == "partial");
+  CHECK(verdict_sentence(m) ==
+        "PARTIAL: shards 1, 2 of 3 missing; 1 of 1 subject x property results of the shards present passed");
+  CHECK(render_junit(m).find("<failure type=\"partial\" message=\"shards 1, 2 of 3 missing\"/>") !=
+        std::string::npos);
+  // A failure in the shards present is the verdict, with the missing shards said beside it.
+  const Report f = merge_reports({sample_report(0, 3)});
+  CHECK(f.verdict() == "fail");
+  CHECK(verdict_sentence(f) ==
+        "FAIL: 1 of 1 properties failed on fused: empty_row (shards 1, 2 of 3 missing)");
+  // A shard's own report is whole: its verdict is its results'.
+  CHECK(s0.verdict() == "pass");
+  CHECK(merge_reports({s0, sample_report(1, 3), sample_report(2, 3)}).missing_shards().empty());
 }

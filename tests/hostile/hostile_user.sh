@@ -329,6 +329,71 @@ row merge-mixed-set 2 'not one complete run' "$AC" report merge "$S/mixed" --out
 row merge-out-empty 2 'out' "$AC" report merge "$S/good" --out ''
 row merge-out-non-utf8 '0|2' 'merged|attncheck' "$AC" report merge "$S/good" --out "$S/$(printf 'm\xff')" --no-plots
 
+# Shards and baselines: the merged verdict is the single run's. Four pairs, three in shard 0 of 2
+# and merge-th's in shard 1 (pair_shard); a baseline whose every max_ulp is -1 cannot be met
+# (allowed max(-1 + 0.5, -1 x 1.25) = -0.5), so each pair regresses wherever it runs.
+G=(check --backend host --no-plots --quiet --cases 2 --subject merge,merge-th,softmax-safe,softmax-online
+  --property accuracy)
+"$AC" "${G[@]}" --report-dir "$S/g-single" >/dev/null 2>&1 || echo "setup: the unsharded run failed"
+for i in 0 1; do
+  "$AC" "${G[@]}" --shard $i/2 --report-dir "$S/g-shard$i" >/dev/null 2>&1 || echo "setup: shard $i failed"
+done
+unmeetable() {  # unmeetable REPORT_JSON OUT: the report with every max_ulp -1
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for e in r["results"]:
+    for s in e["stats"]:
+        s["max_ulp"] = -1.0
+open(sys.argv[2], "w").write(json.dumps(r))
+PY
+}
+unmeetable "$S/g-single/report.json" "$D/unmeetable.json"
+unmeetable "$S/g-shard0/report.json" "$D/unmeetable-shard0.json"
+unmeetable "$S/g-shard1/report.json" "$D/unmeetable-shard1.json"
+"$AC" "${G[@]}" --baseline "$D/unmeetable.json" --report-dir "$S/g-single-gated" >/dev/null 2>&1
+# A shard against the unsharded baseline runs the same cases per pair: its ulp checks apply.
+row shard-gated-by-whole-baseline 1 'REGRESSION merge-th \(host\) / accuracy [a-z0-9]+ [A-Z]+: max ulp -1 -> ' \
+  "$AC" "${G[@]}" --shard 1/2 --baseline "$D/unmeetable.json" --report-dir "$S/g-gated1"
+row shard-0-gated-by-whole-baseline 1 'REGRESSION softmax-safe \(host\) / accuracy fp32 Y: max ulp -1 -> ' \
+  "$AC" "${G[@]}" --shard 0/2 --baseline "$D/unmeetable.json" --report-dir "$S/g-gated0"
+row merge-keeps-regressions 1 'attncheck: fail: 2 shard reports merged \(shards 0 1 of 2\)' \
+  "$AC" report merge "$S/g-gated0" "$S/g-gated1" --out "$S/g-merged" --no-plots
+same_gate() {  # the merged comparison is the unsharded run's: same regressions, same verdict
+  python3 - "$S/g-merged/report.json" "$S/g-single-gated/report.json" <<'PY'
+import json, sys
+m, s = (json.load(open(p)) for p in sys.argv[1:])
+assert m["verdict"] == s["verdict"] == "fail", (m["verdict"], s["verdict"])
+assert len(s["baseline"]["regressions"]) >= 4
+assert sorted(m["baseline"]["regressions"]) == sorted(s["baseline"]["regressions"])
+assert m["baseline"]["compared"] == s["baseline"]["compared"] == 4
+assert m["baseline"]["id"] == s["baseline"]["id"]
+PY
+}
+holds merge-keeps-regressions-all "merged report.json: the unsharded run's verdict, regressions, baseline id" same_gate
+"$AC" "${G[@]}" --shard 0/2 --baseline "$D/unmeetable-shard0.json" --report-dir "$S/g-own0" >/dev/null 2>&1
+"$AC" "${G[@]}" --shard 1/2 --baseline "$D/unmeetable-shard1.json" --report-dir "$S/g-own1" >/dev/null 2>&1
+row merge-different-baselines 2 'different baselines \(shard 0: .*unmeetable-shard0.json .*; shard 1: .*unmeetable-shard1.json' \
+  "$AC" report merge "$S/g-own0" "$S/g-own1" --out "$S/g-merged-own" --no-plots
+row merge-gated-and-not 2 'shard 0 compared with a baseline, shard 1 with none' \
+  "$AC" report merge "$S/g-gated0" "$S/g-shard1" --out "$S/g-merged-mixed" --no-plots
+# A shard of a baseline holds only its share of the pairs: never the gate of another share.
+row whole-run-gated-by-shard-baseline 2 'unmeetable-shard0.json: it holds shard 0 of 2 only, not the whole run' \
+  "$AC" "${G[@]}" --baseline "$D/unmeetable-shard0.json" --report-dir "$S/g-r"
+row shard-gated-by-other-count 2 'it holds shard 0 of 2 only, not the pairs of shard 0 of 3' \
+  "$AC" "${G[@]}" --shard 0/3 --baseline "$D/unmeetable-shard0.json" --report-dir "$S/g-r"
+# A missing shard: refused, or with --allow-partial a report whose verdict says so, never exit 0.
+row merge-missing-shard 2 'report merge: shard 1 of 2 missing \(given: 0\)' \
+  "$AC" report merge "$S/g-shard0" --out "$S/g-merged-part" --no-plots
+row merge-allow-partial 1 'attncheck: partial: .*shard 1 of 2 missing' \
+  "$AC" report merge "$S/g-shard0" --out "$S/g-merged-part" --no-plots --allow-partial
+partial_report() {
+  python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["verdict"] == "partial"' \
+    "$S/g-merged-part/report.json" && grep -q '^## PARTIAL: shard 1 of 2 missing' "$S/g-merged-part/report.md" &&
+    grep -q 'name="every_shard_merged"' "$S/g-merged-part/junit.xml"
+}
+holds merge-allow-partial-report 'verdict partial in report.json, report.md and junit.xml' partial_report
+
 # Plugins and backends.
 row plugin-not-a-library 2 'plugin' "$AC" list --plugin "$D/valid.json"
 row plugin-directory 2 'plugin' "$AC" list --plugin "$S/empty-dir"

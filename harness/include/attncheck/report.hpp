@@ -96,9 +96,13 @@ struct Report {
   // [{device, calls}]} (calls: the built-in subjects' calls a device server made, -1 unknown)
   nlohmann::json parallel;
 
-  // pass: every entry passed (and not interrupted, baseline ok); fail: a property failed or the
-  // baseline comparison found a regression; crashed: a subject crashed or faulted the device.
+  // pass: every entry passed (and not interrupted, baseline ok, no shard missing); fail: a
+  // property failed or the baseline comparison found a regression; crashed: a subject crashed or
+  // faulted the device; partial: nothing failed, but the merged report lacks shards
+  // (missing_shards), so it is not the campaign's verdict.
   std::string verdict() const;
+  // The shards of shard_count that a merged report does not hold; empty for a run's own report.
+  std::vector<int> missing_shards() const;
 };
 
 ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int shard_index);
@@ -154,9 +158,18 @@ void embed_plots_in_report(const std::string& dir);
 // or a file whose hash differs from the manifest's (a run killed between two renames).
 std::vector<std::string> check_report_set(const std::string& dir);
 
+// The shard of shard_count that runs the (subject, property) pair: a hash of the two names, so a
+// pair's shard does not move when other subjects or properties come and go.
+int pair_shard(const std::string& subject, const std::string& property, int shard_count);
+// Shard indices for a message: "1", "0, 2", "3-7, 9" (ascending).
+std::string shard_list(const std::vector<int>& shards);
+// "shard 1 of 2 missing", "shards 2-5 of 8 missing"; empty when none is (Report::missing_shards).
+std::string missing_shards_phrase(const Report&);
+
 // Combine shard reports (same seed, cases, suite and shape set; distinct shards) into one, its
-// results in the single run's order (by plan_index; results without one follow, as they came).
-// ReportError when they do not belong to one campaign.
+// results in the single run's order (by plan_index; results without one follow, as they came),
+// and their baseline comparisons into one (merge_baseline_comparisons). ReportError when they do
+// not belong to one campaign. Shards may be missing: the result says so (missing_shards, verdict).
 Report merge_reports(const std::vector<Report>&);
 
 std::string utc_timestamp();

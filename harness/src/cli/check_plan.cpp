@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "attncheck/backend.hpp"
-#include "attncheck/hash.hpp"
+#include "attncheck/baseline.hpp"
 #include "attncheck/json_fields.hpp"
 #include "check.hpp"
 #include "options.hpp"
@@ -46,8 +46,7 @@ void keep_shard(CheckPlan& plan) {
   size_t kept = 0;
   for (size_t i = 0; i < plan.pairs.size(); ++i) {
     const auto& [subject, property] = plan.pairs[i];
-    const uint64_t h = hash::fnv1a64(property->name, hash::fnv1a64(subject->name() + '\0'));
-    if (int(h % uint64_t(plan.shard_count)) != plan.shard_index) continue;
+    if (pair_shard(subject->name(), property->name, plan.shard_count) != plan.shard_index) continue;
     plan.pairs[kept] = plan.pairs[i];
     plan.position[kept] = plan.position[i];
     ++kept;
@@ -85,6 +84,9 @@ CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atom
     } catch (const ReportError& e) {
       throw UsageError(std::string("baseline: ") + e.what());
     }
+    if (const std::string why = baseline_coverage_problem(*plan.baseline, plan.shard_index, plan.shard_count);
+        !why.empty())
+      throw UsageError("baseline " + o.baseline + ": " + why);
   }
   for (Subject* s : plan.subjects)
     for (const auto* p : properties)

@@ -16,6 +16,7 @@ struct MergeOptions {
   std::vector<std::string> dirs;
   std::string out;
   bool no_plots = false;
+  bool allow_partial = false;
 };
 
 int run_report_merge(const MergeOptions& o) {
@@ -35,13 +36,21 @@ int run_report_merge(const MergeOptions& o) {
   } catch (const ReportError& e) {
     throw UsageError(e.what());
   }
+  // Without every shard the merged report is not the campaign's: a gate that merged what it found
+  // would pass on the shards that did not fail.
+  const std::string absent = missing_shards_phrase(merged);
+  if (!absent.empty() && !o.allow_partial)
+    throw UsageError("report merge: " + absent + " (given: " + shard_list(merged.shards_merged) +
+                     "); merge every shard, or pass --allow-partial for a report that says so");
   write_report_dir(o.out, merged);
   if (!o.no_plots) render_plots(o.out, false);
+  if (merged.baseline.is_object())
+    for (const auto& g : merged.baseline.value("regressions", nlohmann::json::array()))
+      std::fprintf(stderr, "REGRESSION %s\n", g.get<std::string>().c_str());
   std::printf("attncheck: %s: %zu shard reports merged (shards", merged.verdict().c_str(), parts.size());
   for (int s : merged.shards_merged) std::printf(" %d", s);
-  std::printf(" of %d); report in %s/\n", merged.shard_count, o.out.c_str());
-  if (int(merged.shards_merged.size()) != merged.shard_count)
-    std::printf("note: %d of %d shards present\n", int(merged.shards_merged.size()), merged.shard_count);
+  std::printf(" of %d)%s; report in %s/\n", merged.shard_count, absent.empty() ? "" : ("; " + absent).c_str(),
+              o.out.c_str());
   return worst_exit(merged);
 }
 
@@ -57,6 +66,8 @@ Command add_report_command(CLI::App& app, Common&) {
   merge->add_option("dirs", o->dirs, "shard report directories")->required();
   merge->add_option("--out", o->out, "output directory")->required()->check(non_empty());
   merge->add_flag("--no-plots", o->no_plots, "do not render plots");
+  merge->add_flag("--allow-partial", o->allow_partial,
+                  "merge even when shards are missing: the verdict is partial (exit 1 unless worse)");
   c.run = [o] { return run_report_merge(*o); };
   return c;
 }

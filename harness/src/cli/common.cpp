@@ -305,7 +305,7 @@ std::string shape_set_of(const RunConfig& cfg) {
 int worst_exit(const Report& r) {
   const std::string v = r.verdict();
   if (v == "crashed") return kExitCrashed;
-  if (v == "fail") return kExitFailed;
+  if (v == "fail" || v == "partial") return kExitFailed;
   if (v == "interrupted") return kExitInterrupted;
   return kExitOk;
 }
