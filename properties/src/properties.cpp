@@ -11,11 +11,13 @@
 //   - cases are counted only before the first failure, so stats describe the random stream.
 // The cases of (seed, property, subject) come from case_seed (seed.hpp) and nothing else.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "attncheck/case_context.hpp"
@@ -250,6 +252,37 @@ bool steerable(const std::string& kind) {
          kind == "both sides empty" || kind == "prefix empty" || kind == "suffix empty";
 }
 
+// The reasons a subject gave for its refusals, most common first with their counts, and the
+// declaration that would have kept such cases from it when a reason names one.
+std::string refusal_summary(const std::map<std::string, int>& counts) {
+  std::vector<std::pair<int, std::string>> by_count;
+  for (const auto& [why, n] : counts) by_count.push_back({n, why});
+  std::stable_sort(by_count.begin(), by_count.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string s;
+  for (size_t i = 0; i < by_count.size() && i < 3; ++i)
+    s += (i ? "; " : "") + std::to_string(by_count[i].first) + "x \"" + by_count[i].second + "\"";
+  if (by_count.size() > 3) s += "; " + std::to_string(by_count.size() - 3) + " more reasons";
+  std::string top = by_count.empty() ? "" : by_count.front().second;
+  std::transform(top.begin(), top.end(), top.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
+  const char* hint =
+      top.find("key") != std::string::npos &&
+              (top.find("zero") != std::string::npos || top.find("no key") != std::string::npos ||
+               top.find("empty") != std::string::npos)
+          ? "refuses_zero_keys (AC_CAP_REFUSES_ZERO_KEYS)"
+      : top.find("head size") != std::string::npos || top.find("head_size") != std::string::npos
+          ? "the head sizes it serves (head_sizes, or head_size_min / head_size_max)"
+      : top.find("dtype") != std::string::npos  ? "only the dtypes it serves (dtypes)"
+      : top.find("tiling") != std::string::npos ? "only the tilings it serves (tilings)"
+      : top.find("split") != std::string::npos  ? "the split counts it serves (max_splits)"
+      : top.find("mask") != std::string::npos || top.find("causal") != std::string::npos
+          ? "only the features it serves (features)"
+          : "";
+  if (*hint) s += "; if it refuses such inputs by design, declare " + std::string(hint);
+  return s;
+}
+
 // Two failures are one defect when their class and row kind agree: a defect shows in every dtype
 // and often in both O and LSE, and those are parts of its signature, not further defects.
 std::string defect_key(const std::string& failure_class, const std::string& kind) {
@@ -300,6 +333,8 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
   // reference's: a subject that refuses every case it declared it serves never passes.
   int refused = 0;
   std::string last_refusal;
+  std::map<std::string, int> refusal_counts;  // per reason (the subject's words)
+  std::optional<Case> refused_sample;         // the first case refused, kept when all are
 
   // A shrink candidate that returns without failing is rejected; once the time bound has passed
   // (or on cancel) every candidate returns at once, so RapidCheck ends with the smallest failing
@@ -327,6 +362,8 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
         why = std::string("unsupported: ") + e.what();
         ++refused;
         last_refusal = e.what();
+        ++refusal_counts[last_refusal];
+        if (!refused_sample) refused_sample = c;
         return std::nullopt;
       }
       crashed = true;
@@ -490,7 +527,19 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     res.failures = 1;
     res.failure_class = "refused_every_case";
     res.message = "the subject refused all " + std::to_string(refused) +
-                  " cases drawn from its declared capabilities; last refusal: " + last_refusal;
+                  " cases drawn from its declared capabilities: " + refusal_summary(refusal_counts);
+    if (refused_sample && !cfg.corpus_dir.empty()) {
+      Case& c = *refused_sample;
+      c.note = "refused_every_case: a sample of the refused cases; " + last_refusal;
+      if (c.note.size() > 400) c.note.resize(400);
+      res.context = case_context(c, &subject.caps());
+      try {
+        const std::string file = write_case_atomic(cfg.corpus_dir, c);
+        res.corpus_files.push_back(file);
+        res.reproduce_command = replay_command(cfg.reproduce, file, subject.name());
+      } catch (const CaseError&) {
+      }
+    }
   } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported) {
     res.status = PropertyResult::Status::not_applicable;
     res.message = result.description;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
 
 // Declared in RapidCheck's sources (not its installed headers); exported by librapidcheck.a.
@@ -42,6 +43,25 @@ void load_configuration_quietly() {
     ::close(null);
   });
 }
+// RapidCheck's words for a discard or an error begin with the source line of the macro
+// ("FILE:LINE:" then "RC_DISCARD(why)"): attncheck's own source, which no report shows. The
+// reason the macro was given is what remains.
+std::string without_source_lines(const std::string& description) {
+  auto source_line = [](const std::string& line) {  // "FILE:LINE:"
+    if (line.size() < 3 || line.back() != ':') return false;
+    const size_t colon = line.rfind(':', line.size() - 2);
+    return colon != std::string::npos && colon + 2 < line.size() &&
+           line.find_first_not_of("0123456789", colon + 1) == line.size() - 1;
+  };
+  std::string out, line;
+  std::istringstream in(description);
+  while (std::getline(in, line)) {
+    if (line.empty() || source_line(line) || line.rfind("RC_", 0) == 0) continue;
+    out += (out.empty() ? "" : "; ") + line;
+  }
+  return out;
+}
+
 }  // namespace
 
 RapidCheckResult check_with_rapidcheck(const std::function<void()>& property, const RapidCheckRun& run) {
@@ -70,10 +90,10 @@ RapidCheckResult check_with_rapidcheck(const std::function<void()>& property, co
     r.reproduce = rc::detail::reproduceMapToString({{meta.id, failure.reproduce}});
   } else if (rc::detail::GaveUpResult gave; result.match(gave)) {
     r.kind = RapidCheckResult::Kind::gave_up;
-    r.description = gave.description;
+    r.description = without_source_lines(gave.description);
   } else if (rc::detail::Error err; result.match(err)) {
     r.kind = RapidCheckResult::Kind::error;
-    r.description = err.description;
+    r.description = without_source_lines(err.description);
   }
   return r;
 }

@@ -84,7 +84,8 @@ PropertyResult run_and_replay(Subject& s, const std::string& property, ac_dtype 
   const PropertyResult r = run_property(property, s, cfg);
   INFO(s.name() << " / " << property << ": " << r.message);
   REQUIRE(r.status == RunStatus::failed);
-  REQUIRE(r.corpus_files.size() == 1);
+  // One corpus file per distinct failure (--max-failures): the first, then each further one.
+  REQUIRE(r.corpus_files.size() == 1 + r.other_failures.size());
   REQUIRE(!r.quoted.where.empty());
   REQUIRE(!r.context.empty());
   // An err/budget above 1 beside a plain ulp error of 0 must say why.
@@ -107,6 +108,18 @@ PropertyResult run_and_replay(Subject& s, const std::string& property, ac_dtype 
   same_element(rr.worst_elements.front(), r.quoted);
   CHECK(element_line(rr.worst_elements.front()) == element_line(back.entries.at(0).quoted));
   if (!r.shrink_cut) CHECK(rr.verdict == "FAIL " + r.failure_class + ": " + r.message);
+  // Every further distinct failure quotes, in report.json and in its replay, the same numbers.
+  for (size_t i = 0; i < r.other_failures.size(); ++i) {
+    const DistinctFailure& f = r.other_failures[i];
+    INFO("further failure " << i + 2 << ": " << f.signature);
+    REQUIRE(!f.corpus_file.empty());
+    same_element(back.entries.at(0).other_failures.at(i).quoted, f.quoted);
+    const ReplayResult fr = replay_case(read_case_file(f.corpus_file), s, f.corpus_file);
+    CHECK(!fr.passed);
+    CHECK(fr.context == f.context);
+    REQUIRE(!fr.worst_elements.empty());
+    if (!f.quoted.where.empty()) same_element(fr.worst_elements.front(), f.quoted);
+  }
   return r;
 }
 
@@ -232,6 +245,7 @@ TEST_CASE(
     cfg.corpus_dir = (dir / "corpus").string();
     cfg.shrink_seconds = 5;
     cfg.dtypes = {p.dtype};
+    cfg.max_failures = 1;  // the first failure of each pair; run_and_replay covers the further ones
     rep.entries.push_back(
         entry_from_result(run_property(p.property, subject(p.subject), cfg), subject(p.subject), 0));
   }

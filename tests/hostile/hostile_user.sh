@@ -423,8 +423,10 @@ row worker-tile-huge 2 'tiling 0 \(64, 1048576\): Br or Bc is out of range 1..10
 row worker-name-300 2 'name is 300 characters long, more than 64' \
   "$AC" check --worker "${HW[*]} long-name" "${W[@]}" --report-dir "$S/w"
 # A subject that refuses every case it declared never passes: failed, exit 1.
-row worker-refuses-everything 1 'hostile-merge / accuracy: failed.*refused all [0-9]+ cases drawn from its declared capabilities' \
+row worker-refuses-everything 1 'hostile-merge / accuracy: failed.*refused all [0-9]+ cases drawn from its declared capabilities: [0-9]+x "hostile-merge merge: not today"' \
   "$AC" check --worker "${HW[*]} refuse-all" "${W[@]}" --report-dir "$S/w-refuse"
+holds worker-refuses-everything-sample 'one refused case kept in the corpus as a sample, its note saying so' \
+  grep -lq 'refused_every_case: a sample of the refused cases' "$S"/w-refuse/corpus/merge-hostile-merge-*.json
 # A worker truncating the shared arena cannot: the arena is sealed against shrinking. Its call
 # fails in the worker, a transport failure (exit 3); the run goes on to the next property, the
 # report is written, the case is kept in the corpus and no write-ahead or temporary file is left.

@@ -535,3 +535,25 @@ TEST_CASE(
   CHECK(run_property("accuracy", both, cfg).other_failures.empty());
   fs::remove_all(dir);
 }
+
+TEST_CASE("refusals: a subject refusing every case fails with its reasons counted, a sample kept and a hint",
+          "[properties][refusals]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_refuse_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  struct RefusesAll final : Fake {
+    RefusesAll() : Fake("attn-refuses", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures) {}
+    AttentionOutput attention(const AttentionInput&, const AttentionOptions&) override {
+      throw SubjectError(SubjectError::Kind::unsupported, "zero keys are not supported by this kernel");
+    }
+  } refuses;
+  const PropertyResult r = run("accuracy", refuses, dir.string());
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "refused_every_case");
+  CHECK(r.message.find("x \"zero keys are not supported by this kernel\"") != std::string::npos);
+  CHECK(r.message.find("declare refuses_zero_keys") != std::string::npos);
+  REQUIRE(r.corpus_files.size() == 1);
+  CHECK(read_case_file(r.corpus_files[0]).note.rfind("refused_every_case: a sample", 0) == 0);
+  CHECK(r.reproduce_command.find("replay " + r.corpus_files[0]) != std::string::npos);
+  fs::remove_all(dir);
+}
