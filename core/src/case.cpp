@@ -543,9 +543,6 @@ std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const
 }
 
 Case read_case_file(const std::string& path) {
-  // The largest legal case (2^28 elements a tensor, three tensors, base64) is under 4 GiB of text;
-  // corpus cases are kilobytes. A stated bound keeps /dev/zero or a huge file from being read.
-  constexpr size_t kMaxCaseFileBytes = size_t(1) << 30;
   const std::string text = json_fields::read_text_file<CaseError>(path, kMaxCaseFileBytes, "case file");
   try {
     return case_from_json(text);

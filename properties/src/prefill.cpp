@@ -22,6 +22,7 @@
 
 #include "attncheck/hash.hpp"
 #include "attncheck/json_fields.hpp"
+#include "attncheck/memory.hpp"
 #include "internal.hpp"
 
 namespace attncheck {
@@ -43,8 +44,9 @@ struct Scenario {
   std::vector<Request> requests;
 };
 
-// Stated bounds of a scenario, checked before any work: a scenario is a reproduction, not a
-// load test, and these keep one within seconds and a few hundred MB.
+// Stated bounds of a scenario, checked before any work: a scenario is a reproduction, not a load
+// test. They bound its time; its memory (up to 2 GiB of one request's K and V within them) is
+// estimated by prefill_peak_bytes and held to --max-memory by the caller.
 constexpr int kMaxRequests = 4096;
 constexpr size_t kMaxScenarioFileBytes = size_t(16) << 20;
 constexpr int64_t kMaxScenarioTokens = int64_t(1) << 20;    // cached prefix + new tokens, all requests
@@ -133,6 +135,23 @@ std::string fmt_value(double v) { return std::isnan(v) ? "nan" : v > 0 ? "inf" :
 }  // namespace
 
 void validate_prefill_scenario(const std::string& text) { (void)parse(text); }
+
+double prefill_peak_bytes(const std::string& text) {
+  const Scenario sc = parse(text);
+  const int64_t H = sc.num_heads, Hkv = sc.num_kv_heads, D = sc.head_size, C = sc.chunk_size;
+  double worst = 0;
+  for (const Request& r : sc.requests) {
+    // run_prefill_text holds one request's tensors at a time (4 B per element: q, and K and V of
+    // its cached prefix and new tokens), with one subject call and the merge states on top.
+    const int64_t P = r.prefix_hit ? r.cached_prefix : 0, n = r.new_tokens, tq = std::min<int64_t>(C, n);
+    const double tensors = 4.0 * double(n * H * D + 2 * (P + n) * Hkv * D);
+    const double call = std::max(attention_call_bytes(tq, std::min<int64_t>(C, P), H, Hkv, D),
+                                 attention_call_bytes(tq, n, H, Hkv, D));
+    const double states = 4 * 4.0 * double(tq * H * (D + 1));
+    worst = std::max(worst, tensors + call + states);
+  }
+  return process_base_bytes() + worst;
+}
 
 PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subject& merge) {
   const Scenario sc = parse(text);

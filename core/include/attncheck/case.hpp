@@ -68,6 +68,9 @@ std::string write_case_atomic(const std::string& dir, const Case&);
 void write_case_atomic_to(const std::string& path, const Case&);
 // Read and parse one file; CaseError (with the path in the message) on any problem.
 Case read_case_file(const std::string& path);
+// The largest legal case (2^28 elements a tensor, three tensors, base64) is under 4 GiB of text;
+// corpus cases are kilobytes. A stated bound keeps /dev/zero or a huge file from being read.
+constexpr size_t kMaxCaseFileBytes = size_t(1) << 30;
 
 // The write-ahead file: the case a subject is about to be called on, written before the call so
 // that a crash leaves its reproducer behind (RunConfig::write_ahead). Named and recognised here

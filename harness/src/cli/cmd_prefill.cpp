@@ -24,6 +24,8 @@ int run_prefill(const PrefillOptions& o, const Common& common) {
       j["chunk_size"] = o.chunk;
       text = j.dump();
     }
+    if (memory_estimate_ends_command("scenario " + o.scenario, prefill_peak_bytes(text), common))
+      return kExitOk;
   } catch (const PrefillScenarioError& e) {
     throw UsageError(e.what());
   }
@@ -86,6 +88,7 @@ Command add_prefill_command(CLI::App& app, Common& common) {
   c.app = app.add_subcommand("prefill",
                              "replay a chunked-prefill scenario through prefix/suffix attention and merge");
   add_common_options(c.app, common);
+  add_memory_option(c.app, common);
   c.app->add_option("--scenario", o->scenario, "scenario JSON (corpus/prefill/*.json)")->required();
   c.app
       ->add_option("--attention", o->attention,

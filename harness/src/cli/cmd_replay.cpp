@@ -32,6 +32,18 @@ int run_replay(const ReplayOptions& o, const Common& common) {
   };
   std::vector<Item> items;
   std::vector<std::string> skipped, scenarios;
+  // Reading a file holds its text, its parse and its tensors: a file within the size bound but too
+  // large for the memory limit is refused before it is read (one past the bound, by read_case_file).
+  double reading = 0;  // the largest file's reading peak
+  auto read_checked = [&](const std::string& path) {
+    std::error_code size_ec;
+    const auto bytes = fs::file_size(path, size_ec);
+    if (!size_ec && bytes <= kMaxCaseFileBytes) {
+      reading = std::max(reading, case_read_peak_bytes(bytes));
+      refuse_past_memory_limit("replay: reading " + path, case_read_peak_bytes(bytes), common);
+    }
+    return read_case_file(path);
+  };
   for (const auto& in : o.inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
@@ -46,7 +58,7 @@ int run_replay(const ReplayOptions& o, const Common& common) {
       std::sort(files.begin(), files.end());
       for (const auto& f : files) {
         try {
-          items.push_back({f, read_case_file(f)});
+          items.push_back({f, read_checked(f)});
         } catch (const CaseError& e) {
           if (is_prefill_scenario_file(f))
             scenarios.push_back(f);
@@ -57,7 +69,7 @@ int run_replay(const ReplayOptions& o, const Common& common) {
     } else {
       if (!fs::exists(in, ec)) throw UsageError("replay: " + in + ": no such file or directory");
       try {
-        items.push_back({in, read_case_file(in)});
+        items.push_back({in, read_checked(in)});
       } catch (const CaseError& e) {
         if (is_prefill_scenario_file(in)) throw UsageError("replay: " + scenario_note(in));
         throw UsageError(e.what());
@@ -75,6 +87,16 @@ int run_replay(const ReplayOptions& o, const Common& common) {
         (skipped.empty()
              ? ""
              : " (" + std::to_string(skipped.size()) + " malformed, first: " + skipped.front() + ")"));
+  // Every case stays decoded until the last has run; the costliest replay comes on top of them.
+  double resident = 0, costliest = 0;
+  std::string costliest_path;
+  for (const auto& it : items) {
+    resident += case_resident_bytes(it.c);
+    if (const double b = case_replay_bytes(it.c); b >= costliest) costliest = b, costliest_path = it.path;
+  }
+  if (memory_estimate_ends_command("replay: " + costliest_path,
+                                   std::max(reading, process_base_bytes() + resident + costliest), common))
+    return kExitOk;
   SubjectSet set = load_subject_set(common);
   auto find = [&](const std::string& n) -> Subject* {
     for (auto& s : set.all)
@@ -142,6 +164,7 @@ Command add_replay_command(CLI::App& app, Common& common) {
   Command c;
   c.app = app.add_subcommand("replay", "re-run saved cases (files or directories) against a subject");
   add_common_options(c.app, common);
+  add_memory_option(c.app, common);
   c.app->add_option("files", o->inputs, "case files or directories")->required();
   c.app->add_option("--subject", o->subject, "subject to replay against (default: the case's own)")
       ->check(non_empty());

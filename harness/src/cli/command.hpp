@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/memory.hpp"
 #include "worker_subject.hpp"
 
 namespace attncheck::cli {
@@ -19,6 +20,8 @@ struct Common {
   std::vector<std::string> worker_commands;  // --worker
   bool isolate = false;
   double call_timeout_s = worker::kDefaultCallTimeoutS;
+  double max_memory_gib = kDefaultMaxMemoryGiB;  // --max-memory (memory.hpp)
+  bool estimate_memory = false;                  // --estimate-memory: print the estimate, do nothing
   // argv[0] quoted for the shell when it was given as a path; "attncheck" when the shell found it
   // on PATH (reproduce commands start with it).
   std::string invoked_as = "attncheck";
@@ -28,6 +31,13 @@ struct Common {
 
 // --backend, --plugin, --worker, --isolate and --call-timeout on a subcommand.
 void add_common_options(CLI::App* sub, Common& common);
+// --max-memory on the commands whose input decides their memory (check, replay, prefill, tiling).
+void add_memory_option(CLI::App* sub, Common& common);
+// A UsageError (exit 2) naming the estimate and the limit when `estimate_bytes` is past it.
+void refuse_past_memory_limit(const std::string& what, double estimate_bytes, const Common& common);
+// The input's whole estimate, once known: refused past the limit; with --estimate-memory printed
+// ("estimated peak memory: BYTES bytes"), and true: the command ends there, exit 0.
+bool memory_estimate_ends_command(const std::string& what, double estimate_bytes, const Common& common);
 
 // A registered subcommand: run() when app->parsed().
 struct Command {

@@ -39,6 +39,26 @@ void add_common_options(CLI::App* sub, Common& common) {
                   "seconds a worker may take per call before it is killed and restarted (default 60)");
 }
 
+void add_memory_option(CLI::App* sub, Common& common) {
+  sub->add_option("--max-memory", common.max_memory_gib,
+                  "GiB an input's estimated peak memory may reach; past it the run is refused before any "
+                  "work (default 4)")
+      ->check(CLI::Range(0.0625, 1048576.0));
+  sub->add_flag("--estimate-memory", common.estimate_memory,
+                "print the input's estimated peak memory in bytes and stop before any work");
+}
+
+void refuse_past_memory_limit(const std::string& what, double estimate_bytes, const Common& common) {
+  if (estimate_bytes > common.max_memory_gib * 1024.0 * 1024.0 * 1024.0)
+    throw UsageError(memory_refusal(what, estimate_bytes, common.max_memory_gib));
+}
+
+bool memory_estimate_ends_command(const std::string& what, double estimate_bytes, const Common& common) {
+  refuse_past_memory_limit(what, estimate_bytes, common);
+  if (common.estimate_memory) std::printf("estimated peak memory: %.0f bytes\n", estimate_bytes);
+  return common.estimate_memory;
+}
+
 namespace {
 
 // A CUDA subject of a C-ABI plugin needs a device that attncheck itself can stage tensors to, in

@@ -292,6 +292,9 @@ struct PrefillScenarioError : std::runtime_error {
 void validate_prefill_scenario(const std::string& scenario_json);
 // Whether the file at path is a valid scenario: what `replay` tells apart from a malformed case.
 bool is_prefill_scenario_file(const std::string& path);
+// The scenario's estimated peak memory in bytes (memory.hpp's model), from its shapes alone;
+// PrefillScenarioError as validate_prefill_scenario.
+double prefill_peak_bytes(const std::string& scenario_json);
 PrefillReport run_prefill(const std::string& scenario_json_path, Subject& attention, Subject& merge);
 PrefillReport run_prefill_text(const std::string& scenario_json, Subject& attention, Subject& merge);
 

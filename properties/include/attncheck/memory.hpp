@@ -1,0 +1,36 @@
+// The peak-memory model: what a command will hold at its peak, estimated before any work from the
+// shapes of its input, so that an input past the limit is refused (exit 2) instead of taking the
+// machine's memory. Every figure is an upper bound of the resident set of attncheck's own process
+// with the built-in subjects (a plugin's or a worker's own allocations are the plugin's); the
+// derivation and the measurements it is checked against are in memory.cpp and
+// tests/harness/memory_bounds.sh.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "attncheck/case.hpp"
+
+namespace attncheck {
+
+// The default limit: a CI runner's share of memory (GitHub's hosted runners have 7 to 16 GiB).
+constexpr double kDefaultMaxMemoryGiB = 4;
+
+// Reading a case file of `file_bytes` bytes: its text, the parsed tree and the decoded tensors.
+double case_read_peak_bytes(uint64_t file_bytes);
+// The decoded case as it stays in memory until its replay.
+double case_resident_bytes(const Case&);
+// Replaying the case (subject calls and judging), beyond its resident bytes and the process base.
+double case_replay_bytes(const Case&);
+// The process before any input: code, libraries, MPFR's caches.
+double process_base_bytes();
+
+// One attention subject call on a sequence of tq queries over tk keys (built-in subjects: the
+// call's copies of q, k, v, the subject's staging and its own buffers, the outputs), beyond the
+// caller's tensors.
+double attention_call_bytes(int64_t tq, int64_t tk, int64_t heads, int64_t kv_heads, int64_t head_size);
+
+// The one line of a refusal: "WHAT needs an estimated X GiB of memory, past the limit of Y GiB
+// (--max-memory)".
+std::string memory_refusal(const std::string& what, double estimate_bytes, double limit_gib);
+
+}  // namespace attncheck
