@@ -1,7 +1,7 @@
 // The peak-memory model (memory.hpp). Each term is a count the input's shapes give times bytes per
 // item, the bytes read from the data structures that hold the item and then checked against the
 // peak resident set measured on replays and prefill scenarios of several shapes
-// (tests/harness/memory_bounds.sh measures it again on every test run and fails when a figure here
+// (tests/harness/memory_bounds.py measures it again on every test run and fails when a figure here
 // is exceeded). Measured on the host Release build (fp16, one sequence, fused unless named):
 //   replay 1024 x 1024 keys, 1 head, d 64 ........... 86 MB  (judged elements dominate)
 //   replay 2048 x 2048, 1 head, d 64 ................ 206 MB

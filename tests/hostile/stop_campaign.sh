@@ -108,6 +108,26 @@ if [ "$rc" -ne 130 ] || [ "$ms" -gt 1000 ] || [ -n "$left" ] || ! complete "$S/i
 else
   echo "ok    Ctrl-C with a worker in a call: exit 130 after $ms ms, report written, no process left"
 fi
+# Two runs, one report directory: the second is refused (exit 2, one line naming the first's pid)
+# while the first runs, and touches nothing of it; the first then finishes with its own report and
+# no case "from a run that died".
+"$AC" check --worker "$HW hang-in-call" --property accuracy --cases 5 --call-timeout 30 --no-plots \
+  --report-dir "$S/lock" >"$S/lock1.out" 2>&1 &
+pid=$!
+sleep 2
+"$AC" check --backend host --subject merge --cases 2 --no-plots --report-dir "$S/lock" >"$S/lock2.out" 2>&1
+rc2=$?
+kill -INT "$pid"
+wait "$pid"
+rc1=$?
+if [ "$rc2" -eq 2 ] && [ "$(wc -l <"$S/lock2.out")" -eq 1 ] &&
+  grep -q "report directory $S/lock is in use by another attncheck run (pid $pid)" "$S/lock2.out" &&
+  [ "$rc1" -eq 130 ] && complete "$S/lock" && grep -q '"hostile-merge"' "$S/lock/report.json" &&
+  ! grep -rqs "earlier run died" "$S/lock/corpus"; then
+  echo "ok    two runs, one report directory: the second exits 2 naming the first (pid $pid); the first's report stands"
+else
+  fail "two runs, one report directory: second exit $rc2 ($(head -c 200 "$S/lock2.out")), first exit $rc1"
+fi
 # kill -9: the worker in its call dies with the run.
 "$AC" check --worker "$HW hang-in-call" --property accuracy --cases 5 --call-timeout 30 --no-plots \
   --report-dir "$S/k9" >/dev/null 2>&1 &

@@ -31,7 +31,7 @@ struct Common {
 
 // --backend, --plugin, --worker, --isolate and --call-timeout on a subcommand.
 void add_common_options(CLI::App* sub, Common& common);
-// --max-memory on the commands whose input decides their memory (check, replay, prefill, tiling).
+// --max-memory on the commands whose input file decides their memory (replay, prefill).
 void add_memory_option(CLI::App* sub, Common& common);
 // A UsageError (exit 2) naming the estimate and the limit when `estimate_bytes` is past it.
 void refuse_past_memory_limit(const std::string& what, double estimate_bytes, const Common& common);
