@@ -28,28 +28,7 @@ run() {  # run SEED: one check into $R, in the background; sets $pid
 }
 
 judge() {  # prints complete|incomplete|empty from the files alone
-  python3 - "$R" <<'PY'
-import json, os, re, sys
-d = sys.argv[1]
-def fnv1a64(data):
-    h = 0xcbf29ce484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return "%016x" % h
-mpath = os.path.join(d, "manifest.json")
-if not os.path.exists(mpath):
-    print("empty" if not os.path.exists(os.path.join(d, "report.json")) else "incomplete")
-    sys.exit()
-try:
-    m = json.load(open(mpath))
-    ok = all(fnv1a64(open(os.path.join(d, n), "rb").read()) == h for n, h in m["files"].items())
-    seed_json = json.load(open(os.path.join(d, "report.json")))["seed"]
-    seed_md = re.search(r"seed (\d+)", open(os.path.join(d, "report.md")).read()).group(1)
-    ok = ok and str(seed_json) == seed_md
-except (OSError, ValueError, KeyError, AttributeError):
-    ok = False
-print("complete" if ok else "incomplete")
-PY
+  python3 "$(dirname "$0")/report_set.py" "$R"
 }
 
 # A complete report first: the "previous run" every kill competes with.
