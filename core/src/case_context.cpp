@@ -170,6 +170,11 @@ std::string row_kind(const Case& c, int64_t row) {
   return "row";
 }
 
+bool row_kind_avoidable(const std::string& kind) {
+  return kind == "empty row" || kind == "partly masked row" || kind == "causal edge row" ||
+         kind == "both sides empty" || kind == "prefix empty" || kind == "suffix empty";
+}
+
 std::vector<std::string> row_kinds(const Case& c) {
   std::vector<std::string> out;
   auto add = [&](const char* k) {

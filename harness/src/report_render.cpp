@@ -126,6 +126,43 @@ std::string baseline_line(const Report& r) {
 
 std::string html_escape(const std::string& s) { return xml_escape(s); }
 
+// One failure as report.md and report.html list it: an entry's first failure and each further
+// distinct one (--max-failures) alike.
+struct FailureView {
+  const std::string &context, &message;
+  const WorstElement& quoted;
+  const std::string &counterexample, &reproduce;
+};
+FailureView view_of(const ReportEntry& e) {
+  return {e.context, e.message, e.quoted, e.counterexample, e.reproduce_command};
+}
+FailureView view_of(const DistinctFailure& f) {
+  return {f.context, f.message, f.quoted, f.counterexample_summary, f.reproduce_command};
+}
+
+// Markdown list items, each line after `indent`.
+void markdown_failure(std::ostream& o, const FailureView& f, const char* indent) {
+  if (!f.context.empty()) o << indent << "- case: " << f.context << "\n";
+  o << indent << "- " << f.message << "\n";
+  if (!f.quoted.where.empty()) o << indent << "- quoted element: `" << element_line(f.quoted) << "`\n";
+  if (!f.counterexample.empty()) o << indent << "- shrunk case: " << f.counterexample << "\n";
+  o << indent << "- reproduce: " << (f.reproduce.empty() ? "(no reproducer)" : "`" + f.reproduce + "`")
+    << "\n";
+}
+
+// An HTML list.
+void html_failure(std::ostream& o, const FailureView& f) {
+  o << "<ul>\n";
+  if (!f.context.empty()) o << "<li>case: " << html_escape(f.context) << "</li>\n";
+  o << "<li>" << html_escape(f.message) << "</li>\n";
+  if (!f.quoted.where.empty())
+    o << "<li>quoted element: <code>" << html_escape(element_line(f.quoted)) << "</code></li>\n";
+  if (!f.counterexample.empty()) o << "<li>shrunk case: " << html_escape(f.counterexample) << "</li>\n";
+  o << "<li>reproduce: "
+    << (f.reproduce.empty() ? "(no reproducer)" : "<code>" + html_escape(f.reproduce) + "</code>")
+    << "</li>\n</ul>\n";
+}
+
 }  // namespace
 
 std::string element_line(const WorstElement& w) {
@@ -171,22 +208,11 @@ std::string render_markdown(const Report& r) {
     header = true;
     o << "\n**" << e->subject << " / " << e->property << "**: " << e->status
       << (e->failure_class.empty() ? "" : " (" + e->failure_class + ")") << "\n\n";
-    if (!e->context.empty()) o << "- case: " << e->context << "\n";
-    o << "- " << e->message << "\n";
-    if (!e->quoted.where.empty()) o << "- quoted element: `" << element_line(e->quoted) << "`\n";
-    if (!e->counterexample.empty()) o << "- shrunk case: " << e->counterexample << "\n";
-    o << "- reproduce: "
-      << (e->reproduce_command.empty() ? "(no reproducer)" : "`" + e->reproduce_command + "`") << "\n";
+    markdown_failure(o, view_of(*e), "");
     if (!e->signature.empty() && !e->other_failures.empty()) o << "- signature: " << e->signature << "\n";
     for (size_t i = 0; i < e->other_failures.size(); ++i) {
-      const DistinctFailure& f = e->other_failures[i];
-      o << "\n  **failure " << i + 2 << "** (" << f.signature << ")\n\n";
-      if (!f.context.empty()) o << "  - case: " << f.context << "\n";
-      o << "  - " << f.message << "\n";
-      if (!f.quoted.where.empty()) o << "  - quoted element: `" << element_line(f.quoted) << "`\n";
-      if (!f.counterexample_summary.empty()) o << "  - shrunk case: " << f.counterexample_summary << "\n";
-      o << "  - reproduce: "
-        << (f.reproduce_command.empty() ? "(no reproducer)" : "`" + f.reproduce_command + "`") << "\n";
+      o << "\n  **failure " << i + 2 << "** (" << e->other_failures[i].signature << ")\n\n";
+      markdown_failure(o, view_of(e->other_failures[i]), "  ");
     }
   }
   return o.str();
@@ -252,27 +278,11 @@ std::string render_html(const Report& r, const std::vector<std::pair<std::string
     header = true;
     o << "<section class=\"failure\">\n<h3>" << html_escape(e->subject + " / " + e->property) << ": "
       << html_escape(e->status)
-      << (e->failure_class.empty() ? "" : " (" + html_escape(e->failure_class) + ")") << "</h3>\n<ul>\n";
-    if (!e->context.empty()) o << "<li>case: " << html_escape(e->context) << "</li>\n";
-    o << "<li>" << html_escape(e->message) << "</li>\n";
-    if (!e->quoted.where.empty())
-      o << "<li>quoted element: <code>" << html_escape(element_line(e->quoted)) << "</code></li>\n";
-    if (!e->counterexample.empty()) o << "<li>shrunk case: " << html_escape(e->counterexample) << "</li>\n";
-    o << "<li>reproduce: "
-      << (e->reproduce_command.empty() ? "(no reproducer)"
-                                       : "<code>" + html_escape(e->reproduce_command) + "</code>")
-      << "</li>\n</ul>\n";
+      << (e->failure_class.empty() ? "" : " (" + html_escape(e->failure_class) + ")") << "</h3>\n";
+    html_failure(o, view_of(*e));
     for (size_t i = 0; i < e->other_failures.size(); ++i) {
-      const DistinctFailure& f = e->other_failures[i];
-      o << "<h4>failure " << i + 2 << " (" << html_escape(f.signature) << ")</h4>\n<ul>\n";
-      if (!f.context.empty()) o << "<li>case: " << html_escape(f.context) << "</li>\n";
-      o << "<li>" << html_escape(f.message) << "</li>\n";
-      if (!f.quoted.where.empty())
-        o << "<li>quoted element: <code>" << html_escape(element_line(f.quoted)) << "</code></li>\n";
-      o << "<li>reproduce: "
-        << (f.reproduce_command.empty() ? "(no reproducer)"
-                                        : "<code>" + html_escape(f.reproduce_command) + "</code>")
-        << "</li>\n</ul>\n";
+      o << "<h4>failure " << i + 2 << " (" << html_escape(e->other_failures[i].signature) << ")</h4>\n";
+      html_failure(o, view_of(e->other_failures[i]));
     }
     o << "</section>\n";
   }

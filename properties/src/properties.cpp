@@ -244,14 +244,6 @@ ac_dtype case_dtype(const Case& c) {
   return std::visit([](const auto& in) { return in.dtype; }, c.input);
 }
 
-// Row kinds a search steers away from once a failure there is known: a row kind that every case
-// holds (every attention case has rows that see keys) cannot be avoided, so a failure there is
-// only ignored, not steered from.
-bool steerable(const std::string& kind) {
-  return kind == "empty row" || kind == "partly masked row" || kind == "causal edge row" ||
-         kind == "both sides empty" || kind == "prefix empty" || kind == "suffix empty";
-}
-
 // The reasons a subject gave for its refusals, most common first with their counts, and the
 // declaration that would have kept such cases from it when a reason names one.
 std::string refusal_summary(const std::map<std::string, int>& counts) {
@@ -283,16 +275,27 @@ std::string refusal_summary(const std::map<std::string, int>& counts) {
   return s;
 }
 
+// A row kind as signatures name it: "any row" when the failure quotes no element.
+std::string named_kind(const std::string& kind) { return kind.empty() ? "any row" : kind; }
+
 // Two failures are one defect when their class and row kind agree: a defect shows in every dtype
 // and often in both O and LSE, and those are parts of its signature, not further defects.
 std::string defect_key(const std::string& failure_class, const std::string& kind) {
-  return failure_class + ", " + (kind.empty() ? "any row" : kind);
+  return failure_class + ", " + named_kind(kind);
+}
+
+// The signature (properties.hpp): the defect's class and row kind, with the quoted output and the
+// case's dtype.
+std::string failure_signature(const std::string& failure_class, const std::string& kind, const Case& c,
+                              const WorstElement& quoted) {
+  const std::string out = quoted.where.empty() ? "-" : quoted.where.substr(0, quoted.where.find('['));
+  return failure_class + ", " + out + ", " + named_kind(kind) + ", " + dtype_name(case_dtype(c));
 }
 
 // One search of a property over a subject (run_property's rounds). Round 0 is the run every
 // earlier attncheck made; a later round draws its own stream (case_seed with "#ROUND" after the
 // property's name), takes a failure whose defect_key is in `known` for a pass, and discards the
-// cases that hold a row kind in `avoid` (the steerable row kinds of the defects found).
+// cases that hold a row kind in `avoid` (the avoidable row kinds of the defects found).
 PropertyResult run_round(const std::string& name, Subject& subject, const RunConfig& cfg, int round,
                          const std::vector<std::string>& known, const std::vector<std::string>& avoid) {
   const Property* prop = find_property_object(name);
@@ -496,8 +499,8 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     if (c.note.size() > 400) c.note.resize(400);
     res.context = case_context(c, &subject.caps(), last_outcome.quoted ? last_outcome.quoted->row : -1);
     if (last_outcome.quoted) res.quoted = worst_element(*last_outcome.quoted);
-    res.signature = failure_signature(res.failure_class, c, res.quoted);
     if (last_outcome.quoted) res.row_kind = row_kind(c, res.quoted.row);
+    res.signature = failure_signature(res.failure_class, res.row_kind, c, res.quoted);
     res.counterexample_size = case_size(c);
     res.counterexample_summary = describe_size(res.counterexample_size);
     std::string file;
@@ -558,13 +561,6 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
 
 }  // namespace
 
-std::string failure_signature(const std::string& failure_class, const Case& c, const WorstElement& quoted) {
-  const std::string out = quoted.where.empty() ? "-" : quoted.where.substr(0, quoted.where.find('['));
-  const std::string kind = quoted.where.empty() ? "" : row_kind(c, quoted.row);
-  return failure_class + ", " + out + ", " + (kind.empty() ? "any row" : kind) + ", " +
-         dtype_name(case_dtype(c));
-}
-
 PropertyResult run_property(const std::string& name, Subject& subject, const RunConfig& cfg) {
   PropertyResult res = run_round(name, subject, cfg, 0, {}, {});
   // Only a judged failure goes on: after a crash nothing more runs (a faulted device, a dead
@@ -573,7 +569,8 @@ PropertyResult run_property(const std::string& name, Subject& subject, const Run
   if (res.status != PropertyResult::Status::failed || res.signature.empty()) return res;
   known.push_back(defect_key(res.failure_class, res.row_kind));
   auto steer = [&](const std::string& kind) {
-    if (steerable(kind) && std::find(avoid.begin(), avoid.end(), kind) == avoid.end()) avoid.push_back(kind);
+    if (row_kind_avoidable(kind) && std::find(avoid.begin(), avoid.end(), kind) == avoid.end())
+      avoid.push_back(kind);
   };
   steer(res.row_kind);
   for (int round = 1; round < cfg.max_failures && !(cfg.cancel && cfg.cancel->load()); ++round) {

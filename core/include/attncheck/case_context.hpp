@@ -32,5 +32,8 @@ std::string case_context(const Case&, const ac_caps* caps = nullptr, int64_t row
 std::string row_kind(const Case&, int64_t row);
 // Every row kind the case holds.
 std::vector<std::string> row_kinds(const Case&);
+// Whether a search can leave a row kind out of its cases: every kind but those every case holds
+// (attention rows that see keys, merge rows with both sides finite, softmax rows).
+bool row_kind_avoidable(const std::string& kind);
 
 }  // namespace attncheck

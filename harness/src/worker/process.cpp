@@ -470,8 +470,7 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
                           : std::string(" s (--call-timeout); killed")));
     }
     if (cancelled() && op != "shutdown") {
-      kill_group();
-      close_fds();
+      close_fds();  // kills the worker's group and tree, and reaps it
       throw CallInterrupted("the run was interrupted during " + what + "; the worker was stopped");
     }
     pollfd p[3] = {{from_worker_, POLLIN, 0}, {err_from_worker_, POLLIN, 0}, {pid_fd_, POLLIN, 0}};

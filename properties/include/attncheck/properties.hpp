@@ -181,11 +181,10 @@ struct WorstElement {
 
 // A failure's signature: "CLASS, OUT, ROW KIND, DTYPE", for example "accuracy, O, empty row, fp16"
 // (OUT is O, LSE or Y, or "-" when the message quotes no element; ROW KIND is case_context's
-// row_kind of the quoted row). Two failures are distinct defects when their class or row kind
-// differ: one defect shows in every dtype it touches and often in O and LSE alike.
-std::string failure_signature(const std::string& failure_class, const Case& c, const WorstElement& quoted);
+// row_kind of the quoted row, "any row" when none). Two failures are distinct defects when their
+// class or row kind differ: one defect shows in every dtype it touches and often in O and LSE alike.
 
-// A failure after the first one of a (subject, property), of another signature.
+// A failure after the first one of a (subject, property), of another defect.
 struct DistinctFailure {
   std::string signature, failure_class, message, context, counterexample_summary;
   WorstElement quoted;
@@ -229,7 +228,7 @@ struct PropertyResult {
   // the fast path did not apply to (NaN/inf inputs, logits beyond 2^32).
   int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;
   TimeSplit time_split;
-  std::string signature;                        // failure_signature of the failure (failed only)
+  std::string signature;                        // the failure's signature (above; failed only)
   std::string row_kind;                         // row_kind of the quoted element's row ("" when none)
   std::vector<DistinctFailure> other_failures;  // up to max_failures - 1, in the order found
 };
