@@ -21,15 +21,10 @@ std::string fmt(double x) {
   return buf;
 }
 
-// The shards a report holds: its own, or those merged into it.
-std::vector<int> shards_held(const Report& r) {
-  return r.shards_merged.empty() ? std::vector<int>{r.shard_index} : r.shards_merged;
-}
-
 // Whether the pair is one that report r's shards run (every pair, for an unsharded run).
 bool runs_pair(const Report& r, const std::string& subject, const std::string& property) {
   if (r.shard_count <= 1) return true;
-  const std::vector<int> held = shards_held(r);
+  const std::vector<int> held = r.shards_held();
   return std::find(held.begin(), held.end(), pair_shard(subject, property, r.shard_count)) != held.end();
 }
 
@@ -131,7 +126,7 @@ std::string baseline_id(const Report& baseline) {
 }
 
 std::string baseline_coverage_problem(const Report& baseline, int shard_index, int shard_count) {
-  const std::vector<int> held = shards_held(baseline);
+  const std::vector<int> held = baseline.shards_held();
   if (baseline.shard_count <= 1 || int(held.size()) == baseline.shard_count) return {};  // a complete run
   if (shard_count == baseline.shard_count && std::find(held.begin(), held.end(), shard_index) != held.end())
     return {};

@@ -76,6 +76,10 @@ std::string Report::verdict() const {
   return "pass";
 }
 
+std::vector<int> Report::shards_held() const {
+  return shards_merged.empty() ? std::vector<int>{shard_index} : shards_merged;
+}
+
 std::vector<int> Report::missing_shards() const {
   std::vector<int> missing;
   if (shards_merged.empty()) return missing;  // a run's own report: its shard is the whole of it

@@ -65,7 +65,7 @@ Report merge_reports(const std::vector<Report>& parts) {
     differs("suite", first.suite, p.suite);
     differs("shape set", first.shape_set, p.shape_set);
     differs("backend", first.backend, p.backend);
-    const std::vector<int> mine = p.shards_merged.empty() ? std::vector<int>{p.shard_index} : p.shards_merged;
+    const std::vector<int> mine = p.shards_held();
     for (int s : mine)
       if (!shards.insert(s).second)
         throw ReportError("report merge: shard " + std::to_string(s) + " given twice");
@@ -86,6 +86,8 @@ Report merge_reports(const std::vector<Report>& parts) {
         m.message = e.message;
         m.context = e.context;
         m.quoted = e.quoted;
+        m.signature = e.signature;
+        m.other_failures = e.other_failures;
         m.counterexample = e.counterexample;
         m.rc_reproduce = e.rc_reproduce;
         m.reproduce_command = e.reproduce_command;

@@ -48,7 +48,6 @@ struct Scenario {
 // test. They bound its time; its memory (up to 2 GiB of one request's K and V within them) is
 // estimated by prefill_peak_bytes and held to --max-memory by the caller.
 constexpr int kMaxRequests = 4096;
-constexpr size_t kMaxScenarioFileBytes = size_t(16) << 20;
 constexpr int64_t kMaxScenarioTokens = int64_t(1) << 20;    // cached prefix + new tokens, all requests
 constexpr int64_t kMaxScenarioElements = int64_t(1) << 28;  // tokens x KV heads x head size
 // Every chunk of every request runs one prefix attention per context chunk of the whole batch, so

@@ -103,6 +103,8 @@ struct Report {
   std::string verdict() const;
   // The shards of shard_count that a merged report does not hold; empty for a run's own report.
   std::vector<int> missing_shards() const;
+  // The shards this report holds: its own, or those merged into it.
+  std::vector<int> shards_held() const;
 };
 
 ReportEntry entry_from_result(const PropertyResult& r, const Subject& s, int shard_index);

@@ -18,7 +18,7 @@ int run_prefill(const PrefillOptions& o, const Common& common) {
   std::string text;
   nlohmann::json j;
   try {
-    text = json_fields::read_text_file<PrefillScenarioError>(o.scenario, size_t(16) << 20, "scenario");
+    text = json_fields::read_text_file<PrefillScenarioError>(o.scenario, kMaxScenarioFileBytes, "scenario");
     j = json_fields::parse_strict<PrefillScenarioError>(text, "scenario " + o.scenario);
     if (o.chunk > 0) {
       j["chunk_size"] = o.chunk;

@@ -286,6 +286,8 @@ struct PrefillReport {
 struct PrefillScenarioError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// The largest scenario file read (a scenario is a reproduction: a few hundred bytes).
+constexpr size_t kMaxScenarioFileBytes = size_t(16) << 20;
 // Parses and validates a scenario's text (format, fields, stated bounds) without running it:
 // PrefillScenarioError with one line on anything run_prefill_text would refuse.
 void validate_prefill_scenario(const std::string& scenario_json);
