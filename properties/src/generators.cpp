@@ -543,12 +543,15 @@ void uniform_fill(ac_dtype dtype, uint64_t seed, Bits& b, int64_t n, uint64_t st
 
 // A drawn dtype and d = 128 where the subject takes it, else its largest head size: the layer's
 // and the streamed case's format.
+int32_t realistic_head_size(const Domain& dom) {
+  return std::find(dom.head_sizes.begin(), dom.head_sizes.end(), 128) != dom.head_sizes.end()
+             ? 128
+             : *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+}
 AttentionInput realistic_format(const Domain& dom) {
   AttentionInput a;
   a.dtype = *g::elementOf(dom.dtypes);
-  a.head_size = std::find(dom.head_sizes.begin(), dom.head_sizes.end(), 128) != dom.head_sizes.end()
-                    ? 128
-                    : *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  a.head_size = realistic_head_size(dom);
   return a;
 }
 
@@ -593,6 +596,59 @@ AttentionInput streamed_input(const Domain& dom) {
 }
 
 }  // namespace
+
+std::vector<AttentionShape> largest_attention_shapes(const Domain& dom) {
+  // attention_with: up to 2 KV heads with up to 8 query heads each under GQA; up to 3 sequences
+  // under varlen; keys up to max_keys (long rows) or 64, or two tiles and 8; queries up to
+  // max_tokens, the first sequence's up to its keys + 3 where empty rows come from causal
+  // alignment (a subject that refuses zero keys).
+  AttentionShape a;
+  a.kv_heads = 2;
+  a.heads = (dom.features & AC_FEAT_GQA) ? 16 : 2;
+  a.head_size = *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  const int64_t nseq = (dom.features & AC_FEAT_VARLEN) ? 3 : 1;
+  const int64_t tk = std::max<int64_t>({dom.max_keys > 256 ? dom.max_keys : std::min(dom.max_keys, 64),
+                                        dom.tile_keys > 0 ? 2 * int64_t(dom.tile_keys) + 8 : 0, 1});
+  for (int64_t s = 0; s < nseq; ++s) {
+    const bool causal_empty = s == 0 && !dom.zero_keys && (dom.features & AC_FEAT_CAUSAL);
+    a.seqlens_q.push_back(causal_empty ? std::max<int64_t>(dom.max_tokens, tk + 3) : dom.max_tokens);
+    a.seqlens_k.push_back(tk);
+  }
+  std::vector<AttentionShape> out{a};
+  if (dom.layer_tokens > 0) {
+    // layer_input.
+    AttentionShape l;
+    l.heads = 32;
+    l.kv_heads = (dom.features & AC_FEAT_GQA) ? 8 : 32;
+    l.head_size = realistic_head_size(dom);
+    l.seqlens_q = l.seqlens_k = {dom.layer_tokens};
+    out.push_back(l);
+  }
+  return out;
+}
+
+AttentionShape largest_streamed_shape(const Domain& dom) {
+  // streamed_input, at its widest format (fp32's 4 bytes need the fewest keys; 2 bytes the most).
+  AttentionShape a;
+  a.heads = a.kv_heads = kStreamedHeads;
+  a.head_size = realistic_head_size(dom);
+  const int64_t per_key = 2 * a.kv_heads * a.head_size * 2;
+  a.seqlens_q = {kStreamedQueries};
+  a.seqlens_k = {std::max<int64_t>(1, (dom.streamed_kv_bytes + per_key - 1) / per_key) +
+                 kStreamedPartialKeys};
+  return a;
+}
+
+std::pair<int64_t, int64_t> largest_softmax_shape(const Domain& dom) {
+  // softmax_input: up to 4 rows of up to max_keys (long rows) or 64 columns; the overflow band's
+  // up to 3 rows of 32.
+  return {4, std::max(dom.max_keys > 256 ? dom.max_keys : std::min(dom.max_keys, 64), 1)};
+}
+
+std::pair<int64_t, int64_t> largest_merge_shape(const Domain& dom) {
+  // merge_input: up to 4 tokens of up to 4 heads.
+  return {16, *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end())};
+}
 
 rc::Gen<AttentionInput> attention_input(const Domain& dom) {
   return g::exec([dom] {

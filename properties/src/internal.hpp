@@ -5,11 +5,13 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "attncheck/budgets.hpp"
+#include "attncheck/generators.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/reference/exact.hpp"
 #include "attncheck/reference/format.hpp"
@@ -169,6 +171,11 @@ class PreparedAttention {
   struct State;
   std::unique_ptr<State> s_;
 };
+// The generators' domain for one subject under a run's limits (properties.cpp).
+gen::Domain run_domain(const Subject&, const RunConfig&);
+// Judgements split_order_drift holds at once (the first configuration's and the latest distinct
+// outputs'); the memory model (memory.cpp) counts them.
+constexpr int kHeldJudgements = 3;
 // The rows (token * heads + head) judge_attention judges of an input with T query tokens and H
 // heads: empty for every row, which is the case up to kJudgeEveryRowUpTo rows. Above it (the long
 // suite's layer: 8192 x 32 = 262,144 rows of up to 8192 keys, hours for any reference) a sample, a
@@ -191,10 +198,31 @@ ref::AttentionProblem problem_of(const AttentionInput&);
 int64_t total_q(const AttentionInput&);
 int64_t total_k(const AttentionInput&);
 
+// The samples of one statistic, for its quantiles: every sample up to kExactSamples of them; past
+// that, bins of 1/32 octave from 2^-64 to 2^64 holding each bin's count and largest sample, so that
+// a run's memory does not grow with its cases. quantile(q) is the order statistic at ceil(q n) - 1
+// while exact, then the largest sample of the bin that holds it: never below it and, between 2^-64
+// and 2^64, at most 2.2% above, so at most (1 - q) n samples lie above either (the bound report
+// merge's quantile of a union rests on).
+class QuantileSketch {
+ public:
+  static constexpr size_t kExactSamples = size_t(1) << 14;
+  static constexpr int kBinsPerOctave = 32, kOctaves = 64;
+  void add(double x);
+  double quantile(double q);
+  // The bytes the sketch holds at most (memory.cpp).
+  static double peak_bytes();
+
+ private:
+  std::vector<double> exact_;
+  std::map<int32_t, std::pair<int64_t, double>> bins_;  // bin -> (count, largest sample)
+  int64_t n_ = 0;
+  void bin(double x);
+};
 // Statistics over judged elements (skipping rows a naive-exp hazard makes unpredictable). The
 // samples of each OutputStats entry (same index) are kept until finish_stats takes the quantiles.
 struct StatSamples {
-  std::vector<std::vector<double>> ulp, cancel, ratio;
+  std::vector<QuantileSketch> ulp, cancel, ratio;
 };
 void accumulate_stats(std::vector<OutputStats>&, const Judgement&, StatSamples&);
 void finish_stats(std::vector<OutputStats>&, StatSamples&);

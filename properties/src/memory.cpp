@@ -15,6 +15,7 @@
 #include <cstdio>
 
 #include "internal.hpp"
+#include "split_options.hpp"
 
 namespace attncheck {
 
@@ -43,13 +44,20 @@ constexpr double kOutputElementBytes = 8;
 constexpr double kScoreBytes = 8;
 // A key of the row the exact reference computes: its score and weight as MPFR values.
 constexpr double kExactKeyBytes = 160;
-// Judgements a replay holds at once: split_order_drift one per distinct output, up to 8 split
-// counts x 3 fold orders (and its outputs); split_equals_whole its two parts, fast and exact (the
-// parts together no larger than the whole); every other property one.
-double judgements_held(const Case& c) {
-  if (c.property == "split_order_drift") return 25;
-  if (c.property == "split_equals_whole") return 4;
+// Judgements a replay holds at once: split_order_drift kHeldJudgements (its outputs are up to 8
+// split counts x 3 fold orders); split_equals_whole its two parts, fast and exact (the parts
+// together no larger than the whole); every other property one.
+double judgements_held(const std::string& property) {
+  if (property == "split_order_drift") return detail::kHeldJudgements;
+  if (property == "split_equals_whole") return 4;
   return 1;
+}
+// Subject outputs a case of the property keeps at once: split_order_drift's configurations and
+// its repeat, streamed_kv's launches.
+double configurations_per_case(const std::string& property) {
+  if (property == "split_order_drift") return 25;
+  if (property == "streamed_kv") return 3;
+  return 2;
 }
 
 }  // namespace
@@ -62,13 +70,78 @@ double case_read_peak_bytes(uint64_t file_bytes) {
   return kBaseBytes + double(file_bytes) * (1 + 1 + 3);
 }
 
+namespace {
+
+gen::AttentionShape shape_of(const AttentionInput& a) {
+  gen::AttentionShape sh;
+  sh.heads = a.num_heads;
+  sh.kv_heads = a.num_kv_heads;
+  sh.head_size = a.head_size;
+  sh.seqlens_q.assign(a.seqlens_q.begin(), a.seqlens_q.end());
+  sh.seqlens_k.assign(a.seqlens_k.begin(), a.seqlens_k.end());
+  return sh;
+}
+
+// q, k, v (and a mask of every score) as a case holds them.
+double attention_resident_bytes(const gen::AttentionShape& a) {
+  double T = 0, Tk = 0, scores = 0;
+  for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
+    T += double(a.seqlens_q[i]);
+    Tk += double(a.seqlens_k[i]);
+    scores += double(a.seqlens_q[i]) * double(a.seqlens_k[i]);
+  }
+  return 4.0 * (T * double(a.heads) + 2 * Tk * double(a.kv_heads)) * double(a.head_size) + scores;
+}
+
+// Elements a judgement of the shape holds: its judged rows' outputs and LSEs.
+double attention_judged_elements(const gen::AttentionShape& a) {
+  double T = 0;
+  for (const int64_t q : a.seqlens_q) T += double(q);
+  const double H = double(a.heads), rows_all = T * H;
+  const bool every_row = rows_all <= double(detail::kJudgeEveryRowUpTo);
+  const double rows = every_row ? rows_all : std::min(rows_all, 2 * H + double(detail::kSampledRows));
+  return rows * (double(a.head_size) + 1);
+}
+
+// Replaying (or checking) the shape with `held` judgements held at once. `host_scores`: the subject
+// runs on the host, where the textbook twins materialise S and P (a replay does not know its
+// subject's kind and counts them).
+double attention_replay_bytes(const gen::AttentionShape& a, double held, bool host_scores = true) {
+  const double H = double(a.heads), Hkv = double(a.kv_heads), D = double(a.head_size);
+  double T = 0, Tk = 0, scores = 0, max_tk = 0;
+  for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
+    T += double(a.seqlens_q[i]);
+    Tk += double(a.seqlens_k[i]);
+    scores += double(a.seqlens_q[i]) * double(a.seqlens_k[i]) * H;
+    max_tk = std::max(max_tk, double(a.seqlens_k[i]));
+  }
+  // The rows judged (judge_attention.cpp's sampled_rows): all of them up to kJudgeEveryRowUpTo,
+  // else the first and last row of every head and kSampledRows more.
+  const bool every_row = T * H <= double(detail::kJudgeEveryRowUpTo);
+  const double rows = every_row ? T * H : std::min(T * H, 2 * H + double(detail::kSampledRows));
+  const double basis_keys = every_row ? scores : rows * max_tk;
+  const double in = (T * H + 2 * Tk * Hkv) * D, out = T * H * (D + 1);
+  return attention_judged_elements(a) * kJudgedElementBytes * held + basis_keys * kBasisKeyBytes +
+         Tk * Hkv * D * kKvElementBytes + in * kInputElementBytes + out * kOutputElementBytes * held +
+         (host_scores ? scores * kScoreBytes : 0) + max_tk * kExactKeyBytes;
+}
+
+// A merge or softmax of rows x cols outputs (a merge: cols = head size + 1 with its LSE; its input
+// two such states) with `held` judgements at once.
+double table_replay_bytes(double rows, double cols, double inputs_per_output, double held) {
+  const double out = rows * cols;
+  return out *
+         (kJudgedElementBytes * held + kOutputElementBytes * held + inputs_per_output * kInputElementBytes);
+}
+
+}  // namespace
+
 double case_resident_bytes(const Case& c) {
   if (const auto* m = std::get_if<MergeInput>(&c.input))
     return 4.0 *
            double(m->prefix_out.size() + m->suffix_out.size() + m->prefix_lse.size() + m->suffix_lse.size());
   if (const auto* s = std::get_if<SoftmaxInput>(&c.input)) return 4.0 * double(s->x.size());
-  const auto& a = std::get<AttentionInput>(c.input);
-  return 4.0 * double(a.q.size() + a.k.size() + a.v.size()) + double(a.mask.size());
+  return attention_resident_bytes(shape_of(std::get<AttentionInput>(c.input)));
 }
 
 double attention_call_bytes(int64_t tq, int64_t tk, int64_t heads, int64_t kv_heads, int64_t head_size) {
@@ -81,34 +154,73 @@ double attention_call_bytes(int64_t tq, int64_t tk, int64_t heads, int64_t kv_he
 }
 
 double case_replay_bytes(const Case& c) {
-  const double held = judgements_held(c);
-  if (const auto* m = std::get_if<MergeInput>(&c.input)) {
-    const double rows = double(m->num_tokens) * m->num_heads, out = rows * (double(m->head_size) + 1);
-    return out * (kJudgedElementBytes * held + kOutputElementBytes * held + 2 * kInputElementBytes);
+  const double held = judgements_held(c.property);
+  if (const auto* m = std::get_if<MergeInput>(&c.input))
+    return table_replay_bytes(double(m->num_tokens) * m->num_heads, double(m->head_size) + 1, 2, held);
+  if (const auto* s = std::get_if<SoftmaxInput>(&c.input))
+    return table_replay_bytes(s->rows, s->cols, 1, held) + double(s->cols) * kExactKeyBytes;
+  return attention_replay_bytes(shape_of(std::get<AttentionInput>(c.input)), held);
+}
+
+double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& property, const RunConfig& cfg) {
+  const gen::Domain dom = detail::run_domain(subject, cfg);
+  if (dom.dtypes.empty() || dom.head_sizes.empty()) return kBaseBytes;
+  const double held = judgements_held(property.name), configs = configurations_per_case(property.name);
+  // Per op the property runs: the largest case (held, its shrink candidates beside it: the input
+  // twice more), the outputs of each configuration, and the statistics' sketches.
+  double largest = 0;
+  const uint32_t ops = property.ops & subject.caps().ops;
+  const bool host = subject.caps().memory != AC_MEMORY_CUDA;
+  if (ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
+    const auto shapes = property.name == "streamed_kv" ? std::vector{gen::largest_streamed_shape(dom)}
+                                                       : gen::largest_attention_shapes(dom);
+    for (const auto& a : shapes) {
+      double T = 0;
+      for (const int64_t q : a.seqlens_q) T += double(q);
+      const double outputs = T * double(a.heads) * (double(a.head_size) + 1);
+      largest = std::max(largest, 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +
+                                      configs * outputs * kOutputElementBytes);
+    }
   }
-  if (const auto* s = std::get_if<SoftmaxInput>(&c.input)) {
-    const double out = double(s->rows) * s->cols;
-    return out * (kJudgedElementBytes * held + kOutputElementBytes * held + kInputElementBytes) +
-           double(s->cols) * kExactKeyBytes;
+  if (ops & AC_OP_MERGE) {
+    const auto [rows, d] = gen::largest_merge_shape(dom);
+    const double outputs = double(rows) * (double(d) + 1);
+    largest =
+        std::max(largest, 3 * 2 * 4 * outputs + table_replay_bytes(double(rows), double(d) + 1, 2, held));
   }
-  const auto& a = std::get<AttentionInput>(c.input);
-  const double H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
-  double T = 0, Tk = 0, scores = 0, max_tk = 0;
-  for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
-    T += a.seqlens_q[i];
-    Tk += a.seqlens_k[i];
-    scores += double(a.seqlens_q[i]) * a.seqlens_k[i] * H;
-    max_tk = std::max(max_tk, double(a.seqlens_k[i]));
+  if (ops & AC_OP_SOFTMAX) {
+    const auto [rows, cols] = gen::largest_softmax_shape(dom);
+    largest = std::max(largest, 3 * 4 * double(rows) * double(cols) +
+                                    table_replay_bytes(double(rows), double(cols), 1, held) +
+                                    double(cols) * kExactKeyBytes);
   }
-  // The rows judged (judge_attention.cpp's sampled_rows): all of them up to kJudgeEveryRowUpTo,
-  // else the first and last row of every head and kSampledRows more.
-  const bool every_row = T * H <= double(detail::kJudgeEveryRowUpTo);
-  const double rows = every_row ? T * H : std::min(T * H, 2 * H + double(detail::kSampledRows));
-  const double basis_keys = every_row ? scores : rows * max_tk;
-  const double in = (T * H + 2 * Tk * Hkv) * D, out = T * H * (D + 1);
-  return rows * (D + 1) * kJudgedElementBytes * held + basis_keys * kBasisKeyBytes +
-         Tk * Hkv * D * kKvElementBytes + in * kInputElementBytes + out * kOutputElementBytes * held +
-         scores * kScoreBytes + max_tk * kExactKeyBytes;
+  // Three sketches (ulp, cancellation, ratio) per dtype and output (O and LSE; Y).
+  const double sketches = 3.0 * double(dom.dtypes.size()) * 2 * detail::QuantileSketch::peak_bytes();
+  return kBaseBytes + largest + sketches;
+}
+
+double tiling_peak_bytes(const Subject& subject, const RunConfig& cfg) {
+  const gen::Domain dom = detail::run_domain(subject, cfg);
+  if (dom.dtypes.empty() || dom.head_sizes.empty()) return kBaseBytes;
+  // tiling_report's configurations: every tiling, and of a split-KV subject every split count and
+  // fold order.
+  const ac_caps& caps = subject.caps();
+  const double configurations =
+      double(std::max(1, caps.num_tilings)) *
+      (subject.has_op(AC_OP_SPLITKV)
+           ? double(detail::split_counts(caps).size() * detail::tried_folds(caps).size())
+           : 1.0);
+  // Every input held at once (tiling_report draws them first), one judgement at a time with its
+  // reference side, and each configuration's sketches.
+  double largest_case = 0, largest_judged = 0;
+  for (const auto& a : gen::largest_attention_shapes(dom)) {
+    largest_case = std::max(largest_case, attention_resident_bytes(a));
+    largest_judged =
+        std::max(largest_judged, attention_replay_bytes(a, 1, subject.caps().memory != AC_MEMORY_CUDA));
+  }
+  const double sketches =
+      configurations * 3.0 * double(dom.dtypes.size()) * 2 * detail::QuantileSketch::peak_bytes();
+  return kBaseBytes + double(std::max(1, cfg.num_cases)) * largest_case + largest_judged + sketches;
 }
 
 std::string memory_refusal(const std::string& what, double estimate_bytes, double limit_gib) {

@@ -125,6 +125,21 @@ void Property::draw_input(Case& c, const gen::Domain& dom, uint32_t op) const {
     c.input = *gen::attention_input(dom);
 }
 
+// The generators' domain for one subject under a run's limits: its dtypes and head sizes narrowed
+// to the run's, and the long suite's layer over at most kHostLayerTokens tokens for a host subject.
+gen::Domain run_domain(const Subject& s, const RunConfig& cfg) {
+  gen::Domain d = gen::domain_for(s, cfg.max_keys, cfg.dtypes);
+  if (!cfg.head_sizes.empty())
+    std::erase_if(d.head_sizes, [&](int32_t h) {
+      return std::find(cfg.head_sizes.begin(), cfg.head_sizes.end(), h) == cfg.head_sizes.end();
+    });
+  d.streamed_kv_bytes = cfg.streamed_kv_bytes;
+  if (cfg.layer_tokens > 0)
+    d.layer_tokens =
+        s.caps().memory == AC_MEMORY_CUDA ? cfg.layer_tokens : std::min(cfg.layer_tokens, kHostLayerTokens);
+  return d;
+}
+
 }  // namespace detail
 
 const std::vector<PropertyInfo>& all_properties() {
@@ -181,21 +196,6 @@ uint32_t op_for(const PropertyInfo& p, const Subject& s) {
 bool applies(const Property& p, const Subject& s) {
   const uint32_t op = op_for(p.info(), s);
   return op != 0 && p.applies_to(s, op);
-}
-
-// The generators' domain for one subject under a run's limits: its dtypes and head sizes narrowed
-// to the run's, and the long suite's layer over at most kHostLayerTokens tokens for a host subject.
-gen::Domain run_domain(const Subject& s, const RunConfig& cfg) {
-  gen::Domain d = gen::domain_for(s, cfg.max_keys, cfg.dtypes);
-  if (!cfg.head_sizes.empty())
-    std::erase_if(d.head_sizes, [&](int32_t h) {
-      return std::find(cfg.head_sizes.begin(), cfg.head_sizes.end(), h) == cfg.head_sizes.end();
-    });
-  d.streamed_kv_bytes = cfg.streamed_kv_bytes;
-  if (cfg.layer_tokens > 0)
-    d.layer_tokens =
-        s.caps().memory == AC_MEMORY_CUDA ? cfg.layer_tokens : std::min(cfg.layer_tokens, kHostLayerTokens);
-  return d;
 }
 
 Case make_case(const Ctx& ctx, uint32_t op) {

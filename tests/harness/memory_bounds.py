@@ -6,8 +6,10 @@ judged elements, row bases, decoded K/V, materialised scores, a long cached pref
 own peak RSS, as GNU time measures it (/usr/bin/time -f %M), must stay below the estimate it prints with
 --estimate-memory: the model is an upper bound where it is measured. Then the largest inputs the
 stated bounds allow are refused with exit 2 and one line naming the estimate and the limit: a
-case file of the 1 GiB size bound, a case of 4096 rows with d = 1024 (just past 4 GiB), and a
-scenario of 2^20 cached keys; a case past a lower --max-memory is refused the same way.
+case file of the 1 GiB size bound, a case of 4096 rows with d = 1024 (just past 4 GiB), a
+scenario of 2^20 cached keys, check with rows of 65536 keys or 64 pairs at once, tiling over 10000
+cases; a case past a lower --max-memory is refused the same way. check and tiling are measured on
+runs with long rows, against the estimate of the largest case their generators can draw.
 
     memory_bounds.py ATTNCHECK SOURCE_DIR SCRATCH
 """
@@ -92,6 +94,23 @@ measured = [
     ("prefill 2048 new tokens textbook",
      ["prefill", "--scenario", scenario("p-new", 1, 1, 128, 2048, 0, 2048), "--attention", "textbook"]),
 ]
+# check and tiling draw their own cases: the estimate bounds the largest case the generators can
+# draw under the options, so the measured runs use long rows (--max-keys past 256) to come near it.
+def report_dir(name):
+    return ["--no-plots", "--report-dir", os.path.join(S, name)]
+
+
+measured += [
+    ("check textbook accuracy, --max-keys 2048",
+     ["check", "--subject", "textbook", "--property", "accuracy", "--cases", "30", "--max-keys", "2048",
+      "--jobs", "1"] + report_dir("c-textbook")),
+    ("check splitkv split_order_drift, --max-keys 1024",
+     ["check", "--subject", "splitkv", "--property", "split_order_drift", "--cases", "6", "--max-keys", "1024",
+      "--jobs", "1"] + report_dir("c-drift")),
+    ("check, the default gate's subjects on merge_sentinels and accuracy, --jobs 2",
+     ["check", "--property", "merge_sentinels,accuracy", "--cases", "10", "--jobs", "2"] + report_dir("c-gate")),
+    ("tiling splitkv, 30 cases", ["tiling", "--subject", "splitkv", "--cases", "30"] + report_dir("t-splitkv")),
+]
 for what, args in measured:
     args = args + ["--backend", "host"]
     est = estimate(args)
@@ -126,5 +145,20 @@ refused("4096x64 d256 case under --max-memory 0.5",
 # The largest scenario the stated bounds allow: 2^20 cached keys of d = 256, one new token.
 refused("scenario of 2^20 - 1 cached keys",
         ["prefill", "--scenario", scenario("p-largest", 1, 1, 256, 1 << 20, (1 << 20) - 1, 1)], 4)
+
+# check past the limit: rows of 65536 keys (the --max-keys bound) on one pair, refused before any
+# directory is made; a --jobs whose pairs together pass it, though each fits alone; tiling holding
+# its largest number of cases (10000).
+refused("check --max-keys 65536", ["check", "--subject", "textbook", "--max-keys", "65536"] + report_dir("r-keys"), 4)
+if os.path.exists(os.path.join(S, "r-keys")):
+    fail("a refused check made its report directory")
+refused("check --max-keys 2048 --jobs 64",
+        ["check", "--max-keys", "2048", "--jobs", "64"] + report_dir("r-jobs"), 4)
+refused("tiling --cases 10000", ["tiling", "--subject", "fused", "--cases", "10000"], 4)
+# Without --jobs, check runs fewer pairs at once where every core's would pass the limit: the
+# estimate it prints is then within it.
+est = estimate(["check", "--max-keys", "2048", "--max-memory", "1", "--backend", "host"])
+if not 0 < est <= GIB:
+    fail(f"check --max-keys 2048 --max-memory 1 without --jobs: estimate {est:.0f} B, not within 1 GiB")
 
 sys.exit(1 if failures else 0)

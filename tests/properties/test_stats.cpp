@@ -100,3 +100,26 @@ TEST_CASE("ratio quantiles of a single sample and of no finite sample", "[proper
   CHECK(stats[1].p50_ratio == 0);
   CHECK(stats[1].max_ratio == 0);
 }
+
+TEST_CASE("quantiles past the exact samples: the bin's largest sample, never below the order statistic",
+          "[properties][stats]") {
+  // n = 200000 samples 1..n, past QuantileSketch::kExactSamples (16384), so the quantiles come
+  // from the bins of 1/32 octave. The order statistic at ceil(0.99 n) - 1 = 197999 is the sample
+  // 198000; its bin is floor(32 log2 198000) = 563 (log2 198000 = 17.5951), holding the samples in
+  // [2^(563/32), 2^(564/32)) = [197809.2, 202140.7): the largest is n itself. The median's order
+  // statistic is 100000 (bin 531: [98904.6, 101070.3)), whose largest sample is 101070.
+  constexpr int n = 200000;
+  QuantileSketch q;
+  for (int i = n; i >= 1; --i) q.add(double(i));
+  const double p99 = q.quantile(0.99), p50 = q.quantile(0.5);
+  CHECK(p99 == 200000.0);
+  CHECK(p50 == 101070.0);
+  // The bound report merge rests on: at most (1 - q) n samples lie above.
+  CHECK(double(n) - p99 <= 0.01 * n);
+  CHECK(double(n) - p50 <= 0.5 * n);
+  // Zero and +inf keep bins of their own; NaN counts as +inf.
+  QuantileSketch z;
+  for (size_t i = 0; i <= QuantileSketch::kExactSamples; ++i) z.add(i % 2 ? 0.0 : NAN);
+  CHECK(z.quantile(0.25) == 0.0);
+  CHECK(z.quantile(0.99) == INFINITY);
+}

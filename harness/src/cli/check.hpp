@@ -40,8 +40,11 @@ struct CheckPlan {
   int shard_index = 0, shard_count = 1;
   std::optional<Report> baseline;
   std::string corpus_dir;
-  RunConfig base_cfg;  // every pair's RunConfig before its subject's own settings
-  Report report;       // the header: command, backend, seed, shard, suite, shape set
+  RunConfig base_cfg;          // every pair's RunConfig before its subject's own settings
+  Report report;               // the header: command, backend, seed, shard, suite, shape set
+  bool estimate_only = false;  // --estimate-memory: the estimate was printed, nothing more to do
+  // The pairs run at once: --jobs, or every core, fewer where their memory would pass --max-memory.
+  int jobs = 1;
 };
 
 // Everything validated, the directories made ready (by the parent), the shard's pairs chosen.

@@ -1,11 +1,15 @@
 // check's plan: every input validated before any work, the (subject, property) pairs, and the
 // shard's share of them.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <numeric>
+#include <thread>
 
 #include "attncheck/backend.hpp"
 #include "attncheck/baseline.hpp"
 #include "attncheck/json_fields.hpp"
+#include "attncheck/memory.hpp"
 #include "check.hpp"
 #include "options.hpp"
 #include "pair_pool.hpp"
@@ -56,6 +60,37 @@ void keep_shard(CheckPlan& plan) {
 }
 
 }  // namespace
+
+// The run's peak: the parent, and the plan.jobs pairs with the largest peaks at once, each in its
+// own process (a --worker pair on a thread of the parent counts as one of them); the tiling rows
+// after them, in the parent alone. Without --jobs, fewer pairs run at once where every core's
+// would pass --max-memory; past it with one pair (or with the --jobs given) the run is refused
+// before any directory is touched. True when --estimate-memory asked for the estimate alone.
+bool plan_memory(CheckPlan& plan, const CheckOptions& o, const Common& common) {
+  std::vector<double> pairs;
+  for (const auto& [s, p] : plan.pairs) pairs.push_back(check_pair_peak_bytes(*s, *p, plan.base_cfg));
+  std::sort(pairs.rbegin(), pairs.rend());
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const double limit = common.max_memory_gib * 1024.0 * 1024.0 * 1024.0;
+  double tiling = 0;
+  if (o.tiling || o.suite == "full")
+    for (Subject* s : plan.subjects)
+      if (s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV))
+        tiling = std::max(tiling, tiling_peak_bytes(*s, plan.base_cfg));
+  auto peak_with = [&](int jobs) {
+    const size_t at_once = std::min(pairs.size(), size_t(jobs));
+    return std::max(tiling, std::accumulate(pairs.begin(), pairs.begin() + std::ptrdiff_t(at_once),
+                                            process_base_bytes()));
+  };
+  plan.jobs = o.jobs > 0 ? o.jobs : cores;
+  if (o.jobs == 0)
+    while (plan.jobs > 1 && peak_with(plan.jobs) > limit) --plan.jobs;
+  if (memory_estimate_ends_command("check", peak_with(plan.jobs), common)) return true;
+  if (o.jobs == 0 && plan.jobs < cores && size_t(plan.jobs) < pairs.size() && !o.quiet)
+    std::fprintf(stderr, "note: %d pairs at once (of %d cores): more would pass --max-memory %.2f GiB\n",
+                 plan.jobs, cores, common.max_memory_gib);
+  return false;
+}
 
 CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atomic<bool>* cancel) {
   CheckPlan plan;
@@ -116,11 +151,6 @@ CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atom
       m && *m && std::string(m) != "on" && std::string(m) != "off")
     throw UsageError(std::string(worker::kDeviceServerModeEnv) + "=" + m + ": expected on or off");
   plan.corpus_dir = o.corpus_dir.empty() ? o.report_dir + "/corpus" : o.corpus_dir;
-  // The parent prepared the directories for its children.
-  if (!child) {
-    prepare_report_dir(o.report_dir, o.quiet);
-    prepare_corpus_dir(plan.corpus_dir, o.quiet);
-  }
   if (plan.subjects.empty()) throw UsageError("no subject to check");
 
   Report& report = plan.report;
@@ -145,6 +175,14 @@ CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atom
   plan.position.resize(plan.pairs.size());
   for (size_t i = 0; i < plan.pairs.size(); ++i) plan.position[i] = int64_t(i);
   keep_shard(plan);
+  if (!child) {
+    plan.estimate_only = plan_memory(plan, o, common);
+    // The parent prepares the directories for its children.
+    if (!plan.estimate_only) {
+      prepare_report_dir(o.report_dir, o.quiet);
+      prepare_corpus_dir(plan.corpus_dir, o.quiet);
+    }
+  }
   return plan;
 }
 

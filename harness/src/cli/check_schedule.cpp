@@ -155,7 +155,7 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
   const bool cuda = plan.set.backend == Backend::cuda;
   PoolOptions pool;
   pool.devices = parse_devices(o.devices, cuda);
-  pool.jobs = o.jobs > 0 ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
+  pool.jobs = plan.jobs;
   pool.scratch_dir = scratch;
   pool.cancel = plan.base_cfg.cancel;
   const auto t_start = std::chrono::steady_clock::now();

@@ -36,6 +36,7 @@ extern "C" void on_stop_child(int sig) {
 
 int run_check(const CheckOptions& o, Common& common) {
   CheckPlan plan = make_check_plan(o, common, &g_interrupted);
+  if (plan.estimate_only) return kExitOk;
   const bool child = plan.child.has_value();
   if (!o.quiet && !child) {
     // The backend is where the built-ins run: a run of plugins or workers alone has none to name.
@@ -70,6 +71,7 @@ Command add_check_command(CLI::App& app, Common& common) {
   CLI::App* check = app.add_subcommand("check", "run properties over subjects and write a report directory");
   c.app = check;
   add_common_options(check, common);
+  add_memory_option(check, common);
   check
       ->add_option(
           "--subject", co->subjects,

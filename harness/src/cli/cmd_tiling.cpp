@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "attncheck/memory.hpp"
 #include "common.hpp"
 #include "options.hpp"
 #include "plot.hpp"
@@ -21,8 +22,10 @@ int run_tiling(const TilingOptions& o, const Common& common) {
   if (!(s->has_op(AC_OP_ATTENTION) || s->has_op(AC_OP_SPLITKV)))
     throw UsageError("subject '" + o.subject +
                      "' has no attention: tiling needs a fused-attention or split-KV subject");
-  if (!o.report_dir.empty()) prepare_report_dir(o.report_dir, false);
   const RunConfig cfg = run_config(o.run);
+  if (memory_estimate_ends_command("tiling --subject " + o.subject, tiling_peak_bytes(*s, cfg), common))
+    return kExitOk;
+  if (!o.report_dir.empty()) prepare_report_dir(o.report_dir, false);
   const auto rows = tiling_report(*s, cfg);
   if (s->caps().num_tilings <= 0)
     std::printf("%s declares no tilings: one row per split configuration, Br and Bc shown as -\n",
@@ -63,6 +66,7 @@ Command add_tiling_command(CLI::App& app, Common& common) {
   c.app = app.add_subcommand("tiling",
                              "ulp error of one attention subject per tiling, split count and fold order");
   add_common_options(c.app, common);
+  add_memory_option(c.app, common);
   c.app->add_option("--subject", o->subject, "fused-attention or split-KV subject")
       ->required()
       ->check(non_empty());

@@ -88,4 +88,19 @@ rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, on
 constexpr int32_t kStreamedHeads = 64, kStreamedQueries = 130, kStreamedPartialKeys = 61;
 rc::Gen<AttentionInput> attention_streamed_input(const Domain&);
 
+// The largest inputs the generators above draw under a domain, as shapes (nothing allocated): what
+// the memory model (memory.hpp) bounds a run with. Each follows its generator's bounds, beside it in
+// generators.cpp, and changes with it.
+struct AttentionShape {
+  int64_t heads = 1, kv_heads = 1, head_size = 1;
+  std::vector<int64_t> seqlens_q, seqlens_k;
+};
+// attention_with (every attention generator but the streamed one), then the layer where drawn.
+std::vector<AttentionShape> largest_attention_shapes(const Domain&);
+AttentionShape largest_streamed_shape(const Domain&);
+// Rows x columns: softmax_input's (and the overflow band's), merge_input's rows (tokens x heads)
+// and head size.
+std::pair<int64_t, int64_t> largest_softmax_shape(const Domain&);
+std::pair<int64_t, int64_t> largest_merge_shape(const Domain&);
+
 }  // namespace attncheck::gen

@@ -3,12 +3,14 @@
 // machine's memory. Every figure is an upper bound of the resident set of attncheck's own process
 // with the built-in subjects (a plugin's or a worker's own allocations are the plugin's); the
 // derivation and the measurements it is checked against are in memory.cpp and
-// tests/harness/memory_bounds.sh.
+// tests/harness/memory_bounds.py.
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "attncheck/case.hpp"
+#include "attncheck/properties.hpp"
+#include "attncheck/subject.hpp"
 
 namespace attncheck {
 
@@ -28,6 +30,15 @@ double process_base_bytes();
 // call's copies of q, k, v, the subject's staging and its own buffers, the outputs), beyond the
 // caller's tensors.
 double attention_call_bytes(int64_t tq, int64_t tk, int64_t heads, int64_t kv_heads, int64_t head_size);
+
+// One (subject, property) pair of `check` in its own process: the largest case the property's
+// generator can draw for the subject under the run's limits (gen::largest_attention_shapes and the
+// others), checked with its judgements, outputs and shrink candidates, and the statistics'
+// sketches, which do not grow with the cases.
+double check_pair_peak_bytes(const Subject&, const PropertyInfo&, const RunConfig&);
+// `tiling` (and check's tiling rows) over one subject: its cases held at once, one judgement, and
+// the sketches of every (tiling, split count, fold order) row.
+double tiling_peak_bytes(const Subject&, const RunConfig&);
 
 // The one line of a refusal: "WHAT needs an estimated X GiB of memory, past the limit of Y GiB
 // (--max-memory)".

@@ -8,6 +8,7 @@
 // properties.hpp).
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <optional>
 
 #include "../property.hpp"
@@ -48,13 +49,17 @@ class SplitOrderDrift final : public Property {
     std::vector<AttentionOutput> outs;
     // Configurations often return the same bits (more splits than key blocks, one fold order of
     // two pieces). The judgement is a function of the input and the output bits, so a repeated
-    // output reuses the judgement of its first occurrence instead of being judged again.
+    // output reuses a judgement instead of being judged again. A judgement holds every judged
+    // element (memory.cpp: the largest part of a case's memory), so at most kHeldJudgements are
+    // held: the first configuration's, which drift measures against, and the latest distinct
+    // outputs' (a repeat is almost always of a neighbour); an output repeating an older one is
+    // judged again, with the same result.
     // Every configuration judges the same input: its reference side is computed once, when the
     // subject has taken the case.
     std::optional<PreparedAttention> judge;
-    std::vector<Judgement> judged;
-    std::vector<size_t> judgement_of;  // per config: its index in `judged`
-    std::vector<std::string> bits;     // per config: its output's bits (digest_bits)
+    std::optional<Judgement> first;
+    std::deque<std::pair<std::string, Judgement>> recent;  // (output bits, judgement), oldest first
+    std::vector<std::string> bits;                         // per config: its output's bits (digest_bits)
     for (const AttentionOptions& opt : configs) {
       Case cc = c;
       cc.options = opt;
@@ -62,15 +67,22 @@ class SplitOrderDrift final : public Property {
       before_launch(ctx, outs.empty() ? c : cc, /*write=*/outs.empty());
       outs.push_back(s.attention(a, opt));
       bits.push_back(digest_bits(outs.back().out, outs.back().lse));
-      size_t same = judged.size();
-      for (size_t i = 0; i + 1 < outs.size() && same == judged.size(); ++i)
-        if (bits[i] == bits.back()) same = judgement_of[i];
-      if (same == judged.size()) {
+      const Judgement* held = first && bits.front() == bits.back() ? &*first : nullptr;
+      for (const auto& [b, j] : recent)
+        if (!held && b == bits.back()) held = &j;
+      if (!held) {
         if (!judge) judge.emplace(a, ctx.cv, ctx.budget);
-        judged.push_back(judge->judge(outs.back()));
+        Judgement fresh = judge->judge(outs.back());
+        if (!first) {
+          first = std::move(fresh);
+          held = &*first;
+        } else {
+          if (recent.size() + 1 >= size_t(kHeldJudgements)) recent.pop_front();
+          recent.emplace_back(bits.back(), std::move(fresh));
+          held = &recent.back().second;
+        }
       }
-      judgement_of.push_back(same);
-      const Judgement& J = judged[same];
+      const Judgement& J = *held;
       record_stats(ctx, J);
       Outcome sub;
       rule_accuracy(sub, J, false);
@@ -89,8 +101,8 @@ class SplitOrderDrift final : public Property {
     }
     o.digest = outs.empty() ? std::string() : bits.front();
     if (!outs.empty()) {
-      o.drift = drift_ulps(ctx, a, outs, judged.front());
-      o.drift_counts = drift_counts(a, configs, outs, judged.front());
+      o.drift = drift_ulps(ctx, a, outs, *first);
+      o.drift_counts = drift_counts(a, configs, outs, *first);
     }
     return o;
   }
