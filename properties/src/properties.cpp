@@ -543,6 +543,14 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
       } catch (const CaseError&) {
       }
     }
+  } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported && !cancelled && avoid.empty()) {
+    // The property applies and its domain is not empty, yet no drawn case could be judged (the
+    // reference refused each one, or the generator discarded each): a pair that judged nothing
+    // never reads as a pass, nor as not applicable, which a gate skips (exit 1).
+    res.status = PropertyResult::Status::failed;
+    res.failures = 1;
+    res.failure_class = "judged_no_case";
+    res.message = "no drawn case could be judged: " + result.description;
   } else if (result.kind == RapidCheckResult::Kind::gave_up && !supported) {
     res.status = PropertyResult::Status::not_applicable;
     res.message = result.description;

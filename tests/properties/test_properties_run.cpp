@@ -10,6 +10,7 @@
 #include "attncheck/budgets.hpp"
 #include "attncheck/case_context.hpp"
 #include "attncheck/properties.hpp"
+#include "attncheck/reference/precision.hpp"
 #include "fakes.hpp"
 
 using namespace attncheck;
@@ -534,6 +535,26 @@ TEST_CASE(
   cfg.max_failures = 1;
   CHECK(run_property("accuracy", both, cfg).other_failures.empty());
   fs::remove_all(dir);
+}
+
+TEST_CASE("a pair that judged no case fails (judged_no_case), never passes nor reads as not applicable",
+          "[properties][refusals]") {
+  // The reference side refusing every case (here raised through the subject's call, which the
+  // runner treats as the reference's refusal): the property applies and its domain is not empty,
+  // yet nothing is judged.
+  struct ReferenceRefusesAll final : Fake {
+    ReferenceRefusesAll() : Fake("attn-unjudged", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures) {}
+    AttentionOutput attention(const AttentionInput&, const AttentionOptions&) override {
+      throw ref::ReferenceError("shape outside the reference");
+    }
+  } unjudged;
+  const PropertyResult r = run_property("accuracy", unjudged, small_config());
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "judged_no_case");
+  CHECK(r.cases_run == 0);
+  CHECK(r.message.rfind("no drawn case could be judged: ", 0) == 0);
+  CHECK(r.message.find(".cpp:") == std::string::npos);
 }
 
 TEST_CASE("refusals: a subject refusing every case fails with its reasons counted, a sample kept and a hint",
