@@ -78,6 +78,12 @@ std::string run_line(const Report& r) {
 // The note of a passing row: what a passing result still tells (a declared nondeterminism).
 std::string pass_note(const ReportEntry& e) {
   if (e.spread.compared == 0) return "";
+  if (e.property == "batch_invariance")
+    return "not declared batch invariant: " + std::to_string(e.spread.differing) + " of " +
+           std::to_string(e.spread.compared) +
+           " outputs changed between a sequence alone and in a batch, by at most " +
+           short_number(e.spread.max_budget) + " accuracy budgets (" + short_number(e.spread.max_ulps) +
+           " representable values apart)";
   return "nondeterministic by design: " + std::to_string(e.spread.differing) + " of " +
          std::to_string(e.spread.compared) + " outputs differed run to run, by at most " +
          short_number(e.spread.max_budget) + " accuracy budgets (" + short_number(e.spread.max_ulps) +

@@ -49,6 +49,10 @@ ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign) {
   c.num_tilings = kNumFusedTilings;
   c.max_splits = 1;
   c.fold_orders = 0;
+  // Every sequence is its own walk over its own keys, whatever the others of its call (the twin
+  // loops over sequences; its tiling and split count are the call's options). The CUDA kernels are
+  // not declared: batch_invariance reports what changes there.
+  if (!cuda) c.flags |= AC_CAP_BATCH_INVARIANT;
   return c;
 }
 

@@ -7,6 +7,7 @@
 // shared-memory race has no host analogue) and 13 (it needs a tensor past 2^31 elements); a CUDA
 // build registers every mutant for the CUDA backend as well.
 // Check: ctest --test-dir build -R mutants
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,9 +81,19 @@ constexpr MutantInfo kMutants[] = {
      "none at run time on the H200 (within the exact bound; sanitizers silent); statically, ptx_proxy_lint "
      "on its PTX",
      true},
+    {17, "mutant-fused-batch-tile",
+     "fused attention picks its key tile from the batch, as a scheduler switch does: Bc = 32 when the "
+     "call's longest query range times the GQA group passes 64, so one sequence's fold order depends on "
+     "its neighbours",
+     "fused", "batch_invariance", false},
 };
 
-enum class Family { merge, softmax, fused, splitkv, hopper };
+// batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
+enum class Family { merge, softmax, fused, splitkv, hopper, batch_tile };
+
+// The tiling mutant 17 switches to, (64, 32) in kFusedTilings, and where: a longest query range
+// times the GQA group past 64 (the switch point of a tile-shape heuristic).
+constexpr int kBatchTileTiling = 3, kBatchTileSwitch = 64;
 
 struct MutantSelf {
   Family family;
@@ -110,6 +121,17 @@ int softmax_mutant(void* self, const ac_softmax_args* args, char* err, size_t er
 
 int attention_mutant(void* self, const ac_attention_args* args, char* err, size_t err_len) {
   const auto* s = static_cast<const MutantSelf*>(self);
+  if (s->family == Family::batch_tile) {
+    ac_attention_args b = *args;
+    int64_t longest = 0;
+    for (int32_t i = 0; i < b.num_seqs; ++i)
+      longest = std::max<int64_t>(longest, b.cu_seqlens_q_host[i + 1] - b.cu_seqlens_q_host[i]);
+    if (longest * (b.num_heads / std::max(1, b.num_kv_heads)) > kBatchTileSwitch) b.tiling = kBatchTileTiling;
+#if defined(ATTNCHECK_HAVE_CUDA)
+    if (s->cuda) return fused_attention_cuda(b, FusedOptions{}, err, err_len);
+#endif
+    return fused_attention_host(b, FusedOptions{}, err, err_len);
+  }
   if (s->family == Family::splitkv) {
     SplitKVOptions o;
     o.mutation = fused::Mutation(s->mutation);
@@ -135,7 +157,7 @@ constexpr int32_t kHead128[] = {128};
 // naive softmax under softmax-safe's features, without AC_FEAT_NAIVE_EXP, which is its bug.
 ac_caps mutant_caps(const ac_caps& correct, Family family, bool gpu_only) {
   ac_caps c = correct;
-  if (family == Family::fused) {
+  if (family == Family::fused || family == Family::batch_tile) {
     c.num_tilings = 1;
     if (gpu_only) {
       c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16);
@@ -175,6 +197,7 @@ constexpr Registration kRegistrations[] = {
     {14, Family::hopper, 0},
     {15, Family::hopper, 0},
     {16, Family::hopper, 0},
+    {17, Family::batch_tile, 0},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -225,6 +248,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
       case Family::fused:
       case Family::splitkv:
       case Family::hopper:
+      case Family::batch_tile:
         s.attention = attention_mutant;
         break;
     }

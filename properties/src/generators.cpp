@@ -336,6 +336,7 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   if (c.num_tilings <= 0 && (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && d.max_keys >= kNominalTileKeys)
     d.tile_keys = kNominalTileKeys;
   d.zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) == 0;
+  d.max_batch = c.memory == AC_MEMORY_CUDA ? kMaxBatchDevice : kMaxBatchHost;
   return d;
 }
 
@@ -679,6 +680,101 @@ rc::Gen<AttentionInput> attention_overflow_band_input(const Domain& dom) {
     return attention_with(dom, c);
   });
 }
+int batch_limit(const Domain& dom) { return dom.max_batch > 0 ? dom.max_batch : kMaxBatchHost; }
+
+// The longest query range of a batch neighbour: past 128 queries of one KV head's group.
+int batch_max_queries(const Domain& dom) { return std::max(dom.max_tokens, 130); }
+int batch_max_keys(const Domain& dom) {
+  return std::max({dom.max_keys > 256 ? dom.max_keys : std::min(dom.max_keys, 64),
+                   dom.tile_keys > 0 ? 2 * dom.tile_keys + 8 : 0, 1});
+}
+
+rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
+  return g::exec([dom] {
+    AttentionInput a;
+    a.dtype = *g::elementOf(dom.dtypes);
+    a.head_size = *g::elementOf(dom.head_sizes);
+    const bool gqa = (dom.features & AC_FEAT_GQA) != 0;
+    a.num_kv_heads = int32_t(*g::inRange(1, 3));
+    const int group = gqa ? *g::element(1, 2, 4, 8) : 1;
+    a.num_heads = a.num_kv_heads * group;
+    const int min_tk = dom.zero_keys ? 0 : 1, max_tk = batch_max_keys(dom);
+    const bool long_rows = dom.max_keys > 256;
+    // One sequence of a kind: 0 decode (one query), 1 prefill (queries up to max_tokens), 2 empty
+    // key range (or one key where zero keys are refused), 3 a query range of group x Tq near 64 or
+    // 128, 4 a long row.
+    auto sequence = [&](int kind) {
+      int tq = 1, tk = 1;
+      switch (kind) {
+        case 0:
+          tk = *g::inRange(std::max(min_tk, 1), max_tk + 1);
+          break;
+        case 1:
+          tq = *g::inRange(1, dom.max_tokens + 1);
+          tk = *g::inRange(min_tk, std::min(max_tk, 64) + 1);
+          break;
+        case 2:
+          tq = *g::inRange(1, dom.max_tokens + 1);
+          tk = min_tk;
+          break;
+        case 3: {
+          const int target = *g::element(63, 64, 65, 127, 128, 129);
+          tq = std::max(1, (target + group - 1) / group);
+          tk = *g::inRange(std::max(min_tk, 1), std::min(max_tk, 64) + 1);
+          break;
+        }
+        default:
+          tq = *g::inRange(1, dom.max_tokens + 1);
+          tk = long_rows ? *g::inRange(dom.max_keys / 2, dom.max_keys + 1) : max_tk;
+      }
+      a.seqlens_q.push_back(tq);
+      a.seqlens_k.push_back(tk);
+    };
+    // How many neighbours: a few, up to the limit, or the limit itself (past the SM count on a
+    // device); their kinds mixed, or all decode rows (a decode batch that one prefill row joins:
+    // the victim).
+    const int limit = batch_limit(dom);
+    const int size_class = pick_class(4);
+    const int neighbours = size_class <= 1   ? *g::inRange(0, std::min(limit, 4))
+                           : size_class == 2 ? *g::inRange(0, limit)
+                                             : limit - 1;
+    const bool decode_batch = pick_class(3) == 0;
+    const int victim_kind = pick_class(5);
+    const int position = neighbours == 0 ? 0 : *g::element(0, neighbours / 2, neighbours);
+    for (int i = 0; i <= neighbours; ++i)
+      sequence(i == position ? victim_kind : decode_batch ? 0 : pick_class(5));
+    if (dom.features & AC_FEAT_CAUSAL) a.causal = pick_class(3) == 0;
+    if ((dom.features & AC_FEAT_MASK) && pick_class(4) == 0)
+      for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
+        const auto m = *any_mask(a.seqlens_q[s], a.seqlens_k[s]);
+        a.mask.insert(a.mask.end(), m.begin(), m.end());
+      }
+    int64_t T = 0, Tk = 0;
+    for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
+      T += a.seqlens_q[s];
+      Tk += a.seqlens_k[s];
+    }
+    const uint64_t seed = *any_seed();
+    const int64_t D = a.head_size;
+    a.softmax_scale = float(1.0 / std::sqrt(double(D)));
+    uniform_fill(a.dtype, seed, a.q, T * a.num_heads * D, 1, std::sqrt(3.0));
+    uniform_fill(a.dtype, seed, a.k, Tk * a.num_kv_heads * D, 2, std::sqrt(3.0));
+    uniform_fill(a.dtype, seed, a.v, Tk * a.num_kv_heads * D, 3, std::sqrt(3.0));
+    return a;
+  });
+}
+
+AttentionShape largest_batch_shape(const Domain& dom) {
+  // attention_batch_input: batch_limit sequences of the longest queries and keys a kind draws.
+  AttentionShape a;
+  a.kv_heads = 2;
+  a.heads = (dom.features & AC_FEAT_GQA) ? 16 : 2;
+  a.head_size = *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  a.seqlens_q.assign(size_t(batch_limit(dom)), batch_max_queries(dom));
+  a.seqlens_k.assign(size_t(batch_limit(dom)), batch_max_keys(dom));
+  return a;
+}
+
 rc::Gen<AttentionInput> attention_split_input(const Domain& dom) {
   return g::exec([dom] {
     ShapeChoice c;

@@ -77,6 +77,7 @@ Conventions conventions_of(const Subject& s) {
   v.flushes_subnormals = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0;
   v.refuses_zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
   v.nondeterministic = (c.flags & AC_CAP_NONDETERMINISTIC) != 0;
+  v.batch_invariant = (c.flags & AC_CAP_BATCH_INVARIANT) != 0;
   return v;
 }
 

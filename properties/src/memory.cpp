@@ -46,18 +46,20 @@ constexpr double kScoreBytes = 8;
 constexpr double kExactKeyBytes = 160;
 // Judgements a replay holds at once: split_order_drift kHeldJudgements (its outputs are up to 8
 // split counts x 3 fold orders); split_equals_whole its two parts, fast and exact (the parts
-// together no larger than the whole); every other property one.
+// together no larger than the whole); batch_invariance the batch's and the victims' alone; every
+// other property one.
 double judgements_held(const std::string& property) {
   if (property == "split_order_drift") return detail::kHeldJudgements;
   if (property == "split_equals_whole") return 4;
+  if (property == "batch_invariance") return 2;
   return 1;
 }
 // Subject outputs a case of the property keeps at once: split_order_drift's configurations and
-// its repeat, streamed_kv's launches.
+// its repeat, streamed_kv's launches, batch_invariance's batch and its victims alone.
 double configurations_per_case(const std::string& property) {
   if (property == "split_order_drift") return 25;
   if (property == "streamed_kv") return 3;
-  return 2;
+  return 2;  // batch_invariance: the batch and the batch with its victims' rows alone
 }
 
 }  // namespace

@@ -102,6 +102,10 @@ std::string first_difference(const AttentionInput& a, const AttentionOutput& fir
                              const AttentionOutput& second);
 // Two launches' outputs compared element by element (O and LSE) into a Spread.
 Spread spread_of(ac_dtype, const AttentionOutput& first, const AttentionOutput& second);
+// The largest |first - second| / allowed over the judged elements of J_first, the judgement of
+// `first` (rows the judgement skips, and non-finite exact values, are left out).
+double budget_spread(const AttentionInput& a, const Judgement& J_first, const AttentionOutput& first,
+                     const AttentionOutput& second);
 // Calls f(e, idx, col) for each element of an attention judgement J of input `a` whose verdict
 // is measured: exact value finite, row not skipped. For an O element idx is its index in the output
 // and col its column; for an LSE element idx is its row and col is -1.

@@ -55,6 +55,19 @@ Spread spread_of(ac_dtype d, const AttentionOutput& first, const AttentionOutput
   return s;
 }
 
+double budget_spread(const AttentionInput& a, const Judgement& J_first, const AttentionOutput& first,
+                     const AttentionOutput& second) {
+  double worst = 0;
+  for_each_measured(a, J_first, [&](const Elem& e, size_t i, int64_t) {
+    const bool o = e.out == Out::O;
+    const double x = o ? decode(a.dtype, first.out[i]) : double(first.lse[i]);
+    const double y = o ? decode(a.dtype, second.out[i]) : double(second.lse[i]);
+    if (x == y || (std::isnan(x) && std::isnan(y))) return;
+    worst = std::max(worst, e.allowed > 0 ? std::fabs(x - y) / e.allowed : INFINITY);
+  });
+  return worst;
+}
+
 std::string first_difference(const AttentionInput& a, const AttentionOutput& first,
                              const AttentionOutput& second) {
   const int64_t H = a.num_heads, D = a.head_size;

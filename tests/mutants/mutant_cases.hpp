@@ -102,13 +102,13 @@ inline std::vector<float> run_softmax(const ac_subject& s, ac_dtype dt, const st
   return y;
 }
 
-// One fp16 attention sequence: Q [tq, h, d], K/V [tk, hkv, d], softmax scale 1, tiling 0.
+// One fp16 attention sequence: Q [tq, h, d], K/V [tk, hkv, d], softmax scale 1, tiling 0 unless set.
 // Logits are steered exactly: q rows are one-hot on coordinate 0 (q = 1), so logit(t, j) = k_j[0].
 struct Attention {
   int h = 1, hkv = 1, d = 64, tq = 1, tk = 1;
   bool causal = false;
   std::vector<uint8_t> mask;  // empty, or [tq, tk]
-  int num_splits = 1;
+  int num_splits = 1, tiling = 0;
   std::vector<uint16_t> q, k, v;
   std::vector<uint16_t> out;
   std::vector<float> lse;  // [h, tq]
@@ -140,7 +140,7 @@ struct Attention {
                                     .scale(1.0f)
                                     .causal(causal)
                                     .mask(masked ? mask.data() : nullptr, masked ? cu_m : nullptr)
-                                    .tiling(0)
+                                    .tiling(tiling)
                                     .splits(num_splits, AC_FOLD_LEFT);
     char err[256] = {};
     if (s.attention(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);

@@ -16,7 +16,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 16);
+  REQUIRE(table.size() == 17);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -202,4 +202,36 @@ TEST_CASE("mutant 11: split-KV combine writes +inf for an all-empty row", "[muta
   CHECK(a.o(0, 0) == 0.0f);
   CHECK(a.lse_of(0, 0) == kInf);
   CHECK(a.lse_of(1, 0) == 0.0f);
+}
+
+TEST_CASE("mutant 17: the key tile follows the call's longest query range times the group",
+          "[mutants][attention]") {
+  // Two query heads on one KV head (group 2): 33 queries make 66, past 64, where the mutant runs
+  // the correct kernel with tiling 3 (Br 64, Bc 32); 32 queries make 64, not past it: tiling 0
+  // (64 x 64), the one it declares. q, k and v uniform on [-1, 1) from a fixed linear
+  // congruential stream (high entropy over every row and column): the row sums and O accumulators
+  // are sums of 4 tile sums under one width and of 8 under the other, and across 66 rows and 4224
+  // outputs their roundings show in some output's bits.
+  constexpr int kKeys = 256;
+  for (int tq : {32, 33}) {
+    auto fill = [&](mt::Attention& x) {
+      uint32_t state = 12345;
+      auto next = [&] {
+        state = state * 1664525u + 1013904223u;
+        return mt::h(float(state >> 8) * 0x1p-23f - 1.0f);
+      };
+      for (auto* t : {&x.q, &x.k, &x.v})
+        for (uint16_t& e : *t) e = next();
+    };
+    mt::Attention mutant(2, 1, tq, kKeys), wide(2, 1, tq, kKeys), narrow(2, 1, tq, kKeys);
+    for (auto* x : {&mutant, &wide, &narrow}) fill(*x);
+    narrow.tiling = 3;
+    mutant.run(subject("mutant-fused-batch-tile", true));
+    wide.run(subject("fused", false));
+    narrow.run(subject("fused", false));
+    CHECK((wide.lse != narrow.lse || wide.out != narrow.out));  // the widths are told apart here
+    const mt::Attention& expected = tq == 33 ? narrow : wide;
+    CHECK(mutant.out == expected.out);
+    CHECK(mutant.lse == expected.lse);
+  }
 }

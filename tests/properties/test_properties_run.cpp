@@ -61,7 +61,7 @@ void expect_fail(const std::string& prop, Subject& s, const std::string& cls) {
 }  // namespace
 
 TEST_CASE("registry: ten named properties with seed sections", "[properties]") {
-  CHECK(all_properties().size() == 10);
+  CHECK(all_properties().size() == 11);
   for (const auto& p : all_properties()) {
     CHECK(!p.description.empty());
     CHECK(!p.seed_section.empty());
@@ -576,5 +576,51 @@ TEST_CASE("refusals: a subject refusing every case fails with its reasons counte
   REQUIRE(r.corpus_files.size() == 1);
   CHECK(read_case_file(r.corpus_files[0]).note.rfind("refused_every_case: a sample", 0) == 0);
   CHECK(r.reproduce_command.find("replay " + r.corpus_files[0]) != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("batch_invariance: a sequence's bits alone and in a batch, declared or reported",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // A correct fake computes each sequence by itself: declared invariant, it passes.
+  Fake good("attn-batch-good", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  good.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult ok = run("batch_invariance", good, dir.string());
+  INFO(ok.message);
+  CHECK(ok.status == PropertyResult::Status::passed);
+  CHECK(ok.spread.compared == 0);
+  // One whose last bit of O flips in a call of several sequences: declared invariant it fails,
+  // shrunk to one neighbour of one query and key (a sequence of no query has no output, one of no
+  // key an exact zero the flip leaves alone); the flip is within budget, so nothing else fails.
+  Fake variant("attn-batch-variant", AC_OP_ATTENTION, Bug::attention_batch_variant, 0, -1,
+               fakes::kAttnFeatures);
+  variant.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult bad = run("batch_invariance", variant, dir.string());
+  INFO(bad.message);
+  CHECK(bad.status == PropertyResult::Status::failed);
+  CHECK(bad.failure_class == "batch_variant");
+  CHECK(bad.message.find("of a batch of 2") != std::string::npos);
+  CHECK(bad.message.find("differ at O[") != std::string::npos);
+  REQUIRE(!bad.corpus_files.empty());
+  const Case shrunk = read_case_file(bad.corpus_files.front());
+  const auto& a = std::get<AttentionInput>(shrunk.input);
+  REQUIRE(a.seqlens_q.size() == 2);
+  CHECK(a.seqlens_q[0] + a.seqlens_q[1] <= 2);
+  for (int32_t k : a.seqlens_k) CHECK(k <= 1);
+  CHECK(run("accuracy", variant, dir.string()).status == PropertyResult::Status::passed);
+  // Undeclared, the same kernel passes and the run reports what changed.
+  Fake reported("attn-batch-reported", AC_OP_ATTENTION, Bug::attention_batch_variant, 0, -1,
+                fakes::kAttnFeatures);
+  const PropertyResult rep = run("batch_invariance", reported, dir.string());
+  INFO(rep.message);
+  CHECK(rep.status == PropertyResult::Status::passed);
+  CHECK(rep.spread.differing > 0);
+  CHECK(rep.spread.max_ulps == 1);
+  CHECK(rep.spread.max_budget > 0);
+  CHECK(rep.spread.max_budget <= 1);
+  // Without varlen there is no batch: not applicable.
+  Fake single("attn-one-sequence", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures & ~AC_FEAT_VARLEN);
+  CHECK(run("batch_invariance", single, dir.string()).status == PropertyResult::Status::not_applicable);
   fs::remove_all(dir);
 }

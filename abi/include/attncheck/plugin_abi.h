@@ -183,9 +183,16 @@ typedef struct {
  * asks num_splits = 1 to repeat bit for bit, and a failure is not reclassified as nondeterministic
  * when its re-run differs. Every accuracy budget still holds on every launch. */
 #define AC_CAP_NONDETERMINISTIC 8u
+/* The subject's output for one sequence does not depend on the other sequences of its call: their
+ * number, lengths, kinds (decode or prefill) or its position among them. A kernel that picks its
+ * split count, tile shape or specialisation from the whole batch usually is not. batch_invariance
+ * then compares each sequence alone and in the batch bit for bit and fails on any difference;
+ * undeclared, it passes and reports what changed. Added within version 2: a plugin built before it
+ * never sets it. */
+#define AC_CAP_BATCH_INVARIANT 32u
 #define AC_CAP_KNOWN_V2                                                                \
   (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED | \
-   AC_CAP_NONDETERMINISTIC)
+   AC_CAP_NONDETERMINISTIC | AC_CAP_BATCH_INVARIANT)
 
 #if AC_TARGET_ABI_VERSION == 1
 typedef ac_caps_v1 ac_caps;

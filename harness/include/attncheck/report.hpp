@@ -57,7 +57,8 @@ struct ReportEntry {
   double shrink_seconds = 0;
   bool shrink_cut = false;  // shrinking stopped by --shrink-time or Ctrl-C
   double max_drift_ulp = 0;
-  Spread spread;  // run_to_run of a subject declared nondeterministic; written when compared > 0
+  Spread spread;  // run_to_run of a subject declared nondeterministic, batch_invariance of one not declared
+                  // batch invariant; written when compared > 0
   std::vector<DriftCounts> drift_by_splits;  // split_order_drift (PropertyResult)
   // Attention rows judged, of them escalated to the exact path, of those uncertified (PropertyResult).
   int64_t rows_judged = 0, rows_escalated = 0, rows_uncertified = 0;

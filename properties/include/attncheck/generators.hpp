@@ -28,7 +28,12 @@ struct Domain {
   bool zero_keys = true;            // sequences of 0 keys allowed (AC_CAP_REFUSES_ZERO_KEYS: not)
   int layer_tokens = 0;             // > 0: attention_input draws the Llama-3-8B layer shape (RunConfig)
   int64_t streamed_kv_bytes = 0;    // attention_streamed_input: K and V together hold at least this
+  int max_batch = 0;                // attention_batch_input: sequences in a batch (0: kMaxBatchHost/Device)
 };
+// The sequences a batch of attention_batch_input holds at most: on the host twins a few (each is
+// launched alone too), on a device past an H100's and H200's 132 SMs, so that batch sizes cross the
+// SM count schedulers compare with.
+constexpr int kMaxBatchHost = 12, kMaxBatchDevice = 140;
 // The key tile a subject that declares no tilings is tested as if it had, when the run's max_keys
 // reaches it: rows of up to 2 * 64 + 8 keys then cross the boundaries of 64- and 128-key tiles.
 constexpr int kNominalTileKeys = 64;
@@ -87,6 +92,13 @@ rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, on
 // drawn seed (the layer's splitmix64 fill), scores of variance 1.
 constexpr int32_t kStreamedHeads = 64, kStreamedQueries = 130, kStreamedPartialKeys = 61;
 rc::Gen<AttentionInput> attention_streamed_input(const Domain&);
+// A batch for batch_invariance (varlen subjects): up to max_batch sequences, one of which the
+// property calls the victim in turn; neighbours of every kind a scheduler looks at: decode rows
+// (one query), prefill rows, empty key ranges, a query range whose length times the GQA group sits
+// at 64 or 128 (tile-shape switches), long rows, many sequences (past the SM count on a device).
+// Values uniform of variance 1 from one drawn seed (high entropy: constant or impulse values hide
+// a changed fold order), causal or masked as a whole.
+rc::Gen<AttentionInput> attention_batch_input(const Domain&);
 
 // The largest inputs the generators above draw under a domain, as shapes (nothing allocated): what
 // the memory model (memory.hpp) bounds a run with. Each follows its generator's bounds, beside it in
@@ -98,6 +110,7 @@ struct AttentionShape {
 // attention_with (every attention generator but the streamed one), then the layer where drawn.
 std::vector<AttentionShape> largest_attention_shapes(const Domain&);
 AttentionShape largest_streamed_shape(const Domain&);
+AttentionShape largest_batch_shape(const Domain&);
 // Rows x columns: softmax_input's (and the overflow band's), merge_input's rows (tokens x heads)
 // and head size.
 std::pair<int64_t, int64_t> largest_softmax_shape(const Domain&);

@@ -20,22 +20,6 @@ class RunToRun final : public Property {
                   "fold order.",
                   "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
 
-  // The largest |first - second| / allowed over the judged elements of the first launch (rows the
-  // judgement skips, and non-finite exact values, are left out).
-  static double budget_spread(const Ctx& ctx, const AttentionInput& a, const AttentionOutput& first,
-                              const AttentionOutput& second) {
-    double worst = 0;
-    for_each_measured(a, judge_attention(a, first, ctx.cv, ctx.budget),
-                      [&](const Elem& e, size_t i, int64_t) {
-                        const bool o = e.out == Out::O;
-                        const double x = o ? decode(a.dtype, first.out[i]) : double(first.lse[i]);
-                        const double y = o ? decode(a.dtype, second.out[i]) : double(second.lse[i]);
-                        if (x == y || (std::isnan(x) && std::isnan(y))) return;
-                        worst = std::max(worst, e.allowed > 0 ? std::fabs(x - y) / e.allowed : INFINITY);
-                      });
-    return worst;
-  }
-
   Outcome check(Ctx& ctx, const Case& c) const override {
     Outcome o;
     const auto& a = std::get<AttentionInput>(c.input);
@@ -46,7 +30,8 @@ class RunToRun final : public Property {
     o.digest = digest_bits(first.out, first.lse);
     if (ctx.cv.nondeterministic) {
       o.spread = spread_of(a.dtype, first, second);
-      if (o.spread.differing > 0) o.spread.max_budget = budget_spread(ctx, a, first, second);
+      if (o.spread.differing > 0)
+        o.spread.max_budget = budget_spread(a, judge_attention(a, first, ctx.cv, ctx.budget), first, second);
       return o;
     }
     const std::string diff = first_difference(a, first, second);
