@@ -130,8 +130,9 @@ def same_text(where, run_message, replay_message):
     problem(where, f"message differs:\n    run:    {run_message}\n    replay: {replay_message}")
 
 
-def check_failure(where, f, md_lines):
-    """One failure of report.json (an entry's first failure or a further one); True if replayed."""
+def check_failure(where, f, md_line):
+    """One failure of report.json (an entry's first failure or a further one) and report.md's quoted
+    element line for it (None where report.md has none); True if replayed."""
     command = f.get("reproduce_command", "")
     w = f.get("worst_element")
     context, message, cls = f.get("context", ""), f.get("message", ""), f.get("failure_class", "")
@@ -169,8 +170,8 @@ def check_failure(where, f, md_lines):
     for field, key in (("ulp", "ulp"), ("cancel", "cancel_ulp"), ("ratio", "err_budget")):
         if el[field] != g3(w[key]):
             problem(where, f"{field}: report.json {g3(w[key])}, replay {el[field]}")
-    if el.group(0) not in md_lines:
-        problem(where, f"the replay's element line is not one of report.md's quoted elements: {el.group(0)}")
+    if el.group(0) != md_line:
+        problem(where, f"report.md quotes\n    {md_line}\n  the replay prints\n    {el.group(0)}")
     if first:
         message_agrees(where, first, el)
     return True
@@ -178,14 +179,23 @@ def check_failure(where, f, md_lines):
 
 def check_report(name, d):
     report = json.load(open(os.path.join(d, "report.json")))
-    md = open(os.path.join(d, "report.md")).read()
-    md_lines = set(re.findall(r"- quoted element: `([^`]*)`", md))
-    for line in md_lines:
-        e = ELEMENT.match(line)
-        if not e:
-            problem(name, f"report.md's quoted element does not read as an element line: {line}")
+    # report.md's quoted element lines under each "**SUBJECT / PROPERTY**" heading: the first
+    # failure's, then each further failure's, in report.json's order.
+    md = {}
+    key = None
+    for line in open(os.path.join(d, "report.md")).read().splitlines():
+        h = re.match(r"^\*\*(.+?) / (.+?)\*\*", line)
+        if h:
+            key = (h[1], h[2])
+        q = re.match(r"^\s*- quoted element: `([^`]*)`$", line)
+        if not q:
             continue
-        check_ulp0(name + " (report.md)", line, e["ulp"], e["ratio"])
+        md.setdefault(key, []).append(q[1])
+        e = ELEMENT.match(q[1])
+        if not e:
+            problem(name, f"report.md's quoted element does not read as an element line: {q[1]}")
+            continue
+        check_ulp0(name + " (report.md)", q[1], e["ulp"], e["ratio"])
     replayed = crashes = 0
     for r in report["results"]:
         where = f"{name}: {r['subject']} / {r['property']}"
@@ -199,9 +209,10 @@ def check_report(name, d):
             continue
         if r["status"] != "failed":
             continue
-        replayed += check_failure(where, r, md_lines)
-        for i, f in enumerate(r.get("other_failures", [])):
-            replayed += check_failure(f"{where} (further failure {i + 2})", f, md_lines)
+        lines = iter(md.get((r["subject"], r["property"]), []))
+        for i, f in enumerate([r] + r.get("other_failures", [])):
+            md_line = next(lines, None) if f.get("worst_element") else None
+            replayed += check_failure(where + (f" (further failure {i + 1})" if i else ""), f, md_line)
     return replayed, crashes
 
 
