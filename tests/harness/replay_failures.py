@@ -9,8 +9,9 @@ subject source: --plugin, --worker or --mutants) and
   - the replay fails (exit 1) with the failure class, the case context and the message of the run
     (a message the run's shrinking cut short keeps its note after the replay's message);
   - the replay's first element line is the quoted element of report.json (where, inputs, exact,
-    rounded, output, and ulp, cancellation-aware ulp and err/budget as printed) and one of
-    report.md's quoted element lines, word for word;
+    rounded, output, and ulp, cancellation-aware ulp and err/budget as printed) and, word for
+    word, report.md's quoted element line of that failure (under its "**SUBJECT / PROPERTY**"
+    heading, the first failure's, then each further failure's);
   - a message quoting an element ("WHERE: exact X, got Y (ulp U, ..., err/budget R)") quotes that
     same element: the same place, value, output, ulp and err/budget as the replay's element line;
   - a crashed pair's case crashes again on replay (exit 3);
