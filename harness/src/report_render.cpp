@@ -172,9 +172,15 @@ void html_failure(std::ostream& o, const FailureView& f) {
 }  // namespace
 
 std::string element_line(const WorstElement& w) {
-  return w.where + "  inputs " + w.input_bits + "  exact " + w.exact + "  rounded " + w.rounded_exact +
-         "  output " + w.output_bits + "  ulp " + short_number(w.ulp) + " (cancellation-aware " +
-         short_number(w.cancel_ulp) + ")  err/budget " + short_number(w.ratio);
+  std::string line = w.where + "  inputs " + w.input_bits + "  exact " + w.exact + "  rounded " +
+                     w.rounded_exact + "  output " + w.output_bits + "  ulp " + short_number(w.ulp) +
+                     " (cancellation-aware " + short_number(w.cancel_ulp) + ")  err/budget " +
+                     short_number(w.ratio);
+  // Over budget with a zero allowance: any error at all fails, however few ulps it is; the line
+  // says so, as the failure message does, or "ulp 0" beside err/budget above 1 reads as a
+  // contradiction.
+  if (w.ratio > 1 && w.allowed == 0) line += "  (allowance 0: only the exact value passes)";
+  return line;
 }
 
 std::string render_markdown(const Report& r) {

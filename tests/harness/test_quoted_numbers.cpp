@@ -89,7 +89,13 @@ PropertyResult run_and_replay(Subject& s, const std::string& property, ac_dtype 
   REQUIRE(!r.quoted.where.empty());
   REQUIRE(!r.context.empty());
   // An err/budget above 1 beside a plain ulp error of 0 must say why.
-  if (r.quoted.ratio > 1 && r.quoted.ulp == 0) CHECK(r.message.find("allowance") != std::string::npos);
+  // An err/budget above 1 beside a plain ulp error of 0 must say why: only a zero allowance makes it
+  // (any error fails), and the message and the element line both name it.
+  if (r.quoted.ratio > 1 && r.quoted.ulp == 0) {
+    CHECK(r.quoted.allowed == 0);
+    CHECK(r.message.find("the allowance is 0") != std::string::npos);
+    CHECK(element_line(r.quoted).find("allowance 0") != std::string::npos);
+  }
 
   // report.json keeps the quoted element and the context.
   const Report back = [&] {

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "attncheck/report.hpp"
@@ -74,6 +75,7 @@ Report failing_report() {
   a.quoted.ulp = 1024;
   a.quoted.cancel_ulp = 1024;
   a.quoted.ratio = 300;
+  a.quoted.allowed = 0.5 / 300;  // |1 - 0.5| over it: 300
   a.counterexample = "tokens=1 keys=2 heads=1 d=8";
   a.reproduce_command = "attncheck replay corpus/a.json --subject my-fa2";
   ReportEntry b = entry("my-fa2", "lse_convention", 5.0, 2.0, PropertyInfo::BudgetUse::lse_only);
@@ -225,4 +227,23 @@ TEST_CASE("a property that records no per-output statistics gets empty cells, no
   r.entries.push_back(e);
   CHECK(render_markdown(r).find("| pass | fused (host) | split_equals_whole |  |  | 100 | 0 |  |  |") !=
         std::string::npos);
+}
+
+TEST_CASE("an element line over a zero allowance says so; over a nonzero one it does not",
+          "[report][render]") {
+  WorstElement w;
+  w.where = "O[token=0,head=0,d=0]";
+  w.exact = "1e-45";
+  w.output_bits = "0x00000000 (0x0p+0)";
+  w.ulp = 0.7;
+  w.ratio = std::numeric_limits<double>::infinity();
+  w.allowed = 0;  // only the exact value passes
+  CHECK(element_line(w).find("err/budget inf  (allowance 0: only the exact value passes)") !=
+        std::string::npos);
+  w.allowed = 1e-46;
+  w.ratio = 14;
+  CHECK(element_line(w).find("allowance") == std::string::npos);
+  w.allowed = 0;
+  w.ratio = 0;  // exact: within a zero allowance
+  CHECK(element_line(w).find("allowance") == std::string::npos);
 }

@@ -1,10 +1,14 @@
 // Every property against a correct fake subject (it must pass) and against the broken fake it
 // exists to catch (it must fail, with the expected failure class): so each property can fail.
 // Also: failures are shrunk to small counterexamples and written to the corpus; the reproduce
-// string, seed and replay command are reported; non-determinism is its own finding.
+// string, seed and replay command are reported; non-determinism is its own finding; every failure
+// replays with the numbers it quoted.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "attncheck/budgets.hpp"
@@ -33,10 +37,58 @@ RunConfig small_config(const std::string& corpus = "") {
   return cfg;
 }
 
+// Every failure a fake's run produces is replayed from the case it wrote, against the same fake: the
+// replay fails with the same class and quotes the same element with the same numbers, and an
+// err/budget above 1 beside ulp 0 comes only with a zero allowance that the message names. The CLI's
+// failure sources are replayed by harness_replay_failures; these fakes are reachable only here.
+void replay_each_failure(const PropertyResult& r, Subject& s) {
+  if (r.status != PropertyResult::Status::failed) return;
+  struct One {
+    std::string file, cls, message;
+    WorstElement quoted;
+  };
+  std::vector<One> all;
+  if (!r.corpus_files.empty()) all.push_back({r.corpus_files[0], r.failure_class, r.message, r.quoted});
+  for (const DistinctFailure& f : r.other_failures)
+    all.push_back({f.corpus_file, f.failure_class, f.message, f.quoted});
+  CHECK(all.size() == 1 + r.other_failures.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const One& f = all[i];
+    INFO("replay of failure " << i + 1 << " on " << s.name() << ": " << f.cls << " " << f.message);
+    if (f.quoted.ratio > 1 && f.quoted.ulp == 0) {
+      CHECK(f.quoted.allowed == 0);
+      CHECK(f.message.find("the allowance is 0") != std::string::npos);
+    }
+    // Where a nondeterministic fake's launches differ is its own doing; a subject that refused
+    // every case left a sample it refuses again, which judges nothing.
+    if (f.cls == "nondeterministic" || f.cls == "refused_every_case") continue;
+    REQUIRE(!f.file.empty());
+    const ReplayResult rr = replay_case(read_case_file(f.file), s, f.file);
+    CHECK_FALSE(rr.passed);
+    CHECK(rr.failure_class == f.cls);
+    if (i == 0 && !r.shrink_cut) CHECK(rr.message == f.message);
+    if (f.quoted.where.empty()) continue;
+    REQUIRE(!rr.worst_elements.empty());
+    const WorstElement& w = rr.worst_elements.front();
+    CHECK(w.where == f.quoted.where);
+    CHECK(w.exact == f.quoted.exact);
+    CHECK(w.output_bits == f.quoted.output_bits);
+    // Bit for bit, NaN included: the same computation on the same case.
+    for (auto [x, y] :
+         {std::pair{w.ulp, f.quoted.ulp}, {w.cancel_ulp, f.quoted.cancel_ulp}, {w.ratio, f.quoted.ratio}})
+      CHECK(std::memcmp(&x, &y, sizeof x) == 0);
+  }
+}
+
+// Without a corpus of the test's own, the cases go to a scratch corpus, so that each failure can be
+// replayed.
 PropertyResult run(const std::string& prop, Subject& s, const std::string& corpus = "") {
-  const PropertyResult r = run_property(prop, s, small_config(corpus));
+  const fs::path scratch = fs::temp_directory_path() / ("ac_prop_replay_" + std::to_string(::getpid()));
+  const PropertyResult r = run_property(prop, s, small_config(corpus.empty() ? scratch.string() : corpus));
   INFO(prop << " on " << s.name() << ": " << status_name(r.status) << " " << r.failure_class << " "
             << r.message);
+  replay_each_failure(r, s);
+  if (corpus.empty()) fs::remove_all(scratch);
   return r;
 }
 

@@ -63,6 +63,8 @@ struct Options {
   }();
   int peer_cases = 100;
   bool quiet = false, no_correct = false, first_kill = false;
+  // How a failure's case is replayed: `replay --mutants` loads these subjects again.
+  ReproduceContext reproduce;
 };
 
 // One subject's outcome under the attncheck gate.
@@ -96,7 +98,9 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
     if (!p.in_gate || !property_applies(p, s)) continue;
     RunOptions run = o.run;
     run.corpus_dir = o.report_dir + "/corpus";
-    const PropertyResult r = run_property(p.name, s, run_config(run));
+    RunConfig cfg = run_config(run);
+    cfg.reproduce = o.reproduce;
+    const PropertyResult r = run_property(p.name, s, cfg);
     g.seconds_total += r.seconds;
     const bool fail =
         r.status == PropertyResult::Status::failed || r.status == PropertyResult::Status::crashed;
@@ -268,7 +272,7 @@ nlohmann::json to_json(const std::vector<Row>& rows) {
   return j;
 }
 
-int run(const Options& o) {
+int run(Options o, const Common& common) {
   // 1. Validate everything first.
   Backend backend;
   try {
@@ -283,6 +287,9 @@ int run(const Options& o) {
     throw Usage(e.what());
   }
   const bool cuda = res.backend == Backend::cuda;
+  o.reproduce.program = common.invoked_as;
+  o.reproduce.backend = backend_name(res.backend);
+  o.reproduce.source_flags = " --mutants";
   bool gate = false;
   std::vector<std::string> peers;
   for (const auto& name : split_csv(o.oracles)) {
@@ -402,7 +409,7 @@ int run(const Options& o) {
 
 }  // namespace
 
-Command add_mutants_command(CLI::App& app, Common&) {
+Command add_mutants_command(CLI::App& app, Common& common) {
   auto o = std::make_shared<Options>();
   auto list = std::make_shared<bool>(false);
   Command c;
@@ -434,7 +441,7 @@ Command add_mutants_command(CLI::App& app, Common&) {
       ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
   c.app->add_flag("--list", *list, "list the mutants and exit");
   c.app->add_flag("--quiet", o->quiet, "print only the table");
-  c.run = [o, list]() -> int {
+  c.run = [o, list, &common]() -> int {
     if (*list) {
       for (const kern::MutantInfo& m : kern::mutant_table())
         std::printf("%2d  %-34s %s\n    correct: %s; expected killer: %s%s\n", m.number, m.name, m.bug,
@@ -442,7 +449,7 @@ Command add_mutants_command(CLI::App& app, Common&) {
       return kExitOk;
     }
     try {
-      return run(*o);
+      return run(*o, common);
     } catch (const Usage& e) {
       std::fprintf(stderr, "attncheck mutants: %s\n", e.what());
       return kExitUsage;

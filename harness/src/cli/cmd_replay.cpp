@@ -166,6 +166,8 @@ Command add_replay_command(CLI::App& app, Common& common) {
   add_common_options(c.app, common);
   add_memory_option(c.app, common);
   c.app->add_option("files", o->inputs, "case files or directories")->required();
+  c.app->add_flag("--mutants", common.mutants,
+                  "also load the deliberately broken kernels of attncheck mutants (its reproduce commands)");
   c.app->add_option("--subject", o->subject, "subject to replay against (default: the case's own)")
       ->check(non_empty());
   c.run = [o, &common] { return run_replay(*o, common); };

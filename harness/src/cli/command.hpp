@@ -19,6 +19,7 @@ struct Common {
   std::vector<std::string> plugins;
   std::vector<std::string> worker_commands;  // --worker
   bool isolate = false;
+  bool mutants = false;  // --mutants (replay): the built-in mutant kernels load beside the built-ins
   double call_timeout_s = worker::kDefaultCallTimeoutS;
   double max_memory_gib = kDefaultMaxMemoryGiB;  // --max-memory (memory.hpp)
   bool estimate_memory = false;                  // --estimate-memory: print the estimate, do nothing

@@ -16,6 +16,7 @@
 #include "attncheck/backend.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/plugin.hpp"
+#include "common/registry.h"
 #include "options.hpp"
 
 namespace attncheck::cli {
@@ -104,6 +105,12 @@ SubjectSet load_subject_set(const Common& common) {
   try {
     set.backend = resolve_backend(requested).backend;
     set.all = load_builtin_subjects(requested, &set.backend_note);
+    if (common.mutants) {
+      // The subjects `attncheck mutants` ran, so that the reproduce command it records replays.
+      std::vector<ac_subject> raw;
+      kern::append_mutant_subjects(raw, set.backend == Backend::cuda);
+      for (auto& s : adapt_subjects(raw, "builtin-mutant")) set.all.push_back(std::move(s));
+    }
   } catch (const std::runtime_error& e) {
     throw UsageError(e.what());
   }
