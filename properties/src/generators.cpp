@@ -738,11 +738,16 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
     const int neighbours = size_class <= 1   ? *g::inRange(0, std::min(limit, 4))
                            : size_class == 2 ? *g::inRange(0, limit)
                                              : limit - 1;
+    // The batch's longest query range is one sequence's: at most one neighbour takes the 64 / 128
+    // band (kind 3), so the band costs one sequence, not many.
     const bool decode_batch = pick_class(3) == 0;
     const int victim_kind = pick_class(5);
     const int position = neighbours == 0 ? 0 : *g::element(0, neighbours / 2, neighbours);
-    for (int i = 0; i <= neighbours; ++i)
-      sequence(i == position ? victim_kind : decode_batch ? 0 : pick_class(5));
+    const int banded = neighbours > 0 && victim_kind != 3 && pick_class(3) == 0 ? *g::inRange(0, neighbours + 1) : -1;
+    for (int i = 0; i <= neighbours; ++i) {
+      const int other = decode_batch ? 0 : *g::element(0, 1, 2, 4);
+      sequence(i == position ? victim_kind : i == banded ? 3 : other);
+    }
     if (dom.features & AC_FEAT_CAUSAL) a.causal = pick_class(3) == 0;
     if ((dom.features & AC_FEAT_MASK) && pick_class(4) == 0)
       for (size_t s = 0; s < a.seqlens_q.size(); ++s) {

@@ -33,7 +33,7 @@ struct Domain {
 // The sequences a batch of attention_batch_input holds at most: on the host twins a few (each is
 // launched alone too), on a device past an H100's and H200's 132 SMs, so that batch sizes cross the
 // SM count schedulers compare with.
-constexpr int kMaxBatchHost = 12, kMaxBatchDevice = 140;
+constexpr int kMaxBatchHost = 8, kMaxBatchDevice = 140;
 // The key tile a subject that declares no tilings is tested as if it had, when the run's max_keys
 // reaches it: rows of up to 2 * 64 + 8 keys then cross the boundaries of 64- and 128-key tiles.
 constexpr int kNominalTileKeys = 64;
