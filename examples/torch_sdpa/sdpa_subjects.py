@@ -2,7 +2,11 @@
 (the README's recipe). Needs a CUDA GPU and torch >= 2.3.
 
     build/attncheck check --worker "python3 -m attncheck.worker examples/torch_sdpa/sdpa_subjects.py" \\
-        --subject sdpa-flash,sdpa-efficient,sdpa-math --report-dir sdpa-report
+        --subject sdpa-flash,sdpa-efficient,sdpa-math,flash-varlen --report-dir sdpa-report
+
+The three sdpa-* subjects call SDPA once per sequence, so no kernel ever sees the batch;
+flash-varlen calls the flash kernel's varlen op once over the whole batch (cu_seqlens), as engines
+do, which is what batch_invariance measures.
 
 What an SDPA adapter must take care of, and where this file does it:
 - LSE: SDPA returns none. The flash backend's aten op returns its logsumexp (base e,
@@ -99,3 +103,25 @@ def sdpa_efficient(call):
             description="SDPA math backend, bottom-right causal as a mask", **COMMON)
 def sdpa_math(call):
     return _run(call, _sdpa(SDPBackend.MATH))[0]
+
+
+def _flash_varlen(call):
+    cq, ck = call.cu_seqlens_q_host, call.cu_seqlens_k_host
+    max_q = max(cq[i + 1] - cq[i] for i in range(len(cq) - 1))
+    max_k = max(ck[i + 1] - ck[i] for i in range(len(ck) - 1))
+    dev = call.q.device
+    cu_q = torch.as_tensor(cq, dtype=torch.int32, device=dev)
+    cu_k = torch.as_tensor(ck, dtype=torch.int32, device=dev)
+    r = torch.ops.aten._flash_attention_forward(call.q, call.k, call.v, cu_q, cu_k, max_q, max_k, 0.0, False,
+                                                False, scale=float(call.softmax_scale))
+    out, lse = r[0], r[1]
+    if tuple(lse.shape) != (call.num_heads, call.q.shape[0]):
+        raise ac.Unsupported(f"flash varlen returned an LSE of shape {tuple(lse.shape)}, not [heads, total_q]")
+    return out, lse.float().contiguous()
+
+
+@ac.subject(name="flash-varlen", dtypes=("fp16", "bf16"), features=("varlen", "gqa", "lse"), refuses_zero_keys=True,
+            description="the flash kernel's varlen op over the whole batch (aten _flash_attention_forward)",
+            **COMMON)
+def flash_varlen(call):
+    return _flash_varlen(call)
