@@ -183,9 +183,17 @@ typedef struct {
  * asks num_splits = 1 to repeat bit for bit, and a failure is not reclassified as nondeterministic
  * when its re-run differs. Every accuracy budget still holds on every launch. */
 #define AC_CAP_NONDETERMINISTIC 8u
+/* The subject computes in flush-to-zero / denormals-are-zero fp32 arithmetic (a fast-math build):
+ * a subnormal input is read as 0, and every fp32 intermediate below 2^-126 (a score, a weight, a
+ * P V product, a partial sum) is flushed to 0. Attention and split-KV budgets then allow what those
+ * flushes can move a result by, each flushed term at most 2^-126 times its stated factor
+ * (properties/src/budgets.cpp), and a zero may stand for a subnormal output as under
+ * AC_CAP_FLUSHES_SUBNORMALS. Nothing else is relaxed: an error on normal numbers still fails. Added
+ * within version 2: a plugin built before it never sets it. */
+#define AC_CAP_FTZ_ARITHMETIC 16u
 #define AC_CAP_KNOWN_V2                                                                \
   (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED | \
-   AC_CAP_NONDETERMINISTIC)
+   AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC)
 
 #if AC_TARGET_ABI_VERSION == 1
 typedef ac_caps_v1 ac_caps;
