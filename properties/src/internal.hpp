@@ -43,6 +43,7 @@ struct Conventions {
   bool flushes_subnormals = false;   // a zero may stand for an exact subnormal (budgets.cpp)
   bool refuses_zero_keys = false;    // never called with a sequence of 0 keys
   bool nondeterministic = false;     // launches may differ in bits (AC_CAP_NONDETERMINISTIC)
+  bool ftz_arithmetic = false;       // FTZ / DAZ fp32 arithmetic (AC_CAP_FTZ_ARITHMETIC, budgets.cpp)
 };
 Conventions conventions_of(const Subject&);
 
