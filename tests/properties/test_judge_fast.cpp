@@ -439,6 +439,44 @@ TEST_CASE("declared FTZ arithmetic allows flushed subnormal inputs, and nothing 
   }
 }
 
+// note_flushed (rules.cpp): the clause a failure gains when its quoted element is a flushed zero or
+// lies near fp32's subnormal range, naming the declaration that would cover it.
+TEST_CASE("a failure at a flushed or near-subnormal element names the declaration", "[ftz]") {
+  auto note = [](ac_dtype d, double exact, double out, const Conventions& cv) {
+    Outcome o;
+    fail(o, "accuracy", "over budget");
+    Elem e;
+    e.dtype = d;
+    e.where = "O[token=0,head=0,d=0]";
+    e.exact = Real(exact);
+    e.out_value = out;
+    o.quoted = e;
+    note_flushed(o, cv);
+    return o.message;
+  };
+  const Conventions none;
+  Conventions ftz;
+  ftz.ftz_arithmetic = true;
+  ftz.flushes_subnormals = true;
+  const std::string ftz_clause = "declare ftz_arithmetic (AC_CAP_FTZ_ARITHMETIC)";
+  // fp32 zero for an exact subnormal, and a normal output 2^-126 near a value of 3 2^-128.
+  CHECK(note(AC_DTYPE_F32, 1e-39, 0.0, none) ==
+        "over budget; O[token=0,head=0,d=0] is a flushed zero: if the kernel flushes subnormals by design, " +
+            ftz_clause);
+  CHECK(note(AC_DTYPE_BF16, 3 * 0x1p-128, 0x1p-126, none).find(ftz_clause) != std::string::npos);
+  // Declared already: the declaration does not cover it, and nothing is suggested.
+  CHECK(note(AC_DTYPE_F32, 1e-39, 0.0, ftz) == "over budget");
+  // A nonzero fp32 subnormal output: the kernel does not flush (textbook at --seed 2 wrote one).
+  CHECK(note(AC_DTYPE_F32, -2.1019476964872256e-44, -0x1.4p-146, none) == "over budget");
+  // fp16: a zero for an exact fp16 subnormal (2^-20) is a flushed output; near 2^-14 is no fp32 flush.
+  CHECK(
+      note(AC_DTYPE_F16, 0x1p-20, 0.0, none).find("declare flushes_subnormals (AC_CAP_FLUSHES_SUBNORMALS)") !=
+      std::string::npos);
+  CHECK(note(AC_DTYPE_F16, 0x1p-13, 0x1.2p-13, none) == "over budget");
+  // Normal numbers far from 2^-126: nothing.
+  CHECK(note(AC_DTYPE_BF16, 0.75, 0.7734375, none) == "over budget");
+}
+
 namespace {
 PropertyResult run_with(JudgePath path, const std::string& prop, Subject& s) {
   set_default_judge_path(path);
