@@ -108,7 +108,9 @@ double attention_lse_allowance(const Budget& b, const AttentionRow& r, double ls
 }
 
 // FTZ / DAZ arithmetic (AC_CAP_FTZ_ARITHMETIC): the kernel reads a subnormal input as 0 and
-// flushes every fp32 result below T = 2^-126 to 0. A flush replaces a value x, |x| < T, by 0: it
+// flushes every fp32 result below T = 2^-126 to 0. The flushes are fp32's: an fp32 or bf16 input
+// below T reads as 0, while fp16's subnormals (2^-24 and up) are normal fp32 numbers and stay, so
+// T bounds every flushed input of every format. A flush replaces a value x, |x| < T, by 0: it
 // moves that value by less than T, and the output by T times what the output's derivative with
 // respect to that value can be. Counted per row of N visible keys, d the head size:
 //   - a score s_j = scale sum_c q_c k_jc: an input q_c read as 0 moves the product by |q_c k_jc| <
@@ -130,8 +132,9 @@ double attention_lse_allowance(const Budget& b, const AttentionRow& r, double ls
 //     much again: S 4 N T. The LSE, log l + m, moves by the same 4 N T, and the log, the addition of
 //     m and the change of base flushed add 3 T.
 // Total: O + T (2 N (vmax + 4) + 1) + S (4 N T + e^(2 Ds) - 1); LSE + Ds + (4 N + 3) T, in
-// natural-log units. Every term is absolute, below 2^-100 for any input of moderate size, and none
-// scales with the output's own ulp: a kernel that loses precision on normal numbers still fails.
+// natural-log units. Every term carries the factor T: below 2^-100 for inputs of moderate size,
+// none scales with the output's ulp, so a kernel that loses precision on normal numbers still fails.
+// A split-KV partial state without keys is exactly 0 and flushes nothing, hence N states at most.
 // A zero for a subnormal output is allowed as under AC_CAP_FLUSHES_SUBNORMALS (below), which an FTZ
 // kernel's final store also does. The weights' flush is AC_FEAT_FLUSHED_EXP's term as well; the two
 // may be declared together (the larger term, FTZ's, then contains it, and both are added).
@@ -191,8 +194,9 @@ double softmax_allowance(const Budget& b, ac_dtype d, double ulp_exact, double k
 // min_F) is still an error. An fp32 intermediate flushed inside the kernel moves its result by less
 // than 2^-126 per flushed term; a declared flush buys no allowance for that beyond the zero above,
 // so a kernel whose intermediate flushes push a normal output past its budget fails. (Attention's
-// weights p flushed by its exp2 are declared apart, AC_FEAT_FLUSHED_EXP, and allowed for in
-// attention_o_allowance.)
+// weights p flushed by its exp2 are declared apart, AC_FEAT_FLUSHED_EXP, and flushed inputs and
+// intermediates as a whole, AC_CAP_FTZ_ARITHMETIC; both are allowed for in the attention
+// allowances above.)
 double min_normal(ac_dtype d) { return d == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126; }
 bool flushed_zero_allowed(ac_dtype d, double exact, double allowed, bool negative) {
   if (!std::isfinite(exact)) return false;
