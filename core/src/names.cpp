@@ -40,6 +40,13 @@ constexpr std::array<Spelling<uint32_t>, 8> kFeatures{{{AC_FEAT_CAUSAL, "causal"
                                                        {AC_FEAT_NAIVE_EXP, "naive_exp"},
                                                        {AC_FEAT_SCORES_IN_INPUT_TYPE, "scores_in_input_type"},
                                                        {AC_FEAT_FLUSHED_EXP, "flushed_exp"}}};
+// The contract bits the worker protocol writes as boolean fields (AC_CAP_EMPTY_LSE_UNDEFINED is
+// spelled as empty_lse "undefined" instead).
+constexpr std::array<Spelling<uint32_t>, 5> kFlagFields{{{AC_CAP_REFUSES_ZERO_KEYS, "refuses_zero_keys"},
+                                                         {AC_CAP_FLUSHES_SUBNORMALS, "flushes_subnormals"},
+                                                         {AC_CAP_NONDETERMINISTIC, "nondeterministic"},
+                                                         {AC_CAP_FTZ_ARITHMETIC, "ftz_arithmetic"},
+                                                         {AC_CAP_BATCH_INVARIANT, "batch_invariant"}}};
 constexpr std::array<Spelling<RunStatus>, 5> kStatuses{{{RunStatus::passed, "passed"},
                                                         {RunStatus::failed, "failed"},
                                                         {RunStatus::crashed, "crashed"},
@@ -52,6 +59,7 @@ std::span<const Spelling<uint32_t>> op_spellings() { return kOps; }
 std::span<const Spelling<ac_dtype>> dtype_spellings() { return kDtypes; }
 std::span<const Spelling<ac_fold>> fold_spellings() { return kFolds; }
 std::span<const Spelling<uint32_t>> feature_spellings() { return kFeatures; }
+std::span<const Spelling<uint32_t>> flag_field_spellings() { return kFlagFields; }
 
 const char* op_name(uint32_t op) { return name_of<uint32_t>(kOps, op, "unknown"); }
 std::optional<uint32_t> op_from(std::string_view name) { return value_of<uint32_t>(kOps, name); }
@@ -62,6 +70,7 @@ const char* fold_name(ac_fold f) { return name_of<ac_fold>(kFolds, f, "unknown")
 std::optional<ac_fold> fold_from(std::string_view name) { return value_of<ac_fold>(kFolds, name); }
 const char* feature_name(uint32_t f) { return name_of<uint32_t>(kFeatures, f, "unknown"); }
 std::optional<uint32_t> feature_from(std::string_view name) { return value_of<uint32_t>(kFeatures, name); }
+const char* flag_name(uint32_t flag) { return name_of<uint32_t>(kFlagFields, flag, "unknown"); }
 const char* status_name(RunStatus s) { return name_of<RunStatus>(kStatuses, s, "unknown"); }
 std::optional<RunStatus> status_from(std::string_view name) { return value_of<RunStatus>(kStatuses, name); }
 

@@ -103,6 +103,19 @@ def _shuffled_f32(call):
     permutation per call, so a test run is repeatable while two launches differ)."""
     _calls[0] += 1
     rng = np.random.default_rng(_calls[0])
+    return _ordered_f32(call, rng.permutation)
+
+
+def _batch_ordered_f32(call):
+    """Attention whose fp32 sums over keys run backwards when the call holds more than one
+    sequence, as a kernel whose schedule follows its batch: each sequence's bits depend on its
+    neighbours, while a call repeats bit for bit."""
+    batched = len(call.cu_seqlens_q_host) > 2
+    return _ordered_f32(call, lambda n: np.arange(n)[::-1] if batched else np.arange(n))
+
+
+def _ordered_f32(call, order_of):
+    """Attention with fp32 sums over keys, one key at a time in the order order_of(keys) gives."""
     d = call.dtype
     tq_total, h = call.q.shape[0], call.num_heads
     out = np.zeros((tq_total, h, call.head_size), np.float32)
@@ -117,7 +130,7 @@ def _shuffled_f32(call):
                 continue
             s, mx, empty = _scores(call, qi, ki, visible)
             p = np.exp(s - np.where(empty[..., None], 0.0, mx)).astype(np.float32)  # [H, T, K]
-            order = rng.permutation(ki.shape[0])
+            order = order_of(ki.shape[0])
             acc = np.zeros(out[qs].transpose(1, 0, 2).shape, np.float32)  # [H, T, D]
             total = np.zeros(p.shape[:2], np.float32)
             for j in order:  # one key at a time, in fp32: the order sets the rounding
@@ -133,3 +146,10 @@ attention_np_nondet = ac.subject(name="attention-np-nondet", nondeterministic=Tr
                                  description="fp32 sums in a per-call key order, declared nondeterministic")(_shuffled_f32)
 attention_np_nondet_undeclared = ac.subject(name="attention-np-nondet-undeclared", tilings=[(64, 64)], **_ATT,
                                             description="fp32 sums in a per-call key order, undeclared")(_shuffled_f32)
+
+attention_np_batch_variant = ac.subject(
+    name="attention-np-batch-variant", batch_invariant=True, tilings=[(64, 64)], **_ATT,
+    description="fp32 sums backwards in a call of several sequences, declared batch invariant")(_batch_ordered_f32)
+attention_np_batch_reported = ac.subject(
+    name="attention-np-batch-reported", tilings=[(64, 64)], **_ATT,
+    description="fp32 sums backwards in a call of several sequences, not declared")(_batch_ordered_f32)

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
-#include "fused/fused_math.h"  // Mutation, ExpForm
+#include "fused/fused_math.h"  // Mutation, ExpForm, TwinArithmetic
 
 namespace attncheck::kern {
 
@@ -28,6 +28,7 @@ struct FusedOptions {
   fused::Mutation mutation{};  // host twin: none (0); another value runs an attention mutant
                                // (kernels/mutants/) through the twin's own walk
   fused::ExpForm exp_form{};   // host twin: how p is formed (fused_math.h); fused-hopper's twin sets it
+  fused::TwinArithmetic arithmetic{};  // host twin: IEEE, or FTZ / DAZ (fused_math.h)
 };
 
 // The compiled (Br, Bc) tilings, one list that both the kernel instantiations and the subjects'

@@ -66,17 +66,18 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
 
 namespace {
 
-// Writes one finished row: O / l rounded to the input type, LSE per the options.
+// Writes one finished row: O / l rounded to the input type, LSE per the options (each fp32 result
+// through the twin's arithmetic, fused_twin.h).
 void store_row(const fused::TwinRowState& s, DType t, void* out, int64_t out_index, float* lse,
                int64_t lse_index, const FusedOptions& o) {
-  const float inv = fused::inverse_row_sum(s.l);
+  const float inv = fused::twin_round(fused::inverse_row_sum(s.l), o.arithmetic);
   for (size_t c = 0; c < s.o.size(); ++c) {
-    const uint32_t bits = store_from_float(t, s.o[c] * inv);
+    const uint32_t bits = store_from_float(t, fused::twin_round(s.o[c] * inv, o.arithmetic));
     static_cast<uint16_t*>(out)[out_index + int64_t(c)] = uint16_t(bits);
   }
   if (lse) {
     const float sentinel = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
-    lse[lse_index] = fused::final_lse(s.m, s.l, o.lse_base == 2, sentinel);
+    lse[lse_index] = fused::twin_round(fused::final_lse(s.m, s.l, o.lse_base == 2, sentinel), o.arithmetic);
   }
 }
 
@@ -90,7 +91,10 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
     for (int head = 0; head < x.h; ++head) {
       const fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
       for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
-        const auto states = fused::twin_row_tile<M>(view, row0, br, bc, 0, view.tk, o.exp_form);
+        const auto states =
+            o.arithmetic.ieee()
+                ? fused::twin_row_tile<M>(view, row0, br, bc, 0, view.tk, o.exp_form)
+                : fused::twin_row_tile<M, true>(view, row0, br, bc, 0, view.tk, o.exp_form, o.arithmetic);
         for (size_t r = 0; r < states.size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
           store_row(states[r], x.dtype, a.out, (tok * x.h + head) * x.d, a.lse,

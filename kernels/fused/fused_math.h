@@ -94,6 +94,15 @@ AC_HD float tile_probability(float x, float m_offset) { return exp2_f(x - m_offs
 struct ExpForm {
   bool fma = false, flush = false;
 };
+// The twins' fp32 arithmetic (fused_twin.h applies it): IEEE by default. ftz: a kernel built with
+// flush-to-zero / denormals-are-zero (fast math): a subnormal input reads as 0 and every fp32 result
+// below 2^-126 is 0. mantissa_bits below 24: every fp32 result truncated to that many significant
+// bits, a kernel that loses precision on normal numbers (the tests' broken variant).
+struct TwinArithmetic {
+  bool ftz = false;
+  int mantissa_bits = 24;
+  bool ieee() const { return !ftz && mantissa_bits >= 24; }
+};
 // p of key j under form f: x = fl(s scale_log2) as the walk stored it (-inf, or mutant 7's
 // sentinel, for a hidden key), s its unscaled fp32 score (used only for a visible key under fma).
 inline float twin_probability(float x, float s, bool visible, float scale_log2, float m_offset, ExpForm f) {

@@ -10,7 +10,9 @@
 // Check: ctest --test-dir build -R kernels_attention_twin
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
@@ -93,6 +95,19 @@ TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int
                       a.softmax_scale * kLog2e};
 }
 
+// One fp32 value as arithmetic `ar` leaves it (TwinArithmetic, fused_math.h): below 2^-126 flushed
+// to a zero of its sign under ftz, then truncated toward zero to ar.mantissa_bits significant bits.
+inline float twin_round(float x, TwinArithmetic ar) {
+  if (ar.ftz && std::fabs(x) < 0x1p-126f) x = std::copysign(0.0f, x);
+  if (ar.mantissa_bits < 24 && std::isfinite(x)) {
+    uint32_t b = 0;
+    std::memcpy(&b, &x, 4);
+    b &= ~((1u << (24 - ar.mantissa_bits)) - 1u);
+    std::memcpy(&x, &b, 4);
+  }
+  return x;
+}
+
 // The unnormalised state of one row after the key range [k_lo, k_hi): m (base-2 scaled logits),
 // l, O~ (head_size floats).
 struct TwinRowState {
@@ -102,9 +117,18 @@ struct TwinRowState {
 
 // Runs the row tile [row0, row0 + br) over keys [k_lo, k_hi) in tiles of bc, as one CTA does, and
 // returns the state of every row of the tile that exists (row < tq). f: how p is formed (fused_math.h).
-template <Mutation M = Mutation::none>
+// Modelled: every input and fp32 result passes through twin_round(ar) (a non-IEEE TwinArithmetic);
+// false compiles the IEEE walk alone.
+template <Mutation M = Mutation::none, bool Modelled = false>
 std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int br, int bc, int64_t k_lo,
-                                        int64_t k_hi, ExpForm f = {}) {
+                                        int64_t k_hi, ExpForm f = {}, TwinArithmetic ar = {}) {
+  auto fl = [ar](float x) {
+    if constexpr (Modelled)
+      x = twin_round(x, ar);
+    else
+      (void)ar;
+    return x;
+  };
   const int d = h.head_size;
   const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(br, h.tq - row0));
   std::vector<TwinRowState> st(size_t(rows),
@@ -132,8 +156,8 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
         if (visible) {
           const float* kj = h.k + j * h.kv_stride;
           float dot = 0.0f;
-          for (int c = 0; c < d; ++c) dot += qr[c] * kj[c];
-          xj = dot * h.scale_log2;
+          for (int c = 0; c < d; ++c) dot = fl(dot + fl(fl(qr[c]) * fl(kj[c])));
+          xj = fl(dot * h.scale_log2);
           dots[size_t(j - n0)] = dot;
         }
         vis[size_t(j - n0)] = visible;
@@ -142,22 +166,23 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       }
       TwinRowState& s = st[size_t(r)];
       const float m_new = std::max(s.m, tile_max);
-      const float alpha = rescale_factor(s.m, m_new);
+      const float alpha = fl(rescale_factor(s.m, m_new));
       const float off = exponent_offset(m_new);
       float tile_sum = 0.0f;
       for (int j = 0; j < bc; ++j) {
-        p[size_t(j)] = twin_probability(x[size_t(j)], dots[size_t(j)], vis[size_t(j)], h.scale_log2, off, f);
-        tile_sum += p[size_t(j)];
+        p[size_t(j)] =
+            fl(twin_probability(x[size_t(j)], dots[size_t(j)], vis[size_t(j)], h.scale_log2, off, f));
+        tile_sum = fl(tile_sum + p[size_t(j)]);
       }
-      s.l = s.l * alpha + tile_sum;
+      s.l = fl(fl(s.l * alpha) + tile_sum);
       if constexpr (M != Mutation::forget_rescale_o)
-        for (float& o : s.o) o *= alpha;
+        for (float& o : s.o) o = fl(o * alpha);
       for (int64_t j = n0; j < n1; ++j) {
         // Masked keys inside the range are multiplied by p = 0 as on the GPU (same hazard: an
         // infinite value there gives NaN on both).
-        const float pj = round_through(h.dtype, p[size_t(j - n0)]);
+        const float pj = fl(round_through(h.dtype, p[size_t(j - n0)]));
         const float* vj = h.v + j * h.kv_stride;
-        for (int c = 0; c < d; ++c) s.o[size_t(c)] += pj * vj[c];
+        for (int c = 0; c < d; ++c) s.o[size_t(c)] = fl(s.o[size_t(c)] + fl(pj * fl(vj[c])));
       }
       s.m = m_new;
     }

@@ -78,7 +78,8 @@ double softmax_overflow_slack(double x) { return 1e-6 * std::fabs(x); }
 double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_S, double S, double cond,
                              double vmax) {
   const double N = r.keys;
-  double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8) * S + cond);
+  double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8) * S + cond) +
+                   attention_ftz_o_allowance(r, S, vmax);
   const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
   if (r.naive_exp && N > 0) {
@@ -95,7 +96,8 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
 double attention_lse_allowance(const Budget& b, const AttentionRow& r, double lse_scale, double cond,
                                double lse_unit) {
   const double N = r.keys;
-  double allowed = kFp32Unit * (b.lse_ulp * lse_scale + (N + 2 + cond) * lse_unit);
+  double allowed = kFp32Unit * (b.lse_ulp * lse_scale + (N + 2 + cond) * lse_unit) +
+                   attention_ftz_lse_allowance(r) * lse_unit;
   if (r.flushed_exp && N > 0) allowed += 0x1p-126 * N / std::max(r.sum_exp_scaled, 1.0) * lse_unit;
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
@@ -103,6 +105,53 @@ double attention_lse_allowance(const Budget& b, const AttentionRow& r, double ls
         (2 * unit_roundoff(r.dtype) + N * min_subnormal(r.dtype) / std::max(sum_exp, 1e-300)) * lse_unit;
   }
   return allowed;
+}
+
+// FTZ / DAZ arithmetic (AC_CAP_FTZ_ARITHMETIC): the kernel reads a subnormal input as 0 and
+// flushes every fp32 result below T = 2^-126 to 0. The flushes are fp32's: an fp32 or bf16 input
+// below T reads as 0, while fp16's subnormals (2^-24 and up) are normal fp32 numbers and stay, so
+// T bounds every flushed input of every format. A flush replaces a value x, |x| < T, by 0: it
+// moves that value by less than T, and the output by T times what the output's derivative with
+// respect to that value can be. Counted per row of N visible keys, d the head size:
+//   - a score s_j = scale sum_c q_c k_jc: an input q_c read as 0 moves the product by |q_c k_jc| <
+//     T |k_jc|, a k_jc by < T |q_c|; each of the d products and d partial sums flushed moves the
+//     dot by < T; the scaled score and the exponent argument s_j - m flushed, < T each (a base-2
+//     argument is in units of ln 2 < 1). So |ds_j| <= Ds = T (qk_abs + 2 d |scale| + 2), qk_abs =
+//     |scale| (sum_c |q_c| + max_j sum_c |k_jc|). Every weight p_j = e^(s_j - m) is then off by a
+//     factor within e^(+-Ds), which moves O = sum p v / sum p by at most (e^(2 Ds) - 1) S and the
+//     LSE by Ds.
+//   - the unnormalised sum O~ = sum_j p_j v_j of a column, per key j: v_j read as 0 (< p_j T <= T,
+//     p_j <= 1), p_j flushed (< T |v_j| <= T vmax), the product p_j v_j flushed (< T), the partial
+//     sum flushed (< T), the rescale alpha O~ flushed (< T): at most N T (vmax + 4), which O = O~ / l
+//     divides by l >= 1. A split-KV combine of at most N partial states (each one's O normalised,
+//     so these terms weigh in with shares summing to 1) adds per state a flushed weight, product and
+//     partial sum (< T vmax, T, T) and a flushed partial LSE: at most N T (vmax + 3) more; bounded
+//     together, 2 N T (vmax + 4). The final O~ / l flushed: T.
+//   - l = sum p: each p_j flushed and each partial sum flushed, 2 N T, so l is off relatively by
+//     2 N T / l <= 2 N T, which moves O by |O| <= S times as much; the combine's partial LSEs as
+//     much again: S 4 N T. The LSE, log l + m, moves by the same 4 N T, and the log, the addition of
+//     m and the change of base flushed add 3 T.
+// Total: O + T (2 N (vmax + 4) + 1) + S (4 N T + e^(2 Ds) - 1); LSE + Ds + (4 N + 3) T, in
+// natural-log units. Every term carries the factor T: below 2^-100 for inputs of moderate size,
+// none scales with the output's ulp, so a kernel that loses precision on normal numbers still fails.
+// A split-KV partial state without keys is exactly 0 and flushes nothing, hence N states at most.
+// A zero for a subnormal output is allowed as under AC_CAP_FLUSHES_SUBNORMALS (below), which an FTZ
+// kernel's final store also does. The weights' flush is AC_FEAT_FLUSHED_EXP's term as well; the two
+// may be declared together (the larger term, FTZ's, then contains it, and both are added).
+namespace {
+double attention_ftz_score_shift(const AttentionRow& r) {
+  return 0x1p-126 * (r.qk_abs + 2 * r.head_size * r.scale_abs + 2);
+}
+}  // namespace
+double attention_ftz_o_allowance(const AttentionRow& r, double S, double vmax) {
+  if (!r.ftz) return 0;
+  const double T = 0x1p-126, N = r.keys;
+  return T * (2 * N * (vmax + 4) + 1) + S * (4 * N * T + std::expm1(2 * attention_ftz_score_shift(r)));
+}
+double attention_ftz_lse_allowance(const AttentionRow& r) {
+  if (!r.ftz) return 0;
+  const double T = 0x1p-126;
+  return attention_ftz_score_shift(r) + (4 * r.keys + 3) * T;
 }
 
 // Merge O: |O - exact| <= o_ulp * ulp_F(S) + 2^-23 (|M| + 8) S + 2^-149 T with S = w_a|O_a| +
@@ -145,8 +194,9 @@ double softmax_allowance(const Budget& b, ac_dtype d, double ulp_exact, double k
 // min_F) is still an error. An fp32 intermediate flushed inside the kernel moves its result by less
 // than 2^-126 per flushed term; a declared flush buys no allowance for that beyond the zero above,
 // so a kernel whose intermediate flushes push a normal output past its budget fails. (Attention's
-// weights p flushed by its exp2 are declared apart, AC_FEAT_FLUSHED_EXP, and allowed for in
-// attention_o_allowance.)
+// weights p flushed by its exp2 are declared apart, AC_FEAT_FLUSHED_EXP, and flushed inputs and
+// intermediates as a whole, AC_CAP_FTZ_ARITHMETIC; both are allowed for in the attention
+// allowances above.)
 double min_normal(ac_dtype d) { return d == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126; }
 bool flushed_zero_allowed(ac_dtype d, double exact, double allowed, bool negative) {
   if (!std::isfinite(exact)) return false;

@@ -45,6 +45,7 @@ struct Conventions {
   bool flushes_subnormals = false;   // a zero may stand for an exact subnormal (budgets.cpp)
   bool refuses_zero_keys = false;    // never called with a sequence of 0 keys
   bool nondeterministic = false;     // launches may differ in bits (AC_CAP_NONDETERMINISTIC)
+  bool ftz_arithmetic = false;       // FTZ / DAZ fp32 arithmetic (AC_CAP_FTZ_ARITHMETIC, budgets.cpp)
   bool batch_invariant = false;      // a sequence's bits do not depend on its batch (AC_CAP_BATCH_INVARIANT)
 };
 Conventions conventions_of(const Subject&);

@@ -257,16 +257,19 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   for (int64_t c = 0; c < D; ++c) q[size_t(c)] = decode(a.dtype, a.q[size_t((t * H + h) * D + c)]);
   // Scores in double, for the allowance and the hazard prediction.
   std::vector<double> A;
+  double kabs_max = 0;  // max_j sum_c |k_jc| (FTZ arithmetic's allowance only)
   for (int64_t j = 0; j < rk.num_keys; ++j) {
     if (!rk.visible[size_t(j)]) continue;
     const int64_t key = rk.key_begin + j;
     const float* krow = kv.k.data() + size_t((key * Hkv + kvh) * D);
-    double dot = 0, adot = 0;
+    double dot = 0, adot = 0, kabs = 0;
     for (int64_t c = 0; c < D; ++c) {
       const double prod = q[size_t(c)] * double(krow[c]);
       dot += prod;
       adot += std::fabs(prod);
+      if (cv.ftz_arithmetic) kabs += std::fabs(double(krow[c]));
     }
+    kabs_max = std::max(kabs_max, kabs);
     r.s.push_back(double(a.softmax_scale) * dot);
     A.push_back(std::fabs(double(a.softmax_scale)) * adot);
     r.keys.push_back(key);
@@ -297,6 +300,13 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.sum_exp_scaled = sum_exp_scaled;
   r.ar.naive_exp = cv.naive_exp;
   r.ar.flushed_exp = cv.flushed_exp;
+  if (cv.ftz_arithmetic) {
+    double qabs = 0;
+    for (const double x : q) qabs += std::fabs(x);
+    r.ar.ftz = true;
+    r.ar.scale_abs = std::fabs(double(a.softmax_scale));
+    r.ar.qk_abs = r.ar.scale_abs * (qabs + kabs_max);
+  }
   r.vmax.assign(size_t(D), 0.0);
   if (n > 0 && r.keys.back() - r.keys.front() + 1 == int64_t(n)) {  // one run of keys
     r.vabs_shared = kv.vabs.data() + kv.col(kvh, 0) + size_t(r.keys.front());

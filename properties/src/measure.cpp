@@ -74,9 +74,11 @@ Conventions conventions_of(const Subject& s) {
   v.has_lse = (c.features & AC_FEAT_LSE) != 0;
   v.layout = c.lse_layout;
   v.empty_lse_undefined = (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) != 0;
-  v.flushes_subnormals = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0;
   v.refuses_zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
   v.nondeterministic = (c.flags & AC_CAP_NONDETERMINISTIC) != 0;
+  v.ftz_arithmetic = (c.flags & AC_CAP_FTZ_ARITHMETIC) != 0;
+  // FTZ arithmetic flushes the final store too: its outputs' zeros are judged as declared ones.
+  v.flushes_subnormals = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0 || v.ftz_arithmetic;
   v.batch_invariant = (c.flags & AC_CAP_BATCH_INVARIANT) != 0;
   return v;
 }

@@ -354,6 +354,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     Outcome o;
     try {
       o = prop->check(ctx, c);
+      note_flushed(o, ctx.cv);
     } catch (const SubjectError& e) {
       if (e.kind == SubjectError::Kind::interrupted) {
         cancelled = true;
@@ -658,6 +659,7 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
       o = accuracy->check(ctx, run);
       judged_by += "+" + accuracy->info().name;
     }
+    note_flushed(o, ctx.cv);
     r.passed = o.ok;
     r.crashed = o.crashed;
     r.context = case_context(run, &subject.caps(), o.quoted ? o.quoted->row : -1);

@@ -128,6 +128,10 @@ void fail(Outcome&, const std::string& failure_class, const std::string& message
 // keep_worst, then fail with `prefix` and the element's line; the first failure's element becomes
 // the outcome's quoted one.
 void fail_at(Outcome&, const std::string& failure_class, const std::string& prefix, const Elem&);
+// A failure whose quoted element is a flushed zero or lies near fp32's subnormal range gains one
+// clause naming the declaration that would cover it (ftz_arithmetic, or flushes_subnormals for a
+// zero output of a subnormal exact value), unless the subject declares it already.
+void note_flushed(Outcome&, const Conventions&);
 // to_worst with the element's error / budget and absolute allowance, for the quoted element and
 // replay's list.
 WorstElement worst_element(const Elem&);

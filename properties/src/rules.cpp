@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "attncheck/names.hpp"
 #include "property.hpp"
 
 namespace attncheck::detail {
@@ -115,6 +116,26 @@ std::string elem_line(const Elem& e) {
     line += "; |error| " + g(std::fabs(e.out_value - e.exact.convert_to<double>())) +
             " exceeds the allowance " + g(e.allowed) + ", below one ulp of the output format";
   return line;
+}
+
+// Within 2^10 of fp32's smallest normal, flushed fp32 intermediates (a few hundred terms of up to
+// 2^-126 each, budgets.cpp) can decide an element; an FTZ kernel's element there fails on them. A
+// nonzero fp32 or bf16 subnormal output shows that the kernel does not flush its results (fp16's
+// subnormals are normal fp32 numbers and show nothing): no flush declaration is its cause.
+void note_flushed(Outcome& o, const Conventions& cv) {
+  if (o.ok || o.crashed || !o.quoted) return;
+  const Elem& e = *o.quoted;
+  if (!e.exact_finite || !e.out_finite) return;
+  const double x = std::fabs(e.exact.convert_to<double>()), y = std::fabs(e.out_value);
+  if (e.dtype != AC_DTYPE_F16 && y > 0 && y < 0x1p-126) return;
+  std::string declare;
+  if (std::max(x, y) < 0x1p-116 && !cv.ftz_arithmetic)
+    declare = flag_name(AC_CAP_FTZ_ARITHMETIC) + std::string(" (AC_CAP_FTZ_ARITHMETIC)");
+  else if (y == 0 && x < min_normal(e.dtype) && !cv.flushes_subnormals)
+    declare = flag_name(AC_CAP_FLUSHES_SUBNORMALS) + std::string(" (AC_CAP_FLUSHES_SUBNORMALS)");
+  if (declare.empty()) return;
+  o.message += "; " + e.where + (y == 0 ? " is a flushed zero" : " lies near the subnormal range") +
+               ": if the kernel flushes subnormals by design, declare " + declare;
 }
 
 void fail_at(Outcome& o, const std::string& cls, const std::string& prefix, const Elem& e) {

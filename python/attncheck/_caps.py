@@ -51,14 +51,19 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
                   lse_base: str = "e", lse_layout: str = "heads_tokens", empty_lse: str = "-inf", features: Any = (),
                   tilings: Sequence[Tuple[int, int]] = (), max_splits: int = 0, fold_orders: Any = (),
                   description: str = "", refuses_zero_keys: bool = False, flushes_subnormals: bool = False,
-                  nondeterministic: bool = False) -> Dict[str, Any]:
+                  nondeterministic: bool = False, ftz_arithmetic: bool = False,
+                  batch_invariant: bool = False) -> Dict[str, Any]:
     """Returns the handshake dictionary of one subject (protocol 2 and 3), or raises CapsError naming the
     problem.
 
     refuses_zero_keys: the subject cannot be called with a sequence of 0 keys; attncheck never does.
     flushes_subnormals: outputs whose exact value is subnormal may come back as 0 (FTZ / DAZ).
+    ftz_arithmetic: the kernel computes in FTZ / DAZ fp32 arithmetic (fast math): subnormal inputs
+    read as 0 and fp32 intermediates below 2^-126 flushed; the budgets allow each flushed term.
     nondeterministic: two launches on the same input may differ in bits (atomics, timing-ordered
     combines); run_to_run then reports the spread instead of failing.
+    batch_invariant: a sequence's output does not depend on the other sequences of its call;
+    batch_invariance then fails on any bit that changes (undeclared, it reports what changed).
     empty_lse="undefined": an empty row's LSE is not judged (its O = 0 still is).
     tilings: may be empty for attention / splitkv (a black-box kernel picks its own)."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
@@ -82,13 +87,15 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     if empty_lse not in EMPTY_LSE:
         raise CapsError(f"subject {name!r}: empty_lse must be '-inf', '+inf' or 'undefined', not {empty_lse!r}")
     for field, value in (("refuses_zero_keys", refuses_zero_keys), ("flushes_subnormals", flushes_subnormals),
-                         ("nondeterministic", nondeterministic)):
+                         ("nondeterministic", nondeterministic), ("ftz_arithmetic", ftz_arithmetic),
+                         ("batch_invariant", batch_invariant)):
         if not isinstance(value, bool):
             raise CapsError(f"subject {name!r}: {field} must be True or False, not {value!r}")
     d = {"name": name, "description": description or name, "ops": list(ops), "dtypes": list(dtypes),
          "memory": memory, "lse_base": str(lse_base), "lse_layout": lse_layout, "empty_lse": empty_lse,
          "features": list(features), "refuses_zero_keys": refuses_zero_keys,
-         "flushes_subnormals": flushes_subnormals, "nondeterministic": nondeterministic}
+         "flushes_subnormals": flushes_subnormals, "nondeterministic": nondeterministic,
+         "ftz_arithmetic": ftz_arithmetic, "batch_invariant": batch_invariant}
     if head_sizes is not None and head_size_range is not None:
         raise CapsError(f"subject {name!r}: give head_sizes or head_size_range, not both")
     if head_sizes is not None:
@@ -137,7 +144,7 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
 
 
 # The fields protocol 2 added; as_protocol_1() removes them.
-V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals", "nondeterministic")
+V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant")
 
 
 def as_protocol_1(d: Dict[str, Any]) -> Dict[str, Any]:

@@ -18,7 +18,8 @@
 Capabilities use the worker protocol's words (the C ABI's ac_caps as names) and are validated
 when the subject is created: a bad declaration raises CapsError at import, naming the field.
 Contracts of real kernels: refuses_zero_keys=True (the kernel cannot take a sequence with no
-keys), flushes_subnormals=True (FTZ / DAZ), empty_lse="undefined" (an empty row's LSE is garbage),
+keys), flushes_subnormals=True (subnormal outputs flushed), ftz_arithmetic=True (FTZ / DAZ fp32
+arithmetic: subnormal inputs and intermediates flushed), empty_lse="undefined" (an empty row's LSE is garbage),
 nondeterministic=True (launches may differ in bits by design; run_to_run reports the spread), and
 tilings may be left empty.
 Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or module:object).
@@ -43,7 +44,7 @@ class DeviceError(Exception):
 
 _CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
                "features", "tilings", "max_splits", "fold_orders", "description", "refuses_zero_keys",
-               "flushes_subnormals", "nondeterministic")
+               "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant")
 
 
 class Subject:
@@ -64,6 +65,8 @@ class Subject:
     refuses_zero_keys: bool = False  # never called with a sequence of 0 keys
     flushes_subnormals: bool = False  # FTZ / DAZ: an exact subnormal output may come back as 0
     nondeterministic: bool = False  # launches may differ in bits by design (atomics, timing-ordered combines)
+    ftz_arithmetic: bool = False  # FTZ / DAZ fp32 arithmetic: subnormal inputs and intermediates flushed
+    batch_invariant: bool = False  # a sequence's bits do not depend on the other sequences of its call
     max_splits: int = 0
     fold_orders: Sequence[str] = ()
     description: str = ""

@@ -19,6 +19,8 @@ def test_valid_declaration_is_the_handshake_dictionary():
     (dict(ops="merge", dtypes="fp16", refuses_zero_keys="yes"), "refuses_zero_keys must be True or False"),
     (dict(ops="merge", dtypes="fp16", flushes_subnormals=1), "flushes_subnormals must be True or False"),
     (dict(ops="merge", dtypes="fp16", nondeterministic="sometimes"), "nondeterministic must be True or False"),
+    (dict(ops="attention", dtypes="bf16", ftz_arithmetic="fast-math"), "ftz_arithmetic must be True or False"),
+    (dict(ops="attention", dtypes="bf16", batch_invariant=1), "batch_invariant must be True or False"),
     (dict(ops="merge", dtypes="fp16", head_size_range=(0, 8)), "head_size_range (0, 8) is empty or starts below 1"),
     (dict(ops="splitkv", dtypes="fp16"), "declares splitkv but max_splits < 1"),
     (dict(ops="attention", dtypes="fp16", tilings=[(64, 0)]), "has Br or Bc <= 0"),
@@ -50,9 +52,14 @@ def test_bad_name_and_missing_method():
 
 def test_protocol_2_contracts_are_declared_and_tilings_optional():
     s = ac.subject(name="fa", ops="attention", dtypes="fp16", features="lse", refuses_zero_keys=True,
-                   flushes_subnormals=True, empty_lse="undefined", nondeterministic=True)(lambda call: None)
+                   flushes_subnormals=True, empty_lse="undefined", nondeterministic=True,
+                   ftz_arithmetic=True)(lambda call: None)
     d = s.declaration
     assert d["refuses_zero_keys"] is True and d["flushes_subnormals"] is True and d["nondeterministic"] is True
+    assert d["ftz_arithmetic"] is True
+    assert ac.subject(name="inv", ops="attention", dtypes="fp16", batch_invariant=True)(
+        lambda call: None).declaration["batch_invariant"] is True
+    assert ac.subject(name="plain", ops="merge", dtypes="fp16")(lambda call: None).declaration["ftz_arithmetic"] is False
     assert d["empty_lse"] == "undefined" and d["tilings"] == []
 
 

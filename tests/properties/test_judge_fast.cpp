@@ -382,6 +382,101 @@ TEST_CASE("a declared flushed exp2 may drop a weight below 2^-126, and only then
   }
 }
 
+// AC_CAP_FTZ_ARITHMETIC's allowance (budgets.cpp): bf16, one query of zeros, two keys of d = 64
+// (scores 0 and 0, weights 1/2 each, LSE ln 2). Column 0 of V: 2^-125 and -2^-127, a bf16
+// subnormal. Exact O[0] = (2^-125 - 2^-127) / 2 = 3 2^-128. An FTZ kernel reads the subnormal as 0:
+// O[0] = 2^-125 / 2 = 2^-126, a normal number 2^-128 away. The rest of the allowance is 4 ulp_bf16(S)
+// = 4 2^-133 = 2^-131 (S = 5 2^-128 lies in [2^-126, 2^-125)) plus fp32 terms near 2^-24 S: the
+// error is 8 times over it, and a zero is no output here for the flush rule to accept. The FTZ term
+// is 2^-126 (2 N (vmax + 4) + 1) >= 17 2^-126. A second output loses precision on normal numbers
+// (V column 1: 1 and 0.5, exact 0.75, written as 0.75 + 6 2^-8, 6 bf16 ulps): over budget with or
+// without the declaration, which adds below 2^-120 there.
+TEST_CASE("declared FTZ arithmetic allows flushed subnormal inputs, and nothing on normal numbers",
+          "[judge][ftz]") {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_BF16;
+  a.head_size = 64;
+  a.seqlens_q = {1};
+  a.seqlens_k = {2};
+  a.softmax_scale = 0.125f;
+  a.q.assign(64, fakes::enc(a.dtype, 0.0));
+  a.k.assign(128, fakes::enc(a.dtype, 1.0));
+  a.v.assign(128, fakes::enc(a.dtype, 0.0));
+  a.v[0] = fakes::enc(a.dtype, 0x1p-125);
+  a.v[64] = fakes::enc(a.dtype, -0x1p-127);
+  REQUIRE((a.v[64] & 0x7f80u) == 0);  // a subnormal (exponent field 0), held exactly
+  a.v[1] = fakes::enc(a.dtype, 1.0);
+  a.v[65] = fakes::enc(a.dtype, 0.5);
+  const Exact x = exact_of(a, ref::LseBase::e);
+  REQUIRE(x.o[0] == 3 * 0x1p-128);
+  REQUIRE(x.o[1] == 0.75);
+  AttentionOutput ftz;
+  ftz.out.assign(64, fakes::enc(a.dtype, 0.0));
+  ftz.out[0] = fakes::enc(a.dtype, 0x1p-126);
+  ftz.out[1] = fakes::enc(a.dtype, 0.75 + 6 * 0x1p-8);
+  ftz.lse = {float(std::log(2.0))};
+  for (const bool declared : {false, true}) {
+    Conventions cv;
+    cv.has_lse = true;
+    cv.ftz_arithmetic = declared;
+    const Judgement F = judge_attention(a, ftz, cv, Budget{}, JudgePath::fast);
+    const Judgement X = judge_attention(a, ftz, cv, Budget{}, JudgePath::exact);
+    std::string why;
+    INFO("declared " << declared << ": " << why);
+    CHECK(same_judgement(F, X, why));
+    for (const Elem& e : X.elems) {
+      INFO(e.where << " allowed " << e.allowed << " ratio " << e.ratio);
+      if (e.where == "O[token=0,head=0,d=0]") {
+        CHECK(e.within == declared);
+        if (!declared) CHECK(e.allowed < 0x1p-130);  // the rest of the allowance, 2^-131 and a little
+        if (declared) CHECK(e.allowed >= 17 * 0x1p-126);
+      } else if (e.where == "O[token=0,head=0,d=1]") {
+        CHECK_FALSE(e.within);  // 6 ulps on a normal number: no declaration covers it
+      } else {
+        CHECK(e.within);
+      }
+    }
+  }
+}
+
+// note_flushed (rules.cpp): the clause a failure gains when its quoted element is a flushed zero or
+// lies near fp32's subnormal range, naming the declaration that would cover it.
+TEST_CASE("a failure at a flushed or near-subnormal element names the declaration", "[ftz]") {
+  auto note = [](ac_dtype d, double exact, double out, const Conventions& cv) {
+    Outcome o;
+    fail(o, "accuracy", "over budget");
+    Elem e;
+    e.dtype = d;
+    e.where = "O[token=0,head=0,d=0]";
+    e.exact = Real(exact);
+    e.out_value = out;
+    o.quoted = e;
+    note_flushed(o, cv);
+    return o.message;
+  };
+  const Conventions none;
+  Conventions ftz;
+  ftz.ftz_arithmetic = true;
+  ftz.flushes_subnormals = true;
+  const std::string ftz_clause = "declare ftz_arithmetic (AC_CAP_FTZ_ARITHMETIC)";
+  // fp32 zero for an exact subnormal, and a normal output 2^-126 near a value of 3 2^-128.
+  CHECK(note(AC_DTYPE_F32, 1e-39, 0.0, none) ==
+        "over budget; O[token=0,head=0,d=0] is a flushed zero: if the kernel flushes subnormals by design, " +
+            ftz_clause);
+  CHECK(note(AC_DTYPE_BF16, 3 * 0x1p-128, 0x1p-126, none).find(ftz_clause) != std::string::npos);
+  // Declared already: the declaration does not cover it, and nothing is suggested.
+  CHECK(note(AC_DTYPE_F32, 1e-39, 0.0, ftz) == "over budget");
+  // A nonzero fp32 subnormal output: the kernel does not flush (textbook at --seed 2 wrote one).
+  CHECK(note(AC_DTYPE_F32, -2.1019476964872256e-44, -0x1.4p-146, none) == "over budget");
+  // fp16: a zero for an exact fp16 subnormal (2^-20) is a flushed output; near 2^-14 is no fp32 flush.
+  CHECK(
+      note(AC_DTYPE_F16, 0x1p-20, 0.0, none).find("declare flushes_subnormals (AC_CAP_FLUSHES_SUBNORMALS)") !=
+      std::string::npos);
+  CHECK(note(AC_DTYPE_F16, 0x1p-13, 0x1.2p-13, none) == "over budget");
+  // Normal numbers far from 2^-126: nothing.
+  CHECK(note(AC_DTYPE_BF16, 0.75, 0.7734375, none) == "over budget");
+}
+
 namespace {
 PropertyResult run_with(JudgePath path, const std::string& prop, Subject& s) {
   set_default_judge_path(path);

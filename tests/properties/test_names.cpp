@@ -25,6 +25,18 @@ TEST_CASE("names: features by bit, in the ABI's order", "[properties][names]") {
   CHECK(bits == std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128});
 }
 
+TEST_CASE("names: the contract bits the worker protocol spells as boolean fields", "[properties][names]") {
+  CHECK(std::string(flag_name(1u)) == "refuses_zero_keys");
+  CHECK(std::string(flag_name(2u)) == "flushes_subnormals");
+  CHECK(std::string(flag_name(4u)) == "unknown");  // empty_lse "undefined", not a boolean field
+  CHECK(std::string(flag_name(8u)) == "nondeterministic");
+  CHECK(std::string(flag_name(16u)) == "ftz_arithmetic");
+  CHECK(std::string(flag_name(32u)) == "batch_invariant");
+  std::vector<uint32_t> bits;
+  for (const auto& s : flag_field_spellings()) bits.push_back(s.value);
+  CHECK(bits == std::vector<uint32_t>{1, 2, 8, 16, 32});
+}
+
 TEST_CASE("names: fold orders and the members of a fold_orders mask", "[properties][names]") {
   CHECK(fold_names() == "left, right, tree");
   CHECK(fold_from("tree") == AC_FOLD_TREE);

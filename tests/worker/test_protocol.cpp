@@ -104,19 +104,22 @@ TEST_CASE("the handshake's words are the protocol document's, in its order", "[w
 }
 
 TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in version-1 ones", "[worker]") {
-  auto j = w::caps_to_json("x", "",
-                           ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr,
-                                   0, 0, AC_LSE_HEADS_TOKENS, 0, AC_FEAT_LSE, nullptr, 0, 0, 0,
-                                   AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS |
-                                       AC_CAP_EMPTY_LSE_UNDEFINED | AC_CAP_NONDETERMINISTIC});
+  auto j = w::caps_to_json(
+      "x", "",
+      ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr, 0, 0,
+              AC_LSE_HEADS_TOKENS, 0, AC_FEAT_LSE, nullptr, 0, 0, 0,
+              AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED |
+                  AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT});
   CHECK(j["refuses_zero_keys"] == true);
   CHECK(j["flushes_subnormals"] == true);
   CHECK(j["nondeterministic"] == true);
+  CHECK(j["ftz_arithmetic"] == true);
+  CHECK(j["batch_invariant"] == true);
   CHECK(j["empty_lse"] == "undefined");
   CHECK(j["tilings"].empty());
   const w::DeclaredSubject d = w::caps_from_json(j, 2);
   CHECK(d.caps.flags == (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED |
-                         AC_CAP_NONDETERMINISTIC));
+                         AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT));
   CHECK(d.caps.empty_lse_sign == 0);
   CHECK(d.caps.num_tilings == 0);
   // A version-1 reply cannot carry them: refused, naming the field and the version.
@@ -125,6 +128,8 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   v1.erase("refuses_zero_keys");
   v1.erase("flushes_subnormals");
   v1.erase("nondeterministic");
+  v1.erase("ftz_arithmetic");
+  v1.erase("batch_invariant");
   CHECK_THROWS_WITH(w::caps_from_json(v1, 1), Catch::Contains("'empty_lse' \"undefined\" needs protocol 2"));
   v1["empty_lse"] = "+inf";
   const w::DeclaredSubject d1 = w::caps_from_json(v1, 1);
@@ -136,6 +141,13 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   bad = j;
   bad["nondeterministic"] = 1;
   CHECK_THROWS_WITH(w::caps_from_json(bad, 2), Catch::Contains("'nondeterministic' must be true or false"));
+  // A reply that predates ftz_arithmetic (protocol 2 without the field) declares no FTZ arithmetic.
+  bad = j;
+  bad.erase("ftz_arithmetic");
+  CHECK(w::caps_from_json(bad, 2).caps.flags == (d.caps.flags & ~uint32_t(AC_CAP_FTZ_ARITHMETIC)));
+  bad = j;
+  bad["ftz_arithmetic"] = "on";
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 2), Catch::Contains("'ftz_arithmetic' must be true or false"));
 }
 
 TEST_CASE("the arena layout aligns and never overlaps", "[worker]") {

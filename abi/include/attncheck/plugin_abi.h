@@ -170,10 +170,10 @@ typedef struct {
  * skips the cuts that would leave a piece without keys, and empty rows come only from masks or
  * causal alignment. */
 #define AC_CAP_REFUSES_ZERO_KEYS 1u
-/* The subject flushes subnormals to zero (FTZ / DAZ in its outputs or its intermediates). An
- * output whose exact value lies in the subnormal range of its format may then be 0 (+0, or 0 of
- * the exact value's sign); nothing else is relaxed (budgets.cpp derives the rule; a flushed exp2
- * inside attention is declared by AC_FEAT_FLUSHED_EXP). */
+/* The subject flushes subnormal outputs to zero. An output whose exact value lies in the subnormal
+ * range of its format may then be 0 (+0, or 0 of the exact value's sign); nothing else is relaxed
+ * (budgets.cpp derives the rule; a flushed exp2 inside attention is declared by
+ * AC_FEAT_FLUSHED_EXP, flushed inputs and intermediates by AC_CAP_FTZ_ARITHMETIC). */
 #define AC_CAP_FLUSHES_SUBNORMALS 2u
 /* An empty row's LSE is undefined: it is not judged (O = 0 still is). empty_lse_sign must be 0. */
 #define AC_CAP_EMPTY_LSE_UNDEFINED 4u
@@ -183,6 +183,15 @@ typedef struct {
  * asks num_splits = 1 to repeat bit for bit, and a failure is not reclassified as nondeterministic
  * when its re-run differs. Every accuracy budget still holds on every launch. */
 #define AC_CAP_NONDETERMINISTIC 8u
+/* The subject computes in flush-to-zero / denormals-are-zero fp32 arithmetic (a fast-math build):
+ * an input below 2^-126 is read as 0 (fp16's subnormals are normal fp32 numbers and stay), and
+ * every fp32 intermediate below 2^-126 (a score, a weight, a P V product, a partial sum) is flushed
+ * to 0. Attention and split-KV budgets then allow what those flushes can move a result by, each
+ * flushed term at most 2^-126 times its stated factor (properties/src/budgets.cpp), and a zero may
+ * stand for a subnormal output as under AC_CAP_FLUSHES_SUBNORMALS. Nothing else is relaxed: an
+ * error on normal numbers still fails. Added within version 2: a plugin built before it never sets
+ * it. */
+#define AC_CAP_FTZ_ARITHMETIC 16u
 /* The subject's output for one sequence does not depend on the other sequences of its call: their
  * number, lengths, kinds (decode or prefill) or its position among them. A kernel that picks its
  * split count, tile shape or specialisation from the whole batch usually is not. batch_invariance
@@ -192,7 +201,7 @@ typedef struct {
 #define AC_CAP_BATCH_INVARIANT 32u
 #define AC_CAP_KNOWN_V2                                                                \
   (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED | \
-   AC_CAP_NONDETERMINISTIC | AC_CAP_BATCH_INVARIANT)
+   AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT)
 
 #if AC_TARGET_ABI_VERSION == 1
 typedef ac_caps_v1 ac_caps;

@@ -1,7 +1,7 @@
-// The one names table: the spelling of operations, dtypes, fold orders, attention features and
-// result statuses in case files, reports, the worker protocol, the CLI and messages. Every reader
-// and writer goes through it, so a name is written once and a file or message written by one part
-// is always readable by another.
+// The one names table: the spelling of operations, dtypes, fold orders, attention features, the
+// boolean contract bits and result statuses in case files, reports, the worker protocol, the CLI and
+// messages. Every reader and writer goes through it, so a name is written once and a file or message written
+// by one part is always readable by another.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,6 +25,8 @@ std::span<const Spelling<uint32_t>> op_spellings();       // AC_OP_* bits
 std::span<const Spelling<ac_dtype>> dtype_spellings();    // members of ac_caps.dtypes by AC_DTYPE_BIT
 std::span<const Spelling<ac_fold>> fold_spellings();      // members of ac_caps.fold_orders by AC_FOLD_BIT
 std::span<const Spelling<uint32_t>> feature_spellings();  // AC_FEAT_* bits
+// The AC_CAP_* bits the worker protocol spells as boolean fields ("flushes_subnormals": true).
+std::span<const Spelling<uint32_t>> flag_field_spellings();
 
 const char* op_name(uint32_t op);  // AC_OP_MERGE -> "merge"; "unknown" for other bits
 std::optional<uint32_t> op_from(std::string_view name);
@@ -36,6 +38,8 @@ std::optional<ac_fold> fold_from(std::string_view name);
 // AC_FEAT_CAUSAL -> "causal", AC_FEAT_NAIVE_EXP -> "naive_exp", ...; "unknown" for another value.
 const char* feature_name(uint32_t feature);
 std::optional<uint32_t> feature_from(std::string_view name);
+// AC_CAP_FTZ_ARITHMETIC -> "ftz_arithmetic"; "unknown" for a bit not in flag_field_spellings().
+const char* flag_name(uint32_t flag);
 
 // The fold orders of an ac_caps.fold_orders mask, in table order (left, right, tree).
 std::vector<ac_fold> folds_in(uint32_t fold_orders);

@@ -43,6 +43,9 @@ std::string caps_string(const Subject& s) {
   if (c.flags & AC_CAP_REFUSES_ZERO_KEYS) o << "; refuses zero keys";
   if (c.flags & AC_CAP_FLUSHES_SUBNORMALS) o << "; flushes subnormals";
   if (c.flags & AC_CAP_NONDETERMINISTIC) o << "; nondeterministic by design";
+  if (c.flags & AC_CAP_FTZ_ARITHMETIC)
+    o << "; FTZ / DAZ arithmetic (flushed subnormal inputs and intermediates)";
+  if (c.flags & AC_CAP_BATCH_INVARIANT) o << "; batch invariant";
   if (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
     o << "; tilings";
     if (c.num_tilings <= 0) o << " none declared";

@@ -126,9 +126,7 @@ json caps_to_json(const std::string& name, const std::string& description, const
   j["empty_lse"] = (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) ? "undefined"
                    : c.empty_lse_sign > 0                 ? "+inf"
                                                           : "-inf";
-  j["refuses_zero_keys"] = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) != 0;
-  j["flushes_subnormals"] = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0;
-  j["nondeterministic"] = (c.flags & AC_CAP_NONDETERMINISTIC) != 0;
+  for (const auto& [bit, field] : flag_field_spellings()) j[field] = (c.flags & bit) != 0;
   j["features"] = words_of(c.features, kFeatures);
   json t = json::array();
   for (int32_t i = 0; c.tilings && i < c.num_tilings; ++i) t.push_back({c.tilings[i].br, c.tilings[i].bc});
@@ -193,9 +191,8 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
     throw ProtocolError("'empty_lse' must be \"-inf\", \"+inf\" or \"undefined\", not '" + empty + "'");
   c.empty_lse_sign = empty == "+inf" ? 1 : empty == "undefined" ? 0 : -1;
   if (empty == "undefined") c.flags |= AC_CAP_EMPTY_LSE_UNDEFINED;
-  if (need_bool(j, "refuses_zero_keys", protocol)) c.flags |= AC_CAP_REFUSES_ZERO_KEYS;
-  if (need_bool(j, "flushes_subnormals", protocol)) c.flags |= AC_CAP_FLUSHES_SUBNORMALS;
-  if (need_bool(j, "nondeterministic", protocol)) c.flags |= AC_CAP_NONDETERMINISTIC;
+  for (const auto& [bit, field] : flag_field_spellings())
+    if (need_bool(j, field, protocol)) c.flags |= bit;
   c.features = j.contains("features") ? bits_of(j["features"], "features", kFeatures) : 0;
   if (j.contains("tilings")) {
     const json& t = j["tilings"];

@@ -40,10 +40,18 @@ struct AttentionRow {
   double sum_exp_scaled = 0;  // l = sum_j e^(s_j - max), >= 1 when N > 0
   bool naive_exp = false;     // AC_FEAT_NAIVE_EXP
   bool flushed_exp = false;   // AC_FEAT_FLUSHED_EXP: a weight e^(s - max) below 2^-126 may be 0
+  bool ftz = false;           // AC_CAP_FTZ_ARITHMETIC: FTZ / DAZ fp32 arithmetic (attention_ftz_*)
+  // |scale| (sum_c |q_c| + max_j sum_c |k_jc|): what inputs read as 0 can move a score by, per 2^-126.
+  double qk_abs = 0;
+  double scale_abs = 0;  // |softmax_scale|
 };
 // ulp_S = ulp_F(S); cond = sum_j p_j |v_j| c_j; vmax = max_j |v_j| over the column.
 double attention_o_allowance(const Budget&, const AttentionRow&, double ulp_S, double S, double cond,
                              double vmax);
+// The part of the two allowances above that FTZ / DAZ arithmetic adds (0 unless r.ftz): S and vmax
+// as for attention_o_allowance; the LSE's in natural-log units.
+double attention_ftz_o_allowance(const AttentionRow&, double S, double vmax);
+double attention_ftz_lse_allowance(const AttentionRow&);
 // lse_scale = max(1, |LSE|) in the declared base; cond = sum_j p_j c_j; lse_unit = 1 (base e) or
 // 1 / ln 2 (base 2).
 double attention_lse_allowance(const Budget&, const AttentionRow&, double lse_scale, double cond,
