@@ -38,7 +38,7 @@ harness() {
   note "harness mutants (cuda) rc=$? ($(($(date +%s) - s)) s): $(tail -n 1 "$OUT/mutants.log" | cut -c1-200)"
 }
 worker() {
-  OUT="$OUT/worker" timeout 240 bash tests/gpu/worker_gpu.sh > "$OUT/worker_gpu.out" 2>&1
+  OUT="$OUT/worker" timeout 360 bash tests/gpu/worker_gpu.sh > "$OUT/worker_gpu.out" 2>&1
   note "worker_gpu rc=$?"
 }
 secs() { local ms=$((($(date +%s%N) - $1) / 1000000)); echo "$((ms / 1000)).$((ms % 1000 / 100))"; }

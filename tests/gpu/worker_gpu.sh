@@ -3,7 +3,7 @@
 # or with BIN pointing at a build): the Triton merge served by the Python SDK, its unguarded
 # variant reproducing the chunked-prefill NaN through `prefill --worker`, the SDPA recipe, the
 # gate's cost through a worker against the same kernel in-process, and the per-call overhead of a
-# 4096 x 32 x 128 merge. Needs the machine's python3 with torch and triton. Logs to $OUT.
+# 4096 x 32 x 128 merge, and batch_invariance over PyTorch's attention kernels. Needs the machine's python3 with torch and triton. Logs to $OUT.
 # Prints one line per step with its exit code and the expected one; never stops early.
 set -u
 BIN="${BIN:-gpu-bin}"
@@ -39,5 +39,8 @@ step gate_triton_worker   0 "$AC" check --worker "$TRITON" --subject triton-merg
 step transport_bench      0 "$BIN/worker_transport_bench" "$BIN/libattncheck_example_plugin.so"
 step triton_merge_bench   0 python3 examples/triton_merge/merge_bench.py
 step sdpa                 any "$AC" check --worker "$PY examples/torch_sdpa/sdpa_subjects.py" --cases 50 --no-plots --report-dir "$OUT/sdpa"
+# Batch invariance of PyTorch's kernels: flash-varlen sees the whole batch, the sdpa-* subjects one
+# sequence per call; none declares it, so the property passes and report.json holds each spread.
+step torch_batch          0 "$AC" check --worker "$PY examples/torch_sdpa/sdpa_subjects.py" --subject flash-varlen,sdpa-flash,sdpa-efficient,sdpa-math --property batch_invariance,accuracy --cases 100 --no-plots --report-dir "$OUT/torch-batch"
 step sdk_pytest           0 env ATTNCHECK_BIN="$PWD/$AC" python3 -m pytest -q -p no:cacheprovider python/tests
 grep -A3 "^===== \(transport_bench\|triton_merge_bench\)" "$log"
