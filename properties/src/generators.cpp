@@ -743,7 +743,8 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
     const bool decode_batch = pick_class(3) == 0;
     const int victim_kind = pick_class(5);
     const int position = neighbours == 0 ? 0 : *g::element(0, neighbours / 2, neighbours);
-    const int banded = neighbours > 0 && victim_kind != 3 && pick_class(3) == 0 ? *g::inRange(0, neighbours + 1) : -1;
+    const int banded =
+        neighbours > 0 && victim_kind != 3 && pick_class(3) == 0 ? *g::inRange(0, neighbours + 1) : -1;
     for (int i = 0; i <= neighbours; ++i) {
       const int other = decode_batch ? 0 : *g::element(0, 1, 2, 4);
       sequence(i == position ? victim_kind : i == banded ? 3 : other);
