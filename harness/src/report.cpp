@@ -187,6 +187,76 @@ std::string failure_line(const std::string& context, const std::string& message)
 std::string failure_line(const ReportEntry& e) { return failure_line(e.context, e.message); }
 
 namespace {
+
+// "d of c outputs changed, by at most U ulps" (and B accuracy budgets where measured).
+std::string spread_phrase(const Spread& s) {
+  std::string p = std::to_string(s.differing) + " of " + std::to_string(s.compared) +
+                  " outputs changed, by at most " + report_detail::short_number(s.max_ulps) + " ulps";
+  if (s.max_budget > 0) p += " (" + report_detail::short_number(s.max_budget) + " accuracy budgets)";
+  return p;
+}
+
+std::string run_to_run_cell(const ReportEntry& e) {
+  if (e.status == "failed" && e.failure_class == "nondeterministic") return "failed: two launches differ";
+  if (e.status != "passed") return e.status;
+  if (e.spread.compared == 0) return "invariant (" + std::to_string(e.cases_run) + " cases, bit for bit)";
+  if (e.spread.differing == 0)
+    return "invariant in " + std::to_string(e.cases_run) + " cases (declared nondeterministic)";
+  return "variant by design: " + spread_phrase(e.spread);
+}
+
+std::string batch_cell(const ReportEntry& e) {
+  if (e.status == "failed" && e.failure_class == "batch_variant")
+    return "failed: declared invariant, bits changed";
+  if (e.status != "passed") return e.status;
+  if (e.spread.compared == 0)
+    return "invariant (declared; " + std::to_string(e.cases_run) + " cases, bit for bit)";
+  if (e.spread.differing == 0) return "invariant in " + std::to_string(e.cases_run) + " cases (not declared)";
+  return "variant: " + spread_phrase(e.spread);
+}
+
+// Across split counts (splits) or fold orders, from split_order_drift's counts over every split count.
+std::string drift_cell(const ReportEntry& e, bool splits) {
+  if (e.status != "passed" && e.status != "failed") return e.status;
+  int64_t outputs = 0, differ = 0;
+  double ulps = 0;
+  for (const DriftCounts& d : e.drift_by_splits) {
+    if (d.num_splits == 0) continue;  // drift_total's sum, when present
+    outputs += splits ? d.splits_outputs : d.fold_outputs;
+    differ += splits ? d.splits_differ : d.fold_differ;
+    ulps = std::max(ulps, splits ? d.splits_max_ulp : d.fold_max_ulp);
+  }
+  if (outputs == 0) return "-";
+  if (differ == 0) return "invariant (" + std::to_string(outputs) + " outputs compared)";
+  return "variant: " + std::to_string(differ) + " of " + std::to_string(outputs) +
+         " outputs changed, by at most " + report_detail::short_number(ulps) + " ulps";
+}
+
+}  // namespace
+
+std::vector<InvarianceRow> invariance_matrix(const Report& r) {
+  std::vector<InvarianceRow> rows;
+  for (const ReportEntry& e : r.entries) {
+    const bool known =
+        e.property == "run_to_run" || e.property == "batch_invariance" || e.property == "split_order_drift";
+    if (!known || e.status == "not_applicable") continue;
+    auto it = std::find_if(rows.begin(), rows.end(),
+                           [&](const InvarianceRow& x) { return x.subject == e.subject; });
+    if (it == rows.end()) {
+      rows.push_back(InvarianceRow{e.subject, "-", "-", "-", "-"});
+      it = rows.end() - 1;
+    }
+    if (e.property == "run_to_run") it->run_to_run = run_to_run_cell(e);
+    if (e.property == "batch_invariance") it->batch = batch_cell(e);
+    if (e.property == "split_order_drift") {
+      it->split_count = drift_cell(e, true);
+      it->fold_order = drift_cell(e, false);
+    }
+  }
+  return rows;
+}
+
+namespace {
 std::string results_sentence(const Report& r) {
   const std::string verdict = r.verdict();
   size_t passed = 0, applicable = 0;

@@ -171,6 +171,15 @@ json report_to_json(const Report& r) {
                   {"rows_judged", rows_judged},
                   {"rows_escalated", rows_escalated},
                   {"rows_uncertified", rows_uncertified}};
+  // Derived from the results (invariance_matrix), for readers of the file; not read back.
+  json invariance = json::array();
+  for (const InvarianceRow& x : invariance_matrix(r))
+    invariance.push_back({{"subject", x.subject},
+                          {"run_to_run", x.run_to_run},
+                          {"batch", x.batch},
+                          {"split_count", x.split_count},
+                          {"fold_order", x.fold_order}});
+  j["invariance"] = invariance;
   json edges = json::array();
   for (double e : r.histogram_edges) edges.push_back(num(e));
   j["histogram_edges"] = edges;

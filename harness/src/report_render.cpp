@@ -213,6 +213,14 @@ std::string render_markdown(const Report& r) {
   if (rows.size() > shown)
     o << "\n" << rows.size() - shown << " more results not shown (all passing); see report.json.\n";
   o << "\n" << kColumnsExplained << "\n";
+  if (const auto inv = invariance_matrix(r); !inv.empty()) {
+    o << "\n### Invariance\n\nWhether a subject's bits stayed the same when the run changed one thing: "
+         "the launch (run to run), the batch around a sequence, the split count, the fold order.\n\n"
+         "| subject | run to run | batch | split count | fold order |\n|---|---|---|---|---|\n";
+    for (const InvarianceRow& x : inv)
+      o << "| " << md_cell(x.subject) << " | " << md_cell(x.run_to_run) << " | " << md_cell(x.batch) << " | "
+        << md_cell(x.split_count) << " | " << md_cell(x.fold_order) << " |\n";
+  }
   bool header = false;
   for (const ReportEntry* e : rows) {
     if (e->status == "passed") continue;
@@ -283,6 +291,16 @@ std::string render_html(const Report& r, const std::vector<std::pair<std::string
   for (char c : explained)
     if (c != '*' && c != '`') plain += c;
   o << "<p>" << html_escape(plain) << "</p>\n";
+  if (const auto inv = invariance_matrix(r); !inv.empty()) {
+    o << "<h2>Invariance</h2>\n<table id=\"invariance\">\n<tr><th>subject</th><th>run to "
+         "run</th><th>batch</th>"
+         "<th>split count</th><th>fold order</th></tr>\n";
+    for (const InvarianceRow& x : inv)
+      o << "<tr><td>" << html_escape(x.subject) << "</td><td>" << html_escape(x.run_to_run) << "</td><td>"
+        << html_escape(x.batch) << "</td><td>" << html_escape(x.split_count) << "</td><td>"
+        << html_escape(x.fold_order) << "</td></tr>\n";
+    o << "</table>\n";
+  }
   bool header = false;
   for (const ReportEntry* e : rows) {
     if (e->status == "passed") continue;

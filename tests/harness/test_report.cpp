@@ -487,3 +487,49 @@ TEST_CASE("a merge without every shard is partial, never a pass", "[report][shar
   CHECK(s0.verdict() == "pass");
   CHECK(merge_reports({s0, sample_report(1, 3), sample_report(2, 3)}).missing_shards().empty());
 }
+
+TEST_CASE("the invariance matrix: one phrase per subject and dimension, from the results", "[report]") {
+  Report r;
+  auto entry = [&](const std::string& subject, const std::string& property, const std::string& status) {
+    ReportEntry e;
+    e.subject = subject;
+    e.property = property;
+    e.status = status;
+    e.cases_run = 100;
+    r.entries.push_back(e);
+    return &r.entries.back();
+  };
+  // fused: bit for bit run to run, declared batch invariant (no spread recorded).
+  entry("fused", "run_to_run", "passed");
+  entry("fused", "batch_invariance", "passed");
+  entry("fused", "accuracy", "passed");
+  // flash: not declared batch invariant; 3 of 40 outputs changed by at most 2 ulps.
+  ReportEntry* b = entry("flash", "batch_invariance", "passed");
+  b->spread = Spread{40, 3, 2, 0.5};
+  // splitkv: declared invariant and failed; split counts move 5 of 20 outputs, folds none.
+  entry("splitkv", "batch_invariance", "failed")->failure_class = "batch_variant";
+  ReportEntry* d = entry("splitkv", "split_order_drift", "passed");
+  DriftCounts c2;
+  c2.num_splits = 2;
+  c2.fold_outputs = 10;
+  c2.splits_outputs = 20;
+  c2.splits_differ = 5;
+  c2.splits_max_ulp = 1;
+  d->drift_by_splits = {c2};
+  const auto m = invariance_matrix(r);
+  REQUIRE(m.size() == 3);
+  CHECK(m[0].subject == "fused");
+  CHECK(m[0].run_to_run == "invariant (100 cases, bit for bit)");
+  CHECK(m[0].batch == "invariant (declared; 100 cases, bit for bit)");
+  CHECK(m[0].split_count == "-");
+  CHECK(m[1].batch == "variant: 3 of 40 outputs changed, by at most 2 ulps (0.5 accuracy budgets)");
+  CHECK(m[1].run_to_run == "-");
+  CHECK(m[2].batch == "failed: declared invariant, bits changed");
+  CHECK(m[2].split_count == "variant: 5 of 20 outputs changed, by at most 1 ulps");
+  CHECK(m[2].fold_order == "invariant (10 outputs compared)");
+  // Written to report.json and report.md.
+  const auto j = report_to_json(r);
+  REQUIRE(j.at("invariance").size() == 3);
+  CHECK(j["invariance"][1]["batch"] == m[1].batch);
+  CHECK(render_markdown(r).find("| flash | - | variant: 3 of 40 outputs changed") != std::string::npos);
+}

@@ -114,6 +114,16 @@ nlohmann::json report_to_json(const Report&);
 Report report_from_json(const nlohmann::json&);    // ReportError with one line on a bad document
 Report read_report_file(const std::string& path);  // ReportError naming the file
 
+// One subject's invariance over the dimensions the run varied, one phrase per dimension: run to run
+// (run_to_run), the batch around a sequence (batch_invariance), the split count and the fold order
+// (split_order_drift). "invariant ..." when every output compared kept its bits, "variant ..."
+// with the share of outputs that changed and by how much, "failed: ..." where a declared
+// invariance broke, "-" where the property did not run on the subject.
+struct InvarianceRow {
+  std::string subject, run_to_run, batch, split_count, fold_order;
+};
+std::vector<InvarianceRow> invariance_matrix(const Report&);
+
 // The verdict as one sentence a user can act on: "PASS: 82 of 82 subject x property results
 // passed", "FAIL: 3 of 7 properties failed on my-fa2: accuracy, lse_convention, empty_row_contract".
 std::string verdict_sentence(const Report&);
