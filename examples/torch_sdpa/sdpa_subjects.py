@@ -107,6 +107,8 @@ def sdpa_math(call):
 
 def _flash_varlen(call):
     cq, ck = call.cu_seqlens_q_host, call.cu_seqlens_k_host
+    if cq[-1] == 0:  # no query row: nothing to compute (the op refuses empty tensors)
+        return torch.zeros_like(call.q), torch.empty((call.num_heads, 0), dtype=torch.float32, device=call.q.device)
     max_q = max(cq[i + 1] - cq[i] for i in range(len(cq) - 1))
     max_k = max(ck[i + 1] - ck[i] for i in range(len(ck) - 1))
     dev = call.q.device

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <unistd.h>
+
 #include "internal.hpp"
 #include "split_options.hpp"
 
@@ -65,6 +67,12 @@ double configurations_per_case(const std::string& property) {
 }  // namespace
 
 double process_base_bytes() { return kBaseBytes; }
+
+double default_max_memory_gib() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const double half = pages > 0 && page > 0 ? double(pages) * double(page) / 2 / kGiB : 0;
+  return std::max(kDefaultMaxMemoryGiB, half);
+}
 
 double case_read_peak_bytes(uint64_t file_bytes) {
   // The text, the parsed tree's copy of it, and the decoded tensors: each element is at least 4/3
@@ -176,7 +184,23 @@ double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& propert
   if (ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
     const auto shapes = property.name == "streamed_kv" ? std::vector{gen::largest_streamed_shape(dom)}
                                                        : gen::largest_attention_shapes(dom);
+    if (property.name == "streamed_kv") {
+      // One case, unshrunk: held once, copied for each launch's staging and written to the
+      // write-ahead file (kInputElementBytes per element), its outputs; judged on a slice of two
+      // heads and 2 kSliceTokens queries over every key, as a case of its own.
+      const gen::AttentionShape a = shapes.front();
+      gen::AttentionShape slice = a;
+      slice.heads = slice.kv_heads = 2;
+      slice.seqlens_q = {std::min<int64_t>(a.seqlens_q.front(), 32)};
+      double in = 0;
+      for (size_t i = 0; i < a.seqlens_q.size(); ++i)
+        in += double(a.seqlens_q[i] * a.heads + 2 * a.seqlens_k[i] * a.kv_heads) * double(a.head_size);
+      const double outputs = double(a.seqlens_q.front() * a.heads) * (double(a.head_size) + 1);
+      largest = attention_resident_bytes(a) + in * kInputElementBytes + configs * outputs * kOutputElementBytes +
+                attention_resident_bytes(slice) + attention_replay_bytes(slice, held, host);
+    }
     for (const auto& a : shapes) {
+      if (property.name == "streamed_kv") break;
       double T = 0;
       for (const int64_t q : a.seqlens_q) T += double(q);
       const double outputs = T * double(a.heads) * (double(a.head_size) + 1);

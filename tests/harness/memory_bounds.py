@@ -123,6 +123,9 @@ for what, args in measured:
 
 
 def refused(what, args, limit_gib):
+    # The limit is given: the default is 4 GiB or half the machine's memory, whichever is more.
+    if "--max-memory" not in args:
+        args = args + ["--max-memory", str(limit_gib)]
     rc, out, rss = run(args + ["--backend", "host"])
     lines = out.strip().splitlines()
     print(f"{what}: exit {rc}, peak RSS {rss / 1e6:.0f} MB: {out.strip()}")
@@ -137,7 +140,7 @@ big = os.path.join(S, "size-bound.json")
 with open(big, "wb") as f:
     f.truncate(1 << 30)
 refused("a 1 GiB case file", ["replay", big], 4)
-# Just past the default limit: 4096 judged rows of d = 1024.
+# Just past 4 GiB: 4096 judged rows of d = 1024.
 refused("4096x1 d1024 case", ["replay", case("wide", 4096, 1, 1, 1024), "--subject", "textbook"], 4)
 # A lower limit refuses a case the default lets through.
 refused("4096x64 d256 case under --max-memory 0.5",

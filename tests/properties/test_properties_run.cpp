@@ -641,7 +641,7 @@ TEST_CASE("batch_invariance: a sequence's bits alone and in a batch, declared or
   const PropertyResult ok = run("batch_invariance", good, dir.string());
   INFO(ok.message);
   CHECK(ok.status == PropertyResult::Status::passed);
-  CHECK(ok.spread.compared == 0);
+  CHECK(ok.spread.compared == 0);  // declared: nothing reported, any change fails
   // One whose last bit of O flips in a call of several sequences: declared invariant it fails,
   // shrunk to one neighbour of one query and key (a sequence of no query has no output, one of no
   // key an exact zero the flip leaves alone); the flip is within budget, so nothing else fails.
@@ -671,6 +671,12 @@ TEST_CASE("batch_invariance: a sequence's bits alone and in a batch, declared or
   CHECK(rep.spread.max_ulps == 1);
   CHECK(rep.spread.max_budget > 0);
   CHECK(rep.spread.max_budget <= 1);
+  // Undeclared and invariant: what was compared is reported, nothing changed.
+  Fake plain("attn-batch-plain", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult same = run("batch_invariance", plain, dir.string());
+  CHECK(same.status == PropertyResult::Status::passed);
+  CHECK(same.spread.compared > 0);
+  CHECK(same.spread.differing == 0);
   // Without varlen there is no batch: not applicable.
   Fake single("attn-one-sequence", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures & ~AC_FEAT_VARLEN);
   CHECK(run("batch_invariance", single, dir.string()).status == PropertyResult::Status::not_applicable);

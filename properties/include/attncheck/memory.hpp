@@ -14,8 +14,11 @@
 
 namespace attncheck {
 
-// The default limit: a CI runner's share of memory (GitHub's hosted runners have 7 to 16 GiB).
+// The default limit: a CI runner's share of memory (GitHub's hosted runners have 7 to 16 GiB), or
+// half of the machine's physical memory where that is more (a GPU host's gate runs many pairs at
+// once, some over inputs of hundreds of MiB).
 constexpr double kDefaultMaxMemoryGiB = 4;
+double default_max_memory_gib();
 
 // Reading a case file of `file_bytes` bytes: its text, the parsed tree and the decoded tensors.
 double case_read_peak_bytes(uint64_t file_bytes);

@@ -118,6 +118,8 @@ class BatchInvariance final : public Property {
     rule_accuracy(o, J, false);
     if (!o.ok) return o;
     const std::string diff = first_difference(a, batched, alone);
+    // Undeclared, what was compared is reported whether or not anything changed.
+    if (!ctx.cv.batch_invariant) o.spread = spread_of(a.dtype, batched, alone);
     if (diff.empty()) return o;
     const Judgement J_alone = judge.judge(alone);
     rule_accuracy(o, J_alone, false);
@@ -134,7 +136,6 @@ class BatchInvariance final : public Property {
            first_changed + ": the batch's outputs (first) and the sequences' alone (second) " + diff + how);
       return o;
     }
-    o.spread = spread_of(a.dtype, batched, alone);
     o.spread.max_budget = budget_spread(a, J, batched, alone);
     return o;
   }
