@@ -22,7 +22,7 @@ struct Common {
   bool mutants = false;  // --mutants (replay): the built-in mutant kernels load beside the built-ins
   double call_timeout_s = worker::kDefaultCallTimeoutS;
   double max_memory_gib = default_max_memory_gib();  // --max-memory (memory.hpp)
-  bool estimate_memory = false;                  // --estimate-memory: print the estimate, do nothing
+  bool estimate_memory = false;                      // --estimate-memory: print the estimate, do nothing
   // argv[0] quoted for the shell when it was given as a path; "attncheck" when the shell found it
   // on PATH (reproduce commands start with it).
   std::string invoked_as = "attncheck";
