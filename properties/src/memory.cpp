@@ -11,10 +11,10 @@
 //   prefill, 65536 cached keys, 1 KV head, d 128 .... 235 MB (28 B per cached K element)
 #include "attncheck/memory.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
-
-#include <unistd.h>
 
 #include "internal.hpp"
 #include "split_options.hpp"
@@ -196,8 +196,9 @@ double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& propert
       for (size_t i = 0; i < a.seqlens_q.size(); ++i)
         in += double(a.seqlens_q[i] * a.heads + 2 * a.seqlens_k[i] * a.kv_heads) * double(a.head_size);
       const double outputs = double(a.seqlens_q.front() * a.heads) * (double(a.head_size) + 1);
-      largest = attention_resident_bytes(a) + in * kInputElementBytes + configs * outputs * kOutputElementBytes +
-                attention_resident_bytes(slice) + attention_replay_bytes(slice, held, host);
+      largest = attention_resident_bytes(a) + in * kInputElementBytes +
+                configs * outputs * kOutputElementBytes + attention_resident_bytes(slice) +
+                attention_replay_bytes(slice, held, host);
     }
     for (const auto& a : shapes) {
       if (property.name == "streamed_kv") break;
