@@ -23,6 +23,8 @@ What an SDPA adapter must take care of, and where this file does it:
 - One backend: sdpa_kernel([backend]) turns "this backend cannot run this input" into an error,
   reported as ac.Unsupported instead of a silent fallback to another backend.
 """
+import itertools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -109,12 +111,20 @@ def _flash_varlen(call):
     cq, ck = call.cu_seqlens_q_host, call.cu_seqlens_k_host
     if cq[-1] == 0:  # no query row: nothing to compute (the op refuses empty tensors)
         return torch.zeros_like(call.q), torch.empty((call.num_heads, 0), dtype=torch.float32, device=call.q.device)
+    # Sequences without query rows have no output, and the op refuses them: left out (their keys too).
+    keep = [i for i in range(len(cq) - 1) if cq[i + 1] > cq[i]]
+    k, v = call.k, call.v
+    if len(keep) < len(cq) - 1:
+        k = torch.cat([call.k[ck[i]:ck[i + 1]] for i in keep])
+        v = torch.cat([call.v[ck[i]:ck[i + 1]] for i in keep])
+        ck = [0] + list(itertools.accumulate(ck[i + 1] - ck[i] for i in keep))
+        cq = [0] + list(itertools.accumulate(cq[i + 1] - cq[i] for i in keep))
     max_q = max(cq[i + 1] - cq[i] for i in range(len(cq) - 1))
     max_k = max(ck[i + 1] - ck[i] for i in range(len(ck) - 1))
     dev = call.q.device
     cu_q = torch.as_tensor(cq, dtype=torch.int32, device=dev)
     cu_k = torch.as_tensor(ck, dtype=torch.int32, device=dev)
-    r = torch.ops.aten._flash_attention_forward(call.q, call.k, call.v, cu_q, cu_k, max_q, max_k, 0.0, False,
+    r = torch.ops.aten._flash_attention_forward(call.q, k, v, cu_q, cu_k, max_q, max_k, 0.0, False,
                                                 False, scale=float(call.softmax_scale))
     out, lse = r[0], r[1]
     if tuple(lse.shape) != (call.num_heads, call.q.shape[0]):
