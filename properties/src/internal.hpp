@@ -201,15 +201,18 @@ int64_t total_q(const AttentionInput&);
 int64_t total_k(const AttentionInput&);
 
 // The samples of one statistic, for its quantiles: every sample up to kExactSamples of them; past
-// that, bins of 1/32 octave from 2^-64 to 2^64 holding each bin's count and largest sample, so that
-// a run's memory does not grow with its cases. quantile(q) is the order statistic at ceil(q n) - 1
-// while exact, then the largest sample of the bin that holds it: never below it and, between 2^-64
-// and 2^64, at most 2.2% above, so at most (1 - q) n samples lie above either (the bound report
-// merge's quantile of a union rests on).
+// that, bins of 1/32 octave (the exponent and the top five bits of the significand) from 2^-64 to
+// 2^64, holding each bin's count and largest sample, so that a run's memory does not grow with its
+// cases. quantile(q) is the order statistic at ceil(q n) - 1 while exact, then the largest sample
+// of the bin that holds it: never below it and, between 2^-64 and 2^64, at most 1/32 (3.2%)
+// above, so at most (1 - q) n samples lie above either (the bound report merge's quantile of a
+// union rests on).
 class QuantileSketch {
  public:
   static constexpr size_t kExactSamples = size_t(1) << 14;
   static constexpr int kBinsPerOctave = 32, kOctaves = 64;
+  // Zero, below 2^-64, the 2 kOctaves octaves, at or above 2^64, +inf (and NaN).
+  static constexpr size_t kBins = 2 * kOctaves * kBinsPerOctave + 4;
   void add(double x);
   double quantile(double q);
   // The bytes the sketch holds at most (memory.cpp).
@@ -217,7 +220,7 @@ class QuantileSketch {
 
  private:
   std::vector<double> exact_;
-  std::map<int32_t, std::pair<int64_t, double>> bins_;  // bin -> (count, largest sample)
+  std::vector<std::pair<int64_t, double>> bins_;  // per bin (count, largest sample); empty while exact
   int64_t n_ = 0;
   void bin(double x);
 };

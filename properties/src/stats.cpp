@@ -1,6 +1,7 @@
 // Statistics over judged elements: the per-(dtype, output) counts, maxima, histogram and samples
 // accumulated over a run's judgements, and the quantiles taken when it ends.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -46,16 +47,22 @@ void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J, StatS
 }
 
 void QuantileSketch::bin(double x) {
-  // Zero has a bin of its own, +inf the last; a finite x > 0 the bin floor(32 log2 x), magnitudes
-  // below 2^-64 sharing the one below and above 2^64 the one above (their quantile is then the
-  // bin's largest sample: still never below the order statistic). Neighbouring bins hold only
-  // larger or only smaller samples (log2 is monotone; its rounding at most moves one across an edge).
-  constexpr int32_t lo = -kOctaves * kBinsPerOctave - 1, hi = kOctaves * kBinsPerOctave;
-  int32_t b = INT32_MIN;
-  if (!(x <= std::numeric_limits<double>::max()))
-    b = INT32_MAX;
-  else if (x > 0)
-    b = int32_t(std::clamp(std::floor(std::log2(x) * kBinsPerOctave), double(lo), double(hi)));
+  // Bins in increasing order of magnitude: 0 for zero, 1 below 2^-64, then 32 per octave from the
+  // exponent and the significand's top five bits (monotone in x: a larger positive double has
+  // larger bits), kBins - 2 at or above 2^64, kBins - 1 for +inf.
+  size_t b = 0;
+  if (!(x <= std::numeric_limits<double>::max())) {
+    b = kBins - 1;
+  } else if (x > 0) {
+    const uint64_t bits = std::bit_cast<uint64_t>(x);
+    const int64_t e = int64_t(bits >> 52) - 1023;
+    if (e < -kOctaves)
+      b = 1;
+    else if (e >= kOctaves)
+      b = kBins - 2;
+    else
+      b = 2 + size_t((e + kOctaves) * kBinsPerOctave) + size_t((bits >> 47) & (kBinsPerOctave - 1));
+  }
   auto& [count, largest] = bins_[b];
   largest = count ? std::max(largest, x) : x;
   ++count;
@@ -68,7 +75,8 @@ void QuantileSketch::add(double x) {
     exact_.push_back(x);
     return;
   }
-  if (!exact_.empty()) {
+  if (bins_.empty()) {
+    bins_.assign(kBins, {0, 0.0});
     for (double e : exact_) bin(e);
     exact_ = {};
   }
@@ -85,17 +93,16 @@ double QuantileSketch::quantile(double q) {
     return exact_[size_t(k)];
   }
   int64_t below = 0;
-  for (const auto& [b, cl] : bins_) {
-    below += cl.first;
-    if (below > k) return cl.second;
+  for (const auto& [count, largest] : bins_) {
+    below += count;
+    if (below > k) return largest;
   }
-  return bins_.rbegin()->second.second;
+  return INFINITY;
 }
 
 double QuantileSketch::peak_bytes() {
-  // The exact samples with a vector's doubling slack, or every bin (2 kOctaves octaves and the four
-  // at the ends) as a map node of about 64 B.
-  return std::max(2.0 * kExactSamples * sizeof(double), (2.0 * kOctaves * kBinsPerOctave + 4) * 64);
+  // The exact samples with a vector's doubling slack, or the bins (16 B each).
+  return std::max(2.0 * kExactSamples * sizeof(double), double(kBins) * 16);
 }
 
 void finish_stats(std::vector<OutputStats>& stats, StatSamples& samples) {

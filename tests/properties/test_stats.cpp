@@ -104,16 +104,17 @@ TEST_CASE("ratio quantiles of a single sample and of no finite sample", "[proper
 TEST_CASE("quantiles past the exact samples: the bin's largest sample, never below the order statistic",
           "[properties][stats]") {
   // n = 200000 samples 1..n, past QuantileSketch::kExactSamples (16384), so the quantiles come
-  // from the bins of 1/32 octave. The order statistic at ceil(0.99 n) - 1 = 197999 is the sample
-  // 198000; its bin is floor(32 log2 198000) = 563 (log2 198000 = 17.5951), holding the samples in
-  // [2^(563/32), 2^(564/32)) = [197809.2, 202140.7): the largest is n itself. The median's order
-  // statistic is 100000 (bin 531: [98904.6, 101070.3)), whose largest sample is 101070.
+  // from the bins of 1/32 octave (exponent and the significand's top five bits). The order
+  // statistic at ceil(0.99 n) - 1 = 197999 is the sample 198000 = 2^17 x 1.5106: its bin is
+  // [2^17 (1 + 16/32), 2^17 (1 + 17/32)) = [196608, 200704), whose largest sample is n itself. The
+  // median's order statistic is 100000 = 2^16 x 1.5259, in [98304, 100352): its largest sample
+  // is 100351.
   constexpr int n = 200000;
   QuantileSketch q;
   for (int i = n; i >= 1; --i) q.add(double(i));
   const double p99 = q.quantile(0.99), p50 = q.quantile(0.5);
   CHECK(p99 == 200000.0);
-  CHECK(p50 == 101070.0);
+  CHECK(p50 == 100351.0);
   // The bound report merge rests on: at most (1 - q) n samples lie above.
   CHECK(double(n) - p99 <= 0.01 * n);
   CHECK(double(n) - p50 <= 0.5 * n);
