@@ -598,18 +598,35 @@ AttentionInput streamed_input(const Domain& dom) {
 
 }  // namespace
 
+namespace {
+
+// The longest key row attention_with and attention_batch_input draw: max_keys (long rows, past
+// 256) or 64, or two of the subject's key tiles and 8.
+int longest_key_row(const Domain& dom) {
+  return std::max({dom.max_keys > 256 ? dom.max_keys : std::min(dom.max_keys, 64),
+                   dom.tile_keys > 0 ? 2 * dom.tile_keys + 8 : 0, 1});
+}
+
+// The most heads and the largest head size those generators draw: 2 KV heads with up to 8 query
+// heads each under GQA.
+AttentionShape widest_heads(const Domain& dom) {
+  AttentionShape a;
+  a.kv_heads = 2;
+  a.heads = (dom.features & AC_FEAT_GQA) ? 16 : 2;
+  a.head_size = *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  return a;
+}
+
+}  // namespace
+
 std::vector<AttentionShape> largest_attention_shapes(const Domain& dom) {
   // attention_with: up to 2 KV heads with up to 8 query heads each under GQA; up to 3 sequences
   // under varlen; keys up to max_keys (long rows) or 64, or two tiles and 8; queries up to
   // max_tokens, the first sequence's up to its keys + 3 where empty rows come from causal
   // alignment (a subject that refuses zero keys).
-  AttentionShape a;
-  a.kv_heads = 2;
-  a.heads = (dom.features & AC_FEAT_GQA) ? 16 : 2;
-  a.head_size = *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  AttentionShape a = widest_heads(dom);
   const int64_t nseq = (dom.features & AC_FEAT_VARLEN) ? 3 : 1;
-  const int64_t tk = std::max<int64_t>({dom.max_keys > 256 ? dom.max_keys : std::min(dom.max_keys, 64),
-                                        dom.tile_keys > 0 ? 2 * int64_t(dom.tile_keys) + 8 : 0, 1});
+  const int64_t tk = longest_key_row(dom);
   for (int64_t s = 0; s < nseq; ++s) {
     const bool causal_empty = s == 0 && !dom.zero_keys && (dom.features & AC_FEAT_CAUSAL);
     a.seqlens_q.push_back(causal_empty ? std::max<int64_t>(dom.max_tokens, tk + 3) : dom.max_tokens);
@@ -684,10 +701,6 @@ int batch_limit(const Domain& dom) { return dom.max_batch > 0 ? dom.max_batch : 
 
 // The longest query range of a batch neighbour: past 128 queries of one KV head's group.
 int batch_max_queries(const Domain& dom) { return std::max(dom.max_tokens, 130); }
-int batch_max_keys(const Domain& dom) {
-  return std::max({dom.max_keys > 256 ? dom.max_keys : std::min(dom.max_keys, 64),
-                   dom.tile_keys > 0 ? 2 * dom.tile_keys + 8 : 0, 1});
-}
 
 rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
   return g::exec([dom] {
@@ -698,7 +711,7 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
     a.num_kv_heads = int32_t(*g::inRange(1, 3));
     const int group = gqa ? *g::element(1, 2, 4, 8) : 1;
     a.num_heads = a.num_kv_heads * group;
-    const int min_tk = dom.zero_keys ? 0 : 1, max_tk = batch_max_keys(dom);
+    const int min_tk = dom.zero_keys ? 0 : 1, max_tk = longest_key_row(dom);
     const bool long_rows = dom.max_keys > 256;
     // One sequence of a kind: 0 decode (one query), 1 prefill (queries up to max_tokens), 2 empty
     // key range (or one key where zero keys are refused), 3 a query range of group x Tq near 64 or
@@ -772,12 +785,9 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
 
 AttentionShape largest_batch_shape(const Domain& dom) {
   // attention_batch_input: batch_limit sequences of the longest queries and keys a kind draws.
-  AttentionShape a;
-  a.kv_heads = 2;
-  a.heads = (dom.features & AC_FEAT_GQA) ? 16 : 2;
-  a.head_size = *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  AttentionShape a = widest_heads(dom);
   a.seqlens_q.assign(size_t(batch_limit(dom)), batch_max_queries(dom));
-  a.seqlens_k.assign(size_t(batch_limit(dom)), batch_max_keys(dom));
+  a.seqlens_k.assign(size_t(batch_limit(dom)), longest_key_row(dom));
   return a;
 }
 

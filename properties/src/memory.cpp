@@ -182,31 +182,38 @@ double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& propert
   const uint32_t ops = property.ops & subject.caps().ops;
   const bool host = subject.caps().memory != AC_MEMORY_CUDA;
   if (ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
-    const auto shapes = property.name == "streamed_kv" ? std::vector{gen::largest_streamed_shape(dom)}
-                                                       : gen::largest_attention_shapes(dom);
+    auto outputs_of = [](const gen::AttentionShape& a) {
+      double T = 0;
+      for (const int64_t q : a.seqlens_q) T += double(q);
+      return T * double(a.heads) * (double(a.head_size) + 1);
+    };
     if (property.name == "streamed_kv") {
       // One case, unshrunk: held once, copied for each launch's staging and written to the
       // write-ahead file (kInputElementBytes per element), its outputs; judged on a slice of two
       // heads and 2 kSliceTokens queries over every key, as a case of its own.
-      const gen::AttentionShape a = shapes.front();
+      const gen::AttentionShape a = gen::largest_streamed_shape(dom);
       gen::AttentionShape slice = a;
       slice.heads = slice.kv_heads = 2;
       slice.seqlens_q = {std::min<int64_t>(a.seqlens_q.front(), 32)};
       double in = 0;
       for (size_t i = 0; i < a.seqlens_q.size(); ++i)
         in += double(a.seqlens_q[i] * a.heads + 2 * a.seqlens_k[i] * a.kv_heads) * double(a.head_size);
-      const double outputs = double(a.seqlens_q.front() * a.heads) * (double(a.head_size) + 1);
       largest = attention_resident_bytes(a) + in * kInputElementBytes +
-                configs * outputs * kOutputElementBytes + attention_resident_bytes(slice) +
+                configs * outputs_of(a) * kOutputElementBytes + attention_resident_bytes(slice) +
                 attention_replay_bytes(slice, held, host);
-    }
-    for (const auto& a : shapes) {
-      if (property.name == "streamed_kv") break;
-      double T = 0;
-      for (const int64_t q : a.seqlens_q) T += double(q);
-      const double outputs = T * double(a.heads) * (double(a.head_size) + 1);
-      largest = std::max(largest, 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +
-                                      configs * outputs * kOutputElementBytes);
+    } else if (property.name == "batch_invariance") {
+      // The batch held with its shrink candidates, its outputs and the victims' alone; only the
+      // victims (at most four sequences) are judged.
+      const gen::AttentionShape a = gen::largest_batch_shape(dom);
+      gen::AttentionShape victims = a;
+      victims.seqlens_q.resize(std::min<size_t>(4, a.seqlens_q.size()));
+      victims.seqlens_k.resize(victims.seqlens_q.size());
+      largest = 3 * attention_resident_bytes(a) + configs * outputs_of(a) * kOutputElementBytes +
+                attention_replay_bytes(victims, held, host);
+    } else {
+      for (const auto& a : gen::largest_attention_shapes(dom))
+        largest = std::max(largest, 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +
+                                        configs * outputs_of(a) * kOutputElementBytes);
     }
   }
   if (ops & AC_OP_MERGE) {

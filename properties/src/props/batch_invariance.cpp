@@ -102,11 +102,11 @@ class BatchInvariance final : public Property {
   BatchInvariance()
       : Property({"batch_invariance",
                   "A sequence's O and LSE alone and among other sequences agree bit for bit when the subject "
-                  "declares batch invariance (else the change is reported); every launch within budget.",
+                  "declares batch invariance (else the change is reported); the victims' rows within budget.",
                   "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
                   kCost}) {}
-  // The batch and up to three victims alone (all of up to four): about four launches and two
-  // judgements a case.
+  // The batch and up to four victims alone, and the victims' judgement (a second one where their
+  // bits changed): about four launch-and-judge units a case.
   static constexpr double kCost = 4;
 
   // A batch needs several sequences in one call.
