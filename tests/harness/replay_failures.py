@@ -119,6 +119,12 @@ def replay(where, command):
         check_ulp0(where + " (replay element line)", e.group(0), e["ulp"], e["ratio"])
     if fail_line:
         check_message(where + " (replay verdict)", fail_line["text"])
+    # The replay's own reproduce line loads the subject the same way the command it ran did.
+    for line in p.stdout.splitlines():
+        if line.strip().startswith("reproduce: "):
+            for flag in ("--mutants", "--isolate", "--plugin", "--worker"):
+                if f" {flag}" in command and f" {flag}" not in line:
+                    problem(where, f"the replay's reproduce line drops {flag}: {line.strip()}")
     return p.returncode, fail_line, elements, p.stdout + p.stderr
 
 

@@ -301,6 +301,8 @@ ReproduceContext reproduce_context(const Common& common, const Subject& s, const
   } else {
     for (const auto& p : common.plugins) ctx.source_flags += " --plugin " + worker::shell_word(p);
     if (common.isolate) ctx.source_flags += " --isolate";
+    // A replay that loaded the mutant kernels names them again, or its own command cannot find them.
+    if (common.mutants) ctx.source_flags += " --mutants";
   }
   return ctx;
 }
