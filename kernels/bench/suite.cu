@@ -181,10 +181,21 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
     emit(o, out, {"decode", kernel, shape, "fp16", false, tiling, ms, bytes / ms * 1e-6, "GB/s", "copy"});
   };
   p.a.tiling = 1;  // the decode tiling of both kernels: (16, 64)
-  p.a.num_splits = 0;
-  row("splitkv-packed", "auto", timer.median_ms([&] {
-    check_kernel(packed_attention_cuda(p.a, err, sizeof err, false), "splitkv-packed", err);
-  }));
+  // The price of batch invariance: the adaptive split count (from the batch, the heads and the SMs,
+  // batch variant), one split, and fixed split sizes (keys per split independent of the batch;
+  // splitkv::split_keys raises a size that would need more than 64 parts, so the label names the
+  // parts launched).
+  auto packed = [&](const std::string& label, int num_splits, int keys_per_split) {
+    p.a.num_splits = num_splits;
+    row("splitkv-packed", label, timer.median_ms([&] {
+      check_kernel(packed_attention_cuda(p.a, err, sizeof err, false, keys_per_split), "splitkv-packed", err);
+    }));
+  };
+  packed("auto", 0, 0);
+  packed("splits=1", 1, 0);
+  for (int keys : {256, 1024, 4096})
+    packed("fixed=" + std::to_string(keys) + " splits=" + std::to_string(fixed_split_count(p.a, keys)), 0,
+           keys);
   // splitkv runs one CTA per (sequence, query head, split): splits enough for about four CTAs
   // per SM, within its range.
   int sms = 0;
@@ -319,7 +330,7 @@ Ceilings run_suite(const SuiteOptions& o, std::vector<Measurement>& out) {
     for (int tokens : {4096, 32768})
       for (bool bf16 : {false, true}) merge(o, timer, out, tokens, bf16);
   if (o.decode)
-    for (int batch : {1, 64})
+    for (int batch : {1, 8, 64})
       for (int tk : {8192, 32768, 131072}) decode(o, timer, out, batch, tk);
   return c;
 }

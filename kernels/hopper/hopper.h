@@ -65,14 +65,30 @@ int packed_attention_host(const ac_attention_args& a, char* err, size_t err_len)
 inline constexpr int kPackedResidentPerSM = 2;
 // The split count num_splits = 0 asks for on a device of `sms` SMs: where the KV heads of the batch
 // fill less than half a wave, splits that fill one wave of kPackedResidentPerSM CTAs per SM;
-// otherwise about four CTAs per SM; at most one split per 128 keys of the longest sequence,
+// otherwise about four CTAs per SM; at most one split per 64-key tile of the longest sequence,
 // 1..kPackedMaxSplits. Decode at batch 1 with 8 KV heads and 8192 keys or more gets 33 splits on
 // 132 SMs (264 CTAs).
 int packed_machine_splits(const ac_attention_args& a, int sms);
 #if defined(ATTNCHECK_HAVE_CUDA)
-// num_splits 0 in args picks packed_machine_splits for the current device; the caps say 1..64.
-int packed_attention_cuda(const ac_attention_args& a, char* err, size_t err_len, bool synchronize = true);
+// num_splits 0 in args picks packed_machine_splits for the current device (or, at a fixed split
+// size, fixed_split_count); the caps say 1..64. keys_per_split > 0 (a multiple of 64): a fixed
+// split size (splitkv::split_range), the key ranges then independent of the batch.
+int packed_attention_cuda(const ac_attention_args& a, char* err, size_t err_len, bool synchronize = true,
+                          int keys_per_split = 0);
 #endif
+
+// The engine-style modes of splitkv-packed (packed_subject.cpp), as attention: the launch picks its
+// own split count, fold left. keys_per_split 0: packed_machine_splits (on the host, for an H200's
+// kH200SMs SMs), the split count a function of the whole batch; > 0 (a multiple of 64): that fixed
+// split size. On the host, the split-KV twin.
+inline constexpr int kH200SMs = 132;
+// The fixed split size of splitkv-packed-fixed: one key tile, so that the gate's short rows
+// already fold several parts (the bench prices larger sizes).
+inline constexpr int kFixedSplitKeys = 64;
+int packed_engine_attention(const ac_attention_args& a, int keys_per_split, bool cuda, char* err,
+                            size_t err_len);
+// Their capabilities: splitkv-packed's as an attention subject, AC_CAP_BATCH_INVARIANT as given.
+ac_caps packed_engine_caps(bool cuda, bool invariant);
 
 void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda);
 // splitkv-packed (packed_subject.cpp), appended by append_hopper_subjects.

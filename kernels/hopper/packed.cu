@@ -60,6 +60,7 @@ struct PackedParams {
   const uint8_t* mask;
   const int64_t* cu_mask;
   int num_heads, num_kv_heads, group, br, num_splits, chunks_per_tile;
+  int keys_per_split;  // 0: num_splits equal parts; > 0: the fixed split size of splitkv_math.h
   int causal;
   int64_t total_q;
   float scale_log2;
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
   int k_lo, k_hi;
-  splitkv::split_range(tk, p.num_splits, split, k_lo, k_hi);
+  splitkv::split_range(tk, p.num_splits, p.keys_per_split, split, k_lo, k_hi);
   int k_end = k_hi;
   if (p.causal) {
     const int lim = tok0 + tile_tokens - 1 + tk - tq + 1;
@@ -297,13 +298,16 @@ cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStrea
 
 }  // namespace
 
-int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_len, bool synchronize) {
+int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_len, bool synchronize,
+                          int keys_per_split) {
   ac_attention_args a = args;
   int dev = 0, sms = 132;
   AC_CUDA_TRY(cudaGetDevice(&dev));
   AC_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  if (a.num_splits == 0) a.num_splits = packed_machine_splits(a, sms);
+  if (a.num_splits == 0)
+    a.num_splits = keys_per_split > 0 ? fixed_split_count(a, keys_per_split) : packed_machine_splits(a, sms);
   if (int rc = packed_check_args(a, err, err_len)) return rc;
+  if (int rc = splitkv_check_fixed(a, keys_per_split, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
   if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
     AC_REFUSE("splitkv-packed: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");
@@ -317,6 +321,7 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   fused::read_common_args(p, a);
   p.br = kSplitKVTilings[a.tiling].br;
   p.num_splits = a.num_splits;
+  p.keys_per_split = keys_per_split;
   const int tile_tokens = std::min(p.br, max_tq);
   const int tile_rows = tile_tokens * p.group;
   p.chunks_per_tile = (tile_rows + kRows - 1) / kRows;

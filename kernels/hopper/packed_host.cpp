@@ -9,6 +9,7 @@
 
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
+#include "splitkv/splitkv_math.h"
 
 namespace attncheck::kern {
 
@@ -28,11 +29,12 @@ int packed_machine_splits(const ac_attention_args& a, int sms) {
   // keys measured 3501 GB/s with 33 splits (264 CTAs) against 3228 with 64 (512 CTAs, 1.94 waves,
   // the second one part empty) and 3066 with 16 (one CTA per SM cannot keep the memory busy).
   // Otherwise about four CTAs per SM, as batch 64 runs at the copy bandwidth with 2 splits (1024
-  // CTAs). Splits under 128 keys would cost more in the combine than they add.
+  // CTAs). At most one split per key tile of the longest sequence (as FlashAttention-2's heuristic
+  // caps splits at its key blocks), so a batch's longest row sets every row's split count.
   const int64_t ctas = int64_t(a.num_kv_heads) * a.num_seqs, slots = int64_t(std::max(sms, 1));
   const int64_t wave = kPackedResidentPerSM * slots / ctas;
-  const int64_t s =
-      std::min<int64_t>(wave >= 2 ? wave : (4 * slots + ctas - 1) / ctas, std::max(1, max_tk / 128));
+  const int64_t s = std::min<int64_t>(wave >= 2 ? wave : (4 * slots + ctas - 1) / ctas,
+                                      std::max(1, max_tk / splitkv::kSplitTile));
   return int(std::clamp<int64_t>(s, 1, kPackedMaxSplits));
 }
 

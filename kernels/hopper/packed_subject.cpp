@@ -1,6 +1,7 @@
-// ac_subject adapter of splitkv-packed (split-KV decode with the query heads of one KV head packed
+// ac_subject adapters of splitkv-packed (split-KV decode with the query heads of one KV head packed
 // into one CTA): the split-KV subject's contract (AC_OP_SPLITKV, its tilings, 1..64 splits, every
-// fold order, natural LSE, empty row -inf). Host twin where no GPU is present.
+// fold order, natural LSE, empty row -inf), and its two engine-style modes as attention subjects
+// (splitkv-packed-adaptive, splitkv-packed-fixed; below). Host twin where no GPU is present.
 // Check: ctest --test-dir build -R kernels_hopper
 #include <cstdio>
 #include <vector>
@@ -27,7 +28,57 @@ int run_packed(void* self, const ac_attention_args* args, char* err, size_t err_
   return packed_attention_host(*args, err, err_len);
 }
 
+// The engine-style modes: attention subjects (the kernel, not the caller, picks num_splits), fold
+// left to right, splitkv-packed's kernel on a device and the split-KV twin on the host.
+//   adaptive: packed_machine_splits from the batch's size, KV heads and longest row and the SM
+//             count (the host twin counts the 132 SMs of an H200), so a request's split count, and
+//             with it its last bits, depends on its neighbours: batch variant, and not declared so.
+//   fixed:    kFixedSplitKeys keys per split (splitkv::split_range), so a row's parts depend on the
+//             row alone and the empty parts a longer neighbour adds are exact identities in the
+//             fold: declared batch invariant.
+// Mutant 18 (kernels/mutants/) is the adaptive mode declaring invariance.
+enum class SplitPolicy { adaptive, fixed };
+struct EngineSelf {
+  bool cuda;
+  SplitPolicy policy;
+};
+EngineSelf g_engine[2][2] = {{{false, SplitPolicy::adaptive}, {false, SplitPolicy::fixed}},
+                             {{true, SplitPolicy::adaptive}, {true, SplitPolicy::fixed}}};
+
+int run_engine(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+  const auto* e = static_cast<const EngineSelf*>(self);
+  return packed_engine_attention(*args, e->policy == SplitPolicy::fixed ? kFixedSplitKeys : 0, e->cuda, err,
+                                 err_len);
+}
+
 }  // namespace
+
+int packed_engine_attention(const ac_attention_args& args, int keys_per_split, bool cuda, char* err,
+                            size_t err_len) {
+  ac_attention_args a = args;
+  a.fold_order = AC_FOLD_LEFT;
+  a.num_splits = 0;  // the launcher's choice: packed_machine_splits, or fixed_split_count
+#if defined(ATTNCHECK_HAVE_CUDA)
+  if (cuda) return packed_attention_cuda(a, err, err_len, true, keys_per_split);
+#endif
+  (void)cuda;
+  a.num_splits =
+      keys_per_split > 0 ? fixed_split_count(a, keys_per_split) : packed_machine_splits(a, kH200SMs);
+  SplitKVOptions o;
+  o.keys_per_split = keys_per_split;
+  return splitkv_attention_host(a, o, err, err_len);
+}
+
+ac_caps packed_engine_caps(bool cuda, bool invariant) {
+  ac_caps c = fused_caps(cuda, 0, -1);  // splitkv-packed's contract, as attention
+  c.ops = AC_OP_ATTENTION;
+  c.tilings = kSplitKVTilings;
+  c.num_tilings = kNumSplitKVTilings;
+  c.max_splits = 0;
+  c.fold_orders = 0;
+  c.flags = invariant ? c.flags | AC_CAP_BATCH_INVARIANT : c.flags & ~AC_CAP_BATCH_INVARIANT;
+  return c;
+}
 
 void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
@@ -44,6 +95,14 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
        cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head)"
             : "split-KV decode with packed GQA heads, host twin (the split-KV twin)",
        c, nullptr, nullptr, run_packed, &g_packed_cuda[cuda ? 1 : 0]});
+  const int b = cuda ? 1 : 0;
+  out.push_back(
+      {"splitkv-packed-adaptive",
+       "splitkv-packed choosing num_splits from the batch, heads and SMs as engines do (batch variant)",
+       packed_engine_caps(cuda, false), nullptr, nullptr, run_engine, &g_engine[b][0]});
+  out.push_back({"splitkv-packed-fixed",
+                 "splitkv-packed at a fixed split size of 64 keys (batch invariant, declared)",
+                 packed_engine_caps(cuda, true), nullptr, nullptr, run_engine, &g_engine[b][1]});
 }
 
 }  // namespace attncheck::kern

@@ -86,10 +86,15 @@ constexpr MutantInfo kMutants[] = {
      "call's longest query range times the GQA group passes 64, so one sequence's fold order depends on "
      "its neighbours",
      "fused", "batch_invariance", false},
+    {18, "mutant-splitkv-adaptive-invariant",
+     "splitkv-packed-adaptive (num_splits from the batch, as engines choose it) declaring batch invariance",
+     "splitkv-packed-adaptive", "batch_invariance", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
-enum class Family { merge, softmax, fused, splitkv, hopper, batch_tile };
+// adaptive_declared: the correct splitkv-packed-adaptive, its caps claiming AC_CAP_BATCH_INVARIANT
+// (mutant 18).
+enum class Family { merge, softmax, fused, splitkv, hopper, batch_tile, adaptive_declared };
 
 // The tiling mutant 17 switches to, (64, 32) in kFusedTilings, and where: a longest query range
 // times the GQA group past 64 (the switch point of a tile-shape heuristic).
@@ -132,6 +137,7 @@ int attention_mutant(void* self, const ac_attention_args* args, char* err, size_
 #endif
     return fused_attention_host(b, FusedOptions{}, err, err_len);
   }
+  if (s->family == Family::adaptive_declared) return packed_engine_attention(*args, 0, s->cuda, err, err_len);
   if (s->family == Family::splitkv) {
     SplitKVOptions o;
     o.mutation = fused::Mutation(s->mutation);
@@ -166,6 +172,7 @@ ac_caps mutant_caps(const ac_caps& correct, Family family, bool gpu_only) {
       c.num_head_sizes = 1;
     }
   }
+  if (family == Family::adaptive_declared) c.flags |= AC_CAP_BATCH_INVARIANT;
   return c;
 }
 
@@ -198,6 +205,7 @@ constexpr Registration kRegistrations[] = {
     {15, Family::hopper, 0},
     {16, Family::hopper, 0},
     {17, Family::batch_tile, 0},
+    {18, Family::adaptive_declared, 0},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -249,6 +257,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
       case Family::splitkv:
       case Family::hopper:
       case Family::batch_tile:
+      case Family::adaptive_declared:
         s.attention = attention_mutant;
         break;
     }

@@ -98,6 +98,8 @@ int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len
 
 int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
   if (int rc = splitkv_check_args(a, err, err_len)) return rc;
+  if (o.keys_per_split != 0)
+    AC_REFUSE("split-KV attention: a fixed split size runs on splitkv-packed's kernel, not this one");
   if (a.num_seqs == 0) return AC_OK;
   if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
     AC_REFUSE("split-KV attention: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");

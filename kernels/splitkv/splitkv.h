@@ -30,11 +30,19 @@ struct SplitKVOptions {
   // none; combine_plus_inf runs mutant 11's combine (kernels/mutants/), on both backends; the
   // partials are the correct ones.
   fused::Mutation mutation = fused::Mutation::none;
+  // 0: the key range cut into num_splits parts as equal as possible; > 0 (a multiple of 64): a fixed
+  // split size, splitkv::split_range (host twin; on the GPU, splitkv-packed's).
+  int keys_per_split = 0;
 };
+
+// The part count of a launch at a fixed split size: the most any sequence of `a` needs (1..64).
+int fixed_split_count(const ac_attention_args& a, int keys_per_split);
 
 // Bytes of the fp32 partials: num_splits x total_q x heads x (head_size + 1) x 4.
 size_t splitkv_workspace_bytes(const ac_attention_args& a);
 int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len);
+// keys_per_split is 0 or a multiple of 64, and a.num_splits covers every sequence's parts under it.
+int splitkv_check_fixed(const ac_attention_args& a, int keys_per_split, char* err, size_t err_len);
 
 int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len);
 int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len);

@@ -6,6 +6,7 @@
 // (kernels/mutants/) through this same walk instead.
 // Also holds the argument checks and the workspace size shared with the CUDA launcher.
 // Check: ctest --test-dir build -R kernels_attention_twin
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,24 @@ size_t splitkv_workspace_bytes(const ac_attention_args& a) {
          (size_t(a.head_size) + 1) * sizeof(float);
 }
 
+int fixed_split_count(const ac_attention_args& a, int keys_per_split) {
+  int n = 1;
+  for (int s = 0; s < a.num_seqs && a.cu_seqlens_k_host; ++s)
+    n = std::max(n,
+                 splitkv::fixed_parts(a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s], keys_per_split));
+  return n;
+}
+
+int splitkv_check_fixed(const ac_attention_args& a, int keys_per_split, char* err, size_t err_len) {
+  if (keys_per_split < 0 || keys_per_split % splitkv::kSplitTile != 0)
+    AC_REFUSE("split-KV attention: %d keys per split is not a multiple of %d", keys_per_split,
+              splitkv::kSplitTile);
+  if (keys_per_split > 0 && a.num_splits < fixed_split_count(a, keys_per_split))
+    AC_REFUSE("split-KV attention: %d keys per split need %d parts, num_splits is %d", keys_per_split,
+              fixed_split_count(a, keys_per_split), a.num_splits);
+  return AC_OK;
+}
+
 int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len) {
   if (a.num_splits < 1 || a.num_splits > kSplitKVMaxSplits)
     AC_REFUSE("split-KV attention: num_splits %d out of range [1, %d]", a.num_splits, kSplitKVMaxSplits);
@@ -42,7 +61,7 @@ namespace {
 // key range, then per element the fold of the parts. M is fused::Mutation::none for the twin,
 // another value for a mutant.
 template <fused::Mutation M>
-void splitkv_host_rows(const ac_attention_args& a) {
+void splitkv_host_rows(const ac_attention_args& a, int keys_per_split) {
   const fused::TwinArgs x = fused::decode_args(a);
   const int br = kSplitKVTilings[a.tiling].br, bc = kSplitKVTilings[a.tiling].bc;
   const int ns = a.num_splits;
@@ -56,7 +75,7 @@ void splitkv_host_rows(const ac_attention_args& a) {
         std::vector<std::vector<fused::TwinRowState>> parts(static_cast<size_t>(ns));
         for (int sp = 0; sp < ns; ++sp) {
           int lo, hi;
-          splitkv::split_range(int(view.tk), ns, sp, lo, hi);
+          splitkv::split_range(int(view.tk), ns, keys_per_split, sp, lo, hi);
           parts[size_t(sp)] = fused::twin_row_tile<M>(view, row0, br, bc, lo, hi);
         }
         for (size_t r = 0; r < parts[0].size(); ++r) {
@@ -89,14 +108,15 @@ int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len
 
 int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
   if (int rc = splitkv_check_args(a, err, err_len)) return rc;
+  if (int rc = splitkv_check_fixed(a, o.keys_per_split, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
   using fused::Mutation;
   switch (o.mutation) {
     case Mutation::none:
-      splitkv_host_rows<Mutation::none>(a);
+      splitkv_host_rows<Mutation::none>(a, o.keys_per_split);
       break;
     case Mutation::combine_plus_inf:
-      splitkv_host_rows<Mutation::combine_plus_inf>(a);
+      splitkv_host_rows<Mutation::combine_plus_inf>(a, o.keys_per_split);
       break;
     default:
       AC_REFUSE("split-KV attention: mutation %d has no host twin", int(o.mutation));

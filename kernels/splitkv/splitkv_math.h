@@ -30,12 +30,22 @@ inline constexpr int kFoldLevels = 7;
 static_assert(1 << (kFoldLevels - 1) == kMaxSplits, "the tree fold keeps one block per level");
 
 // a = merge(a, b), element o and its row's LSE (base 2).
+// An empty side leaves the other side exactly as it is (in real arithmetic the weights are 1 and
+// 0; in fp32 o + 0 * o_b would turn a -0 into +0): so parts past a row's own last part, which a
+// launch over a longer neighbour gives it (fixed split size, splitkv::split_range), change no bit
+// of the row in any fold order.
 template <Mutation M = Mutation::none>
 AC_HD void merge_partial(float& o_a, float& lse_a, float o_b, float lse_b) {
   const float m = lse_a > lse_b ? lse_a : lse_b;
   if (m == neg_inf_f()) {  // both empty
     o_a = 0.0f;
     lse_a = neg_inf_f();
+    return;
+  }
+  if (lse_b == neg_inf_f()) return;
+  if (lse_a == neg_inf_f()) {
+    o_a = o_b;
+    lse_a = lse_b;
     return;
   }
   const float w_a = exp2_f(lse_a - m), w_b = exp2_f(lse_b - m);
@@ -123,11 +133,43 @@ AC_HD float final_lse_natural(float lse2) {
 }
 
 // The key range [lo, hi) of part `split` of `n`: sizes as equal as possible, the first tk % n
-// parts one key longer (the same split the CUDA kernel makes).
+// parts one key longer (the same split the CUDA kernel makes). The parts then depend on n, which
+// a launch takes from its whole batch.
 AC_HD void split_range(int tk, int n, int split, int& lo, int& hi) {
   const int base = tk / n, rem = tk % n;
   lo = split * base + (split < rem ? split : rem);
   hi = lo + base + (split < rem ? 1 : 0);
+}
+
+// Fixed split size (keys_per_split > 0, a multiple of the 64-key tile): part `split` of a row of tk
+// keys is [split x K, (split + 1) x K) clipped to the row, K = split_keys(tk, keys_per_split),
+// whatever the launch's part count; parts past the row's end are empty. K depends on the row alone,
+// so a row's parts, its tile walk in each part (tiles start at multiples of 64) and, with
+// merge_partial's empty-side identity, its fold are the same in every batch.
+inline constexpr int kSplitTile = 64;
+// keys_per_split, or the smallest multiple of the tile that cuts tk into at most kMaxSplits parts
+// where keys_per_split would need more.
+AC_HD int split_keys(int tk, int keys_per_split) {
+  const int need = (tk + kMaxSplits - 1) / kMaxSplits;
+  const int tiles = (need + kSplitTile - 1) / kSplitTile * kSplitTile;
+  return tiles > keys_per_split ? tiles : keys_per_split;
+}
+// The part count of a row of tk keys under keys_per_split: at least 1, at most kMaxSplits.
+AC_HD int fixed_parts(int tk, int keys_per_split) {
+  const int k = split_keys(tk, keys_per_split);
+  return tk > k ? (tk + k - 1) / k : 1;
+}
+// Part `split` of a launch of n parts: split_range above where keys_per_split is 0, else the fixed
+// split size.
+AC_HD void split_range(int tk, int n, int keys_per_split, int split, int& lo, int& hi) {
+  if (keys_per_split <= 0) {
+    split_range(tk, n, split, lo, hi);
+    return;
+  }
+  const int k = split_keys(tk, keys_per_split);
+  const int64_t first = int64_t(split) * k, last = first + k;
+  lo = first < tk ? int(first) : tk;
+  hi = last < tk ? int(last) : tk;
 }
 
 }  // namespace attncheck::kern::splitkv

@@ -4,13 +4,17 @@
 // split count splitkv-packed picks for num_splits = 0.
 // Expected values: the fp64 attention of attention_case.h with its derived error bound.
 // Run: ctest --test-dir build -R kernels_hopper_twin
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstring>
+#include <limits>
 
 #include "attention_case.h"
 #include "attncheck/attention_args.hpp"
 #include "fused/fused.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
+#include "splitkv/splitkv_math.h"
 
 using namespace attncheck;
 using namespace attncheck::test;
@@ -64,7 +68,7 @@ TEST_CASE("packed: the machine-sized split count", "[packed][twin]") {
   // Decode, 32 query / 8 KV heads, on 132 SMs: batch 1 fills one wave of two CTAs per SM with 33
   // splits (8 x 33 = 264 = 2 x 132), batch 16 with 2 (256 CTAs); batch 20 (160 CTAs a split, more
   // than half a wave) and batch 64 take four CTAs per SM: ceil(528 / 160) = 4, ceil(528 / 512) = 2;
-  // short sequences get one split per 128 keys.
+  // short sequences get one split per 64-key tile: 2048 keys 32 splits, 200 keys 3, 100 keys 1.
   auto splits = [](int batch, int tk, int sms) {
     std::vector<int32_t> cq(size_t(batch) + 1), ck(size_t(batch) + 1);
     for (int i = 0; i <= batch; ++i) {
@@ -79,11 +83,144 @@ TEST_CASE("packed: the machine-sized split count", "[packed][twin]") {
   CHECK(splits(1, 8192, 132) == 33);
   CHECK(splits(16, 131072, 132) == 2);
   CHECK(splits(20, 131072, 132) == 4);
-  CHECK(splits(1, 2048, 132) == 16);
+  CHECK(splits(1, 2048, 132) == 32);
+  CHECK(splits(1, 200, 132) == 3);
   CHECK(splits(1, 100, 132) == 1);
   CHECK(splits(64, 131072, 132) == 2);
   CHECK(splits(64, 8192, 132) == 2);
   CHECK(splits(1, 131072, 8) == 2);
   CHECK(splits(1, 131072, 1000) == kern::kPackedMaxSplits);
   CHECK(kern::kPackedMaxSplits == kern::kSplitKVMaxSplits);
+}
+
+TEST_CASE("split-KV fold: an empty part is an exact identity on either side, -0 kept", "[packed][twin]") {
+  namespace sk = kern::splitkv;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float o : {-0.0f, 0.0f, 0.3f, -7.5f}) {
+    float o_a = o, lse_a = 1.25f;
+    sk::merge_partial(o_a, lse_a, 0.0f, -inf);
+    CHECK(std::memcmp(&o_a, &o, 4) == 0);
+    CHECK(lse_a == 1.25f);
+    float o_b = 0.0f, lse_b = -inf;
+    sk::merge_partial(o_b, lse_b, o, 1.25f);
+    CHECK(std::memcmp(&o_b, &o, 4) == 0);
+    CHECK(lse_b == 1.25f);
+  }
+  float o = 5.0f, lse = -inf;  // both empty: O = 0, LSE = -inf
+  sk::merge_partial(o, lse, 3.0f, -inf);
+  CHECK(o == 0.0f);
+  CHECK(lse == -inf);
+}
+
+TEST_CASE("split-KV: fixed split size ranges, part counts and their checks", "[packed][twin]") {
+  namespace sk = kern::splitkv;
+  // 200 keys at 64 per split: [0, 64) [64, 128) [128, 192) [192, 200), then empty parts.
+  const int want[][2] = {{0, 64}, {64, 128}, {128, 192}, {192, 200}, {200, 200}, {200, 200}};
+  for (int i = 0; i < 6; ++i) {
+    int lo = -1, hi = -1;
+    sk::split_range(200, 6, 64, i, lo, hi);
+    CHECK(lo == want[i][0]);
+    CHECK(hi == want[i][1]);
+  }
+  CHECK(sk::fixed_parts(200, 64) == 4);
+  CHECK(sk::fixed_parts(0, 64) == 1);
+  // 10000 keys would need 157 parts of 64: the size rises to ceil(10000 / 64) = 157 keys, rounded
+  // up to the tile, 192, and 10000 / 192 needs 53 parts.
+  CHECK(sk::split_keys(10000, 64) == 192);
+  CHECK(sk::fixed_parts(10000, 64) == 53);
+  CHECK(sk::split_keys(10000, 4096) == 4096);
+  CHECK(sk::fixed_parts(131072, 256) == 64);
+  // Equal parts where no size is given: 200 keys in 3 parts of 67, 67, 66.
+  int lo = -1, hi = -1;
+  sk::split_range(200, 3, 0, 2, lo, hi);
+  CHECK(lo == 134);
+  CHECK(hi == 200);
+
+  const AttnCase c = make_case(640, DType::f16, 2, 1, 64, {1, 1}, {200, 1000}, false, false);
+  ac_attention_args a = host_args(c, nullptr, nullptr, 1);
+  CHECK(kern::fixed_split_count(a, 64) == 16);  // the 1000-key row: 16 parts of 64
+  char err[256] = {0};
+  a.num_splits = 15;
+  CHECK(kern::splitkv_check_fixed(a, 64, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err).find("need 16 parts") != std::string::npos);
+  a.num_splits = 16;
+  CHECK(kern::splitkv_check_fixed(a, 64, err, sizeof err) == AC_OK);
+  CHECK(kern::splitkv_check_fixed(a, 100, err, sizeof err) == AC_ERR_UNSUPPORTED);
+}
+
+namespace {
+
+// Sequence 0 of `batch` run alone: its queries, keys and values (the first of each tensor).
+AttnCase first_alone(const AttnCase& batch) {
+  AttnCase c = make_case(1, batch.dtype, batch.heads, batch.kv_heads, batch.head_size, {batch.seqlens_q[0]},
+                         {batch.seqlens_k[0]}, batch.causal, false);
+  c.scale = batch.scale;
+  std::copy_n(batch.q.begin(), c.q.size(), c.q.begin());
+  std::copy_n(batch.k.begin(), c.k.size(), c.k.begin());
+  std::copy_n(batch.v.begin(), c.v.size(), c.v.begin());
+  return c;
+}
+
+struct Rows {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+// The twin at `splits` parts (0: the engine mode's own choice) and keys_per_split; O and LSE of
+// sequence 0's rows.
+Rows twin_first_rows(const AttnCase& c, int splits, int keys_per_split, ac_fold fold) {
+  std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.head_size));
+  std::vector<float> lse(size_t(c.total_q() * c.heads));
+  ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
+  a.fold_order = fold;
+  char err[256] = {0};
+  if (splits == 0) {
+    REQUIRE(kern::packed_engine_attention(a, keys_per_split, false, err, sizeof err) == AC_OK);
+  } else {
+    a.num_splits = splits;
+    kern::SplitKVOptions o;
+    o.keys_per_split = keys_per_split;
+    REQUIRE(kern::splitkv_attention_host(a, o, err, sizeof err) == AC_OK);
+  }
+  Rows r;
+  const int64_t tq = c.seqlens_q[0];
+  r.out.assign(out.begin(), out.begin() + tq * c.heads * c.head_size);
+  for (int h = 0; h < c.heads; ++h)
+    for (int64_t t = 0; t < tq; ++t) r.lse.push_back(lse[size_t(h * c.total_q() + t)]);
+  return r;
+}
+
+bool same_bits(const Rows& x, const Rows& y) {
+  return x.out == y.out && std::memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("splitkv-packed engine modes: a sequence alone and beside a longer one", "[packed][twin]") {
+  // A victim of 3 queries and 300 keys (5 parts of 64), alone and first in a batch whose second
+  // sequence has 2000 keys (32 parts of 64 at the fixed size; under the adaptive rule the batch's
+  // longest row allows 31 splits and the victim alone 4).
+  const AttnCase batch = make_case(650, DType::bf16, 4, 2, 128, {3, 1}, {300, 2000}, true, false);
+  const AttnCase alone = first_alone(batch);
+  for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
+    INFO("fold " << int(f));
+    // Fixed split size: the victim's 5 parts are the same, the batch's 27 more are empty.
+    CHECK(same_bits(twin_first_rows(batch, 32, 64, f), twin_first_rows(alone, 5, 64, f)));
+    // Equal parts at the batch's count and at the victim's own: the parts move, and with them bits.
+    CHECK_FALSE(same_bits(twin_first_rows(batch, 32, 0, f), twin_first_rows(alone, 5, 0, f)));
+  }
+  // The subjects' own choices (fold left): fixed agrees bit for bit, adaptive does not.
+  CHECK(same_bits(twin_first_rows(batch, 0, kern::kFixedSplitKeys, AC_FOLD_LEFT),
+                  twin_first_rows(alone, 0, kern::kFixedSplitKeys, AC_FOLD_LEFT)));
+  CHECK_FALSE(
+      same_bits(twin_first_rows(batch, 0, 0, AC_FOLD_LEFT), twin_first_rows(alone, 0, 0, AC_FOLD_LEFT)));
+  // Both within the fp64 bound.
+  std::vector<uint16_t> out(size_t(batch.total_q() * batch.heads * 128));
+  std::vector<float> lse(size_t(batch.total_q() * batch.heads));
+  ac_attention_args a = host_args(batch, out.data(), lse.data(), 1);
+  char err[256] = {0};
+  for (int keys : {0, kern::kFixedSplitKeys}) {
+    REQUIRE(kern::packed_engine_attention(a, keys, false, err, sizeof err) == AC_OK);
+    CHECK(compare_with_exact(batch, out, &lse, {}) == "");
+  }
 }

@@ -2,7 +2,9 @@
 // bench.json against --baseline anywhere (CI, a laptop). Exit codes as everywhere: 0 ran (and no
 // regression), 1 a row slowed down beyond the tolerance, 2 usage or input error before any work,
 // 3 a kernel or CUDA call failed while measuring.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -106,11 +108,41 @@ BenchRun measure(const Options& o) {
 }
 #endif
 
+// What batch invariance costs in decode: per shape, each fixed split size's throughput (keys per
+// split independent of the batch) over the adaptive split count's (chosen from the batch), against
+// the goal of at least 0.9 at batch 8 and more, 0.7 at batch 1; the best fixed size decides.
+void print_invariance_price(const BenchRun& r) {
+  bool header = false;
+  for (const BenchRow& a : r.rows) {
+    if (a.family != "decode" || a.kernel != "splitkv-packed" || a.tiling != "auto" || a.value <= 0) continue;
+    std::string line;
+    double best = 0;
+    for (const BenchRow& f : r.rows)
+      if (f.family == a.family && f.kernel == a.kernel && f.shape == a.shape &&
+          f.tiling.rfind("fixed=", 0) == 0) {
+        char b[96];
+        std::snprintf(b, sizeof b, "%s %.2fx  ", f.tiling.c_str(), f.value / a.value);
+        line += b;
+        best = std::max(best, f.value / a.value);
+      }
+    if (line.empty()) continue;
+    const int batch = std::atoi(a.shape.c_str() + (a.shape.rfind("batch=", 0) == 0 ? 6 : 0));
+    const double goal = batch >= 8 ? 0.9 : 0.7;
+    if (!header)
+      std::printf(
+          "price of batch invariance (splitkv-packed decode, a fixed split size against the adaptive "
+          "split count; goal: at least 0.9x at batch >= 8, 0.7x at batch 1):\n");
+    header = true;
+    std::printf("  %-32s %sbest %.2fx: %s\n", a.shape.c_str(), line.c_str(), best,
+                best >= goal ? "met" : "SHORT of the goal");
+  }
+}
+
 void print_table(const BenchRun& r) {
   std::printf("device %s, median of %d; ceilings: copy %.0f GB/s, fp16 GEMM %s\n", r.device.c_str(),
               r.repeats, r.copy_gbps,
               r.gemm_tflops > 0 ? (std::to_string(int(r.gemm_tflops)) + " TFLOP/s").c_str() : "-");
-  std::printf("%-9s %-15s %-32s %-5s %-6s %-14s %10s %10s %-7s %8s %8s %8s\n", "family", "kernel", "shape",
+  std::printf("%-9s %-15s %-32s %-5s %-6s %-20s %10s %10s %-7s %8s %8s %8s\n", "family", "kernel", "shape",
               "dtype", "causal", "tiling", "ms", "rate", "unit", "of ceil", "vs fa2", "vs cudnn");
   for (const BenchRow& x : r.rows) {
     auto vs = [&](const char* peer) {
@@ -119,10 +151,11 @@ void print_table(const BenchRun& r) {
       if (it != x.peers.end()) std::snprintf(b, sizeof b, "%.2fx", x.value / it->second);
       return std::string(b);
     };
-    std::printf("%-9s %-15s %-32s %-5s %-6s %-14s %10.4f %10.1f %-7s %7.0f%% %8s %8s\n", x.family.c_str(),
+    std::printf("%-9s %-15s %-32s %-5s %-6s %-20s %10.4f %10.1f %-7s %7.0f%% %8s %8s\n", x.family.c_str(),
                 x.kernel.c_str(), x.shape.c_str(), x.dtype.c_str(), x.causal ? "yes" : "no", x.tiling.c_str(),
                 x.ms, x.value, x.unit.c_str(), 100 * x.of_ceiling, vs("fa2").c_str(), vs("cudnn").c_str());
   }
+  print_invariance_price(r);
 }
 
 int run_bench(const Options& o) {

@@ -18,6 +18,8 @@ namespace attncheck::detail {
 namespace {
 
 constexpr int64_t kAllVictims = 4;
+// Batches of up to this many sequences are listed in a failure's message, the victim bracketed.
+constexpr size_t kNamedBatch = 8;
 
 // Sequences `keep` of `a` (ascending) as an input of their own: their q rows, k and v rows and
 // mask blocks, in order.
@@ -93,7 +95,15 @@ std::string batch_phrase(const AttentionInput& a, size_t victim) {
                           : "middle")
     << "; " << decode << " decode and " << n - size_t(decode)
     << " prefill rows; max_seqlen_q x group = " << max_q * (a.num_heads / std::max(1, a.num_kv_heads)) << "; "
-    << keys << " keys in all)";
+    << keys << " keys in all";
+  // A small batch, as shrinking leaves it, is named whole: the neighbour set that changes the bits.
+  if (n <= kNamedBatch) {
+    o << "; queries x keys:";
+    for (size_t i = 0; i < n; ++i)
+      o << (i ? ", " : " ") << (i == victim ? "[" : "") << a.seqlens_q[i] << "x" << a.seqlens_k[i]
+        << (i == victim ? "]" : "");
+  }
+  o << ")";
   return o.str();
 }
 
