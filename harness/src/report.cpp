@@ -205,8 +205,9 @@ std::string run_to_run_cell(const ReportEntry& e) {
   return "variant by design: " + spread_phrase(e.spread);
 }
 
+// batch_invariance's cell, and chunked_prefill's (its failure class chunk_variant).
 std::string batch_cell(const ReportEntry& e) {
-  if (e.status == "failed" && e.failure_class == "batch_variant")
+  if (e.status == "failed" && (e.failure_class == "batch_variant" || e.failure_class == "chunk_variant"))
     return "failed: declared invariant, bits changed";
   if (e.status != "passed") return e.status;
   if (e.spread.compared == 0)
@@ -237,17 +238,18 @@ std::string drift_cell(const ReportEntry& e, bool splits) {
 std::vector<InvarianceRow> invariance_matrix(const Report& r) {
   std::vector<InvarianceRow> rows;
   for (const ReportEntry& e : r.entries) {
-    const bool known =
-        e.property == "run_to_run" || e.property == "batch_invariance" || e.property == "split_order_drift";
+    const bool known = e.property == "run_to_run" || e.property == "batch_invariance" ||
+                       e.property == "chunked_prefill" || e.property == "split_order_drift";
     if (!known || e.status == "not_applicable") continue;
     auto it = std::find_if(rows.begin(), rows.end(),
                            [&](const InvarianceRow& x) { return x.subject == e.subject; });
     if (it == rows.end()) {
-      rows.push_back(InvarianceRow{e.subject, "-", "-", "-", "-"});
+      rows.push_back(InvarianceRow{e.subject, "-", "-", "-", "-", "-"});
       it = rows.end() - 1;
     }
     if (e.property == "run_to_run") it->run_to_run = run_to_run_cell(e);
     if (e.property == "batch_invariance") it->batch = batch_cell(e);
+    if (e.property == "chunked_prefill") it->chunked_prefill = batch_cell(e);
     if (e.property == "split_order_drift") {
       it->split_count = drift_cell(e, true);
       it->fold_order = drift_cell(e, false);

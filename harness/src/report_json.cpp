@@ -178,7 +178,8 @@ json report_to_json(const Report& r) {
                           {"run_to_run", x.run_to_run},
                           {"batch", x.batch},
                           {"split_count", x.split_count},
-                          {"fold_order", x.fold_order}});
+                          {"fold_order", x.fold_order},
+                          {"chunked_prefill", x.chunked_prefill}});
   j["invariance"] = invariance;
   json edges = json::array();
   for (double e : r.histogram_edges) edges.push_back(num(e));

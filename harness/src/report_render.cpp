@@ -215,11 +215,14 @@ std::string render_markdown(const Report& r) {
   o << "\n" << kColumnsExplained << "\n";
   if (const auto inv = invariance_matrix(r); !inv.empty()) {
     o << "\n### Invariance\n\nWhether a subject's bits stayed the same when the run changed one thing: "
-         "the launch (run to run), the batch around a sequence, the split count, the fold order.\n\n"
-         "| subject | run to run | batch | split count | fold order |\n|---|---|---|---|---|\n";
+         "the launch (run to run), the batch around a sequence, the split count, the fold order, the "
+         "chunks a prompt is prefilled in.\n\n"
+         "| subject | run to run | batch | split count | fold order | chunked prefill |\n"
+         "|---|---|---|---|---|---|\n";
     for (const InvarianceRow& x : inv)
       o << "| " << md_cell(x.subject) << " | " << md_cell(x.run_to_run) << " | " << md_cell(x.batch) << " | "
-        << md_cell(x.split_count) << " | " << md_cell(x.fold_order) << " |\n";
+        << md_cell(x.split_count) << " | " << md_cell(x.fold_order) << " | " << md_cell(x.chunked_prefill)
+        << " |\n";
   }
   bool header = false;
   for (const ReportEntry* e : rows) {
@@ -294,11 +297,11 @@ std::string render_html(const Report& r, const std::vector<std::pair<std::string
   if (const auto inv = invariance_matrix(r); !inv.empty()) {
     o << "<h2>Invariance</h2>\n<table id=\"invariance\">\n<tr><th>subject</th><th>run to "
          "run</th><th>batch</th>"
-         "<th>split count</th><th>fold order</th></tr>\n";
+         "<th>split count</th><th>fold order</th><th>chunked prefill</th></tr>\n";
     for (const InvarianceRow& x : inv)
       o << "<tr><td>" << html_escape(x.subject) << "</td><td>" << html_escape(x.run_to_run) << "</td><td>"
         << html_escape(x.batch) << "</td><td>" << html_escape(x.split_count) << "</td><td>"
-        << html_escape(x.fold_order) << "</td></tr>\n";
+        << html_escape(x.fold_order) << "</td><td>" << html_escape(x.chunked_prefill) << "</td></tr>\n";
     o << "</table>\n";
   }
   bool header = false;

@@ -49,10 +49,13 @@ ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign) {
   c.num_tilings = kNumFusedTilings;
   c.max_splits = 1;
   c.fold_orders = 0;
-  // Every sequence is its own walk over its own keys, whatever the others of its call (the twin
-  // loops over sequences; its tiling and split count are the call's options). The CUDA kernels are
-  // not declared: batch_invariance reports what changes there.
-  if (!cuda) c.flags |= AC_CAP_BATCH_INVARIANT;
+  // Every sequence is its own walk over its own keys, whatever the others of its call: the twin
+  // loops over sequences, and each CUDA kernel built on this contract (fused, fused-hopper, splitkv,
+  // splitkv-packed) gives each (sequence, head, row tile, split) its own CTA whose tiling and split
+  // count are the call's options, with no atomics; the grid's size never enters a CTA's arithmetic.
+  // splitkv-packed-adaptive, which picks its split count from the batch, takes the flag off.
+  (void)cuda;
+  c.flags |= AC_CAP_BATCH_INVARIANT;
   return c;
 }
 

@@ -37,9 +37,9 @@ ac_caps textbook_caps(bool cuda, bool naive) {
   c.empty_lse_sign = -1;
   c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE |
                (naive ? AC_FEAT_NAIVE_EXP | AC_FEAT_SCORES_IN_INPUT_TYPE : 0u);
-  // Each sequence's S and P are its own (the twin loops over sequences); the CUDA kernel is not
-  // declared: batch_invariance reports what changes there.
-  if (!cuda) c.flags |= AC_CAP_BATCH_INVARIANT;
+  // Each sequence's S and P are its own: the twin loops over sequences and the CUDA kernels run one
+  // launch triple per sequence, with fixed tiles and no atomics.
+  c.flags |= AC_CAP_BATCH_INVARIANT;
   return c;
 }
 

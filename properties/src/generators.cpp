@@ -783,6 +783,37 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
   });
 }
 
+rc::Gen<AttentionInput> attention_prefill_input(const Domain& dom) {
+  return g::exec([dom] {
+    AttentionInput a;
+    a.dtype = *g::elementOf(dom.dtypes);
+    a.head_size = *g::elementOf(dom.head_sizes);
+    a.num_kv_heads = int32_t(*g::inRange(1, 3));
+    // Groups to 4 (a prompt's every query is a row, so heads cost more here than in a decode case).
+    a.num_heads = a.num_kv_heads * ((dom.features & AC_FEAT_GQA) ? *g::element(1, 2, 4) : 1);
+    const int T = *g::inRange(2, std::max(2, longest_key_row(dom)) + 1);
+    a.seqlens_q = {T};
+    a.seqlens_k = {T};
+    a.causal = true;
+    const uint64_t seed = *any_seed();
+    const int64_t D = a.head_size;
+    a.softmax_scale = float(1.0 / std::sqrt(double(D)));
+    uniform_fill(a.dtype, seed, a.q, T * a.num_heads * D, 1, std::sqrt(3.0));
+    uniform_fill(a.dtype, seed, a.k, T * a.num_kv_heads * D, 2, std::sqrt(3.0));
+    uniform_fill(a.dtype, seed, a.v, T * a.num_kv_heads * D, 3, std::sqrt(3.0));
+    return a;
+  });
+}
+
+AttentionShape largest_prefill_shape(const Domain& dom) {
+  // attention_prefill_input: one sequence of the longest key row, queries as many (widest_heads'
+  // bound, though its groups stop at 4).
+  AttentionShape a = widest_heads(dom);
+  a.seqlens_q = {std::max(2, longest_key_row(dom))};
+  a.seqlens_k = a.seqlens_q;
+  return a;
+}
+
 AttentionShape largest_batch_shape(const Domain& dom) {
   // attention_batch_input: batch_limit sequences of the longest queries and keys a kind draws.
   AttentionShape a = widest_heads(dom);

@@ -54,6 +54,7 @@ double judgements_held(const std::string& property) {
   if (property == "split_order_drift") return detail::kHeldJudgements;
   if (property == "split_equals_whole") return 4;
   if (property == "batch_invariance") return 2;
+  if (property == "chunked_prefill") return 2;  // the whole's reference, judging the chunks' rows
   return 1;
 }
 // Subject outputs a case of the property keeps at once: split_order_drift's configurations and
@@ -61,6 +62,7 @@ double judgements_held(const std::string& property) {
 double configurations_per_case(const std::string& property) {
   if (property == "split_order_drift") return 25;
   if (property == "streamed_kv") return 3;
+  if (property == "chunked_prefill") return 3;  // the whole, the chunks' rows assembled, one chunk
   return 2;  // batch_invariance: the batch and the batch with its victims' rows alone
 }
 
@@ -210,6 +212,10 @@ double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& propert
       victims.seqlens_k.resize(victims.seqlens_q.size());
       largest = 3 * attention_resident_bytes(a) + configs * outputs_of(a) * kOutputElementBytes +
                 attention_replay_bytes(victims, held, host);
+    } else if (property.name == "chunked_prefill") {
+      const gen::AttentionShape a = gen::largest_prefill_shape(dom);
+      largest = 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +
+                configs * outputs_of(a) * kOutputElementBytes;
     } else {
       for (const auto& a : gen::largest_attention_shapes(dom))
         largest = std::max(largest, 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +

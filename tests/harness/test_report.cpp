@@ -516,6 +516,11 @@ TEST_CASE("the invariance matrix: one phrase per subject and dimension, from the
   c2.splits_differ = 5;
   c2.splits_max_ulp = 1;
   d->drift_by_splits = {c2};
+  // chunked_prefill: fused declared and bit for bit; splitkv reported, 4 of 30 outputs moved by 3
+  // ulps; flash declared and failed.
+  entry("fused", "chunked_prefill", "passed");
+  entry("splitkv", "chunked_prefill", "passed")->spread = Spread{30, 4, 3, 0.25};
+  entry("flash", "chunked_prefill", "failed")->failure_class = "chunk_variant";
   const auto m = invariance_matrix(r);
   REQUIRE(m.size() == 3);
   CHECK(m[0].subject == "fused");
@@ -527,9 +532,13 @@ TEST_CASE("the invariance matrix: one phrase per subject and dimension, from the
   CHECK(m[2].batch == "failed: declared invariant, bits changed");
   CHECK(m[2].split_count == "variant: 5 of 20 outputs changed, by at most 1 ulps");
   CHECK(m[2].fold_order == "invariant (10 outputs compared)");
+  CHECK(m[0].chunked_prefill == "invariant (declared; 100 cases, bit for bit)");
+  CHECK(m[1].chunked_prefill == "failed: declared invariant, bits changed");
+  CHECK(m[2].chunked_prefill == "variant: 4 of 30 outputs changed, by at most 3 ulps (0.25 accuracy budgets)");
   // Written to report.json and report.md.
   const auto j = report_to_json(r);
   REQUIRE(j.at("invariance").size() == 3);
   CHECK(j["invariance"][1]["batch"] == m[1].batch);
+  CHECK(j["invariance"][2]["chunked_prefill"] == m[2].chunked_prefill);
   CHECK(render_markdown(r).find("| flash | - | variant: 3 of 40 outputs changed") != std::string::npos);
 }

@@ -8,6 +8,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <sstream>
@@ -89,6 +90,35 @@ inline AttnCase make_case(uint64_t seed, DType dt, int heads, int kv_heads, int 
           c.mask[size_t(c.cu_mask[s] + int64_t(r) * c.seqlens_k[s] + j)] = (r % 4 == 3) ? 0 : uint8_t(b(rng));
   }
   return c;
+}
+
+// Sequence 0 of `batch` as a batch of its own: its queries, keys and values (the first rows of each
+// tensor), no mask.
+inline AttnCase first_alone(const AttnCase& batch) {
+  AttnCase c = make_case(1, batch.dtype, batch.heads, batch.kv_heads, batch.head_size, {batch.seqlens_q[0]},
+                         {batch.seqlens_k[0]}, batch.causal, false);
+  c.scale = batch.scale;
+  std::copy_n(batch.q.begin(), c.q.size(), c.q.begin());
+  std::copy_n(batch.k.begin(), c.k.size(), c.k.begin());
+  std::copy_n(batch.v.begin(), c.v.size(), c.v.begin());
+  return c;
+}
+
+// Sequence 0's rows of a case's outputs: O [tokens, heads, d] and LSE [heads, tokens].
+struct FirstRows {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  bool operator==(const FirstRows& o) const {
+    return out == o.out && lse.size() == o.lse.size() && std::memcmp(lse.data(), o.lse.data(), lse.size() * 4) == 0;
+  }
+};
+inline FirstRows first_rows(const AttnCase& c, const std::vector<uint16_t>& out, const std::vector<float>& lse) {
+  FirstRows r;
+  const int64_t tq = c.seqlens_q[0];
+  r.out.assign(out.begin(), out.begin() + tq * c.heads * c.head_size);
+  for (int h = 0; h < c.heads; ++h)
+    for (int64_t t = 0; t < tq; ++t) r.lse.push_back(lse[size_t(h * c.total_q() + t)]);
+  return r;
 }
 
 // bf16, one query, two keys of d = 64 (scale 1/8): key 0 has logit 0 and V = 0, key 1 has base-2

@@ -467,3 +467,31 @@ TEST_CASE("hopper gpu: the Hopper mutants are caught", "[hopper][gpu][mutants]")
       WARN("mutant " << m.name << (caught ? " caught: " + why : std::string(" not caught in 5 runs")));
   }
 }
+
+TEST_CASE("packed gpu: engine modes, a sequence alone and beside longer ones", "[packed][gpu]") {
+  // The victim (300 keys; 3 causal queries in the second case) alone and first in a batch with rows
+  // of 8192, 2000 and 77 keys. Fixed split size (64 keys): the victim's 5 parts are the same in both
+  // launches and the batch's other 123 are empty for it, so its bits agree. Adaptive: on 132 SMs the
+  // victim alone gets min(264 / 8, 300 / 64) = 4 splits and the batch min(264 / 32, 8192 / 64) = 8,
+  // so its bits move. Both within the fp64 bound.
+  uint64_t seed = 9800;
+  for (bool causal : {false, true}) {
+    const AttnCase batch = make_case(seed++, DType::bf16, 32, 8, 128, {causal ? 3 : 1, 1, 1, 2},
+                                     {300, 8192, 2000, 77}, causal, false);
+    const AttnCase alone = first_alone(batch);
+    auto run = [](const AttnCase& c, int keys) {
+      DeviceCase dc(c);
+      const ac_attention_args a = dc.args(c, 1);
+      char err[256] = {0};
+      INFO("keys per split " << keys << ": " << err);
+      REQUIRE(kern::packed_engine_attention(a, keys, true, err, sizeof err) == AC_OK);
+      const std::vector<uint16_t> out = dc.out.to_host();
+      const std::vector<float> lse = dc.lse.to_host();
+      CHECK(compare_with_exact(c, out, &lse, {}) == "");
+      return first_rows(c, out, lse);
+    };
+    INFO("causal " << causal);
+    CHECK(run(batch, kern::kFixedSplitKeys) == run(alone, kern::kFixedSplitKeys));
+    if (device_sms() == 132) CHECK_FALSE(run(batch, 0) == run(alone, 0));
+  }
+}

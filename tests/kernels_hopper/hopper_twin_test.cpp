@@ -150,25 +150,8 @@ TEST_CASE("split-KV: fixed split size ranges, part counts and their checks", "[p
 
 namespace {
 
-// Sequence 0 of `batch` run alone: its queries, keys and values (the first of each tensor).
-AttnCase first_alone(const AttnCase& batch) {
-  AttnCase c = make_case(1, batch.dtype, batch.heads, batch.kv_heads, batch.head_size, {batch.seqlens_q[0]},
-                         {batch.seqlens_k[0]}, batch.causal, false);
-  c.scale = batch.scale;
-  std::copy_n(batch.q.begin(), c.q.size(), c.q.begin());
-  std::copy_n(batch.k.begin(), c.k.size(), c.k.begin());
-  std::copy_n(batch.v.begin(), c.v.size(), c.v.begin());
-  return c;
-}
-
-struct Rows {
-  std::vector<uint16_t> out;
-  std::vector<float> lse;
-};
-
-// The twin at `splits` parts (0: the engine mode's own choice) and keys_per_split; O and LSE of
-// sequence 0's rows.
-Rows twin_first_rows(const AttnCase& c, int splits, int keys_per_split, ac_fold fold) {
+// The twin at `splits` parts (0: the engine mode's own choice) and keys_per_split; sequence 0's rows.
+FirstRows twin_first_rows(const AttnCase& c, int splits, int keys_per_split, ac_fold fold) {
   std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.head_size));
   std::vector<float> lse(size_t(c.total_q() * c.heads));
   ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
@@ -182,16 +165,7 @@ Rows twin_first_rows(const AttnCase& c, int splits, int keys_per_split, ac_fold 
     o.keys_per_split = keys_per_split;
     REQUIRE(kern::splitkv_attention_host(a, o, err, sizeof err) == AC_OK);
   }
-  Rows r;
-  const int64_t tq = c.seqlens_q[0];
-  r.out.assign(out.begin(), out.begin() + tq * c.heads * c.head_size);
-  for (int h = 0; h < c.heads; ++h)
-    for (int64_t t = 0; t < tq; ++t) r.lse.push_back(lse[size_t(h * c.total_q() + t)]);
-  return r;
-}
-
-bool same_bits(const Rows& x, const Rows& y) {
-  return x.out == y.out && std::memcmp(x.lse.data(), y.lse.data(), x.lse.size() * 4) == 0;
+  return first_rows(c, out, lse);
 }
 
 }  // namespace
@@ -205,15 +179,14 @@ TEST_CASE("splitkv-packed engine modes: a sequence alone and beside a longer one
   for (ac_fold f : {AC_FOLD_LEFT, AC_FOLD_RIGHT, AC_FOLD_TREE}) {
     INFO("fold " << int(f));
     // Fixed split size: the victim's 5 parts are the same, the batch's 27 more are empty.
-    CHECK(same_bits(twin_first_rows(batch, 32, 64, f), twin_first_rows(alone, 5, 64, f)));
+    CHECK(twin_first_rows(batch, 32, 64, f) == twin_first_rows(alone, 5, 64, f));
     // Equal parts at the batch's count and at the victim's own: the parts move, and with them bits.
-    CHECK_FALSE(same_bits(twin_first_rows(batch, 32, 0, f), twin_first_rows(alone, 5, 0, f)));
+    CHECK_FALSE(twin_first_rows(batch, 32, 0, f) == twin_first_rows(alone, 5, 0, f));
   }
   // The subjects' own choices (fold left): fixed agrees bit for bit, adaptive does not.
-  CHECK(same_bits(twin_first_rows(batch, 0, kern::kFixedSplitKeys, AC_FOLD_LEFT),
-                  twin_first_rows(alone, 0, kern::kFixedSplitKeys, AC_FOLD_LEFT)));
-  CHECK_FALSE(
-      same_bits(twin_first_rows(batch, 0, 0, AC_FOLD_LEFT), twin_first_rows(alone, 0, 0, AC_FOLD_LEFT)));
+  CHECK(twin_first_rows(batch, 0, kern::kFixedSplitKeys, AC_FOLD_LEFT) ==
+        twin_first_rows(alone, 0, kern::kFixedSplitKeys, AC_FOLD_LEFT));
+  CHECK_FALSE(twin_first_rows(batch, 0, 0, AC_FOLD_LEFT) == twin_first_rows(alone, 0, 0, AC_FOLD_LEFT));
   // Both within the fp64 bound.
   std::vector<uint16_t> out(size_t(batch.total_q() * batch.heads * 128));
   std::vector<float> lse(size_t(batch.total_q() * batch.heads));

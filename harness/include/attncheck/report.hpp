@@ -120,7 +120,7 @@ Report read_report_file(const std::string& path);  // ReportError naming the fil
 // with the share of outputs that changed and by how much, "failed: ..." where a declared
 // invariance broke, "-" where the property did not run on the subject.
 struct InvarianceRow {
-  std::string subject, run_to_run, batch, split_count, fold_order;
+  std::string subject, run_to_run, batch, split_count, fold_order, chunked_prefill;
 };
 std::vector<InvarianceRow> invariance_matrix(const Report&);
 

@@ -99,6 +99,9 @@ rc::Gen<AttentionInput> attention_streamed_input(const Domain&);
 // Values uniform of variance 1 from one drawn seed (high entropy: constant or impulse values hide
 // a changed fold order), causal or masked as a whole.
 rc::Gen<AttentionInput> attention_batch_input(const Domain&);
+// One causal sequence of T queries over its T keys (a prompt) for chunked_prefill, 2 <= T <= the
+// longest key row, GQA as the subject allows, values uniform of variance 1 from one drawn seed.
+rc::Gen<AttentionInput> attention_prefill_input(const Domain&);
 
 // The largest inputs the generators above draw under a domain, as shapes (nothing allocated): what
 // the memory model (memory.hpp) bounds a run with. Each follows its generator's bounds, beside it in
@@ -111,6 +114,7 @@ struct AttentionShape {
 std::vector<AttentionShape> largest_attention_shapes(const Domain&);
 AttentionShape largest_streamed_shape(const Domain&);
 AttentionShape largest_batch_shape(const Domain&);
+AttentionShape largest_prefill_shape(const Domain&);
 // Rows x columns: softmax_input's (and the overflow band's), merge_input's rows (tokens x heads)
 // and head size.
 std::pair<int64_t, int64_t> largest_softmax_shape(const Domain&);
