@@ -43,6 +43,7 @@ enum class Bug {
   attention_mask_leak,         // a row that sees a key also sees the keys its mask hides
   attention_two_defects,       // both of the above: independent defects in one kernel
   attention_batch_variant,     // in a call of several sequences, the last bit of O flips (within budget)
+  attention_chunk_variant,     // in a sequence of fewer queries than keys, the last bit of O flips
 };
 
 class Fake : public Subject {
@@ -194,6 +195,7 @@ class Fake : public Subject {
             if (bug_ == Bug::attention_nondeterministic && (calls % 2) && !empty && o != 0) bits ^= 1u;
             if (bug_ == Bug::attention_batch_variant && a.seqlens_q.size() > 1 && !empty && o != 0)
               bits ^= 1u;
+            if (bug_ == Bug::attention_chunk_variant && tq < tk && !empty && o != 0) bits ^= 1u;
             out.out[size_t(row * D + c)] = bits;
           }
           double lse = empty ? (caps_.empty_lse_sign > 0 ? kInf : -kInf) : M + std::log(L);

@@ -682,3 +682,48 @@ TEST_CASE("batch_invariance: a sequence's bits alone and in a batch, declared or
   CHECK(run("batch_invariance", single, dir.string()).status == PropertyResult::Status::not_applicable);
   fs::remove_all(dir);
 }
+
+TEST_CASE("chunked_prefill: a prompt's bits whole and in chunks, declared or reported",
+          "[properties][chunked_prefill]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_chunk_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // The correct fake computes each row from its visible keys alone: declared invariant, it passes.
+  Fake good("attn-chunk-good", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  good.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult ok = run("chunked_prefill", good, dir.string());
+  INFO(ok.message);
+  CHECK(ok.status == PropertyResult::Status::passed);
+  CHECK(ok.spread.compared == 0);
+  // One whose last bit of O flips in a call of fewer queries than keys (every chunk past the first
+  // reads a cached prefix): declared, it fails with both bits, shrunk to a prompt of 2 tokens (the
+  // second chunk of 1 query over 2 keys); the flip is within budget.
+  Fake variant("attn-chunk-variant", AC_OP_ATTENTION, Bug::attention_chunk_variant, 0, -1,
+               fakes::kAttnFeatures);
+  variant.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult bad = run("chunked_prefill", variant, dir.string());
+  INFO(bad.message);
+  CHECK(bad.status == PropertyResult::Status::failed);
+  CHECK(bad.failure_class == "chunk_variant");
+  CHECK(bad.message.find("whole (first) and in chunks of") != std::string::npos);
+  CHECK(bad.message.find("differ at O[") != std::string::npos);
+  REQUIRE(!bad.corpus_files.empty());
+  const Case shrunk = read_case_file(bad.corpus_files.front());
+  const auto& a = std::get<AttentionInput>(shrunk.input);
+  REQUIRE(a.seqlens_q.size() == 1);
+  CHECK(a.seqlens_q[0] == 2);
+  CHECK(a.seqlens_k[0] == 2);
+  // Undeclared, it passes and reports what changed, within one budget.
+  Fake reported("attn-chunk-reported", AC_OP_ATTENTION, Bug::attention_chunk_variant, 0, -1,
+                fakes::kAttnFeatures);
+  const PropertyResult rep = run("chunked_prefill", reported, dir.string());
+  INFO(rep.message);
+  CHECK(rep.status == PropertyResult::Status::passed);
+  CHECK(rep.spread.differing > 0);
+  CHECK(rep.spread.max_ulps == 1);
+  CHECK(rep.spread.max_budget > 0);
+  CHECK(rep.spread.max_budget <= 1);
+  // Without causal masking a chunk has no prefix to read: not applicable.
+  Fake full("attn-no-causal", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures & ~AC_FEAT_CAUSAL);
+  CHECK(run("chunked_prefill", full, dir.string()).status == PropertyResult::Status::not_applicable);
+  fs::remove_all(dir);
+}
