@@ -126,7 +126,8 @@ void Property::draw_input(Case& c, const gen::Domain& dom, uint32_t op) const {
 }
 
 // The generators' domain for one subject under a run's limits: its dtypes and head sizes narrowed
-// to the run's, and the long suite's layer over at most kHostLayerTokens tokens for a host subject.
+// to the run's, the batch bound where the run sets one, and the long suite's layer over at most
+// kHostLayerTokens tokens for a host subject.
 gen::Domain run_domain(const Subject& s, const RunConfig& cfg) {
   gen::Domain d = gen::domain_for(s, cfg.max_keys, cfg.dtypes);
   if (!cfg.head_sizes.empty())
@@ -134,6 +135,7 @@ gen::Domain run_domain(const Subject& s, const RunConfig& cfg) {
       return std::find(cfg.head_sizes.begin(), cfg.head_sizes.end(), h) == cfg.head_sizes.end();
     });
   d.streamed_kv_bytes = cfg.streamed_kv_bytes;
+  if (cfg.max_batch > 0) d.max_batch = cfg.max_batch;
   if (cfg.layer_tokens > 0)
     d.layer_tokens =
         s.caps().memory == AC_MEMORY_CUDA ? cfg.layer_tokens : std::min(cfg.layer_tokens, kHostLayerTokens);

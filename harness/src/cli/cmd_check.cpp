@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "attncheck/generators.hpp"
 #include "check.hpp"
 #include "options.hpp"
 #include "process.hpp"
@@ -90,6 +91,12 @@ Command add_check_command(CLI::App& app, Common& common) {
       ->check(CLI::Range(1, Limits::kMaxCases));
   check->add_option("--max-keys", co->run.max_keys, "longest key row generated (default 64)")
       ->check(CLI::Range(1, Limits::kMaxKeys));
+  check
+      ->add_option("--max-batch", co->run.max_batch,
+                   "batch_invariance: most sequences in a batch, the victim and its neighbours (default " +
+                       std::to_string(gen::kMaxBatchHost) + " on the host twins, " +
+                       std::to_string(gen::kMaxBatchDevice) + " on a device)")
+      ->check(CLI::Range(1, Limits::kMaxBatch));
   check
       ->add_option("--dtype", co->dtypes,
                    "only these dtypes (fp32, fp16, bf16; repeatable or comma-separated; default: every "

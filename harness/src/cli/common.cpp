@@ -278,6 +278,7 @@ RunConfig run_config(const RunOptions& o) {
   cfg.num_cases = o.cases;
   cfg.corpus_dir = o.corpus_dir;
   cfg.max_keys = o.max_keys;
+  cfg.max_batch = o.max_batch;
   cfg.dtypes = o.dtypes;
   if (o.long_suite) {
     cfg.head_sizes = {128};
@@ -323,6 +324,7 @@ std::vector<TilingEntry> tiling_entries(const Subject& s, const std::vector<Tili
 
 std::string shape_set_of(const RunConfig& cfg) {
   std::string s = "max_size=" + std::to_string(cfg.max_size) + ",max_keys=" + std::to_string(cfg.max_keys);
+  if (cfg.max_batch > 0) s += ",max_batch=" + std::to_string(cfg.max_batch);
   for (size_t i = 0; i < cfg.dtypes.size(); ++i)
     s += (i ? "+" : ",dtypes=") + std::string(dtype_name(cfg.dtypes[i]));
   for (size_t i = 0; i < cfg.head_sizes.size(); ++i)

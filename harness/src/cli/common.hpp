@@ -79,6 +79,7 @@ struct RunOptions {
   uint64_t seed = 1;
   int cases = 100;
   int max_keys = RunConfig{}.max_keys;
+  int max_batch = 0;             // 0: the backend's default
   std::vector<ac_dtype> dtypes;  // empty: every dtype a subject has
   bool long_suite = false;       // --suite long: d = 128 and the layer case on long rows
   std::string corpus_dir;        // "" writes no corpus file

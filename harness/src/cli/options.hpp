@@ -23,6 +23,7 @@ struct Limits {
   static constexpr int kMaxCases = 100000;         // --cases, --peer-cases
   static constexpr int kMaxTilingCases = 10000;    // tiling --cases (every case runs once per tiling)
   static constexpr int kMaxKeys = 65536;           // --max-keys
+  static constexpr int kMaxBatch = 4096;           // --max-batch (sequences in one batch_invariance case)
   static constexpr int kMaxChunk = 1 << 20;        // prefill --chunk
   static constexpr int kMaxShards = 1 << 16;       // check --shard I/N
   static constexpr int kMaxShrinkSeconds = 86400;  // check --shrink-time

@@ -71,6 +71,8 @@ struct RunConfig {
   double shrink_seconds = 20;
   int max_size = 100;               // RapidCheck size cap (<= 100); shapes scale from it
   int max_keys = 64;                // longest key row generated; raise for long rows (8192 and beyond)
+  int max_batch = 0;                // batch_invariance: most sequences a batch holds (0: the backend's
+                                    // default, gen::kMaxBatchHost or gen::kMaxBatchDevice)
   bool write_ahead = false;         // write-ahead for host subjects too (always on for cuda subjects)
   std::vector<ac_dtype> dtypes;     // empty: every dtype the subject has
   std::vector<int32_t> head_sizes;  // empty: every head size the generators offer the subject
