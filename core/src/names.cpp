@@ -42,11 +42,13 @@ constexpr std::array<Spelling<uint32_t>, 8> kFeatures{{{AC_FEAT_CAUSAL, "causal"
                                                        {AC_FEAT_FLUSHED_EXP, "flushed_exp"}}};
 // The contract bits the worker protocol writes as boolean fields (AC_CAP_EMPTY_LSE_UNDEFINED is
 // spelled as empty_lse "undefined" instead).
-constexpr std::array<Spelling<uint32_t>, 5> kFlagFields{{{AC_CAP_REFUSES_ZERO_KEYS, "refuses_zero_keys"},
-                                                         {AC_CAP_FLUSHES_SUBNORMALS, "flushes_subnormals"},
-                                                         {AC_CAP_NONDETERMINISTIC, "nondeterministic"},
-                                                         {AC_CAP_FTZ_ARITHMETIC, "ftz_arithmetic"},
-                                                         {AC_CAP_BATCH_INVARIANT, "batch_invariant"}}};
+constexpr std::array<Spelling<uint32_t>, 6> kFlagFields{
+    {{AC_CAP_REFUSES_ZERO_KEYS, "refuses_zero_keys"},
+     {AC_CAP_FLUSHES_SUBNORMALS, "flushes_subnormals"},
+     {AC_CAP_NONDETERMINISTIC, "nondeterministic"},
+     {AC_CAP_FTZ_ARITHMETIC, "ftz_arithmetic"},
+     {AC_CAP_BATCH_INVARIANT, "batch_invariant"},
+     {AC_CAP_EMPTY_STATES_ZERO_O, "empty_states_zero_o"}}};
 constexpr std::array<Spelling<RunStatus>, 5> kStatuses{{{RunStatus::passed, "passed"},
                                                         {RunStatus::failed, "failed"},
                                                         {RunStatus::crashed, "crashed"},

@@ -17,6 +17,11 @@ attention-np-nondet        accumulates P V and the row sum in float32 over the k
                            that changes from call to call, as a combine ordered by atomics does,
                            declared nondeterministic: run_to_run passes and reports the spread.
 attention-np-nondet-undeclared  the same without the declaration: run_to_run fails.
+merge-np-guard-copies      the engines' guarded merge: where both states are empty (LSE -inf or
+                           +inf) it copies the prefix O, so it relies on producers writing O = 0
+                           there, declared (empty_states_zero_o): passes.
+merge-np-guard-copies-undeclared  the same without the declaration: an empty state's non-zero O
+                           reaches the output and merge_sentinels fails.
 
     build/attncheck check --worker "python3 -m attncheck.worker examples/python_worker/contract_subjects.py"
 """
@@ -146,6 +151,25 @@ attention_np_nondet = ac.subject(name="attention-np-nondet", nondeterministic=Tr
                                  description="fp32 sums in a per-call key order, declared nondeterministic")(_shuffled_f32)
 attention_np_nondet_undeclared = ac.subject(name="attention-np-nondet-undeclared", tilings=[(64, 64)], **_ATT,
                                             description="fp32 sums in a per-call key order, undeclared")(_shuffled_f32)
+
+
+def _guard_copies_prefix(call):
+    """The merge of numpy_subjects.py, except where both states are empty: there the prefix O is
+    copied as is, and the LSE is -inf."""
+    out, lse = _merge_states(call)
+    pl = helpers.lse_from_layout(np.asarray(call.prefix_lse), call.lse_layout)
+    sl = helpers.lse_from_layout(np.asarray(call.suffix_lse), call.lse_layout)
+    both = np.isinf(pl) & np.isinf(sl)
+    return np.where(both[..., None], call.prefix_out, out), lse
+
+
+merge_np_guard_copies = ac.subject(name="merge-np-guard-copies", empty_states_zero_o=True, **_MERGE,
+                                   description="both empty: copies the prefix O, relies on zero O, declared")(
+    _guard_copies_prefix)
+merge_np_guard_copies_undeclared = ac.subject(name="merge-np-guard-copies-undeclared", **_MERGE,
+                                              description="both empty: copies the prefix O, undeclared")(
+    _guard_copies_prefix)
+
 
 attention_np_batch_variant = ac.subject(
     name="attention-np-batch-variant", batch_invariant=True, tilings=[(64, 64)], **_ATT,

@@ -336,12 +336,37 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   if (c.num_tilings <= 0 && (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) && d.max_keys >= kNominalTileKeys)
     d.tile_keys = kNominalTileKeys;
   d.zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) == 0;
+  d.empty_states_zero_o = (c.flags & AC_CAP_EMPTY_STATES_ZERO_O) != 0;
   d.max_batch = c.memory == AC_MEMORY_CUDA ? kMaxBatchDevice : kMaxBatchHost;
   return d;
 }
 
 bool can_draw_empty_attention_rows(const Domain& d) {
   return d.zero_keys || (d.features & (AC_FEAT_MASK | AC_FEAT_CAUSAL)) != 0;
+}
+
+bool empty_state_lse(float lse) { return std::isinf(lse); }
+
+void zero_empty_states(MergeInput& m) {
+  const size_t D = size_t(m.head_size), zero = round_bits(m.dtype, 0.0);
+  for (size_t r = 0; r < m.prefix_lse.size(); ++r) {
+    if (empty_state_lse(m.prefix_lse[r])) std::fill_n(m.prefix_out.begin() + r * D, D, zero);
+    if (empty_state_lse(m.suffix_lse[r])) std::fill_n(m.suffix_out.begin() + r * D, D, zero);
+  }
+}
+
+int64_t first_empty_state_with_o(const MergeInput& m) {
+  const size_t D = size_t(m.head_size);
+  auto nonzero = [&](const Bits& o, size_t r) {
+    for (size_t c = 0; c < D; ++c)
+      if (detail::decode(m.dtype, o[r * D + c]) != 0) return true;
+    return false;
+  };
+  for (size_t r = 0; r < m.prefix_lse.size(); ++r)
+    if ((empty_state_lse(m.prefix_lse[r]) && nonzero(m.prefix_out, r)) ||
+        (empty_state_lse(m.suffix_lse[r]) && nonzero(m.suffix_out, r)))
+      return int64_t(r);
+  return -1;
 }
 
 rc::Gen<MergeInput> merge_input(const Domain& dom) {
@@ -366,6 +391,7 @@ rc::Gen<MergeInput> merge_input(const Domain& dom) {
                             : *any_values(m.dtype, int(rows), m.head_size);
     m.suffix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size)
                             : *any_values(m.dtype, int(rows), m.head_size);
+    if (dom.empty_states_zero_o) zero_empty_states(m);
     return m;
   });
 }
@@ -387,6 +413,8 @@ rc::Gen<MergeInput> merge_sentinel_input(const Domain& dom) {
       }
     }
     if (m.num_tokens == 0) m.num_tokens = 0;
+    // The sides made empty here held values drawn for a visible state.
+    if (dom.empty_states_zero_o) zero_empty_states(m);
     return m;
   });
 }

@@ -47,6 +47,7 @@ struct Conventions {
   bool nondeterministic = false;     // launches may differ in bits (AC_CAP_NONDETERMINISTIC)
   bool ftz_arithmetic = false;       // FTZ / DAZ fp32 arithmetic (AC_CAP_FTZ_ARITHMETIC, budgets.cpp)
   bool batch_invariant = false;      // a sequence's bits do not depend on its batch (AC_CAP_BATCH_INVARIANT)
+  bool empty_states_zero_o = false;  // a merge's empty states hold O = 0 (AC_CAP_EMPTY_STATES_ZERO_O)
 };
 Conventions conventions_of(const Subject&);
 

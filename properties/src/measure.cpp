@@ -80,6 +80,7 @@ Conventions conventions_of(const Subject& s) {
   // FTZ arithmetic flushes the final store too: its outputs' zeros are judged as declared ones.
   v.flushes_subnormals = (c.flags & AC_CAP_FLUSHES_SUBNORMALS) != 0 || v.ftz_arithmetic;
   v.batch_invariant = (c.flags & AC_CAP_BATCH_INVARIANT) != 0;
+  v.empty_states_zero_o = (c.flags & AC_CAP_EMPTY_STATES_ZERO_O) != 0;
   return v;
 }
 

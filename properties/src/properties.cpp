@@ -21,6 +21,7 @@
 #include <optional>
 
 #include "attncheck/case_context.hpp"
+#include "attncheck/names.hpp"
 #include "attncheck/seed.hpp"
 #include "property.hpp"
 #include "rc_adapter.hpp"
@@ -357,6 +358,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     try {
       o = prop->check(ctx, c);
       note_flushed(o, ctx.cv);
+      note_empty_state_o(o, c, ctx.cv);
     } catch (const SubjectError& e) {
       if (e.kind == SubjectError::Kind::interrupted) {
         cancelled = true;
@@ -644,6 +646,17 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
     return not_applicable(std::string("subject lacks dtype ") + dtype_name(dtype));
   if (op != AC_OP_SOFTMAX && head_size > 0 && !subject.supports_head_size(head_size))
     return not_applicable("subject does not support head size " + std::to_string(head_size));
+  // check never gives a subject declaring AC_CAP_EMPTY_STATES_ZERO_O an empty state with a non-zero
+  // O; a case written for a subject without the declaration lies outside this one's contract.
+  if (const auto* m = std::get_if<MergeInput>(&c.input);
+      m && (subject.caps().flags & AC_CAP_EMPTY_STATES_ZERO_O)) {
+    if (const int64_t row = gen::first_empty_state_with_o(*m); row >= 0)
+      return not_applicable("token " + std::to_string(row / std::max(1, m->num_heads)) + ", head " +
+                            std::to_string(row % std::max(1, m->num_heads)) +
+                            " holds an empty state whose O is not zero, and subject " + subject.name() +
+                            " declares " + flag_name(AC_CAP_EMPTY_STATES_ZERO_O) +
+                            " (AC_CAP_EMPTY_STATES_ZERO_O): it relies on O = 0 there");
+  }
   // The case's property judges it where it applies; accuracy otherwise.
   const Property* accuracy = find_property_object("accuracy");
   const Property* prop = find_property_object(c.property);
@@ -662,6 +675,7 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
       judged_by += "+" + accuracy->info().name;
     }
     note_flushed(o, ctx.cv);
+    note_empty_state_o(o, run, ctx.cv);
     r.passed = o.ok;
     r.crashed = o.crashed;
     r.context = case_context(run, &subject.caps(), o.quoted ? o.quoted->row : -1);

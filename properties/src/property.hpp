@@ -132,6 +132,10 @@ void fail_at(Outcome&, const std::string& failure_class, const std::string& pref
 // clause naming the declaration that would cover it (ftz_arithmetic, or flushes_subnormals for a
 // zero output of a subnormal exact value), unless the subject declares it already.
 void note_flushed(Outcome&, const Conventions&);
+// A merge failure whose quoted O element lies on a row of two empty states, one of which holds a
+// non-zero O, gains one clause naming empty_states_zero_o (a guard that copies or averages those O
+// is right only when producers write zeros there), unless the subject declares it already.
+void note_empty_state_o(Outcome&, const Case&, const Conventions&);
 // to_worst with the element's error / budget and absolute allowance, for the quoted element and
 // replay's list.
 WorstElement worst_element(const Elem&);

@@ -138,6 +138,23 @@ void note_flushed(Outcome& o, const Conventions& cv) {
                ": if the kernel flushes subnormals by design, declare " + declare;
 }
 
+void note_empty_state_o(Outcome& o, const Case& c, const Conventions& cv) {
+  const auto* m = std::get_if<MergeInput>(&c.input);
+  if (o.ok || o.crashed || !o.quoted || !m || cv.empty_states_zero_o) return;
+  const Elem& e = *o.quoted;
+  const size_t r = size_t(e.row), D = size_t(m->head_size);
+  if (e.out != Out::O || !e.out_finite || r >= m->prefix_lse.size()) return;
+  if (!gen::empty_state_lse(m->prefix_lse[r]) || !gen::empty_state_lse(m->suffix_lse[r])) return;
+  bool nonzero = false;
+  for (size_t i = r * D; i < (r + 1) * D; ++i)
+    nonzero = nonzero || decode(m->dtype, m->prefix_out[i]) != 0 || decode(m->dtype, m->suffix_out[i]) != 0;
+  if (!nonzero) return;
+  o.message += "; " + e.where +
+               " lies on a row of two empty states that hold a non-zero O: if every producer writes O = 0 "
+               "for an empty state and the merge relies on it, declare " +
+               flag_name(AC_CAP_EMPTY_STATES_ZERO_O) + std::string(" (AC_CAP_EMPTY_STATES_ZERO_O)");
+}
+
 void fail_at(Outcome& o, const std::string& cls, const std::string& prefix, const Elem& e) {
   keep_worst(o, e);
   if (!o.ok) return;

@@ -52,7 +52,7 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
                   tilings: Sequence[Tuple[int, int]] = (), max_splits: int = 0, fold_orders: Any = (),
                   description: str = "", refuses_zero_keys: bool = False, flushes_subnormals: bool = False,
                   nondeterministic: bool = False, ftz_arithmetic: bool = False,
-                  batch_invariant: bool = False) -> Dict[str, Any]:
+                  batch_invariant: bool = False, empty_states_zero_o: bool = False) -> Dict[str, Any]:
     """Returns the handshake dictionary of one subject (protocol 2 and 3), or raises CapsError naming the
     problem.
 
@@ -64,6 +64,9 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     combines); run_to_run then reports the spread instead of failing.
     batch_invariant: a sequence's output does not depend on the other sequences of its call;
     batch_invariance then fails on any bit that changes (undeclared, it reports what changed).
+    empty_states_zero_o: the merge relies on its producers writing O = 0 for an empty state (LSE
+    -inf or +inf), as a guard that copies the prefix output does; the generators then give empty
+    states a zero O (undeclared, their O is arbitrary and must not reach the output).
     empty_lse="undefined": an empty row's LSE is not judged (its O = 0 still is).
     tilings: may be empty for attention / splitkv (a black-box kernel picks its own)."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
@@ -88,14 +91,15 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r}: empty_lse must be '-inf', '+inf' or 'undefined', not {empty_lse!r}")
     for field, value in (("refuses_zero_keys", refuses_zero_keys), ("flushes_subnormals", flushes_subnormals),
                          ("nondeterministic", nondeterministic), ("ftz_arithmetic", ftz_arithmetic),
-                         ("batch_invariant", batch_invariant)):
+                         ("batch_invariant", batch_invariant), ("empty_states_zero_o", empty_states_zero_o)):
         if not isinstance(value, bool):
             raise CapsError(f"subject {name!r}: {field} must be True or False, not {value!r}")
     d = {"name": name, "description": description or name, "ops": list(ops), "dtypes": list(dtypes),
          "memory": memory, "lse_base": str(lse_base), "lse_layout": lse_layout, "empty_lse": empty_lse,
          "features": list(features), "refuses_zero_keys": refuses_zero_keys,
          "flushes_subnormals": flushes_subnormals, "nondeterministic": nondeterministic,
-         "ftz_arithmetic": ftz_arithmetic, "batch_invariant": batch_invariant}
+         "ftz_arithmetic": ftz_arithmetic, "batch_invariant": batch_invariant,
+         "empty_states_zero_o": empty_states_zero_o}
     if head_sizes is not None and head_size_range is not None:
         raise CapsError(f"subject {name!r}: give head_sizes or head_size_range, not both")
     if head_sizes is not None:
@@ -144,7 +148,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
 
 
 # The fields protocol 2 added; as_protocol_1() removes them.
-V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant")
+V2_FIELDS = ("refuses_zero_keys", "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant",
+             "empty_states_zero_o")
 
 
 def as_protocol_1(d: Dict[str, Any]) -> Dict[str, Any]:

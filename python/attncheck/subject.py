@@ -20,7 +20,8 @@ when the subject is created: a bad declaration raises CapsError at import, namin
 Contracts of real kernels: refuses_zero_keys=True (the kernel cannot take a sequence with no
 keys), flushes_subnormals=True (subnormal outputs flushed), ftz_arithmetic=True (FTZ / DAZ fp32
 arithmetic: subnormal inputs and intermediates flushed), empty_lse="undefined" (an empty row's LSE is garbage),
-nondeterministic=True (launches may differ in bits by design; run_to_run reports the spread), and
+nondeterministic=True (launches may differ in bits by design; run_to_run reports the spread),
+empty_states_zero_o=True (a merge that relies on producers writing O = 0 for empty states), and
 tilings may be left empty.
 Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or module:object).
 
@@ -44,7 +45,7 @@ class DeviceError(Exception):
 
 _CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
                "features", "tilings", "max_splits", "fold_orders", "description", "refuses_zero_keys",
-               "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant")
+               "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant", "empty_states_zero_o")
 
 
 class Subject:
@@ -67,6 +68,7 @@ class Subject:
     nondeterministic: bool = False  # launches may differ in bits by design (atomics, timing-ordered combines)
     ftz_arithmetic: bool = False  # FTZ / DAZ fp32 arithmetic: subnormal inputs and intermediates flushed
     batch_invariant: bool = False  # a sequence's bits do not depend on the other sequences of its call
+    empty_states_zero_o: bool = False  # merge: relies on producers writing O = 0 for empty states
     max_splits: int = 0
     fold_orders: Sequence[str] = ()
     description: str = ""

@@ -21,6 +21,7 @@ def test_valid_declaration_is_the_handshake_dictionary():
     (dict(ops="merge", dtypes="fp16", nondeterministic="sometimes"), "nondeterministic must be True or False"),
     (dict(ops="attention", dtypes="bf16", ftz_arithmetic="fast-math"), "ftz_arithmetic must be True or False"),
     (dict(ops="attention", dtypes="bf16", batch_invariant=1), "batch_invariant must be True or False"),
+    (dict(ops="merge", dtypes="fp16", empty_states_zero_o="yes"), "empty_states_zero_o must be True or False"),
     (dict(ops="merge", dtypes="fp16", head_size_range=(0, 8)), "head_size_range (0, 8) is empty or starts below 1"),
     (dict(ops="splitkv", dtypes="fp16"), "declares splitkv but max_splits < 1"),
     (dict(ops="attention", dtypes="fp16", tilings=[(64, 0)]), "has Br or Bc <= 0"),
@@ -61,6 +62,28 @@ def test_protocol_2_contracts_are_declared_and_tilings_optional():
         lambda call: None).declaration["batch_invariant"] is True
     assert ac.subject(name="plain", ops="merge", dtypes="fp16")(lambda call: None).declaration["ftz_arithmetic"] is False
     assert d["empty_lse"] == "undefined" and d["tilings"] == []
+
+
+def test_empty_states_zero_o_is_declared_in_the_handshake():
+    from attncheck._caps import as_protocol_1
+    guarded = ac.subject(name="guarded", ops="merge", dtypes="fp16", empty_states_zero_o=True)(lambda call: None)
+    assert guarded.declaration["empty_states_zero_o"] is True
+
+    class Guarded(ac.Subject):
+        name = "guarded-class"
+        ops = ("merge",)
+        dtypes = ("fp32",)
+        empty_states_zero_o = True
+
+        def merge(self, call):
+            return None
+    assert Guarded().declaration["empty_states_zero_o"] is True
+    plain = ac.subject(name="plain", ops="merge", dtypes="fp16")(lambda call: None).declaration
+    assert plain["empty_states_zero_o"] is False
+    # Protocol 1 cannot say it: refused, naming the field; left out of an undeclared subject's form.
+    with pytest.raises(ac.CapsError, match="declares empty_states_zero_o, which needs worker protocol 2"):
+        as_protocol_1(guarded.declaration)
+    assert "empty_states_zero_o" not in as_protocol_1(plain)
 
 
 def test_unknown_capability_names_the_new_fields():

@@ -226,6 +226,8 @@ TEST_CASE("validate_subject: version-2 flags, undefined empty LSE, optional tili
   ac_subject flagged = s;
   flagged.caps.flags = AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS;
   CHECK(attncheck::validate_subject(flagged, 2).empty());
+  flagged.caps.flags = AC_CAP_EMPTY_STATES_ZERO_O;  // the latest bit within version 2
+  CHECK(attncheck::validate_subject(flagged, 2).empty());
   ac_subject unknown = s;
   unknown.caps.flags = 1u << 20;
   CHECK(attncheck::validate_subject(unknown, 2).size() == 1);

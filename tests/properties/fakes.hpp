@@ -28,6 +28,9 @@ enum class Bug {
   merge_no_both_empty_guard,   // NaN from -inf - -inf
   merge_no_inf_map,            // FA2's +inf taken as a huge mass
   merge_base_confused,         // declares base 2, computes with e
+  merge_guard_copies_prefix,   // two empty states: O copied from the prefix (the engines' guard)
+  merge_guard_averages,        // two empty states: weights e^0 each, O the mean of both sides' O
+  merge_guard_copies_skewed,   // the copying guard, and O 1/16 too large where a state is visible
   softmax_naive_declared,      // naive exp, declared (a correct subject with a hazard)
   softmax_naive_undeclared,    // naive exp, not declared: must be caught as overflow
   softmax_empty_nan,           // all -inf row gives NaN
@@ -89,17 +92,25 @@ class Fake : public Subject {
         if (b == kInf) b = -kInf;
       }
       const double M = std::max(a, b);
+      const bool copies = bug_ == Bug::merge_guard_copies_prefix || bug_ == Bug::merge_guard_copies_skewed;
       if (M == -kInf && bug_ != Bug::merge_no_both_empty_guard) {
-        for (int64_t c = 0; c < D; ++c) out.out[size_t(r * D + c)] = enc(in.dtype, 0.0);
+        for (int64_t c = 0; c < D; ++c) {
+          const uint32_t p = in.prefix_out[size_t(r * D + c)], q = in.suffix_out[size_t(r * D + c)];
+          out.out[size_t(r * D + c)] = copies ? p
+                                       : bug_ == Bug::merge_guard_averages
+                                           ? enc(in.dtype, (dec(in.dtype, p) + dec(in.dtype, q)) / 2)
+                                           : enc(in.dtype, 0.0);
+        }
         out.lse[size_t(r)] = -std::numeric_limits<float>::infinity();
         continue;
       }
       auto ex = [&](double x) { return base2 ? std::exp2(x) : std::exp(x); };
       const double wa = ex(a - M), wb = ex(b - M), s = wa + wb;
+      const double skew = bug_ == Bug::merge_guard_copies_skewed ? 1.0625 : 1.0;
       for (int64_t c = 0; c < D; ++c)
         out.out[size_t(r * D + c)] =
-            enc(in.dtype, dec(in.dtype, in.prefix_out[size_t(r * D + c)]) * (wa / s) +
-                              dec(in.dtype, in.suffix_out[size_t(r * D + c)]) * (wb / s));
+            enc(in.dtype, skew * (dec(in.dtype, in.prefix_out[size_t(r * D + c)]) * (wa / s) +
+                                  dec(in.dtype, in.suffix_out[size_t(r * D + c)]) * (wb / s)));
       out.lse[size_t(r)] = float((base2 ? std::log2(s) : std::log(s)) + M);
     }
     return out;

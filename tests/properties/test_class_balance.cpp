@@ -2,12 +2,14 @@
 // gives case i of a 100-case run the size i, so the first 20 cases are generated at sizes 0..19;
 // a class chosen by a size-scaled pick would be missing there (the ordinary LSE pair, for example,
 // needs size 84 with gen::inRange(0, 12)). The classes are read back from the generated values.
+// Also: what the merge generators put in empty states' O, with and without AC_CAP_EMPTY_STATES_ZERO_O.
 #include <rapidcheck.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "attncheck/generators.hpp"
 #include "attncheck/reference/format.hpp"
@@ -87,5 +89,47 @@ TEST_CASE("attention generator: empty rows and the overflow band within the firs
     INFO("seed " << seed);
     CHECK(empty_row);
     CHECK(near_threshold);
+  }
+}
+
+// AC_CAP_EMPTY_STATES_ZERO_O in the merge generators: the same picks give the same case but for the
+// empty states' O, +0 when declared; undeclared, empty states hold non-zero O (which the judge
+// must then see kept out of the output), so the strict default is what a run draws.
+TEST_CASE("merge generators: empty states hold zero O when declared, arbitrary O otherwise",
+          "[properties][generators]") {
+  attncheck::gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_F16, AC_DTYPE_BF16, AC_DTYPE_F32};
+  dom.head_sizes = {1, 8};
+  attncheck::gen::Domain zero_o = dom;
+  zero_o.empty_states_zero_o = true;
+  using Gen = rc::Gen<attncheck::MergeInput> (*)(const attncheck::gen::Domain&);
+  for (Gen gen : {Gen(attncheck::gen::merge_input), Gen(attncheck::gen::merge_sentinel_input)}) {
+    int64_t garbage = 0, zeroed = 0;
+    for (uint64_t seed : {1u, 2u, 3u}) {
+      rc::Random random(seed);
+      for (int size = 0; size < 40; ++size) {
+        const rc::Random r = random.split();
+        const attncheck::MergeInput a = gen(dom)(r, size).value(), b = gen(zero_o)(r, size).value();
+        REQUIRE(a.prefix_lse == b.prefix_lse);
+        REQUIRE(a.suffix_lse == b.suffix_lse);
+        CHECK(attncheck::gen::first_empty_state_with_o(b) == -1);
+        garbage += attncheck::gen::first_empty_state_with_o(a) >= 0;
+        const size_t D = size_t(a.head_size);
+        for (size_t i = 0; i < a.prefix_out.size(); ++i) {
+          const size_t row = i / D;
+          for (auto [lse, x, y] : {std::tuple{a.prefix_lse[row], a.prefix_out[i], b.prefix_out[i]},
+                                   std::tuple{a.suffix_lse[row], a.suffix_out[i], b.suffix_out[i]}}) {
+            if (!std::isinf(lse)) {
+              CHECK(x == y);
+            } else {
+              CHECK(y == 0u);
+              zeroed += x != 0u;
+            }
+          }
+        }
+      }
+    }
+    CHECK(garbage >= 20);
+    CHECK(zeroed > 0);
   }
 }

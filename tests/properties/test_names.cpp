@@ -32,9 +32,10 @@ TEST_CASE("names: the contract bits the worker protocol spells as boolean fields
   CHECK(std::string(flag_name(8u)) == "nondeterministic");
   CHECK(std::string(flag_name(16u)) == "ftz_arithmetic");
   CHECK(std::string(flag_name(32u)) == "batch_invariant");
+  CHECK(std::string(flag_name(64u)) == "empty_states_zero_o");
   std::vector<uint32_t> bits;
   for (const auto& s : flag_field_spellings()) bits.push_back(s.value);
-  CHECK(bits == std::vector<uint32_t>{1, 2, 8, 16, 32});
+  CHECK(bits == std::vector<uint32_t>{1, 2, 8, 16, 32, 64});
 }
 
 TEST_CASE("names: fold orders and the members of a fold_orders mask", "[properties][names]") {

@@ -144,6 +144,78 @@ TEST_CASE("merge properties: correct merge passes, each broken merge is caught",
   CHECK(run("accuracy", confused).status == PropertyResult::Status::failed);
 }
 
+// AC_CAP_EMPTY_STATES_ZERO_O. The engines' guard for two empty states copies the prefix O (or, with
+// the weights e^0 a guarded max difference gives, averages both sides' O): right only when producers
+// write O = 0 for empty states. Declared, the generators give every empty state O = 0 and such a
+// merge passes; undeclared, empty states hold arbitrary O, which must not reach the output, and the
+// failure names the declaration. Declared, nothing else is relaxed: the copying guard whose O is
+// 1/16 too large where a state is visible still fails.
+TEST_CASE("empty states with zero O: a guard relying on it passes declared, fails undeclared",
+          "[properties][merge][abi2]") {
+  for (Bug bug : {Bug::merge_guard_copies_prefix, Bug::merge_guard_averages}) {
+    Fake declared("merge-guard-declared", AC_OP_MERGE, bug);
+    declared.set_flags(AC_CAP_EMPTY_STATES_ZERO_O);
+    for (const char* p : {"accuracy", "no_spurious_nonfinite", "merge_sentinels", "lse_convention"})
+      expect_pass(p, declared);
+    Fake undeclared("merge-guard", AC_OP_MERGE, bug);
+    expect_fail("merge_sentinels", undeclared, "sentinel");
+    const PropertyResult r = run("merge_sentinels", undeclared);
+    CHECK(r.message.find("lies on a row of two empty states that hold a non-zero O") != std::string::npos);
+    CHECK(r.message.find("declare empty_states_zero_o (AC_CAP_EMPTY_STATES_ZERO_O)") != std::string::npos);
+    expect_fail("accuracy", undeclared, "empty_row");
+  }
+  Fake skewed("merge-guard-skewed", AC_OP_MERGE, Bug::merge_guard_copies_skewed);
+  skewed.set_flags(AC_CAP_EMPTY_STATES_ZERO_O);
+  const PropertyResult r = run("accuracy", skewed);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class != "empty_row");
+  CHECK(r.message.find("empty_states_zero_o") == std::string::npos);
+}
+
+// A case whose empty state holds a non-zero O (written for a subject without the declaration)
+// replays on a declaring subject as not applicable, naming where and why; with zero O there it is
+// judged as any case.
+TEST_CASE("empty states with zero O: a case outside the contract is not applicable on replay",
+          "[properties][merge][abi2]") {
+  MergeInput m;
+  m.dtype = AC_DTYPE_F32;
+  m.num_tokens = 2;
+  m.num_heads = 1;
+  m.head_size = 2;
+  m.prefix_lse = {0.5f, -INFINITY};
+  m.suffix_lse = {INFINITY, -INFINITY};
+  const uint32_t one = 0x3f800000u, two = 0x40000000u;
+  m.prefix_out = {one, two, two, one};
+  m.suffix_out = {0, 0, 0, one};
+  Case c;
+  c.op = "merge";
+  c.property = "merge_sentinels";
+  c.input = m;
+  Fake declared("merge-guard-declared", AC_OP_MERGE, Bug::merge_guard_copies_prefix);
+  declared.set_flags(AC_CAP_EMPTY_STATES_ZERO_O);
+  const ReplayResult outside = replay_case(c, declared);
+  CHECK_FALSE(outside.applicable);
+  CHECK(outside.verdict.find("token 1, head 0 holds an empty state whose O is not zero") !=
+        std::string::npos);
+  CHECK(outside.verdict.find("declares empty_states_zero_o") != std::string::npos);
+  Fake undeclared("merge-guard", AC_OP_MERGE, Bug::merge_guard_copies_prefix);
+  const ReplayResult copied = replay_case(c, undeclared);
+  CHECK(copied.applicable);
+  CHECK_FALSE(copied.passed);
+  CHECK(copied.failure_class == "sentinel");
+  Fake good("merge-good", AC_OP_MERGE);
+  CHECK(replay_case(c, good).passed);
+  // The first row's +inf suffix is empty too: zeroing row 1 alone leaves the case outside.
+  std::get<MergeInput>(c.input).prefix_out = {one, two, 0, 0};
+  std::get<MergeInput>(c.input).suffix_out = {one, 0, 0, 0};
+  CHECK(replay_case(c, declared).verdict.find("token 0, head 0 holds") != std::string::npos);
+  std::get<MergeInput>(c.input).suffix_out = {0, 0, 0, 0};
+  const ReplayResult inside = replay_case(c, declared);
+  INFO(inside.verdict);
+  CHECK(inside.applicable);
+  CHECK(inside.passed);
+}
+
 TEST_CASE("shrinking: the both-empty merge shrinks to one token, one head; the case lands in the corpus",
           "[properties][shrink]") {
   const fs::path dir = fs::temp_directory_path() / ("ac_prop_corpus_" + std::to_string(::getpid()));

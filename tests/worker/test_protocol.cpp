@@ -109,17 +109,20 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
       ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr, 0, 0,
               AC_LSE_HEADS_TOKENS, 0, AC_FEAT_LSE, nullptr, 0, 0, 0,
               AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED |
-                  AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT});
+                  AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT |
+                  AC_CAP_EMPTY_STATES_ZERO_O});
   CHECK(j["refuses_zero_keys"] == true);
   CHECK(j["flushes_subnormals"] == true);
   CHECK(j["nondeterministic"] == true);
   CHECK(j["ftz_arithmetic"] == true);
   CHECK(j["batch_invariant"] == true);
+  CHECK(j["empty_states_zero_o"] == true);
   CHECK(j["empty_lse"] == "undefined");
   CHECK(j["tilings"].empty());
   const w::DeclaredSubject d = w::caps_from_json(j, 2);
   CHECK(d.caps.flags == (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED |
-                         AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT));
+                         AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT |
+                         AC_CAP_EMPTY_STATES_ZERO_O));
   CHECK(d.caps.empty_lse_sign == 0);
   CHECK(d.caps.num_tilings == 0);
   // A version-1 reply cannot carry them: refused, naming the field and the version.
@@ -130,6 +133,7 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   v1.erase("nondeterministic");
   v1.erase("ftz_arithmetic");
   v1.erase("batch_invariant");
+  v1.erase("empty_states_zero_o");
   CHECK_THROWS_WITH(w::caps_from_json(v1, 1), Catch::Contains("'empty_lse' \"undefined\" needs protocol 2"));
   v1["empty_lse"] = "+inf";
   const w::DeclaredSubject d1 = w::caps_from_json(v1, 1);
@@ -148,6 +152,21 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   bad = j;
   bad["ftz_arithmetic"] = "on";
   CHECK_THROWS_WITH(w::caps_from_json(bad, 2), Catch::Contains("'ftz_arithmetic' must be true or false"));
+  // Likewise empty_states_zero_o: left out, a merge relies on no zero O.
+  bad = j;
+  bad.erase("empty_states_zero_o");
+  CHECK(w::caps_from_json(bad, 2).caps.flags == (d.caps.flags & ~uint32_t(AC_CAP_EMPTY_STATES_ZERO_O)));
+  bad["empty_states_zero_o"] = "yes";
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 2),
+                    Catch::Contains("'empty_states_zero_o' must be true or false"));
+  // Declared alone, it is read back alone.
+  auto merge =
+      w::caps_to_json("m", "",
+                      ac_caps{AC_OP_MERGE, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr, 0, 0,
+                              AC_LSE_HEADS_TOKENS, -1, 0, nullptr, 0, 0, 0, AC_CAP_EMPTY_STATES_ZERO_O});
+  CHECK(merge["empty_states_zero_o"] == true);
+  CHECK(merge["batch_invariant"] == false);
+  CHECK(w::caps_from_json(merge, 3).caps.flags == AC_CAP_EMPTY_STATES_ZERO_O);
 }
 
 TEST_CASE("the arena layout aligns and never overlaps", "[worker]") {

@@ -199,9 +199,16 @@ typedef struct {
  * undeclared, it passes and reports what changed. Added within version 2: a plugin built before it
  * never sets it. */
 #define AC_CAP_BATCH_INVARIANT 32u
+/* Merge: the subject relies on its producers writing O = 0 for an empty state (LSE -inf, or
+ * FlashAttention-2's +inf), as the engines' guarded merges do when both states are empty and the
+ * guard copies the prefix output. The generators then give every empty state an O of +0; undeclared,
+ * an empty state's O holds arbitrary finite values and none of them may reach the output. A case
+ * whose empty state holds a non-zero O is outside the declared contract: replayed on such a subject
+ * it is not applicable. Added within version 2: a plugin built before it never sets it. */
+#define AC_CAP_EMPTY_STATES_ZERO_O 64u
 #define AC_CAP_KNOWN_V2                                                                \
   (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED | \
-   AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT)
+   AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT | AC_CAP_EMPTY_STATES_ZERO_O)
 
 #if AC_TARGET_ABI_VERSION == 1
 typedef ac_caps_v1 ac_caps;

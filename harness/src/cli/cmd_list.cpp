@@ -46,6 +46,7 @@ std::string caps_string(const Subject& s) {
   if (c.flags & AC_CAP_FTZ_ARITHMETIC)
     o << "; FTZ / DAZ arithmetic (flushed subnormal inputs and intermediates)";
   if (c.flags & AC_CAP_BATCH_INVARIANT) o << "; batch invariant";
+  if (c.flags & AC_CAP_EMPTY_STATES_ZERO_O) o << "; relies on O = 0 for empty states";
   if (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) {
     o << "; tilings";
     if (c.num_tilings <= 0) o << " none declared";

@@ -29,6 +29,8 @@ struct Domain {
   int layer_tokens = 0;             // > 0: attention_input draws the Llama-3-8B layer shape (RunConfig)
   int64_t streamed_kv_bytes = 0;    // attention_streamed_input: K and V together hold at least this
   int max_batch = 0;                // attention_batch_input: sequences in a batch (0: kMaxBatchHost/Device)
+  // Merge inputs give each empty state O = +0 (AC_CAP_EMPTY_STATES_ZERO_O).
+  bool empty_states_zero_o = false;
 };
 // The sequences a batch of attention_batch_input holds at most: on the host twins a few (each is
 // launched alone too), on a device past an H100's and H200's 132 SMs, so that batch sizes cross the
@@ -76,7 +78,16 @@ rc::Gen<std::vector<uint8_t>> any_mask(int tq, int tk);
 // either/both, equal, gaps past fp32's exp range (> 104), above 88.7, ordinary.
 rc::Gen<std::pair<float, float>> merge_lse_pair();
 
-// Whole inputs.
+// An empty merge state's LSE: -inf, or FlashAttention-2's +inf (a merge reads both as empty).
+bool empty_state_lse(float lse);
+// What AC_CAP_EMPTY_STATES_ZERO_O declares the producers write: every empty state's O set to +0.
+void zero_empty_states(MergeInput&);
+// The first row (token * heads + head) holding an empty state whose O is not all zeros, or -1: under
+// AC_CAP_EMPTY_STATES_ZERO_O such a case lies outside the subject's contract.
+int64_t first_empty_state_with_o(const MergeInput&);
+
+// Whole inputs. The merge inputs' empty states hold arbitrary finite O unless the domain says
+// empty_states_zero_o.
 rc::Gen<MergeInput> merge_input(const Domain&);
 rc::Gen<MergeInput> merge_sentinel_input(const Domain&);  // at least one empty side per row
 rc::Gen<SoftmaxInput> softmax_input(const Domain&);
