@@ -1,19 +1,11 @@
-// See plot.hpp. The script is started with posix_spawn and an argument vector (no shell), so
-// report directories with spaces or quotes in their names need no escaping.
+// See plot.hpp. The script is started by run_captured (no shell), so report directories with
+// spaces or quotes in their names need no escaping.
 #include "plot.hpp"
 
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
-#include <set>
-#include <sstream>
 #include <vector>
 
 #include "attncheck/report.hpp"
@@ -26,8 +18,6 @@
 #ifndef ATTNCHECK_PLOT_SCRIPT_SOURCE
 #define ATTNCHECK_PLOT_SCRIPT_SOURCE ""
 #endif
-
-extern char** environ;
 
 namespace attncheck {
 namespace fs = std::filesystem;
@@ -47,55 +37,6 @@ std::string how_to_get_pictures(const std::string& report_dir) {
 }
 
 }  // namespace
-
-std::vector<std::string> pythons_on_path() {
-  std::vector<std::string> found;
-  std::set<std::string> seen;
-  const char* path = std::getenv("PATH");
-  std::stringstream ss(path ? path : "");
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    if (dir.empty()) continue;
-    const std::string candidate = dir + "/python3";
-    if (::access(candidate.c_str(), X_OK) != 0 || !is_file(candidate)) continue;
-    std::error_code ec;
-    const std::string key = fs::canonical(candidate, ec).string();
-    if (!seen.insert(ec ? candidate : key).second) continue;
-    found.push_back(candidate);
-  }
-  return found;
-}
-
-CapturedRun run_captured(const std::vector<std::string>& args) {
-  CapturedRun r;
-  int fds[2];
-  if (::pipe(fds) != 0) return r;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_addclose(&fa, fds[1]);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int err = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (err == 0) {
-    char buf[512];
-    ssize_t n;
-    while ((n = ::read(fds[0], buf, sizeof buf)) > 0) r.output.append(buf, size_t(n));
-  }
-  ::close(fds[0]);
-  if (err != 0) return r;
-  int ws = 0;
-  while (::waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(ws)) r.status = WEXITSTATUS(ws);
-  return r;
-}
 
 std::string find_plot_script(std::string* tried) {
   std::string chosen;

@@ -3,7 +3,8 @@
 // share/attncheck/plot_report.py) with a python3 from PATH; the report files never depend on it.
 #pragma once
 #include <string>
-#include <vector>
+
+#include "attncheck/pythons.hpp"
 
 namespace attncheck {
 
@@ -16,17 +17,6 @@ PlotStatus render_plots(const std::string& report_dir, bool quiet);
 // The plot script: $ATTNCHECK_PLOT_SCRIPT when set, else the installed copy relative to this
 // binary (bin/../share/attncheck/), else the source tree's. Empty when the chosen one is missing.
 std::string find_plot_script(std::string* tried = nullptr);
-
-// Every python3 on PATH, in PATH order, each once. More than one is common (a pyenv or venv python
-// first, the distribution's after it), and only some have matplotlib (or torch, for bench's peers).
-std::vector<std::string> pythons_on_path();
-// Runs args[0] with args (no shell), stdout and stderr captured together; status -1 when it could
-// not be started or did not exit normally.
-struct CapturedRun {
-  int status = -1;
-  std::string output;
-};
-CapturedRun run_captured(const std::vector<std::string>& args);
 
 // `attncheck plot` is registered by add_plot_command (cli/command.hpp), defined in plot.cpp.
 

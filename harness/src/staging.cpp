@@ -1,6 +1,8 @@
 // What every subject adapter stages alike (see staging.hpp).
 #include "attncheck/staging.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -11,6 +13,17 @@ namespace attncheck {
 
 uint32_t poison_bits(ac_dtype d) {
   return d == AC_DTYPE_F32 ? kPoisonF32 : d == AC_DTYPE_F16 ? kPoisonF16 : kPoisonBf16;
+}
+
+Bits reserve_bits(size_t n) {
+  Bits out;
+  out.reserve(n);
+  // Only whole huge pages inside the allocation: the advice covers address ranges, not objects.
+  constexpr uintptr_t kHuge = uintptr_t(1) << 21;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(out.data()) + kHuge - 1) & ~(kHuge - 1),
+                  end = reinterpret_cast<uintptr_t>(out.data() + n) & ~(kHuge - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  return out;
 }
 
 void require_tensor_size(const char* what, size_t got, size_t want) {

@@ -15,10 +15,10 @@
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/bench_report.hpp"
 #include "attncheck/json_fields.hpp"
+#include "attncheck/pythons.hpp"
 #include "attncheck/report.hpp"
 #include "command.hpp"
 #include "options.hpp"
-#include "plot.hpp"
 #if defined(ATTNCHECK_HAVE_CUDA)
 #include "bench/suite.h"
 #endif

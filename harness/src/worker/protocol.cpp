@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "attncheck/names.hpp"
+#include "attncheck/staging.hpp"
 
 namespace attncheck::worker {
 
@@ -267,20 +268,30 @@ void put_bits(unsigned char* base, const TensorRef& t, ac_dtype d, const Bits& b
     std::memcpy(p + 2 * i, &h, 2);
   }
 }
+// Written in place: a temporary Bits of the pattern would be a fresh allocation per call, whose
+// page faults cost more than the fill (reserve_bits says why).
 void fill_bits(unsigned char* base, const TensorRef& t, ac_dtype d, uint32_t pattern, size_t n) {
-  put_bits(base, t, d, Bits(n, pattern));
+  unsigned char* p = base + t.offset;
+  if (d == AC_DTYPE_F32) {
+    for (size_t i = 0; i < n; ++i) std::memcpy(p + 4 * i, &pattern, 4);
+    return;
+  }
+  const uint16_t h = uint16_t(pattern);
+  for (size_t i = 0; i < n; ++i) std::memcpy(p + 2 * i, &h, 2);
 }
 Bits get_bits(const unsigned char* base, const TensorRef& t, ac_dtype d, size_t n) {
-  Bits out(n);
+  Bits out = reserve_bits(n);
   const unsigned char* p = base + t.offset;
+  // Appended rather than resized and overwritten: one pass over the fresh pages, not two.
   if (d == AC_DTYPE_F32) {
-    if (n) std::memcpy(out.data(), p, n * 4);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(p);  // offsets are kArenaAlign-aligned
+    out.insert(out.end(), w, w + n);
     return out;
   }
   for (size_t i = 0; i < n; ++i) {
     uint16_t h;
     std::memcpy(&h, p + 2 * i, 2);
-    out[i] = h;
+    out.push_back(h);
   }
   return out;
 }

@@ -8,12 +8,18 @@
 // Both include the harness's copy of the inputs into the transport and of the output out of it.
 // Prints the median of 15 round trips; asserts nothing.
 //
-// With a plugin path (worker_transport_bench build/examples/libattncheck_example_plugin.so) it also
-// times one merge of that shape through the plugin in-process (AbiSubject) and through
-// attncheck-isolate (WorkerSubject, the whole protocol): their difference is the worker's
-// per-call overhead. The merge is fp16 where the plugin's host merge subject has it, else bf16,
-// else fp32; a plugin it cannot bench (no host merge subject, head size 128 refused, a failed
-// load or call) gets one line on stderr and exit 2.
+// Then the whole protocol against the same subject in-process, one merge of that shape per call,
+// median of 7 calls, one row per subject:
+//   PLUGIN      with a plugin path (worker_transport_bench build/examples/libattncheck_example_plugin.so)
+//               its host merge subject through the C ABI (AbiSubject) and through attncheck-isolate
+//               (WorkerSubject). The merge is fp16 where the subject has it, else bf16, else fp32;
+//               a plugin it cannot bench (no host merge subject, head size 128 refused, a failed
+//               load or call) gets one line on stderr and exit 2, before the numpy merge;
+//   merge-np    the numpy merge of examples/python_worker/numpy_subjects.py in fp32, called in
+//               python by merge_inprocess.py and through `python3 -m attncheck.worker`, with the
+//               first python3 on PATH that imports numpy and the SDK of this source tree (else of
+//               the current directory); where either is missing, one line says so.
+// The difference of a row's two times is the worker's per-call overhead.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -22,15 +28,22 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "attncheck/names.hpp"
 #include "attncheck/plugin.hpp"
+#include "attncheck/pythons.hpp"
 #include "process.hpp"
 #include "worker_subject.hpp"
+
+#ifndef ATTNCHECK_SOURCE_DIR
+#define ATTNCHECK_SOURCE_DIR ""
+#endif
 
 namespace {
 
@@ -125,11 +138,12 @@ double bench_shm(size_t in_bytes, size_t out_bytes) {
   return median(t);
 }
 
-}  // namespace
+constexpr int kCallReps = 7;
+constexpr int32_t kTokens = 4096, kHeads = 32, kHeadSize = 128;
 
 double time_merge(attncheck::Subject& s, const attncheck::MergeInput& in) {
   std::vector<double> t;
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < kCallReps; ++i) {
     const auto t0 = Clock::now();
     const auto out = s.merge(in);
     t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -138,8 +152,85 @@ double time_merge(attncheck::Subject& s, const attncheck::MergeInput& in) {
   return median(t);
 }
 
+// The bench's merge case in a dtype whose 1.0 and 2.0 have these bits: prefix_out 1.0, suffix_out
+// 2.0, LSEs 1 and 2 (merge_inprocess.py builds the same in fp32).
+attncheck::MergeInput merge_case(ac_dtype dtype, uint32_t one, uint32_t two) {
+  attncheck::MergeInput in;
+  in.dtype = dtype;
+  in.num_tokens = kTokens;
+  in.num_heads = kHeads;
+  in.head_size = kHeadSize;
+  const size_t n = size_t(kTokens) * kHeads * kHeadSize, nl = size_t(kTokens) * kHeads;
+  in.prefix_out.assign(n, one);
+  in.suffix_out.assign(n, two);
+  in.prefix_lse.assign(nl, 1.0f);
+  in.suffix_lse.assign(nl, 2.0f);
+  return in;
+}
+
+void print_header() {
+  std::printf("\nworker against in-process, one merge of %d x %d x %d per call, median of %d calls:\n",
+              kTokens, kHeads, kHeadSize, kCallReps);
+  std::printf("%-14s %-6s %-18s %14s %10s %12s %7s\n", "subject", "dtype", "worker", "in-process ms",
+              "worker ms", "overhead ms", "ratio");
+}
+
+void print_row(const std::string& subject, ac_dtype dtype, const char* worker, double in_ms,
+               double worker_ms) {
+  std::printf("%-14s %-6s %-18s %14.2f %10.2f %12.2f %6.2fx\n", subject.c_str(), attncheck::dtype_name(dtype),
+              worker, in_ms, worker_ms, worker_ms - in_ms, worker_ms / in_ms);
+}
+
+// The source tree holding the SDK (python/attncheck) and the numpy subjects: this build's, else
+// the current directory (a copied binary run from a checkout); "" when neither has them.
+std::string sdk_tree() {
+  namespace fs = std::filesystem;
+  for (const std::string& dir : {std::string(ATTNCHECK_SOURCE_DIR), fs::current_path().string()}) {
+    std::error_code ec;
+    if (!dir.empty() && fs::is_regular_file(dir + "/python/attncheck/worker.py", ec) &&
+        fs::is_regular_file(dir + "/examples/python_worker/merge_inprocess.py", ec))
+      return dir;
+  }
+  return "";
+}
+
+// The numpy merge's row, or one line saying why it has none. Never fails the bench: a machine
+// without numpy still gets the transport and plugin numbers.
+void bench_numpy_merge() {
+  namespace ac = attncheck;
+  using ac::worker::shell_word;
+  auto skip = [](const std::string& why) {
+    std::printf("merge-np       fp32   not benched: %s\n", why.c_str());
+  };
+  const std::string tree = sdk_tree();
+  if (tree.empty())
+    return skip(std::string("no python/attncheck and examples/python_worker in ") +
+                (*ATTNCHECK_SOURCE_DIR ? ATTNCHECK_SOURCE_DIR " or " : "") + "the current directory");
+  std::string python;
+  for (const std::string& py : ac::pythons_on_path())
+    if (python.empty() && ac::run_captured({py, "-c", "import numpy"}).status == 0) python = py;
+  if (python.empty()) return skip("no python3 on PATH imports numpy");
+  const std::string env = "PYTHONPATH=" + tree + "/python";
+  const std::string examples = tree + "/examples/python_worker";
+  const ac::CapturedRun in = ac::run_captured({"/usr/bin/env", env, python, examples + "/merge_inprocess.py",
+                                               std::to_string(kTokens), std::to_string(kHeads),
+                                               std::to_string(kHeadSize), std::to_string(kCallReps)});
+  char* end = nullptr;
+  const double in_ms = in.status == 0 ? std::strtod(in.output.c_str(), &end) : 0;
+  if (!(in_ms > 0)) return skip(python + " merge_inprocess.py failed: " + in.output.substr(0, 200));
+  try {
+    auto subjects = ac::worker::load_worker_subjects("env " + shell_word(env) + " " + shell_word(python) +
+                                                     " -m attncheck.worker " +
+                                                     shell_word(examples + "/numpy_subjects.py:merge_np"));
+    print_row("merge-np", AC_DTYPE_F32, "attncheck.worker", in_ms,
+              time_merge(*subjects.front(), merge_case(AC_DTYPE_F32, 0x3f800000, 0x40000000)));
+  } catch (const std::exception& e) {
+    skip(e.what());
+  }
+}
+
 // 0, or 2 after one line on stderr saying why the plugin's merge cannot be benched.
-int bench_subjects(const char* plugin) {
+int bench_plugin(const char* plugin) {
   namespace ac = attncheck;
   auto cannot = [&](const std::string& why) {
     std::fprintf(stderr, "worker_transport_bench: cannot bench %s: %s\n", plugin, why.c_str());
@@ -151,12 +242,8 @@ int bench_subjects(const char* plugin) {
     for (auto& s : direct.subjects)
       if (s->has_op(AC_OP_MERGE) && s->backend() == "host") d = s.get();
     if (!d) return cannot("no host merge subject");
-    ac::MergeInput in;
-    in.num_tokens = 4096;
-    in.num_heads = 32;
-    in.head_size = 128;
-    if (!d->supports_head_size(in.head_size))
-      return cannot(d->name() + " does not take head size " + std::to_string(in.head_size));
+    if (!d->supports_head_size(kHeadSize))
+      return cannot(d->name() + " does not take head size " + std::to_string(kHeadSize));
     // fp16 where the subject has it (the dtype of the figure quoted in the README), else one it
     // declares: a subject refuses the dtypes it does not declare.
     struct Choice {
@@ -170,25 +257,14 @@ int bench_subjects(const char* plugin) {
     for (const Choice& k : kChoices)
       if (!c && d->has_dtype(k.dtype)) c = &k;
     if (!c) return cannot(d->name() + " declares no dtype");
-    in.dtype = c->dtype;
-    const size_t n = size_t(in.num_tokens) * in.num_heads * in.head_size,
-                 nl = size_t(in.num_tokens) * in.num_heads;
-    in.prefix_out.assign(n, c->one);
-    in.suffix_out.assign(n, c->two);
-    in.prefix_lse.assign(nl, 1.0f);
-    in.suffix_lse.assign(nl, 2.0f);
+    const ac::MergeInput in = merge_case(c->dtype, c->one, c->two);
     auto isolated = ac::worker::load_worker_subjects(ac::worker::isolate_command(plugin));
     ac::Subject* w = nullptr;
     for (auto& s : isolated)
       if (s->name() == d->name()) w = s.get();
     if (!w) return cannot("attncheck-isolate does not serve " + d->name());
     const double td = time_merge(*d, in), tw = time_merge(*w, in);
-    std::printf("\n%s %s merge 4096 x 32 x 128, median of 7 calls (host subject):\n", d->name().c_str(),
-                ac::dtype_name(in.dtype));
-    std::printf(
-        "  in-process (C ABI)        %8.2f ms\n  through attncheck-isolate %8.2f ms\n  worker overhead per "
-        "call  %8.2f ms (%.2fx)\n",
-        td, tw, tw - td, tw / td);
+    print_row(d->name(), in.dtype, "attncheck-isolate", td, tw);
     return 0;
   } catch (const std::exception& e) {
     // A plugin that cannot be loaded, a worker that fails its handshake, a call that is refused
@@ -197,8 +273,10 @@ int bench_subjects(const char* plugin) {
   }
 }
 
+}  // namespace
+
 int main(int argc, char** argv) {
-  const size_t T = 4096, H = 32, D = 128;
+  const size_t T = kTokens, H = kHeads, D = kHeadSize;
   std::printf("worker transport, one merge of %zu tokens x %zu heads x %zu, round trip, median of %d\n", T, H,
               D, kReps);
   std::printf("%-6s %10s %10s %12s %12s %8s\n", "dtype", "in MiB", "out MiB", "pipe ms", "shm ms", "ratio");
@@ -208,5 +286,10 @@ int main(int argc, char** argv) {
     std::printf("%-6s %10.1f %10.1f %12.2f %12.2f %8.2f\n", es == 4 ? "fp32" : "fp16", in_bytes / 1048576.0,
                 out_bytes / 1048576.0, p, s, p / s);
   }
-  return argc > 1 ? bench_subjects(argv[1]) : 0;
+  print_header();
+  std::fflush(stdout);
+  if (argc > 1)
+    if (const int rc = bench_plugin(argv[1])) return rc;
+  bench_numpy_merge();
+  return 0;
 }
