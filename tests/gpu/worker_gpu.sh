@@ -41,6 +41,6 @@ step triton_merge_bench   0 python3 examples/triton_merge/merge_bench.py
 step sdpa                 any "$AC" check --worker "$PY examples/torch_sdpa/sdpa_subjects.py" --cases 50 --no-plots --report-dir "$OUT/sdpa"
 # Batch invariance of PyTorch's kernels: flash-varlen sees the whole batch, the sdpa-* subjects one
 # sequence per call; none declares it, so the property passes and report.json holds each spread.
-step torch_batch          0 "$AC" check --worker "$PY examples/torch_sdpa/sdpa_subjects.py" --subject flash-varlen,sdpa-flash,sdpa-efficient,sdpa-math --property batch_invariance,accuracy --cases 100 --no-plots --report-dir "$OUT/torch-batch"
+step torch_batch          0 "$AC" check --worker "$PY examples/torch_sdpa/sdpa_subjects.py" --subject flash-varlen,sdpa-flash,sdpa-efficient,sdpa-math --property batch_invariance,chunked_prefill,accuracy --cases 100 --no-plots --report-dir "$OUT/torch-batch"
 step sdk_pytest           0 env ATTNCHECK_BIN="$PWD/$AC" python3 -m pytest -q -p no:cacheprovider python/tests
 grep -A3 "^===== \(transport_bench\|triton_merge_bench\)" "$log"
