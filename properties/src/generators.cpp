@@ -811,14 +811,17 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
   });
 }
 
+constexpr int kPrefillGroup = 4;
+
 rc::Gen<AttentionInput> attention_prefill_input(const Domain& dom) {
   return g::exec([dom] {
     AttentionInput a;
     a.dtype = *g::elementOf(dom.dtypes);
     a.head_size = *g::elementOf(dom.head_sizes);
     a.num_kv_heads = int32_t(*g::inRange(1, 3));
-    // Groups to 4 (a prompt's every query is a row, so heads cost more here than in a decode case).
-    a.num_heads = a.num_kv_heads * ((dom.features & AC_FEAT_GQA) ? *g::element(1, 2, 4) : 1);
+    // Groups to kPrefillGroup (a prompt's every query is a row, so heads cost more here than in a
+    // decode case).
+    a.num_heads = a.num_kv_heads * ((dom.features & AC_FEAT_GQA) ? *g::element(1, 2, kPrefillGroup) : 1);
     const int T = *g::inRange(2, std::max(2, longest_key_row(dom)) + 1);
     a.seqlens_q = {T};
     a.seqlens_k = {T};
@@ -834,9 +837,10 @@ rc::Gen<AttentionInput> attention_prefill_input(const Domain& dom) {
 }
 
 AttentionShape largest_prefill_shape(const Domain& dom) {
-  // attention_prefill_input: one sequence of the longest key row, queries as many (widest_heads'
-  // bound, though its groups stop at 4).
+  // attention_prefill_input: one sequence of the longest key row, queries as many; widest_heads'
+  // KV heads and head size, with groups of at most kPrefillGroup.
   AttentionShape a = widest_heads(dom);
+  a.heads = a.kv_heads * ((dom.features & AC_FEAT_GQA) ? kPrefillGroup : 1);
   a.seqlens_q = {std::max(2, longest_key_row(dom))};
   a.seqlens_k = a.seqlens_q;
   return a;
