@@ -13,7 +13,8 @@ What an SDPA adapter must take care of, and where this file does it:
   [batch, heads, tokens]); sdpa-flash declares "lse" and returns it. The other two do not.
 - Causal alignment: is_causal=True is top-left; attncheck's (and chunked prefill's) is
   bottom-right. sdpa-efficient / sdpa-math pass helpers' bottom-right mask; sdpa-flash takes no
-  mask, so it uses is_causal only where Tq == Tk (the two agree) and refuses Tq != Tk.
+  mask: it uses is_causal where Tq == Tk (the two agree), front-pads the queries to Tk where
+  Tq < Tk (the last Tq rows of a square causal call), and refuses Tq > Tk.
 - Masks: SDPA's boolean attn_mask is True = take part, attncheck's mask nonzero = visible (the
   same sense). Rows with no visible key come back NaN or garbage from SDPA; attncheck requires
   O = 0 and LSE = -inf: they are zeroed here (helpers.empty_rows).
@@ -76,13 +77,18 @@ def _sdpa(backend):
 
 
 def _flash(q, k, v, visible, tq, tk, scale):
-    causal = False
+    # Bottom-right causal with Tq < Tk (a chunk over its cached prefix) is the last Tq rows of a
+    # square top-left causal call: the queries are front-padded with Tk - Tq zero rows, whose
+    # outputs are dropped (each row of the kernel is computed alone).
+    pad = 0
     if visible is not None:
-        if tq != tk or not np.array_equal(visible, helpers.causal_mask(tq, tk, "top_left")):
-            raise ac.Unsupported("the flash backend takes no mask and aligns causal top-left: only Tq == Tk causal")
-        causal = True
-    r = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
-    return r[0], r[1]
+        if tq > tk or not np.array_equal(visible, helpers.causal_mask(tq, tk, "bottom_right")):
+            raise ac.Unsupported("the flash backend takes no mask: only causal with Tq <= Tk (front-padded queries)")
+        pad = tk - tq
+        if pad:
+            q = torch.cat([torch.zeros_like(q[:, :, :1, :]).expand(-1, -1, pad, -1), q], dim=2)
+    r = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, visible is not None, False, scale=scale)
+    return r[0][:, :, pad:, :], r[1][:, :, pad:]
 
 
 COMMON = dict(ops="attention", memory="cuda", framework="torch", head_sizes=[64, 128], lse_layout="heads_tokens",
