@@ -534,7 +534,8 @@ TEST_CASE("the invariance matrix: one phrase per subject and dimension, from the
   CHECK(m[2].fold_order == "invariant (10 outputs compared)");
   CHECK(m[0].chunked_prefill == "invariant (declared; 100 cases, bit for bit)");
   CHECK(m[1].chunked_prefill == "failed: declared invariant, bits changed");
-  CHECK(m[2].chunked_prefill == "variant: 4 of 30 outputs changed, by at most 3 ulps (0.25 accuracy budgets)");
+  CHECK(m[2].chunked_prefill ==
+        "variant: 4 of 30 outputs changed, by at most 3 ulps (0.25 accuracy budgets)");
   // Written to report.json and report.md.
   const auto j = report_to_json(r);
   REQUIRE(j.at("invariance").size() == 3);

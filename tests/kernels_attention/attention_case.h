@@ -8,8 +8,8 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -109,10 +109,12 @@ struct FirstRows {
   std::vector<uint16_t> out;
   std::vector<float> lse;
   bool operator==(const FirstRows& o) const {
-    return out == o.out && lse.size() == o.lse.size() && std::memcmp(lse.data(), o.lse.data(), lse.size() * 4) == 0;
+    return out == o.out && lse.size() == o.lse.size() &&
+           std::memcmp(lse.data(), o.lse.data(), lse.size() * 4) == 0;
   }
 };
-inline FirstRows first_rows(const AttnCase& c, const std::vector<uint16_t>& out, const std::vector<float>& lse) {
+inline FirstRows first_rows(const AttnCase& c, const std::vector<uint16_t>& out,
+                            const std::vector<float>& lse) {
   FirstRows r;
   const int64_t tq = c.seqlens_q[0];
   r.out.assign(out.begin(), out.begin() + tq * c.heads * c.head_size);

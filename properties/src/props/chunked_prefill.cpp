@@ -52,11 +52,12 @@ AttentionInput chunk_of(const AttentionInput& a, int64_t q0, int64_t q1) {
 class ChunkedPrefill final : public Property {
  public:
   ChunkedPrefill()
-      : Property({"chunked_prefill",
-                  "A causal prompt computed whole and in prefill chunks (each chunk's queries over the keys up to "
-                  "its end) agrees bit for bit when an attention subject declares batch invariance (else the "
-                  "change is reported); the chunks' rows within budget.",
-                  "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true, kCost}) {}
+      : Property(
+            {"chunked_prefill",
+             "A causal prompt computed whole and in prefill chunks (each chunk's queries over the keys up to "
+             "its end) agrees bit for bit when an attention subject declares batch invariance (else the "
+             "change is reported); the chunks' rows within budget.",
+             "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true, kCost}) {}
   // The whole and three chunkings (2, about T / 64 and T / 17 calls), judged against one reference
   // where their bits differ from the whole's: about three launch-and-judge units a case.
   static constexpr double kCost = 3;
@@ -98,8 +99,10 @@ class ChunkedPrefill final : public Property {
         const int64_t q1 = std::min(T, q0 + size), n = q1 - q0;
         before_launch(ctx, c, /*write=*/false);  // the prompt is the case; its replay chunks it again
         const AttentionOutput part = s.attention(chunk_of(a, q0, q1), c.options);
-        if (part.out.size() != size_t(n * H * D) || part.lse.size() != (whole.lse.empty() ? 0 : size_t(n * H))) {
-          fail(o, "chunked_prefill", "a chunk of " + std::to_string(n) + " queries returned outputs of another size");
+        if (part.out.size() != size_t(n * H * D) ||
+            part.lse.size() != (whole.lse.empty() ? 0 : size_t(n * H))) {
+          fail(o, "chunked_prefill",
+               "a chunk of " + std::to_string(n) + " queries returned outputs of another size");
           return o;
         }
         // Outputs as the subject wrapper hands them over: O [tokens, heads, d], LSE [tokens, heads].
