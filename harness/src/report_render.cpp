@@ -75,19 +75,20 @@ std::string run_line(const Report& r) {
   return o.str();
 }
 
-// The note of a passing row: what a passing result still tells (a declared nondeterminism).
+// The note of a passing row: what a passing result still tells (a spread reported where bits may
+// change: an undeclared batch or chunk invariance, a declared nondeterminism).
 std::string pass_note(const ReportEntry& e) {
   if (e.spread.compared == 0) return "";
-  if (e.property == "batch_invariance")
-    return "not declared batch invariant: " + std::to_string(e.spread.differing) + " of " +
-           std::to_string(e.spread.compared) +
-           " outputs changed between a sequence alone and in a batch, by at most " +
-           short_number(e.spread.max_budget) + " accuracy budgets (" + short_number(e.spread.max_ulps) +
-           " representable values apart)";
-  return "nondeterministic by design: " + std::to_string(e.spread.differing) + " of " +
-         std::to_string(e.spread.compared) + " outputs differed run to run, by at most " +
-         short_number(e.spread.max_budget) + " accuracy budgets (" + short_number(e.spread.max_ulps) +
-         " representable values apart)";
+  const std::string how = e.property == "batch_invariance"
+                              ? "not declared batch invariant: %s changed between a sequence alone and in a batch"
+                          : e.property == "chunked_prefill"
+                              ? "not declared batch invariant: %s changed between a prompt whole and in chunks"
+                              : "nondeterministic by design: %s differed run to run";
+  const std::string counted =
+      std::to_string(e.spread.differing) + " of " + std::to_string(e.spread.compared) + " outputs";
+  const size_t at = how.find("%s");
+  return how.substr(0, at) + counted + how.substr(at + 2) + ", by at most " + short_number(e.spread.max_budget) +
+         " accuracy budgets (" + short_number(e.spread.max_ulps) + " representable values apart)";
 }
 
 const char* const kColumnsExplained =
