@@ -79,16 +79,18 @@ std::string run_line(const Report& r) {
 // change: an undeclared batch or chunk invariance, a declared nondeterminism).
 std::string pass_note(const ReportEntry& e) {
   if (e.spread.compared == 0) return "";
-  const std::string how = e.property == "batch_invariance"
-                              ? "not declared batch invariant: %s changed between a sequence alone and in a batch"
-                          : e.property == "chunked_prefill"
-                              ? "not declared batch invariant: %s changed between a prompt whole and in chunks"
-                              : "nondeterministic by design: %s differed run to run";
+  const std::string how =
+      e.property == "batch_invariance"
+          ? "not declared batch invariant: %s changed between a sequence alone and in a batch"
+      : e.property == "chunked_prefill"
+          ? "not declared batch invariant: %s changed between a prompt whole and in chunks"
+          : "nondeterministic by design: %s differed run to run";
   const std::string counted =
       std::to_string(e.spread.differing) + " of " + std::to_string(e.spread.compared) + " outputs";
   const size_t at = how.find("%s");
-  return how.substr(0, at) + counted + how.substr(at + 2) + ", by at most " + short_number(e.spread.max_budget) +
-         " accuracy budgets (" + short_number(e.spread.max_ulps) + " representable values apart)";
+  return how.substr(0, at) + counted + how.substr(at + 2) + ", by at most " +
+         short_number(e.spread.max_budget) + " accuracy budgets (" + short_number(e.spread.max_ulps) +
+         " representable values apart)";
 }
 
 const char* const kColumnsExplained =

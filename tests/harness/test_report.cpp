@@ -543,8 +543,9 @@ TEST_CASE("the invariance matrix: one phrase per subject and dimension, from the
   CHECK(j["invariance"][2]["chunked_prefill"] == m[2].chunked_prefill);
   // Each spread's note says what changed: a batch, or the chunks of a prompt.
   const std::string md = render_markdown(r);
-  CHECK(md.find("not declared batch invariant: 4 of 30 outputs changed between a prompt whole and in chunks, by "
-                "at most 0.25 accuracy budgets") != std::string::npos);
+  CHECK(md.find(
+            "not declared batch invariant: 4 of 30 outputs changed between a prompt whole and in chunks, by "
+            "at most 0.25 accuracy budgets") != std::string::npos);
   CHECK(md.find("3 of 40 outputs changed between a sequence alone and in a batch") != std::string::npos);
   CHECK(render_markdown(r).find("| flash | - | variant: 3 of 40 outputs changed") != std::string::npos);
 }
