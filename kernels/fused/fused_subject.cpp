@@ -54,7 +54,6 @@ ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign) {
   // splitkv-packed) gives each (sequence, head, row tile, split) its own CTA whose tiling and split
   // count are the call's options, with no atomics; the grid's size never enters a CTA's arithmetic.
   // splitkv-packed-adaptive, which picks its split count from the batch, takes the flag off.
-  (void)cuda;
   c.flags |= AC_CAP_BATCH_INVARIANT;
   return c;
 }

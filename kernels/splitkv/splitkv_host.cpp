@@ -40,9 +40,10 @@ int splitkv_check_fixed(const ac_attention_args& a, int keys_per_split, char* er
   if (keys_per_split < 0 || keys_per_split % splitkv::kSplitTile != 0)
     AC_REFUSE("split-KV attention: %d keys per split is not a multiple of %d", keys_per_split,
               splitkv::kSplitTile);
-  if (keys_per_split > 0 && a.num_splits < fixed_split_count(a, keys_per_split))
-    AC_REFUSE("split-KV attention: %d keys per split need %d parts, num_splits is %d", keys_per_split,
-              fixed_split_count(a, keys_per_split), a.num_splits);
+  if (keys_per_split == 0) return AC_OK;
+  if (const int need = fixed_split_count(a, keys_per_split); a.num_splits < need)
+    AC_REFUSE("split-KV attention: %d keys per split need %d parts, num_splits is %d", keys_per_split, need,
+              a.num_splits);
   return AC_OK;
 }
 

@@ -730,6 +730,27 @@ int batch_limit(const Domain& dom) { return dom.max_batch > 0 ? dom.max_batch : 
 // The longest query range of a batch neighbour: past 128 queries of one KV head's group.
 int batch_max_queries(const Domain& dom) { return std::max(dom.max_tokens, 130); }
 
+namespace {
+
+// q, k and v of `a`'s shape uniform of variance 1 from one drawn seed, scale 1/sqrt(d): the
+// high-entropy values of the batch and prefill cases (constant or impulse values hide a changed
+// fold order).
+void fill_unit_variance(AttentionInput& a) {
+  int64_t T = 0, Tk = 0;
+  for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
+    T += a.seqlens_q[s];
+    Tk += a.seqlens_k[s];
+  }
+  const uint64_t seed = *any_seed();
+  const int64_t D = a.head_size;
+  a.softmax_scale = float(1.0 / std::sqrt(double(D)));
+  uniform_fill(a.dtype, seed, a.q, T * a.num_heads * D, 1, std::sqrt(3.0));
+  uniform_fill(a.dtype, seed, a.k, Tk * a.num_kv_heads * D, 2, std::sqrt(3.0));
+  uniform_fill(a.dtype, seed, a.v, Tk * a.num_kv_heads * D, 3, std::sqrt(3.0));
+}
+
+}  // namespace
+
 rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
   return g::exec([dom] {
     AttentionInput a;
@@ -796,17 +817,7 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
         const auto m = *any_mask(a.seqlens_q[s], a.seqlens_k[s]);
         a.mask.insert(a.mask.end(), m.begin(), m.end());
       }
-    int64_t T = 0, Tk = 0;
-    for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
-      T += a.seqlens_q[s];
-      Tk += a.seqlens_k[s];
-    }
-    const uint64_t seed = *any_seed();
-    const int64_t D = a.head_size;
-    a.softmax_scale = float(1.0 / std::sqrt(double(D)));
-    uniform_fill(a.dtype, seed, a.q, T * a.num_heads * D, 1, std::sqrt(3.0));
-    uniform_fill(a.dtype, seed, a.k, Tk * a.num_kv_heads * D, 2, std::sqrt(3.0));
-    uniform_fill(a.dtype, seed, a.v, Tk * a.num_kv_heads * D, 3, std::sqrt(3.0));
+    fill_unit_variance(a);
     return a;
   });
 }
@@ -826,12 +837,7 @@ rc::Gen<AttentionInput> attention_prefill_input(const Domain& dom) {
     a.seqlens_q = {T};
     a.seqlens_k = {T};
     a.causal = true;
-    const uint64_t seed = *any_seed();
-    const int64_t D = a.head_size;
-    a.softmax_scale = float(1.0 / std::sqrt(double(D)));
-    uniform_fill(a.dtype, seed, a.q, T * a.num_heads * D, 1, std::sqrt(3.0));
-    uniform_fill(a.dtype, seed, a.k, T * a.num_kv_heads * D, 2, std::sqrt(3.0));
-    uniform_fill(a.dtype, seed, a.v, T * a.num_kv_heads * D, 3, std::sqrt(3.0));
+    fill_unit_variance(a);
     return a;
   });
 }

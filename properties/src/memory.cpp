@@ -212,12 +212,10 @@ double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& propert
       victims.seqlens_k.resize(victims.seqlens_q.size());
       largest = 3 * attention_resident_bytes(a) + configs * outputs_of(a) * kOutputElementBytes +
                 attention_replay_bytes(victims, held, host);
-    } else if (property.name == "chunked_prefill") {
-      const gen::AttentionShape a = gen::largest_prefill_shape(dom);
-      largest = 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +
-                configs * outputs_of(a) * kOutputElementBytes;
     } else {
-      for (const auto& a : gen::largest_attention_shapes(dom))
+      const auto shapes = property.name == "chunked_prefill" ? std::vector{gen::largest_prefill_shape(dom)}
+                                                             : gen::largest_attention_shapes(dom);
+      for (const auto& a : shapes)
         largest = std::max(largest, 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +
                                         configs * outputs_of(a) * kOutputElementBytes);
     }
