@@ -54,18 +54,34 @@ struct AttentionProblem {
   bool causal;
   std::vector<uint8_t> mask;
   float softmax_scale;
-  std::vector<uint32_t> q, k, v;  // q [total_q, num_heads, head_size], k/v [total_k, num_kv_heads, head_size]
+  std::vector<uint32_t> q, k, v;  // q [total_q, num_heads, head_size], k [total_k, num_kv_heads, head_size]
+  // The engines' variants; the defaults give the plain contract above.
+  //   head_size_v: V's and O's head size (0: head_size); v is [total_k, num_kv_heads, head_size_v]
+  //     and O [total_q, num_heads, head_size_v] (MLA: 192 / 128, 576 / 512).
+  //   softcap > 0: each score is capped after the scale, s_j = softcap * tanh(softmax_scale * dot /
+  //     softcap) (scale first, then cap); 0: no cap. Finite and >= 0.
+  //   window_left / window_right >= 0: query t of a sequence with Tq queries and Tk keys sees key j
+  //     only when t + Tk - Tq - window_left <= j <= t + Tk - Tq + window_right (the window around the
+  //     bottom-right aligned diagonal); -1: that side unbounded. AND-ed with causal and the mask.
+  //   sinks: empty, or one finite logit per query head, in the units of the scaled (and capped)
+  //     scores: e^sink joins the softmax denominator only (a key whose value is 0). LSE =
+  //     log(e^sink + sum_j e^s_j); a row with no visible key has O = 0 and LSE = sink.
+  int32_t head_size_v = 0;
+  float softcap = 0.0f;
+  int32_t window_left = -1, window_right = -1;
+  std::vector<float> sinks;
 };
 
 // Throws ReferenceError naming the problem: head counts/size <= 0, h % h_kv != 0, seqlens_q/k
 // sizes differ, negative lengths, q/k/v/mask sizes not matching the shape, fp16/bf16 bit patterns
-// above 16 bits, non-finite softmax_scale.
+// above 16 bits, non-finite softmax_scale, a negative or non-finite softcap, head_size_v < 0, a
+// window side below -1, sinks neither empty nor num_heads finite values.
 void validate(const AttentionProblem&);
 
 struct ExactRow {
-  std::vector<Real> o;
-  Real lse;    // in the requested base (natural by default)
-  bool empty;  // no visible key: o = 0, lse = -inf
+  std::vector<Real> o;  // head_size_v elements
+  Real lse;             // in the requested base (natural by default)
+  bool empty;           // no visible key: o = 0, lse = -inf (the sink, when the problem has sinks)
 };
 ExactRow exact_attention_row(const AttentionProblem&, int64_t token /*global index in [0,total_q)*/,
                              int32_t head, LseBase base = LseBase::e);
