@@ -202,6 +202,22 @@ std::vector<int32_t> get_int_list(const json& obj, const char* key, const std::s
   return out;
 }
 
+// A float stored as its bits, exactly what the writer emits: "0x" and eight hex digits, finite.
+float get_float_bits(const json& obj, const char* key, const std::string& where) {
+  const std::string text = get_string(obj, key, where);
+  const bool hex8 = text.size() == 10 && text.rfind("0x", 0) == 0 &&
+                    text.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
+  const std::string what = where + "." + key + " \"" + json_fields::printable(text) + "\"";
+  if (!hex8) throw CaseError(what + " is not 0x and 8 hex digits");
+  const float f = bits_float(uint32_t(std::stoul(text.substr(2), nullptr, 16)));
+  if (!std::isfinite(f)) throw CaseError(what + " is not a finite float (NaN or infinity)");
+  return f;
+}
+int64_t get_int_or(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi,
+                   int64_t dflt) {
+  return json_fields::get_int_or<CaseError>(obj, key, where, lo, hi, dflt);
+}
+
 void expect_size(size_t got, int64_t want, const std::string& what) {
   if (int64_t(got) != want)
     throw CaseError(what + " has " + std::to_string(got) + " elements, the shape needs " +
@@ -318,6 +334,24 @@ std::string case_text(const Case& c, bool splice) {
           {"softmax_scale_bits", bits_hex(float_bits(a.softmax_scale))},
           {"softmax_scale", double(a.softmax_scale)}};  // for the reader; the bits are authoritative
     // Assigned, not listed above: an initializer list's strings would be copied.
+    // The variants are written only where they differ from the plain contract, so a plain case's
+    // text (and its file name's hash) is what it was before they existed.
+    if (a.head_size_v > 0) in["head_size_v"] = a.head_size_v;
+    if (a.softcap != 0.0f) {
+      in["softcap_bits"] = bits_hex(float_bits(a.softcap));
+      in["softcap"] = double(a.softcap);  // for the reader; the bits are authoritative
+    }
+    if (a.window_left != -1 || a.window_right != -1) {
+      in["window_left"] = a.window_left;
+      in["window_right"] = a.window_right;
+    }
+    if (!a.sinks.empty()) in["sinks"] = encode_floats(a.sinks);
+    if (a.paged()) {
+      in["page_size"] = a.page_size;
+      in["num_pages"] = a.num_pages;
+      in["max_blocks"] = a.max_blocks;
+      in["block_table"] = a.block_table;
+    }
     in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
     in["q"] = tensor("q", encode_elements(a.q, w));
     in["k"] = tensor("k", encode_elements(a.k, w));
@@ -417,19 +451,20 @@ Case case_from_json(const std::string& text) {
     if (a.seqlens_q.size() != a.seqlens_k.size())
       throw CaseError("input.seqlens_q and seqlens_k differ in length");
     a.causal = get_bool(in, "causal", w);
-    const std::string scale = get_string(in, "softmax_scale_bits", w);
-    // Exactly what the writer emits: "0x" and eight hex digits.
-    const bool hex8 = scale.size() == 10 && scale.rfind("0x", 0) == 0 &&
-                      scale.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
-    if (!hex8)
-      throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) +
-                      "\" is not 0x and 8 hex digits");
-    a.softmax_scale = bits_float(uint32_t(std::stoul(scale.substr(2), nullptr, 16)));
     // No kernel is called with a NaN or infinite scale and the exact reference has no answer for
     // one: such a file is malformed, not a case a subject fails.
-    if (!std::isfinite(a.softmax_scale))
-      throw CaseError("input.softmax_scale_bits \"" + json_fields::printable(scale) +
-                      "\" is not a finite float (NaN or infinity)");
+    a.softmax_scale = get_float_bits(in, "softmax_scale_bits", w);
+    if (in.contains("softcap_bits")) a.softcap = get_float_bits(in, "softcap_bits", w);
+    a.head_size_v = int32_t(get_int_or(in, "head_size_v", w, 0, kMaxDim, 0));
+    a.window_left = int32_t(get_int_or(in, "window_left", w, -1, kMaxDim, -1));
+    a.window_right = int32_t(get_int_or(in, "window_right", w, -1, kMaxDim, -1));
+    if (in.contains("sinks")) a.sinks = decode_floats(get_string(in, "sinks", w), "input.sinks");
+    if (in.contains("page_size")) {
+      a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
+      a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));
+      a.max_blocks = int32_t(get_int(in, "max_blocks", w, 0, kMaxDim));
+      a.block_table = get_int_list(in, "block_table", w);
+    }
     int64_t total_q = 0, total_k = 0, mask_elems = 0;
     for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
       total_q += a.seqlens_q[i];
@@ -454,12 +489,14 @@ Case case_from_json(const std::string& text) {
       expect_size(m.size(), mask_elems, "input.mask");
       a.mask.assign(m.begin(), m.end());
     }
+    if (const std::string why = attention_variant_problem(a); !why.empty()) throw CaseError("input." + why);
     a.q = decode_elements(get_string(in, "q", w), eb, "input.q");
     a.k = decode_elements(get_string(in, "k", w), eb, "input.k");
     a.v = decode_elements(get_string(in, "v", w), eb, "input.v");
+    const int64_t kv_rows = a.paged() ? checked_product({a.num_pages, a.page_size}, w) : total_k;
     expect_size(a.q.size(), checked_product({total_q, a.num_heads, a.head_size}, w), "input.q");
-    expect_size(a.k.size(), checked_product({total_k, a.num_kv_heads, a.head_size}, w), "input.k");
-    expect_size(a.v.size(), checked_product({total_k, a.num_kv_heads, a.head_size}, w), "input.v");
+    expect_size(a.k.size(), checked_product({kv_rows, a.num_kv_heads, a.head_size}, w), "input.k");
+    expect_size(a.v.size(), checked_product({kv_rows, a.num_kv_heads, a.dv()}, w), "input.v");
     check_half_bits(a.q, dtype, "input.q");
     check_half_bits(a.k, dtype, "input.k");
     check_half_bits(a.v, dtype, "input.v");
@@ -572,6 +609,92 @@ CaseSize case_size(const Case& c) {
 std::string describe_size(const CaseSize& s) {
   return "tokens=" + std::to_string(s.tokens) + " keys=" + std::to_string(s.keys) +
          " heads=" + std::to_string(s.heads) + " d=" + std::to_string(s.head_size);
+}
+
+std::string attention_variant_problem(const AttentionInput& a) {
+  auto range = [](const char* what, int64_t v, int64_t lo, int64_t hi) -> std::string {
+    if (v >= lo && v <= hi) return "";
+    return std::string(what) + " " + std::to_string(v) + " is out of range " + std::to_string(lo) + ".." +
+           std::to_string(hi);
+  };
+  std::string why;
+  if (!(why = range("head_size_v", a.head_size_v, 0, AC_MAX_HEAD_SIZE)).empty()) return why;
+  if (!std::isfinite(a.softcap) || a.softcap < 0.0f || a.softcap > AC_MAX_SOFTCAP)
+    return "softcap " + json_fields::printable(std::to_string(a.softcap)) + " is not 0 or in (0, " +
+           std::to_string(AC_MAX_SOFTCAP) + "]";
+  if (!(why = range("window_left", a.window_left, -1, AC_MAX_WINDOW)).empty()) return why;
+  if (!(why = range("window_right", a.window_right, -1, AC_MAX_WINDOW)).empty()) return why;
+  if (!a.sinks.empty()) {
+    if (a.sinks.size() != size_t(a.num_heads))
+      return "sinks has " + std::to_string(a.sinks.size()) + " values, one per query head needs " +
+             std::to_string(a.num_heads);
+    for (size_t i = 0; i < a.sinks.size(); ++i)
+      if (!std::isfinite(a.sinks[i])) return "sinks[" + std::to_string(i) + "] is not finite";
+  }
+  if (!a.paged()) {
+    if (a.num_pages || a.max_blocks || !a.block_table.empty())
+      return "num_pages, max_blocks and block_table need page_size > 0";
+    return "";
+  }
+  if (!(why = range("page_size", a.page_size, 1, AC_MAX_PAGE_SIZE)).empty()) return why;
+  if (!(why = range("num_pages", a.num_pages, 1, int64_t(1) << 24)).empty()) return why;
+  const size_t seqs = a.seqlens_k.size();
+  if (a.block_table.size() != seqs * size_t(std::max(a.max_blocks, 0)))
+    return "block_table has " + std::to_string(a.block_table.size()) +
+           " entries, [num_seqs, max_blocks] needs " +
+           std::to_string(seqs * size_t(std::max(a.max_blocks, 0)));
+  for (size_t s = 0; s < seqs; ++s) {
+    const int64_t pages = (int64_t{a.seqlens_k[s]} + a.page_size - 1) / a.page_size;
+    if (pages > a.max_blocks)
+      return "sequence " + std::to_string(s) + " has " + std::to_string(a.seqlens_k[s]) +
+             " keys, more than " + std::to_string(a.max_blocks) + " blocks of " +
+             std::to_string(a.page_size) + " hold";
+  }
+  for (size_t i = 0; i < a.block_table.size(); ++i)
+    if (a.block_table[i] < 0 || a.block_table[i] >= a.num_pages)
+      return "block_table[" + std::to_string(i / size_t(a.max_blocks)) + "][" +
+             std::to_string(i % size_t(a.max_blocks)) + "] = " + std::to_string(a.block_table[i]) +
+             " is outside the pool of " + std::to_string(a.num_pages) + " pages";
+  return "";
+}
+
+std::string undeclared_variant(const AttentionInput& in, uint32_t variants) {
+  const struct {
+    bool used;
+    uint32_t bit;
+    const char* what;
+  } uses[] = {
+      {in.dv() != in.head_size, AC_VAR_HEAD_SIZE_V, "a V head size of its own (AC_VAR_HEAD_SIZE_V)"},
+      {in.softcap != 0.0f, AC_VAR_SOFTCAP, "a softcap (AC_VAR_SOFTCAP)"},
+      {in.window_left != -1 || in.window_right != -1, AC_VAR_WINDOW, "a sliding window (AC_VAR_WINDOW)"},
+      {!in.sinks.empty(), AC_VAR_SINKS, "attention sinks (AC_VAR_SINKS)"},
+  };
+  for (const auto& u : uses)
+    if (u.used && !(variants & u.bit)) return u.what;
+  return "";
+}
+
+AttentionInput gather_pages(const AttentionInput& a) {
+  if (!a.paged()) return a;
+  AttentionInput g = a;
+  g.page_size = g.num_pages = g.max_blocks = 0;
+  g.block_table.clear();
+  int64_t total_k = 0;
+  for (int32_t t : a.seqlens_k) total_k += t;
+  const size_t dk = size_t(a.num_kv_heads) * size_t(a.head_size),
+               dv = size_t(a.num_kv_heads) * size_t(a.dv());
+  g.k.assign(size_t(total_k) * dk, 0);
+  g.v.assign(size_t(total_k) * dv, 0);
+  int64_t first = 0;
+  for (size_t s = 0; s < a.seqlens_k.size(); ++s) {
+    for (int64_t j = 0; j < a.seqlens_k[s]; ++j) {
+      const size_t from = size_t(a.kv_row(s, j, first)), to = size_t(first + j);
+      std::copy_n(a.k.begin() + std::ptrdiff_t(from * dk), dk, g.k.begin() + std::ptrdiff_t(to * dk));
+      std::copy_n(a.v.begin() + std::ptrdiff_t(from * dv), dv, g.v.begin() + std::ptrdiff_t(to * dv));
+    }
+    first += a.seqlens_k[s];
+  }
+  return g;
 }
 
 }  // namespace attncheck

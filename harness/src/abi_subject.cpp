@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "attncheck/attention_args.hpp"
+#include "attncheck/case.hpp"
 #include "attncheck/json_fields.hpp"
 #include "staging_buffers.hpp"
 
@@ -151,13 +152,21 @@ SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
   return SoftmaxOutput{unpack(in.dtype, st.read(y))};
 }
 
-AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionOptions& opt) {
+AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const AttentionOptions& opt) {
   if (!(has_op(AC_OP_ATTENTION) || has_op(AC_OP_SPLITKV)) || !subject_.attention)
     throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no attention");
+  // A variant the subject does not declare is refused, never passed to a kernel that cannot read
+  // it; paged K / V is the one exception: the same attention over gathered pages.
+  const uint32_t vars = subject_.caps.variants;
+  if (const std::string what = undeclared_variant(in_given, vars); !what.empty())
+    throw SubjectError(SubjectError::Kind::unsupported, name_ + " does not declare " + what);
+  const AttentionInput gathered =
+      in_given.paged() && !(vars & AC_VAR_PAGED_KV) ? gather_pages(in_given) : AttentionInput{};
+  const AttentionInput& in = in_given.paged() && !(vars & AC_VAR_PAGED_KV) ? gathered : in_given;
   const PackedSequences seqs = pack_sequences(in);
   const ac_memory mem = subject_.caps.memory;
   const int64_t total_q = seqs.total_q();
-  const size_t n_q = size_t(total_q * in.num_heads * in.head_size);
+  const size_t n_q = size_t(total_q * in.num_heads * in.dv());
   const bool has_mask = !in.mask.empty();
   const bool wants_lse = (subject_.caps.features & AC_FEAT_LSE) != 0;
   const size_t n_lse = size_t(total_q * in.num_heads);
@@ -170,6 +179,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
   const size_t mask = st.add(as_bytes(in.mask)), cu_mask_s = st.add(as_bytes(seqs.cu_mask));
   const size_t out = st.add(poisoned(in.dtype, n_q)),
                lse = st.add(as_bytes(poisoned_lse(wants_lse ? n_lse : 0)));
+  const size_t sinks = st.add(as_bytes(in.sinks)), table = st.add(as_bytes(in.block_table));
   st.upload();
 
   const ac_attention_args a =
@@ -184,7 +194,12 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in, const AttentionO
                 has_mask ? static_cast<const int64_t*>(st.get(cu_mask_s)) : nullptr,
                 has_mask ? seqs.cu_mask.data() : nullptr)
           .tiling(subject_.caps.num_tilings > 0 ? opt.tiling : -1)  // -1: the subject declares no tilings
-          .splits(opt.num_splits, opt.fold_order);
+          .splits(opt.num_splits, opt.fold_order)
+          .variants(in.dv(), in.softcap, in.window_left, in.window_right,
+                    in.sinks.empty() ? nullptr : static_cast<const float*>(st.get(sinks)))
+          .paged(in.page_size, in.num_pages, in.max_blocks,
+                 in.paged() ? static_cast<const int32_t*>(st.get(table)) : nullptr,
+                 in.paged() ? in.block_table.data() : nullptr);
 
   if (before_call_) before_call_();
   call_plugin(name_, "attention",

@@ -54,6 +54,10 @@ AC_SAME_OFFSET(max_splits);
 AC_SAME_OFFSET(fold_orders);
 #undef AC_SAME_OFFSET
 static_assert(offsetof(ac_caps, flags) >= offsetof(ac_caps_v1, fold_orders) + sizeof(uint32_t));
+// Version 2's layout is version 3's up to `flags`: the version-3 fields trail it.
+static_assert(offsetof(ac_caps, flags) == offsetof(ac_caps_v2, flags), "ac_caps.flags moved");
+static_assert(offsetof(ac_caps, variants) >= offsetof(ac_caps_v2, flags) + sizeof(uint32_t),
+              "ac_caps.variants overlaps version 2");
 
 }  // namespace
 
@@ -86,6 +90,19 @@ ac_subject subject_from_v1(const ac_subject_v1& v) {
   return s;
 }
 
+ac_subject subject_from_v2(const ac_subject_v2& v) {
+  ac_subject s{};
+  s.name = v.name;
+  s.description = v.description;
+  // The shared prefix is laid out alike (asserted above); the version-3 fields stay 0.
+  std::memcpy(&s.caps, &v.caps, offsetof(ac_caps_v2, flags) + sizeof(uint32_t));
+  s.merge = v.merge;
+  s.softmax = v.softmax;
+  s.attention = v.attention;
+  s.self = v.self;
+  return s;
+}
+
 std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_version) {
   std::vector<std::string> problems;
   auto bad = [&](const std::string& p) { problems.push_back(p); };
@@ -101,8 +118,10 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   if (c.ops & ~known_ops) bad("unknown bits in caps.ops");
   const uint32_t known_dtypes =
       AC_DTYPE_BIT(AC_DTYPE_F32) | AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
+  const uint32_t fp8_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
   if (c.dtypes == 0) bad("declares no dtype (caps.dtypes = 0)");
-  if (c.dtypes & ~known_dtypes) bad("unknown bits in caps.dtypes");
+  if (c.dtypes & fp8_dtypes) bad("declares an FP8 dtype, which this attncheck does not judge yet");
+  if (c.dtypes & ~(known_dtypes | fp8_dtypes)) bad("unknown bits in caps.dtypes");
   if (c.memory != AC_MEMORY_HOST && c.memory != AC_MEMORY_CUDA) bad("caps.memory is neither host nor cuda");
   // The ranges of plugin_abi.h (AC_MAX_*): each bounds what the declaration makes attncheck
   // allocate or loop over.
@@ -135,6 +154,40 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   } else if (c.empty_lse_sign != -1 && c.empty_lse_sign != 1) {
     bad(abi_version < 2 ? "caps.empty_lse_sign must be -1 or +1"
                         : "caps.empty_lse_sign must be -1 or +1 (or 0 with AC_CAP_EMPTY_LSE_UNDEFINED)");
+  }
+  if (abi_version < 3 && (c.variants || c.page_sizes || c.num_page_sizes || c.head_pairs ||
+                          c.num_head_pairs || c.kv_dtypes || c.fp8))
+    bad("caps.variants and the fields after it are version-3 fields; this subject is version " +
+        std::to_string(abi_version));
+  if (c.variants & ~uint32_t(AC_VAR_KNOWN_V3)) bad("unknown bits in caps.variants");
+  if (c.variants && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
+    bad("caps.variants declared by a subject without attention or split-KV");
+  if (c.kv_dtypes || c.fp8)
+    bad("caps.kv_dtypes and caps.fp8 (FP8) must be 0: this attncheck does not judge FP8 yet");
+  if (c.variants & AC_VAR_PAGED_KV) {
+    if (!c.page_sizes || c.num_page_sizes < 1 || c.num_page_sizes > AC_MAX_PAGE_SIZES)
+      bad("declares AC_VAR_PAGED_KV but caps.num_page_sizes " + std::to_string(c.num_page_sizes) +
+          out_of(1, AC_MAX_PAGE_SIZES) + " or caps.page_sizes is NULL");
+    else
+      for (int32_t i = 0; i < c.num_page_sizes; ++i)
+        if (c.page_sizes[i] < 1 || c.page_sizes[i] > AC_MAX_PAGE_SIZE)
+          bad("caps.page_sizes[" + std::to_string(i) + "] " + std::to_string(c.page_sizes[i]) +
+              out_of(1, AC_MAX_PAGE_SIZE));
+  } else if (c.page_sizes || c.num_page_sizes) {
+    bad("caps.page_sizes given without AC_VAR_PAGED_KV");
+  }
+  if (c.variants & AC_VAR_HEAD_SIZE_V) {
+    if (!c.head_pairs || c.num_head_pairs < 1 || c.num_head_pairs > AC_MAX_HEAD_PAIRS)
+      bad("declares AC_VAR_HEAD_SIZE_V but caps.num_head_pairs " + std::to_string(c.num_head_pairs) +
+          out_of(1, AC_MAX_HEAD_PAIRS) + " or caps.head_pairs is NULL");
+    else
+      for (int32_t i = 0; i < c.num_head_pairs; ++i)
+        if (c.head_pairs[i].qk < 1 || c.head_pairs[i].qk > AC_MAX_HEAD_SIZE || c.head_pairs[i].v < 1 ||
+            c.head_pairs[i].v > AC_MAX_HEAD_SIZE)
+          bad("caps.head_pairs[" + std::to_string(i) + "] (" + std::to_string(c.head_pairs[i].qk) + ", " +
+              std::to_string(c.head_pairs[i].v) + "): a size" + out_of(1, AC_MAX_HEAD_SIZE));
+  } else if (c.head_pairs || c.num_head_pairs) {
+    bad("caps.head_pairs given without AC_VAR_HEAD_SIZE_V");
   }
   if ((c.ops & AC_OP_MERGE) && !s.merge) bad("declares merge but the merge function is NULL");
   if ((c.ops & AC_OP_SOFTMAX) && !s.softmax) bad("declares softmax but the softmax function is NULL");
@@ -202,9 +255,13 @@ LoadedPlugin load_plugin(const std::string& path) {
   out.name = p->name ? p->name : path;
   std::vector<ac_subject> subjects;
   if (version == 1) {
-    // Read with the version-1 stride and layout; `flags` is never read from such a plugin.
+    // Read with the version-1 stride and layout; `flags` and later fields are never read from it.
     const auto* v1 = reinterpret_cast<const ac_subject_v1*>(p->subjects);
     for (int32_t i = 0; i < p->num_subjects; ++i) subjects.push_back(subject_from_v1(v1[i]));
+  } else if (version == 2) {
+    // Read with the version-2 stride; the version-3 fields are 0.
+    const auto* v2 = reinterpret_cast<const ac_subject_v2*>(p->subjects);
+    for (int32_t i = 0; i < p->num_subjects; ++i) subjects.push_back(subject_from_v2(v2[i]));
   } else {
     subjects.assign(p->subjects, p->subjects + p->num_subjects);
   }

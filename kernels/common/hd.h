@@ -3,7 +3,7 @@
 // and the one place where a math function is chosen per side.
 //
 // Each wrapper calls the single-precision function of its side and nothing else: on the device
-// CUDA's expf / exp2f / logf / log2f / fmaf (full-precision versions, never the __expf-style
+// CUDA's expf / exp2f / logf / log2f / fmaf / tanhf (full-precision versions, never the __expf-style
 // intrinsics), on the host the float overloads of <cmath> (std::exp(float) is expf, and so on).
 // The host's libm and CUDA's library may differ by an ulp in exp and log, so a twin need not match
 // its kernel bit for bit there; fma is correctly rounded on both sides and matches exactly. The fma
@@ -34,6 +34,7 @@ AC_HD float exp2_f(float x) { return exp2f(x); }
 AC_HD float log_f(float x) { return logf(x); }
 AC_HD float log2_f(float x) { return log2f(x); }
 AC_HD float fma_f(float a, float b, float c) { return fmaf(a, b, c); }
+AC_HD float tanh_f(float x) { return tanhf(x); }
 AC_HD uint32_t float_bits(float f) { return __float_as_uint(f); }
 AC_HD float bits_float(uint32_t u) { return __uint_as_float(u); }
 #else
@@ -42,6 +43,7 @@ AC_HD float exp2_f(float x) { return std::exp2(x); }
 AC_HD float log_f(float x) { return std::log(x); }
 AC_HD float log2_f(float x) { return std::log2(x); }
 AC_HD float fma_f(float a, float b, float c) { return std::fma(a, b, c); }
+AC_HD float tanh_f(float x) { return std::tanh(x); }
 AC_HD uint32_t float_bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);

@@ -3,8 +3,9 @@
 // in fp32 registers, Q K^T and P V on tensor cores (mma.sync m16n8k16, fp16/bf16 operands, fp32
 // accumulation), P rounded to the input type before P V. The per-element math is fused_math.h.
 //
-// Arguments: the plugin ABI's ac_attention_args (Q [total_q, h, d], K/V [total_k, h_kv, d],
-// contiguous; cu_seqlens; optional per-sequence boolean mask; bottom-right causal; GQA).
+// Arguments: the plugin ABI's ac_attention_args (Q [total_q, h, d], K/V [total_k, h_kv, d]
+// contiguous or page pools; cu_seqlens; optional per-sequence boolean mask; bottom-right causal;
+// GQA; softcap, sliding window and sinks, each where fused_math.h says).
 // Outputs: O in the input type; LSE fp32 in layout [heads, tokens] (AC_LSE_HEADS_TOKENS), natural
 // log by default or base 2 (FusedOptions::lse_base = 2); an empty row (no visible key, including a
 // zero-length key range) gets O = 0 exactly and LSE = -inf, or +inf with empty_lse_sign = +1
@@ -36,6 +37,18 @@ struct FusedOptions {
 inline constexpr ac_tiling kFusedTilings[] = {{64, 64}, {128, 64}, {128, 32}, {64, 32}};
 inline constexpr int kNumFusedTilings = int(sizeof(kFusedTilings) / sizeof(kFusedTilings[0]));
 inline constexpr int32_t kFusedHeadSizes[] = {64, 128};
+// The page sizes of paged K / V (AC_VAR_PAGED_KV): vLLM's 16, FlashMLA's 64, a large 256, a page
+// of one key, and 5, a size that puts page boundaries everywhere in a key tile.
+inline constexpr int32_t kFusedPageSizes[] = {1, 5, 16, 64, 256};
+inline constexpr int kNumFusedPageSizes = int(sizeof(kFusedPageSizes) / sizeof(kFusedPageSizes[0]));
+// The variants the fused walk computes (fused_math.h states where each is applied).
+inline constexpr uint32_t kFusedVariants = AC_VAR_PAGED_KV | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS;
+
+// Whether a call uses any version-3 variant (kernels that compute none refuse such a call).
+inline bool uses_variants(const ac_attention_args& a) {
+  return (a.head_size_v != 0 && a.head_size_v != a.head_size) || a.softcap != 0.0f || a.window_left != -1 ||
+         a.window_right != -1 || a.sinks || a.page_size != 0;
+}
 
 const ac_tiling* fused_tilings(int* count);
 
@@ -43,6 +56,9 @@ const ac_tiling* fused_tilings(int* count);
 // null pointers, options. AC_OK or AC_ERR_UNSUPPORTED with the reason written to err.
 int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
                      size_t err_len);
+// The variants' checks (part of fused_check_args): V's head size equal to QK's, the softcap and
+// window in range, a declared page size with a block table whose entries lie in the pool.
+int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len);
 
 // Host twin: tensors in host memory; walks the same tiles in the same order with the same
 // rounding points.
@@ -63,6 +79,9 @@ int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char
 // GQA, LSE [heads, tokens], the tilings of kFusedTilings) with the given LSE base and empty-row
 // sign; split-KV attention declares the same with its own tilings, splits and fold orders.
 ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign);
+// c with the variants the fused walk computes (kFusedVariants, kFusedPageSizes): the fused and
+// split-KV subjects declare them; kernels built on other mainloops do not (yet).
+ac_caps with_fused_variants(ac_caps c);
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
 
 }  // namespace attncheck::kern

@@ -61,6 +61,32 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
   if (total_q > 0 && (!a.q || !a.out)) AC_REFUSE("fused attention: null q or out");
   if (total_k > 0 && (!a.k || !a.v)) AC_REFUSE("fused attention: null k or v");
   if (a.mask && !a.cu_mask) AC_REFUSE("fused attention: mask without cu_mask");
+  return fused_check_variants(a, err, err_len);
+}
+
+int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len) {
+  if (a.head_size_v != 0 && a.head_size_v != a.head_size)
+    AC_REFUSE("fused attention: V head size %d differs from the QK head size %d", a.head_size_v, a.head_size);
+  if (!(a.softcap >= 0.0f && a.softcap <= AC_MAX_SOFTCAP))
+    AC_REFUSE("fused attention: softcap %g outside 0 .. %g", double(a.softcap), double(AC_MAX_SOFTCAP));
+  if (a.window_left < -1 || a.window_right < -1)
+    AC_REFUSE("fused attention: window (%d, %d) below -1", a.window_left, a.window_right);
+  if (a.page_size == 0) return AC_OK;
+  bool declared = false;
+  for (int i = 0; i < kNumFusedPageSizes; ++i) declared = declared || kFusedPageSizes[i] == a.page_size;
+  if (!declared) AC_REFUSE("fused attention: page size %d is not one of the declared sizes", a.page_size);
+  if (!a.block_table || !a.block_table_host || a.num_pages < 1)
+    AC_REFUSE("fused attention: paged K / V without a block table or pages");
+  for (int s = 0; s < a.num_seqs; ++s) {
+    const int tk = a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s];
+    if ((int64_t(tk) + a.page_size - 1) / a.page_size > a.max_blocks)
+      AC_REFUSE("fused attention: sequence %d has %d keys, more than %d blocks of %d hold", s, tk,
+                a.max_blocks, a.page_size);
+    for (int b = 0; b * int64_t(a.page_size) < tk; ++b)
+      if (const int page = a.block_table_host[int64_t(s) * a.max_blocks + b]; page < 0 || page >= a.num_pages)
+        AC_REFUSE("fused attention: block_table[%d][%d] = %d is outside the pool of %d pages", s, b, page,
+                  a.num_pages);
+  }
   return AC_OK;
 }
 
@@ -68,16 +94,20 @@ namespace {
 
 // Writes one finished row: O / l rounded to the input type, LSE per the options (each fp32 result
 // through the twin's arithmetic, fused_twin.h).
-void store_row(const fused::TwinRowState& s, DType t, void* out, int64_t out_index, float* lse,
+// The sink (sink2 = sink log2 e, -inf without one) joins the denominator first (fused_math.h
+// join_sink).
+void store_row(const fused::TwinRowState& s, float sink2, DType t, void* out, int64_t out_index, float* lse,
                int64_t lse_index, const FusedOptions& o) {
-  const float inv = fused::twin_round(fused::inverse_row_sum(s.l), o.arithmetic);
+  float m = s.m, l = s.l;
+  const float alpha = fused::join_sink(m, l, sink2);
+  const float inv = fused::twin_round(fused::inverse_row_sum(l), o.arithmetic);
   for (size_t c = 0; c < s.o.size(); ++c) {
-    const uint32_t bits = store_from_float(t, fused::twin_round(s.o[c] * inv, o.arithmetic));
+    const uint32_t bits = store_from_float(t, fused::twin_round(s.o[c] * alpha * inv, o.arithmetic));
     static_cast<uint16_t*>(out)[out_index + int64_t(c)] = uint16_t(bits);
   }
   if (lse) {
     const float sentinel = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
-    lse[lse_index] = fused::twin_round(fused::final_lse(s.m, s.l, o.lse_base == 2, sentinel), o.arithmetic);
+    lse[lse_index] = fused::twin_round(fused::final_lse(m, l, o.lse_base == 2, sentinel), o.arithmetic);
   }
 }
 
@@ -90,14 +120,15 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
     const int64_t q0 = a.cu_seqlens_q_host[s];
     for (int head = 0; head < x.h; ++head) {
       const fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
+      const int64_t k_hi = fused::walked_keys<M>(view.tk, view.table != nullptr);
       for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
         const auto states =
             o.arithmetic.ieee()
-                ? fused::twin_row_tile<M>(view, row0, br, bc, 0, view.tk, o.exp_form)
-                : fused::twin_row_tile<M, true>(view, row0, br, bc, 0, view.tk, o.exp_form, o.arithmetic);
+                ? fused::twin_row_tile<M>(view, row0, br, bc, 0, k_hi, o.exp_form)
+                : fused::twin_row_tile<M, true>(view, row0, br, bc, 0, k_hi, o.exp_form, o.arithmetic);
         for (size_t r = 0; r < states.size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
-          store_row(states[r], x.dtype, a.out, (tok * x.h + head) * x.d, a.lse,
+          store_row(states[r], view.sink2, x.dtype, a.out, (tok * x.h + head) * x.dv, a.lse,
                     int64_t(head) * x.total_q + tok, o);
         }
       }
@@ -131,6 +162,18 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::causal_off_by_one:
       fused_host_rows<Mutation::causal_off_by_one>(a, o, br, bc);
+      break;
+    case Mutation::page_off_by_one:
+      fused_host_rows<Mutation::page_off_by_one>(a, o, br, bc);
+      break;
+    case Mutation::read_past_end:
+      fused_host_rows<Mutation::read_past_end>(a, o, br, bc);
+      break;
+    case Mutation::window_edge_off_by_one:
+      fused_host_rows<Mutation::window_edge_off_by_one>(a, o, br, bc);
+      break;
+    case Mutation::softcap_before_scale:
+      fused_host_rows<Mutation::softcap_before_scale>(a, o, br, bc);
       break;
     default:
       AC_REFUSE("fused attention: mutation %d has no host twin", int(o.mutation));

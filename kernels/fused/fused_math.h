@@ -39,6 +39,12 @@ enum class Mutation : int {
   combine_plus_inf = 11,     // split-KV combine writes +inf (FlashAttention-2 style) for an all-empty row
   missing_barrier = 12,      // drops the barrier that protects a shared-memory buffer before reuse
   offsets_32bit = 13,        // element offsets computed in 32 bits
+  // The engines' variants (plugin_abi.h AC_VAR_*):
+  page_off_by_one = 19,         // the last page of a sequence read from the next block-table entry
+  read_past_end = 20,           // paged: the key range runs one slot past the sequence's last key
+  window_edge_off_by_one = 21,  // the left window edge admits one key too many
+  softcap_before_scale = 22,    // the cap applied to the raw dot product, the scale after it
+  sink_every_split = 23,        // split-KV: every partial counts the sink, not the combine once
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -50,6 +56,66 @@ template <Mutation M = Mutation::none>
 AC_HD bool causal_visible(int64_t row, int64_t key, int64_t tq, int64_t tk) {
   if constexpr (M == Mutation::causal_off_by_one) return key <= row + tk - tq + 1;
   return key <= row + tk - tq;
+}
+
+// The window around the bottom-right aligned diagonal (AC_VAR_WINDOW): query `row` sees key `key`
+// only when row + tk - tq - left <= key <= row + tk - tq + right; a side of -1 is unbounded.
+template <Mutation M = Mutation::none>
+AC_HD bool window_visible(int64_t row, int64_t key, int64_t tq, int64_t tk, int left, int right) {
+  const int64_t diag = row + tk - tq;
+  const int64_t first = diag - left - (M == Mutation::window_edge_off_by_one ? 1 : 0);
+  return (left < 0 || key >= first) && (right < 0 || key <= diag + right);
+}
+// The first key a row tile [row0, row0 + rows) can see under a left window (0 without one): the
+// walk starts its key range there, as the kernel does, so a window edge falls anywhere in a tile.
+template <Mutation M = Mutation::none>
+AC_HD int64_t window_first_key(int64_t row0, int64_t tq, int64_t tk, int left) {
+  if (left < 0) return 0;
+  const int64_t first = row0 + tk - tq - left - (M == Mutation::window_edge_off_by_one ? 1 : 0);
+  return first > 0 ? first : 0;
+}
+
+// The base-2 logit of an fp32 dot product (log2 e folded in). Without a cap (cap = 0):
+// fl(dot * scale_log2), one rounding. With one (AC_VAR_SOFTCAP), the scale first, then the cap:
+// t = fl(dot * scale), c = fl(cap * tanh_f(fl(t / cap))), x = fl(c * log2 e); the capped score
+// is in natural units before log2 e, so the sink (also natural) compares with it.
+template <Mutation M = Mutation::none>
+AC_HD float scaled_logit(float dot, float scale, float scale_log2, float cap) {
+  if (cap == 0.0f) return dot * scale_log2;
+  if constexpr (M == Mutation::softcap_before_scale)
+    return cap * tanh_f(dot / cap) * scale * 1.4426950408889634f;
+  const float t = dot * scale;
+  return (cap * tanh_f(t / cap)) * 1.4426950408889634f;
+}
+
+// The storage row of key `key` of a sequence (AC_VAR_PAGED_KV): slot key % page_size of page
+// table[key / page_size]; without a table (table null) the key itself, from the sequence's first
+// row. `last_page` is the index of the sequence's last page (mutant 19 reads the entry after it).
+template <Mutation M = Mutation::none>
+AC_HD int64_t kv_slot(const int32_t* table, int page_size, int64_t key, int64_t last_page) {
+  if (!table) return key;
+  int64_t block = key / page_size;
+  if constexpr (M == Mutation::page_off_by_one) block += block == last_page && block > 0 ? 1 : 0;
+  (void)last_page;
+  return int64_t(table[block]) * page_size + key % page_size;
+}
+// The keys a paged walk covers: tk, or one more under mutant 20 (a read of the slot after the end).
+template <Mutation M = Mutation::none>
+AC_HD int64_t walked_keys(int64_t tk, bool paged) {
+  return M == Mutation::read_past_end && paged ? tk + 1 : tk;
+}
+
+// A finished row's state (m, l, O~ in base 2) with the sink's weight joined to the denominator
+// (AC_VAR_SINKS; sink2 = sink log2 e, -inf without one): m' = max(m, sink2), l' = 2^(m - m') l +
+// 2^(sink2 - m'), and O~ must be multiplied by the returned 2^(m - m') (0 when m = -inf: an empty
+// row then has O = 0, l = 1 and LSE = sink). Without a sink nothing changes and the factor is 1.
+AC_HD float join_sink(float& m, float& l, float sink2) {
+  if (sink2 == neg_inf_f()) return 1.0f;
+  const float m_new = m > sink2 ? m : sink2;
+  const float alpha = m == neg_inf_f() ? 0.0f : exp2_f(m - m_new);
+  l = l * alpha + exp2_f(sink2 - m_new);
+  m = m_new;
+  return alpha;
 }
 
 // The logit a masked key (causal or explicit mask) gets: -inf, never a finite sentinel

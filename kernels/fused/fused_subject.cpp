@@ -3,7 +3,8 @@
 //   fused-fa2   natural-log LSE, empty row LSE = +inf (FlashAttention-2's unsplit convention)
 //   fused-log2  base-2 LSE, empty row LSE = -inf (FlashInfer / TensorRT-LLM's base)
 // All: fp16 and bf16, head sizes 64 and 128, LSE [heads, tokens], causal (bottom-right), mask,
-// varlen, GQA, the tilings of kFusedTilings. Host twins run where no GPU is present.
+// varlen, GQA, the tilings of kFusedTilings; paged K / V (kFusedPageSizes), softcap, sliding
+// window and sinks. Host twins run where no GPU is present.
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>
 
@@ -58,6 +59,13 @@ ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign) {
   return c;
 }
 
+ac_caps with_fused_variants(ac_caps c) {
+  c.variants = kFusedVariants;
+  c.page_sizes = kFusedPageSizes;
+  c.num_page_sizes = kNumFusedPageSizes;
+  return c;
+}
+
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
   if (cuda) return;
@@ -66,15 +74,15 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
   out.push_back({"fused",
                  cuda ? "fused attention forward (mma.sync, online softmax), natural LSE, empty -inf"
                       : "fused attention forward, host twin, natural LSE, empty -inf",
-                 fused_caps(cuda, 0, -1), nullptr, nullptr, run_fused, &self[0]});
+                 with_fused_variants(fused_caps(cuda, 0, -1)), nullptr, nullptr, run_fused, &self[0]});
   out.push_back({"fused-fa2",
                  cuda ? "fused attention forward, FlashAttention-2 empty-row LSE +inf"
                       : "fused attention forward, host twin, FlashAttention-2 empty-row LSE +inf",
-                 fused_caps(cuda, 0, 1), nullptr, nullptr, run_fused, &self[1]});
+                 with_fused_variants(fused_caps(cuda, 0, 1)), nullptr, nullptr, run_fused, &self[1]});
   out.push_back({"fused-log2",
                  cuda ? "fused attention forward, base-2 LSE, empty -inf"
                       : "fused attention forward, host twin, base-2 LSE, empty -inf",
-                 fused_caps(cuda, 2, -1), nullptr, nullptr, run_fused, &self[2]});
+                 with_fused_variants(fused_caps(cuda, 2, -1)), nullptr, nullptr, run_fused, &self[2]});
 }
 
 }  // namespace attncheck::kern

@@ -22,18 +22,28 @@
 namespace attncheck::kern::fused {
 
 // One (sequence, head) problem as the twin sees it: rows of Q and K/V already decoded to float
-// (exact: fp16/bf16 values are floats), pointers to the first row, strides in elements.
+// (exact: fp16/bf16 values are floats), pointers to the first row (paged: to the pool's first
+// slot), strides in elements, and the call's variants.
 struct TwinHeadView {
   DType dtype;
   int head_size;
   int64_t tq, tk;  // queries and keys of the sequence
   const float* q;  // row t at q + t * q_stride
-  const float* k;  // key j at k + j * kv_stride
-  const float* v;
+  const float* k;  // key j at k + slot(j) * kv_stride (slot: kv_slot, the key itself unpaged)
+  const float* v;  // key j at v + slot(j) * v_stride, head_size_v columns
   int64_t q_stride, kv_stride;
   const uint8_t* mask;  // [tq, tk] or null
   bool causal;
   float scale_log2;  // softmax_scale * log2 e, rounded to float once
+  // The variants (plugin_abi.h AC_VAR_*), neutral when the call does not use them.
+  int head_size_v = 0;
+  int64_t v_stride = 0;
+  float scale = 0.0f, softcap = 0.0f;  // the softmax scale itself, and the cap (0: none)
+  int window_left = -1, window_right = -1;
+  float sink2 = neg_inf_f();       // the row's sink times log2 e, -inf without one
+  const int32_t* table = nullptr;  // this sequence's block-table row, null unpaged
+  int page_size = 0;
+  int64_t last_page = 0;  // index of the sequence's last page in its table row
 };
 
 // Decode a stored tensor of n elements to floats.
@@ -56,7 +66,14 @@ struct TwinArgs {
   int d, h, hkv, group;
   int64_t total_q;
   std::vector<float> q, k, v;
+  int dv = 0;                // V's and O's head size
+  std::vector<float> sinks;  // per query head, host copy (empty: none)
 };
+
+// V's head size of a call: head_size_v where the caller set it (version 3), else head_size.
+inline int head_size_v_of(const ac_attention_args& a) {
+  return a.head_size_v > 0 ? a.head_size_v : a.head_size;
+}
 
 inline TwinArgs decode_args(const ac_attention_args& a) {
   TwinArgs x{DType(a.dtype),
@@ -67,11 +84,16 @@ inline TwinArgs decode_args(const ac_attention_args& a) {
              a.cu_seqlens_q_host[a.num_seqs],
              {},
              {},
+             {},
+             head_size_v_of(a),
              {}};
-  const int64_t total_k = a.cu_seqlens_k_host[a.num_seqs];
+  // Paged K / V: the whole pool is decoded (what the walk reads of it is its business).
+  const int64_t kv_rows =
+      a.page_size > 0 ? int64_t(a.num_pages) * a.page_size : a.cu_seqlens_k_host[a.num_seqs];
   x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
-  x.k = decode_tensor(x.dtype, a.k, total_k * x.hkv * x.d);
-  x.v = decode_tensor(x.dtype, a.v, total_k * x.hkv * x.d);
+  x.k = decode_tensor(x.dtype, a.k, kv_rows * x.hkv * x.d);
+  x.v = decode_tensor(x.dtype, a.v, kv_rows * x.hkv * x.dv);
+  if (a.sinks) x.sinks.assign(a.sinks, a.sinks + a.num_heads);  // host memory: the twins' calls
   return x;
 }
 
@@ -79,20 +101,33 @@ inline TwinArgs decode_args(const ac_attention_args& a) {
 // changes exactly that).
 template <Mutation M = Mutation::none>
 TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int head) {
-  const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.cu_seqlens_k_host[s];
+  const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.page_size > 0 ? 0 : a.cu_seqlens_k_host[s];
   const int kvh = kv_head_of<M>(head, x.group, x.hkv);
-  return TwinHeadView{x.dtype,
-                      x.d,
-                      a.cu_seqlens_q_host[s + 1] - q0,
-                      a.cu_seqlens_k_host[s + 1] - k0,
-                      x.q.data() + (q0 * x.h + head) * x.d,
-                      x.k.data() + (k0 * x.hkv + kvh) * x.d,
-                      x.v.data() + (k0 * x.hkv + kvh) * x.d,
-                      int64_t(x.h) * x.d,
-                      int64_t(x.hkv) * x.d,
-                      a.mask ? a.mask + a.cu_mask_host[s] : nullptr,
-                      a.causal != 0,
-                      a.softmax_scale * kLog2e};
+  TwinHeadView h{x.dtype,
+                 x.d,
+                 a.cu_seqlens_q_host[s + 1] - q0,
+                 a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s],
+                 x.q.data() + (q0 * x.h + head) * x.d,
+                 x.k.data() + (k0 * x.hkv + kvh) * x.d,
+                 x.v.data() + (k0 * x.hkv + kvh) * x.dv,
+                 int64_t(x.h) * x.d,
+                 int64_t(x.hkv) * x.d,
+                 a.mask ? a.mask + a.cu_mask_host[s] : nullptr,
+                 a.causal != 0,
+                 a.softmax_scale * kLog2e};
+  h.head_size_v = x.dv;
+  h.v_stride = int64_t(x.hkv) * x.dv;
+  h.scale = a.softmax_scale;
+  h.softcap = a.softcap;
+  h.window_left = a.window_left;
+  h.window_right = a.window_right;
+  if (!x.sinks.empty()) h.sink2 = x.sinks[size_t(head)] * kLog2e;
+  if (a.page_size > 0) {
+    h.table = a.block_table_host + int64_t(s) * a.max_blocks;
+    h.page_size = a.page_size;
+    h.last_page = h.tk > 0 ? (h.tk - 1) / a.page_size : 0;
+  }
+  return h;
 }
 
 // One fp32 value as arithmetic `ar` leaves it (TwinArithmetic, fused_math.h): below 2^-126 flushed
@@ -129,16 +164,19 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       (void)ar;
     return x;
   };
-  const int d = h.head_size;
+  const int d = h.head_size, dv = h.head_size_v > 0 ? h.head_size_v : d;
   const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(br, h.tq - row0));
   std::vector<TwinRowState> st(size_t(rows),
-                               TwinRowState{neg_inf_f(), 0.0f, std::vector<float>(size_t(d), 0.0f)});
-  // The kernel stops at the last key the tile's last row can see under causal masking.
+                               TwinRowState{neg_inf_f(), 0.0f, std::vector<float>(size_t(dv), 0.0f)});
+  // The kernel stops at the last key the tile's last row can see under causal masking (and a right
+  // window), and starts at the first its first row can see under a left window.
   int64_t k_end = k_hi;
-  if (h.causal) {
-    const int64_t last_row = std::min<int64_t>(row0 + br, h.tq) - 1;
+  const int64_t last_row = std::min<int64_t>(row0 + br, h.tq) - 1;
+  if (h.causal)
     k_end = std::min<int64_t>(k_end, last_row + h.tk - h.tq + 1 + (M == Mutation::causal_off_by_one ? 1 : 0));
-  }
+  if (h.window_right >= 0) k_end = std::min<int64_t>(k_end, last_row + h.tk - h.tq + h.window_right + 1);
+  k_lo = std::max<int64_t>(k_lo, window_first_key<M>(row0, h.tq, h.tk, h.window_left));
+  auto slot = [&h](int64_t j) { return h.table ? kv_slot<M>(h.table, h.page_size, j, h.last_page) : j; };
   std::vector<float> x(static_cast<size_t>(bc)), p(static_cast<size_t>(bc)), dots(static_cast<size_t>(bc));
   std::vector<char> vis(static_cast<size_t>(bc));
   for (int64_t n0 = k_lo; n0 < k_end; n0 += bc) {
@@ -151,13 +189,15 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
         // Keys past the range are -inf; keys in range hidden by causal or the mask get masked_logit
         // (-inf; a finite sentinel only in mutant 7), as the kernel's per-element test does.
         float xj = j < std::min<int64_t>(n0 + bc, k_hi) ? masked_logit<M>() : neg_inf_f();
+        // A key past the sequence (only mutant 20 walks there) has no mask entry.
         const bool visible = j < n1 && (!h.causal || causal_visible<M>(row, j, h.tq, h.tk)) &&
-                             (!h.mask || h.mask[row * h.tk + j] != 0);
+                             window_visible<M>(row, j, h.tq, h.tk, h.window_left, h.window_right) &&
+                             (!h.mask || j >= h.tk || h.mask[row * h.tk + j] != 0);
         if (visible) {
-          const float* kj = h.k + j * h.kv_stride;
+          const float* kj = h.k + slot(j) * h.kv_stride;
           float dot = 0.0f;
           for (int c = 0; c < d; ++c) dot = fl(dot + fl(fl(qr[c]) * fl(kj[c])));
-          xj = fl(dot * h.scale_log2);
+          xj = fl(scaled_logit<M>(dot, h.scale, h.scale_log2, h.softcap));
           dots[size_t(j - n0)] = dot;
         }
         vis[size_t(j - n0)] = visible;
@@ -170,8 +210,10 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       const float off = exponent_offset(m_new);
       float tile_sum = 0.0f;
       for (int j = 0; j < bc; ++j) {
-        p[size_t(j)] =
-            fl(twin_probability(x[size_t(j)], dots[size_t(j)], vis[size_t(j)], h.scale_log2, off, f));
+        // The fused exponent (ExpForm::fma) folds the scale into the exp2 argument: a capped
+        // logit has no such form, its p is 2^(x - m) as computed.
+        p[size_t(j)] = fl(twin_probability(x[size_t(j)], dots[size_t(j)], vis[size_t(j)] && h.softcap == 0.0f,
+                                           h.scale_log2, off, f));
         tile_sum = fl(tile_sum + p[size_t(j)]);
       }
       s.l = fl(fl(s.l * alpha) + tile_sum);
@@ -181,8 +223,8 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
         // Masked keys inside the range are multiplied by p = 0 as on the GPU (same hazard: an
         // infinite value there gives NaN on both).
         const float pj = fl(round_through(h.dtype, p[size_t(j - n0)]));
-        const float* vj = h.v + j * h.kv_stride;
-        for (int c = 0; c < d; ++c) s.o[size_t(c)] = fl(s.o[size_t(c)] + fl(pj * fl(vj[c])));
+        const float* vj = h.v + slot(j) * h.v_stride;
+        for (int c = 0; c < dv; ++c) s.o[size_t(c)] = fl(s.o[size_t(c)] + fl(pj * fl(vj[c])));
       }
       s.m = m_new;
     }

@@ -19,6 +19,8 @@ bool hopper_built() {
 }
 
 int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
+  if (uses_variants(a))
+    AC_REFUSE("fused-hopper: paged K / V, softcap, window, sinks and a V head size of its own are not built");
   return fused_check_args(a, o, kNumHopperTilings, err, err_len);
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/cuda_check.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
 #include "splitkv/splitkv_math.h"
@@ -16,6 +17,9 @@ namespace attncheck::kern {
 static_assert(kSplitKVMaxSplits == kPackedMaxSplits, "the packed kernel folds with the split-KV combine");
 
 int packed_check_args(const ac_attention_args& a, char* err, size_t err_len) {
+  if (uses_variants(a))
+    AC_REFUSE(
+        "splitkv-packed: paged K / V, softcap, window, sinks and a V head size of its own are not built");
   return splitkv_check_args(a, err, err_len);
 }
 

@@ -89,6 +89,20 @@ constexpr MutantInfo kMutants[] = {
     {18, "mutant-splitkv-adaptive-invariant",
      "splitkv-packed-adaptive (num_splits from the batch, as engines choose it) declaring batch invariance",
      "splitkv-packed-adaptive", "batch_invariance", false},
+    // The engines' variants (plugin_abi.h AC_VAR_*), each a switch in fused_math.h.
+    {19, "mutant-fused-page-off-by-one",
+     "fused attention, paged K / V: a sequence's last page is read from the next block-table entry", "fused",
+     "accuracy", false},
+    {20, "mutant-fused-read-past-end",
+     "fused attention, paged K / V: the key range runs one slot past the sequence's last key", "fused",
+     "accuracy", false},
+    {21, "mutant-fused-window-off-by-one", "fused attention: the left window edge admits one key too many",
+     "fused", "accuracy", false},
+    {22, "mutant-fused-softcap-before-scale",
+     "fused attention caps the raw dot product and scales after (cap tanh(q.k / cap) scale)", "fused",
+     "accuracy", false},
+    {23, "mutant-splitkv-sink-every-split", "split-KV attention counts the sink in every partial, not once",
+     "splitkv", "accuracy", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -206,6 +220,11 @@ constexpr Registration kRegistrations[] = {
     {16, Family::hopper, 0},
     {17, Family::batch_tile, 0},
     {18, Family::adaptive_declared, 0},
+    {19, Family::fused, int(fused::Mutation::page_off_by_one)},
+    {20, Family::fused, int(fused::Mutation::read_past_end)},
+    {21, Family::fused, int(fused::Mutation::window_edge_off_by_one)},
+    {22, Family::fused, int(fused::Mutation::softcap_before_scale)},
+    {23, Family::splitkv, int(fused::Mutation::sink_every_split)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));

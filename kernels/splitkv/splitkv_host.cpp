@@ -2,8 +2,9 @@
 // key range, the fused twin's tile walk (kernels/fused/fused_twin.h) over that part only, giving
 // the fp32 partial O / l and base-2 LSE the CUDA kernel writes; then the fold of splitkv_math.h in
 // the requested order, in fp32; O rounded to the input type at the store. LSE natural,
-// [heads, tokens]; an empty row: O = 0, LSE = -inf. SplitKVOptions::mutation runs mutant 11
-// (kernels/mutants/) through this same walk instead.
+// [heads, tokens]; an empty row: O = 0, LSE = -inf. The variants as in the fused twin; a sink is
+// counted once, by the combine (splitkv_math.h merge_sink). SplitKVOptions::mutation runs mutants
+// 11 and 23 (kernels/mutants/) through this same walk instead.
 // Also holds the argument checks and the workspace size shared with the CUDA launcher.
 // Check: ctest --test-dir build -R kernels_attention_twin
 #include <algorithm>
@@ -78,12 +79,19 @@ void splitkv_host_rows(const ac_attention_args& a, int keys_per_split) {
           int lo, hi;
           splitkv::split_range(int(view.tk), ns, keys_per_split, sp, lo, hi);
           parts[size_t(sp)] = fused::twin_row_tile<M>(view, row0, br, bc, lo, hi);
+          // Mutant 23 lets every partial count the sink (what a kernel that finishes each split as a
+          // whole row would do); the correct combine counts it once, below.
+          if constexpr (M == fused::Mutation::sink_every_split)
+            for (fused::TwinRowState& st : parts[size_t(sp)]) {
+              const float alpha = fused::join_sink(st.m, st.l, view.sink2);
+              for (float& o : st.o) o *= alpha;
+            }
         }
         for (size_t r = 0; r < parts[0].size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
           float lse_final = neg_inf_f();
-          for (int c = 0; c < x.d; ++c) {
-            float o_final;
+          for (int c = 0; c < x.dv; ++c) {
+            float o_final, lse_c;
             splitkv::fold_partials<M>(
                 ns, a.fold_order,
                 [&](int sp, float& o, float& lse) {
@@ -91,8 +99,10 @@ void splitkv_host_rows(const ac_attention_args& a, int keys_per_split) {
                   o = st.o[size_t(c)] * fused::inverse_row_sum(st.l);
                   lse = fused::partial_lse2(st.m, st.l);
                 },
-                o_final, lse_final);
-            out[(tok * x.h + head) * x.d + c] = uint16_t(store_from_float(x.dtype, o_final));
+                o_final, lse_c);
+            if (M != fused::Mutation::sink_every_split) splitkv::merge_sink(o_final, lse_c, view.sink2);
+            lse_final = lse_c;
+            out[(tok * x.h + head) * x.dv + c] = uint16_t(store_from_float(x.dtype, o_final));
           }
           if (a.lse) a.lse[int64_t(head) * x.total_q + tok] = splitkv::final_lse_natural<M>(lse_final);
         }
@@ -118,6 +128,9 @@ int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, 
       break;
     case Mutation::combine_plus_inf:
       splitkv_host_rows<Mutation::combine_plus_inf>(a, o.keys_per_split);
+      break;
+    case Mutation::sink_every_split:
+      splitkv_host_rows<Mutation::sink_every_split>(a, o.keys_per_split);
       break;
     default:
       AC_REFUSE("split-KV attention: mutation %d has no host twin", int(o.mutation));

@@ -123,6 +123,15 @@ AC_HD void fold_partials(int n, ac_fold order, Load&& load, float& o_out, float&
   lse_out = lse;
 }
 
+// The sink (AC_VAR_SINKS; sink2 = sink log2 e, -inf without one) joins a combined element once:
+// it is the state (O = 0, LSE = sink2), merged like a partial. The partials themselves never count
+// it, so it is counted exactly once whatever the split count; a row without keys ends with O = 0
+// and LSE = sink2.
+AC_HD void merge_sink(float& o, float& lse2, float sink2) {
+  if (sink2 == neg_inf_f()) return;
+  merge_partial(o, lse2, 0.0f, sink2);
+}
+
 // The row's LSE as the combine writes it: natural log (ln 2 times the base-2 fold), -inf for an
 // all-empty row. Mutant 11 (kernels/mutants/) writes FlashAttention-2's +inf there instead.
 template <Mutation M = Mutation::none>

@@ -28,7 +28,9 @@ void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
   if (cuda) return;
 #endif
-  ac_caps c = fused_caps(cuda, 0, -1);  // the fused kernel's mainloop: its dtypes, heads, features
+  // The fused kernel's mainloop: its dtypes, heads, features and variants (a sink counted once, by
+  // the combine).
+  ac_caps c = with_fused_variants(fused_caps(cuda, 0, -1));
   c.ops = AC_OP_SPLITKV;
   c.tilings = kSplitKVTilings;
   c.num_tilings = kNumSplitKVTilings;

@@ -57,6 +57,33 @@ double score_conditioning(ac_dtype d, double head_size, double abs_dot, double d
   return c;
 }
 
+// Softcap (AC_VAR_SOFTCAP): the kernel forms c = fl(cap fl(tanh(fl(t~ / cap)))) from its fp32
+// t~ = scale q.k, then the exponent as for any score. Against the exact c = cap tanh(t / cap):
+//   - t~ is off by (d abs_dot + |t|) 2^-24 (the d products and sum, and the scale's rounding), the
+//     division by cap adds |t| 2^-24 / cap to the argument: cap times an argument error e moves c by
+//     at most cap sech^2(t / cap) e, so together sech^2(t / cap) (d abs_dot + 2 |t|) 2^-24 (tanh's
+//     slope is 1 at 0 and vanishes where it saturates, which is why a cap that saturates is cheap);
+//   - tanh itself errs by at most 4 ulp of its result (twice what CUDA's tanhf and glibc's tanhf
+//     document), 4 |c| 2^-24, and the multiplication by cap rounds once more, |c| 2^-24.
+// c's error moves p_j = e^(c_j - m) relatively by as much; dist and the exp and division add as for
+// a plain score (dist + 4). So c_j = sech^2 (d abs_dot + 2 |t|) + 5 |c| + dist + 4. Without the cap
+// terms a capped row near the cap's knee is judged against a plain score's conditioning, which
+// misses the tanh and the cap's roundings (tests/properties/test_budget_variants.cpp).
+double softcap_conditioning(double head_size, double abs_dot, double t, double cap, double capped,
+                            double dist) {
+  const double x = std::fabs(t / cap);
+  // sech^2 x = 4 / (e^x + e^-x)^2, 0 in double past x = 400 (e^-800 underflows: below any ulp).
+  const double sech2 = x > 400 ? 0.0 : 4.0 / std::pow(std::exp(x) + std::exp(-x), 2);
+  return sech2 * (head_size * abs_dot + 2 * std::fabs(t)) + 5 * std::fabs(capped) + dist + 4;
+}
+// Sinks (AC_VAR_SINKS): the sink's weight e^(sink - m) joins the denominator. The kernel scales the
+// sink to base 2 (one rounding: |sink| 2^-24 in the exponent, natural units), subtracts the max (one
+// rounding, |sink - m| 2^-24) and takes exp2 and the rescale of l (4): c_sink = |sink| + dist + 4,
+// relative to the sink's weight w. A relative error delta in w moves l by w delta (l = 1 after
+// normalisation), so O by at most w delta |O| <= w delta S and the LSE by w delta: the judge adds
+// w c_sink S to O's conditioning and w c_sink to the LSE's (judge_attention.cpp), each multiplied
+// by 2^-24 in the allowances like every other key's.
+double sink_conditioning(double sink, double dist) { return std::fabs(sink) + dist + 4; }
 // A naive exp overflows when the score, as the kernel computed it, exceeds ln of the overflow
 // threshold. The kernel's fp32 score is off by up to 2 d 2^-24 |scale| sum |q k| (products and
 // sum), our double evaluation by a relative 1e-6 at most; a score stored in the input format

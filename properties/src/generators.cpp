@@ -338,7 +338,139 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   d.zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) == 0;
   d.empty_states_zero_o = (c.flags & AC_CAP_EMPTY_STATES_ZERO_O) != 0;
   d.max_batch = c.memory == AC_MEMORY_CUDA ? kMaxBatchDevice : kMaxBatchHost;
+  d.variants = c.variants;
+  for (int32_t i = 0; c.page_sizes && i < c.num_page_sizes; ++i) d.page_sizes.push_back(c.page_sizes[i]);
   return d;
+}
+
+void poison_row(ac_dtype d, uint32_t* row, int64_t n) {
+  const uint32_t nan = d == AC_DTYPE_F32 ? 0x7fc00000u : d == AC_DTYPE_F16 ? 0x7e00u : 0x7fc0u;
+  const uint32_t huge = d == AC_DTYPE_F32 ? 0x7f7fffffu : d == AC_DTYPE_F16 ? 0x7bffu : 0x7f7fu;
+  for (int64_t c = 0; c < n; ++c) row[c] = c == 0 ? nan : huge;
+}
+
+namespace {
+
+// Paged K / V of a (contiguous) input: page size P from the declared ones, each sequence's keys
+// in ceil(Tk / P) pages of a shuffled pool, sequence 1 sharing sequence 0's first whole pages
+// (their keys made equal first) in one case of three, a poisoned page that every table entry past
+// a sequence's last page names, and one or two unreferenced poisoned pages.
+void page_kv(const Domain& dom, AttentionInput& a) {
+  const int32_t P = *g::elementOf(dom.page_sizes);
+  const size_t seqs = a.seqlens_k.size();
+  const int64_t Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
+  std::vector<int64_t> first(seqs + 1, 0);
+  for (size_t s = 0; s < seqs; ++s) first[s + 1] = first[s] + a.seqlens_k[s];
+  int32_t shared = 0;  // whole pages sequence 1 takes from sequence 0
+  if (seqs >= 2 && pick_class(3) == 0) {
+    shared = int32_t(std::min(a.seqlens_k[0], a.seqlens_k[1]) / P);
+    const int64_t keys = int64_t(shared) * P;
+    std::copy_n(a.k.begin() + first[0] * Hkv * D, keys * Hkv * D, a.k.begin() + first[1] * Hkv * D);
+    std::copy_n(a.v.begin() + first[0] * Hkv * Dv, keys * Hkv * Dv, a.v.begin() + first[1] * Hkv * Dv);
+  }
+  int32_t max_blocks = 1, own_pages = 0;
+  for (size_t s = 0; s < seqs; ++s) {
+    const int32_t blocks = int32_t((int64_t(a.seqlens_k[s]) + P - 1) / P);
+    max_blocks = std::max(max_blocks, blocks);
+    own_pages += blocks - (s == 1 ? shared : 0);
+  }
+  max_blocks += int32_t(*g::inRange(0, 2));  // entries past every sequence's last page
+  const int32_t spare = int32_t(*g::inRange(1, 3));
+  const int32_t pages = own_pages + spare;  // the spares: the poison page and unreferenced ones
+  // A shuffled assignment of physical pages (uniform draws mixed by one seed: cheap for long rows).
+  std::vector<int32_t> order(static_cast<size_t>(pages));
+  for (int32_t i = 0; i < pages; ++i) order[size_t(i)] = i;
+  uint64_t h = *any_seed();
+  for (int32_t i = pages - 1; i > 0; --i) {
+    h = hash::splitmix64(h);
+    std::swap(order[size_t(i)], order[size_t(h % uint64_t(i + 1))]);
+  }
+  const int32_t poison_page = order[size_t(pages - 1)];
+  std::vector<int32_t> table(seqs * size_t(max_blocks), poison_page);
+  Bits k(size_t(pages) * P * Hkv * D), v(size_t(pages) * P * Hkv * Dv);
+  for (int64_t r = 0; r < int64_t(pages) * P; ++r)
+    for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
+      poison_row(a.dtype, k.data() + (r * Hkv + kvh) * D, D);
+      poison_row(a.dtype, v.data() + (r * Hkv + kvh) * Dv, Dv);
+    }
+  int32_t next = 0;
+  for (size_t s = 0; s < seqs; ++s) {
+    const int32_t blocks = int32_t((int64_t(a.seqlens_k[s]) + P - 1) / P);
+    for (int32_t b = 0; b < blocks; ++b) {
+      const int32_t page = s == 1 && b < shared ? table[size_t(b)] : order[size_t(next++)];
+      table[s * size_t(max_blocks) + size_t(b)] = page;
+      for (int64_t j = int64_t(b) * P; j < std::min<int64_t>(int64_t(b + 1) * P, a.seqlens_k[s]); ++j) {
+        const int64_t from = first[s] + j, to = int64_t(page) * P + j % P;
+        std::copy_n(a.k.begin() + from * Hkv * D, Hkv * D, k.begin() + to * Hkv * D);
+        std::copy_n(a.v.begin() + from * Hkv * Dv, Hkv * Dv, v.begin() + to * Hkv * Dv);
+      }
+    }
+  }
+  a.k = std::move(k);
+  a.v = std::move(v);
+  a.page_size = P;
+  a.num_pages = pages;
+  a.max_blocks = max_blocks;
+  a.block_table = std::move(table);
+}
+
+}  // namespace
+
+AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
+  AttentionInput a = c;
+  const size_t seqs = c.seqlens_k.size();
+  const int64_t Hkv = c.num_kv_heads, D = c.head_size, Dv = c.dv();
+  int32_t max_blocks = 1, pages = 1;  // the poison page
+  for (int32_t tk : c.seqlens_k) {
+    const int32_t blocks = int32_t((int64_t(tk) + P - 1) / P);
+    max_blocks = std::max(max_blocks, blocks);
+    pages += blocks;
+  }
+  const int32_t poison_page = pages - 1;
+  a.k.assign(size_t(pages) * P * Hkv * D, 0);
+  a.v.assign(size_t(pages) * P * Hkv * Dv, 0);
+  for (int64_t r = 0; r < int64_t(pages) * P; ++r)
+    for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
+      poison_row(c.dtype, a.k.data() + (r * Hkv + kvh) * D, D);
+      poison_row(c.dtype, a.v.data() + (r * Hkv + kvh) * Dv, Dv);
+    }
+  a.block_table.assign(seqs * size_t(max_blocks), poison_page);
+  int32_t next = 0;
+  int64_t first = 0;
+  for (size_t s = 0; s < seqs; ++s) {
+    for (int64_t j = 0; j < c.seqlens_k[s]; ++j) {
+      if (j % P == 0) a.block_table[s * size_t(max_blocks) + size_t(j / P)] = next++;
+      const int64_t to = int64_t(a.block_table[s * size_t(max_blocks) + size_t(j / P)]) * P + j % P;
+      std::copy_n(c.k.begin() + (first + j) * Hkv * D, Hkv * D, a.k.begin() + to * Hkv * D);
+      std::copy_n(c.v.begin() + (first + j) * Hkv * Dv, Hkv * Dv, a.v.begin() + to * Hkv * Dv);
+    }
+    first += c.seqlens_k[s];
+  }
+  a.page_size = P;
+  a.num_pages = pages;
+  a.max_blocks = max_blocks;
+  return a;
+}
+
+void with_variants(const Domain& dom, AttentionInput& a, bool sinks) {
+  if (dom.variants == 0) return;
+  int64_t longest = 0;
+  for (int32_t t : a.seqlens_k) longest = std::max<int64_t>(longest, t);
+  if ((dom.variants & AC_VAR_SOFTCAP) && pick_class(3) == 0)
+    // Scores here span about +-10 (structured rows reach the dtype's extremes): a cap of 1 or 5
+    // saturates tanh, 30 and 50 (Gemma's) barely bend it; 11 sits at fp16's overflow band.
+    a.softcap = float(*g::element(1.0, 5.0, 11.0, 30.0, 50.0));
+  if ((dom.variants & AC_VAR_WINDOW) && pick_class(3) == 0) {
+    const int tile = std::max(dom.tile_keys, 1);
+    a.window_left = int32_t(*g::element<int64_t>(0, 1, 3, tile - 1, tile, tile + 1, longest));
+    a.window_right = int32_t(*g::element<int64_t>(-1, -1, 0, 2, tile));
+  }
+  if (sinks && (dom.variants & AC_VAR_SINKS) && pick_class(3) == 0) {
+    const double base = *g::element(0.0, 12.0, -30.0);  // ordinary, above every score, negligible
+    a.sinks.resize(size_t(a.num_heads));
+    for (float& x : a.sinks) x = float(base + draw(-1024, 1025) / 256.0);
+  }
+  if ((dom.variants & AC_VAR_PAGED_KV) && !dom.page_sizes.empty() && pick_class(2) == 0) page_kv(dom, a);
 }
 
 bool can_draw_empty_attention_rows(const Domain& d) {
@@ -542,6 +674,11 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     for (uint32_t& x : a.k) x = round_bits(a.dtype, draw(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
   }
   a.v = *any_values(a.dtype, int(TK * Hkv), int(D));
+  // A split case's window becomes a mask on one of its pieces (split_equals_whole): only for a
+  // subject that takes masks.
+  gen::Domain vdom = dom;
+  if (choice.split && !(dom.features & AC_FEAT_MASK)) vdom.variants &= ~uint32_t(AC_VAR_WINDOW);
+  with_variants(vdom, a);
   return a;
 }
 

@@ -100,6 +100,7 @@ Elem o_elem(int64_t row, int64_t t, int64_t h, int64_t c, const Real& exact);
 
 struct RowInfo {
   bool empty = false;      // no visible key / all -inf / both merge states empty
+  bool sink = false;       // attention with a sink: an empty row's LSE is the sink, judged in budget
   bool hazard = false;     // naive-exp overflow predicted: exact exp rounds to +inf
   bool underflow = false;  // naive-exp: the largest term is subnormal or zero in the format
   bool ambiguous = false;  // a term sits within rounding of the overflow threshold

@@ -39,9 +39,12 @@ RowKeys row_keys(const AttentionInput& a, int64_t token) {
       r.key_begin = k0;
       r.num_keys = tk;
       r.visible.assign(size_t(tk), 1);
+      const int64_t diag = t + tk - tq;
       for (int64_t j = 0; j < tk; ++j) {
         bool vis = true;
-        if (a.causal && j > t + tk - tq) vis = false;
+        if (a.causal && j > diag) vis = false;
+        if (a.window_left >= 0 && j < diag - a.window_left) vis = false;
+        if (a.window_right >= 0 && j > diag + a.window_right) vis = false;
         if (!a.mask.empty() && a.mask[size_t(m0 + t * tk + j)] == 0) vis = false;
         r.visible[size_t(j)] = vis ? 1 : 0;
       }
@@ -54,7 +57,10 @@ RowKeys row_keys(const AttentionInput& a, int64_t token) {
   return r;
 }
 
-ref::AttentionProblem problem_of(const AttentionInput& a) {
+ref::AttentionProblem problem_of(const AttentionInput& given) {
+  // The reference reads contiguous K and V: a paged input is gathered.
+  const AttentionInput gathered = given.paged() ? gather_pages(given) : AttentionInput{};
+  const AttentionInput& a = given.paged() ? gathered : given;
   ref::AttentionProblem p;
   p.dtype = fmt(a.dtype);
   p.num_heads = a.num_heads;
@@ -68,6 +74,11 @@ ref::AttentionProblem problem_of(const AttentionInput& a) {
   p.q = a.q;
   p.k = a.k;
   p.v = a.v;
+  p.head_size_v = a.head_size_v;
+  p.softcap = a.softcap;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.sinks = a.sinks;
   return p;
 }
 
@@ -200,6 +211,14 @@ struct RowBasis {
   const double* vcol(int64_t c, std::vector<double>& scratch) const;
   double smax = -std::numeric_limits<double>::infinity();
   AttentionRow ar;
+  // The row's sink (AC_VAR_SINKS): its logit and conditioning (budgets.cpp sink_conditioning).
+  bool has_sink = false;
+  double sink = 0, sink_c = 0;
+  // O's and the LSE's conditioning gain the sink's weight p_sink = e^(sink - LSE) (budgets.cpp).
+  void add_sink(double lse_e, double S, double& o_cond) const {
+    if (has_sink) o_cond += std::exp(sink - lse_e) * sink_c * S;
+  }
+  double sink_lse_cond(double lse_e) const { return has_sink ? std::exp(sink - lse_e) * sink_c : 0.0; }
 };
 
 // K and |V| decoded once per judgement (every fp16, bf16 and fp32 value is a float, and a double):
@@ -209,12 +228,12 @@ struct RowBasis {
 // maximum of vabs from the start of the key's sequence, the largest |v| of a run that starts there
 // (every causal or unmasked row's) in one look-up.
 struct DecodedKV {
-  int64_t keys = 0, D = 0, Hkv = 0;
+  int64_t keys = 0, D = 0, Hkv = 0;  // D: V's head size (the columns of vabs)
   std::vector<float> k;
   std::vector<double> vabs, vmax_run;
   explicit DecodedKV(const AttentionInput& a)
       : keys(total_k(a)),
-        D(a.head_size),
+        D(a.dv()),
         Hkv(a.num_kv_heads),
         k(a.k.size()),
         vabs(a.v.size()),
@@ -249,15 +268,15 @@ const double* RowBasis::vcol(int64_t c, std::vector<double>& scratch) const {
 RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const DecodedKV& kv, const RowKeys& rk,
                    int64_t t, int64_t h, RowInfo& info) {
   RowBasis r;
-  const int64_t H = a.num_heads, D = a.head_size, Hkv = a.num_kv_heads;
+  const int64_t H = a.num_heads, D = a.head_size, Hkv = a.num_kv_heads, Dv = a.dv();
   const int64_t kvh = h / (H / Hkv);
   const double thr = overflow_log_threshold(a.dtype);
   const double under = min_normal_log(a.dtype);
   std::vector<double> q(static_cast<size_t>(D));
   for (int64_t c = 0; c < D; ++c) q[size_t(c)] = decode(a.dtype, a.q[size_t((t * H + h) * D + c)]);
   // Scores in double, for the allowance and the hazard prediction.
-  std::vector<double> A;
-  double kabs_max = 0;  // max_j sum_c |k_jc| (FTZ arithmetic's allowance only)
+  std::vector<double> A, T;  // T: the uncapped scores of a capped row
+  double kabs_max = 0;       // max_j sum_c |k_jc| (FTZ arithmetic's allowance only)
   for (int64_t j = 0; j < rk.num_keys; ++j) {
     if (!rk.visible[size_t(j)]) continue;
     const int64_t key = rk.key_begin + j;
@@ -270,18 +289,29 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
       if (cv.ftz_arithmetic) kabs += std::fabs(double(krow[c]));
     }
     kabs_max = std::max(kabs_max, kabs);
-    r.s.push_back(double(a.softmax_scale) * dot);
+    const double t_score = double(a.softmax_scale) * dot;
+    // A capped score (AC_VAR_SOFTCAP): cap tanh(t / cap); t is kept for its conditioning.
+    r.s.push_back(a.softcap > 0 ? double(a.softcap) * std::tanh(t_score / double(a.softcap)) : t_score);
+    if (a.softcap > 0) T.push_back(t_score);
     A.push_back(std::fabs(double(a.softmax_scale)) * adot);
     r.keys.push_back(key);
     r.smax = std::max(r.smax, r.s.back());
   }
   info.visible = int64_t(r.keys.size());
   const size_t n = r.keys.size();
+  if (!a.sinks.empty()) {
+    r.has_sink = info.sink = true;
+    r.sink = double(a.sinks[size_t(h)]);
+    r.smax = std::max(r.smax, r.sink);  // the max the kernel subtracts includes the sink
+    r.sink_c = sink_conditioning(r.sink, std::fabs(r.sink - r.smax));
+  }
   r.cj.resize(n);
-  double sum_exp_scaled = 0;  // sum e^(s - smax)
+  double sum_exp_scaled = r.has_sink ? std::exp(r.sink - r.smax) : 0.0;  // sum e^(s - smax)
   for (size_t i = 0; i < n; ++i) {
-    r.cj[i] =
-        score_conditioning(a.dtype, double(D), A[i], std::fabs(r.s[i] - r.smax), r.s[i], cv.scores_rounded);
+    r.cj[i] = a.softcap > 0 ? softcap_conditioning(double(D), A[i], T[i], double(a.softcap), r.s[i],
+                                                   std::fabs(r.s[i] - r.smax))
+                            : score_conditioning(a.dtype, double(D), A[i], std::fabs(r.s[i] - r.smax), r.s[i],
+                                                 cv.scores_rounded);
     sum_exp_scaled += std::exp(r.s[i] - r.smax);
     if (cv.naive_exp) {
       const double slack_total =
@@ -307,11 +337,11 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
     r.ar.scale_abs = std::fabs(double(a.softmax_scale));
     r.ar.qk_abs = r.ar.scale_abs * (qabs + kabs_max);
   }
-  r.vmax.assign(size_t(D), 0.0);
+  r.vmax.assign(size_t(Dv), 0.0);
   if (n > 0 && r.keys.back() - r.keys.front() + 1 == int64_t(n)) {  // one run of keys
     r.vabs_shared = kv.vabs.data() + kv.col(kvh, 0) + size_t(r.keys.front());
     r.vstride = size_t(kv.keys);
-    for (int64_t c = 0; c < D; ++c) {
+    for (int64_t c = 0; c < Dv; ++c) {
       const size_t at = kv.col(kvh, c);
       if (r.keys.front() == rk.key_begin)
         r.vmax[size_t(c)] = kv.vmax_run[at + size_t(r.keys.back())];
@@ -323,7 +353,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   }
   r.kv = &kv;
   r.kvh = kvh;
-  for (int64_t c = 0; c < D; ++c)
+  for (int64_t c = 0; c < Dv; ++c)
     for (size_t i = 0; i < n; ++i)
       r.vmax[size_t(c)] = std::max(r.vmax[size_t(c)], kv.vabs[kv.col(kvh, c) + size_t(r.keys[i])]);
   return r;
@@ -350,9 +380,11 @@ struct RowJob {
 void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis& r, int64_t t, int64_t h,
                      RowInfo& info, std::vector<Elem>& elems) {
   const AttentionInput& a = job.a;
-  const int64_t H = a.num_heads, D = a.head_size, row = t * H + h;
+  const int64_t H = a.num_heads, D = a.dv(), row = t * H + h;
   info.empty = ex.empty;
-  const double lse_e = ex.empty ? -INFINITY : to_d(ex.lse) / job.lse_unit;  // natural log
+  // A row without keys but with a sink has O = 0 and a finite LSE, the sink: judged in budget.
+  const bool sentinel = ex.empty && !r.has_sink;
+  const double lse_e = sentinel ? -INFINITY : to_d(ex.lse) / job.lse_unit;  // natural log
   const size_t n = r.keys.size();
   std::vector<double> pj(n);
   for (size_t i = 0; i < n; ++i) pj[i] = std::isfinite(lse_e) ? std::exp(r.s[i] - lse_e) : 0;
@@ -361,6 +393,7 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
     Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
     double S = 0, cond = 0;
     column_sums(pj, r.vcol(c, scratch), r.cj, S, cond);
+    if (std::isfinite(lse_e)) r.add_sink(lse_e, S, cond);
     const double allowed = attention_o_allowance(job.b, r.ar, to_d(ref::ulp_at(fmt(a.dtype), Real(S))), S,
                                                  cond, r.vmax[size_t(c)]);
     measure_bits(e, a.dtype, job.out.out[size_t(row * D + c)], S, allowed);
@@ -374,7 +407,7 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
     e.row = row;
     e.where = where_th("LSE", t, h, -1);
     e.inputs = lse_inputs(r);
-    if (ex.empty) {
+    if (sentinel) {
       e.exact = job.cv.empty_sign > 0 ? Real(INFINITY) : Real(-INFINITY);
       e.exact_other = e.exact;
       e.exact_finite = false;
@@ -384,7 +417,7 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
       const Real ln2 = log(Real(2));
       e.exact_other = job.cv.base == ref::LseBase::two ? Real(ex.lse * ln2) : Real(ex.lse / ln2);
     }
-    const double cond = lse_conditioning(pj, r.cj);
+    const double cond = lse_conditioning(pj, r.cj) + (std::isfinite(lse_e) ? r.sink_lse_cond(lse_e) : 0.0);
     const double scale = std::isfinite(lse_e) ? std::max(1.0, std::fabs(lse_e * job.lse_unit)) : 1.0;
     measure_lse(e, job.out.lse[size_t(row)], attention_lse_allowance(job.b, r.ar, scale, cond, job.lse_unit));
     e.allowed_lo = e.allowed_hi = e.allowed;
@@ -468,13 +501,19 @@ void make_fast_sums(FastSums& sums, const RowBasis& r, double x_lo, double x_hi,
   sums.s_hi.resize(size_t(D));
   sums.cond_hi.resize(size_t(D));
   std::vector<double> scratch;  // a masked row's |v| column (RowBasis::vcol)
+  // The sink's weight e^(sink - x) is largest at x_lo and smallest at x_hi, as every p_j's (the
+  // same exp, widened alike), so its terms bracket the exact path's as the keys' do.
+  const double sink_hi = r.has_sink ? (std::exp(r.sink - x_lo) + 0x1p-1060) * (1 + 0x1p-45) : 0.0;
+  const double sink_lo = r.has_sink ? std::exp(r.sink - x_hi) * (1 - 0x1p-45) : 0.0;
   for (int64_t c = 0; c < D; ++c) {
     const double* vabs = r.vcol(c, scratch);
     column_sums(pmin, vabs, r.cj, sums.s_lo[size_t(c)], sums.cond_lo[size_t(c)]);
     column_sums(pmax, vabs, r.cj, sums.s_hi[size_t(c)], sums.cond_hi[size_t(c)]);
+    sums.cond_lo[size_t(c)] += sink_lo * r.sink_c * sums.s_lo[size_t(c)];
+    sums.cond_hi[size_t(c)] += sink_hi * r.sink_c * sums.s_hi[size_t(c)];
   }
-  sums.lse_cond_lo = lse_conditioning(pmin, r.cj);
-  sums.lse_cond_hi = lse_conditioning(pmax, r.cj);
+  sums.lse_cond_lo = lse_conditioning(pmin, r.cj) + sink_lo * r.sink_c;
+  sums.lse_cond_hi = lse_conditioning(pmax, r.cj) + sink_hi * r.sink_c;
 }
 
 // The fast path of one certified, non-empty row (steps 1-8): appends the row's elements and returns
@@ -483,7 +522,7 @@ void make_fast_sums(FastSums& sums, const RowBasis& r, double x_lo, double x_hi,
 bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r, int64_t t, int64_t h,
                     bool skipped, std::vector<Elem>& elems, FastSums& sums) {
   const AttentionInput& a = job.a;
-  const int64_t H = a.num_heads, D = a.head_size, row = t * H + h;
+  const int64_t H = a.num_heads, D = a.dv(), row = t * H + h;
   const size_t n = r.keys.size();
   // 1: the exact path's lse_e lies in [x_lo, x_hi].
   if (!std::isfinite(fr.lse) || !(fr.lse_bound >= 0) || !std::isfinite(fr.lse_bound)) return false;
@@ -640,6 +679,9 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
 // several outputs of one input (split_order_drift: up to 24; the tiling report: every tiling)
 // computes all of it once.
 struct PreparedAttention::State {
+  // Paged K / V is judged on its gathered, contiguous copy (the reference's and the bases' layout;
+  // the output does not depend on where a key was stored). An unpaged input is not copied.
+  std::optional<AttentionInput> gathered;
   const AttentionInput& a;
   Conventions cv;
   Budget b;
@@ -654,7 +696,11 @@ struct PreparedAttention::State {
   bool fast_ready = false;
   std::map<int64_t, ref::ExactRow> exact;  // per escalated row, computed once
 
-  State(const AttentionInput& in, const Conventions& c, const Budget& bud) : a(in), cv(c), b(bud) {
+  State(const AttentionInput& in, const Conventions& c, const Budget& bud)
+      : gathered(in.paged() ? std::optional<AttentionInput>(gather_pages(in)) : std::nullopt),
+        a(gathered ? *gathered : in),
+        cv(c),
+        b(bud) {
     p = problem_of(a);
     ref::validate(p);
     T = total_q(a);

@@ -222,7 +222,9 @@ void rule_empty(Outcome& o, const Judgement& J, const Conventions& cv) {
     if (!J.rows[size_t(e.row)].empty) continue;
     if (e.out == Out::LSE && cv.empty_lse_undefined) continue;  // declared undefined: O alone is judged
     bool good;
-    if (e.out == Out::LSE) {
+    if (e.out == Out::LSE && J.rows[size_t(e.row)].sink) {
+      good = e.within;  // the sink, within the LSE's budget (AC_VAR_SINKS)
+    } else if (e.out == Out::LSE) {
       const double want = cv.empty_sign > 0 ? INFINITY : -INFINITY;
       good = e.out_value == want;
     } else {
@@ -230,11 +232,12 @@ void rule_empty(Outcome& o, const Judgement& J, const Conventions& cv) {
     }
     if (!good) {
       keep_worst(o, e);
-      fail(
-          o, "empty_row",
-          "empty row: " + e.where + " is " + hexfloat(e.out_value) +
-              (e.out == Out::LSE ? std::string(", declared sentinel ") + (cv.empty_sign > 0 ? "+inf" : "-inf")
-                                 : ", want 0"));
+      fail(o, "empty_row",
+           "empty row: " + e.where + " is " + hexfloat(e.out_value) +
+               (e.out != Out::LSE ? std::string(", want 0")
+                : J.rows[size_t(e.row)].sink
+                    ? ", want the sink " + hexfloat(to_d(e.exact))
+                    : std::string(", declared sentinel ") + (cv.empty_sign > 0 ? "+inf" : "-inf")));
     }
   }
 }

@@ -24,6 +24,7 @@ struct Keep {
   std::vector<int32_t> kv_heads, group_heads;    // group_heads: offsets within a group, 0..ratio-1
   int32_t dims = 0;
   bool mask = true, causal = true;
+  bool softcap = true, window = true, sinks = true;  // the variants kept
 };
 
 Keep keep_all(const AttentionInput& a) {
@@ -44,18 +45,27 @@ Keep keep_all(const AttentionInput& a) {
   return k;
 }
 
+// `a` is contiguous (a paged case is gathered first, and paged again after: attention_shrinks).
 AttentionInput apply(const AttentionInput& a, const Keep& k) {
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, ratio = H / std::max<int64_t>(1, Hkv);
+  // V keeps its own head size where it has one (the cut of dims is Q's and K's alone then).
+  const int64_t Dv = a.dv(), dims_v = a.head_size_v > 0 ? Dv : k.dims;
   AttentionInput b;
   b.dtype = a.dtype;
   b.num_kv_heads = int32_t(k.kv_heads.size());
   b.num_heads = int32_t(k.kv_heads.size() * k.group_heads.size());
   b.head_size = k.dims;
+  b.head_size_v = a.head_size_v;
   b.causal = a.causal && k.causal;
   b.softmax_scale = a.softmax_scale;
+  b.softcap = k.softcap ? a.softcap : 0.0f;
+  b.window_left = k.window ? a.window_left : -1;
+  b.window_right = k.window ? a.window_right : -1;
   std::vector<int64_t> heads;  // the kept query heads, in the new order
   for (int32_t kv : k.kv_heads)
     for (int32_t g : k.group_heads) heads.push_back(kv * ratio + g);
+  if (!a.sinks.empty() && k.sinks)
+    for (int64_t h : heads) b.sinks.push_back(a.sinks[size_t(h)]);
   int64_t q0 = 0, k0 = 0, m0 = 0;
   for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
     const int64_t tq = a.seqlens_q[s], tk = a.seqlens_k[s];
@@ -66,11 +76,10 @@ AttentionInput apply(const AttentionInput& a, const Keep& k) {
         for (int64_t h : heads)
           for (int64_t d = 0; d < k.dims; ++d) b.q.push_back(a.q[size_t(((q0 + t) * H + h) * D + d)]);
       for (int32_t j : k.keys[s])
-        for (int32_t kv : k.kv_heads)
-          for (int64_t d = 0; d < k.dims; ++d) {
-            b.k.push_back(a.k[size_t(((k0 + j) * Hkv + kv) * D + d)]);
-            b.v.push_back(a.v[size_t(((k0 + j) * Hkv + kv) * D + d)]);
-          }
+        for (int32_t kv : k.kv_heads) {
+          for (int64_t d = 0; d < k.dims; ++d) b.k.push_back(a.k[size_t(((k0 + j) * Hkv + kv) * D + d)]);
+          for (int64_t d = 0; d < dims_v; ++d) b.v.push_back(a.v[size_t(((k0 + j) * Hkv + kv) * Dv + d)]);
+        }
       if (!a.mask.empty() && k.mask)
         for (int32_t t : k.rows[s])
           for (int32_t j : k.keys[s]) b.mask.push_back(a.mask[size_t(m0 + t * tk + j)]);
@@ -106,13 +115,26 @@ std::vector<std::vector<int32_t>> smaller_lists(const std::vector<int32_t>& v, s
 
 }  // namespace
 
-std::vector<AttentionInput> attention_shrinks(const AttentionInput& a, const std::vector<int32_t>& head_sizes,
-                                              bool zero_keys) {
+std::vector<AttentionInput> attention_shrinks(const AttentionInput& paged_or_not,
+                                              const std::vector<int32_t>& head_sizes, bool zero_keys,
+                                              const std::vector<int32_t>& page_sizes) {
   std::vector<AttentionInput> out;
+  // A paged case is cut on its gathered keys and paged again in key order with its page size (the
+  // plainest pool: fewest pages, no sharing); smaller declared page sizes are candidates too.
+  const int32_t P = paged_or_not.page_size;
+  const AttentionInput gathered = P > 0 ? gather_pages(paged_or_not) : AttentionInput{};
+  const AttentionInput& a = P > 0 ? gathered : paged_or_not;
   const Keep all = keep_all(a);
   const size_t nseq = a.seqlens_q.size();
   const size_t key_floor = zero_keys ? 0 : 1;
-  auto add = [&](const Keep& k) { out.push_back(apply(a, k)); };
+  auto add = [&](const Keep& k) { out.push_back(P > 0 ? gen::paged_copy(apply(a, k), P) : apply(a, k)); };
+  if (P > 0) {
+    std::vector<int32_t> smaller;
+    for (int32_t p : page_sizes)
+      if (p < P) smaller.push_back(p);
+    std::sort(smaller.begin(), smaller.end());
+    for (int32_t p : smaller) out.push_back(gen::paged_copy(a, p));
+  }
   // Whole sequences.
   for (size_t s = 0; nseq > 1 && s < nseq; ++s) {
     Keep k = all;
@@ -160,6 +182,15 @@ std::vector<AttentionInput> attention_shrinks(const AttentionInput& a, const std
   if (a.causal) {
     Keep k = all;
     k.causal = false;
+    add(k);
+  }
+  for (bool Keep::*variant : {&Keep::softcap, &Keep::window, &Keep::sinks}) {
+    const bool used = variant == &Keep::softcap  ? a.softcap != 0.0f
+                      : variant == &Keep::window ? (a.window_left != -1 || a.window_right != -1)
+                                                 : !a.sinks.empty();
+    if (!used) continue;
+    Keep k = all;
+    k.*variant = false;
     add(k);
   }
   return out;

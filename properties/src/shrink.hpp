@@ -13,10 +13,12 @@
 namespace attncheck::detail {
 
 // Smaller inputs made from `a`, the largest cuts first. head_sizes: the sizes the subject accepts;
-// zero_keys: a sequence may lose every key (else each keeps one). A candidate a property cannot use
-// (a split case with one key left) simply does not fail, and is passed over.
+// zero_keys: a sequence may lose every key (else each keeps one); page_sizes: the page sizes the
+// subject accepts (a paged case is also offered at each smaller one). The variants (softcap,
+// window, sinks) are offered dropped one at a time. A candidate a property cannot use (a split case
+// with one key left) simply does not fail, and is passed over.
 std::vector<AttentionInput> attention_shrinks(const AttentionInput& a, const std::vector<int32_t>& head_sizes,
-                                              bool zero_keys);
+                                              bool zero_keys, const std::vector<int32_t>& page_sizes = {});
 
 struct ShrinkHooks {
   std::function<std::vector<AttentionInput>(const AttentionInput&)> candidates;

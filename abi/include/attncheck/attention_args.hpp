@@ -25,6 +25,9 @@ class AttentionArgs {
     a_.num_heads = num_heads;
     a_.num_kv_heads = num_kv_heads;
     a_.head_size = head_size;
+    a_.head_size_v = head_size;
+    a_.window_left = a_.window_right = -1;
+    a_.kv_dtype = dtype;
   }
 
   // num_seqs sequences back to back: num_seqs + 1 offsets of each sequence's first query and key
@@ -79,6 +82,28 @@ class AttentionArgs {
   AttentionArgs& splits(int32_t num_splits, ac_fold fold_order) {
     a_.num_splits = num_splits;
     a_.fold_order = fold_order;
+    return *this;
+  }
+  // Version 3's variants (plugin_abi.h AC_VAR_*): V's head size, the softcap (0: none), the window
+  // sides (-1: unbounded) and the sinks (num_heads logits in the subject's memory, or null).
+  AttentionArgs& variants(int32_t head_size_v, float softcap, int32_t window_left, int32_t window_right,
+                          const float* sinks) {
+    a_.head_size_v = head_size_v;
+    a_.softcap = softcap;
+    a_.window_left = window_left;
+    a_.window_right = window_right;
+    a_.sinks = sinks;
+    return *this;
+  }
+  // K and V as page pools read through a block table [num_seqs, max_blocks], in the subject's
+  // memory (table) and in host memory (table_host).
+  AttentionArgs& paged(int32_t page_size, int32_t num_pages, int32_t max_blocks, const int32_t* table,
+                       const int32_t* table_host) {
+    a_.page_size = page_size;
+    a_.num_pages = num_pages;
+    a_.max_blocks = max_blocks;
+    a_.block_table = table;
+    a_.block_table_host = table_host;
     return *this;
   }
   AttentionArgs& stream(void* stream) {

@@ -1,5 +1,5 @@
 /*
- * attncheck plugin ABI, version 2: the one public header a user's kernel needs.
+ * attncheck plugin ABI, version 3: the one public header a user's kernel needs.
  *
  * A plugin is a shared library that exports two C symbols:
  *
@@ -23,6 +23,9 @@
  *   - Query head i reads KV head i / (num_heads / num_kv_heads).
  *   - Causal masking is bottom-right aligned: query t of a sequence with Tq queries and Tk keys
  *     sees keys 0 .. t + Tk - Tq (chunked prefill's convention).
+ *   - Version 3 adds the engines' variants, each declared in ac_caps.variants (AC_VAR_*) and
+ *     passed in trailing fields of ac_attention_args: paged K / V, V's own head size, a logit
+ *     softcap, a sliding window and attention sinks (their meaning is stated at the AC_VAR_* bits).
  *   - A row that sees no key is "empty": O = 0 and LSE = the subject's declared sentinel (or
  *     anything, for a subject that declares AC_CAP_EMPTY_LSE_UNDEFINED).
  *   - Return 0 on success, AC_ERR_* otherwise, with a one-line reason written to err.
@@ -44,6 +47,11 @@ extern "C" {
  *   1  ac_caps ends at fold_orders (the frozen layout ac_caps_v1 / ac_subject_v1 below).
  *   2  ac_caps gains one trailing word, `flags` (AC_CAP_* bits), and attention / split-KV subjects
  *      may declare no tilings (num_tilings = 0).
+ *   3  ac_caps gains trailing fields after `flags` (variants, page sizes, head-size pairs, and the
+ *      FP8 words kv_dtypes and fp8, which stay 0 until attncheck judges FP8), ac_attention_args
+ *      trailing fields for the variants. A version-2 subject's array is read as ac_subject_v2
+ *      (frozen below) and its new fields are 0; it is never called with a variant, and its calls'
+ *      trailing argument fields are zero (it never reads them).
  *
  * ac_caps is embedded by value in ac_subject, and a plugin hands attncheck an array of
  * ac_subject. Where `flags` lands depends on the target: on LP64 it fills what was tail padding
@@ -60,19 +68,30 @@ extern "C" {
  * version-1 plugin's source builds unchanged into a version-1 binary.
  */
 #ifndef AC_TARGET_ABI_VERSION
-#define AC_TARGET_ABI_VERSION 2
+#define AC_TARGET_ABI_VERSION 3
 #endif
 #if AC_TARGET_ABI_VERSION == 1
 #define AC_ABI_VERSION 1u
 #elif AC_TARGET_ABI_VERSION == 2
 #define AC_ABI_VERSION 2u
+#elif AC_TARGET_ABI_VERSION == 3
+#define AC_ABI_VERSION 3u
 #else
-#error "AC_TARGET_ABI_VERSION must be 1 or 2"
+#error "AC_TARGET_ABI_VERSION must be 1, 2 or 3"
 #endif
 #define AC_ABI_VERSION_MIN 1u /* the oldest version attncheck loads */
-#define AC_ABI_VERSION_MAX 2u /* the newest */
+#define AC_ABI_VERSION_MAX 3u /* the newest */
 
-typedef enum { AC_DTYPE_F32 = 0, AC_DTYPE_F16 = 1, AC_DTYPE_BF16 = 2 } ac_dtype;
+/* Version 3 names the FP8 formats (e4m3fn: no infinity, max 448; e5m2: IEEE-like with infinity)
+ * for the FP8 contract that ac_caps.kv_dtypes / fp8 and the descale fields below will carry; this
+ * attncheck refuses a subject that declares them (one line, exit 2) until it judges them. */
+typedef enum {
+  AC_DTYPE_F32 = 0,
+  AC_DTYPE_F16 = 1,
+  AC_DTYPE_BF16 = 2,
+  AC_DTYPE_E4M3 = 3,
+  AC_DTYPE_E5M2 = 4
+} ac_dtype;
 #define AC_DTYPE_BIT(d) (1u << (unsigned)(d))
 
 typedef enum {
@@ -134,6 +153,11 @@ typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
  *   max_splits                  0 .. AC_MAX_SPLITS (split-KV: at least 1)
  */
 #define AC_MAX_NAME_CHARS 64
+#define AC_MAX_PAGE_SIZE 4096   /* version 3: page_sizes[i] in 1 .. AC_MAX_PAGE_SIZE */
+#define AC_MAX_PAGE_SIZES 16    /* num_page_sizes in 1 .. AC_MAX_PAGE_SIZES with AC_VAR_PAGED_KV */
+#define AC_MAX_HEAD_PAIRS 16    /* num_head_pairs in 1 .. AC_MAX_HEAD_PAIRS with AC_VAR_HEAD_SIZE_V */
+#define AC_MAX_SOFTCAP 65504.0f /* a call's softcap: 0 (none) or in (0, AC_MAX_SOFTCAP] */
+#define AC_MAX_WINDOW (1 << 24) /* a call's window sides: -1 (unbounded) or 0 .. AC_MAX_WINDOW */
 #define AC_MAX_HEAD_SIZE 1024
 #define AC_MAX_HEAD_SIZES 64
 #define AC_MAX_TILINGS 64
@@ -210,8 +234,63 @@ typedef struct {
   (AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED | \
    AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT | AC_CAP_EMPTY_STATES_ZERO_O)
 
+/* Version 3: ac_caps.variants, the engines' variants an attention / split-KV subject accepts. A
+ * subject that declares one must accept every call that uses it within its other declarations;
+ * attncheck draws them into cases. Each is passed in ac_attention_args' version-3 fields. */
+/* K and V are page pools [num_pages, page_size, num_kv_heads, head_size(_v)] read through a block
+ * table: key j of sequence s is slot j % page_size of page block_table[s * max_blocks + j /
+ * page_size]. Every size in caps.page_sizes is drawn. Slots past a sequence's last key, pages no
+ * sequence names, and table entries past a sequence's last page are outside the contract: attncheck
+ * fills them with NaN and huge values, and an output that reads them fails. */
+#define AC_VAR_PAGED_KV 1u
+/* V (and O) have their own head size, head_size_v, from caps.head_pairs (qk, v) (MLA: 192 / 128,
+ * 576 / 512). Equal sizes stay declared by head_sizes / head_size_min..max. */
+#define AC_VAR_HEAD_SIZE_V 2u
+/* A logit softcap: s = softcap * tanh(softmax_scale * q.k / softcap), the scale applied first,
+ * then the cap; softcap 0 means none. */
+#define AC_VAR_SOFTCAP 4u
+/* A sliding window around the bottom-right aligned diagonal: query t (Tq queries, Tk keys) sees key
+ * j only when t + Tk - Tq - window_left <= j <= t + Tk - Tq + window_right; -1 leaves a side
+ * unbounded. AND-ed with causal and the mask; a row the window leaves without keys is empty. */
+#define AC_VAR_WINDOW 8u
+/* Attention sinks: one logit per query head (sinks[num_heads], fp32, in the scaled and capped
+ * scores' units) joins the softmax denominator only: O = sum e^s_j v_j / (e^sink + sum e^s_j), LSE =
+ * log(e^sink + sum e^s_j). A row with no visible key has O = 0 and LSE = sink. A split-KV subject
+ * counts the sink once in its combine; a merge combines states of which at most one counted it
+ * (attention over a prefix with the sinks, over the rest without, merges to the whole). */
+#define AC_VAR_SINKS 16u
+#define AC_VAR_KNOWN_V3 (AC_VAR_PAGED_KV | AC_VAR_HEAD_SIZE_V | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS)
+
+/* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
+typedef struct {
+  int32_t qk;
+  int32_t v;
+} ac_head_pair;
+
+/* The version-2 layout of ac_caps, frozen: what a version-2 plugin's subjects hold. */
+typedef struct {
+  uint32_t ops;
+  uint32_t dtypes;
+  ac_memory memory;
+  int32_t head_size_min;
+  int32_t head_size_max;
+  const int32_t* head_sizes;
+  int32_t num_head_sizes;
+  int32_t lse_base;
+  ac_lse_layout lse_layout;
+  int32_t empty_lse_sign;
+  uint32_t features;
+  const ac_tiling* tilings;
+  int32_t num_tilings;
+  int32_t max_splits;
+  uint32_t fold_orders;
+  uint32_t flags;
+} ac_caps_v2;
+
 #if AC_TARGET_ABI_VERSION == 1
 typedef ac_caps_v1 ac_caps;
+#elif AC_TARGET_ABI_VERSION == 2
+typedef ac_caps_v2 ac_caps;
 #else
 typedef struct {
   uint32_t ops;          /* AC_OP_* bits */
@@ -223,14 +302,21 @@ typedef struct {
   int32_t num_head_sizes;
   int32_t lse_base; /* 0: natural log; 2: base 2 */
   ac_lse_layout lse_layout;
-  int32_t empty_lse_sign;   /* -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2); 0 with
-                             * AC_CAP_EMPTY_LSE_UNDEFINED */
-  uint32_t features;        /* AC_FEAT_* bits, attention and split-KV */
-  const ac_tiling* tilings; /* attention: the tilings selectable by ac_attention_args.tiling; */
-  int32_t num_tilings;      /* version 2: may be 0 (a black-box kernel), the call's tiling is -1 */
-  int32_t max_splits;       /* split-KV: num_splits from 1 to max_splits (ranges: see AC_MAX_*) */
-  uint32_t fold_orders;     /* split-KV: AC_FOLD_BIT bits */
-  uint32_t flags;           /* version 2: AC_CAP_* bits */
+  int32_t empty_lse_sign;    /* -1: an empty row's LSE is -inf; +1: +inf (FlashAttention-2); 0 with
+                              * AC_CAP_EMPTY_LSE_UNDEFINED */
+  uint32_t features;         /* AC_FEAT_* bits, attention and split-KV */
+  const ac_tiling* tilings;  /* attention: the tilings selectable by ac_attention_args.tiling; */
+  int32_t num_tilings;       /* version 2: may be 0 (a black-box kernel), the call's tiling is -1 */
+  int32_t max_splits;        /* split-KV: num_splits from 1 to max_splits (ranges: see AC_MAX_*) */
+  uint32_t fold_orders;      /* split-KV: AC_FOLD_BIT bits */
+  uint32_t flags;            /* version 2: AC_CAP_* bits */
+  uint32_t variants;         /* version 3: AC_VAR_* bits */
+  const int32_t* page_sizes; /* AC_VAR_PAGED_KV: the page sizes accepted */
+  int32_t num_page_sizes;
+  const ac_head_pair* head_pairs; /* AC_VAR_HEAD_SIZE_V: the (qk, v) head sizes accepted */
+  int32_t num_head_pairs;
+  uint32_t kv_dtypes; /* FP8 (not judged yet, must be 0): K / V dtypes that differ from Q's */
+  uint32_t fp8;       /* FP8 contract bits (not judged yet, must be 0) */
 } ac_caps;
 #endif
 
@@ -290,6 +376,25 @@ typedef struct {
   int32_t num_splits; /* split-KV only */
   ac_fold fold_order; /* split-KV only */
   void* stream;
+  /* Version 3: the variants (AC_VAR_*), each at its neutral value unless the subject declares it
+   * and the call uses it. A version-2 subject is never given a variant. */
+  int32_t head_size_v;             /* V's and O's head size (out is [total_q, num_heads, head_size_v]);
+                                    * equals head_size unless AC_VAR_HEAD_SIZE_V */
+  float softcap;                   /* AC_VAR_SOFTCAP: > 0 caps the scores; 0 none */
+  int32_t window_left;             /* AC_VAR_WINDOW: -1 unbounded */
+  int32_t window_right;            /* AC_VAR_WINDOW: -1 unbounded */
+  const float* sinks;              /* AC_VAR_SINKS: num_heads logits, subject memory; NULL none */
+  int32_t page_size;               /* AC_VAR_PAGED_KV: > 0 makes k and v page pools; 0 contiguous */
+  int32_t num_pages;               /* pages in the pools */
+  int32_t max_blocks;              /* block-table entries per sequence */
+  const int32_t* block_table;      /* [num_seqs, max_blocks], subject memory */
+  const int32_t* block_table_host; /* the same, host memory */
+  /* FP8 (not judged yet: attncheck passes these as below) */
+  ac_dtype kv_dtype;           /* the dtype of k and v: equals dtype */
+  const float* q_descale;      /* NULL */
+  const float* k_descale;      /* NULL */
+  const float* v_descale;      /* NULL */
+  int32_t descale_granularity; /* 0 */
 } ac_attention_args;
 
 typedef int (*ac_merge_fn)(void* self, const ac_merge_args* args, char* err, size_t err_len);
@@ -307,8 +412,21 @@ typedef struct {
   void* self;
 } ac_subject_v1;
 
+/* The version-2 layout of ac_subject, frozen. */
+typedef struct {
+  const char* name;
+  const char* description;
+  ac_caps_v2 caps;
+  ac_merge_fn merge;
+  ac_softmax_fn softmax;
+  ac_attention_fn attention;
+  void* self;
+} ac_subject_v2;
+
 #if AC_TARGET_ABI_VERSION == 1
 typedef ac_subject_v1 ac_subject;
+#elif AC_TARGET_ABI_VERSION == 2
+typedef ac_subject_v2 ac_subject;
 #else
 typedef struct {
   const char* name;        /* unique among loaded subjects: letters, digits, '-', '_', '.'; at most

@@ -94,6 +94,23 @@ std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const
                                                    const std::string& property = "",
                                                    std::vector<UnreadableWriteAhead>* unreadable = nullptr);
 
+// The first way an attention input's variants break the rules of plugin_abi.h (version 3), as one
+// line naming the field, or "" when they hold: head_size_v 0 .. AC_MAX_HEAD_SIZE; softcap 0 or
+// finite in (0, AC_MAX_SOFTCAP]; each window side -1 .. AC_MAX_WINDOW; sinks empty or num_heads
+// finite values; paged: page_size 1 .. AC_MAX_PAGE_SIZE, num_pages 1 .. 2^24, max_blocks enough
+// for the longest sequence, block_table [num_seqs, max_blocks] with every entry inside the pool.
+// The tensors' sizes are the reader's check.
+std::string attention_variant_problem(const AttentionInput&);
+// The same input with K and V gathered from their pages into the contiguous layout
+// [total_k, num_kv_heads, d] (what the reference and an unpaged subject read); an unpaged input is
+// returned unchanged. Assumes attention_variant_problem holds.
+AttentionInput gather_pages(const AttentionInput&);
+
+// The first variant `in` uses that `variants` (AC_VAR_* bits) does not declare, as "a softcap
+// (AC_VAR_SOFTCAP)", or "" when it uses none. Paged K / V is left out: a subject that does not
+// declare it is called on the gathered input.
+std::string undeclared_variant(const AttentionInput& in, uint32_t variants);
+
 // Shape summary of a case, for the shrunk-counterexample size the mutation self-test reports:
 // tokens = query rows (merge: tokens, softmax: rows), keys = keys per row (max over sequences;
 // softmax: cols; merge: 2 states), heads = query heads.

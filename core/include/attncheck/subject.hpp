@@ -45,8 +45,34 @@ struct AttentionInput {
   std::vector<uint8_t> mask;                  // empty: none; else per sequence [Tq_i, Tk_i], back to back
   float softmax_scale = 1.0f;
   Bits q;  // [total_q, num_heads, head_size]
-  Bits k;  // [total_k, num_kv_heads, head_size]
-  Bits v;
+  Bits k;  // [total_k, num_kv_heads, head_size], or the page pool below
+  Bits v;  // [total_k, num_kv_heads, head_size_v], or the page pool below
+  // The engines' variants (plugin_abi.h, version 3); the defaults give the plain contract.
+  int32_t head_size_v = 0;                      // V's and O's head size; 0: head_size
+  float softcap = 0.0f;                         // > 0: s = softcap tanh(scale q.k / softcap)
+  int32_t window_left = -1, window_right = -1;  // around the bottom-right diagonal; -1: unbounded
+  std::vector<float> sinks;                     // empty, or one logit per query head
+  // Paged KV: page_size > 0 makes k and v page pools [num_pages, page_size, num_kv_heads, d] and
+  // block_table [num_seqs, max_blocks] (row-major) name each sequence's pages in key order; entries
+  // past a sequence's last page and the slots past its last key are outside the contract (the
+  // generators point them at poisoned pages).
+  int32_t page_size = 0, num_pages = 0, max_blocks = 0;
+  std::vector<int32_t> block_table;
+
+  int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
+  bool paged() const { return page_size > 0; }
+  // Rows of K / V storage: total keys, or num_pages * page_size.
+  int64_t kv_rows() const {
+    if (paged()) return int64_t{num_pages} * page_size;
+    int64_t n = 0;
+    for (int32_t t : seqlens_k) n += t;
+    return n;
+  }
+  // The storage row of key j of sequence s.
+  int64_t kv_row(size_t s, int64_t j, int64_t seq_first_key) const {
+    if (!paged()) return seq_first_key + j;
+    return int64_t{block_table[s * size_t(max_blocks) + size_t(j / page_size)]} * page_size + j % page_size;
+  }
 };
 struct AttentionOptions {
   int32_t tiling = 0;      // index into caps().tilings

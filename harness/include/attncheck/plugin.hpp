@@ -35,8 +35,10 @@ LoadedPlugin load_plugin(const std::string& path);
 // split-KV. `abi_version` is the version the subject was declared under: version 1 has no flags.
 std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_version = AC_ABI_VERSION_MAX);
 
-// A version-1 plugin's subject in the current layout, with no contract flags.
+// A version-1 (version-2) plugin's subject in the current layout, with no contract flags (no
+// version-3 fields).
 ac_subject subject_from_v1(const ac_subject_v1& v);
+ac_subject subject_from_v2(const ac_subject_v2& v);
 
 // Names must be unique across everything loaded (built-ins and plugins): returns the first
 // duplicate name, or "" when all are distinct.

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/case.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/plugin.hpp"
 #include "attncheck/staging.hpp"
@@ -128,9 +129,15 @@ class WorkerSubject final : public Subject {
     return SoftmaxOutput{get_bits(a, y, in.dtype, n)};
   }
 
-  AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+  AttentionOutput attention(const AttentionInput& in_given, const AttentionOptions& opt) override {
     if (!(has_op(AC_OP_ATTENTION) || has_op(AC_OP_SPLITKV)))
       throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no attention");
+    // The protocol carries no variant yet: one the worker cannot be told of is refused, and paged
+    // K / V is sent gathered (the same attention).
+    if (const std::string what = undeclared_variant(in_given, 0); !what.empty())
+      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " does not declare " + what);
+    const AttentionInput gathered = in_given.paged() ? gather_pages(in_given) : AttentionInput{};
+    const AttentionInput& in = in_given.paged() ? gathered : in_given;
     const PackedSequences seqs = pack_sequences(in);
     const size_t S = in.seqlens_q.size();
     const int64_t TQ = seqs.total_q(), TK = seqs.total_k(), H = in.num_heads, HK = in.num_kv_heads,

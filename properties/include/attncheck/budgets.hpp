@@ -27,6 +27,13 @@ double score_conditioning(ac_dtype, double head_size, double abs_dot, double dis
                           bool scores_rounded);
 // Where a declared naive exp decides overflow: a score above threshold + slack overflows, one
 // within slack of it is ambiguous (attention; softmax takes abs_dot = 0 and head_size = 0).
+// The same for a capped score (AC_VAR_SOFTCAP): t = scale q.k before the cap, capped = cap
+// tanh(t / cap) the score, dist = |capped - max|. Replaces score_conditioning for such a row.
+double softcap_conditioning(double head_size, double abs_dot, double t, double cap, double capped,
+                            double dist);
+// The sink's weight (AC_VAR_SINKS), in units of 2^-24 relative to it: sink the logit, dist =
+// |sink - max| with the max over the scores and the sink.
+double sink_conditioning(double sink, double dist);
 double naive_exp_overflow_slack(ac_dtype, double head_size, double abs_dot, double score,
                                 bool scores_rounded);
 double softmax_overflow_slack(double x);

@@ -31,6 +31,10 @@ struct Domain {
   int max_batch = 0;                // attention_batch_input: sequences in a batch (0: kMaxBatchHost/Device)
   // Merge inputs give each empty state O = +0 (AC_CAP_EMPTY_STATES_ZERO_O).
   bool empty_states_zero_o = false;
+  // The engines' variants the subject declares (AC_VAR_*) and its page sizes: attention inputs
+  // draw them (with_variants), each in some cases, never where the subject does not declare it.
+  uint32_t variants = 0;
+  std::vector<int32_t> page_sizes;
 };
 // The sequences a batch of attention_batch_input holds at most: on the host twins a few (each is
 // launched alone too), on a device past an H100's and H200's 132 SMs, so that batch sizes cross the
@@ -43,6 +47,23 @@ constexpr int kNominalTileKeys = 64;
 // or causal alignment with more queries than keys.
 bool can_draw_empty_attention_rows(const Domain&);
 Domain domain_for(const Subject&, int max_keys, const std::vector<ac_dtype>& only_dtypes = {});
+
+// Draws the declared variants into an attention input (only where dom.variants has them; nothing
+// is drawn otherwise, so a plain subject's cases are unchanged): a softcap near the scores' range
+// (tanh saturating, or barely bending), a window (left and right sides, edges on and off the key
+// tiles, rows left with no key when Tq > Tk), sinks (ordinary, above every score, far below), and
+// paged K / V (a declared page size; pages shuffled; a prefix shared between sequences as prefix
+// caching does; the last page part-filled; slots past a sequence's keys, unreferenced pages and
+// table entries past a sequence's last page poisoned with NaN and huge values). `sinks` false
+// leaves the sinks out (a property whose pieces must not count them twice draws them itself).
+void with_variants(const Domain& dom, AttentionInput& a, bool sinks = true);
+// A contiguous input's K / V in pages of page_size, in key order (sequence after sequence), the
+// last page of each part-filled, and one poisoned page past them that every table entry past a
+// sequence's last page names: the plainest paged layout of the same attention (the shrinker's).
+AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size);
+// The poison a paged pool's unused slots hold: NaN in the first element of a row, the format's
+// largest finite value in the others, so a read of such a slot shows in the output.
+void poison_row(ac_dtype d, uint32_t* row, int64_t n);
 
 // Logit rows (exact doubles, not yet rounded), length n, one generator per class.
 rc::Gen<std::vector<double>> normal_logits(int n);        // sigma from {0.5, 1, 3, 10}

@@ -24,21 +24,35 @@ std::vector<int64_t> cuts_of(int64_t N, bool zero_keys) {
   return cuts;
 }
 
-// The attention over keys [0, cut) (part 0) or [cut, N) (part 1) of a one-sequence input.
+// The attention over keys [0, cut) (part 0) or [cut, N) (part 1) of a one-sequence input, `a`
+// contiguous (a paged case is gathered first, its parts paged again: check). The variants:
+//   - a window is relative to the bottom-right diagonal, which part 1 (the last keys) shares with
+//     the whole, so part 1 keeps it; part 0's diagonal is not the whole's, so its window becomes
+//     the explicit mask it stands for (generators draw windows into split cases only for subjects
+//     that take masks);
+//   - a sink is counted once: part 0 keeps the sinks, part 1 has none (AC_VAR_SINKS' contract for
+//     states that are merged).
 AttentionInput part_of(const AttentionInput& a, int64_t cut, int i) {
-  const int64_t N = a.seqlens_k.at(0), D = a.head_size, Hkv = a.num_kv_heads, TQ = total_q(a);
+  const int64_t N = a.seqlens_k.at(0), D = a.head_size, Dv = a.dv(), Hkv = a.num_kv_heads, TQ = total_q(a);
   const auto split = a.k.begin() + cut * Hkv * D;
   AttentionInput p = a;
   p.seqlens_k = {int32_t(i == 0 ? cut : N - cut)};
   p.k.assign(i == 0 ? a.k.begin() : split, i == 0 ? split : a.k.end());
-  const auto vsplit = a.v.begin() + cut * Hkv * D;
+  const auto vsplit = a.v.begin() + cut * Hkv * Dv;
   p.v.assign(i == 0 ? a.v.begin() : vsplit, i == 0 ? vsplit : a.v.end());
-  if (!a.mask.empty()) {
+  const bool window = a.window_left != -1 || a.window_right != -1;
+  const bool as_mask = i == 0 && window;  // row_keys: the mask, causal and the window together
+  if (!a.mask.empty() || as_mask) {
     p.mask.clear();
-    for (int64_t t = 0; t < TQ; ++t)
+    for (int64_t t = 0; t < TQ; ++t) {
+      const RowKeys rk = as_mask ? row_keys(a, t) : RowKeys{};
       for (int64_t j = 0; j < N; ++j)
-        if ((j < cut) == (i == 0)) p.mask.push_back(a.mask[size_t(t * N + j)]);
+        if ((j < cut) == (i == 0))
+          p.mask.push_back(as_mask ? rk.visible[size_t(j)] : a.mask[size_t(t * N + j)]);
+    }
   }
+  if (i == 0) p.window_left = p.window_right = -1;
+  if (i == 1) p.sinks.clear();
   return p;
 }
 
@@ -66,13 +80,15 @@ class SplitEqualsWhole final : public Property {
   Outcome check(Ctx& ctx, const Case& c) const override {
     Outcome o;
     Subject& s = ctx.subject;
-    const auto& a = std::get<AttentionInput>(c.input);
+    const auto& given = std::get<AttentionInput>(c.input);
+    const AttentionInput gathered = given.paged() ? gather_pages(given) : AttentionInput{};
+    const AttentionInput& a = given.paged() ? gathered : given;
     const int64_t N = a.seqlens_k.at(0);
     const std::vector<int64_t> cuts = cuts_of(N, !ctx.cv.refuses_zero_keys);
     before_launch(ctx, c);
-    const AttentionOutput whole = s.attention(a, c.options);
+    const AttentionOutput whole = s.attention(given, c.options);
     o.digest = digest_bits(whole.out, whole.lse);
-    const int64_t TQ = total_q(a), H = a.num_heads, D = a.head_size;
+    const int64_t TQ = total_q(a), H = a.num_heads, D = a.dv();
     const ref::AttentionProblem whole_p = problem_of(a);
     const bool fast = default_judge_path() == JudgePath::fast;
     // The whole's rows by the certified fast path, once for every cut (check_row_fast).
@@ -89,7 +105,11 @@ class SplitEqualsWhole final : public Property {
     }
     JudgeCounts& counts = thread_judge_counts();
     for (int64_t cut : cuts) {
-      const AttentionInput part[2] = {part_of(a, cut, 0), part_of(a, cut, 1)};
+      // A paged case's parts are paged too, each in the plainest layout of its page size.
+      auto paged_like = [&](AttentionInput p) {
+        return given.paged() ? gen::paged_copy(p, given.page_size) : p;
+      };
+      const AttentionInput part[2] = {paged_like(part_of(a, cut, 0)), paged_like(part_of(a, cut, 1))};
       AttentionOutput po[2];
       Judgement pj[2];
       for (int i = 0; i < 2; ++i) {
