@@ -523,8 +523,8 @@ struct RowEngine {
   }
 
   // Query row t (0-based in its sequence of tq queries over tk keys) of query head `head`.
-  void row(const AttentionProblem& pb, const Query& qr, const KvSlice& kv, int32_t t, int32_t tq, int32_t head,
-           const uint8_t* mask_row, LseBase base, ExactRow& out) {
+  void row(const AttentionProblem& pb, const Query& qr, const KvSlice& kv, int32_t t, int32_t tq,
+           int32_t head, const uint8_t* mask_row, LseBase base, ExactRow& out) {
     const int32_t tk = kv.tk;
     // Keys around the bottom-right aligned diagonal: causal and window_right bound it above,
     // window_left below.

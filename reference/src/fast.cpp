@@ -38,8 +38,8 @@ namespace attncheck::ref {
 namespace {
 
 constexpr double kU = 0x1p-53;
-constexpr double kExpRel = 0x1p-50;  // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
-constexpr double kLogRel = 0x1p-50;  // glibc log: likewise
+constexpr double kExpRel = 0x1p-50;   // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
+constexpr double kLogRel = 0x1p-50;   // glibc log: likewise
 constexpr double kTanhRel = 0x1p-50;  // glibc tanh: the manual lists 2 ulp; we allow 4 (softcap)
 // exp results in double's subnormal range err by up to 4 subnormal ulps (2^-1072 each): kTiny covers them.
 constexpr double kTiny = 0x1p-900;              // covers all underflow terms (n 2^-1072 |v|max < 2^-900)
@@ -151,7 +151,7 @@ struct Workspace {
   std::vector<uint8_t> q_finite;
   std::vector<double> eps;     // per row: bound on the exp arguments' error
   std::vector<double> sink_p;  // per row: the sink's weight exp(sink - m) (0 without sinks)
-  std::vector<int32_t> ts;  // the block's query positions
+  std::vector<int32_t> ts;     // the block's query positions
   std::vector<FastRow> rows;
 };
 
