@@ -626,6 +626,17 @@ TEST_CASE("sinks join the softmax denominator only", "[attention][variants]") {
     CHECK(near(r.lse, lse, 1e-14));
     CHECK(near(exact_attention_row(pb, 0, 0, LseBase::two).lse, lse / std::log(2.0), 1e-14));
   }
+  SECTION("a sink far above the scores: the keys' weights vanish, LSE = sink") {
+    // z = 1e30: O = 3 e^(0.5 - z) / (1 + e^(0.5 - z)), positive and below every format's smallest
+    // subnormal; LSE = z + log(1 + e^(0.5 - z)), z to within far less than its ulp. The shift must
+    // be the sink here: e^(z - 0.5) overflows any exponent range.
+    pb.sinks = {1e30f};
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    CHECK(!r.empty);
+    CHECK(r.o[0] >= 0);
+    CHECK(round_to_format(Format::fp32, r.o[0]) == 0u);  // +0
+    CHECK(near(r.lse, static_cast<double>(1e30f), 1e-15));
+  }
   SECTION("a row with no visible key: O = +0, LSE = sink") {
     pb.sinks = {1.25f};
     pb.mask = {0};
