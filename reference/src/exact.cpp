@@ -5,8 +5,12 @@
 //     24+24 significand bits, exponents inside double's range). fp16 dot products are summed exactly
 //     in a 128-bit integer (values are multiples of 2^-24), other formats by mpfr_sum, which rounds
 //     the exact sum once. Multiplying by the softmax scale (a float, exact) rounds once more.
-//   - weights: p_j = exp(s_j - m) rounds twice (the subtraction, the exp), each correctly.
-//   - sums: l and each O~ element accumulate one correctly rounded add / fma per key.
+//   - softcap: s / cap, tanh and the product by cap round once each (|tanh'| <= 1: the score's
+//     error is not amplified).
+//   - weights: p_j = exp(s_j - m) rounds twice (the subtraction, the exp), each correctly; m is the
+//     largest score or the sink, so every p_j <= 1.
+//   - sums: l and each O~ element accumulate one correctly rounded add / fma per key; a sink adds its
+//     weight to l only (a key whose value is 0).
 //   - O = O~ / l and LSE = m + log l: one rounding each (two for base 2).
 //
 // Error analysis (full version in reference/README.md). u = 2^-p, n <= 2^20 keys, S = max |s_j|.
@@ -14,7 +18,8 @@
 // largest weight is exactly 1. l and O~ accumulate n - 1 rounded adds of exact products, an error
 // of at most gamma_(n-1) sum p|v| (cancellation is bounded relative to sum p|v|, not |O~|). So
 //   |O^_c - O_c| <= (8S + 2n + 6) u M_c,   M_c = sum p|v_c| / sum p  (weighted mean of |v|),
-// which is <= 2^-159 M_c at 200 bits for n <= 2^20 and S <= 2^38. Against the 1/100 ulp of fp32
+// which is <= 2^-159 M_c at 200 bits for n <= 2^20 and S <= 2^38 (softcap: (14S + 2n + 6) u M_c,
+// 2^-158 M_c; a sink counts as a key with S >= |sink|). Against the 1/100 ulp of fp32
 // that reports resolve (2^-30.7 relative; 2^-155.6 absolute for subnormal outputs) this leaves
 // normal outputs resolved up to a cancellation ratio M_c/|O_c| of 2^121, and subnormal ones while
 // M_c <= 8 (raise the precision for large values cancelling to subnormals: 216 bits cover fp16).

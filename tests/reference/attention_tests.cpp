@@ -1,7 +1,8 @@
 // Exact attention forward: grouped-query mapping, bottom-right causal alignment, per-sequence key
-// lengths, explicit masks, empty rows, NaN/inf meaning, exact scores, and the merge of attention
-// over disjoint key ranges. Expected values are derived by hand in each case (one-hot keys, equal
-// scores whose softmax is a plain mean) or computed independently in double where that suffices.
+// lengths, explicit masks, empty rows, NaN/inf meaning, exact scores, the merge of attention over
+// disjoint key ranges, and the variants (softcap, window, sinks, head_size_v, their validation). Expected
+// values are derived by hand in each case (one-hot keys, equal scores whose softmax is a plain mean) or
+// computed independently in double where that suffices.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -12,7 +12,9 @@
 //     round_to_format of exact_attention bit for bit in fp16, bf16 and fp32, and its ulp errors of
 //     perturbed outputs equal ulp_error against the exact row (class, and ulps within 1/100);
 //   - rows built to land within a hair of (or exactly on) an fp16 rounding boundary: the fast
-//     path cannot decide them, escalates, and still equals the exact path.
+//     path cannot decide them, escalates, and still equals the exact path;
+//   - the variants (softcap saturating on huge logits, windows emptying rows, sinks above every
+//     score, dv != d, with GQA and causal): the same checks, and few escalations on ordinary data.
 // Inputs are rounded to their storage format by the exact reference's round_to_format.
 #include <rapidcheck.h>
 

@@ -3,7 +3,8 @@
 // Conventions:
 //   - LSE in natural log by default; LseBase::two gives log2(sum e^x) = LSE / ln 2 (FlashInfer,
 //     TensorRT-LLM). Merge inputs given in base two are masses 2^lse.
-//   - Empty rows (no visible key) and all -inf logits: softmax all zero, O = 0, LSE = -inf.
+//   - Empty rows (no visible key) and all -inf logits: softmax all zero, O = 0, LSE = -inf (the
+//     sink when the problem has sinks, see AttentionProblem).
 //   - Scores s_j = softmax_scale * dot(q, k_j): the products of fp16/bf16/fp32 inputs are exact,
 //     the dot product is rounded once (correctly) to working precision, the scale is the float value
 //     taken as given.

@@ -53,7 +53,7 @@ struct FastOptions {
 // One row of the fast path before any escalation. |exact - o[c]| <= o_bound[c] and
 // |exact - lse| <= lse_bound, for the true value and for the MPFR reference's value alike.
 // certified == false: the fast path does not apply to this row (a NaN or infinite input it sees,
-// logits beyond 2^32 in magnitude, or bounds too wide to be meaningful); use the exact path.
+// logits or a sink beyond 2^32 in magnitude, or bounds too wide to be meaningful); use the exact path.
 struct FastRow {
   std::vector<double> o;
   std::vector<double> o_bound;
