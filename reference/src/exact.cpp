@@ -5,8 +5,12 @@
 //     24+24 significand bits, exponents inside double's range). fp16 dot products are summed exactly
 //     in a 128-bit integer (values are multiples of 2^-24), other formats by mpfr_sum, which rounds
 //     the exact sum once. Multiplying by the softmax scale (a float, exact) rounds once more.
-//   - weights: p_j = exp(s_j - m) rounds twice (the subtraction, the exp), each correctly.
-//   - sums: l and each O~ element accumulate one correctly rounded add / fma per key.
+//   - softcap: s / cap, tanh and the product by cap round once each (|tanh'| <= 1: the score's
+//     error is not amplified).
+//   - weights: p_j = exp(s_j - m) rounds twice (the subtraction, the exp), each correctly; m is the
+//     largest score or the sink, so every p_j <= 1.
+//   - sums: l and each O~ element accumulate one correctly rounded add / fma per key; a sink adds its
+//     weight to l only (a key whose value is 0).
 //   - O = O~ / l and LSE = m + log l: one rounding each (two for base 2).
 //
 // Error analysis (full version in reference/README.md). u = 2^-p, n <= 2^20 keys, S = max |s_j|.
@@ -14,7 +18,8 @@
 // largest weight is exactly 1. l and O~ accumulate n - 1 rounded adds of exact products, an error
 // of at most gamma_(n-1) sum p|v| (cancellation is bounded relative to sum p|v|, not |O~|). So
 //   |O^_c - O_c| <= (8S + 2n + 6) u M_c,   M_c = sum p|v_c| / sum p  (weighted mean of |v|),
-// which is <= 2^-159 M_c at 200 bits for n <= 2^20 and S <= 2^38. Against the 1/100 ulp of fp32
+// which is <= 2^-159 M_c at 200 bits for n <= 2^20 and S <= 2^38 (softcap: (14S + 2n + 6) u M_c,
+// 2^-158 M_c; a sink counts as a key with S >= |sink|). Against the 1/100 ulp of fp32
 // that reports resolve (2^-30.7 relative; 2^-155.6 absolute for subnormal outputs) this leaves
 // normal outputs resolved up to a cancellation ratio M_c/|O_c| of 2^121, and subnormal ones while
 // M_c <= 8 (raise the precision for large values cancelling to subnormals: 216 bits cover fp16).
@@ -118,7 +123,8 @@ struct FixedAccumulator {
 // Softmax-weighted sum over n scores (an array of mpfr, may contain +-inf/NaN) and value rows.
 // value(j, c) gives the c-th value element of key j as a double (the stored fp16/bf16/fp32 value:
 // at most 24 significand bits, so p * v is exact in prec + 24 bits). Writes O (d elements, normalised) and
-// LSE.
+// LSE. A sink (finite, or nullptr for none) is a logit whose value is 0: it joins the max and l,
+// never the accumulator, so every p stays <= 1 (what the fixed-point accumulator needs).
 struct WeightedSoftmax {
   mpfr_prec_t prec;
   Mp m, p, l, t;
@@ -139,7 +145,8 @@ struct WeightedSoftmax {
   // value_int(j, c), used when use_fixed, gives value(j, c) * 2^fixed_shift as an exact integer.
   template <class ValueAt, class ValueInt>
   void run(size_t n, mpfr_srcptr scores, int d, ValueAt value, LseBase base, std::vector<Real>& o, Real& lse,
-           bool& empty, bool use_fixed = false, ValueInt value_int = nullptr, long fixed_shift = 0) {
+           bool& empty, bool use_fixed = false, ValueInt value_int = nullptr, long fixed_shift = 0,
+           mpfr_srcptr sink = nullptr) {
     o.assign(static_cast<size_t>(d), Real());
     lse = Real();
     empty = false;
@@ -155,7 +162,17 @@ struct WeightedSoftmax {
     if (mpfr_inf_p(m) && mpfr_signbit(m)) {  // no visible key, or all -inf: the empty row
       empty = true;
       for (auto& x : o) mpfr_set_zero(x.backend().data(), 1);
-      mpfr_set_inf(lse.backend().data(), -1);
+      if (!sink) {
+        mpfr_set_inf(lse.backend().data(), -1);
+        return;
+      }
+      // Only the sink's mass: LSE = log e^sink = sink.
+      mpfr_set(t, sink, MPFR_RNDN);
+      if (base == LseBase::two) {
+        mpfr_const_log2(p, MPFR_RNDN);
+        mpfr_div(t, t, p, MPFR_RNDN);
+      }
+      mpfr_set(lse.backend().data(), t, MPFR_RNDN);
       return;
     }
     for (int c = 0; c < d; ++c) mpfr_set_zero(acc[c], 1);
@@ -170,6 +187,8 @@ struct WeightedSoftmax {
       mpfr_set_inf(lse.backend().data(), 1);
       return;
     }
+    // +inf scores were handled above: against their infinite mass a finite sink weighs nothing.
+    if (sink && mpfr_greater_p(sink, m)) mpfr_set(m, sink, MPFR_RNDN);
     if (use_fixed) fixed.reset(prec, d);
     for (size_t j = 0; j < n; ++j) {
       if (mpfr_inf_p(scores + j)) continue;  // -inf: weight exactly zero
@@ -191,6 +210,11 @@ struct WeightedSoftmax {
         mpfr_mul(prod, p, vt, MPFR_RNDN);
         mpfr_add(acc[c], acc[c], prod, MPFR_RNDN);
       }
+    }
+    if (sink) {  // a key with value 0: its weight joins l only
+      mpfr_sub(p, sink, m, MPFR_RNDN);
+      mpfr_exp(p, p, MPFR_RNDN);
+      mpfr_add(l, l, p, MPFR_RNDN);
     }
     if (use_fixed)
       for (int c = 0; c < d; ++c) fixed.result(c, fixed_shift, acc[c]);
@@ -300,6 +324,8 @@ void validate(const AttentionProblem& pb) {
     fail("num_heads " + std::to_string(pb.num_heads) + " is not divisible by num_kv_heads " +
          std::to_string(pb.num_kv_heads));
   if (pb.head_size <= 0) fail("head_size = " + std::to_string(pb.head_size) + " (must be > 0)");
+  if (pb.head_size_v < 0)
+    fail("head_size_v = " + std::to_string(pb.head_size_v) + " (must be >= 0; 0 means head_size)");
   if (pb.seqlens_q.size() != pb.seqlens_k.size())
     fail("seqlens_q has " + std::to_string(pb.seqlens_q.size()) + " sequences, seqlens_k " +
          std::to_string(pb.seqlens_k.size()));
@@ -315,19 +341,31 @@ void validate(const AttentionProblem& pb) {
   }
   const int64_t qn = total_q * pb.num_heads * pb.head_size;
   const int64_t kn = total_k * pb.num_kv_heads * pb.head_size;
+  const int64_t vn = total_k * pb.num_kv_heads * value_head_size(pb);
   if (static_cast<int64_t>(pb.q.size()) != qn)
     fail("q has " + std::to_string(pb.q.size()) + " elements, shape [total_q, num_heads, head_size] needs " +
          std::to_string(qn));
   if (static_cast<int64_t>(pb.k.size()) != kn)
     fail("k has " + std::to_string(pb.k.size()) +
          " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
-  if (static_cast<int64_t>(pb.v.size()) != kn)
-    fail("v has " + std::to_string(pb.v.size()) +
-         " elements, shape [total_k, num_kv_heads, head_size] needs " + std::to_string(kn));
+  if (static_cast<int64_t>(pb.v.size()) != vn)
+    fail("v has " + std::to_string(pb.v.size()) + " elements, shape [total_k, num_kv_heads, " +
+         (pb.head_size_v > 0 ? "head_size_v" : "head_size") + "] needs " + std::to_string(vn));
   if (!pb.mask.empty() && static_cast<int64_t>(pb.mask.size()) != total_mask)
     fail("mask has " + std::to_string(pb.mask.size()) + " elements, sum of Tq_i * Tk_i is " +
          std::to_string(total_mask));
   if (!std::isfinite(pb.softmax_scale)) fail("softmax_scale is not finite");
+  if (!std::isfinite(pb.softcap) || pb.softcap < 0)
+    fail("softcap = " + std::to_string(pb.softcap) + " (must be finite and >= 0; 0 means no cap)");
+  if (pb.window_left < -1)
+    fail("window_left = " + std::to_string(pb.window_left) + " (must be >= -1; -1 means unbounded)");
+  if (pb.window_right < -1)
+    fail("window_right = " + std::to_string(pb.window_right) + " (must be >= -1; -1 means unbounded)");
+  if (!pb.sinks.empty() && static_cast<int64_t>(pb.sinks.size()) != pb.num_heads)
+    fail("sinks has " + std::to_string(pb.sinks.size()) + " values, num_heads is " +
+         std::to_string(pb.num_heads) + " (one per query head, or none)");
+  for (size_t i = 0; i < pb.sinks.size(); ++i)
+    if (!std::isfinite(pb.sinks[i])) fail("sinks[" + std::to_string(i) + "] is not finite");
   if (spec(pb.dtype).storage_bits == 16) {
     auto check16 = [&](const std::vector<uint32_t>& t, const char* name) {
       for (uint32_t b : t)
@@ -351,12 +389,12 @@ namespace {
 // One sequence's keys and values for one KV head, decoded once and shared by every query row
 // (and every query head of the GQA group) that reads them.
 struct KvSlice {
-  int d = 0;
+  int d = 0, dv = 0;  // K's and V's head sizes
   int32_t tk = 0;
   std::vector<double> k;       // [tk, d], exact
   std::vector<int64_t> k_int;  // fp16 only: k * 2^24, exact integers
   std::vector<uint8_t> k_finite;
-  std::vector<double> v;  // [tk, d], exact
+  std::vector<double> v;  // [tk, dv], exact
   // Values as exact integers v * 2^v_shift (0 where not finite), when the slice's finite nonzero
   // values span at most 62 bits (always for fp16; typical bf16/fp32 activations too).
   bool v_fixed_ok = false;
@@ -368,13 +406,14 @@ struct KvSlice {
 constexpr int kFp16Shift = 24;  // fp16 values are integer multiples of 2^-24
 
 void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv_head, KvSlice& kv) {
-  const int d = pb.head_size;
+  const int d = pb.head_size, dv = value_head_size(pb);
   kv.d = d;
+  kv.dv = dv;
   kv.tk = tk;
-  const size_t n = static_cast<size_t>(tk) * d;
+  const size_t n = static_cast<size_t>(tk) * d, nv = static_cast<size_t>(tk) * dv;
   kv.k.resize(n);
   kv.k_finite.assign(static_cast<size_t>(tk), 1);
-  kv.v.resize(n);
+  kv.v.resize(nv);
   kv.v_finite.assign(static_cast<size_t>(tk), 1);
   const bool fp16 = pb.dtype == Format::fp16;
   if (fp16) {
@@ -390,8 +429,11 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
       if (!std::isfinite(kd)) kv.k_finite[j] = 0;
       if (fp16 && std::isfinite(kd))
         kv.k_int[static_cast<size_t>(j) * d + c] = static_cast<int64_t>(kd * 0x1p24);
-      const double vd = decode(pb.dtype, pb.v[base + c]);
-      kv.v[static_cast<size_t>(j) * d + c] = vd;
+    }
+    const size_t vbase = (static_cast<size_t>(k_begin + j) * pb.num_kv_heads + kv_head) * dv;
+    for (int c = 0; c < dv; ++c) {
+      const double vd = decode(pb.dtype, pb.v[vbase + c]);
+      kv.v[static_cast<size_t>(j) * dv + c] = vd;
       if (!std::isfinite(vd)) kv.v_finite[j] = 0;
       if (std::isfinite(vd) && vd != 0) {
         int e = 0;
@@ -405,11 +447,11 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   kv.v_fixed_ok = accumulation() == Accumulation::automatic && (!any_nonzero || max_e - min_lsb <= 62);
   kv.v_shift = any_nonzero ? -min_lsb : 0;
   if (kv.v_fixed_ok) {
-    kv.v_int.resize(n);
+    kv.v_int.resize(nv);
     // Multiplying by 2^v_shift is exact: the results are integers below 2^63 (or zero), and 2^v_shift
     // (|v_shift| <= 173) is a double.
     const double scale = std::ldexp(1.0, static_cast<int>(kv.v_shift));
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < nv; ++i)
       kv.v_int[i] = std::isfinite(kv.v[i]) ? static_cast<int64_t>(kv.v[i] * scale) : 0;
   }
 }
@@ -439,20 +481,24 @@ void load_query(const AttentionProblem& pb, int64_t token, int32_t head, Query& 
 // Computes rows for one (sequence, KV head), reusing all temporaries.
 struct RowEngine {
   mpfr_prec_t prec;
-  int d;
+  int d, dv;  // K's and V's head sizes
   MpVec scores;
   MpVec prods;
   std::vector<mpfr_ptr> prod_ptrs;
   std::vector<int32_t> visible;
+  Mp sink;  // the row's sink logit (a float: exact)
   WeightedSoftmax ws;
 
-  RowEngine(mpfr_prec_t prec_, int d_)
-      : prec(prec_), d(d_), prods(static_cast<size_t>(d_), 53), ws(prec_, d_) {
+  RowEngine(mpfr_prec_t prec_, int d_, int dv_)
+      : prec(prec_), d(d_), dv(dv_), prods(static_cast<size_t>(d_), 53), sink(prec_), ws(prec_, dv_) {
     prod_ptrs.resize(static_cast<size_t>(d));
     for (int c = 0; c < d; ++c) prod_ptrs[c] = prods[c];
   }
 
-  void score(mpfr_ptr out, Format dtype, const Query& qr, const KvSlice& kv, int32_t j, double scale) {
+  // softcap > 0 caps the scaled score: out = softcap * tanh(out / softcap), each step rounded once in
+  // working precision (tanh' <= 1, so the score's rounding carries through unamplified).
+  void score(mpfr_ptr out, Format dtype, const Query& qr, const KvSlice& kv, int32_t j, double scale,
+             double softcap) {
     const double* k = kv.k.data() + static_cast<size_t>(j) * d;
     if (dtype == Format::fp16 && qr.finite && kv.k_finite[j]) {
       // Exact: |q_int k_int| < 2^80 and d < 2^31 terms, far inside 127 bits.
@@ -474,32 +520,50 @@ struct RowEngine {
       mpfr_sum(out, prod_ptrs.data(), static_cast<unsigned long>(d), MPFR_RNDN);
     }
     mpfr_mul_d(out, out, scale, MPFR_RNDN);
+    if (softcap > 0) {  // +-inf caps to +-softcap; NaN stays NaN
+      mpfr_div_d(out, out, softcap, MPFR_RNDN);
+      mpfr_tanh(out, out, MPFR_RNDN);
+      mpfr_mul_d(out, out, softcap, MPFR_RNDN);
+    }
   }
 
-  // Query row t (0-based in its sequence of tq queries over tk keys).
+  // Query row t (0-based in its sequence of tq queries over tk keys) of query head `head`.
   void row(const AttentionProblem& pb, const Query& qr, const KvSlice& kv, int32_t t, int32_t tq,
-           const uint8_t* mask_row, LseBase base, ExactRow& out) {
+           int32_t head, const uint8_t* mask_row, LseBase base, ExactRow& out) {
     const int32_t tk = kv.tk;
-    int64_t last = tk - 1;
-    if (pb.causal) last = std::min<int64_t>(last, int64_t{t} + tk - tq);  // bottom-right aligned
+    // Keys around the bottom-right aligned diagonal: causal and window_right bound it above,
+    // window_left below.
+    const int64_t diag = int64_t{t} + tk - tq;
+    int64_t first = 0, last = tk - 1;
+    if (pb.causal) last = std::min(last, diag);
+    if (pb.window_right >= 0) last = std::min(last, diag + pb.window_right);
+    if (pb.window_left >= 0) first = std::max(first, diag - pb.window_left);
     visible.clear();
-    for (int64_t j = 0; j <= last; ++j)
+    for (int64_t j = first; j <= last; ++j)
       if (!mask_row || mask_row[j]) visible.push_back(static_cast<int32_t>(j));
     if (scores.size() < visible.size())
       scores.resize(std::max<size_t>(visible.size(), static_cast<size_t>(tk)), prec);
     const double scale = static_cast<double>(pb.softmax_scale);
-    for (size_t i = 0; i < visible.size(); ++i) score(scores[i], pb.dtype, qr, kv, visible[i], scale);
+    const double softcap = static_cast<double>(pb.softcap);
+    for (size_t i = 0; i < visible.size(); ++i)
+      score(scores[i], pb.dtype, qr, kv, visible[i], scale, softcap);
+    mpfr_srcptr row_sink = nullptr;
+    if (!pb.sinks.empty()) {
+      mpfr_set_d(sink, static_cast<double>(pb.sinks[static_cast<size_t>(head)]), MPFR_RNDN);  // exact
+      row_sink = sink;
+    }
     const std::vector<double>& v = kv.v;
     const std::vector<int64_t>& vi = kv.v_int;
     const auto& vis = visible;
-    const int dd = d;
+    const int ddv = dv;
     bool use_fixed = kv.v_fixed_ok;
     for (size_t i = 0; i < visible.size() && use_fixed; ++i) use_fixed = kv.v_finite[visible[i]] != 0;
     ws.run(
-        visible.size(), scores.data(), d,
-        [&v, &vis, dd](size_t i, int c) { return v[static_cast<size_t>(vis[i]) * dd + c]; }, base, out.o,
+        visible.size(), scores.data(), dv,
+        [&v, &vis, ddv](size_t i, int c) { return v[static_cast<size_t>(vis[i]) * ddv + c]; }, base, out.o,
         out.lse, out.empty, use_fixed,
-        [&vi, &vis, dd](size_t i, int c) { return vi[static_cast<size_t>(vis[i]) * dd + c]; }, kv.v_shift);
+        [&vi, &vis, ddv](size_t i, int c) { return vi[static_cast<size_t>(vis[i]) * ddv + c]; }, kv.v_shift,
+        row_sink);
     if (visible.empty()) out.empty = true;
   }
 };
@@ -526,10 +590,10 @@ ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t 
   thread_local Query qr;
   load_kv(pb, off.k[s], tk, kv_head, kv);
   load_query(pb, token, head, qr);
-  RowEngine eng(prec, pb.head_size);
+  RowEngine eng(prec, pb.head_size, value_head_size(pb));
   const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + off.mask[s] + int64_t{t} * tk;
   ExactRow out;
-  eng.row(pb, qr, kv, t, tq, mask_row, base, out);
+  eng.row(pb, qr, kv, t, tq, head, mask_row, base, out);
   return out;
 }
 
@@ -539,7 +603,7 @@ std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) 
   const SequenceOffsets off = sequence_offsets(pb.seqlens_q, pb.seqlens_k);
   const int32_t h = pb.num_heads, group = pb.num_heads / pb.num_kv_heads;
   std::vector<ExactRow> out(static_cast<size_t>(off.q.back() * h));
-  RowEngine eng(prec, pb.head_size);
+  RowEngine eng(prec, pb.head_size, value_head_size(pb));
   KvSlice kv;
   Query qr;
   for (size_t s = 0; s < pb.seqlens_q.size(); ++s) {
@@ -552,7 +616,7 @@ std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) 
         const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + off.mask[s] + int64_t{t} * tk;
         for (int32_t i = g * group; i < (g + 1) * group; ++i) {
           load_query(pb, token, i, qr);
-          eng.row(pb, qr, kv, t, tq, mask_row, base, out[static_cast<size_t>(token * h + i)]);
+          eng.row(pb, qr, kv, t, tq, i, mask_row, base, out[static_cast<size_t>(token * h + i)]);
         }
       }
     }

@@ -4,11 +4,14 @@
 // Where rounding happens, and the bound that covers it (u = 2^-53, gamma(n) = n u / (1 - n u)):
 //   score GEMM  S = Q K^T         products exact, sums: |err| <= gamma(d) sum_c |q_c| kmax_c
 //   s = scale * S                 one rounding: u |s|
-//   a = s - m (m = max s)         one rounding: u |a|; the exact row is shift-invariant, so m is a
+//   c = cap tanh(s / cap)         softcap only: the score error carries through (|tanh'| <= 1), plus
+//                                 u |s| (the quotient), 4 ulp of tanh and u |c| (the product)
+//   a = c - m (m = max c, sink)   one rounding: u |a|; the exact row is shift-invariant, so m is a
 //                                 free constant and only a's error matters: eps = max over the row
 //   p = exp(a)                    glibc exp, taken as <= 4 ulp (2^-50 relative) + 2^-1072 absolute
 //                                 (subnormal results); with the argument error: |p - p*| <= eta p* + tau
 //   [acc | l | absacc] = P [V | 1 | |V|]   products and sums: gamma(n) sum p |v| (l: gamma(n) sum p)
+//   l += exp(sink - m)            sinks only: a weight like the others, one more addition to l
 //   o = acc / l, lse = m + log l  one rounding each (log: <= 4 ulp)
 // The bound expressions are themselves evaluated in double on nonnegative quantities (fewer than a
 // few hundred roundings each), then inflated by 1 + 2^-40, which covers them. This file is compiled
@@ -27,6 +30,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "attncheck/reference/offsets.hpp"
 
@@ -34,8 +38,9 @@ namespace attncheck::ref {
 namespace {
 
 constexpr double kU = 0x1p-53;
-constexpr double kExpRel = 0x1p-50;  // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
-constexpr double kLogRel = 0x1p-50;  // glibc log: likewise
+constexpr double kExpRel = 0x1p-50;   // glibc exp: the manual lists 1 ulp; we allow 4 (= 2^-50 relative)
+constexpr double kLogRel = 0x1p-50;   // glibc log: likewise
+constexpr double kTanhRel = 0x1p-50;  // glibc tanh: the manual lists 2 ulp; we allow 4 (softcap)
 // exp results in double's subnormal range err by up to 4 subnormal ulps (2^-1072 each): kTiny covers them.
 constexpr double kTiny = 0x1p-900;              // covers all underflow terms (n 2^-1072 |v|max < 2^-900)
 constexpr double kMaxLogit = 0x1p32;            // beyond: the MPFR margin below is not justified, escalate
@@ -85,8 +90,9 @@ class Decoder {
 struct Slice {
   int64_t q_begin = 0, mask_begin = 0;
   int32_t tq = 0, tk = 0, kv_head = 0;
+  int dv = 0;                 // V's head size
   RowMat k;                   // [tk, d]; non-finite entries replaced by 0 (rows that see them are escalated)
-  RowMat vaug;                // [tk, 2d + 1] = [v | 1 | |v|], non-finite v replaced by 0
+  RowMat vaug;                // [tk, 2 dv + 1] = [v | 1 | |v|], non-finite v replaced by 0
   std::vector<double> kmax;   // max_j |k_jc| over the slice's finite keys
   double knorm_max = 0;       // >= max_j ||k_j||_2 over the finite keys
   std::vector<int> kquantum;  // min_j quantum_exponent(k_jc) over the finite keys
@@ -95,31 +101,35 @@ struct Slice {
 
 void load_slice(const AttentionProblem& pb, const SequenceOffsets& off, size_t seq, int32_t kv_head,
                 Slice& sl) {
-  const int d = pb.head_size;
+  const int d = pb.head_size, dv = value_head_size(pb);
   sl.q_begin = off.q[seq];
   sl.mask_begin = off.mask[seq];
   sl.tq = pb.seqlens_q[seq];
   sl.tk = pb.seqlens_k[seq];
   sl.kv_head = kv_head;
+  sl.dv = dv;
   sl.k.resize(sl.tk, d);
-  sl.vaug.resize(sl.tk, 2 * d + 1);
+  sl.vaug.resize(sl.tk, 2 * dv + 1);
   sl.kmax.assign(static_cast<size_t>(d), 0.0);
   sl.nonfinite_prefix.assign(static_cast<size_t>(sl.tk) + 1, 0);
   sl.knorm_max = 0;
   sl.kquantum.assign(static_cast<size_t>(d), kNoQuantum);
   const Decoder dec(pb.dtype);
   for (int32_t j = 0; j < sl.tk; ++j) {
-    const size_t base = (static_cast<size_t>(off.k[seq] + j) * pb.num_kv_heads + kv_head) * d;
+    const size_t key = static_cast<size_t>(off.k[seq] + j) * pb.num_kv_heads + kv_head;
     bool finite = true;
     for (int c = 0; c < d; ++c) {
-      const double kc = dec(pb.k[base + c]);
-      const double vc = dec(pb.v[base + c]);
-      finite = finite && std::isfinite(kc) && std::isfinite(vc);
+      const double kc = dec(pb.k[key * d + c]);
+      finite = finite && std::isfinite(kc);
       sl.k(j, c) = std::isfinite(kc) ? kc : 0.0;
-      sl.vaug(j, c) = std::isfinite(vc) ? vc : 0.0;
-      sl.vaug(j, d + 1 + c) = std::fabs(sl.vaug(j, c));
     }
-    sl.vaug(j, d) = 1.0;
+    for (int c = 0; c < dv; ++c) {
+      const double vc = dec(pb.v[key * dv + c]);
+      finite = finite && std::isfinite(vc);
+      sl.vaug(j, c) = std::isfinite(vc) ? vc : 0.0;
+      sl.vaug(j, dv + 1 + c) = std::fabs(sl.vaug(j, c));
+    }
+    sl.vaug(j, dv) = 1.0;
     if (finite) {
       double sq = 0;
       for (int c = 0; c < d; ++c) {
@@ -139,8 +149,9 @@ void load_slice(const AttentionProblem& pb, const SequenceOffsets& off, size_t s
 struct Workspace {
   RowMat q, s, r, part;
   std::vector<uint8_t> q_finite;
-  std::vector<double> eps;  // per row: bound on the exp arguments' error
-  std::vector<int32_t> ts;  // the block's query positions
+  std::vector<double> eps;     // per row: bound on the exp arguments' error
+  std::vector<double> sink_p;  // per row: the sink's weight exp(sink - m) (0 without sinks)
+  std::vector<int32_t> ts;     // the block's query positions
   std::vector<FastRow> rows;
 };
 
@@ -152,20 +163,37 @@ struct Params {
 // Rows ts[0..count) (positions within the slice's sequence) of query head `head`. Fills ws.rows.
 void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, const int32_t* ts,
                    int32_t count, const Params& par, Workspace& ws) {
-  const int d = pb.head_size;
+  const int d = pb.head_size, dv = sl.dv;
   const int64_t tk = sl.tk;
   const double scale = static_cast<double>(pb.softmax_scale);
-  auto last_visible = [&](int32_t t) -> int64_t {  // bottom-right aligned causal limit
-    int64_t last = tk - 1;
-    if (pb.causal) last = std::min<int64_t>(last, int64_t{t} + tk - sl.tq);
-    return last;
+  const double cap = static_cast<double>(pb.softcap);  // 0: no cap
+  const bool has_sink = !pb.sinks.empty();
+  const double sink = has_sink ? static_cast<double>(pb.sinks[static_cast<size_t>(head)]) : 0.0;  // exact
+  // Keys [first, last] of query t around the bottom-right aligned diagonal (none when first > last):
+  // causal and window_right bound it above, window_left below.
+  auto key_range = [&](int32_t t) -> std::pair<int64_t, int64_t> {
+    const int64_t diag = int64_t{t} + tk - sl.tq;
+    int64_t first = 0, last = tk - 1;
+    if (pb.causal) last = std::min(last, diag);
+    if (pb.window_right >= 0) last = std::min(last, diag + pb.window_right);
+    if (pb.window_left >= 0) first = std::max(first, diag - pb.window_left);
+    return {first, last};
   };
-  int64_t n = 0;  // keys the block needs
-  for (int32_t r = 0; r < count; ++r) n = std::max<int64_t>(n, last_visible(ts[r]) + 1);
+  // Keys the block needs: [lo, n), the union of its rows' ranges (a sliding window skips the rest).
+  int64_t lo = tk, n = 0;
+  for (int32_t r = 0; r < count; ++r) {
+    const auto [first, last] = key_range(ts[r]);
+    if (first > last) continue;
+    lo = std::min(lo, first);
+    n = std::max(n, last + 1);
+  }
+  lo = std::min(lo, n);
+  const int64_t width = n - lo;  // S's column i is key lo + i
 
   ws.q.resize(count, d);
   ws.q_finite.assign(static_cast<size_t>(count), 1);
   ws.eps.assign(static_cast<size_t>(count), 0.0);
+  ws.sink_p.assign(static_cast<size_t>(count), 0.0);
   ws.rows.resize(static_cast<size_t>(count));
   const Decoder dec(pb.dtype);
   for (int32_t r = 0; r < count; ++r) {
@@ -176,55 +204,78 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
       ws.q(r, c) = std::isfinite(x) ? x : 0.0;
     }
   }
-  if (ws.s.rows() < count || ws.s.cols() < n)
-    ws.s.resize(std::max<Eigen::Index>(ws.s.rows(), count), std::max<Eigen::Index>(ws.s.cols(), n));
-  auto S = ws.s.topLeftCorner(count, n);
-  if (n > 0) S.noalias() = ws.q * sl.k.topRows(n).transpose();
+  if (ws.s.rows() < count || ws.s.cols() < width)
+    ws.s.resize(std::max<Eigen::Index>(ws.s.rows(), count), std::max<Eigen::Index>(ws.s.cols(), width));
+  auto S = ws.s.topLeftCorner(count, width);
+  if (width > 0) S.noalias() = ws.q * sl.k.middleRows(lo, width).transpose();
 
   for (int32_t r = 0; r < count; ++r) {
     const int32_t t = ts[r];
     FastRow& fr = ws.rows[r];
-    fr.o.assign(static_cast<size_t>(d), 0.0);
-    fr.o_bound.assign(static_cast<size_t>(d), 0.0);
+    fr.o.assign(static_cast<size_t>(dv), 0.0);
+    fr.o_bound.assign(static_cast<size_t>(dv), 0.0);
     fr.lse = -kInf;
     fr.lse_bound = 0;
     fr.empty = false;
     fr.certified = true;
-    const int64_t last = last_visible(t);
+    const auto [first, last] = key_range(t);
     const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + sl.mask_begin + int64_t{t} * tk;
-    auto visible = [&](int64_t j) { return j <= last && (!mask_row || mask_row[j]); };
-    // Scores, their maximum, and whether the row sees a non-finite input.
+    auto visible = [&](int64_t j) { return j >= first && j <= last && (!mask_row || mask_row[j]); };
+    // Scores (capped), their maximum, and whether the row sees a non-finite input. smax_abs is over
+    // the scaled scores before the cap, cmax_abs over the capped ones.
     int64_t count_visible = 0;
     bool sees_nonfinite = !ws.q_finite[r];
-    double m = -kInf, smax_abs = 0;
-    for (int64_t j = 0; j < n; ++j) {
+    double m = -kInf, smax_abs = 0, cmax_abs = 0;
+    for (int64_t j = lo; j < n; ++j) {
       if (!visible(j)) continue;
       ++count_visible;
       if (sl.nonfinite_prefix[j + 1] != sl.nonfinite_prefix[j]) sees_nonfinite = true;
-      const double s = scale * S(r, j);
-      S(r, j) = s;
-      m = std::max(m, s);
+      const double s = scale * S(r, j - lo);
       smax_abs = std::max(smax_abs, std::fabs(s));
+      double c = s;
+      if (cap > 0) {
+        c = cap * std::tanh(s / cap);
+        cmax_abs = std::max(cmax_abs, std::fabs(c));
+      }
+      S(r, j - lo) = c;
+      m = std::max(m, c);
     }
     if (count_visible == 0) {  // the empty row, exact by definition (whatever the query holds)
       fr.empty = true;
-      for (int64_t j = 0; j < n; ++j) S(r, j) = 0;
+      for (int64_t j = 0; j < width; ++j) S(r, j) = 0;
+      if (has_sink) {  // O = 0 and LSE = sink, exact in base e
+        if (par.base == LseBase::two) {
+          const double lse2 = sink * kInvLn2;
+          fr.lse = lse2;
+          fr.lse_bound = (kU * std::fabs(lse2) * (1 + 2 * kU) + std::fabs(sink) * kU * kInvLn2Upper +
+                          par.mp_rel * (std::fabs(sink) + 1) * kInvLn2Upper + kTiny) *
+                         kEval;
+        } else {
+          fr.lse = sink;
+        }
+      }
       continue;
     }
-    if (sees_nonfinite || !(smax_abs <= kMaxLogit)) {
+    if (sees_nonfinite || !(smax_abs <= kMaxLogit) || (has_sink && !(std::fabs(sink) <= kMaxLogit))) {
       fr.certified = false;
-      for (int64_t j = 0; j < n; ++j) S(r, j) = 0;
+      for (int64_t j = 0; j < width; ++j) S(r, j) = 0;
       continue;
     }
+    if (has_sink) m = std::max(m, sink);
     double amax = 0;
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = lo; j < n; ++j) {
       if (!visible(j)) {
-        S(r, j) = 0;
+        S(r, j - lo) = 0;
         continue;
       }
-      const double a = S(r, j) - m;
+      const double a = S(r, j - lo) - m;
       amax = std::max(amax, -a);
-      S(r, j) = std::exp(a);
+      S(r, j - lo) = std::exp(a);
+    }
+    if (has_sink) {  // the sink's argument: exact sink, one rounded subtraction as for a key
+      const double a = sink - m;
+      amax = std::max(amax, -a);
+      ws.sink_p[r] = std::exp(a);
     }
     // Argument error: |a_j - (s*_j - m)| <= E_dot (1 + u) + u (1 + 2u) |s_j| + u |a_j|.
     // sum_c |q_c k_jc| <= min(sum_c |q_c| kmax_c, ||q|| max_j ||k_j||) (Cauchy-Schwarz).
@@ -246,21 +297,31 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
     }
     const bool exact_dot = qmin == kNoQuantum || bq <= std::ldexp(1.0, std::min(qmin + 53, 1023));
     const double e_dot = exact_dot ? 0.0 : std::fabs(scale) * gamma_n(d) * bq;
-    ws.eps[r] = (e_dot * (1 + kU) + kU * (1 + 2 * kU) * smax_abs + kU * amax + kTiny) * kEval;
+    double e_logit = e_dot * (1 + kU) + kU * (1 + 2 * kU) * smax_abs;  // |s_j - s*_j|
+    if (cap > 0) {
+      // c = fl(cap fl(tanh(fl(s / cap)))): |tanh'| <= 1 carries |s - s*| / cap through unamplified
+      // (times cap: |s - s*|); the quotient adds u |s| (1 + 4u), tanh r_tanh and the product u,
+      // relative to |c| up to (1 + 2^-48) (FAST.md, step 1b).
+      e_logit += kU * (1 + 4 * kU) * smax_abs + (kTanhRel + kU) * (1 + 0x1p-48) * cmax_abs;
+    }
+    ws.eps[r] = (e_logit + kU * amax + kTiny) * kEval;
     fr.lse = m;  // the shift; finished below
   }
 
   // P [V | 1 | |V|] in chunks of kChunk keys summed here in order: each chunk's GEMM errs by at
   // most gamma(kChunk) of its sum of |terms|, the chunk sums add gamma(chunks), so the total is
   // gamma(kChunk + chunks) instead of gamma(n) (28x tighter at n = 8192), for the same flops.
-  ws.r.setZero(count, 2 * d + 1);
+  ws.r.setZero(count, 2 * dv + 1);
   int64_t chunks = 0;
-  for (int64_t k0 = 0; k0 < n; k0 += kChunk, ++chunks) {
-    const int64_t len = std::min<int64_t>(kChunk, n - k0);
-    ws.part.noalias() = S.middleCols(k0, len) * sl.vaug.middleRows(k0, len);
+  for (int64_t k0 = 0; k0 < width; k0 += kChunk, ++chunks) {
+    const int64_t len = std::min<int64_t>(kChunk, width - k0);
+    ws.part.noalias() = S.middleCols(k0, len) * sl.vaug.middleRows(lo + k0, len);
     ws.r += ws.part;
   }
-  const double gn = gamma_n(static_cast<double>(std::min<int64_t>(n, kChunk) + chunks) + 1);
+  const double gn = gamma_n(static_cast<double>(std::min<int64_t>(width, kChunk) + chunks) + 1);
+  // The sink's weight joins l by one more rounded addition.
+  const double gn_l =
+      has_sink ? gamma_n(static_cast<double>(std::min<int64_t>(width, kChunk) + chunks) + 2) : gn;
   for (int32_t r = 0; r < count; ++r) {
     FastRow& fr = ws.rows[r];
     if (fr.empty || !fr.certified) continue;
@@ -272,19 +333,19 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
     }
     // |p_hat - p*| <= eta p* + tau with eta = (1 + r_exp) expm1(eps) + r_exp, expm1(eps) <= eps (1 + eps).
     const double eta = ((1 + kExpRel) * eps * (1 + eps) + kExpRel) * kEval;
-    const double l_hat = ws.r(r, d);
-    const double sum_p_hat = l_hat / (1 - gn) + kTiny;      // computed sum -> true sum of p_hat
+    const double l_hat = has_sink ? ws.r(r, dv) + ws.sink_p[r] : ws.r(r, dv);
+    const double sum_p_hat = l_hat / (1 - gn_l) + kTiny;    // computed sum -> true sum of p_hat
     const double l_star = (sum_p_hat + kTiny) / (1 - eta);  // exact l above
-    const double e_l = (gn * sum_p_hat + eta * l_star + kTiny) * kEval;
+    const double e_l = (gn_l * sum_p_hat + eta * l_star + kTiny) * kEval;
     const double rho = e_l / l_hat;
     if (!(rho <= 0.5)) {
       fr.certified = false;
       continue;
     }
     const double l_low = l_hat - e_l;
-    for (int c = 0; c < d; ++c) {
+    for (int c = 0; c < dv; ++c) {
       const double acc = ws.r(r, c);
-      const double a_abs = ws.r(r, d + 1 + c) / (1 - gn) + kTiny;  // sum p_hat |v| above
+      const double a_abs = ws.r(r, dv + 1 + c) / (1 - gn) + kTiny;  // sum p_hat |v| above
       const double e_acc = gn * a_abs + eta * (a_abs + kTiny) / (1 - eta) + kTiny;
       const double o = acc / l_hat;
       double bound =
@@ -496,7 +557,7 @@ void FastAttentionReference::for_rows(
 RoundedAttention FastAttentionReference::rounded(Format o_format, Format lse_format) {
   const AttentionProblem& pb = problem_;
   const int64_t total_q = sequence_offsets(pb.seqlens_q, pb.seqlens_k).q.back();
-  const int d = pb.head_size;
+  const int d = value_head_size(pb);
   RoundedAttention out;
   out.o.assign(static_cast<size_t>(total_q * pb.num_heads * d), 0);
   out.lse.assign(static_cast<size_t>(total_q * pb.num_heads), 0);
@@ -507,7 +568,13 @@ RoundedAttention FastAttentionReference::rounded(Format o_format, Format lse_for
     int64_t undecided = 0;
     if (fr.empty) {
       for (int c = 0; c < d; ++c) o[c] = round_double_to_format(o_format, 0.0);
-      out.lse[row] = round_double_to_format(lse_format, -kInf);
+      // -inf, or the sink: exact in base e, within lse_bound of it in base two.
+      if (fr.lse_bound == 0)
+        out.lse[row] = round_double_to_format(lse_format, fr.lse);
+      else if (const auto r = certain_rounding(lse_format, fr.lse, fr.lse_bound))
+        out.lse[row] = *r;
+      else
+        ++undecided;
     } else if (fr.certified) {
       for (int c = 0; c < d; ++c) {
         const auto r = certain_rounding(o_format, fr.o[c], fr.o_bound[c]);
@@ -540,7 +607,7 @@ AttentionUlpErrors FastAttentionReference::ulp_errors(Format o_format, const std
                                                       const std::vector<double>& lse_values) {
   const AttentionProblem& pb = problem_;
   const int64_t total_q = sequence_offsets(pb.seqlens_q, pb.seqlens_k).q.back();
-  const int d = pb.head_size;
+  const int d = value_head_size(pb);
   const size_t rows = static_cast<size_t>(total_q * pb.num_heads);
   if (o_bits.size() != rows * d)
     throw ReferenceError("ulp_errors: O has " + std::to_string(o_bits.size()) +
@@ -569,7 +636,7 @@ AttentionUlpErrors FastAttentionReference::ulp_errors(Format o_format, const std
       }
       if (with_lse) {
         const double yl = lse_values[row];
-        if (fr.empty) {  // exact LSE = -inf
+        if (fr.empty && std::isinf(fr.lse)) {  // exact LSE = -inf (no sink)
           const bool same = std::isinf(yl) && yl < 0;
           out.lse[row] =
               same ? UlpError{ErrorClass::finite, 0.0} : UlpError{ErrorClass::wrong_nonfinite, kInf};

@@ -12,7 +12,9 @@
 //     round_to_format of exact_attention bit for bit in fp16, bf16 and fp32, and its ulp errors of
 //     perturbed outputs equal ulp_error against the exact row (class, and ulps within 1/100);
 //   - rows built to land within a hair of (or exactly on) an fp16 rounding boundary: the fast
-//     path cannot decide them, escalates, and still equals the exact path.
+//     path cannot decide them, escalates, and still equals the exact path;
+//   - the variants (softcap saturating on huge logits, windows emptying rows, sinks above every
+//     score, dv != d, with GQA and causal): the same checks, and few escalations on ordinary data.
 // Inputs are rounded to their storage format by the exact reference's round_to_format.
 #include <rapidcheck.h>
 
@@ -84,6 +86,25 @@ const char* kind_name(Kind k) {
   }
 }
 
+// Sinks drawn per query head: none, N(0, 2), above every score (20 + |N(0, 1)|), or so far above
+// that every key's weight underflows in double (2000 + |N(0, 1)|).
+enum class SinkKind { none, ordinary, large, huge, count };
+
+const char* sink_name(SinkKind k) {
+  switch (k) {
+    case SinkKind::none:
+      return "none";
+    case SinkKind::ordinary:
+      return "ordinary";
+    case SinkKind::large:
+      return "large";
+    case SinkKind::huge:
+      return "huge";
+    default:
+      return "?";
+  }
+}
+
 struct Shape {
   Format dtype = Format::fp16;
   int32_t kv_heads = 1, group = 1, d = 4;
@@ -91,7 +112,14 @@ struct Shape {
   bool causal = false, masked = false;
   Kind kind = Kind::random;
   uint64_t seed = 1;
+  // The variants (AttentionProblem): defaults give the plain problem.
+  int32_t dv = 0;  // head_size_v
+  float softcap = 0.0f;
+  int32_t window_left = -1, window_right = -1;
+  SinkKind sinks = SinkKind::none;
 };
+
+int32_t value_size(const AttentionProblem& pb) { return pb.head_size_v > 0 ? pb.head_size_v : pb.head_size; }
 
 uint32_t store(Format f, double x) { return round_to_format(f, x); }
 
@@ -106,6 +134,11 @@ AttentionProblem build(const Shape& s) {
   pb.seqlens_q = s.sq;
   pb.seqlens_k = s.sk;
   pb.causal = s.causal;
+  pb.head_size_v = s.dv;
+  pb.softcap = s.softcap;
+  pb.window_left = s.window_left;
+  pb.window_right = s.window_right;
+  const int32_t dv = value_size(pb);
   int64_t tq = 0, tk = 0, tmask = 0;
   for (size_t i = 0; i < s.sq.size(); ++i) {
     tq += s.sq[i];
@@ -123,11 +156,13 @@ AttentionProblem build(const Shape& s) {
     pb.softmax_scale = 0.0625f;
   }
   for (int64_t i = 0; i < tq * pb.num_heads * s.d; ++i) pb.q.push_back(store(s.dtype, q_mag * normal(rng)));
-  for (int64_t i = 0; i < tk * s.kv_heads * s.d; ++i) {
-    pb.k.push_back(store(s.dtype, normal(rng)));
-    pb.v.push_back(store(s.dtype, normal(rng)));
+  // K and V drawn alternately (the same stream as before V had its own head size).
+  const int64_t nk = tk * s.kv_heads * s.d, nv = tk * s.kv_heads * dv;
+  for (int64_t i = 0; i < std::max(nk, nv); ++i) {
+    if (i < nk) pb.k.push_back(store(s.dtype, normal(rng)));
+    if (i < nv) pb.v.push_back(store(s.dtype, normal(rng)));
   }
-  const size_t kv_row = static_cast<size_t>(s.kv_heads * s.d);
+  const size_t kv_row = static_cast<size_t>(s.kv_heads * s.d), v_row = static_cast<size_t>(s.kv_heads * dv);
   if (s.kind == Kind::late_outlier) {  // the last key of each sequence dominates late
     int64_t k0 = 0;
     for (size_t i = 0; i < s.sk.size(); ++i) {
@@ -140,12 +175,16 @@ AttentionProblem build(const Shape& s) {
     }
   }
   if (s.kind == Kind::cancelling) {  // values in +- pairs, equal keys: sums cancel (often exactly)
-    for (int64_t j = 1; j < tk; j += 2)
-      for (size_t e = 0; e < kv_row; ++e) {
-        const size_t a = static_cast<size_t>(j) * kv_row + e, b = a - kv_row;
+    for (int64_t j = 1; j < tk; j += 2) {
+      for (size_t e = 0; e < v_row; ++e) {
+        const size_t a = static_cast<size_t>(j) * v_row + e, b = a - v_row;
         pb.v[a] = store(s.dtype, -decode(s.dtype, pb.v[b]));
-        if (j % 4 == 1) pb.k[a] = pb.k[b];
       }
+      for (size_t e = 0; e < kv_row && j % 4 == 1; ++e) {
+        const size_t a = static_cast<size_t>(j) * kv_row + e, b = a - kv_row;
+        pb.k[a] = pb.k[b];
+      }
+    }
   }
   if (s.masked || s.kind == Kind::masked_rows) {
     std::bernoulli_distribution keep(s.kind == Kind::masked_rows ? 0.5 : 0.8);
@@ -162,10 +201,18 @@ AttentionProblem build(const Shape& s) {
   }
   if (s.kind == Kind::nonfinite && tk > 0) {
     std::uniform_int_distribution<int64_t> pick(0, tk * static_cast<int64_t>(kv_row) - 1);
+    std::uniform_int_distribution<int64_t> pick_v(0, tk * static_cast<int64_t>(v_row) - 1);
     const double specials[] = {kInf, -kInf, std::numeric_limits<double>::quiet_NaN()};
-    pb.v[static_cast<size_t>(pick(rng))] = store(s.dtype, specials[s.seed % 3]);
+    pb.v[static_cast<size_t>(pick_v(rng))] = store(s.dtype, specials[s.seed % 3]);
     pb.k[static_cast<size_t>(pick(rng))] = store(s.dtype, specials[(s.seed / 3) % 3]);
   }
+  if (s.sinks != SinkKind::none)
+    for (int32_t i = 0; i < pb.num_heads; ++i) {
+      const double z = normal(rng);
+      pb.sinks.push_back(static_cast<float>(s.sinks == SinkKind::ordinary ? 2 * z
+                                            : s.sinks == SinkKind::large  ? 20 + std::fabs(z)
+                                                                          : 2000 + std::fabs(z)));
+    }
   return pb;
 }
 
@@ -189,12 +236,28 @@ rc::Gen<Shape> gen_shape() {
   });
 }
 
+// The plain shapes plus the variants: dv != d, softcap (small caps saturate on huge logits),
+// windows (with Tq > Tk and masks they empty rows), sinks of every kind.
+rc::Gen<Shape> gen_variant_shape() {
+  return rc::gen::exec([] {
+    Shape s = *gen_shape();
+    s.dv = *rc::gen::element(0, 0, 1, 5, 24);
+    s.softcap = *rc::gen::element(0.0f, 0.0f, 0.5f, 5.0f, 30.0f);
+    s.window_left = *rc::gen::element(-1, -1, 0, 1, 4);
+    s.window_right = *rc::gen::element(-1, -1, 0, 2);
+    s.sinks = static_cast<SinkKind>(*rc::gen::inRange(0, static_cast<int>(SinkKind::count)));
+    return s;
+  });
+}
+
 std::string describe(const Shape& s) {
   std::ostringstream os;
   os << spec(s.dtype).name << " kv_heads=" << s.kv_heads << " group=" << s.group << " d=" << s.d
      << " causal=" << s.causal << " masked=" << s.masked << " kind=" << kind_name(s.kind)
      << " seed=" << s.seed << " seqs=";
   for (size_t i = 0; i < s.sq.size(); ++i) os << s.sq[i] << "x" << s.sk[i] << " ";
+  os << "dv=" << s.dv << " softcap=" << s.softcap << " window=" << s.window_left << "/" << s.window_right
+     << " sinks=" << sink_name(s.sinks);
   return os.str();
 }
 
@@ -212,7 +275,7 @@ int64_t g_rows = 0, g_escalated = 0;
 int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::string& what) {
   const std::vector<ExactRow> exact = exact_attention(pb, base);
   const int64_t rows = total(pb.seqlens_q) * pb.num_heads;
-  const int d = pb.head_size;
+  const int d = value_size(pb);  // O's head size
   FastOptions opt;
   opt.threads = 2;
   opt.base = base;
@@ -228,8 +291,11 @@ int64_t check_problem(const AttentionProblem& pb, LseBase base, const std::strin
     const FastRow& f = fr[static_cast<size_t>(i)];
     if (!f.certified) continue;  // the fast path claims nothing (a -inf score may even empty the row)
     FAST_EXPECT(f.empty == ex.empty, what << " row " << i);
-    if (f.empty) {
-      FAST_EXPECT(isinf(ex.lse), what << " row " << i);
+    if (f.empty) {  // LSE -inf, or the sink (exact in base e, bounded in base two)
+      if (pb.sinks.empty())
+        FAST_EXPECT(isinf(ex.lse), what << " row " << i);
+      else
+        FAST_EXPECT(abs(Real(f.lse) - ex.lse) <= Real(f.lse_bound), what << " empty row " << i);
       continue;
     }
     for (int c = 0; c < d; ++c)
@@ -628,4 +694,149 @@ TEST_CASE("dot products that cancel: the score GEMM's rounding is covered by the
       pb.v.push_back(store(Format::fp32, small(rng) / 4.0));
     }
   check_problem(pb, LseBase::e, "cancelling dot products");
+}
+
+TEST_CASE("glibc tanh stays within the error the analysis assumes", "[fast][libm]") {
+  // The softcap bound takes tanh as 4 ulp (2^-50 relative); glibc documents 2. Sampled against MPFR
+  // over the unsaturated range, near zero, and where it saturates.
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> arg(-20.0, 20.0);
+  Real worst = 0;
+  for (int i = 0; i < 30000; ++i) {
+    const double x = i % 3 == 0   ? arg(rng)
+                     : i % 3 == 1 ? std::ldexp(1.0 + (rng() % 1000) / 1000.0, -static_cast<int>(rng() % 60)) *
+                                        (i % 2 ? -1 : 1)
+                                  : (0.25 + (rng() % 4000) / 1000.0) * (i % 2 ? -1 : 1);
+    const Real exact = tanh(Real(x));
+    const Real rel = abs(Real(std::tanh(x)) - exact) / abs(exact);
+    if (rel > worst) worst = rel;
+  }
+  INFO("worst tanh relative error " << worst.convert_to<double>());
+  CHECK(worst <= Real(0x1p-51));  // within 2 ulp, 2x inside what the bound assumes
+}
+
+TEST_CASE("fast path equals the exact reference with softcap, windows, sinks and dv != d",
+          "[fast][property][variants]") {
+  g_rows = g_escalated = 0;
+  check_property(
+      "fast == exact (variants)",
+      [] {
+        const Shape s = *rc::gen::resize(100, gen_variant_shape());
+        const LseBase base = *rc::gen::inRange(0, 4) == 0 ? LseBase::two : LseBase::e;
+        check_problem(build(s), base, describe(s));
+      },
+      60);
+  INFO("rows " << g_rows << ", escalated (fp16 O) " << g_escalated);
+  CHECK(g_rows > 1000);
+}
+
+TEST_CASE("each variant and their combinations at fixed seeds", "[fast][variants]") {
+  struct Case {
+    Kind kind;
+    int32_t dv;
+    float softcap;
+    int32_t left, right;
+    SinkKind sinks;
+    bool causal;
+  };
+  const Case cases[] = {
+      {Kind::huge_logits, 0, 5.0f, -1, -1, SinkKind::none, false},  // tanh saturates: many scores at +-5
+      {Kind::huge_logits, 0, 30.0f, -1, -1, SinkKind::none, true},
+      {Kind::random, 0, 0.5f, -1, -1, SinkKind::none, false},     // every score near the cap
+      {Kind::random, 0, 0.0f, 1, 0, SinkKind::none, true},        // window with causal, Tq > Tk: empty rows
+      {Kind::masked_rows, 0, 0.0f, 0, 0, SinkKind::none, false},  // one-key windows, some masked away
+      {Kind::random, 0, 0.0f, -1, 2, SinkKind::none, false},
+      {Kind::random, 0, 0.0f, -1, -1, SinkKind::ordinary, false},
+      {Kind::random, 0, 0.0f, -1, -1, SinkKind::large, true},          // sinks above every score
+      {Kind::random, 0, 0.0f, -1, -1, SinkKind::huge, false},          // key weights underflow in double
+      {Kind::masked_rows, 0, 0.0f, -1, -1, SinkKind::ordinary, true},  // empty rows with sinks
+      {Kind::random, 24, 0.0f, -1, -1, SinkKind::none, true},          // dv > d
+      {Kind::cancelling, 3, 0.0f, -1, -1, SinkKind::none, false},      // dv < d
+      {Kind::late_outlier, 5, 5.0f, 2, 1, SinkKind::ordinary, true},   // everything at once
+      {Kind::huge_logits, 24, 1.0f, 0, 3, SinkKind::large, false},
+      {Kind::nonfinite, 5, 5.0f, 3, -1, SinkKind::ordinary, false},  // inf capped, NaN: escalated
+      {Kind::tiny_logits, 1, 30.0f, 4, 0, SinkKind::huge, true},
+  };
+  int k = 0;
+  for (const Case& c : cases) {
+    Shape s;
+    s.dtype = kFormats[k % 3];
+    s.kv_heads = 2;
+    s.group = 2;
+    s.d = 8;
+    s.sq = {7, 0, 12, 5};
+    s.sk = {9, 3, 30, 2};  // the last sequence has Tq > Tk
+    s.causal = c.causal;
+    s.masked = k % 4 == 1;
+    s.kind = c.kind;
+    s.seed = 2000 + static_cast<uint64_t>(k);
+    s.dv = c.dv;
+    s.softcap = c.softcap;
+    s.window_left = c.left;
+    s.window_right = c.right;
+    s.sinks = c.sinks;
+    INFO(describe(s));
+    for (LseBase base : {LseBase::e, LseBase::two}) check_problem(build(s), base, describe(s));
+    ++k;
+  }
+}
+
+TEST_CASE("long rows with a sliding window: a block reads only the keys its rows see",
+          "[fast][long][variants]") {
+  // 700 keys, window 300 to the left: blocks of 5 queries start far from key 0 and span two PV
+  // chunks; with softcap and sinks, GQA, two threads.
+  for (Format f : kFormats) {
+    Shape s;
+    s.dtype = f;
+    s.kv_heads = 1;
+    s.group = 2;
+    s.d = 64;
+    s.sq = {24};
+    s.sk = {700};
+    s.causal = f != Format::bf16;
+    s.kind = Kind::random;
+    s.seed = 91 + static_cast<uint64_t>(f);
+    s.dv = 40;
+    s.softcap = 2.0f;
+    s.window_left = 300;
+    s.window_right = f == Format::bf16 ? 10 : -1;
+    s.sinks = SinkKind::ordinary;
+    check_problem(build(s), LseBase::e, describe(s));
+  }
+}
+
+TEST_CASE("ordinary data with softcap, window and sinks: rows are certified, few escalate",
+          "[fast][escalation][variants]") {
+  // fp16, N(0, 1) keys and values, queries N(0, 9) at scale 1/8: scores of a few units, capped at 5.
+  Shape s;
+  s.dtype = Format::fp16;
+  s.kv_heads = 2;
+  s.group = 2;
+  s.d = 64;
+  s.sq = {128};
+  s.sk = {256};
+  s.causal = true;
+  s.seed = 5;
+  s.softcap = 5.0f;
+  s.window_left = 96;
+  s.sinks = SinkKind::ordinary;
+  AttentionProblem pb = build(s);
+  for (auto& b : pb.q) b = store(Format::fp16, 3 * decode(Format::fp16, b));
+  pb.softmax_scale = 0.125f;
+  FastOptions opt;
+  opt.threads = 2;
+  FastAttentionReference fast(pb, opt);
+  const RoundedAttention r = fast.rounded(Format::fp16, Format::fp32);
+  const EscalationStats st = fast.stats();
+  INFO("rows " << st.rows << ", escalated " << st.rows_escalated << ", uncertified " << st.rows_uncertified);
+  CHECK(st.rows == 128 * 4);
+  CHECK(st.rows_uncertified == 0);
+  CHECK(st.rows_escalated * 50 <= st.rows);  // at most 2 %
+  // And the result is the exact path's, bit for bit.
+  const std::vector<ExactRow> exact = exact_attention(pb);
+  for (size_t i = 0; i < exact.size(); ++i) {
+    REQUIRE(exact[i].o.size() == 64);
+    for (size_t c = 0; c < 64; ++c) CHECK(r.o[i * 64 + c] == round_to_format(Format::fp16, exact[i].o[c]));
+    CHECK(r.lse[i] == round_to_format(Format::fp32, exact[i].lse));
+  }
 }

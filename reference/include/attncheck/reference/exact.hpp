@@ -3,7 +3,8 @@
 // Conventions:
 //   - LSE in natural log by default; LseBase::two gives log2(sum e^x) = LSE / ln 2 (FlashInfer,
 //     TensorRT-LLM). Merge inputs given in base two are masses 2^lse.
-//   - Empty rows (no visible key) and all -inf logits: softmax all zero, O = 0, LSE = -inf.
+//   - Empty rows (no visible key) and all -inf logits: softmax all zero, O = 0, LSE = -inf (the
+//     sink when the problem has sinks, see AttentionProblem).
 //   - Scores s_j = softmax_scale * dot(q, k_j): the products of fp16/bf16/fp32 inputs are exact,
 //     the dot product is rounded once (correctly) to working precision, the scale is the float value
 //     taken as given.
@@ -18,6 +19,8 @@
 //       an inf or NaN in a visible value with nonzero weight: that O element is +-inf or NaN
 //       (NaN when +inf and -inf meet). Invisible keys' values never matter.
 //     Scores follow IEEE products: inf * 0 = NaN, so a query with inf against a zero key is NaN.
+//     Under softcap the rules apply to the capped scores: a NaN stays NaN (tanh(NaN)), and a +-inf
+//     scaled score caps to +-softcap (softcap * tanh(+-inf)), a finite logit like any other.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -71,6 +74,11 @@ struct AttentionProblem {
   int32_t window_left = -1, window_right = -1;
   std::vector<float> sinks;
 };
+
+// V's and O's head size: head_size_v, or head_size when head_size_v is 0.
+inline int32_t value_head_size(const AttentionProblem& pb) {
+  return pb.head_size_v > 0 ? pb.head_size_v : pb.head_size;
+}
 
 // Throws ReferenceError naming the problem: head counts/size <= 0, h % h_kv != 0, seqlens_q/k
 // sizes differ, negative lengths, q/k/v/mask sizes not matching the shape, fp16/bf16 bit patterns

@@ -3,7 +3,8 @@
 //
 // What it computes: the same O and LSE as exact_attention_row (exact.hpp), for every (token, query
 // head), with the same conventions (GQA, bottom-right causal, key lengths, mask, softmax scale as
-// given, empty row O = +0 and LSE = -inf, LSE base e or 2).
+// given, empty row O = +0 and LSE = -inf, LSE base e or 2) and variants (head_size_v, softcap, the
+// window, sinks).
 //
 // Where rounding happens (the analysis, each bound and its source: reference/FAST.md):
 //   - scores: products of stored fp16/bf16/fp32 values are exact in double; the dot products are
@@ -26,7 +27,8 @@
 // Threads: rows are split over `threads` std::threads (0: all cores). Escalations run in the worker
 // that needs them; MPFR precision is applied on each worker (precision.hpp).
 //
-// Layouts: O as q, [total_q, num_heads, head_size]; LSE [total_q, num_heads] (token-major).
+// Layouts: O [total_q, num_heads, head_size_v] (head_size_v: value_head_size); LSE [total_q,
+// num_heads] (token-major).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -51,13 +53,15 @@ struct FastOptions {
 // One row of the fast path before any escalation. |exact - o[c]| <= o_bound[c] and
 // |exact - lse| <= lse_bound, for the true value and for the MPFR reference's value alike.
 // certified == false: the fast path does not apply to this row (a NaN or infinite input it sees,
-// logits beyond 2^32 in magnitude, or bounds too wide to be meaningful); use the exact path.
+// logits or a sink beyond 2^32 in magnitude, or bounds too wide to be meaningful); use the exact path.
 struct FastRow {
   std::vector<double> o;
   std::vector<double> o_bound;
   double lse = 0;
   double lse_bound = 0;
-  bool empty = false;  // no visible key: o = +0, lse = -inf, bounds 0 (exact); only when certified
+  // No visible key: o = +0 and lse = -inf, bounds 0 (exact); with sinks lse = the sink (exact in
+  // base e, bounded in base two). Only when certified.
+  bool empty = false;
   bool certified = true;
 };
 
@@ -85,12 +89,12 @@ struct EscalationStats {
 };
 
 struct RoundedAttention {
-  std::vector<uint32_t> o;    // [total_q, num_heads, head_size] in o_format
+  std::vector<uint32_t> o;    // [total_q, num_heads, head_size_v] in o_format
   std::vector<uint32_t> lse;  // [total_q, num_heads] in lse_format
 };
 
 struct AttentionUlpErrors {
-  std::vector<UlpError> o;    // [total_q, num_heads, head_size]
+  std::vector<UlpError> o;    // [total_q, num_heads, head_size_v]
   std::vector<UlpError> lse;  // [total_q, num_heads]; empty when no LSE was given
 };
 
