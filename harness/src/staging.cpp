@@ -54,10 +54,15 @@ PackedSequences pack_sequences(const AttentionInput& in) {
   for (const int32_t n : in.seqlens_q) p.max_q = std::max(p.max_q, n);
   for (const int32_t n : in.seqlens_k) p.max_k = std::max(p.max_k, n);
   const size_t n_q = size_t(p.total_q() * in.num_heads * in.head_size);
-  const size_t n_kv = size_t(p.total_k() * in.num_kv_heads * in.head_size);
+  // K and V hold total_k rows, or a paged input's whole pool (num_pages x page_size rows).
+  const size_t rows = size_t(in.kv_rows()), n_k = rows * size_t(in.num_kv_heads) * size_t(in.head_size),
+               n_v = rows * size_t(in.num_kv_heads) * size_t(in.dv());
   require_tensor_size("q", in.q.size(), n_q);
-  require_tensor_size("k", in.k.size(), n_kv);
-  require_tensor_size("v", in.v.size(), n_kv);
+  require_tensor_size("k", in.k.size(), n_k);
+  require_tensor_size("v", in.v.size(), n_v);
+  if (in.paged())
+    require_tensor_size("block_table", in.block_table.size(), in.seqlens_k.size() * size_t(in.max_blocks));
+  if (!in.sinks.empty()) require_tensor_size("sinks", in.sinks.size(), size_t(in.num_heads));
   if (!in.mask.empty()) require_tensor_size("mask", in.mask.size(), size_t(p.cu_mask.back()));
   return p;
 }
