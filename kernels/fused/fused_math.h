@@ -40,7 +40,7 @@ enum class Mutation : int {
   missing_barrier = 12,      // drops the barrier that protects a shared-memory buffer before reuse
   offsets_32bit = 13,        // element offsets computed in 32 bits
   // The engines' variants (plugin_abi.h AC_VAR_*):
-  page_off_by_one = 19,         // the last page of a sequence read from the next block-table entry
+  page_off_by_one = 19,         // the last page of a sequence read from the block-table entry before it
   read_past_end = 20,           // paged: the key range runs one slot past the sequence's last key
   window_edge_off_by_one = 21,  // the left window edge admits one key too many
   softcap_before_scale = 22,    // the cap applied to the raw dot product, the scale after it
@@ -90,12 +90,13 @@ AC_HD float scaled_logit(float dot, float scale, float scale_log2, float cap) {
 
 // The storage row of key `key` of a sequence (AC_VAR_PAGED_KV): slot key % page_size of page
 // table[key / page_size]; without a table (table null) the key itself, from the sequence's first
-// row. `last_page` is the index of the sequence's last page (mutant 19 reads the entry after it).
+// row. `last_page` is the index of the sequence's last page (mutant 19 reads the entry before it:
+// a page count one short, which reads inside the table and the pool, with the wrong keys).
 template <Mutation M = Mutation::none>
 AC_HD int64_t kv_slot(const int32_t* table, int page_size, int64_t key, int64_t last_page) {
   if (!table) return key;
   int64_t block = key / page_size;
-  if constexpr (M == Mutation::page_off_by_one) block += block == last_page && block > 0 ? 1 : 0;
+  if constexpr (M == Mutation::page_off_by_one) block -= block == last_page && block > 0 ? 1 : 0;
   (void)last_page;
   return int64_t(table[block]) * page_size + key % page_size;
 }

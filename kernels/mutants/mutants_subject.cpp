@@ -91,8 +91,8 @@ constexpr MutantInfo kMutants[] = {
      "splitkv-packed-adaptive", "batch_invariance", false},
     // The engines' variants (plugin_abi.h AC_VAR_*), each a switch in fused_math.h.
     {19, "mutant-fused-page-off-by-one",
-     "fused attention, paged K / V: a sequence's last page is read from the next block-table entry", "fused",
-     "accuracy", false},
+     "fused attention, paged K / V: a sequence's last page is read from the block-table entry before it",
+     "fused", "accuracy", false},
     {20, "mutant-fused-read-past-end",
      "fused attention, paged K / V: the key range runs one slot past the sequence's last key", "fused",
      "accuracy", false},

@@ -374,7 +374,9 @@ void page_kv(const Domain& dom, AttentionInput& a) {
     max_blocks = std::max(max_blocks, blocks);
     own_pages += blocks - (s == 1 ? shared : 0);
   }
-  max_blocks += int32_t(*g::inRange(0, 2));  // entries past every sequence's last page
+  // Entries past every sequence's last page (at least one, as the engines' tables are padded to
+  // the batch's longest): a read past a sequence's keys lands on the poisoned page there.
+  max_blocks += int32_t(*g::inRange(1, 3));
   const int32_t spare = int32_t(*g::inRange(1, 3));
   const int32_t pages = own_pages + spare;  // the spares: the poison page and unreferenced ones
   // A shuffled assignment of physical pages (uniform draws mixed by one seed: cheap for long rows).
@@ -423,7 +425,7 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   int32_t max_blocks = 1, pages = 1;  // the poison page
   for (int32_t tk : c.seqlens_k) {
     const int32_t blocks = int32_t((int64_t(tk) + P - 1) / P);
-    max_blocks = std::max(max_blocks, blocks);
+    max_blocks = std::max(max_blocks, blocks + 1);  // one entry past the longest, as drawn
     pages += blocks;
   }
   const int32_t poison_page = pages - 1;

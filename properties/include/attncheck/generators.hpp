@@ -59,7 +59,8 @@ Domain domain_for(const Subject&, int max_keys, const std::vector<ac_dtype>& onl
 void with_variants(const Domain& dom, AttentionInput& a, bool sinks = true);
 // A contiguous input's K / V in pages of page_size, in key order (sequence after sequence), the
 // last page of each part-filled, and one poisoned page past them that every table entry past a
-// sequence's last page names: the plainest paged layout of the same attention (the shrinker's).
+// sequence's last page names (one entry more than the longest sequence needs): the plainest paged
+// layout of the same attention (the shrinker's).
 AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size);
 // The poison a paged pool's unused slots hold: NaN in the first element of a row, the format's
 // largest finite value in the others, so a read of such a slot shows in the output.
