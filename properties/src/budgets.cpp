@@ -77,13 +77,16 @@ double softcap_conditioning(double head_size, double abs_dot, double t, double c
   return sech2 * (head_size * abs_dot + 2 * std::fabs(t)) + 5 * std::fabs(capped) + dist + 4;
 }
 // Sinks (AC_VAR_SINKS): the sink's weight e^(sink - m) joins the denominator. The kernel scales the
-// sink to base 2 (one rounding: |sink| 2^-24 in the exponent, natural units), subtracts the max (one
-// rounding, |sink - m| 2^-24) and takes exp2 and the rescale of l (4): c_sink = |sink| + dist + 4,
-// relative to the sink's weight w. A relative error delta in w moves l by w delta (l = 1 after
-// normalisation), so O by at most w delta |O| <= w delta S and the LSE by w delta: the judge adds
-// w c_sink S to O's conditioning and w c_sink to the LSE's (judge_attention.cpp), each multiplied
-// by 2^-24 in the allowances like every other key's.
-double sink_conditioning(double sink, double dist) { return std::fabs(sink) + dist + 4; }
+// sink to base 2 by fp32 log2 e: half an ulp of the result (up to 2^-24 relative) and the
+// constant's own relative error (0.23 2^-24) move the exponent by 1.23 |sink| 2^-24 at most,
+// natural units (tests/properties/test_variants.cpp measures 1.17); a shift of the max itself moves
+// every weight alike and cancels. The subtraction of the max rounds once more (|sink - m| 2^-24),
+// and exp2 and the rescale of l add 4: c_sink = 2 |sink| + dist + 4, relative to the sink's weight w.
+// A relative error delta in w moves l by w delta (l = 1 after normalisation), so O by at most
+// w delta |O| <= w delta S and the LSE by w delta: the judge adds w c_sink S to O's conditioning and
+// w c_sink to the LSE's (judge_attention.cpp), each multiplied by 2^-24 in the allowances like every
+// other key's.
+double sink_conditioning(double sink, double dist) { return 2 * std::fabs(sink) + dist + 4; }
 // A naive exp overflows when the score, as the kernel computed it, exceeds ln of the overflow
 // threshold. The kernel's fp32 score is off by up to 2 d 2^-24 |scale| sum |q k| (products and
 // sum), our double evaluation by a relative 1e-6 at most; a score stored in the input format

@@ -2,6 +2,7 @@
 // registered subject (mutant or correct) by name through its ac_subject entry, so a test exercises
 // exactly what the harness would. Host memory only (host twins); the GPU tests stage their own.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -109,9 +110,17 @@ struct Attention {
   bool causal = false;
   std::vector<uint8_t> mask;  // empty, or [tq, tk]
   int num_splits = 1, tiling = 0;
+  float scale = 1.0f;
   std::vector<uint16_t> q, k, v;
   std::vector<uint16_t> out;
   std::vector<float> lse;  // [h, tq]
+  // The variants (plugin_abi.h AC_VAR_*): neutral unless a test sets them; page() pages K / V.
+  float softcap = 0.0f;
+  int window_left = -1, window_right = -1;
+  std::vector<float> sinks;  // empty, or one per query head
+  int page_size = 0, num_pages = 0, max_blocks = 0;
+  std::vector<int32_t> table;
+  std::vector<uint16_t> k_pool, v_pool;
 
   Attention(int heads, int kv_heads, int queries, int keys) : h(heads), hkv(kv_heads), tq(queries), tk(keys) {
     q.assign(size_t(tq) * h * d, h0());
@@ -125,6 +134,23 @@ struct Attention {
   void set_value(int key, int kv_head, float value) {
     for (int c = 0; c < d; ++c) v[(size_t(key) * hkv + kv_head) * d + c] = mt::h(value);
   }
+  // K and V in pages of p keys: logical block b in pool page pages[b]; every other slot of the
+  // pool_pages pages holds NaN, and table entries past the last block name page `poison`.
+  void page(int p, const std::vector<int32_t>& pages, int pool_pages, int blocks, int32_t poison) {
+    page_size = p;
+    num_pages = pool_pages;
+    max_blocks = blocks;
+    table.assign(size_t(blocks), poison);
+    const size_t row = size_t(hkv) * d;
+    k_pool.assign(size_t(pool_pages) * p * row, 0x7e00);
+    v_pool.assign(size_t(pool_pages) * p * row, 0x7e00);
+    for (int j = 0; j < tk; ++j) {
+      table[size_t(j / p)] = pages[size_t(j / p)];
+      const size_t at = (size_t(pages[size_t(j / p)]) * p + size_t(j % p)) * row;
+      std::copy_n(k.begin() + ptrdiff_t(size_t(j) * row), row, k_pool.begin() + ptrdiff_t(at));
+      std::copy_n(v.begin() + ptrdiff_t(size_t(j) * row), row, v_pool.begin() + ptrdiff_t(at));
+    }
+  }
   float o(int t, int head, int c = 0) const { return mt::f(out[(size_t(t) * h + head) * d + c]); }
   float lse_of(int t, int head) const { return lse[size_t(head) * tq + t]; }
 
@@ -134,14 +160,20 @@ struct Attention {
     int32_t cu_q[2] = {0, tq}, cu_k[2] = {0, tk};
     int64_t cu_m[2] = {0, int64_t(tq) * tk};
     const bool masked = !mask.empty();
-    const ac_attention_args a = attncheck::AttentionArgs(AC_DTYPE_F16, h, hkv, d)
-                                    .sequences(1, cu_q, cu_k)
-                                    .tensors(q.data(), k.data(), v.data(), out.data(), lse.data())
-                                    .scale(1.0f)
-                                    .causal(causal)
-                                    .mask(masked ? mask.data() : nullptr, masked ? cu_m : nullptr)
-                                    .tiling(tiling)
-                                    .splits(num_splits, AC_FOLD_LEFT);
+    const bool paged = page_size > 0;
+    const ac_attention_args a =
+        attncheck::AttentionArgs(AC_DTYPE_F16, h, hkv, d)
+            .sequences(1, cu_q, cu_k)
+            .tensors(q.data(), paged ? k_pool.data() : k.data(), paged ? v_pool.data() : v.data(), out.data(),
+                     lse.data())
+            .scale(scale)
+            .causal(causal)
+            .mask(masked ? mask.data() : nullptr, masked ? cu_m : nullptr)
+            .tiling(tiling)
+            .splits(num_splits, AC_FOLD_LEFT)
+            .variants(d, softcap, window_left, window_right, sinks.empty() ? nullptr : sinks.data())
+            .paged(page_size, num_pages, max_blocks, paged ? table.data() : nullptr,
+                   paged ? table.data() : nullptr);
     char err[256] = {};
     if (s.attention(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);
   }

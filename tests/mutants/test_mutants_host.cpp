@@ -4,6 +4,7 @@
 // Subjects are called through their registered ac_subject entries, as the harness calls them.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <string>
 
 #include "mutant_cases.hpp"
 #include "mutants/mutants.h"
@@ -16,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 18);
+  REQUIRE(table.size() == 23);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -255,4 +256,97 @@ TEST_CASE("mutant 18: splitkv-packed-adaptive's outputs under a declaration of b
   b.run(mutant);
   CHECK(a.out == b.out);
   CHECK(a.lse == b.lse);
+}
+
+TEST_CASE("mutant 19: the last page read from the table entry before it", "[mutants][fused][variants]") {
+  // Three keys in pages of 1: keys 0, 1, 2 in pool pages 2, 0, 1; page 3 is poisoned (NaN) and named
+  // by the table's spare entry. Logits 0, V = 1, 2, 4: O = 7 / 3. The mutant reads the last page
+  // (key 2) from the entry before it, page 0: key 1 again (V = 2), O = 5 / 3.
+  mt::Attention a(1, 1, 1, 3);
+  a.set_value(0, 0, 1.0f);
+  a.set_value(1, 0, 2.0f);
+  a.set_value(2, 0, 4.0f);
+  a.page(1, {2, 0, 1}, 4, 4, 3);
+  a.run(subject("fused", false));
+  CHECK(a.o(0, 0) == Approx(7.0 / 3).epsilon(1e-3));
+  a.run(subject("mutant-fused-page-off-by-one", true));
+  CHECK(a.o(0, 0) == Approx(5.0 / 3).epsilon(1e-3));
+}
+
+TEST_CASE("mutant 20: a read of the slot after the sequence's last key", "[mutants][fused][variants]") {
+  // Two keys in pages of 1 (pool pages 0 and 1); the table's third entry names page 2, all NaN.
+  // Logits 0, V = 1, 2: O = 1.5 exactly. The mutant also reads key 2, page 2: a NaN logit.
+  mt::Attention a(1, 1, 1, 2);
+  a.set_value(0, 0, 1.0f);
+  a.set_value(1, 0, 2.0f);
+  a.page(1, {0, 1}, 3, 3, 2);
+  a.run(subject("fused", false));
+  CHECK(a.o(0, 0) == 1.5f);
+  a.run(subject("mutant-fused-read-past-end", true));
+  CHECK(std::isnan(a.o(0, 0)));
+}
+
+TEST_CASE("mutant 21: the left window edge off by one", "[mutants][fused][variants]") {
+  // Tq = Tk = 3, window_left 1 (right unbounded): row 2 (diagonal key 2) sees keys 1 and 2. Logits
+  // 0, V = 1, 2, 4: O = (2 + 4) / 2 = 3 exactly. Off by one it also sees key 0: O = 7 / 3.
+  mt::Attention a(1, 1, 3, 3);
+  a.window_left = 1;
+  a.set_value(0, 0, 1.0f);
+  a.set_value(1, 0, 2.0f);
+  a.set_value(2, 0, 4.0f);
+  a.run(subject("fused", false));
+  CHECK(a.o(2, 0) == 3.0f);
+  a.run(subject("mutant-fused-window-off-by-one", true));
+  CHECK(a.o(2, 0) == Approx(7.0 / 3).epsilon(1e-3));
+}
+
+TEST_CASE("mutant 22: the softcap applied before the scale", "[mutants][fused][variants]") {
+  // Scale 0.5, cap 5; logits (dot products) 0 and 10, V = 0 and 1. Scale first: scores 0 and
+  // 5 tanh(5 / 5) = 3.8080, O = e^3.808 / (1 + e^3.808) = 0.97830. Cap first: 5 tanh(10 / 5) 0.5 =
+  // 2.4101, O = 0.91763.
+  mt::Attention a(1, 1, 1, 2);
+  a.scale = 0.5f;
+  a.softcap = 5.0f;
+  a.set_logit(1, 0, 10.0f);
+  a.set_value(1, 0, 1.0f);
+  a.run(subject("fused", false));
+  CHECK(a.o(0, 0) == Approx(0.97830).epsilon(2e-3));
+  a.run(subject("mutant-fused-softcap-before-scale", true));
+  CHECK(a.o(0, 0) == Approx(0.91763).epsilon(2e-3));
+}
+
+TEST_CASE("mutant 23: the sink counted in every split", "[mutants][splitkv][variants]") {
+  // Two keys of logit 0 and V = 1, a sink of 0, two splits. Counted once: O = 2 / (1 + 1 + 1) = 2/3,
+  // LSE = ln 3. Counted per split: each part is (O = 1/2, LSE = ln 2) and their merge O = 1/2,
+  // LSE = ln 4.
+  mt::Attention a(1, 1, 1, 2);
+  a.num_splits = 2;
+  a.sinks = {0.0f};
+  a.set_value(0, 0, 1.0f);
+  a.set_value(1, 0, 1.0f);
+  a.run(subject("splitkv", false));
+  CHECK(a.o(0, 0) == Approx(2.0 / 3).epsilon(1e-3));
+  CHECK(a.lse_of(0, 0) == Approx(std::log(3.0)).epsilon(1e-6));
+  a.run(subject("mutant-splitkv-sink-every-split", true));
+  CHECK(a.o(0, 0) == Approx(0.5).epsilon(1e-3));
+  CHECK(a.lse_of(0, 0) == Approx(std::log(4.0)).epsilon(1e-6));
+}
+
+TEST_CASE("a row without keys under a sink: O = 0 and LSE = the sink, split or not", "[mutants][variants]") {
+  // Tq = 2, Tk = 1, causal: row 0 sees no key. With a sink of 1.5 its LSE is 1.5 (the sink scaled
+  // to base 2 and back: a few fp32 ulps), O exactly 0; row 1 sees key 0 (logit 0, V = 1): O =
+  // 1 / (1 + e^1.5) = 0.18243, LSE = ln(1 + e^1.5) = 1.70141.
+  for (const char* name : {"fused", "splitkv"}) {
+    mt::Attention a(1, 1, 2, 1);
+    a.causal = true;
+    a.sinks = {1.5f};
+    a.num_splits = std::string(name) == "splitkv" ? 2 : 1;
+    a.set_value(0, 0, 1.0f);
+    a.run(subject(name, false));
+    INFO(name);
+    CHECK(a.o(0, 0) == 0.0f);
+    CHECK(a.lse_of(0, 0) == Approx(1.5).epsilon(1e-6));
+    CHECK(a.o(1, 0) == Approx(0.18243).epsilon(2e-3));
+    CHECK(a.lse_of(1, 0) == Approx(1.70141).epsilon(1e-5));
+  }
 }

@@ -57,6 +57,19 @@ std::string caps_string(const Subject& s) {
     if (c.features & AC_FEAT_GQA) o << "; gqa";
     if (c.features & AC_FEAT_NAIVE_EXP) o << "; naive-exp (declared hazard)";
     if (c.features & AC_FEAT_FLUSHED_EXP) o << "; flushed exp2 (weights below 2^-126 dropped)";
+    if (c.variants & AC_VAR_PAGED_KV) {
+      o << "; paged KV (pages";
+      for (int32_t i = 0; i < c.num_page_sizes; ++i) o << " " << c.page_sizes[i];
+      o << ")";
+    }
+    if (c.variants & AC_VAR_HEAD_SIZE_V) {
+      o << "; V head sizes";
+      for (int32_t i = 0; i < c.num_head_pairs; ++i)
+        o << " " << c.head_pairs[i].qk << "/" << c.head_pairs[i].v;
+    }
+    if (c.variants & AC_VAR_SOFTCAP) o << "; softcap";
+    if (c.variants & AC_VAR_WINDOW) o << "; sliding window";
+    if (c.variants & AC_VAR_SINKS) o << "; sinks";
   }
   if (c.ops & AC_OP_SPLITKV) {
     o << "; splits 1.." << c.max_splits << " folds";

@@ -1,0 +1,271 @@
+// The engines' variants (plugin_abi.h AC_VAR_*) outside the kernels: the budget terms of a softcap
+// and a sink, each checked against the error it exists for and shown to fail without its term;
+// the case file's fields; paged K / V built, gathered and shrunk; the generators drawing every
+// declared variant, and only those. Expected values are derived in the comments or computed by an
+// independent long-double evaluation, never read off the code under test.
+#include <rapidcheck.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <set>
+#include <string>
+
+#include "attncheck/budgets.hpp"
+#include "attncheck/case.hpp"
+#include "attncheck/generators.hpp"
+#include "shrink.hpp"
+
+using namespace attncheck;
+
+namespace {
+
+constexpr double kU = 0x1p-24;
+
+// The capped score as a kernel forms it in fp32 from its fp32 score t (scale already applied):
+// u = fl(t / cap), th = tanh(u) off by `ulps` fp32 ulps (a tanhf within its documented error),
+// c = fl(cap th).
+float kernel_capped(float t, float cap, int ulps) {
+  const float u = t / cap;
+  float th = std::tanh(u);
+  // tanh(0) = 0 exactly; elsewhere within `ulps` of its result.
+  for (int i = 0; th != 0.0f && i < std::abs(ulps); ++i) th = std::nextafter(th, ulps > 0 ? 2.0f : -2.0f);
+  return cap * th;
+}
+long double exact_capped(long double t, long double cap) { return cap * std::tanh(t / cap); }
+
+}  // namespace
+
+TEST_CASE("softcap budget: the tanh and cap roundings of a saturating cap need the |c| term",
+          "[properties][budgets][variants]") {
+  // A kernel's fp32 score t enters exactly here (d = 1, one exact product, scale 1: abs_dot = |t|),
+  // so the capped score's error is the division, tanh (within 2 ulp either way) and the product.
+  // Where tanh saturates, sech^2 vanishes and those roundings are about |c| 2^-24: the term 5 |c|
+  // covers them, and the conditioning without it (capped = 0 drops it) does not.
+  double worst_full = 0, worst_without = 0;
+  for (const float cap : {1.0f, 5.0f, 30.0f, 50.0f})
+    for (int i = -600; i <= 600; ++i) {
+      const float t = cap * float(i) / 10.0f;
+      const long double c = exact_capped(t, cap);
+      for (const int ulps : {-2, 0, 2}) {
+        const double err = double(std::fabs((long double)kernel_capped(t, cap, ulps) - c));
+        const double full = kU * (softcap_conditioning(1, std::fabs(t), t, cap, double(c), 0) - 4);
+        const double without = kU * (softcap_conditioning(1, std::fabs(t), t, cap, 0, 0) - 4);
+        if (err == 0) continue;  // t = 0: nothing to cover
+        worst_full = std::max(worst_full, err / full);
+        if (without > 0) worst_without = std::max(worst_without, err / without);
+      }
+    }
+  CHECK(worst_full <= 1.0);
+  CHECK(worst_without > 1.0);
+}
+
+TEST_CASE("softcap budget: a dot product's own error goes through tanh's slope",
+          "[properties][budgets][variants]") {
+  // d = 64 products of magnitude 1 that cancel to t = 0.5: an fp32 dot product may be off by its
+  // bound d abs_dot 2^-24 = 64 * 64 2^-24 (the plain score's term). Near t = 0 tanh's slope is ~1,
+  // so the capped score moves by as much; the 5 |c| term (2.5 2^-24 here) cannot cover it, the
+  // sech^2 (d abs_dot) term does.
+  const double d = 64, abs_dot = 64, t = 0.5, cap = 30;
+  const double dot_err = d * abs_dot * kU;
+  const long double c = exact_capped(t, cap), c_moved = exact_capped(t + dot_err, cap);
+  const double err = double(std::fabs(c_moved - c));
+  CHECK(err <= kU * (softcap_conditioning(d, abs_dot, t, cap, double(c), 0) - 4));
+  CHECK(err > kU * (softcap_conditioning(d, 0, t, cap, double(c), 0) - 4));
+}
+
+TEST_CASE("sink budget: the sink's own scaling to base 2 needs the |sink| term",
+          "[properties][budgets][variants]") {
+  // The kernel forms sink2 = fl(sink log2e_f) (log2e_f: log2 e in fp32). Back in natural units its
+  // exponent is off by |sink2 ln 2 - sink|, up to 1.23 |sink| 2^-24 (half an ulp of sink2, up to
+  // 2^-24 relative, and the constant's relative 0.23 2^-24): the sink term's 2 |sink| covers it;
+  // without it (sink 0 in the conditioning, the distance terms alone) a large sink's rounding is not.
+  const float log2e_f = 1.4426950408889634f;
+  double worst_full = 0, worst_without = 0;
+  for (int i = -5000; i <= 5000; i += 7) {
+    const float sink = float(i) + 0.3f;
+    const float sink2 = sink * log2e_f;
+    const long double err =
+        std::fabs((long double)sink2 * 0.693147180559945309417232121458176568L - (long double)sink);
+    worst_full = std::max(worst_full, double(err) / (kU * (sink_conditioning(sink, 0) - 4)));
+    worst_without = std::max(worst_without, double(err) / (kU * (sink_conditioning(0, 0))));
+  }
+  CHECK(worst_full <= 1.0);
+  CHECK(worst_without > 1.0);
+}
+
+namespace {
+
+// Two sequences (3 and 5 keys), 2 KV heads, d = 2, d_v = 3: K element = 100 key + 10 head + c, V the
+// negative, every bit pattern distinct (fp32).
+AttentionInput two_sequences() {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F32;
+  a.num_heads = 2;
+  a.num_kv_heads = 2;
+  a.head_size = 2;
+  a.head_size_v = 3;
+  a.seqlens_q = {1, 2};
+  a.seqlens_k = {3, 5};
+  a.q.assign(3 * 2 * 2, 0x3f800000u);
+  for (int key = 0; key < 8; ++key)
+    for (int h = 0; h < 2; ++h) {
+      for (int c = 0; c < 2; ++c) {
+        const float x = float(100 * key + 10 * h + c);
+        uint32_t b;
+        std::memcpy(&b, &x, 4);
+        a.k.push_back(b);
+      }
+      for (int c = 0; c < 3; ++c) {
+        const float x = -float(100 * key + 10 * h + c);
+        uint32_t b;
+        std::memcpy(&b, &x, 4);
+        a.v.push_back(b);
+      }
+    }
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("paged K / V: pages in key order gather back bit for bit, unused slots poisoned",
+          "[properties][variants]") {
+  const AttentionInput a = two_sequences();
+  for (const int32_t P : {1, 2, 5, 16}) {
+    const AttentionInput p = gen::paged_copy(a, P);
+    INFO("page size " << P);
+    CHECK(attention_variant_problem(p).empty());
+    // Blocks: ceil(3 / P) + ceil(5 / P) pages and one poisoned; one table entry past the longest.
+    const int32_t blocks0 = (3 + P - 1) / P, blocks1 = (5 + P - 1) / P;
+    CHECK(p.num_pages == blocks0 + blocks1 + 1);
+    CHECK(p.max_blocks == std::max(blocks0, blocks1) + 1);
+    CHECK(p.k.size() == size_t(p.num_pages) * P * 2 * 2);
+    CHECK(p.v.size() == size_t(p.num_pages) * P * 2 * 3);
+    CHECK(p.block_table[size_t(p.max_blocks - 1)] == p.num_pages - 1);  // sequence 0's spare entry
+    const AttentionInput g = gather_pages(p);
+    CHECK(g.k == a.k);
+    CHECK(g.v == a.v);
+    CHECK_FALSE(g.paged());
+    // The poisoned page: NaN in a row's first element, the largest finite value after it.
+    const size_t poison_row = size_t(p.num_pages - 1) * P * 2;
+    CHECK(p.k[poison_row * 2] == 0x7fc00000u);
+    CHECK(p.k[poison_row * 2 + 1] == 0x7f7fffffu);
+  }
+}
+
+TEST_CASE("case files carry the variants and refuse them out of range, one line each",
+          "[properties][variants]") {
+  Case c;
+  c.op = "attention";
+  AttentionInput a = gen::paged_copy(two_sequences(), 2);
+  a.softcap = 30.0f;
+  a.window_left = 4;
+  a.window_right = 0;
+  a.sinks = {0.5f, -1.25f};
+  c.input = a;
+  const Case back = case_from_json(case_to_json(c));
+  const auto& b = std::get<AttentionInput>(back.input);
+  CHECK(b.head_size_v == 3);
+  CHECK(b.softcap == 30.0f);
+  CHECK(b.window_left == 4);
+  CHECK(b.window_right == 0);
+  CHECK(b.sinks == a.sinks);
+  CHECK(b.page_size == 2);
+  CHECK(b.num_pages == a.num_pages);
+  CHECK(b.max_blocks == a.max_blocks);
+  CHECK(b.block_table == a.block_table);
+  CHECK(b.k == a.k);
+  CHECK(b.v == a.v);
+  // A plain case's text names none of them.
+  Case plain = c;
+  plain.input = two_sequences();
+  std::get<AttentionInput>(plain.input).head_size_v = 0;
+  std::get<AttentionInput>(plain.input).v.resize(8 * 2 * 2);
+  const std::string text = case_to_json(plain);
+  for (const char* field : {"softcap", "window_left", "sinks", "page_size", "block_table", "head_size_v"})
+    CHECK(text.find(field) == std::string::npos);
+
+  // Out of range, each with the field named.
+  const struct {
+    const char* what;
+    void (*spoil)(AttentionInput&);
+    const char* named;
+  } bad[] = {
+      {"a table entry outside the pool", [](AttentionInput& x) { x.block_table[0] = x.num_pages; },
+       "block_table"},
+      {"more keys than the blocks hold", [](AttentionInput& x) { x.seqlens_k[1] = 1000; }, "blocks of"},
+      {"a negative window", [](AttentionInput& x) { x.window_left = -2; }, "window_left"},
+      {"a cap past the bound", [](AttentionInput& x) { x.softcap = 1e6f; }, "softcap"},
+      {"a sink per KV head, not per query head", [](AttentionInput& x) { x.sinks = {1.0f}; }, "sinks"},
+      {"a NaN sink", [](AttentionInput& x) { x.sinks[1] = NAN; }, "sinks[1]"},
+  };
+  for (const auto& spoiled : bad) {
+    AttentionInput x = a;
+    spoiled.spoil(x);
+    INFO(spoiled.what);
+    const std::string why = attention_variant_problem(x);
+    CHECK(why.find(spoiled.named) != std::string::npos);
+    CHECK(why.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("shrinking a paged case keeps it paged and valid, offers smaller pages and drops variants",
+          "[properties][variants][shrink]") {
+  AttentionInput a = gen::paged_copy(two_sequences(), 5);
+  a.softcap = 5.0f;
+  a.sinks = {1.0f, 2.0f};
+  const auto candidates = detail::attention_shrinks(a, {1, 2}, true, {1, 2, 5, 16});
+  REQUIRE_FALSE(candidates.empty());
+  int smaller_pages = 0, without_cap = 0, without_sinks = 0;
+  for (const AttentionInput& x : candidates) {
+    CHECK(x.paged());
+    CHECK(attention_variant_problem(x).empty());
+    CHECK(x.k.size() == size_t(x.kv_rows()) * x.num_kv_heads * x.head_size);
+    CHECK(x.v.size() == size_t(x.kv_rows()) * x.num_kv_heads * x.dv());
+    CHECK((x.sinks.empty() || x.sinks.size() == size_t(x.num_heads)));
+    smaller_pages += x.page_size < 5;
+    without_cap += x.softcap == 0.0f;
+    without_sinks += x.sinks.empty();
+  }
+  CHECK(smaller_pages == 2);  // page sizes 1 and 2
+  CHECK(without_cap == 1);
+  CHECK(without_sinks == 1);
+}
+
+TEST_CASE("generators draw every declared variant, and none undeclared",
+          "[properties][generators][variants]") {
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_F16, AC_DTYPE_BF16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.tile_keys = 64;
+  dom.variants = AC_VAR_PAGED_KV | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS;
+  dom.page_sizes = {1, 5, 16};
+  std::set<std::string> seen;
+  std::set<int32_t> pages;
+  rc::Random random(7);
+  for (int i = 0; i < 100; ++i) {
+    const AttentionInput a = gen::attention_input(dom)(random.split(), i).value();
+    REQUIRE(attention_variant_problem(a).empty());
+    if (a.softcap != 0.0f) seen.insert("softcap");
+    if (a.window_left != -1 || a.window_right != -1) seen.insert("window");
+    if (!a.sinks.empty()) seen.insert("sinks");
+    if (a.paged()) {
+      seen.insert("paged");
+      pages.insert(a.page_size);
+      CHECK(a.max_blocks * int64_t(a.page_size) > *std::max_element(a.seqlens_k.begin(), a.seqlens_k.end()));
+    }
+  }
+  CHECK(seen == std::set<std::string>{"paged", "sinks", "softcap", "window"});
+  CHECK(pages == std::set<int32_t>{1, 5, 16});
+  // Undeclared: the same stream without variants draws none.
+  dom.variants = 0;
+  dom.page_sizes.clear();
+  rc::Random plain(7);
+  for (int i = 0; i < 100; ++i) {
+    const AttentionInput a = gen::attention_input(dom)(plain.split(), i).value();
+    CHECK(a.softcap == 0.0f);
+    CHECK(a.window_left == -1);
+    CHECK(a.sinks.empty());
+    CHECK_FALSE(a.paged());
+  }
+}
