@@ -52,8 +52,29 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
 
 TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
   auto j = w::caps_to_json("x", "",
-                           ac_caps{AC_OP_MERGE, AC_DTYPE_BIT(AC_DTYPE_F32), AC_MEMORY_HOST, 1, 8, nullptr, 0,
-                                   0, AC_LSE_HEADS_TOKENS, -1, 0, nullptr, 0, 0, 0, 0});
+                           ac_caps{AC_OP_MERGE,
+                                   AC_DTYPE_BIT(AC_DTYPE_F32),
+                                   AC_MEMORY_HOST,
+                                   1,
+                                   8,
+                                   nullptr,
+                                   0,
+                                   0,
+                                   AC_LSE_HEADS_TOKENS,
+                                   -1,
+                                   0,
+                                   nullptr,
+                                   0,
+                                   0,
+                                   0,
+                                   0,
+                                   0,
+                                   nullptr,
+                                   0,
+                                   nullptr,
+                                   0,
+                                   0,
+                                   0});
   CHECK_NOTHROW(w::caps_from_json(j));
   auto bad = j;
   bad["features"] = {"causal", "sliding_window"};
@@ -104,13 +125,33 @@ TEST_CASE("the handshake's words are the protocol document's, in its order", "[w
 }
 
 TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in version-1 ones", "[worker]") {
-  auto j = w::caps_to_json(
-      "x", "",
-      ac_caps{AC_OP_ATTENTION, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr, 0, 0,
-              AC_LSE_HEADS_TOKENS, 0, AC_FEAT_LSE, nullptr, 0, 0, 0,
-              AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED |
-                  AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT |
-                  AC_CAP_EMPTY_STATES_ZERO_O});
+  auto j =
+      w::caps_to_json("x", "",
+                      ac_caps{AC_OP_ATTENTION,
+                              AC_DTYPE_BIT(AC_DTYPE_F16),
+                              AC_MEMORY_HOST,
+                              1,
+                              8,
+                              nullptr,
+                              0,
+                              0,
+                              AC_LSE_HEADS_TOKENS,
+                              0,
+                              AC_FEAT_LSE,
+                              nullptr,
+                              0,
+                              0,
+                              0,
+                              AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS |
+                                  AC_CAP_EMPTY_LSE_UNDEFINED | AC_CAP_NONDETERMINISTIC |
+                                  AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT | AC_CAP_EMPTY_STATES_ZERO_O,
+                              0,
+                              nullptr,
+                              0,
+                              nullptr,
+                              0,
+                              0,
+                              0});
   CHECK(j["refuses_zero_keys"] == true);
   CHECK(j["flushes_subnormals"] == true);
   CHECK(j["nondeterministic"] == true);
@@ -160,10 +201,30 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   CHECK_THROWS_WITH(w::caps_from_json(bad, 2),
                     Catch::Contains("'empty_states_zero_o' must be true or false"));
   // Declared alone, it is read back alone.
-  auto merge =
-      w::caps_to_json("m", "",
-                      ac_caps{AC_OP_MERGE, AC_DTYPE_BIT(AC_DTYPE_F16), AC_MEMORY_HOST, 1, 8, nullptr, 0, 0,
-                              AC_LSE_HEADS_TOKENS, -1, 0, nullptr, 0, 0, 0, AC_CAP_EMPTY_STATES_ZERO_O});
+  auto merge = w::caps_to_json("m", "",
+                               ac_caps{AC_OP_MERGE,
+                                       AC_DTYPE_BIT(AC_DTYPE_F16),
+                                       AC_MEMORY_HOST,
+                                       1,
+                                       8,
+                                       nullptr,
+                                       0,
+                                       0,
+                                       AC_LSE_HEADS_TOKENS,
+                                       -1,
+                                       0,
+                                       nullptr,
+                                       0,
+                                       0,
+                                       0,
+                                       AC_CAP_EMPTY_STATES_ZERO_O,
+                                       0,
+                                       nullptr,
+                                       0,
+                                       nullptr,
+                                       0,
+                                       0,
+                                       0});
   CHECK(merge["empty_states_zero_o"] == true);
   CHECK(merge["batch_invariant"] == false);
   CHECK(w::caps_from_json(merge, 3).caps.flags == AC_CAP_EMPTY_STATES_ZERO_O);
