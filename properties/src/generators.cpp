@@ -957,6 +957,9 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
         a.mask.insert(a.mask.end(), m.begin(), m.end());
       }
     fill_unit_variance(a);
+    // The call-wide variants (a cap, a window, sinks) and a paged pool shared by the whole batch:
+    // batch_invariance pages each victim alone again (its own pages, the same page size).
+    with_variants(dom, a);
     return a;
   });
 }

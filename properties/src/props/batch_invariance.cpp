@@ -22,8 +22,11 @@ constexpr int64_t kAllVictims = 4;
 constexpr size_t kNamedBatch = 8;
 
 // Sequences `keep` of `a` (ascending) as an input of their own: their q rows, k and v rows and
-// mask blocks, in order.
-AttentionInput sequences_of(const AttentionInput& a, const std::vector<size_t>& keep) {
+// mask blocks, in order. A paged batch's sequences are gathered and paged again in their own pool
+// with the batch's page size (where a key is stored changes no arithmetic).
+AttentionInput sequences_of(const AttentionInput& given, const std::vector<size_t>& keep) {
+  if (given.paged()) return gen::paged_copy(sequences_of(gather_pages(given), keep), given.page_size);
+  const AttentionInput& a = given;
   AttentionInput s = a;
   s.seqlens_q.clear();
   s.seqlens_k.clear();
@@ -31,7 +34,7 @@ AttentionInput sequences_of(const AttentionInput& a, const std::vector<size_t>& 
   s.k.clear();
   s.v.clear();
   s.mask.clear();
-  const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
+  const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
   int64_t q0 = 0, k0 = 0, m0 = 0;
   size_t next = 0;
   for (size_t j = 0; j < a.seqlens_q.size() && next < keep.size(); ++j) {
@@ -45,7 +48,7 @@ AttentionInput sequences_of(const AttentionInput& a, const std::vector<size_t>& 
       };
       append(s.q, a.q, q0 * H * D, tq * H * D);
       append(s.k, a.k, k0 * Hkv * D, tk * Hkv * D);
-      append(s.v, a.v, k0 * Hkv * D, tk * Hkv * D);
+      append(s.v, a.v, k0 * Hkv * Dv, tk * Hkv * Dv);
       if (!a.mask.empty())
         s.mask.insert(s.mask.end(), a.mask.begin() + std::ptrdiff_t(m0),
                       a.mask.begin() + std::ptrdiff_t(m0 + tq * tk));
@@ -61,7 +64,7 @@ AttentionInput sequences_of(const AttentionInput& a, const std::vector<size_t>& 
 AttentionOutput rows_of(const AttentionInput& a, const AttentionOutput& out,
                         const std::vector<size_t>& keep) {
   AttentionOutput r;
-  const int64_t H = a.num_heads, D = a.head_size;
+  const int64_t H = a.num_heads, D = a.dv();
   int64_t q0 = 0;
   size_t next = 0;
   for (size_t j = 0; j < a.seqlens_q.size() && next < keep.size(); ++j) {
