@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
@@ -633,4 +634,96 @@ TEST_CASE("a protocol-3 worker is sent no variant: pages gathered, the others re
   windowed.window_left = 2;
   subjects[0]->attention(windowed, opt);
   CHECK(all.seen.size() == 1);
+}
+
+namespace {
+
+// A subject that counts its attention calls and makes them through another.
+class Counting final : public ac::Subject {
+ public:
+  explicit Counting(std::unique_ptr<ac::Subject> s) : s_(std::move(s)) {}
+  const std::string& name() const override { return s_->name(); }
+  const std::string& description() const override { return s_->description(); }
+  const ac_caps& caps() const override { return s_->caps(); }
+  std::string backend() const override { return s_->backend(); }
+  std::string origin() const override { return s_->origin(); }
+  ac::MergeOutput merge(const ac::MergeInput& in) override { return s_->merge(in); }
+  ac::SoftmaxOutput softmax(const ac::SoftmaxInput& in) override { return s_->softmax(in); }
+  ac::AttentionOutput attention(const ac::AttentionInput& in, const ac::AttentionOptions& opt) override {
+    ++calls;
+    return s_->attention(in, opt);
+  }
+  int calls = 0;
+
+ private:
+  std::unique_ptr<ac::Subject> s_;
+};
+
+}  // namespace
+
+// The device server serves the built-ins, whose fused and split-KV subjects declare variants: a
+// served call with every variant they take gives the bits of the same call made directly.
+TEST_CASE("built-in subjects declaring variants answer served calls exactly as direct ones", "[worker]") {
+  std::vector<std::unique_ptr<ac::Subject>> remote;
+  for (auto& s : ac::load_builtin_subjects(ac::Backend::host, nullptr))
+    if (s->caps().variants) remote.push_back(std::make_unique<Counting>(std::move(s)));
+  REQUIRE(remote.size() >= 4);  // fused, fused-fa2, fused-log2, splitkv
+  std::vector<std::string> names;
+  for (const auto& s : remote) names.push_back(s->name());
+  TestServer server(std::move(remote), w::kProtocolVersion);
+  auto direct = ac::load_builtin_subjects(ac::Backend::host, nullptr);
+  auto local = ac::load_builtin_subjects(ac::Backend::host, nullptr);
+  auto served = w::served_subjects(std::move(local), server.path, 30.0, [&](const ac::Subject& s) {
+    return std::find(names.begin(), names.end(), s.name()) != names.end();
+  });
+  for (size_t i = 0; i < names.size(); ++i) {
+    INFO(names[i]);
+    auto find = [&](auto& list) -> ac::Subject& {
+      for (auto& s : list)
+        if (s->name() == names[i]) return *s;
+      FAIL("no subject " << names[i]);
+      throw 0;
+    };
+    ac::Subject &d = find(direct), &s = find(served);
+    const ac_caps& c = d.caps();
+    REQUIRE((c.variants & AC_VAR_PAGED_KV));
+    // Two sequences of 3 x 20 and 2 x 7 keys, head size 64, two query heads on one KV head, in
+    // pages of 5 (four and two of a pool of eight), causal, softcapped, windowed, with sinks.
+    ac::AttentionInput in;
+    in.dtype = AC_DTYPE_F16;
+    in.num_heads = 2;
+    in.num_kv_heads = 1;
+    in.head_size = 64;
+    in.seqlens_q = {3, 2};
+    in.seqlens_k = {20, 7};
+    in.causal = true;
+    in.softmax_scale = 0.125f;
+    in.softcap = (c.variants & AC_VAR_SOFTCAP) ? 30.0f : 0.0f;
+    if (c.variants & AC_VAR_WINDOW) {
+      in.window_left = 6;
+      in.window_right = 0;
+    }
+    if (c.variants & AC_VAR_SINKS) in.sinks = {0.75f, -2.5f};
+    in.page_size = 5;
+    in.num_pages = 8;
+    in.max_blocks = 4;
+    in.block_table = {7, 2, 4, 0, 1, 5, 0, 0};
+    in.q = pattern(5 * 2 * 64, 11);
+    in.k = pattern(8 * 5 * 64, 12);
+    in.v = pattern(8 * 5 * 64, 13);
+    REQUIRE(ac::attention_variant_problem(in).empty());
+    ac::AttentionOptions opt;
+    opt.tiling = 0;
+    if (c.ops & AC_OP_SPLITKV) {
+      opt.num_splits = std::min(2, c.max_splits);
+      opt.fold_order = ac::folds_in(c.fold_orders).front();
+    }
+    const ac::AttentionOutput want = d.attention(in, opt);
+    auto& counting = static_cast<Counting&>(server.subject(i));
+    const ac::AttentionOutput got = s.attention(in, opt);
+    CHECK(counting.calls == 1);  // made by the server, not redone here
+    CHECK(got.out == want.out);
+    REQUIRE(got.lse.size() == want.lse.size());
+    for (size_t j = 0; j < got.lse.size(); ++j) CHECK(bits_of(got.lse[j]) == bits_of(want.lse[j]));
+  }
 }
