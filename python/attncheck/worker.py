@@ -281,7 +281,8 @@ def private_stdout() -> TextIO:
 
 def hello(req: Dict[str, Any], subjects: Sequence[Subject]) -> Dict[str, Any]:
     """The handshake reply: the newest protocol both sides speak (the request names attncheck's
-    newest; an attncheck of version 1 is answered in version 1 where the subjects allow it)."""
+    newest; an attncheck of version 1 is answered in version 1 where the subjects allow it, one of
+    version 3 or older without the subjects' variants, which it would never send)."""
     version = min(PROTOCOL_VERSION, int(req.get("protocol", 1)))
     try:
         decls = [s.declaration if version >= 4 else as_protocol_3(s.declaration) for s in subjects]
