@@ -40,6 +40,11 @@ constexpr std::array<Spelling<uint32_t>, 8> kFeatures{{{AC_FEAT_CAUSAL, "causal"
                                                        {AC_FEAT_NAIVE_EXP, "naive_exp"},
                                                        {AC_FEAT_SCORES_IN_INPUT_TYPE, "scores_in_input_type"},
                                                        {AC_FEAT_FLUSHED_EXP, "flushed_exp"}}};
+constexpr std::array<Spelling<uint32_t>, 5> kVariants{{{AC_VAR_PAGED_KV, "paged_kv"},
+                                                       {AC_VAR_HEAD_SIZE_V, "head_size_v"},
+                                                       {AC_VAR_SOFTCAP, "softcap"},
+                                                       {AC_VAR_WINDOW, "window"},
+                                                       {AC_VAR_SINKS, "sinks"}}};
 // The contract bits the worker protocol writes as boolean fields (AC_CAP_EMPTY_LSE_UNDEFINED is
 // spelled as empty_lse "undefined" instead).
 constexpr std::array<Spelling<uint32_t>, 6> kFlagFields{
@@ -61,6 +66,7 @@ std::span<const Spelling<uint32_t>> op_spellings() { return kOps; }
 std::span<const Spelling<ac_dtype>> dtype_spellings() { return kDtypes; }
 std::span<const Spelling<ac_fold>> fold_spellings() { return kFolds; }
 std::span<const Spelling<uint32_t>> feature_spellings() { return kFeatures; }
+std::span<const Spelling<uint32_t>> variant_spellings() { return kVariants; }
 std::span<const Spelling<uint32_t>> flag_field_spellings() { return kFlagFields; }
 
 const char* op_name(uint32_t op) { return name_of<uint32_t>(kOps, op, "unknown"); }
@@ -72,6 +78,8 @@ const char* fold_name(ac_fold f) { return name_of<ac_fold>(kFolds, f, "unknown")
 std::optional<ac_fold> fold_from(std::string_view name) { return value_of<ac_fold>(kFolds, name); }
 const char* feature_name(uint32_t f) { return name_of<uint32_t>(kFeatures, f, "unknown"); }
 std::optional<uint32_t> feature_from(std::string_view name) { return value_of<uint32_t>(kFeatures, name); }
+const char* variant_name(uint32_t v) { return name_of<uint32_t>(kVariants, v, "unknown"); }
+std::optional<uint32_t> variant_from(std::string_view name) { return value_of<uint32_t>(kVariants, name); }
 const char* flag_name(uint32_t flag) { return name_of<uint32_t>(kFlagFields, flag, "unknown"); }
 const char* status_name(RunStatus s) { return name_of<RunStatus>(kStatuses, s, "unknown"); }
 std::optional<RunStatus> status_from(std::string_view name) { return value_of<RunStatus>(kStatuses, name); }
@@ -87,5 +95,6 @@ std::string op_names() { return joined<uint32_t>(kOps); }
 std::string dtype_names() { return joined<ac_dtype>(kDtypes); }
 std::string fold_names() { return joined<ac_fold>(kFolds); }
 std::string feature_names() { return joined<uint32_t>(kFeatures); }
+std::string variant_names() { return joined<uint32_t>(kVariants); }
 
 }  // namespace attncheck

@@ -5,7 +5,7 @@ registration time rather than at the first call."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 OPS = ("merge", "softmax", "attention", "splitkv")
 DTYPES = ("fp32", "fp16", "bf16")
@@ -15,6 +15,8 @@ LSE_LAYOUTS = ("heads_tokens", "tokens_heads")
 EMPTY_LSE = ("-inf", "+inf", "undefined")
 FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type", "flushed_exp")
 FOLDS = ("left", "right", "tree")
+# Protocol 4: the engines' variants an attention / split-KV subject accepts (the C ABI's AC_VAR_*).
+VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -26,6 +28,9 @@ MAX_HEAD_SIZES = 64
 MAX_TILINGS = 64
 MAX_TILE = 1024
 MAX_SPLITS = 1024
+MAX_PAGE_SIZE = 4096
+MAX_PAGE_SIZES = 16
+MAX_HEAD_PAIRS = 16
 INT32_MAX = 2**31 - 1
 
 
@@ -52,9 +57,10 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
                   tilings: Sequence[Tuple[int, int]] = (), max_splits: int = 0, fold_orders: Any = (),
                   description: str = "", refuses_zero_keys: bool = False, flushes_subnormals: bool = False,
                   nondeterministic: bool = False, ftz_arithmetic: bool = False,
-                  batch_invariant: bool = False, empty_states_zero_o: bool = False) -> Dict[str, Any]:
-    """Returns the handshake dictionary of one subject (protocol 2 and 3), or raises CapsError naming the
-    problem.
+                  batch_invariant: bool = False, empty_states_zero_o: bool = False, variants: Any = (),
+                  page_sizes: Sequence[int] = (), head_pairs: Sequence[Tuple[int, int]] = ()) -> Dict[str, Any]:
+    """Returns the handshake dictionary of one subject (protocol 4; hello() writes the older forms),
+    or raises CapsError naming the problem.
 
     refuses_zero_keys: the subject cannot be called with a sequence of 0 keys; attncheck never does.
     flushes_subnormals: outputs whose exact value is subnormal may come back as 0 (FTZ / DAZ).
@@ -68,7 +74,14 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     -inf or +inf), as a guard that copies the prefix output does; the generators then give empty
     states a zero O (undeclared, their O is arbitrary and must not reach the output).
     empty_lse="undefined": an empty row's LSE is not judged (its O = 0 still is).
-    tilings: may be empty for attention / splitkv (a black-box kernel picks its own)."""
+    tilings: may be empty for attention / splitkv (a black-box kernel picks its own).
+    variants (protocol 4, attention / splitkv only): the engines' variants the subject accepts, each
+    drawn into its cases: "paged_kv" (K / V page pools read through a block table; page_sizes lists
+    the page sizes accepted, 1 to 16 of them, each 1..4096), "head_size_v" (V and O have their own
+    head size; head_pairs lists the (qk, v) pairs accepted, 1 to 16, each size 1..1024), "softcap",
+    "window" (a sliding window) and "sinks" (one logit per query head in the softmax denominator).
+    AttentionCall documents what each adds to a call. A subject declaring one must still accept
+    calls that do not use it."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
         raise CapsError(f"subject name {name!r} must be non-empty letters, digits, '-', '_', '.'")
     if len(name) > MAX_NAME_CHARS:
@@ -144,7 +157,49 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r}: max_splits {max_splits} is out of range 0..{MAX_SPLITS}")
     d["max_splits"] = int(max_splits)
     d["fold_orders"] = list(fold_orders)
+    variants = _words(name, "variants", variants, VARIANTS)
+    if variants and "attention" not in ops and "splitkv" not in ops:
+        raise CapsError(f"subject {name!r} declares variants without attention or splitkv")
+    ps = _int_list(name, "page_sizes", page_sizes)
+    if "paged_kv" in variants:
+        if not 1 <= len(ps) <= MAX_PAGE_SIZES:
+            raise CapsError(f"subject {name!r} declares paged_kv with {len(ps)} page_sizes; it needs 1 to {MAX_PAGE_SIZES}")
+    elif ps:
+        raise CapsError(f"subject {name!r}: page_sizes given without the paged_kv variant")
+    for p in ps:
+        if not 1 <= p <= MAX_PAGE_SIZE:
+            raise CapsError(f"subject {name!r}: page size {p} is out of range 1..{MAX_PAGE_SIZE}")
+    hp = []
+    for pair in head_pairs:
+        try:
+            qk, dv = (int(x) for x in pair)
+        except (TypeError, ValueError):
+            raise CapsError(f"subject {name!r}: head_pairs must be (qk, v) pairs, got {pair!r}") from None
+        if not (1 <= qk <= MAX_HEAD_SIZE and 1 <= dv <= MAX_HEAD_SIZE):
+            raise CapsError(f"subject {name!r}: head pair {pair!r}: a size is out of range 1..{MAX_HEAD_SIZE}")
+        hp.append([qk, dv])
+    if "head_size_v" in variants:
+        if not 1 <= len(hp) <= MAX_HEAD_PAIRS:
+            raise CapsError(f"subject {name!r} declares head_size_v with {len(hp)} head_pairs; it needs 1 to "
+                            f"{MAX_HEAD_PAIRS}")
+    elif hp:
+        raise CapsError(f"subject {name!r}: head_pairs given without the head_size_v variant")
+    # Written only where declared, as attncheck writes its own subjects: a subject without variants
+    # is declared as in protocol 3.
+    if variants:
+        d["variants"] = list(variants)
+    if ps:
+        d["page_sizes"] = ps
+    if hp:
+        d["head_pairs"] = hp
     return d
+
+
+def _int_list(name: Optional[str], field: str, value: Any) -> List[int]:
+    try:
+        return [int(x) for x in value]
+    except (TypeError, ValueError):
+        raise CapsError(f"subject {name!r}: {field} must be a list of integers, got {value!r}") from None
 
 
 # The fields protocol 2 added; as_protocol_1() removes them.
@@ -166,3 +221,14 @@ def as_protocol_1(d: Dict[str, Any]) -> Dict[str, Any]:
         # Version 1 requires one tiling; a nominal 64 x 64 stands in for the kernel's own choice.
         d1["tilings"] = [[64, 64]]
     return d1
+
+
+# The fields protocol 4 added; as_protocol_3() removes them.
+V4_FIELDS = ("variants", "page_sizes", "head_pairs")
+
+
+def as_protocol_3(d: Dict[str, Any]) -> Dict[str, Any]:
+    """The declaration for an attncheck that speaks protocol 3 at most (or 2): without the variants.
+    Unlike a protocol-2 contract, a variant relaxes nothing: such an attncheck never sends one, and
+    judges the subject's plain calls by the same rules. Left out, the variants go untested there."""
+    return {k: v for k, v in d.items() if k not in V4_FIELDS}

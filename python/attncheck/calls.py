@@ -71,7 +71,30 @@ class AttentionCall(_Call):
     softmax_scale: a Python float holding the float32 value exactly; tiling: (index, br, bc), or
     None when the subject declares no tilings;
     num_splits and fold_order for split-KV. Return out, or (out, lse) when the subject declares
-    the "lse" feature (lse fp32 in the declared layout, [num_heads, total_q] or [total_q, num_heads])."""
+    the "lse" feature (lse fp32 in the declared layout, [num_heads, total_q] or [total_q, num_heads]).
+
+    The variants (protocol 4), each at its neutral value unless the subject declares it and the
+    call uses it (helpers.gather_pages, window_mask and softcap_scores apply them):
+      head_size_v   V's and O's head size (head_size unless "head_size_v"): v is
+                    [total_k, num_kv_heads, head_size_v] and out [total_q, num_heads, head_size_v].
+      softcap       0.0 (none), or the cap c > 0: a score is c * tanh(softmax_scale * q.k / c), the
+                    scale applied first (a Python float holding the float32 value exactly).
+      window_left, window_right
+                    -1 (unbounded) or a width: query t of a sequence with Tq queries and Tk keys
+                    sees key j only when t + Tk - Tq - window_left <= j <= t + Tk - Tq + window_right,
+                    and-ed with causal and the mask; a row left without keys is empty.
+      sinks         None, or num_heads fp32 logits (in the scaled and capped scores' units) that join
+                    each row's softmax denominator only: O = sum_j e^s_j v_j / (e^sink + sum_j e^s_j),
+                    LSE = log(e^sink + sum_j e^s_j); a row with no visible key has O = 0, LSE = sink.
+      page_size     0 (K and V contiguous), or the page size P: k and v are then page pools
+                    [num_pages, P, num_kv_heads, d] and key j of sequence s is slot j % P of page
+                    block_table[s, j // P]; table entries past a sequence's last page, slots past its
+                    last key and pages no sequence names hold garbage (NaN, huge values) that must
+                    not reach the output.
+      num_pages, max_blocks
+                    the pools' pages and the block table's entries per sequence (0 when contiguous).
+      block_table   None, or the int32 table [num_seqs, max_blocks] (block_table_host: the same as a
+                    numpy array on the host, for any subject)."""
     op = "attention"  # or "splitkv"
     num_seqs: int
     num_heads: int
@@ -94,3 +117,13 @@ class AttentionCall(_Call):
     k: Array
     v: Array
     mask: Optional[Array]
+    head_size_v: int
+    softcap: float
+    window_left: int
+    window_right: int
+    sinks: Optional[Array]
+    page_size: int
+    num_pages: int
+    max_blocks: int
+    block_table: Optional[Array]
+    block_table_host: Optional[Array]

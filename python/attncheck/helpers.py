@@ -9,6 +9,9 @@ a boolean mask is nonzero = visible and combines with causal by logical and. Lib
 torch.nn.functional.scaled_dot_product_attention's is_causal=True is top-left aligned (query t
 sees keys 0 .. t) and its boolean attn_mask is True = take part; FlashAttention >= 2.1 is
 bottom-right. These helpers build the mask a library needs from attncheck's call.
+
+The variants (protocol 4; AttentionCall states each): gather_pages reads paged K / V into the
+contiguous layout, window_mask is the sliding window's visibility, softcap_scores caps scores.
 """
 from __future__ import annotations
 
@@ -60,9 +63,11 @@ def expand_kv_heads(kv: Any, num_heads: int) -> Any:
 
 def sequences(call: AttentionCall) -> Iterator[Tuple[int, slice, slice, Optional[NDArray[np.bool_]]]]:
     """Yields (i, q_slice, k_slice, mask_block) for each packed sequence of an AttentionCall: the
-    varlen loop. mask_block is the sequence's [Tq_i, Tk_i] boolean visibility (explicit mask and
-    bottom-right causal combined), or None when neither applies."""
+    varlen loop. mask_block is the sequence's [Tq_i, Tk_i] boolean visibility (explicit mask,
+    bottom-right causal and the sliding window combined), or None when none applies. k_slice
+    indexes contiguous K / V: a paged call's pools are gathered first (gather_pages)."""
     cq, ck, cm = call.cu_seqlens_q_host, call.cu_seqlens_k_host, call.cu_mask_host
+    left, right = getattr(call, "window_left", -1), getattr(call, "window_right", -1)
     for i in range(len(cq) - 1):
         tq, tk = cq[i + 1] - cq[i], ck[i + 1] - ck[i]
         vis = None
@@ -73,6 +78,9 @@ def sequences(call: AttentionCall) -> Iterator[Tuple[int, slice, slice, Optional
         if call.causal:
             c = causal_mask(tq, tk, "bottom_right")
             vis = c if vis is None else (vis & c)
+        if left != -1 or right != -1:
+            w = window_mask(tq, tk, left, right)
+            vis = w if vis is None else (vis & w)
         yield i, slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1]), vis
 
 
@@ -93,3 +101,65 @@ def lse_to_layout(lse_tokens_heads: Any, layout: str) -> Any:
 def lse_from_layout(lse: Any, layout: str) -> Any:
     """The declared layout -> [tokens, heads]."""
     return lse_to_layout(lse, layout)  # a transpose is its own inverse
+
+
+def gather_pages(k_pool: Any, v_pool: Any, block_table: Any, seqlens_k: Any, page_size: int) -> Tuple[Any, Any]:
+    """Paged K / V -> contiguous (K [total_k, num_kv_heads, d], V [total_k, num_kv_heads, d_v]), the
+    layout of an unpaged call (sequences packed back to back, as cu_seqlens_k delimits them).
+
+    k_pool / v_pool: [num_pages, page_size, num_kv_heads, d] (d_v for V); block_table:
+    [num_seqs, max_blocks] integers (call.block_table_host); seqlens_k: each sequence's key count
+    (np.diff(call.cu_seqlens_k_host)). Key j of sequence s is slot j % page_size of page
+    block_table[s, j // page_size]; table entries past a sequence's last page and slots past its last
+    key are never read (attncheck fills them with garbage). Works on numpy arrays and torch tensors."""
+    if page_size <= 0:
+        raise ValueError(f"page_size must be positive, not {page_size}")
+    table = np.asarray(block_table, dtype=np.int64)
+    lens = [int(t) for t in seqlens_k]
+    if table.ndim == 1:
+        table = table.reshape(len(lens), -1)
+    rows = []
+    for s, tk in enumerate(lens):
+        j = np.arange(tk)
+        if tk > table.shape[1] * page_size:
+            raise ValueError(f"sequence {s} has {tk} keys, more than {table.shape[1]} pages of {page_size} hold")
+        rows.append(table[s, j // page_size] * page_size + j % page_size)
+    idx = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    k = k_pool.reshape(-1, *k_pool.shape[2:])
+    v = v_pool.reshape(-1, *v_pool.shape[2:])
+    if not isinstance(k, np.ndarray):  # torch: index with a tensor on the pool's device
+        import torch
+        t = torch.as_tensor(idx, device=k.device)
+        return k[t], v[t]
+    return k[idx], v[idx]
+
+
+def window_mask(tq: int, tk: int, left: int, right: int, causal: bool = False) -> NDArray[np.bool_]:
+    """[tq, tk] boolean, True = visible: the sliding window around the bottom-right aligned diagonal.
+    Query t sees key j only when t + tk - tq - left <= j <= t + tk - tq + right; -1 leaves a side
+    unbounded (left = right = -1: every key). causal=True also requires j <= t + tk - tq (the
+    window's right side 0). A row with no visible key is empty (see empty_rows)."""
+    t = np.arange(tq)[:, None]
+    j = np.arange(tk)[None, :]
+    diag = t + (tk - tq)
+    vis = np.ones((tq, tk), dtype=bool)
+    if left != -1:
+        vis &= j >= diag - left
+    if right != -1:
+        vis &= j <= diag + right
+    if causal:
+        vis &= j <= diag
+    return vis
+
+
+def softcap_scores(s: Any, cap: float) -> Any:
+    """The logit softcap as a score function: cap * tanh(s / cap), applied to scores that already
+    carry softmax_scale (s = softmax_scale * q.k); cap 0 (none) returns s unchanged. Computed in s's
+    own precision (pass float64 scores for a reference). Works on numpy arrays and torch tensors."""
+    if cap == 0:
+        return s
+    if cap < 0:
+        raise ValueError(f"softcap must be 0 (none) or positive, not {cap}")
+    if isinstance(s, (np.ndarray, np.generic, float, int)):
+        return cap * np.tanh(np.asarray(s) / cap)
+    return cap * (s / cap).tanh()  # torch

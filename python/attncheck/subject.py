@@ -22,7 +22,10 @@ keys), flushes_subnormals=True (subnormal outputs flushed), ftz_arithmetic=True 
 arithmetic: subnormal inputs and intermediates flushed), empty_lse="undefined" (an empty row's LSE is garbage),
 nondeterministic=True (launches may differ in bits by design; run_to_run reports the spread),
 empty_states_zero_o=True (a merge that relies on producers writing O = 0 for empty states), and
-tilings may be left empty.
+tilings may be left empty. The engines' variants an attention subject accepts (protocol 4):
+variants=("paged_kv", "softcap", "window", "sinks", "head_size_v") with page_sizes=[...] for
+paged_kv and head_pairs=[(qk, v), ...] for head_size_v; attncheck.helpers has gather_pages,
+window_mask and softcap_scores for them.
 Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or module:object).
 
 Raise ac.Unsupported for inputs the subject refuses (skipped, not a failure) and ac.DeviceError
@@ -45,7 +48,8 @@ class DeviceError(Exception):
 
 _CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
                "features", "tilings", "max_splits", "fold_orders", "description", "refuses_zero_keys",
-               "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant", "empty_states_zero_o")
+               "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant", "empty_states_zero_o",
+               "variants", "page_sizes", "head_pairs")
 
 
 class Subject:
@@ -71,6 +75,10 @@ class Subject:
     empty_states_zero_o: bool = False  # merge: relies on producers writing O = 0 for empty states
     max_splits: int = 0
     fold_orders: Sequence[str] = ()
+    # Protocol 4: "paged_kv", "head_size_v", "softcap", "window", "sinks" (attention / splitkv).
+    variants: Sequence[str] = ()
+    page_sizes: Sequence[int] = ()  # with "paged_kv": the page sizes accepted
+    head_pairs: Sequence[Tuple[int, int]] = ()  # with "head_size_v": the (qk, v) head sizes accepted
     description: str = ""
     # For memory="cuda": "torch" or "cupy" tensors (default: torch when importable, else cupy).
     framework: Optional[str] = None

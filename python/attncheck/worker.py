@@ -1,4 +1,4 @@
-"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), versions 1 to 3.
+"""The worker side of the worker protocol (harness/WORKER_PROTOCOL.md), versions 1 to 4.
 
     python3 -m attncheck.worker SPEC [SPEC...]
 
@@ -24,15 +24,17 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO, cast
 import numpy as np
 
 from . import calls as _calls
-from ._caps import CapsError, as_protocol_1
+from ._caps import CapsError, as_protocol_1, as_protocol_3
 from .dtypes import NUMPY_DTYPES
 from .subject import DeviceError, Subject, Unsupported
 
-# Version 3: every reply echoes its request's "seq" (serve() does it for every reply).
-PROTOCOL_VERSION = 3
+# Version 3: every reply echoes its request's "seq" (serve() does it for every reply). Version 4:
+# subjects declare variants, and attention calls carry them.
+PROTOCOL_VERSION = 4
 ARENA_FD = 3
 
-_ELEM: Dict[str, Any] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8}
+_ELEM: Dict[str, Any] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8,
+                         "i32": np.int32}
 
 
 class _Arena:
@@ -222,7 +224,17 @@ class _Server:
                 cu_q, cu_k = _to_device(cu_q, None, fw), _to_device(cu_k, None, fw)
                 cu_m = None if cu_m is None else _to_device(cu_m, None, fw)
             call.cu_seqlens_q, call.cu_seqlens_k, call.cu_mask = cu_q, cu_k, cu_m
-            for k, v in self.inputs(req, s, ("q", "k", "v", "mask")).items():
+            # Protocol 4's variants; a field the request leaves out is the variant's neutral value.
+            call.head_size_v = int(req.get("head_size_v", req["head_size"]))
+            call.softcap = float(req.get("softcap", 0.0))
+            call.window_left = int(req.get("window_left", -1))
+            call.window_right = int(req.get("window_right", -1))
+            call.page_size = int(req.get("page_size", 0))
+            call.num_pages = int(req.get("num_pages", 0))
+            call.max_blocks = int(req.get("max_blocks", 0))
+            table = req["inputs"].get("block_table")
+            call.block_table_host = None if table is None else np.array(self.arena.view(table))
+            for k, v in self.inputs(req, s, ("q", "k", "v", "mask", "sinks", "block_table")).items():
                 setattr(call, k, v)
             res = s.attention(call)
             wants_lse = "lse" in req["outputs"]
@@ -269,10 +281,13 @@ def private_stdout() -> TextIO:
 
 def hello(req: Dict[str, Any], subjects: Sequence[Subject]) -> Dict[str, Any]:
     """The handshake reply: the newest protocol both sides speak (the request names attncheck's
-    newest; an attncheck of version 1 is answered in version 1 where the subjects allow it)."""
+    newest; an attncheck of version 1 is answered in version 1 where the subjects allow it, one of
+    version 3 or older without the subjects' variants, which it would never send)."""
     version = min(PROTOCOL_VERSION, int(req.get("protocol", 1)))
     try:
-        decls = [s.declaration if version >= 2 else as_protocol_1(s.declaration) for s in subjects]
+        decls = [s.declaration if version >= 4 else as_protocol_3(s.declaration) for s in subjects]
+        if version < 2:
+            decls = [as_protocol_1(d) for d in decls]
     except CapsError as e:
         return {"status": "error", "error": str(e)}
     return {"status": "ok", "protocol": version, "worker": "attncheck.worker (python)", "subjects": decls}

@@ -126,3 +126,106 @@ def test_every_reply_echoes_its_request_number():
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["seq"] for r in replies] == [1, 2, 3]
     assert replies[0]["protocol"] == 3 and replies[1]["status"] == "error"
+
+
+def test_variants_are_declared_in_protocol_4_and_left_out_before():
+    from attncheck.worker import hello
+    s = ac.subject(name="paged", ops="attention", dtypes="fp16", variants=("paged_kv", "sinks", "head_size_v"),
+                   page_sizes=[16, 1], head_pairs=[(192, 128)])(lambda call: None)
+    d = s.declaration
+    assert d["variants"] == ["paged_kv", "sinks", "head_size_v"]
+    assert d["page_sizes"] == [16, 1] and d["head_pairs"] == [[192, 128]]
+    plain = ac.subject(name="plain", ops="attention", dtypes="fp16")(lambda call: None).declaration
+    assert not any(f in plain for f in ("variants", "page_sizes", "head_pairs"))
+    r4 = hello({"op": "hello", "protocol": 4}, [s])
+    assert r4["protocol"] == 4 and r4["subjects"][0]["variants"] == ["paged_kv", "sinks", "head_size_v"]
+    # An attncheck of protocol 3 never sends a variant: the subject is declared without them.
+    for version in (3, 2, 1):
+        r = hello({"op": "hello", "protocol": version}, [s])
+        assert r["status"] == "ok" and r["protocol"] == version
+        assert not any(f in r["subjects"][0] for f in ("variants", "page_sizes", "head_pairs"))
+
+
+@pytest.mark.parametrize("caps, message", [
+    (dict(ops="merge", variants="softcap"), "declares variants without attention or splitkv"),
+    (dict(ops="attention", variants="sliding_window"),
+     "unknown word 'sliding_window' in 'variants' (known: paged_kv, head_size_v, softcap, window, sinks)"),
+    (dict(ops="attention", variants="paged_kv"), "declares paged_kv with 0 page_sizes; it needs 1 to 16"),
+    (dict(ops="attention", variants="paged_kv", page_sizes=[16, 0]), "page size 0 is out of range 1..4096"),
+    (dict(ops="attention", variants="paged_kv", page_sizes=[8192]), "page size 8192 is out of range 1..4096"),
+    (dict(ops="attention", variants="paged_kv", page_sizes=list(range(1, 18))), "17 page_sizes; it needs 1 to 16"),
+    (dict(ops="attention", page_sizes=[16]), "page_sizes given without the paged_kv variant"),
+    (dict(ops="attention", variants="head_size_v"), "declares head_size_v with 0 head_pairs"),
+    (dict(ops="attention", variants="head_size_v", head_pairs=[(192, 0)]), "head pair (192, 0): a size is out of range"),
+    (dict(ops="attention", variants="head_size_v", head_pairs=[(192,)]), "head_pairs must be (qk, v) pairs"),
+    (dict(ops="attention", head_pairs=[(192, 128)]), "head_pairs given without the head_size_v variant"),
+])
+def test_bad_variant_declarations_are_refused(caps, message):
+    with pytest.raises(ac.CapsError) as e:
+        ac.subject(name="bad", dtypes="fp16", **caps)(lambda call: None)
+    assert message in str(e.value)
+
+
+def test_attention_requests_decode_the_variants():
+    """A protocol-4 request's variant fields and tensors reach the call as attributes and arrays."""
+    import numpy as np
+
+    from attncheck.worker import _Server
+    seen = []
+
+    def attention(call):
+        seen.append(call)
+        return np.zeros((3, 2, 4), np.float16)
+
+    s = ac.subject(name="v", ops="attention", dtypes="fp16", variants=("paged_kv", "softcap", "window", "sinks",
+                   "head_size_v"), page_sizes=[2], head_pairs=[(8, 4)])(attention)
+    server = _Server([s])
+    server.arena.map, server.arena.size = bytearray(4096), 4096  # a stand-in for the shared mapping
+
+    def tensor(dtype, shape, offset, values):
+        n = int(np.prod(shape))
+        a = np.frombuffer(server.arena.map, dtype={"fp16": np.float16, "fp32": np.float32, "i32": np.int32}[dtype],
+                          count=n, offset=offset)
+        a[...] = np.ravel(values)
+        strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+        return {"dtype": dtype, "shape": shape, "strides": strides, "offset": offset, "bytes": a.nbytes}
+
+    req = {"op": "attention", "subject": "v", "dtype": "fp16", "case_id": "c", "property": "p", "seq": 1,
+           "num_seqs": 2, "seqlens_q": [1, 2], "seqlens_k": [3, 1], "cu_seqlens_q": [0, 1, 3],
+           "cu_seqlens_k": [0, 3, 4], "max_seqlen_q": 2, "max_seqlen_k": 3, "num_heads": 2, "num_kv_heads": 1,
+           "head_size": 8, "causal": True, "softmax_scale": 0.125, "softmax_scale_bits": "0x3e000000",
+           "tiling": None, "num_splits": 1, "fold_order": "left", "cu_mask": None,
+           "head_size_v": 4, "softcap": 30.0, "softcap_bits": "0x41f00000", "window_left": 2, "window_right": 0,
+           "page_size": 2, "num_pages": 3, "max_blocks": 2,
+           "inputs": {"q": tensor("fp16", [3, 2, 8], 0, 1.0),
+                      "k": tensor("fp16", [3, 2, 1, 8], 256, np.arange(48)),
+                      "v": tensor("fp16", [3, 2, 1, 4], 512, -np.arange(24)),
+                      "sinks": tensor("fp32", [2], 768, [0.5, -2.0]),
+                      "block_table": tensor("i32", [2, 2], 1024, [[2, 0], [1, 1]])},
+           "outputs": {"out": {"dtype": "fp16", "shape": [3, 2, 4], "strides": [8, 4, 1], "offset": 1280,
+                               "bytes": 48}}}
+    assert server.handle(req) == {"status": "ok", "written": {"out": 48}}
+    c = seen[0]
+    assert (c.head_size, c.head_size_v, c.softcap, c.window_left, c.window_right) == (8, 4, 30.0, 2, 0)
+    assert (c.page_size, c.num_pages, c.max_blocks) == (2, 3, 2)
+    assert c.k.shape == (3, 2, 1, 8) and c.v.shape == (3, 2, 1, 4) and c.v[2, 1, 0, 3] == -23
+    assert c.sinks.dtype == np.float32 and c.sinks.tolist() == [0.5, -2.0]
+    assert c.block_table.dtype == np.int32 and c.block_table.tolist() == [[2, 0], [1, 1]]
+    assert c.block_table_host.tolist() == [[2, 0], [1, 1]]
+    # Through the helper: sequence 0's keys 0..2 are page 2's slots 0, 1 and page 0's slot 0.
+    k, v = ac.helpers.gather_pages(c.k, c.v, c.block_table_host, np.diff(c.cu_seqlens_k_host), c.page_size)
+    assert k[:, 0, 0].tolist() == [32, 40, 0, 16] and v.shape == (4, 1, 4)
+    # A plain request: every variant at its neutral value.
+    plain = dict(req, inputs={n: req["inputs"][n] for n in ("q",)})
+    for f in ("head_size_v", "softcap", "softcap_bits", "window_left", "window_right", "page_size", "num_pages",
+              "max_blocks"):
+        del plain[f]
+    plain["inputs"]["k"] = tensor("fp16", [4, 1, 8], 256, 0.0)
+    plain["inputs"]["v"] = tensor("fp16", [4, 1, 8], 512, 0.0)
+    plain["outputs"] = {"out": dict(req["outputs"]["out"], shape=[3, 2, 8], strides=[16, 8, 1], bytes=96)}
+    seen.clear()
+    s.attention = lambda call: (seen.append(call), np.zeros((3, 2, 8), np.float16))[1]
+    assert server.handle(plain)["status"] == "ok"
+    c = seen[0]
+    assert (c.head_size_v, c.softcap, c.window_left, c.window_right, c.page_size) == (8, 0.0, -1, -1, 0)
+    assert c.sinks is None and c.block_table is None and c.block_table_host is None

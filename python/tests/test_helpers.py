@@ -68,3 +68,106 @@ def test_top_left_causal_is_caught(binary, tmp_path):
     msg = str(e.value)
     assert "attention-np-top-left / accuracy: failed" in msg
     assert "reproduce:" in msg and "case file:" in msg
+
+
+# The variants' helpers (protocol 4), each against expectations worked out by hand from the
+# conventions of plugin_abi.h's AC_VAR_* bits.
+
+def test_gather_pages_reads_each_key_from_its_page_and_slot():
+    # Page size 2, three pages. Page p slot i holds the value 10 p + i in K and -(10 p + i) in V.
+    pool = np.array([[10 * p + i for i in range(2)] for p in range(3)], dtype=np.float32)  # [pages, P]
+    k_pool = pool[:, :, None, None]  # [3, 2, 1, 1]
+    v_pool = np.repeat(-pool[:, :, None, None], 2, axis=3)  # d_v = 2
+    # Sequence 0: 3 keys on pages 2, 0 (its second entry's slot 1 is past its last key);
+    # sequence 1: 1 key on page 1, its second entry past its last page (never read).
+    table = np.array([[2, 0], [1, 2]], dtype=np.int32)
+    k, v = helpers.gather_pages(k_pool, v_pool, table, [3, 1], 2)
+    # keys: (page 2, slot 0), (2, 1), (0, 0); then (1, 0)
+    assert k[:, 0, 0].tolist() == [20, 21, 0, 10]
+    assert k.shape == (4, 1, 1) and v.shape == (4, 1, 2)
+    assert v[:, 0, 1].tolist() == [-20, -21, 0, -10]
+    # A flat table is read as [num_seqs, max_blocks]; a sequence of 0 keys takes no row.
+    k2, _ = helpers.gather_pages(k_pool, v_pool, table.reshape(-1), [0, 2], 2)
+    assert k2[:, 0, 0].tolist() == [10, 11]
+    with pytest.raises(ValueError):
+        helpers.gather_pages(k_pool, v_pool, table, [5, 1], 2)  # 5 keys need 3 pages of 2
+
+
+def test_window_mask_is_bottom_right_aligned():
+    # Tq = 2, Tk = 5: the diagonal of query t is key t + 3.
+    assert helpers.window_mask(2, 5, 1, 0).tolist() == [[False, False, True, True, False],
+                                                         [False, False, False, True, True]]
+    # Tq = 3, Tk = 5 (diagonals 2, 3, 4), left unbounded, right 1: query 0 sees keys 0..3.
+    assert helpers.window_mask(3, 5, -1, 1).tolist() == [[True, True, True, True, False]] + [[True] * 5] * 2
+    assert helpers.window_mask(2, 5, -1, 0).tolist() == helpers.causal_mask(2, 5).tolist()
+    # Both unbounded: every key; with causal, the causal mask.
+    assert helpers.window_mask(3, 2, -1, -1).all()
+    assert helpers.window_mask(3, 2, -1, -1, causal=True).tolist() == helpers.causal_mask(3, 2).tolist()
+    # causal and a right side: the smaller bound wins (causal = right 0).
+    assert helpers.window_mask(1, 4, 0, 2, causal=True).tolist() == [[False, False, False, True]]
+    # Left 0, right 0: the diagonal alone; more queries than keys leaves the first rows empty.
+    assert helpers.window_mask(3, 2, 0, 0).tolist() == [[False, False], [True, False], [False, True]]
+    assert helpers.empty_rows(helpers.window_mask(3, 2, 0, 0)).tolist() == [True, False, False]
+
+
+def test_softcap_scores_is_cap_tanh_of_scaled_scores():
+    s = np.array([0.0, 1.0, -30.0, 1e6])
+    capped = helpers.softcap_scores(s, 30.0)
+    assert capped[0] == 0.0
+    assert capped[1] == pytest.approx(30.0 * np.tanh(1.0 / 30.0), rel=1e-15)
+    assert capped[2] == pytest.approx(-30.0 * np.tanh(1.0), rel=1e-15)  # tanh(1) = 0.7615941559557649
+    assert capped[2] == pytest.approx(-22.847824678672946, rel=1e-14)
+    assert capped[3] == 30.0  # saturated: never above the cap
+    assert np.all(np.abs(helpers.softcap_scores(np.linspace(-1e4, 1e4, 101), 5.0)) <= 5.0)
+    # Small scores pass almost unchanged: cap tanh(x / cap) = x - x^3 / (3 cap^2) + ...
+    assert helpers.softcap_scores(np.array([0.01]), 50.0)[0] == pytest.approx(0.01 - 1e-6 / 7500, rel=1e-12)
+    assert helpers.softcap_scores(s, 0) is s  # no cap
+    with pytest.raises(ValueError):
+        helpers.softcap_scores(s, -1.0)
+
+
+def test_variant_helpers_agree_with_the_exact_reference(binary, tmp_path):
+    # attention-np-variants (examples/python_worker/variants_worker.py) is built from gather_pages,
+    # softcap_scores and sequences' window; attncheck draws the variants it declares into its cases.
+    import variants_worker
+    r = ac.check(variants_worker.attention_np_variants, properties=["accuracy", "empty_row_contract"], cases=60,
+                 seed=3, report_dir=tmp_path / "r", binary=binary)
+    assert r.exit_code == 0 and all(x["status"] == "passed" for x in r.results)
+
+
+def _ignoring(what):
+    """The variants subject with one variant's request field dropped before it computes: the check
+    must catch each."""
+    def attention(call):
+        import variants_worker
+        if what == "softcap":
+            call.softcap = 0.0
+        elif what == "window":
+            call.window_left = call.window_right = -1
+        elif what == "sinks":
+            call.sinks = None
+        elif what == "pages":  # the pool read as if it were the contiguous keys
+            if call.page_size > 0:
+                call.k = call.k.reshape(-1, *call.k.shape[2:])
+                call.v = call.v.reshape(-1, *call.v.shape[2:])
+                call.page_size = 0
+        return variants_worker.attention(call)
+    return ac.subject(name=f"attention-np-no-{what}", ops="attention", dtypes=("fp32", "fp16", "bf16"),
+                      head_size_range=(1, 256), features=("causal", "mask", "varlen", "gqa", "lse"),
+                      tilings=[(64, 64)], variants=("paged_kv", "softcap", "window", "sinks"),
+                      page_sizes=[1, 3, 16])(attention)
+
+
+attention_no_softcap = _ignoring("softcap")
+attention_no_window = _ignoring("window")
+attention_no_sinks = _ignoring("sinks")
+attention_no_pages = _ignoring("pages")
+
+
+@pytest.mark.parametrize("subject", [attention_no_softcap, attention_no_window, attention_no_sinks, attention_no_pages],
+                         ids=["softcap", "window", "sinks", "pages"])
+def test_an_ignored_variant_is_caught(binary, tmp_path, subject):
+    with pytest.raises(ac.AttncheckFailure) as e:
+        ac.check(subject, properties=["accuracy"], cases=100, seed=1, max_keys=16, report_dir=tmp_path / "r",
+                 binary=binary, extra_args=["--shrink-time", "5"])
+    assert f"{subject.name} / accuracy: failed" in str(e.value)

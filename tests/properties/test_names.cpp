@@ -38,6 +38,24 @@ TEST_CASE("names: the contract bits the worker protocol spells as boolean fields
   CHECK(bits == std::vector<uint32_t>{1, 2, 8, 16, 32, 64});
 }
 
+TEST_CASE("names: variants by bit, as worker protocol 4 spells them", "[properties][names]") {
+  CHECK(std::string(variant_name(AC_VAR_PAGED_KV)) == "paged_kv");
+  CHECK(std::string(variant_name(AC_VAR_HEAD_SIZE_V)) == "head_size_v");
+  CHECK(std::string(variant_name(AC_VAR_SOFTCAP)) == "softcap");
+  CHECK(std::string(variant_name(AC_VAR_WINDOW)) == "window");
+  CHECK(std::string(variant_name(AC_VAR_SINKS)) == "sinks");
+  CHECK(std::string(variant_name(3u)) == "unknown");  // two bits are no one variant
+  CHECK(variant_from("sinks") == uint32_t(AC_VAR_SINKS));
+  CHECK_FALSE(variant_from("sliding_window"));
+  CHECK(variant_names() == "paged_kv, head_size_v, softcap, window, sinks");
+  uint32_t all = 0;
+  for (const auto& s : variant_spellings()) {
+    CHECK(variant_from(variant_name(s.value)) == s.value);
+    all |= s.value;
+  }
+  CHECK(all == uint32_t(AC_VAR_KNOWN_V3));
+}
+
 TEST_CASE("names: fold orders and the members of a fold_orders mask", "[properties][names]") {
   CHECK(fold_names() == "left, right, tree");
   CHECK(fold_from("tree") == AC_FOLD_TREE);

@@ -1,17 +1,31 @@
 // The handshake's capability words: every built-in subject's ac_caps written as words and read
 // back is the same ac_caps (the C structs of kernels/ are the independent source), and unknown
-// words are refused with a message naming the field.
+// words are refused with a message naming the field. Protocol 4's variants: their subject fields,
+// and an attention call's variant fields carried from WorkerSubject through a served worker
+// (serve.cpp's answer) to the subject bit for bit.
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attncheck/abi_subject.hpp"
+#include "attncheck/case.hpp"
+#include "attncheck/plugin.hpp"
 #include "process.hpp"
 #include "protocol.hpp"
+#include "serve.hpp"
+#include "worker_subject.hpp"
 
 namespace ac = attncheck;
 namespace w = attncheck::worker;
@@ -47,34 +61,36 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
       CHECK(d.caps.head_size_min == c.head_size_min);
       CHECK(d.caps.head_size_max == c.head_size_max);
     }
+    CHECK(d.caps.variants == c.variants);
+    REQUIRE(d.caps.num_page_sizes == (c.page_sizes ? c.num_page_sizes : 0));
+    for (int32_t i = 0; i < d.caps.num_page_sizes; ++i) CHECK(d.caps.page_sizes[i] == c.page_sizes[i]);
+    REQUIRE(d.caps.num_head_pairs == (c.head_pairs ? c.num_head_pairs : 0));
+    for (int32_t i = 0; i < d.caps.num_head_pairs; ++i) {
+      CHECK(d.caps.head_pairs[i].qk == c.head_pairs[i].qk);
+      CHECK(d.caps.head_pairs[i].v == c.head_pairs[i].v);
+    }
   }
 }
 
+namespace {
+// A host subject of head sizes 1..8, LSE [heads, tokens], no tilings, splits or variants.
+ac_caps small_caps(uint32_t ops, ac_dtype dtype, int32_t empty_lse_sign, uint32_t features, uint32_t flags) {
+  ac_caps c{};
+  c.ops = ops;
+  c.dtypes = AC_DTYPE_BIT(dtype);
+  c.memory = AC_MEMORY_HOST;
+  c.head_size_min = 1;
+  c.head_size_max = 8;
+  c.lse_layout = AC_LSE_HEADS_TOKENS;
+  c.empty_lse_sign = empty_lse_sign;
+  c.features = features;
+  c.flags = flags;
+  return c;
+}
+}  // namespace
+
 TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
-  auto j = w::caps_to_json("x", "",
-                           ac_caps{AC_OP_MERGE,
-                                   AC_DTYPE_BIT(AC_DTYPE_F32),
-                                   AC_MEMORY_HOST,
-                                   1,
-                                   8,
-                                   nullptr,
-                                   0,
-                                   0,
-                                   AC_LSE_HEADS_TOKENS,
-                                   -1,
-                                   0,
-                                   nullptr,
-                                   0,
-                                   0,
-                                   0,
-                                   0,
-                                   0,
-                                   nullptr,
-                                   0,
-                                   nullptr,
-                                   0,
-                                   0,
-                                   0});
+  auto j = w::caps_to_json("x", "", small_caps(AC_OP_MERGE, AC_DTYPE_F32, -1, 0, 0));
   CHECK_NOTHROW(w::caps_from_json(j));
   auto bad = j;
   bad["features"] = {"causal", "sliding_window"};
@@ -125,33 +141,12 @@ TEST_CASE("the handshake's words are the protocol document's, in its order", "[w
 }
 
 TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in version-1 ones", "[worker]") {
-  auto j =
-      w::caps_to_json("x", "",
-                      ac_caps{AC_OP_ATTENTION,
-                              AC_DTYPE_BIT(AC_DTYPE_F16),
-                              AC_MEMORY_HOST,
-                              1,
-                              8,
-                              nullptr,
-                              0,
-                              0,
-                              AC_LSE_HEADS_TOKENS,
-                              0,
-                              AC_FEAT_LSE,
-                              nullptr,
-                              0,
-                              0,
-                              0,
-                              AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS |
-                                  AC_CAP_EMPTY_LSE_UNDEFINED | AC_CAP_NONDETERMINISTIC |
-                                  AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT | AC_CAP_EMPTY_STATES_ZERO_O,
-                              0,
-                              nullptr,
-                              0,
-                              nullptr,
-                              0,
-                              0,
-                              0});
+  auto j = w::caps_to_json(
+      "x", "",
+      small_caps(AC_OP_ATTENTION, AC_DTYPE_F16, 0, AC_FEAT_LSE,
+                 AC_CAP_REFUSES_ZERO_KEYS | AC_CAP_FLUSHES_SUBNORMALS | AC_CAP_EMPTY_LSE_UNDEFINED |
+                     AC_CAP_NONDETERMINISTIC | AC_CAP_FTZ_ARITHMETIC | AC_CAP_BATCH_INVARIANT |
+                     AC_CAP_EMPTY_STATES_ZERO_O));
   CHECK(j["refuses_zero_keys"] == true);
   CHECK(j["flushes_subnormals"] == true);
   CHECK(j["nondeterministic"] == true);
@@ -201,30 +196,8 @@ TEST_CASE("protocol 2 subject fields: read from version-2 replies, refused in ve
   CHECK_THROWS_WITH(w::caps_from_json(bad, 2),
                     Catch::Contains("'empty_states_zero_o' must be true or false"));
   // Declared alone, it is read back alone.
-  auto merge = w::caps_to_json("m", "",
-                               ac_caps{AC_OP_MERGE,
-                                       AC_DTYPE_BIT(AC_DTYPE_F16),
-                                       AC_MEMORY_HOST,
-                                       1,
-                                       8,
-                                       nullptr,
-                                       0,
-                                       0,
-                                       AC_LSE_HEADS_TOKENS,
-                                       -1,
-                                       0,
-                                       nullptr,
-                                       0,
-                                       0,
-                                       0,
-                                       AC_CAP_EMPTY_STATES_ZERO_O,
-                                       0,
-                                       nullptr,
-                                       0,
-                                       nullptr,
-                                       0,
-                                       0,
-                                       0});
+  auto merge =
+      w::caps_to_json("m", "", small_caps(AC_OP_MERGE, AC_DTYPE_F16, -1, 0, AC_CAP_EMPTY_STATES_ZERO_O));
   CHECK(merge["empty_states_zero_o"] == true);
   CHECK(merge["batch_invariant"] == false);
   CHECK(w::caps_from_json(merge, 3).caps.flags == AC_CAP_EMPTY_STATES_ZERO_O);
@@ -259,4 +232,498 @@ TEST_CASE("the arena cannot be shrunk by anyone holding its descriptor", "[worke
   CHECK(arena.size() == 2 * before);
   CHECK(arena.intact());
   arena.data()[arena.size() - 1] = 1;
+}
+
+namespace {
+
+const int32_t kPageSizes[] = {1, 16, 4096};
+const ac_head_pair kHeadPairs[] = {{192, 128}, {8, 4}};
+
+// An attention subject declaring every variant, its page sizes and head pairs.
+ac_caps variant_caps(uint32_t variants) {
+  ac_caps c{};
+  c.ops = AC_OP_ATTENTION;
+  c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_F32);
+  c.memory = AC_MEMORY_HOST;
+  c.head_size_min = 1;
+  c.head_size_max = 256;
+  c.empty_lse_sign = -1;
+  c.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  c.variants = variants;
+  if (variants & AC_VAR_PAGED_KV) {
+    c.page_sizes = kPageSizes;
+    c.num_page_sizes = 3;
+  }
+  if (variants & AC_VAR_HEAD_SIZE_V) {
+    c.head_pairs = kHeadPairs;
+    c.num_head_pairs = 2;
+  }
+  return c;
+}
+
+bool one_line(const std::string& s) { return s.find('\n') == std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("protocol 4 subject fields: variants, page sizes and head pairs round-trip", "[worker]") {
+  const uint32_t all = AC_VAR_KNOWN_V3;
+  const auto j = w::caps_to_json("v", "", variant_caps(all));
+  using L = std::vector<std::string>;
+  CHECK(j["variants"].get<L>() == L{"paged_kv", "head_size_v", "softcap", "window", "sinks"});
+  CHECK(j["page_sizes"] == nlohmann::json({1, 16, 4096}));
+  CHECK(j["head_pairs"] == nlohmann::json({{192, 128}, {8, 4}}));
+  auto d = std::make_unique<w::DeclaredSubject>(w::caps_from_json(j, 4));
+  // A copy owns its arrays: the original's are gone when it is read.
+  const w::DeclaredSubject copy = *d;
+  d.reset();
+  CHECK(copy.caps.variants == all);
+  REQUIRE(copy.caps.num_page_sizes == 3);
+  CHECK(copy.caps.page_sizes == copy.page_sizes.data());
+  CHECK(std::vector<int32_t>(copy.caps.page_sizes, copy.caps.page_sizes + 3) ==
+        std::vector<int32_t>{1, 16, 4096});
+  REQUIRE(copy.caps.num_head_pairs == 2);
+  CHECK(copy.caps.head_pairs == copy.head_pairs.data());
+  CHECK((copy.caps.head_pairs[0].qk == 192 && copy.caps.head_pairs[0].v == 128));
+  CHECK((copy.caps.head_pairs[1].qk == 8 && copy.caps.head_pairs[1].v == 4));
+  // Validated as ABI version 3 declarations: accepted from protocol 4, not as version 2.
+  ac_subject s{};
+  s.name = "v";
+  s.description = "";
+  s.caps = copy.caps;
+  s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
+  CHECK(w::abi_version_of_protocol(4) == 3u);
+  CHECK(w::abi_version_of_protocol(3) == 2u);
+  CHECK(w::abi_version_of_protocol(1) == 1u);
+  CHECK(ac::validate_subject(s, w::abi_version_of_protocol(4)).empty());
+  CHECK(!ac::validate_subject(s, w::abi_version_of_protocol(3)).empty());
+  // One word alone is its one word; a subject without variants is written as in version 3.
+  CHECK(w::caps_to_json("v", "", variant_caps(AC_VAR_SINKS))["variants"].get<L>() == L{"sinks"});
+  const auto plain = w::caps_to_json("v", "", variant_caps(0));
+  CHECK(!plain.contains("variants"));
+  CHECK(!plain.contains("page_sizes"));
+  CHECK(!plain.contains("head_pairs"));
+  CHECK(w::caps_from_json(plain, 3).caps.variants == 0u);
+}
+
+TEST_CASE("protocol 4 subject fields are refused in older replies and out of range", "[worker]") {
+  const auto j = w::caps_to_json("v", "", variant_caps(AC_VAR_KNOWN_V3));
+  auto refused = [](const nlohmann::json& decl, int protocol) {
+    try {
+      w::caps_from_json(decl, protocol);
+    } catch (const w::ProtocolError& e) {
+      CHECK(one_line(e.what()));
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  // A version-3 reply that uses them: refused, naming the field.
+  auto v3 = j;
+  CHECK(refused(v3, 3) == "'variants' needs protocol 4 (the worker answered protocol 3)");
+  v3.erase("variants");
+  CHECK(refused(v3, 3) == "'page_sizes' needs protocol 4 (the worker answered protocol 3)");
+  v3.erase("page_sizes");
+  CHECK(refused(v3, 2) == "'head_pairs' needs protocol 4 (the worker answered protocol 2)");
+  // Empty lists declare nothing: a version-3 reader ignored them, and so does this one.
+  v3["variants"] = nlohmann::json::array();
+  v3["page_sizes"] = nlohmann::json::array();
+  v3["head_pairs"] = nlohmann::json::array();
+  CHECK(refused(v3, 3) == "accepted");
+  // Bad values, each one line naming the field.
+  auto bad = j;
+  bad["page_sizes"] = {16, 0};
+  CHECK(refused(bad, 4) == "'page_sizes[1]' 0 is out of range 1..4096");
+  bad["page_sizes"] = {4097};
+  CHECK(refused(bad, 4) == "'page_sizes[0]' 4097 is out of range 1..4096");
+  bad["page_sizes"] = std::vector<int>(AC_MAX_PAGE_SIZES + 1, 16);
+  CHECK(refused(bad, 4) == "'page_sizes' holds 17 sizes, more than 16");
+  bad["page_sizes"] = "16";
+  CHECK(refused(bad, 4) == "'page_sizes' must be a list of integers");
+  bad["page_sizes"] = {1.5};
+  CHECK(refused(bad, 4) == "'page_sizes[0]' must be an integer");
+  bad = j;
+  bad["head_pairs"] = {{192, 0}};
+  CHECK(refused(bad, 4) == "'head_pairs[0]' 0 is out of range 1..1024");
+  bad["head_pairs"] = {{192, 128}, {0, 64}};
+  CHECK(refused(bad, 4) == "'head_pairs[1]' 0 is out of range 1..1024");
+  bad["head_pairs"] = {{192, 128, 1}};
+  CHECK(refused(bad, 4) == "'head_pairs[0]' must be a [qk, v] pair of integers");
+  bad["head_pairs"] = {{2000, 128}};
+  CHECK(refused(bad, 4) == "'head_pairs[0]' 2000 is out of range 1..1024");
+  bad = j;
+  bad["variants"] = {"paged"};
+  CHECK(refused(bad, 4) ==
+        "unknown word 'paged' in 'variants' (known: paged_kv, head_size_v, softcap, window, sinks)");
+  // Lists that disagree with the variants are validate_subject's to refuse, as for a plugin.
+  bad = j;
+  bad["variants"] = {"softcap"};
+  const w::DeclaredSubject d = w::caps_from_json(bad, 4);
+  ac_subject s{};
+  s.name = "v";
+  s.description = "";
+  s.caps = d.caps;
+  s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
+  const auto problems = ac::validate_subject(s, 3);
+  REQUIRE(!problems.empty());
+  CHECK(problems.front() == "caps.page_sizes given without AC_VAR_PAGED_KV");
+}
+
+namespace {
+
+// A subject that records the inputs it is called with and answers with outputs derived from nothing
+// but their shapes, so that a call's inputs and outputs can be compared bit for bit across the
+// protocol.
+class RecordingSubject final : public ac::Subject {
+ public:
+  RecordingSubject(std::string name, uint32_t variants)
+      : name_(std::move(name)), caps_(variant_caps(variants)) {}
+  const std::string& name() const override { return name_; }
+  const std::string& description() const override { return name_; }
+  const ac_caps& caps() const override { return caps_; }
+  std::string backend() const override { return "host"; }
+  std::string origin() const override { return "test"; }
+  ac::MergeOutput merge(const ac::MergeInput&) override {
+    throw ac::SubjectError(ac::SubjectError::Kind::unsupported, "no merge");
+  }
+  ac::SoftmaxOutput softmax(const ac::SoftmaxInput&) override {
+    throw ac::SubjectError(ac::SubjectError::Kind::unsupported, "no softmax");
+  }
+  ac::AttentionOutput attention(const ac::AttentionInput& in, const ac::AttentionOptions& opt) override {
+    // As AbiSubject does: an undeclared variant is refused.
+    if (const std::string what = ac::undeclared_variant(in, caps_.variants); !what.empty())
+      throw ac::SubjectError(ac::SubjectError::Kind::unsupported, name_ + " does not declare " + what);
+    seen.push_back(in);
+    options.push_back(opt);
+    int64_t tq = 0;
+    for (int32_t t : in.seqlens_q) tq += t;
+    ac::AttentionOutput o;
+    const size_t n = size_t(tq * in.num_heads * in.dv());
+    for (size_t i = 0; i < n; ++i) o.out.push_back(uint32_t(0x3000u + (i * 37u) % 0x0bffu));  // finite fp16
+    for (int64_t i = 0; i < tq * in.num_heads; ++i) o.lse.push_back(0.25f * float(i) - 3.0f);
+    return o;
+  }
+  std::vector<ac::AttentionInput> seen;
+  std::vector<ac::AttentionOptions> options;
+
+ private:
+  std::string name_;
+  ac_caps caps_;
+};
+
+// A device server in a thread (serve.hpp's protocol over a Unix socket: the arena's fd first, then
+// request lines), answering with serve.cpp's answer(), hello answered as `protocol` (a version-3
+// server leaves its subjects' variant fields out, as a version-3 worker would).
+class TestServer {
+ public:
+  TestServer(std::vector<std::unique_ptr<ac::Subject>> subjects, int protocol)
+      : subjects_(std::move(subjects)), protocol_(protocol) {
+    char dir[] = "/tmp/ac-proto-XXXXXX";
+    REQUIRE(::mkdtemp(dir) != nullptr);
+    dir_ = dir;
+    path = dir_ + "/s";
+    listen_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    REQUIRE(::bind(listen_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listen_, 4) == 0);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~TestServer() {
+    ::shutdown(listen_, SHUT_RDWR);
+    ::close(listen_);
+    thread_.join();
+    ::unlink(path.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  ac::Subject& subject(size_t i) { return *subjects_[i]; }
+  std::string path;
+
+ private:
+  void serve() {
+    const int fd = ::accept(listen_, nullptr, nullptr);
+    if (fd < 0) return;
+    w::ArenaMap arena;
+    arena.fd = w::receive_fd(fd);
+    std::string buf;
+    char chunk[4096];
+    for (;;) {
+      const size_t nl = buf.find('\n');
+      if (nl == std::string::npos) {
+        const ssize_t n = ::read(fd, chunk, sizeof chunk);
+        if (n <= 0) break;
+        buf.append(chunk, size_t(n));
+        continue;
+      }
+      const nlohmann::json r = nlohmann::json::parse(buf.substr(0, nl));
+      buf.erase(0, nl + 1);
+      nlohmann::json out;
+      if (r.at("op") == "hello") {
+        out = w::hello_reply(subjects_, "test server");
+        out["protocol"] = protocol_;
+        if (protocol_ < 4)
+          for (auto& d : out["subjects"])
+            for (const char* f : {"variants", "page_sizes", "head_pairs"}) d.erase(f);
+      } else {
+        out = w::answer(r, subjects_, arena);
+      }
+      const std::string line = w::with_seq(r, out).dump() + "\n";
+      if (::write(fd, line.data(), line.size()) != ssize_t(line.size())) break;
+    }
+    if (arena.base) ::munmap(arena.base, arena.size);
+    if (arena.fd >= 0) ::close(arena.fd);
+    ::close(fd);
+  }
+
+  std::vector<std::unique_ptr<ac::Subject>> subjects_;
+  int protocol_;
+  std::string dir_;
+  int listen_ = -1;
+  std::thread thread_;
+};
+
+ac::Bits pattern(size_t n, uint32_t seed) {
+  ac::Bits b(n);
+  for (size_t i = 0; i < n; ++i)
+    b[i] = 0x2c00u + uint32_t((i * 2654435761u + seed) % 0x1000u);  // finite fp16
+  return b;
+}
+
+// Two sequences (2 x 5 and 3 x 3 keys) of four query heads over two KV heads, QK head size 8 and V
+// head size 4, K / V in pages of 2 (five named by the table, one never named, the entries past a
+// sequence's last page naming page 0), a causal mask, a softcap, a window and sinks.
+ac::AttentionInput variant_input() {
+  ac::AttentionInput a;
+  a.dtype = AC_DTYPE_F16;
+  a.num_heads = 4;
+  a.num_kv_heads = 2;
+  a.head_size = 8;
+  a.head_size_v = 4;
+  a.seqlens_q = {2, 3};
+  a.seqlens_k = {5, 3};
+  a.causal = true;
+  a.softmax_scale = 0.35355339f;
+  a.softcap = 11.3f;
+  a.window_left = 3;
+  a.window_right = 0;
+  a.sinks = {0.5f, -1.25f, 12.1f, -30.3f};
+  a.page_size = 2;
+  a.num_pages = 7;
+  a.max_blocks = 4;
+  a.block_table = {6, 1, 3, 0, 2, 5, 0, 0};
+  a.mask.resize(2 * 5 + 3 * 3);
+  for (size_t i = 0; i < a.mask.size(); ++i) a.mask[i] = uint8_t(i % 3 != 1);
+  a.q = pattern(5 * 4 * 8, 1);
+  a.k = pattern(7 * 2 * 2 * 8, 2);
+  a.v = pattern(7 * 2 * 2 * 4, 3);
+  return a;
+}
+
+uint32_t bits_of(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+void require_same_input(const ac::AttentionInput& got, const ac::AttentionInput& want) {
+  CHECK(got.dtype == want.dtype);
+  CHECK(got.num_heads == want.num_heads);
+  CHECK(got.num_kv_heads == want.num_kv_heads);
+  CHECK(got.head_size == want.head_size);
+  CHECK(got.head_size_v == want.head_size_v);
+  CHECK(got.seqlens_q == want.seqlens_q);
+  CHECK(got.seqlens_k == want.seqlens_k);
+  CHECK(got.causal == want.causal);
+  CHECK(got.mask == want.mask);
+  CHECK(bits_of(got.softmax_scale) == bits_of(want.softmax_scale));
+  CHECK(bits_of(got.softcap) == bits_of(want.softcap));
+  CHECK(got.window_left == want.window_left);
+  CHECK(got.window_right == want.window_right);
+  REQUIRE(got.sinks.size() == want.sinks.size());
+  for (size_t i = 0; i < got.sinks.size(); ++i) CHECK(bits_of(got.sinks[i]) == bits_of(want.sinks[i]));
+  CHECK(got.page_size == want.page_size);
+  CHECK(got.num_pages == want.num_pages);
+  CHECK(got.max_blocks == want.max_blocks);
+  CHECK(got.block_table == want.block_table);
+  CHECK(got.q == want.q);
+  CHECK(got.k == want.k);
+  CHECK(got.v == want.v);
+}
+
+// The subjects of a test server, served to this process as served_subjects serves the built-ins.
+std::vector<std::unique_ptr<ac::Subject>> served(TestServer& server, std::vector<std::string> names,
+                                                 uint32_t variants) {
+  std::vector<std::unique_ptr<ac::Subject>> local;
+  for (auto& n : names) local.push_back(std::make_unique<RecordingSubject>(n, variants));
+  return w::served_subjects(std::move(local), server.path, 30.0, [](const ac::Subject&) { return true; });
+}
+
+}  // namespace
+
+TEST_CASE("protocol 4 carries an attention call's variants to the subject bit for bit", "[worker]") {
+  std::vector<std::unique_ptr<ac::Subject>> remote;
+  remote.push_back(std::make_unique<RecordingSubject>("all", AC_VAR_KNOWN_V3));
+  remote.push_back(std::make_unique<RecordingSubject>("softcap-only", AC_VAR_SOFTCAP));
+  TestServer server(std::move(remote), 4);
+  auto subjects = served(server, {"all", "softcap-only"}, AC_VAR_KNOWN_V3);
+  auto& all = static_cast<RecordingSubject&>(server.subject(0));
+  auto& softcap_only = static_cast<RecordingSubject&>(server.subject(1));
+  const ac::AttentionInput in = variant_input();
+  REQUIRE(ac::attention_variant_problem(in).empty());
+
+  // Every variant declared: the pools, the table, the sinks and every number arrive as they left.
+  ac::AttentionOptions opt;
+  opt.tiling = 0;
+  const ac::AttentionOutput o = subjects[0]->attention(in, opt);
+  REQUIRE(all.seen.size() == 1);
+  require_same_input(all.seen[0], in);
+  // The outputs come back as the subject wrote them: [total_q, heads, head_size_v] and the LSE.
+  ac::AttentionInput expect_shape = in;
+  const ac::AttentionOutput direct = RecordingSubject("x", AC_VAR_KNOWN_V3).attention(expect_shape, opt);
+  CHECK(o.out.size() == size_t(5 * 4 * 4));
+  CHECK(o.out == direct.out);
+  CHECK(o.lse == direct.lse);
+
+  // The plain contract through the same subject: each variant at its neutral value.
+  ac::AttentionInput plain = ac::gather_pages(in);
+  plain.head_size_v = 0;
+  plain.v = pattern(8 * 2 * 8, 4);
+  plain.softcap = 0.0f;
+  plain.window_left = plain.window_right = -1;
+  plain.sinks.clear();
+  subjects[0]->attention(plain, opt);
+  REQUIRE(all.seen.size() == 2);
+  require_same_input(all.seen[1], plain);
+
+  // A worker that declares the softcap alone: paged K / V arrives gathered, the softcap as sent.
+  ac::AttentionInput capped = plain;
+  capped.softcap = 0.1f;
+  capped.page_size = 3;
+  capped.num_pages = 4;
+  capped.max_blocks = 2;
+  capped.block_table = {2, 0, 3, 1};
+  capped.k = pattern(4 * 3 * 2 * 8, 5);
+  capped.v = pattern(4 * 3 * 2 * 8, 6);
+  REQUIRE(ac::attention_variant_problem(capped).empty());
+  subjects[1]->attention(capped, opt);
+  REQUIRE(softcap_only.seen.size() == 1);
+  require_same_input(softcap_only.seen[0], ac::gather_pages(capped));
+  // A variant it does not declare never reaches it: refused before the request (the call is then
+  // made by the local subject, as served_subjects does with every refusal).
+  capped.sinks.assign(4, 1.0f);
+  subjects[1]->attention(capped, opt);
+  CHECK(softcap_only.seen.size() == 1);
+}
+
+TEST_CASE("a protocol-3 worker is sent no variant: pages gathered, the others refused", "[worker]") {
+  std::vector<std::unique_ptr<ac::Subject>> remote;
+  remote.push_back(std::make_unique<RecordingSubject>("all", AC_VAR_KNOWN_V3));
+  TestServer server(std::move(remote), 3);
+  auto subjects = served(server, {"all"}, AC_VAR_KNOWN_V3);
+  auto& all = static_cast<RecordingSubject&>(server.subject(0));
+  ac::AttentionInput paged = variant_input();
+  paged.head_size_v = 0;
+  paged.v = pattern(7 * 2 * 2 * 8, 7);
+  paged.softcap = 0.0f;
+  paged.window_left = paged.window_right = -1;
+  paged.sinks.clear();
+  ac::AttentionOptions opt;
+  subjects[0]->attention(paged, opt);
+  REQUIRE(all.seen.size() == 1);
+  require_same_input(all.seen[0], ac::gather_pages(paged));
+  ac::AttentionInput windowed = ac::gather_pages(paged);
+  windowed.window_left = 2;
+  subjects[0]->attention(windowed, opt);
+  CHECK(all.seen.size() == 1);
+}
+
+namespace {
+
+// A subject that counts its attention calls and makes them through another.
+class Counting final : public ac::Subject {
+ public:
+  explicit Counting(std::unique_ptr<ac::Subject> s) : s_(std::move(s)) {}
+  const std::string& name() const override { return s_->name(); }
+  const std::string& description() const override { return s_->description(); }
+  const ac_caps& caps() const override { return s_->caps(); }
+  std::string backend() const override { return s_->backend(); }
+  std::string origin() const override { return s_->origin(); }
+  ac::MergeOutput merge(const ac::MergeInput& in) override { return s_->merge(in); }
+  ac::SoftmaxOutput softmax(const ac::SoftmaxInput& in) override { return s_->softmax(in); }
+  ac::AttentionOutput attention(const ac::AttentionInput& in, const ac::AttentionOptions& opt) override {
+    ++calls;
+    return s_->attention(in, opt);
+  }
+  int calls = 0;
+
+ private:
+  std::unique_ptr<ac::Subject> s_;
+};
+
+}  // namespace
+
+// The device server serves the built-ins, whose fused and split-KV subjects declare variants: a
+// served call with every variant they take gives the bits of the same call made directly.
+TEST_CASE("built-in subjects declaring variants answer served calls exactly as direct ones", "[worker]") {
+  std::vector<std::unique_ptr<ac::Subject>> remote;
+  for (auto& s : ac::load_builtin_subjects(ac::Backend::host, nullptr))
+    if (s->caps().variants) remote.push_back(std::make_unique<Counting>(std::move(s)));
+  REQUIRE(remote.size() >= 4);  // fused, fused-fa2, fused-log2, splitkv
+  std::vector<std::string> names;
+  for (const auto& s : remote) names.push_back(s->name());
+  TestServer server(std::move(remote), w::kProtocolVersion);
+  auto direct = ac::load_builtin_subjects(ac::Backend::host, nullptr);
+  auto local = ac::load_builtin_subjects(ac::Backend::host, nullptr);
+  auto served = w::served_subjects(std::move(local), server.path, 30.0, [&](const ac::Subject& s) {
+    return std::find(names.begin(), names.end(), s.name()) != names.end();
+  });
+  for (size_t i = 0; i < names.size(); ++i) {
+    INFO(names[i]);
+    auto find = [&](auto& list) -> ac::Subject& {
+      for (auto& s : list)
+        if (s->name() == names[i]) return *s;
+      FAIL("no subject " << names[i]);
+      throw 0;
+    };
+    ac::Subject &d = find(direct), &s = find(served);
+    const ac_caps& c = d.caps();
+    REQUIRE((c.variants & AC_VAR_PAGED_KV));
+    // Two sequences of 3 x 20 and 2 x 7 keys, head size 64, two query heads on one KV head, in
+    // pages of 5 (four and two of a pool of eight), causal, softcapped, windowed, with sinks.
+    ac::AttentionInput in;
+    in.dtype = AC_DTYPE_F16;
+    in.num_heads = 2;
+    in.num_kv_heads = 1;
+    in.head_size = 64;
+    in.seqlens_q = {3, 2};
+    in.seqlens_k = {20, 7};
+    in.causal = true;
+    in.softmax_scale = 0.125f;
+    in.softcap = (c.variants & AC_VAR_SOFTCAP) ? 30.0f : 0.0f;
+    if (c.variants & AC_VAR_WINDOW) {
+      in.window_left = 6;
+      in.window_right = 0;
+    }
+    if (c.variants & AC_VAR_SINKS) in.sinks = {0.75f, -2.5f};
+    in.page_size = 5;
+    in.num_pages = 8;
+    in.max_blocks = 4;
+    in.block_table = {7, 2, 4, 0, 1, 5, 0, 0};
+    in.q = pattern(5 * 2 * 64, 11);
+    in.k = pattern(8 * 5 * 64, 12);
+    in.v = pattern(8 * 5 * 64, 13);
+    REQUIRE(ac::attention_variant_problem(in).empty());
+    ac::AttentionOptions opt;
+    opt.tiling = 0;
+    if (c.ops & AC_OP_SPLITKV) {
+      opt.num_splits = std::min(2, c.max_splits);
+      opt.fold_order = ac::folds_in(c.fold_orders).front();
+    }
+    const ac::AttentionOutput want = d.attention(in, opt);
+    auto& counting = static_cast<Counting&>(server.subject(i));
+    const ac::AttentionOutput got = s.attention(in, opt);
+    CHECK(counting.calls == 1);  // made by the server, not redone here
+    CHECK(got.out == want.out);
+    REQUIRE(got.lse.size() == want.lse.size());
+    for (size_t j = 0; j < got.lse.size(); ++j) CHECK(bits_of(got.lse[j]) == bits_of(want.lse[j]));
+  }
 }

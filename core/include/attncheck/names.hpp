@@ -1,7 +1,7 @@
-// The one names table: the spelling of operations, dtypes, fold orders, attention features, the
-// boolean contract bits and result statuses in case files, reports, the worker protocol, the CLI and
-// messages. Every reader and writer goes through it, so a name is written once and a file or message written
-// by one part is always readable by another.
+// The one names table: the spelling of operations, dtypes, fold orders, attention features and
+// variants, the boolean contract bits and result statuses in case files, reports, the worker
+// protocol, the CLI and messages. Every reader and writer goes through it, so a name is written
+// once and a file or message written by one part is always readable by another.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,6 +25,7 @@ std::span<const Spelling<uint32_t>> op_spellings();       // AC_OP_* bits
 std::span<const Spelling<ac_dtype>> dtype_spellings();    // members of ac_caps.dtypes by AC_DTYPE_BIT
 std::span<const Spelling<ac_fold>> fold_spellings();      // members of ac_caps.fold_orders by AC_FOLD_BIT
 std::span<const Spelling<uint32_t>> feature_spellings();  // AC_FEAT_* bits
+std::span<const Spelling<uint32_t>> variant_spellings();  // AC_VAR_* bits
 // The AC_CAP_* bits the worker protocol spells as boolean fields ("flushes_subnormals": true).
 std::span<const Spelling<uint32_t>> flag_field_spellings();
 
@@ -40,6 +41,9 @@ const char* feature_name(uint32_t feature);
 std::optional<uint32_t> feature_from(std::string_view name);
 // AC_CAP_FTZ_ARITHMETIC -> "ftz_arithmetic"; "unknown" for a bit not in flag_field_spellings().
 const char* flag_name(uint32_t flag);
+// AC_VAR_PAGED_KV -> "paged_kv", AC_VAR_SINKS -> "sinks", ...; "unknown" for another value.
+const char* variant_name(uint32_t variant);
+std::optional<uint32_t> variant_from(std::string_view name);
 
 // The fold orders of an ac_caps.fold_orders mask, in table order (left, right, tree).
 std::vector<ac_fold> folds_in(uint32_t fold_orders);
@@ -54,5 +58,6 @@ std::string op_names();
 std::string dtype_names();
 std::string fold_names();
 std::string feature_names();
+std::string variant_names();
 
 }  // namespace attncheck

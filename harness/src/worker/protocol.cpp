@@ -30,6 +30,7 @@ const WordSet<uint32_t> kOps{op_spellings(), [](uint32_t op) { return op; }, op_
 const WordSet<ac_dtype> kDtypes{dtype_spellings(), [](ac_dtype d) { return AC_DTYPE_BIT(d); }, dtype_names};
 const WordSet<uint32_t> kFeatures{feature_spellings(), [](uint32_t f) { return f; }, feature_names};
 const WordSet<ac_fold> kFolds{fold_spellings(), [](ac_fold f) { return AC_FOLD_BIT(f); }, fold_names};
+const WordSet<uint32_t> kVariants{variant_spellings(), [](uint32_t v) { return v; }, variant_names};
 
 template <class T>
 json words_of(uint32_t bits, const WordSet<T>& set) {
@@ -90,10 +91,16 @@ DeclaredSubject& DeclaredSubject::operator=(const DeclaredSubject& o) {
   caps = o.caps;
   head_sizes = o.head_sizes;
   tilings = o.tilings;
+  page_sizes = o.page_sizes;
+  head_pairs = o.head_pairs;
   caps.head_sizes = head_sizes.empty() ? nullptr : head_sizes.data();
   caps.num_head_sizes = int32_t(head_sizes.size());
   caps.tilings = tilings.empty() ? nullptr : tilings.data();
   caps.num_tilings = int32_t(tilings.size());
+  caps.page_sizes = page_sizes.empty() ? nullptr : page_sizes.data();
+  caps.num_page_sizes = int32_t(page_sizes.size());
+  caps.head_pairs = head_pairs.empty() ? nullptr : head_pairs.data();
+  caps.num_head_pairs = int32_t(head_pairs.size());
   return *this;
 }
 
@@ -134,6 +141,15 @@ json caps_to_json(const std::string& name, const std::string& description, const
   j["tilings"] = t;
   j["max_splits"] = c.max_splits;
   j["fold_orders"] = words_of(c.fold_orders, kFolds);
+  // Version 4, written only where declared: a subject without variants reads as it did in version 3.
+  if (c.variants) j["variants"] = words_of(c.variants, kVariants);
+  if (c.page_sizes && c.num_page_sizes > 0)
+    j["page_sizes"] = std::vector<int32_t>(c.page_sizes, c.page_sizes + c.num_page_sizes);
+  if (c.head_pairs && c.num_head_pairs > 0) {
+    json p = json::array();
+    for (int32_t i = 0; i < c.num_head_pairs; ++i) p.push_back({c.head_pairs[i].qk, c.head_pairs[i].v});
+    j["head_pairs"] = p;
+  }
   return j;
 }
 
@@ -145,6 +161,26 @@ bool need_bool(const json& j, const char* field, int protocol) {
                         std::to_string(protocol) + ")");
   if (!j[field].is_boolean()) throw ProtocolError(std::string("'") + field + "' must be true or false");
   return j[field].get<bool>();
+}
+
+// A version-4 field: refused in an older reply where it declares anything (an empty list declares
+// nothing, and a version-3 reader ignored it).
+bool has_v4_field(const json& j, const char* field, int protocol) {
+  if (!j.contains(field)) return false;
+  const json& v = j[field];
+  if (protocol < 4 && !(v.is_array() && v.empty()))
+    throw ProtocolError(std::string("'") + field + "' needs protocol 4 (the worker answered protocol " +
+                        std::to_string(protocol) + ")");
+  return true;
+}
+
+// A declared size list entry: an integer in lo..hi, refused with the field and the entry's place.
+int32_t size_in(const json& v, const std::string& field, int32_t lo, int32_t hi) {
+  const int32_t n = as_int32(v, field);
+  if (n < lo || n > hi)
+    throw ProtocolError("'" + field + "' " + std::to_string(n) + " is out of range " + std::to_string(lo) +
+                        ".." + std::to_string(hi));
+  return n;
 }
 }  // namespace
 
@@ -209,6 +245,33 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
   }
   c.max_splits = j.contains("max_splits") ? need_int32(j, "max_splits") : 0;
   c.fold_orders = j.contains("fold_orders") ? bits_of(j["fold_orders"], "fold_orders", kFolds) : 0;
+  // Version 4: the variants. The lists are bounded before they are copied and every entry is
+  // checked here, so that a bad size is named by its protocol field; whether the lists fit the
+  // variants declared is validate_subject's check, as for a plugin.
+  if (has_v4_field(j, "variants", protocol)) c.variants = bits_of(j["variants"], "variants", kVariants);
+  if (has_v4_field(j, "page_sizes", protocol)) {
+    const json& p = j["page_sizes"];
+    if (!p.is_array()) throw ProtocolError("'page_sizes' must be a list of integers");
+    if (p.size() > AC_MAX_PAGE_SIZES)
+      throw ProtocolError("'page_sizes' holds " + std::to_string(p.size()) + " sizes, more than " +
+                          std::to_string(AC_MAX_PAGE_SIZES));
+    for (size_t i = 0; i < p.size(); ++i)
+      s.page_sizes.push_back(size_in(p[i], "page_sizes[" + std::to_string(i) + "]", 1, AC_MAX_PAGE_SIZE));
+  }
+  if (has_v4_field(j, "head_pairs", protocol)) {
+    const json& p = j["head_pairs"];
+    if (!p.is_array()) throw ProtocolError("'head_pairs' must be a list of [qk, v] pairs");
+    if (p.size() > AC_MAX_HEAD_PAIRS)
+      throw ProtocolError("'head_pairs' holds " + std::to_string(p.size()) + " pairs, more than " +
+                          std::to_string(AC_MAX_HEAD_PAIRS));
+    for (size_t i = 0; i < p.size(); ++i) {
+      const std::string field = "head_pairs[" + std::to_string(i) + "]";
+      if (!p[i].is_array() || p[i].size() != 2)
+        throw ProtocolError("'" + field + "' must be a [qk, v] pair of integers");
+      s.head_pairs.push_back(
+          {size_in(p[i][0], field, 1, AC_MAX_HEAD_SIZE), size_in(p[i][1], field, 1, AC_MAX_HEAD_SIZE)});
+    }
+  }
   s = DeclaredSubject(s);  // points caps at the own arrays
   return s;
 }

@@ -1,4 +1,4 @@
-// The worker protocol, versions 1 and 2 (harness/WORKER_PROTOCOL.md is its one description): the
+// The worker protocol, versions 1 to 4 (harness/WORKER_PROTOCOL.md is its one description): the
 // vocabulary shared by the harness side (WorkerSubject) and attncheck's own C++ worker
 // (attncheck-isolate). Messages are single lines of JSON; tensors travel through a shared-memory
 // arena, never through the pipe, so a 4096 x 32 x 128 merge costs one copy in and one copy out.
@@ -21,11 +21,15 @@ namespace attncheck::worker {
 // The newest version this side speaks (the hello request names it) and the oldest it accepts in
 // a reply. Version 2 adds subject fields (refuses_zero_keys, flushes_subnormals, empty_lse
 // "undefined", no tilings); a version-1 reply is read without them. Version 3 has every reply echo
-// its request's "seq", so that a reply sent twice is never read as the next call's.
-constexpr int kProtocolVersion = 3;
+// its request's "seq", so that a reply sent twice is never read as the next call's. Version 4
+// carries the engines' variants: subject fields variants, page_sizes and head_pairs, and the
+// attention requests' variant fields (ABI version 3's ac_caps and ac_attention_args).
+constexpr int kProtocolVersion = 4;
 // The C ABI version whose validation a worker's declarations get: protocol 3 changed only the
-// messages, not what a subject may declare.
-constexpr uint32_t abi_version_of_protocol(int protocol) { return protocol >= 2 ? 2u : 1u; }
+// messages, not what a subject may declare; protocol 4 declares what ABI version 3 does.
+constexpr uint32_t abi_version_of_protocol(int protocol) {
+  return protocol >= 4 ? 3u : protocol >= 2 ? 2u : 1u;
+}
 // The reply to `request` with its sequence number: every worker of this attncheck answers so.
 nlohmann::json with_seq(const nlohmann::json& request, nlohmann::json reply);
 constexpr int kMinProtocolVersion = 1;
@@ -45,12 +49,15 @@ struct ProtocolError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// An ac_caps that owns its arrays (head sizes, tilings), as the handshake delivers them.
+// An ac_caps that owns its arrays (head sizes, tilings, page sizes, head pairs), as the handshake
+// delivers them.
 struct DeclaredSubject {
   std::string name, description;
   ac_caps caps{};
   std::vector<int32_t> head_sizes;
   std::vector<ac_tiling> tilings;
+  std::vector<int32_t> page_sizes;
+  std::vector<ac_head_pair> head_pairs;
 
   DeclaredSubject() = default;
   DeclaredSubject(const DeclaredSubject& o) { *this = o; }
@@ -59,8 +66,9 @@ struct DeclaredSubject {
 
 // Written as protocol kProtocolVersion.
 nlohmann::json caps_to_json(const std::string& name, const std::string& description, const ac_caps& caps);
-// Read as `protocol` says: a version-2 field in a version-1 reply is refused rather than ignored,
-// since dropping a declared contract would judge the subject by the wrong rules.
+// Read as `protocol` says: a version-2 field in a version-1 reply, or a version-4 field (variants,
+// page_sizes, head_pairs) in an older one, is refused rather than ignored, since dropping a
+// declared contract would judge the subject by the wrong rules.
 DeclaredSubject caps_from_json(const nlohmann::json& j, int protocol = kProtocolVersion);  // ProtocolError
 
 const char* layout_word(ac_lse_layout);
@@ -69,7 +77,7 @@ ac_dtype dtype_from_word(const std::string&);
 
 // One tensor's place in the arena and its shape, as a request or reply names it.
 struct TensorRef {
-  std::string dtype;                    // "fp32" | "fp16" | "bf16" | "u8"
+  std::string dtype;                    // "fp32" | "fp16" | "bf16" | "u8" | "i32"
   std::vector<int64_t> shape, strides;  // strides in elements, row-major contiguous
   size_t offset = 0, bytes = 0;
 };

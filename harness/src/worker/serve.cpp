@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "attncheck/case.hpp"
 #include "attncheck/json_fields.hpp"
 #include "process.hpp"
 #include "worker_subject.hpp"
@@ -82,6 +83,38 @@ TensorRef in(const json& r, const char* group, const char* name) {
   return tensor_from_json(r.at(group).at(name), name);
 }
 
+// A tensor of n four-byte elements of type `dtype` (the variants' sinks and block table), which
+// must be what its descriptor says.
+template <class T>
+std::vector<T> get_words(const unsigned char* arena, const TensorRef& t, const char* dtype, size_t n) {
+  static_assert(sizeof(T) == 4);
+  if (t.dtype != dtype || t.bytes != n * 4)
+    throw ProtocolError("tensor of " + t.dtype + ", " + std::to_string(t.bytes) + " bytes where " +
+                        std::to_string(n) + " " + dtype + " elements belong");
+  std::vector<T> out(n);
+  if (n) std::memcpy(out.data(), arena + t.offset, n * 4);
+  return out;
+}
+std::vector<float> get_floats(const unsigned char* arena, const TensorRef& t, size_t n) {
+  return get_words<float>(arena, t, "fp32", n);
+}
+std::vector<int32_t> get_int32s(const unsigned char* arena, const TensorRef& t, size_t n) {
+  return get_words<int32_t>(arena, t, "i32", n);
+}
+
+// A float from its bit pattern as the request writes it ("0x41f00000"), the authoritative copy.
+float float_from_hex(const json& v, const char* field) {
+  const std::string s = v.is_string() ? v.get<std::string>() : "";
+  char* end = nullptr;
+  const unsigned long long bits =
+      s.size() == 10 && s.rfind("0x", 0) == 0 ? std::strtoull(s.c_str(), &end, 16) : 0;
+  if (!end || *end != 0) throw ProtocolError(std::string("'") + field + "' must be \"0x\" and 8 hex digits");
+  const uint32_t b = uint32_t(bits);
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
 json serve_call(const json& r, Subject& s, unsigned char* arena) {
   const std::string op = r.at("op");
   const ac_dtype d = dtype_from_word(r.at("dtype"));
@@ -124,11 +157,37 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
     a.seqlens_k = r.at("seqlens_k").get<std::vector<int32_t>>();
     a.causal = r.at("causal");
     a.softmax_scale = float(r.at("softmax_scale").get<double>());
-    int64_t tq = 0, tk = 0;
-    for (size_t i = 0; i < a.seqlens_q.size(); ++i) tq += a.seqlens_q[i], tk += a.seqlens_k[i];
+    // Protocol 4's variants: a field the request leaves out is the variant's neutral value.
+    // head_size_v equal to head_size is the plain contract's input (head_size_v 0), as it was sent.
+    const int32_t dv = r.value("head_size_v", 0);
+    a.head_size_v = dv == a.head_size ? 0 : dv;
+    if (r.contains("softcap_bits"))
+      a.softcap = float_from_hex(r["softcap_bits"], "softcap_bits");
+    else if (r.contains("softcap"))
+      a.softcap = float(r["softcap"].get<double>());
+    a.window_left = r.value("window_left", -1);
+    a.window_right = r.value("window_right", -1);
+    a.page_size = r.value("page_size", 0);
+    a.num_pages = r.value("num_pages", 0);
+    a.max_blocks = r.value("max_blocks", 0);
+    int64_t tq = 0;
+    for (size_t i = 0; i < a.seqlens_q.size(); ++i) tq += a.seqlens_q[i];
+    if (a.seqlens_k.size() != a.seqlens_q.size())
+      throw ProtocolError("seqlens_q and seqlens_k differ in length");
+    if (r.at("inputs").contains("sinks"))
+      a.sinks = get_floats(arena, in(r, "inputs", "sinks"), size_t(a.num_heads));
+    if (a.paged()) {
+      if (a.max_blocks < 0)
+        throw ProtocolError("max_blocks " + std::to_string(a.max_blocks) + " is negative");
+      const auto t = in(r, "inputs", "block_table");
+      a.block_table = get_int32s(arena, t, a.seqlens_k.size() * size_t(a.max_blocks));
+    }
+    // Checked before K and V are read: their sizes come from the page numbers.
+    if (const std::string why = attention_variant_problem(a); !why.empty()) throw ProtocolError(why);
+    const size_t rows = size_t(a.kv_rows());
     a.q = get_bits(arena, in(r, "inputs", "q"), d, size_t(tq * a.num_heads * a.head_size));
-    a.k = get_bits(arena, in(r, "inputs", "k"), d, size_t(tk * a.num_kv_heads * a.head_size));
-    a.v = get_bits(arena, in(r, "inputs", "v"), d, size_t(tk * a.num_kv_heads * a.head_size));
+    a.k = get_bits(arena, in(r, "inputs", "k"), d, rows * size_t(a.num_kv_heads) * size_t(a.head_size));
+    a.v = get_bits(arena, in(r, "inputs", "v"), d, rows * size_t(a.num_kv_heads) * size_t(a.dv()));
     if (r.at("inputs").contains("mask")) {
       const auto m = in(r, "inputs", "mask");
       a.mask.assign(arena + m.offset, arena + m.offset + m.bytes);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -54,6 +55,15 @@ struct Host {
                         timeout_s);
   }
 };
+
+// A float as its bit pattern, "0x3e000000": the authoritative copy of a JSON number.
+std::string float_bits_hex(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%08x", bits);
+  return hex;
+}
 
 [[noreturn]] void transport_failed(const Host& h, const std::string& what) {
   throw SubjectError(SubjectError::Kind::transport_failed,
@@ -132,31 +142,43 @@ class WorkerSubject final : public Subject {
   AttentionOutput attention(const AttentionInput& in_given, const AttentionOptions& opt) override {
     if (!(has_op(AC_OP_ATTENTION) || has_op(AC_OP_SPLITKV)))
       throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no attention");
-    // The protocol carries no variant yet: one the worker cannot be told of is refused, and paged
-    // K / V is sent gathered (the same attention).
-    if (const std::string what = undeclared_variant(in_given, 0); !what.empty())
+    // Protocol 4 carries the variants the worker declares; one it does not declare is refused,
+    // never sent to a kernel that cannot read it, and paged K / V for a worker that does not take
+    // pages is sent gathered (the same attention).
+    const uint32_t declared = host_->protocol >= 4 ? d_.caps.variants : 0u;
+    if (const std::string what = undeclared_variant(in_given, declared); !what.empty())
       throw SubjectError(SubjectError::Kind::unsupported, d_.name + " does not declare " + what);
-    const AttentionInput gathered = in_given.paged() ? gather_pages(in_given) : AttentionInput{};
-    const AttentionInput& in = in_given.paged() ? gathered : in_given;
+    const bool gather = in_given.paged() && !(declared & AC_VAR_PAGED_KV);
+    const AttentionInput gathered = gather ? gather_pages(in_given) : AttentionInput{};
+    const AttentionInput& in = gather ? gathered : in_given;
     const PackedSequences seqs = pack_sequences(in);
     const size_t S = in.seqlens_q.size();
-    const int64_t TQ = seqs.total_q(), TK = seqs.total_k(), H = in.num_heads, HK = in.num_kv_heads,
-                  D = in.head_size;
-    const bool has_mask = !in.mask.empty();
+    const int64_t TQ = seqs.total_q(), H = in.num_heads, HK = in.num_kv_heads, D = in.head_size, DV = in.dv();
+    const bool has_mask = !in.mask.empty(), has_sinks = !in.sinks.empty();
     const bool wants_lse = (d_.caps.features & AC_FEAT_LSE) != 0;
     const ac_lse_layout lay = d_.caps.lse_layout;
     const std::string dt = dtype_name(in.dtype);
+    // K and V: [total_k, kv_heads, d], or the page pools [num_pages, page_size, kv_heads, d].
+    const std::vector<int64_t> k_shape = in.paged() ? std::vector<int64_t>{in.num_pages, in.page_size, HK, D}
+                                                    : std::vector<int64_t>{seqs.total_k(), HK, D};
+    std::vector<int64_t> v_shape = k_shape;
+    v_shape.back() = DV;
     Layout L;
-    const TensorRef q = L.add(dt, {TQ, H, D}), k = L.add(dt, {TK, HK, D}), v = L.add(dt, {TK, HK, D});
+    const TensorRef q = L.add(dt, {TQ, H, D}), k = L.add(dt, k_shape), v = L.add(dt, v_shape);
     const TensorRef mask = L.add("u8", {has_mask ? seqs.cu_mask.back() : 0});
-    const TensorRef out = L.add(dt, {TQ, H, D});
+    const TensorRef sinks = L.add("fp32", {has_sinks ? H : 0});
+    const TensorRef table = L.add("i32", {in.paged() ? int64_t(S) : 0, in.paged() ? in.max_blocks : 0});
+    const TensorRef out = L.add(dt, {TQ, H, DV});
     const TensorRef lse = L.add("fp32", wants_lse ? lse_shape(lay, TQ, H) : std::vector<int64_t>{0});
     unsigned char* a = arena(L.size());
     put_bits(a, q, in.dtype, in.q);
     put_bits(a, k, in.dtype, in.k);
     put_bits(a, v, in.dtype, in.v);
     if (has_mask) std::memcpy(a + mask.offset, in.mask.data(), in.mask.size());
-    fill_bits(a, out, in.dtype, poison_bits(in.dtype), size_t(TQ * H * D));
+    if (has_sinks) std::memcpy(a + sinks.offset, in.sinks.data(), in.sinks.size() * sizeof(float));
+    if (in.paged())
+      std::memcpy(a + table.offset, in.block_table.data(), in.block_table.size() * sizeof(int32_t));
+    fill_bits(a, out, in.dtype, poison_bits(in.dtype), size_t(TQ * H * DV));
     if (wants_lse) fill_bits(a, lse, AC_DTYPE_F32, kPoisonF32, size_t(TQ * H));
     const bool splitkv = !has_op(AC_OP_ATTENTION) || opt.num_splits > 1;
     json r = request(splitkv ? "splitkv" : "attention", dt, L.size());
@@ -172,11 +194,7 @@ class WorkerSubject final : public Subject {
     r["head_size"] = D;
     r["causal"] = in.causal;
     r["softmax_scale"] = double(in.softmax_scale);  // exact: every float is a double
-    uint32_t scale_bits;
-    std::memcpy(&scale_bits, &in.softmax_scale, 4);
-    char hex[16];
-    std::snprintf(hex, sizeof hex, "0x%08x", scale_bits);
-    r["softmax_scale_bits"] = hex;
+    r["softmax_scale_bits"] = float_bits_hex(in.softmax_scale);
     if (d_.tilings.empty()) {
       r["tiling"] = nullptr;  // protocol 2: the subject declares no tilings
     } else {
@@ -189,6 +207,22 @@ class WorkerSubject final : public Subject {
     }
     r["num_splits"] = opt.num_splits;
     r["fold_order"] = fold_name(opt.fold_order);
+    // Protocol 4: each declared variant's fields, in every call (at their neutral values when the
+    // call does not use it), so a worker reads them without asking whether they are there.
+    if (declared & AC_VAR_HEAD_SIZE_V) r["head_size_v"] = DV;
+    if (declared & AC_VAR_SOFTCAP) {
+      r["softcap"] = double(in.softcap);
+      r["softcap_bits"] = float_bits_hex(in.softcap);
+    }
+    if (declared & AC_VAR_WINDOW) {
+      r["window_left"] = in.window_left;
+      r["window_right"] = in.window_right;
+    }
+    if (declared & AC_VAR_PAGED_KV) {
+      r["page_size"] = in.page_size;
+      r["num_pages"] = in.num_pages;
+      r["max_blocks"] = in.max_blocks;
+    }
     r["inputs"] = {{"q", tensor_json(q)}, {"k", tensor_json(k)}, {"v", tensor_json(v)}};
     if (has_mask) {
       r["inputs"]["mask"] = tensor_json(mask);
@@ -196,6 +230,8 @@ class WorkerSubject final : public Subject {
     } else {
       r["cu_mask"] = nullptr;
     }
+    if (has_sinks) r["inputs"]["sinks"] = tensor_json(sinks);
+    if (in.paged()) r["inputs"]["block_table"] = tensor_json(table);
     r["outputs"] = {{"out", tensor_json(out)}};
     std::vector<std::pair<std::string, TensorRef>> outs = {{"out", out}};
     if (wants_lse) {
@@ -204,7 +240,7 @@ class WorkerSubject final : public Subject {
     }
     a = call(r, outs);
     AttentionOutput o;
-    o.out = get_bits(a, out, in.dtype, size_t(TQ * H * D));
+    o.out = get_bits(a, out, in.dtype, size_t(TQ * H * DV));
     if (wants_lse) o.lse = get_lse(a, lse, lay, TQ, H);
     return o;
   }

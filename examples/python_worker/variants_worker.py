@@ -1,0 +1,59 @@
+"""An attention subject in plain numpy that declares the engines' variants (worker protocol 4):
+paged K / V, a logit softcap, a sliding window and attention sinks.
+
+    build/attncheck check --worker "python3 -m attncheck.worker examples/python_worker/variants_worker.py"
+
+attention-np-variants  attention forward built from attncheck.helpers: gather_pages for paged
+                       K / V, softcap_scores for the cap, the varlen loop (whose visibility holds
+                       the mask, bottom-right causal and the window), GQA expansion. Sinks join
+                       each row's denominator only: O = sum e^s v / (e^sink + sum e^s),
+                       LSE = log(e^sink + sum e^s); a row with no visible key has O = 0 and
+                       LSE = its sink (-inf without sinks).
+Computed in float64 and rounded once to the output format, LSE natural, layout [heads, tokens].
+"""
+import numpy as np
+
+import attncheck as ac
+from attncheck import helpers
+
+
+def attention(call):
+    d = call.dtype
+    tq_total, h = call.q.shape[0], call.num_heads
+    out = np.zeros((tq_total, h, call.head_size_v), np.float64)
+    lse = np.full((tq_total, h), -np.inf, np.float64)
+    k, v = call.k, call.v
+    if call.page_size > 0:
+        k, v = helpers.gather_pages(k, v, call.block_table_host, np.diff(call.cu_seqlens_k_host), call.page_size)
+    q = ac.to_float32(call.q, d).astype(np.float64)
+    k = helpers.expand_kv_heads(ac.to_float32(k, d).astype(np.float64), h)
+    v = helpers.expand_kv_heads(ac.to_float32(v, d).astype(np.float64), h)
+    # One logit per query head, [H, 1] against a row's [H, T] maxima; None without sinks.
+    sink = None if call.sinks is None else np.asarray(call.sinks, np.float64)[:, None]
+    with np.errstate(all="ignore"):
+        for _, qs, ks, visible in helpers.sequences(call):
+            qi, ki, vi = q[qs], k[ks], v[ks]  # [T, H, D], [K, H, D], [K, H, Dv]
+            tq = qi.shape[0]
+            s = helpers.softcap_scores(np.einsum("thd,khd->htk", qi, ki) * call.softmax_scale, call.softcap)
+            if visible is not None:
+                s = np.where(visible[None], s, -np.inf)
+            mx = s.max(axis=-1) if s.shape[-1] else np.full((h, tq), -np.inf)  # [H, T]
+            if sink is not None:
+                mx = np.maximum(mx, sink)  # the sink is finite: every row has a finite maximum
+            empty = mx == -np.inf  # only without sinks: no visible key and no sink
+            m = np.where(empty, 0.0, mx)
+            p = np.exp(s - m[..., None])  # masked keys: e^-inf = 0
+            total = p.sum(axis=-1)
+            if sink is not None:
+                total = total + np.exp(sink - m)
+            o = np.einsum("htk,khd->thd", p, vi) / np.where(empty, 1.0, total).T[..., None]
+            out[qs] = np.where(empty.T[..., None], 0.0, o)
+            lse[qs] = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, total))).T
+    return ac.from_float(out, d), helpers.lse_to_layout(lse.astype(np.float32), call.lse_layout)
+
+
+attention_np_variants = ac.subject(
+    name="attention-np-variants", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
+    features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)],
+    variants=("paged_kv", "softcap", "window", "sinks"), page_sizes=[1, 3, 16],
+    description="numpy attention with paged K / V, softcap, window and sinks (float64, one rounding)")(attention)
