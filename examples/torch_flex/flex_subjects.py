@@ -1,0 +1,75 @@
+"""torch.nn.attention.flex_attention as an attncheck subject, with the engines' variants it can
+express itself: the logit softcap as a score_mod, bottom-right causal, the sliding window and an
+explicit mask as one mask_mod (a BlockMask), and its own LSE (return_lse). Needs a CUDA GPU and
+torch >= 2.5.
+
+    build/attncheck check --worker "python3 -m attncheck.worker examples/torch_flex/flex_subjects.py" \\
+        --subject flex-attention --report-dir flex-report
+
+What the adapter does, and why:
+- Scale, then cap: flex multiplies q.k by the scale before score_mod sees the score, so
+  score_mod = cap * tanh(score / cap) is attncheck's declared order.
+- Visibility: the sequence's [Tq, Tk] boolean block (helpers.sequences: the mask, bottom-right
+  causal and the window combined) is read by the mask_mod; flex's own block sparsity skips the
+  blocks it hides.
+- LSE: flex returns its logsumexp per (batch, head, query), declared natural here (lse_convention
+  says if it is not). Rows with no visible key: flex returns O = 0 and LSE = -inf itself; nothing
+  is patched.
+- Compilation: flex_attention's fused kernel runs only under torch.compile (eager flex is a
+  reference implementation, not the kernel). Every case shape would recompile: the cache limit is
+  raised so that no call falls back to eager. FLEX_EAGER=1 runs eager flex instead.
+- Not declared: sinks (flex has no denominator-only term), paged K / V (flex reads contiguous K and
+  V here; its paged helpers are a separate API).
+"""
+import os
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import attncheck as ac
+from attncheck import helpers
+
+torch._dynamo.config.cache_size_limit = 1024
+_flex = flex_attention if os.environ.get("FLEX_EAGER") == "1" else torch.compile(flex_attention)
+
+
+def _bhtd(x, num_heads=None):
+    if num_heads is not None:
+        x = helpers.expand_kv_heads(x, num_heads)
+    return x.transpose(0, 1).unsqueeze(0)  # [T, H, D] -> [1, H, T, D]
+
+
+def attention(call):
+    out = torch.zeros_like(call.q)
+    lse = torch.full((call.q.shape[0], call.num_heads), float("-inf"), device=call.q.device, dtype=torch.float32)
+    cap = float(call.softcap)
+    score_mod = None
+    if cap > 0:
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return cap * torch.tanh(score / cap)
+    for _, qs, ks, visible in helpers.sequences(call):
+        tq, tk = qs.stop - qs.start, ks.stop - ks.start
+        if tq == 0 or tk == 0:
+            continue  # no queries, or every row empty: O = 0, LSE = -inf already
+        q, k, v = _bhtd(call.q[qs]), _bhtd(call.k[ks], call.num_heads), _bhtd(call.v[ks], call.num_heads)
+        block_mask = None
+        if visible is not None:
+            vis = torch.from_numpy(visible.copy()).to(q.device)
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                return vis[q_idx, kv_idx]
+
+            block_mask = create_block_mask(mask_mod, None, None, tq, tk, device=q.device)
+        o, l = _flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=float(call.softmax_scale),
+                     return_lse=True)
+        out[qs] = o[0].transpose(0, 1)
+        lse[qs] = l[0].transpose(0, 1).float()
+    return out, helpers.lse_to_layout(lse, call.lse_layout)
+
+
+flex = ac.subject(
+    name="flex-attention", ops="attention", memory="cuda", framework="torch", dtypes=("fp16", "bf16", "fp32"),
+    head_sizes=[64, 128], features=("causal", "mask", "varlen", "gqa", "lse"), lse_layout="heads_tokens",
+    tilings=[(128, 128)], variants=("softcap", "window"),
+    description="torch flex_attention (compiled): softcap as score_mod, causal, window and mask as mask_mod, its LSE")(
+        attention)
