@@ -1,5 +1,6 @@
 """An attention subject in plain numpy that declares the engines' variants (worker protocol 4):
-paged K / V, a logit softcap, a sliding window and attention sinks.
+paged K / V, V head sizes of their own (64 / 32 and MLA's 192 / 128), a logit softcap, a sliding
+window and attention sinks.
 
     build/attncheck check --worker "python3 -m attncheck.worker examples/python_worker/variants_worker.py"
 
@@ -55,5 +56,6 @@ def attention(call):
 attention_np_variants = ac.subject(
     name="attention-np-variants", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
     features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)],
-    variants=("paged_kv", "softcap", "window", "sinks"), page_sizes=[1, 3, 16],
+    variants=("paged_kv", "head_size_v", "softcap", "window", "sinks"), page_sizes=[1, 3, 16],
+    head_pairs=[(64, 32), (192, 128)],
     description="numpy attention with paged K / V, softcap, window and sinks (float64, one rounding)")(attention)

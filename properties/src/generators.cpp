@@ -340,6 +340,8 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   d.max_batch = c.memory == AC_MEMORY_CUDA ? kMaxBatchDevice : kMaxBatchHost;
   d.variants = c.variants;
   for (int32_t i = 0; c.page_sizes && i < c.num_page_sizes; ++i) d.page_sizes.push_back(c.page_sizes[i]);
+  for (int32_t i = 0; (c.variants & AC_VAR_HEAD_SIZE_V) && c.head_pairs && i < c.num_head_pairs; ++i)
+    d.head_pairs.push_back(c.head_pairs[i]);
   return d;
 }
 
@@ -596,6 +598,13 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
   AttentionInput a;
   a.dtype = *g::elementOf(dom.dtypes);
   a.head_size = *g::elementOf(dom.head_sizes);
+  // A subject with V head sizes of their own (AC_VAR_HEAD_SIZE_V) gets one of its pairs in half of
+  // its cases (MLA's 192 / 128, 576 / 512).
+  if (!dom.head_pairs.empty() && pick_class(2) == 0) {
+    const ac_head_pair pair = *g::elementOf(dom.head_pairs);
+    a.head_size = pair.qk;
+    a.head_size_v = pair.v;
+  }
   const bool gqa = (dom.features & AC_FEAT_GQA) != 0;
   a.num_kv_heads = int32_t(*g::inRange(1, 3));
   const int ratio = gqa ? *g::element(1, 2, 4, 8) : 1;
@@ -675,7 +684,7 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     for (uint32_t& x : a.q) x = round_bits(a.dtype, draw(-1024, 1025) / 1024.0 * std::sqrt(3.0));
     for (uint32_t& x : a.k) x = round_bits(a.dtype, draw(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
   }
-  a.v = *any_values(a.dtype, int(TK * Hkv), int(D));
+  a.v = *any_values(a.dtype, int(TK * Hkv), int(a.dv()));
   // A split case's window becomes a mask on one of its pieces (split_equals_whole): only for a
   // subject that takes masks.
   gen::Domain vdom = dom;

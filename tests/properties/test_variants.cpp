@@ -269,3 +269,27 @@ TEST_CASE("generators draw every declared variant, and none undeclared",
     CHECK_FALSE(a.paged());
   }
 }
+
+TEST_CASE("generators draw a declared V head size, V sized by it", "[properties][generators][variants]") {
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_F16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.variants = AC_VAR_HEAD_SIZE_V | AC_VAR_PAGED_KV;
+  dom.page_sizes = {16};
+  dom.head_pairs = {{192, 128}};
+  rc::Random random(3);
+  int pairs = 0;
+  for (int i = 0; i < 60; ++i) {
+    const AttentionInput a = gen::attention_input(dom)(random.split(), i).value();
+    REQUIRE(attention_variant_problem(a).empty());
+    CHECK(a.v.size() == size_t(a.kv_rows()) * a.num_kv_heads * a.dv());
+    CHECK(a.k.size() == size_t(a.kv_rows()) * a.num_kv_heads * a.head_size);
+    if (a.head_size_v > 0) {
+      ++pairs;
+      CHECK(a.head_size == 192);
+      CHECK(a.head_size_v == 128);
+    }
+  }
+  CHECK(pairs > 10);
+}

@@ -35,6 +35,7 @@ struct Domain {
   // draw them (with_variants), each in some cases, never where the subject does not declare it.
   uint32_t variants = 0;
   std::vector<int32_t> page_sizes;
+  std::vector<ac_head_pair> head_pairs;  // AC_VAR_HEAD_SIZE_V: drawn by attention_with
 };
 // The sequences a batch of attention_batch_input holds at most: on the host twins a few (each is
 // launched alone too), on a device past an H100's and H200's 132 SMs, so that batch sizes cross the
