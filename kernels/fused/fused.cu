@@ -1,7 +1,9 @@
 // CUDA launcher of the fused attention forward (kernel: fused_kernel.cuh; math: fused_math.h).
 // Instantiates the kernel for fp16 / bf16, head sizes 64 / 128 and every tiling of kFusedTilings
-// (one list), picks one at run time by args.tiling. Outputs O (input type) and LSE (fp32,
-// [heads, tokens], natural or base 2, empty row -inf or +inf per FusedOptions).
+// (one list), each plain and with the variants (VAR, paged K / V, softcap, window, sinks: where
+// fused_kernel.cuh applies them), picks one at run time by args.tiling and whether the call uses a
+// variant. Outputs O (input type) and LSE (fp32, [heads, tokens], natural or base 2, empty row -inf
+// or +inf per FusedOptions).
 // Check: ctest --test-dir build -L gpu -R kernels_attention
 #include <cstdint>
 
@@ -36,8 +38,11 @@ int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char
   if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len)) return rc;
   if (o.mutation != fused::Mutation::none)
     AC_REFUSE("fused attention: a mutation runs on the GPU through fused_mutant_cuda (kernels/mutants/)");
-  const fused::LaunchFn fn =
-      fused::pick_launch<kFusedTilings, false>(a.dtype == AC_DTYPE_BF16, a.head_size, a.tiling);
+  // A call with a variant runs the VAR instantiation; the others the plain one.
+  const bool bf16 = a.dtype == AC_DTYPE_BF16;
+  const fused::LaunchFn fn = uses_variants(a)
+                                 ? fused::pick_launch<kFusedTilings, false, true>(bf16, a.head_size, a.tiling)
+                                 : fused::pick_launch<kFusedTilings, false>(bf16, a.head_size, a.tiling);
   return fused::run_unsplit(a, o, fn, err, err_len);
 }
 

@@ -13,6 +13,14 @@
 // contracted), masked logits are -inf (never a finite sentinel), online softmax m / l / O in fp32
 // with the base-case guard, P rounded to the input type before P V, O rounded to the input type at
 // the store; LSE fp32, base 2 or natural, [heads, tokens]; empty row O = 0, LSE = sentinel.
+// Variants (plugin_abi.h AC_VAR_*; instantiated with VAR = true, chosen per call by uses_variants, so
+// the plain instantiation's code is unchanged). Paged K / V: the tile loader gathers each key's row
+// from its page (load_kv_tiles_paged, kv_slot). Window: the key range starts at the tile's first
+// visible key and ends after its last (window_first_key, the right side like causal), and the
+// per-element test adds window_visible. Softcap: scaled_logit replaces the one product, rounding
+// after the scale, the division, tanhf, the cap and log2 e (__fmul_rn / __fdiv_rn, never contracted).
+// Sinks: the epilogue joins the sink to the finished (m, l) and rescales O~ (join_sink, fp32) before
+// the normalisation; a split partial leaves the sink to the combine (splitkv.cu).
 // Check: ctest --test-dir build -L gpu -R kernels_attention
 #pragma once
 #include <cuda_bf16.h>
@@ -50,6 +58,17 @@ struct KernelParams {
   int num_splits;     // split mode: partial (O, LSE) per part of the key range
   float* part_o;      // [num_splits, total_q, num_heads, D], O / l (0 for an empty part)
   float* part_lse;    // [num_splits, total_q, num_heads], base 2, -inf for an empty part
+  // The variants (plugin_abi.h AC_VAR_*), read by the VAR instantiations only; neutral values
+  // (softcap 0, window sides -1, no sinks, page_size 0) leave that instantiation computing what the
+  // plain one does.
+  float scale;                 // softmax_scale itself: a capped score is scaled before the cap
+  float softcap;               // > 0: scores capped (fused_math.h scaled_logit); 0: none
+  int window_left;             // -1: unbounded (fused_math.h window_visible)
+  int window_right;            // -1: unbounded
+  const float* sinks;          // [num_heads] natural-unit logits, device memory, or null
+  const int32_t* block_table;  // [num_seqs, max_blocks] when page_size > 0
+  int page_size;               // > 0: k and v are page pools read through block_table
+  int max_blocks;
 };
 
 template <int BR, int BC, int D>
@@ -139,6 +158,31 @@ __device__ __forceinline__ void load_tile(uint16_t* s, const uint16_t* g, int64_
   }
 }
 
+// The paged form of load_tile (AC_VAR_PAGED_KV) for a K tile and its V tile at once: row r is key
+// n0 + r, stored at slot kv_slot<M> of the pools (its page from this sequence's block-table row
+// `table`), so every row has its own address and the slot is found once for both tensors. Chunks,
+// swizzle and the zero-fill of rows at or past `valid` are load_tile's; a row past `valid` reads no
+// table entry, so table entries past the sequence's last page are never read.
+template <int ROWS, int D, int NT, Mutation M>
+__device__ __forceinline__ void load_kv_tiles_paged(uint16_t* sk, uint16_t* sv, const uint16_t* gk,
+                                                    const uint16_t* gv, int64_t row_stride,
+                                                    const int32_t* table, int page_size, int64_t last_page,
+                                                    int n0, int valid, int tid) {
+  constexpr int CH = D / 8, ROWS_PER_PASS = NT / CH, PASSES = (ROWS + ROWS_PER_PASS - 1) / ROWS_PER_PASS;
+  static_assert(NT % CH == 0, "a pass covers whole rows");
+  const int r0 = tid / CH, c = tid % CH;
+#pragma unroll
+  for (int it = 0; it < PASSES; ++it) {
+    const int r = r0 + it * ROWS_PER_PASS;
+    if (ROWS % ROWS_PER_PASS != 0 && r >= ROWS) break;
+    const bool ok = r < valid;
+    int64_t off = 0;
+    if (ok) off = row_offset<M>(kv_slot<M>(table, page_size, int64_t(n0) + r, last_page), row_stride) + c * 8;
+    cp_async16(sk + swz<D>(r, c), gk + off, ok);
+    cp_async16(sv + swz<D>(r, c), gv + off, ok);
+  }
+}
+
 // The sum / the max of x over the quad of lanes that hold one row of an mma fragment (lanes
 // 4 g .. 4 g + 3), each lane's value first.
 __device__ __forceinline__ float quad_sum(float x) {
@@ -187,7 +231,10 @@ constexpr int fused_min_ctas() {
   return 1;
 }
 
-template <bool BF16, int D, int BR, int BC, bool SPLIT, Mutation M = Mutation::none>
+// VAR: the instantiation that reads the variants (KernelParams' last fields); without it they are
+// never read and the kernel is the plain one. M: a mutant (kernels/mutants/), none for the correct
+// kernels; the variants' mutants (19 to 23) act only in VAR instantiations.
+template <bool BF16, int D, int BR, int BC, bool SPLIT, bool VAR = false, Mutation M = Mutation::none>
 __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     fused_attention_kernel(const KernelParams p) {
   static_assert(BR % 16 == 0 && BC % 16 == 0 && D % 16 == 0, "tile sizes are multiples of 16");
@@ -207,6 +254,11 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
   const int row0 = tile * BR;
   if (row0 >= tq) return;
   const int kvh = kv_head_of<M>(head, p.group, p.num_kv_heads);
+  // Paged K / V (VAR, page_size > 0): this sequence's block-table row and its last page's index;
+  // the pools' rows are slots, so the sequence's keys start nowhere in particular (row 0 below).
+  const bool paged = VAR && p.page_size > 0;
+  const int32_t* table = paged ? p.block_table + int64_t(seq) * p.max_blocks : nullptr;
+  const int64_t last_page = paged && tk > 0 ? (tk - 1) / p.page_size : 0;
 
   // This CTA's key range [k_lo, k_hi): the whole sequence, or one part of num_splits (sizes as
   // equal as possible, the first tk % num_splits parts one key longer).
@@ -215,6 +267,8 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     const int base = tk / p.num_splits, rem = tk % p.num_splits;
     k_lo = split * base + (split < rem ? split : rem);
     k_hi = k_lo + base + (split < rem ? 1 : 0);
+  } else if constexpr (VAR) {
+    k_hi = int(walked_keys<M>(tk, paged));  // tk; one more under mutant 20
   }
   // Causal: nothing past what the tile's last row can see is loaded.
   int k_end = k_hi;
@@ -223,18 +277,36 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     const int lim = last_row + tk - tq + 1 + (M == Mutation::causal_off_by_one ? 1 : 0);
     k_end = lim < k_end ? lim : k_end;
   }
+  if constexpr (VAR) {
+    // The window: nothing past what the tile's last row sees under the right side, nothing before
+    // what its first row sees under the left side (the walk starts there, so a left edge falls
+    // anywhere in a key tile; fused_twin.h walks the same tiles).
+    if (p.window_right >= 0) {
+      const int last_row = (row0 + BR < tq ? row0 + BR : tq) - 1;
+      const int64_t lim = int64_t(last_row) + tk - tq + p.window_right + 1;
+      k_end = lim < k_end ? int(lim) : k_end;
+    }
+    const int64_t first = window_first_key<M>(row0, tq, tk, p.window_left);
+    k_lo = first > k_lo ? int(first) : k_lo;
+  }
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + BC - 1) / BC : 0;
 
   const uint16_t* gq = static_cast<const uint16_t*>(p.q) + ((q0 + row0) * p.num_heads + head) * D;
   const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
-  const uint16_t* gk = static_cast<const uint16_t*>(p.k) + (k0 * p.num_kv_heads + kvh) * D;
-  const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
+  const int64_t kv_row0 = paged ? 0 : k0;
+  const uint16_t* gk = static_cast<const uint16_t*>(p.k) + (kv_row0 * p.num_kv_heads + kvh) * D;
+  const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (kv_row0 * p.num_kv_heads + kvh) * D;
 
   dev::load_tile<BR, D, NT>(sQ, gq, int64_t(p.num_heads) * D, tq - row0, tid);
   if (n_tiles > 0) {
-    dev::load_tile<BC, D, NT>(smem, gk + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo, tid);
-    dev::load_tile<BC, D, NT>(smem + BC * D, gv + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo,
-                              tid);
+    if (paged) {
+      dev::load_kv_tiles_paged<BC, D, NT, M>(smem, smem + BC * D, gk, gv, kv_stride, table, p.page_size,
+                                             last_page, k_lo, k_end - k_lo, tid);
+    } else {
+      dev::load_tile<BC, D, NT>(smem, gk + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo, tid);
+      dev::load_tile<BC, D, NT>(smem + BC * D, gv + row_offset<M>(k_lo, kv_stride), kv_stride, k_end - k_lo,
+                                tid);
+    }
   }
   dev::cp_async_commit();
   dev::cp_async_wait<0>();
@@ -273,9 +345,15 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     const int n0 = k_lo + j * BC;
     if (j + 1 < n_tiles) {
       uint16_t* sk = smem + (buf ^ 1) * 2 * BC * D;
-      dev::load_tile<BC, D, NT>(sk, gk + row_offset<M>(n0 + BC, kv_stride), kv_stride, k_end - n0 - BC, tid);
-      dev::load_tile<BC, D, NT>(sk + BC * D, gv + row_offset<M>(n0 + BC, kv_stride), kv_stride,
-                                k_end - n0 - BC, tid);
+      if (paged) {
+        dev::load_kv_tiles_paged<BC, D, NT, M>(sk, sk + BC * D, gk, gv, kv_stride, table, p.page_size,
+                                               last_page, n0 + BC, k_end - n0 - BC, tid);
+      } else {
+        dev::load_tile<BC, D, NT>(sk, gk + row_offset<M>(n0 + BC, kv_stride), kv_stride, k_end - n0 - BC,
+                                  tid);
+        dev::load_tile<BC, D, NT>(sk + BC * D, gv + row_offset<M>(n0 + BC, kv_stride), kv_stride,
+                                  k_end - n0 - BC, tid);
+      }
       dev::cp_async_commit();
       dev::cp_async_wait<1>();
     } else {
@@ -303,19 +381,41 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     // Scale, mask (-inf), tile row max. A tile wholly inside the key range and below the causal
     // diagonal for all 16 rows of the warp, without an explicit mask, skips the per-element test.
     const int warp_row0 = row0 + warp * 16;
-    const bool full = n0 + BC <= k_hi && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
+    bool full = n0 + BC <= k_hi && !mask && (!p.causal || n0 + BC - 1 <= warp_row0 + diag);
+    if constexpr (VAR) {
+      // The window is a band: the tile is inside every warp row's window when its first key is
+      // inside the last row's and its last key inside the first row's.
+      full = full && window_visible<M>(warp_row0 + 15, n0, tq, tk, p.window_left, p.window_right) &&
+             window_visible<M>(warp_row0, n0 + BC - 1, tq, tk, p.window_left, p.window_right);
+      // The softcap (fused_math.h scaled_logit) on every score first, one branch per tile: the
+      // uncapped walk keeps the plain kernel's one product.
+      if (p.softcap != 0.0f) {
+#pragma unroll
+        for (int i = 0; i < BC / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[i][e] = scaled_logit<M>(s[i][e], p.scale, p.scale_log2, p.softcap);
+      } else {
+#pragma unroll
+        for (int i = 0; i < BC / 8; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[i][e] = __fmul_rn(s[i][e], p.scale_log2);
+      }
+    }
     float mx[2] = {neg_inf_f(), neg_inf_f()};
 #pragma unroll
     for (int i = 0; i < BC / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = __fmul_rn(s[i][e], p.scale_log2);
+        float x = VAR ? s[i][e] : __fmul_rn(s[i][e], p.scale_log2);
         if (!full) {
           const int row = e < 2 ? row_a : row_b;
           const int col = n0 + i * 8 + 2 * t4 + (e & 1);
           bool vis = row < tq && col < k_hi;
           if (p.causal) vis = vis && causal_visible<M>(row, col, tq, tk);
-          if (mask && vis) vis = mask[int64_t(row) * tk + col] != 0;
+          if constexpr (VAR) vis = vis && window_visible<M>(row, col, tq, tk, p.window_left, p.window_right);
+          // A key past the sequence (only mutant 20 walks there) has no mask entry.
+          if (mask && vis)
+            vis = (M == Mutation::read_past_end && col >= tk) || mask[int64_t(row) * tk + col] != 0;
           if (!vis) x = row < tq && col < k_hi ? masked_logit<M>() : neg_inf_f();
         }
         s[i][e] = x;
@@ -368,8 +468,24 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     if constexpr (M != Mutation::missing_barrier) __syncthreads();
   }
 
-  // Epilogue: reduce l over the quad, normalise, store.
-  const float l_row[2] = {dev::quad_sum(l_run[0]), dev::quad_sum(l_run[1])};
+  // Epilogue: reduce l over the quad, join the sink (fused_math.h join_sink: its weight joins l,
+  // O~ is rescaled to the new max; a split partial never counts it, the combine does, except under
+  // mutant 23), normalise, store.
+  float l_row[2] = {dev::quad_sum(l_run[0]), dev::quad_sum(l_run[1])};
+  if constexpr (VAR && (!SPLIT || M == Mutation::sink_every_split)) {
+    if (p.sinks) {
+      const float sink2 = __fmul_rn(p.sinks[head], kLog2e);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float alpha = join_sink(m_run[r], l_row[r], sink2);
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[i][2 * r] *= alpha;
+          o[i][2 * r + 1] *= alpha;
+        }
+      }
+    }
+  }
   const float inv[2] = {inverse_row_sum(l_row[0]), inverse_row_sum(l_row[1])};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -394,9 +510,9 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
 
 // Launch one instantiation: grid (row tiles, heads, sequences x splits).
 // M selects a deliberately broken variant (kernels/mutants/); the correct kernels use none.
-template <bool BF16, int D, int BR, int BC, bool SPLIT, Mutation M = Mutation::none>
+template <bool BF16, int D, int BR, int BC, bool SPLIT, bool VAR = false, Mutation M = Mutation::none>
 cudaError_t launch_fused_kernel(const KernelParams& p, int max_tq, int num_seqs, cudaStream_t stream) {
-  auto kernel = fused_attention_kernel<BF16, D, BR, BC, SPLIT, M>;
+  auto kernel = fused_attention_kernel<BF16, D, BR, BC, SPLIT, VAR, M>;
   constexpr int smem = fused_smem_bytes<BR, BC, D>();
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
@@ -411,19 +527,19 @@ using LaunchFn = cudaError_t (*)(const KernelParams&, int, int, cudaStream_t);
 
 // The launchers of every tiling of TILINGS (kFusedTilings or kSplitKVTilings: one list gives both
 // the instantiations and the subjects' caps) for one dtype and head size, in the list's order.
-template <const auto& TILINGS, bool SPLIT, bool BF16, int D, size_t... Is>
+template <const auto& TILINGS, bool SPLIT, bool VAR, Mutation M, bool BF16, int D, size_t... Is>
 constexpr std::array<LaunchFn, sizeof...(Is)> launch_table(std::index_sequence<Is...>) {
-  return {&launch_fused_kernel<BF16, D, TILINGS[Is].br, TILINGS[Is].bc, SPLIT>...};
+  return {&launch_fused_kernel<BF16, D, TILINGS[Is].br, TILINGS[Is].bc, SPLIT, VAR, M>...};
 }
 // The launcher for fp16 or bf16, head size 64 or 128 and tiling index `tiling` of TILINGS (the
-// caller has checked all three).
-template <const auto& TILINGS, bool SPLIT>
+// caller has checked all three); VAR and M as for the kernel.
+template <const auto& TILINGS, bool SPLIT, bool VAR = false, Mutation M = Mutation::none>
 LaunchFn pick_launch(bool bf16, int head_size, int tiling) {
   constexpr auto kIndices = std::make_index_sequence<std::size(TILINGS)>{};
-  static constexpr auto kF16D64 = launch_table<TILINGS, SPLIT, false, 64>(kIndices);
-  static constexpr auto kF16D128 = launch_table<TILINGS, SPLIT, false, 128>(kIndices);
-  static constexpr auto kBf16D64 = launch_table<TILINGS, SPLIT, true, 64>(kIndices);
-  static constexpr auto kBf16D128 = launch_table<TILINGS, SPLIT, true, 128>(kIndices);
+  static constexpr auto kF16D64 = launch_table<TILINGS, SPLIT, VAR, M, false, 64>(kIndices);
+  static constexpr auto kF16D128 = launch_table<TILINGS, SPLIT, VAR, M, false, 128>(kIndices);
+  static constexpr auto kBf16D64 = launch_table<TILINGS, SPLIT, VAR, M, true, 64>(kIndices);
+  static constexpr auto kBf16D128 = launch_table<TILINGS, SPLIT, VAR, M, true, 128>(kIndices);
   const auto& table =
       bf16 ? (head_size == 64 ? kBf16D64 : kBf16D128) : (head_size == 64 ? kF16D64 : kF16D128);
   return table[size_t(tiling)];
@@ -461,6 +577,15 @@ inline KernelParams params_from_args(const ac_attention_args& a) {
   p.empty_lse = neg_inf_f();
   p.reverse_tiles = a.causal != 0;
   p.num_splits = 1;
+  // The variants, at their neutral values unless the call uses them (only VAR kernels read them).
+  p.scale = a.softmax_scale;
+  p.softcap = a.softcap;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.sinks = a.sinks;
+  p.page_size = a.page_size;
+  p.max_blocks = a.max_blocks;
+  p.block_table = a.page_size > 0 ? a.block_table : nullptr;
   return p;
 }
 // The unsplit launchers' parameters (fused, its mutants, fused-hopper): o's LSE base and empty-row

@@ -78,14 +78,16 @@ AC_HD int64_t window_first_key(int64_t row0, int64_t tq, int64_t tk, int left) {
 // The base-2 logit of an fp32 dot product (log2 e folded in). Without a cap (cap = 0):
 // fl(dot * scale_log2), one rounding. With one (AC_VAR_SOFTCAP), the scale first, then the cap:
 // t = fl(dot * scale), c = fl(cap * tanh_f(fl(t / cap))), x = fl(c * log2 e); the capped score
-// is in natural units before log2 e, so the sink (also natural) compares with it.
+// is in natural units before log2 e, so the sink (also natural) compares with it. Every step is
+// mul_rn_f / div_rn_f (hd.h): the same roundings on both sides, never contracted on the device, so
+// the kernel and its twin differ only where tanh_f does.
 template <Mutation M = Mutation::none>
 AC_HD float scaled_logit(float dot, float scale, float scale_log2, float cap) {
-  if (cap == 0.0f) return dot * scale_log2;
+  if (cap == 0.0f) return mul_rn_f(dot, scale_log2);
   if constexpr (M == Mutation::softcap_before_scale)
-    return cap * tanh_f(dot / cap) * scale * 1.4426950408889634f;
-  const float t = dot * scale;
-  return (cap * tanh_f(t / cap)) * 1.4426950408889634f;
+    return mul_rn_f(mul_rn_f(mul_rn_f(cap, tanh_f(div_rn_f(dot, cap))), scale), kLog2e);
+  const float t = mul_rn_f(dot, scale);
+  return mul_rn_f(mul_rn_f(cap, tanh_f(div_rn_f(t, cap))), kLog2e);
 }
 
 // The storage row of key `key` of a sequence (AC_VAR_PAGED_KV): slot key % page_size of page

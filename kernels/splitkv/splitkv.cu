@@ -6,6 +6,11 @@
 //      stages the num_splits (1..64) partials in shared memory and folds them in args.fold_order
 //      with splitkv_math.h (fp32, both-empty guard), rounds O to the input type, writes LSE
 //      natural, [heads, tokens], -inf for an empty row.
+// Variants: the mainloop's VAR instantiation applies paged K / V, the window and the softcap inside
+// each part (fused_kernel.cuh); a sink is left out of the partials and joined once by the combine
+// after the fold (splitkv_math.h merge_sink, fp32, sink times log2 e rounded once), before O is
+// rounded to the input type. Mutants (kernels/mutants/): 11 is the combine's +inf, 23 lets every
+// partial count the sink (the mainloop instantiated with it) and its combine skip merge_sink.
 // No atomics: every output is written by one thread, so num_splits = 1 is bitwise reproducible.
 // Check: ctest --test-dir build -L gpu -R kernels_attention
 #include <cstdint>
@@ -35,7 +40,7 @@ template <bool BF16, fused::Mutation M = fused::Mutation::none>
 __global__ void __launch_bounds__(kCombineMaxThreads)
     splitkv_combine_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse, void* out,
                            float* lse, int64_t total_q, int num_heads, int head_size, int num_splits,
-                           ac_fold order) {
+                           ac_fold order, const float* __restrict__ sinks) {
   extern __shared__ __align__(16) float staged[];  // [num_splits][head_size] O, then [num_splits] LSE
   float* const so = staged;
   float* const sl = staged + num_splits * head_size;
@@ -49,6 +54,8 @@ __global__ void __launch_bounds__(kCombineMaxThreads)
   }
   for (int s = tid; s < num_splits; s += blockDim.x) sl[s] = part_lse[s * part_stride + pair];
   __syncthreads();
+  // The row's sink in base 2 (-inf without sinks, which merge_sink leaves alone).
+  const float sink2 = sinks ? __fmul_rn(sinks[pair % num_heads], fused::kLog2e) : neg_inf_f();
   using Out = dev::Elem<BF16 ? AC_DTYPE_BF16 : AC_DTYPE_F16>;
   for (int c = tid; c < head_size; c += blockDim.x) {
     float o_final, lse_final;
@@ -59,6 +66,8 @@ __global__ void __launch_bounds__(kCombineMaxThreads)
           lse_i = sl[i];
         },
         o_final, lse_final);
+    // The partials never counted the sink (mutant 23's did): it joins here, once.
+    if constexpr (M != fused::Mutation::sink_every_split) splitkv::merge_sink(o_final, lse_final, sink2);
     Out::store(out, pair * head_size + c, o_final);
     // Every element's fold computes the same LSE; element 0's is written.
     if (lse && c == 0)
@@ -66,7 +75,8 @@ __global__ void __launch_bounds__(kCombineMaxThreads)
   }
 }
 
-// The combine of a.num_splits parts on `stream`, M selecting mutant 11's (kernels/mutants/).
+// The combine of a.num_splits parts on `stream`, M selecting mutant 11's or 23's (kernels/mutants/);
+// a.sinks (device memory, or null) joins after the fold.
 template <fused::Mutation M>
 cudaError_t launch_combine(const float* part_o, const float* part_lse, const ac_attention_args& a,
                            cudaStream_t stream) {
@@ -81,7 +91,7 @@ cudaError_t launch_combine(const float* part_o, const float* part_lse, const ac_
   const unsigned threads = unsigned(a.head_size < kCombineMaxThreads ? a.head_size : kCombineMaxThreads);
   auto kernel = a.dtype == AC_DTYPE_BF16 ? splitkv_combine_kernel<true, M> : splitkv_combine_kernel<false, M>;
   kernel<<<unsigned(pairs), threads, smem, stream>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
-                                                     a.head_size, a.num_splits, a.fold_order);
+                                                     a.head_size, a.num_splits, a.fold_order, a.sinks);
   return cudaGetLastError();
 }
 
@@ -100,6 +110,10 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   if (int rc = splitkv_check_args(a, err, err_len)) return rc;
   if (o.keys_per_split != 0)
     AC_REFUSE("split-KV attention: a fixed split size runs on splitkv-packed's kernel, not this one");
+  using fused::Mutation;
+  if (o.mutation != Mutation::none && o.mutation != Mutation::combine_plus_inf &&
+      o.mutation != Mutation::sink_every_split)
+    AC_REFUSE("split-KV attention: mutation %d has no CUDA split-KV form", int(o.mutation));
   if (a.num_seqs == 0) return AC_OK;
   if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
     AC_REFUSE("split-KV attention: q, k and v must be 16-byte aligned (cp.async of 16-byte chunks)");
@@ -127,14 +141,21 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   p.part_o = static_cast<float*>(ws);
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
 
+  // The mainloop: plain, with the variants (VAR) where the call uses one, or mutant 23's (VAR, every
+  // partial counting the sink).
   const bool bf16 = a.dtype == AC_DTYPE_BF16;
-  const fused::LaunchFn fn = fused::pick_launch<kSplitKVTilings, true>(bf16, a.head_size, a.tiling);
+  constexpr auto kPlusInf = Mutation::combine_plus_inf, kSinkEvery = Mutation::sink_every_split;
+  const fused::LaunchFn fn =
+      o.mutation == kSinkEvery
+          ? fused::pick_launch<kSplitKVTilings, true, true, kSinkEvery>(bf16, a.head_size, a.tiling)
+      : uses_variants(a) ? fused::pick_launch<kSplitKVTilings, true, true>(bf16, a.head_size, a.tiling)
+                         : fused::pick_launch<kSplitKVTilings, true>(bf16, a.head_size, a.tiling);
   cudaError_t e = fn(p, max_tq, a.num_seqs, stream);
   if (e == cudaSuccess) {
-    // o.mutation selects mutant 11's combine (kernels/mutants/); the partials are the correct ones.
-    constexpr auto kPlusInf = fused::Mutation::combine_plus_inf;
-    e = o.mutation == kPlusInf ? launch_combine<kPlusInf>(p.part_o, p.part_lse, a, stream)
-                               : launch_combine<fused::Mutation::none>(p.part_o, p.part_lse, a, stream);
+    // o.mutation selects mutant 11's or 23's combine; mutant 11's partials are the correct ones.
+    e = o.mutation == kPlusInf     ? launch_combine<kPlusInf>(p.part_o, p.part_lse, a, stream)
+        : o.mutation == kSinkEvery ? launch_combine<kSinkEvery>(p.part_o, p.part_lse, a, stream)
+                                   : launch_combine<Mutation::none>(p.part_o, p.part_lse, a, stream);
   }
   if (!o.workspace) {
     const cudaError_t f = cudaFreeAsync(ws, stream);

@@ -6,7 +6,8 @@
 // Outputs: O in the input type, LSE fp32 natural log, [heads, tokens]; an empty row (all parts
 // empty) gets O = 0 exactly and LSE = -inf. num_splits = 1 is bitwise reproducible (no atomics).
 // Supported: fp16, bf16; head sizes 64, 128; num_splits 1..64 (the combine's limit,
-// splitkv::kMaxSplits); the tilings of kSplitKVTilings.
+// splitkv::kMaxSplits); the tilings of kSplitKVTilings; the fused kernel's variants (fused.h: paged
+// K / V, softcap, window inside each part; a sink counted once, by the combine after the fold).
 // Check: ctest --test-dir build -R kernels_attention
 #pragma once
 #include <cstddef>

@@ -1,0 +1,150 @@
+// GPU tests of the engines' variants (plugin_abi.h AC_VAR_*) in the CUDA fused and split-KV kernels
+// (kernels/fused/fused_kernel.cuh's VAR instantiations, kernels/splitkv/splitkv.cu's combine), label
+// `gpu`: the cases of variant_case.h (paged K / V at page sizes 1, 5, 16, 64 and 256 from shuffled
+// pools, last pages partly filled, spare slots poisoned with NaN; softcap 1 and 30; windows left
+// -1 / 0 / 3 / 63 / 64 by right -1 / 0 / 2, causal or not, Tq != Tk; sinks ordinary and above every
+// score; combinations) run on the GPU and on the host twins, each against the fp64 attention with
+// the variants, with no NaN from a poisoned slot and the GPU within 2 ulps of its twin; the variant
+// mutants 19 to 22 (fused) and 23 (split-KV) on the GPU leave the bound where their twins do.
+// Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <vector>
+
+#include "device_case.h"
+#include "fused/fused.h"
+#include "mutants/mutants.h"
+#include "splitkv/splitkv.h"
+#include "variant_case.h"
+
+using namespace attncheck;
+using namespace attncheck::test;
+using kern::fused::Mutation;
+
+namespace {
+
+struct Run {
+  int rc;
+  std::string err;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+// Which kernel a run calls: the fused kernel, split-KV, or a mutant of either.
+struct Kernel {
+  bool split = false;
+  Mutation mutation = Mutation::none;
+};
+
+// The CUDA kernel on a case with its variants: the pools, table and sinks copied to the device.
+Run run_gpu(const VariantCase& vc, Kernel kernel) {
+  const AttnCase& c = vc.c;
+  DeviceCase dc(c);
+  PagedKV pk;
+  if (vc.var.page_size > 0) pk = page_case(c, vc.var.page_size, 77);
+  DeviceArray<uint16_t> pool_k(pk.k), pool_v(pk.v);
+  DeviceArray<int32_t> table(pk.table);
+  DeviceArray<float> sinks(vc.var.sinks);
+  ac_attention_args a =
+      variant_args(dc.args(c, kernel.split ? vc.split_tiling : vc.tiling), vc.var,
+                   vc.var.page_size > 0 ? &pk : nullptr, pool_k.ptr, pool_v.ptr, table.ptr, sinks.ptr);
+  char err[256] = {0};
+  Run r;
+  if (kernel.split) {
+    a.num_splits = vc.splits;
+    a.fold_order = vc.fold;
+    kern::SplitKVOptions o;
+    o.mutation = kernel.mutation;
+    r.rc = kern::splitkv_attention_cuda(a, o, err, sizeof err);
+  } else if (kernel.mutation != Mutation::none) {
+    r.rc = kern::fused_mutant_cuda(int(kernel.mutation), a, err, sizeof err);
+  } else {
+    r.rc = kern::fused_attention_cuda(a, {}, err, sizeof err);
+  }
+  r.err = err;
+  r.out = dc.out.to_host();
+  r.lse = dc.lse.to_host();
+  return r;
+}
+
+// The host twin of the same call.
+Run run_twin(const VariantCase& vc, Kernel kernel) {
+  const AttnCase& c = vc.c;
+  Run r;
+  r.out.assign(size_t(c.total_q() * c.heads * c.head_size), 0x7f7f);
+  r.lse.assign(size_t(c.total_q() * c.heads), 12345.0f);
+  PagedKV pk;
+  if (vc.var.page_size > 0) pk = page_case(c, vc.var.page_size, 77);
+  ac_attention_args a = variant_args(
+      host_args(c, r.out.data(), r.lse.data(), kernel.split ? vc.split_tiling : vc.tiling), vc.var,
+      vc.var.page_size > 0 ? &pk : nullptr, pk.k.data(), pk.v.data(), pk.table.data(), vc.var.sinks.data());
+  char err[256] = {0};
+  if (kernel.split) {
+    a.num_splits = vc.splits;
+    a.fold_order = vc.fold;
+    kern::SplitKVOptions o;
+    o.mutation = kernel.mutation;
+    r.rc = kern::splitkv_attention_host(a, o, err, sizeof err);
+  } else {
+    kern::FusedOptions o;
+    o.mutation = kernel.mutation;
+    r.rc = kern::fused_attention_host(a, o, err, sizeof err);
+  }
+  r.err = err;
+  return r;
+}
+
+// Elements of two outputs more than 2 ulps of the input type apart (sign-magnitude distance).
+int64_t far_apart(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  int64_t far = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const int x = (a[i] & 0x8000) ? -int(a[i] & 0x7fff) : int(a[i] & 0x7fff);
+    const int y = (b[i] & 0x8000) ? -int(b[i] & 0x7fff) : int(b[i] & 0x7fff);
+    far += std::abs(x - y) > 2 ? 1 : 0;
+  }
+  return far;
+}
+
+}  // namespace
+
+TEST_CASE("fused gpu: the variants agree with the host twin", "[fused][splitkv][gpu][variants]") {
+  for (const VariantCase& vc : variant_cases()) {
+    INFO(vc.describe());
+    for (bool split : {false, true}) {
+      INFO((split ? "split-KV" : "fused"));
+      const Run g = run_gpu(vc, {split, Mutation::none});
+      INFO("gpu: " << g.err);
+      REQUIRE(g.rc == AC_OK);
+      const Run t = run_twin(vc, {split, Mutation::none});
+      INFO("twin: " << t.err);
+      REQUIRE(t.rc == AC_OK);
+      CHECK(nan_count(vc.c, g.out) == 0);
+      CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
+      CHECK(compare_variants(vc.c, vc.var, t.out, t.lse) == "");
+      CHECK(far_apart(g.out, t.out) == 0);
+    }
+  }
+}
+
+TEST_CASE("fused gpu: the variant mutants 19-23 leave the bound where their twins do",
+          "[mutants][gpu][variants]") {
+  for (const MutantCase& mc : variant_mutant_cases()) {
+    const bool split = mc.mutation == Mutation::sink_every_split;
+    INFO("mutant " << int(mc.mutation) << " " << mc.vc.describe());
+    const Run good = run_gpu(mc.vc, {split, Mutation::none});
+    REQUIRE(good.rc == AC_OK);
+    CHECK(compare_variants(mc.vc.c, mc.vc.var, good.out, good.lse) == "");
+    const Run bad = run_gpu(mc.vc, {split, mc.mutation});
+    INFO("gpu mutant: " << bad.err);
+    REQUIRE(bad.rc == AC_OK);
+    CHECK(compare_variants(mc.vc.c, mc.vc.var, bad.out, bad.lse) != "");
+    const Run twin = run_twin(mc.vc, {split, mc.mutation});
+    REQUIRE(twin.rc == AC_OK);
+    CHECK(compare_variants(mc.vc.c, mc.vc.var, twin.out, twin.lse) != "");
+    // The paged mutants read a poisoned slot: NaN on both sides.
+    if (mc.mutation == Mutation::page_off_by_one || mc.mutation == Mutation::read_past_end) {
+      CHECK(nan_count(mc.vc.c, bad.out) > 0);
+      CHECK(nan_count(mc.vc.c, twin.out) > 0);
+    }
+  }
+}

@@ -1,0 +1,83 @@
+// Host-twin tests of the engines' variants (plugin_abi.h AC_VAR_*) in the fused and split-KV twins
+// (kernels/fused/fused_twin.h), run on CI without a GPU: the cases of variant_case.h (paged K / V at
+// every declared page size with poisoned spare slots, softcap 1 and 30, windows, sinks, their
+// combinations) against the fp64 attention with the variants, no NaN from a poisoned slot; the
+// variant mutants 19 to 23 leave the bound on their cases while the correct twins stay inside.
+// The GPU test (variants_gpu_test.cpp) runs the same cases on the CUDA kernels.
+// Run: ctest --test-dir build -R kernels_attention_twin
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "fused/fused.h"
+#include "splitkv/splitkv.h"
+#include "variant_case.h"
+
+using namespace attncheck;
+using namespace attncheck::test;
+
+namespace {
+
+struct TwinRun {
+  int rc;
+  std::string err;
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+// The fused twin (split = false) or the split-KV twin on a case with its variants, in host memory.
+TwinRun run_twin(const VariantCase& vc, bool split,
+                 kern::fused::Mutation mutation = kern::fused::Mutation::none) {
+  const AttnCase& c = vc.c;
+  TwinRun r;
+  r.out.assign(size_t(c.total_q() * c.heads * c.head_size), 0x7f7f);
+  r.lse.assign(size_t(c.total_q() * c.heads), 12345.0f);
+  PagedKV pk;
+  if (vc.var.page_size > 0) pk = page_case(c, vc.var.page_size, 77);
+  ac_attention_args a = variant_args(
+      host_args(c, r.out.data(), r.lse.data(), split ? vc.split_tiling : vc.tiling), vc.var,
+      vc.var.page_size > 0 ? &pk : nullptr, pk.k.data(), pk.v.data(), pk.table.data(), vc.var.sinks.data());
+  char err[256] = {0};
+  if (split) {
+    a.num_splits = vc.splits;
+    a.fold_order = vc.fold;
+    kern::SplitKVOptions o;
+    o.mutation = mutation;
+    r.rc = kern::splitkv_attention_host(a, o, err, sizeof err);
+  } else {
+    kern::FusedOptions o;
+    o.mutation = mutation;
+    r.rc = kern::fused_attention_host(a, o, err, sizeof err);
+  }
+  r.err = err;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fused and split-KV twins: the variants against fp64", "[fused][splitkv][twin][variants]") {
+  for (const VariantCase& vc : variant_cases()) {
+    INFO(vc.describe());
+    for (bool split : {false, true}) {
+      INFO((split ? "split-KV twin" : "fused twin"));
+      const TwinRun r = run_twin(vc, split);
+      REQUIRE(r.rc == AC_OK);
+      CHECK(nan_count(vc.c, r.out) == 0);
+      CHECK(compare_variants(vc.c, vc.var, r.out, r.lse) == "");
+    }
+  }
+}
+
+TEST_CASE("fused and split-KV twins: the variant mutants 19-23 leave the bound",
+          "[mutants][twin][variants]") {
+  using kern::fused::Mutation;
+  for (const MutantCase& mc : variant_mutant_cases()) {
+    const bool split = mc.mutation == Mutation::sink_every_split;
+    INFO("mutant " << int(mc.mutation) << " " << mc.vc.describe());
+    const TwinRun good = run_twin(mc.vc, split);
+    REQUIRE(good.rc == AC_OK);
+    CHECK(compare_variants(mc.vc.c, mc.vc.var, good.out, good.lse) == "");
+    const TwinRun bad = run_twin(mc.vc, split, mc.mutation);
+    REQUIRE(bad.rc == AC_OK);
+    CHECK(compare_variants(mc.vc.c, mc.vc.var, bad.out, bad.lse) != "");
+  }
+}
