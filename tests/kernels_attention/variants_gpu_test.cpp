@@ -121,7 +121,11 @@ TEST_CASE("fused gpu: the variants agree with the host twin", "[fused][splitkv][
       CHECK(nan_count(vc.c, g.out) == 0);
       CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
       CHECK(compare_variants(vc.c, vc.var, t.out, t.lse) == "");
-      CHECK(far_apart(g.out, t.out) == 0);
+      // Same function, not the same sums: the tensor cores add in another order and exp2 differs
+      // by an ulp, so an output that cancels to near zero may land more than 2 ulps of its own
+      // magnitude away (seen on the H200: 1 to 26 of thousands of elements, every one within the
+      // fp64 bound above on both sides). At most 1% of the elements may differ so.
+      CHECK(far_apart(g.out, t.out) * 100 <= int64_t(g.out.size()));
     }
   }
 }
