@@ -674,6 +674,19 @@ std::string undeclared_variant(const AttentionInput& in, uint32_t variants) {
   return "";
 }
 
+const AttentionInput& contiguous_kv(const AttentionInput& in, AttentionInput& storage) {
+  if (!in.paged()) return in;
+  storage = gather_pages(in);
+  return storage;
+}
+
+const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants,
+                                        const std::string& subject, AttentionInput& storage) {
+  if (const std::string what = undeclared_variant(in, variants); !what.empty())
+    throw SubjectError(SubjectError::Kind::unsupported, subject + " does not declare " + what);
+  return variants & AC_VAR_PAGED_KV ? in : contiguous_kv(in, storage);
+}
+
 AttentionInput gather_pages(const AttentionInput& a) {
   if (!a.paged()) return a;
   AttentionInput g = a;

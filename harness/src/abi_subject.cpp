@@ -157,12 +157,8 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
     throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no attention");
   // A variant the subject does not declare is refused, never passed to a kernel that cannot read
   // it; paged K / V is the one exception: the same attention over gathered pages.
-  const uint32_t vars = subject_.caps.variants;
-  if (const std::string what = undeclared_variant(in_given, vars); !what.empty())
-    throw SubjectError(SubjectError::Kind::unsupported, name_ + " does not declare " + what);
-  const AttentionInput gathered =
-      in_given.paged() && !(vars & AC_VAR_PAGED_KV) ? gather_pages(in_given) : AttentionInput{};
-  const AttentionInput& in = in_given.paged() && !(vars & AC_VAR_PAGED_KV) ? gathered : in_given;
+  AttentionInput gathered;
+  const AttentionInput& in = input_for_subject(in_given, subject_.caps.variants, name_, gathered);
   const PackedSequences seqs = pack_sequences(in);
   const ac_memory mem = subject_.caps.memory;
   const int64_t total_q = seqs.total_q();

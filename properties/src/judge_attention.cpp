@@ -59,8 +59,8 @@ RowKeys row_keys(const AttentionInput& a, int64_t token) {
 
 ref::AttentionProblem problem_of(const AttentionInput& given) {
   // The reference reads contiguous K and V: a paged input is gathered.
-  const AttentionInput gathered = given.paged() ? gather_pages(given) : AttentionInput{};
-  const AttentionInput& a = given.paged() ? gathered : given;
+  AttentionInput gathered;
+  const AttentionInput& a = contiguous_kv(given, gathered);
   ref::AttentionProblem p;
   p.dtype = fmt(a.dtype);
   p.num_heads = a.num_heads;
@@ -681,7 +681,7 @@ bool judge_row_fast(const RowJob& job, const ref::FastRow& fr, const RowBasis& r
 struct PreparedAttention::State {
   // Paged K / V is judged on its gathered, contiguous copy (the reference's and the bases' layout;
   // the output does not depend on where a key was stored). An unpaged input is not copied.
-  std::optional<AttentionInput> gathered;
+  AttentionInput gathered;
   const AttentionInput& a;
   Conventions cv;
   Budget b;
@@ -697,10 +697,7 @@ struct PreparedAttention::State {
   std::map<int64_t, ref::ExactRow> exact;  // per escalated row, computed once
 
   State(const AttentionInput& in, const Conventions& c, const Budget& bud)
-      : gathered(in.paged() ? std::optional<AttentionInput>(gather_pages(in)) : std::nullopt),
-        a(gathered ? *gathered : in),
-        cv(c),
-        b(bud) {
+      : a(contiguous_kv(in, gathered)), cv(c), b(bud) {
     p = problem_of(a);
     ref::validate(p);
     T = total_q(a);

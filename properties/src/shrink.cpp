@@ -122,8 +122,8 @@ std::vector<AttentionInput> attention_shrinks(const AttentionInput& paged_or_not
   // A paged case is cut on its gathered keys and paged again in key order with its page size (the
   // plainest pool: fewest pages, no sharing); smaller declared page sizes are candidates too.
   const int32_t P = paged_or_not.page_size;
-  const AttentionInput gathered = P > 0 ? gather_pages(paged_or_not) : AttentionInput{};
-  const AttentionInput& a = P > 0 ? gathered : paged_or_not;
+  AttentionInput gathered;
+  const AttentionInput& a = contiguous_kv(paged_or_not, gathered);
   const Keep all = keep_all(a);
   const size_t nseq = a.seqlens_q.size();
   const size_t key_floor = zero_keys ? 0 : 1;

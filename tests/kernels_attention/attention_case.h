@@ -178,6 +178,21 @@ struct RowRef {
 
 inline double in_value(DType t, uint16_t b) { return double(kern::load_as_float(t, b)); }
 
+// The fp64 dot product of query row `tok` (head `head`) with key row `kt` (KV head `kvh`), and in
+// `abs_dot` the sum of the products' magnitudes (the logit's fp32 error scales with it).
+inline double case_dot(const AttnCase& c, int64_t tok, int head, int64_t kt, int kvh, double& abs_dot) {
+  const int d = c.head_size;
+  double dot = 0;
+  abs_dot = 0;
+  for (int i = 0; i < d; ++i) {
+    const double qi = in_value(c.dtype, c.q[size_t((tok * c.heads + head) * d + i)]);
+    const double ki = in_value(c.dtype, c.k[size_t((kt * c.kv_heads + kvh) * d + i)]);
+    dot += qi * ki;
+    abs_dot += std::fabs(qi * ki);
+  }
+  return dot;
+}
+
 // p_flushed: the kernel flushes a weight below 2^-126 to 0 (fused-hopper), which its bound allows.
 inline RowRef exact_row(const AttnCase& c, int seq, int row, int head, bool p_flushed = false) {
   const int d = c.head_size, kvh = head / (c.heads / c.kv_heads);
@@ -189,14 +204,8 @@ inline RowRef exact_row(const AttnCase& c, int seq, int row, int head, bool p_fl
   for (int j = 0; j < tk; ++j) {
     if (c.causal && j > row + tk - tq) continue;
     if (c.with_mask && !c.mask[size_t(c.cu_mask[size_t(seq)] + int64_t(row) * tk + j)]) continue;
-    const int64_t kt = c.cu_k[size_t(seq)] + j;
-    double dot = 0, ad = 0;
-    for (int i = 0; i < d; ++i) {
-      const double qi = in_value(c.dtype, c.q[size_t((tok * c.heads + head) * d + i)]);
-      const double ki = in_value(c.dtype, c.k[size_t((kt * c.kv_heads + kvh) * d + i)]);
-      dot += qi * ki;
-      ad += std::fabs(qi * ki);
-    }
+    double ad = 0;
+    const double dot = case_dot(c, tok, head, c.cu_k[size_t(seq)] + j, kvh, ad);
     keys.push_back(j);
     x.push_back(dot * double(c.scale));
     absdot.push_back(ad * std::fabs(double(c.scale)));

@@ -136,14 +136,8 @@ inline RowRef exact_variant_row(const AttnCase& c, const Variants& var, int seq,
     if (var.left >= 0 && j < diag - var.left) continue;
     if (var.right >= 0 && j > diag + var.right) continue;
     if (c.with_mask && !c.mask[size_t(c.cu_mask[size_t(seq)] + int64_t(row) * tk + j)]) continue;
-    const int64_t kt = c.cu_k[size_t(seq)] + j;
-    double dot = 0, ad = 0;
-    for (int i = 0; i < d; ++i) {
-      const double qi = in_value(c.dtype, c.q[size_t((tok * c.heads + head) * d + i)]);
-      const double ki = in_value(c.dtype, c.k[size_t((kt * c.kv_heads + kvh) * d + i)]);
-      dot += qi * ki;
-      ad += std::fabs(qi * ki);
-    }
+    double ad = 0;
+    const double dot = case_dot(c, tok, head, c.cu_k[size_t(seq)] + j, kvh, ad);
     const double t = dot * scale, dot_err = attncheck::kernel_logit_error(double(d), ad * std::fabs(scale));
     keys.push_back(j);
     if (cap > 0) {

@@ -105,6 +105,16 @@ std::string attention_variant_problem(const AttentionInput&);
 // [total_k, num_kv_heads, d] (what the reference and an unpaged subject read); an unpaged input is
 // returned unchanged. Assumes attention_variant_problem holds.
 AttentionInput gather_pages(const AttentionInput&);
+// `in` with contiguous K and V: `in` itself, or its gathered copy, held in `storage`, when it is
+// paged. The one way every reader that wants contiguous keys (the reference, the judges, the
+// properties' cuts) gets them.
+const AttentionInput& contiguous_kv(const AttentionInput& in, AttentionInput& storage);
+// The input a subject declaring `variants` (AC_VAR_* bits) is called with: `in`, or its gathered
+// copy in `storage` when `in` is paged and the subject does not declare paged K / V. Throws
+// SubjectError (unsupported) naming `subject` and the first variant `in` uses that it does not
+// declare.
+const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants,
+                                        const std::string& subject, AttentionInput& storage);
 
 // The first variant `in` uses that `variants` (AC_VAR_* bits) does not declare, as "a softcap
 // (AC_VAR_SOFTCAP)", or "" when it uses none. Paged K / V is left out: a subject that does not

@@ -146,11 +146,8 @@ class WorkerSubject final : public Subject {
     // never sent to a kernel that cannot read it, and paged K / V for a worker that does not take
     // pages is sent gathered (the same attention).
     const uint32_t declared = host_->protocol >= 4 ? d_.caps.variants : 0u;
-    if (const std::string what = undeclared_variant(in_given, declared); !what.empty())
-      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " does not declare " + what);
-    const bool gather = in_given.paged() && !(declared & AC_VAR_PAGED_KV);
-    const AttentionInput gathered = gather ? gather_pages(in_given) : AttentionInput{};
-    const AttentionInput& in = gather ? gathered : in_given;
+    AttentionInput gathered;
+    const AttentionInput& in = input_for_subject(in_given, declared, d_.name, gathered);
     const PackedSequences seqs = pack_sequences(in);
     const size_t S = in.seqlens_q.size();
     const int64_t TQ = seqs.total_q(), H = in.num_heads, HK = in.num_kv_heads, D = in.head_size, DV = in.dv();

@@ -81,8 +81,8 @@ class SplitEqualsWhole final : public Property {
     Outcome o;
     Subject& s = ctx.subject;
     const auto& given = std::get<AttentionInput>(c.input);
-    const AttentionInput gathered = given.paged() ? gather_pages(given) : AttentionInput{};
-    const AttentionInput& a = given.paged() ? gathered : given;
+    AttentionInput gathered;
+    const AttentionInput& a = contiguous_kv(given, gathered);
     const int64_t N = a.seqlens_k.at(0);
     const std::vector<int64_t> cuts = cuts_of(N, !ctx.cv.refuses_zero_keys);
     before_launch(ctx, c);
