@@ -218,7 +218,9 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
     fr.lse_bound = 0;
     fr.empty = false;
     fr.certified = true;
-    const auto [first, last] = key_range(t);
+    // Named copies, not a structured binding: C++20 lets a lambda capture bindings, Clang 14 does not.
+    const auto range = key_range(t);
+    const int64_t first = range.first, last = range.second;
     const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + sl.mask_begin + int64_t{t} * tk;
     auto visible = [&](int64_t j) { return j >= first && j <= last && (!mask_row || mask_row[j]); };
     // Scores (capped), their maximum, and whether the row sees a non-finite input. smax_abs is over
