@@ -67,6 +67,14 @@ double sample_sigma(double sigma) {
   return neg ? -v : v;
 }
 
+// A structural count uniform on [lo, hi) at every size, shrinking toward lo: the dimensions a class
+// of bug needs from a run's first case (two KV heads for a grouped-query head map; a batch's
+// neighbours and their key counts), which gen::inRange would keep at lo for a run's first half
+// (inRange(1, 3) gives 1 below size 50). A kill within 20 cases needs them early (the mutants'
+// margins, kernels/mutants/README.md). Query counts keep their ramp: they set most of a case's
+// cost, and the properties that need several query rows draw their own (chunked_prefill).
+int pick_in(int lo, int hi) { return lo + pick_class(std::max(1, hi - lo)); }
+
 double pick_sigma() { return *g::element(1.0, 0.5, 3.0, 10.0); }
 
 int64_t scaled_count(int max_n) { return *g::inRange(0, std::max(1, max_n) + 1); }
@@ -606,7 +614,7 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     a.head_size_v = pair.v;
   }
   const bool gqa = (dom.features & AC_FEAT_GQA) != 0;
-  a.num_kv_heads = int32_t(*g::inRange(1, 3));
+  a.num_kv_heads = int32_t(pick_in(1, 3));
   const int ratio = gqa ? *g::element(1, 2, 4, 8) : 1;
   a.num_heads = a.num_kv_heads * ratio;
   const bool varlen = (dom.features & AC_FEAT_VARLEN) != 0 && !choice.split;
@@ -905,7 +913,7 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
     a.dtype = *g::elementOf(dom.dtypes);
     a.head_size = *g::elementOf(dom.head_sizes);
     const bool gqa = (dom.features & AC_FEAT_GQA) != 0;
-    a.num_kv_heads = int32_t(*g::inRange(1, 3));
+    a.num_kv_heads = int32_t(pick_in(1, 3));
     const int group = gqa ? *g::element(1, 2, 4, 8) : 1;
     a.num_heads = a.num_kv_heads * group;
     const int min_tk = dom.zero_keys ? 0 : 1, max_tk = longest_key_row(dom);
@@ -917,11 +925,11 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
       int tq = 1, tk = 1;
       switch (kind) {
         case 0:
-          tk = *g::inRange(std::max(min_tk, 1), max_tk + 1);
+          tk = pick_in(std::max(min_tk, 1), max_tk + 1);
           break;
         case 1:
           tq = *g::inRange(1, dom.max_tokens + 1);
-          tk = *g::inRange(min_tk, std::min(max_tk, 64) + 1);
+          tk = pick_in(min_tk, std::min(max_tk, 64) + 1);
           break;
         case 2:
           tq = *g::inRange(1, dom.max_tokens + 1);
@@ -930,7 +938,7 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
         case 3: {
           const int target = *g::element(63, 64, 65, 127, 128, 129);
           tq = std::max(1, (target + group - 1) / group);
-          tk = *g::inRange(std::max(min_tk, 1), std::min(max_tk, 64) + 1);
+          tk = pick_in(std::max(min_tk, 1), std::min(max_tk, 64) + 1);
           break;
         }
         default:
@@ -945,8 +953,8 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
     // the victim).
     const int limit = batch_limit(dom);
     const int size_class = pick_class(4);
-    const int neighbours = size_class <= 1   ? *g::inRange(0, std::min(limit, 4))
-                           : size_class == 2 ? *g::inRange(0, limit)
+    const int neighbours = size_class <= 1   ? pick_in(0, std::min(limit, 4))
+                           : size_class == 2 ? pick_in(0, limit)
                                              : limit - 1;
     // The batch's longest query range is one sequence's: at most one neighbour takes the 64 / 128
     // band (kind 3), so the band costs one sequence, not many.
@@ -954,7 +962,7 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
     const int victim_kind = pick_class(5);
     const int position = neighbours == 0 ? 0 : *g::element(0, neighbours / 2, neighbours);
     const int banded =
-        neighbours > 0 && victim_kind != 3 && pick_class(3) == 0 ? *g::inRange(0, neighbours + 1) : -1;
+        neighbours > 0 && victim_kind != 3 && pick_class(3) == 0 ? pick_in(0, neighbours + 1) : -1;
     for (int i = 0; i <= neighbours; ++i) {
       const int other = decode_batch ? 0 : *g::element(0, 1, 2, 4);
       sequence(i == position ? victim_kind : i == banded ? 3 : other);

@@ -428,6 +428,10 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
       // The first failure: time it, then check it reproduces bit for bit.
       res.cases_to_first_failure = res.cases_run;
       res.seconds_to_first_failure = elapsed();
+      res.first_failure_budgets =
+          (o.failure_class == "accuracy" || o.failure_class == "split") && !o.worst.empty()
+              ? o.worst.front().ratio
+              : INFINITY;
       ctx.counting = false;
       // A subject declared nondeterministic may differ on a re-run; its failure keeps its class.
       if (!o.crashed && !ctx.cv.nondeterministic) {

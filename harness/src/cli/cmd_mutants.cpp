@@ -19,6 +19,7 @@
 // counterexamples, replayable with `attncheck replay`).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr size_t kMaxSeeds = 8;  // --seeds
+
 struct Usage : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -62,19 +65,32 @@ struct Options {
     return r;
   }();
   int peer_cases = 100;
+  // --seeds: the gate once per seed (the first one's counterexample and reproduce command are the
+  // table's), for the margins; empty: --seed alone.
+  std::vector<std::string> seed_list;
   bool quiet = false, no_correct = false, first_kill = false;
   // How a failure's case is replayed: `replay --mutants` loads these subjects again.
   ReproduceContext reproduce;
 };
 
+// What a kill must show at every seed: the first failure within kMarginCases cases of its
+// property, kMarginBudgets accuracy budgets or more past the allowance (or a broken contract,
+// which no budget covers). A kill at 1.1 budgets after 80 cases is one generator change away from
+// a survivor; the margin says how far from the edge each class of bug is caught.
+constexpr int kMarginCases = 20;
+constexpr double kMarginBudgets = 3;
+
 // One subject's outcome under the attncheck gate.
 struct GateOutcome {
   bool ran = false;     // false: not runnable here (mutant 13)
   bool failed = false;  // any property failed or crashed
-  std::string killer;   // the failing property with the fewest cases to its first failure
+  // The failing property that meets the margin (above) with the fewest cases to its first failure,
+  // else the one with the fewest cases.
+  std::string killer;
   std::string failure_class, message, reproduce;
   int cases = -1;
   double seconds_to_failure = -1, seconds_total = 0;
+  double budgets = -1;  // the killer's first failing case: PropertyResult::first_failure_budgets
   CaseSize size;
   bool has_size = false;
   std::vector<std::string> all_killers;
@@ -82,11 +98,26 @@ struct GateOutcome {
   std::string note;
 };
 
+bool margin_met(const GateOutcome& g) {
+  return g.failed && g.cases > 0 && g.cases <= kMarginCases && g.budgets >= kMarginBudgets;
+}
+
 struct Row {
   int number = 0;  // 0 for a correct kernel
   std::string name, bug, expected, correct_twin;
-  Subject* subject = nullptr;  // null: not registered on this backend
-  GateOutcome gate;
+  Subject* subject = nullptr;     // null: not registered on this backend
+  GateOutcome gate;               // the first seed's
+  std::vector<GateOutcome> more;  // the further seeds' of --seeds, in order
+  bool killed_everywhere() const {
+    bool all = gate.failed;
+    for (const GateOutcome& g : more) all = all && g.failed;
+    return all;
+  }
+  bool failed_anywhere() const {
+    bool any = gate.failed;
+    for (const GateOutcome& g : more) any = any || g.failed;
+    return any;
+  }
   std::map<std::string, PeerResult> peers;
 };
 
@@ -94,6 +125,7 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
   GateOutcome g;
   g.ran = true;
   int best_cases = 0;
+  bool best_met = false;
   for (const PropertyInfo& p : all_properties()) {
     if (!p.in_gate || !property_applies(p, s)) continue;
     RunOptions run = o.run;
@@ -114,13 +146,17 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
     g.failed = true;
     g.all_killers.push_back(p.name);
     const int c = r.cases_to_first_failure > 0 ? r.cases_to_first_failure : r.cases_run;
-    if (g.killer.empty() || c < best_cases) {
+    // The killer: a property whose kill meets the margin, else any; the fewest cases among those.
+    const bool met = c <= kMarginCases && r.first_failure_budgets >= kMarginBudgets;
+    if (g.killer.empty() || std::pair(!met, c) < std::pair(!best_met, best_cases)) {
       best_cases = c;
+      best_met = met;
       g.killer = p.name;
       g.failure_class = r.failure_class;
       g.message = r.message;
       g.reproduce = r.reproduce_command;
       g.cases = c;
+      g.budgets = r.first_failure_budgets;
       g.seconds_to_failure = r.seconds_to_first_failure >= 0 ? r.seconds_to_first_failure : r.seconds;
       g.size = r.counterexample_size;
       g.has_size = r.status == PropertyResult::Status::failed;
@@ -144,18 +180,38 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+// A kill's margin: its error in budgets ("contract" where no budget applies), "-" without a kill.
+std::string budgets_text(const GateOutcome& g) {
+  if (!g.failed || g.budgets < 0) return "-";
+  if (!std::isfinite(g.budgets)) return "contract";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", g.budgets);
+  return buf;
+}
+
+// One column over the seeds of --seeds: "a / b / c".
+template <class F>
+std::string per_seed(const Row& r, F cell) {
+  std::string s = cell(r.gate);
+  for (const GateOutcome& g : r.more) s += " / " + cell(g);
+  return s;
+}
+
 // The markdown table (stdout and mutants.md).
-std::string render(const std::vector<Row>& rows, const Options& o, const std::vector<std::string>& peers,
-                   bool gate_ran, const std::string& backend_note) {
+std::string render(const std::vector<Row>& rows, const Options& o, const std::vector<uint64_t>& seeds,
+                   const std::vector<std::string>& peers, bool gate_ran, const std::string& backend_note) {
   std::ostringstream md;
+  std::string seed_text;
+  for (const uint64_t x : seeds) seed_text += (seed_text.empty() ? "" : " / ") + std::to_string(x);
   md << "# attncheck mutants\n\n"
-     << backend_note << "; seed " << o.run.seed << "; gate cases per property " << o.run.cases
-     << "; peer cases " << o.peer_cases << "; " << utc_timestamp() << "\n\n";
+     << backend_note << "; seed" << (seeds.size() > 1 ? "s " : " ") << seed_text
+     << "; gate cases per property " << o.run.cases << "; peer cases " << o.peer_cases << "; "
+     << utc_timestamp() << "\n\n";
   if (gate_ran) {
-    md << "| # | subject | verdict | killed by | cases | seconds | "
+    md << "| # | subject | verdict | killed by | cases | budgets | margin | seconds | "
        << (o.run.no_shrink ? "first failing case (unshrunk)" : "shrunk counterexample")
        << " | expected | also failed |\n"
-       << "|---|---|---|---|---|---|---|---|---|\n";
+       << "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const Row& r : rows) {
       const GateOutcome& g = r.gate;
       std::string verdict;
@@ -164,19 +220,32 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
       else if (!g.ran)
         verdict = "GPU test";
       else if (r.number > 0)
-        verdict = g.failed ? "killed" : "**SURVIVED**";
+        verdict = r.killed_everywhere() ? "killed" : "**SURVIVED**";
       else
-        verdict = g.failed ? "**FAILED**" : "passed";
+        verdict = r.failed_anywhere() ? "**FAILED**" : "passed";
+      // The margin: met at every seed, or which part of it was not.
+      std::string margin = "-";
+      if (r.number > 0 && r.subject && g.ran) {
+        bool met = margin_met(g);
+        for (const GateOutcome& x : r.more) met = met && margin_met(x);
+        margin = met ? "met" : "**under**";
+      }
       std::string also;
       for (const auto& k : g.all_killers)
         if (k != g.killer) also += (also.empty() ? "" : ", ") + k;
       md << "| " << (r.number ? std::to_string(r.number) : "-") << " | " << r.name << " | " << verdict
          << " | " << (g.killer.empty() ? (g.ran ? "-" : g.note) : g.killer + " (" + g.failure_class + ")")
-         << " | " << (g.cases > 0 ? std::to_string(g.cases) : "-") << " | "
+         << " | "
+         << per_seed(r, [](const GateOutcome& x) { return x.cases > 0 ? std::to_string(x.cases) : "-"; })
+         << " | " << per_seed(r, budgets_text) << " | " << margin << " | "
          << (g.seconds_to_failure >= 0 ? fixed(g.seconds_to_failure, 3) : "-") << " | " << size_text(g)
          << " | " << (r.number ? r.expected : "-") << " | " << (also.empty() ? "-" : also) << " |\n";
     }
-    md << "\n";
+    md << "\nmargin: at every seed, the first failure within " << kMarginCases
+       << " cases of its property and at least " << kMarginBudgets
+       << " accuracy budgets past the allowance (\"contract\": a non-finite output, an empty row, changed "
+          "bits or a "
+          "convention, which no budget covers).\n\n";
   }
   if (!peers.empty()) {
     md << "| # | subject |" << (gate_ran ? " attncheck |" : "");
@@ -192,7 +261,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
         if (r.number > 0) return fail ? " killed |" : " survived |";
         return fail ? " **false alarm** |" : " passed |";
       };
-      if (gate_ran) md << mark(r.gate.ran, r.gate.failed);
+      if (gate_ran) md << mark(r.gate.ran, r.number > 0 ? r.killed_everywhere() : r.failed_anywhere());
       for (const auto& p : peers) {
         auto it = r.peers.find(p);
         const bool ran = it != r.peers.end() && it->second.applicable;
@@ -219,7 +288,8 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
     };
     if (gate_ran)
       md << "| attncheck gate | "
-         << count([](const Row& r) { return r.gate.failed; }, [](const Row& r) { return r.gate.ran; })
+         << count([](const Row& r) { return r.number > 0 ? r.killed_everywhere() : r.failed_anywhere(); },
+                  [](const Row& r) { return r.gate.ran; })
          << " |\n";
     for (const auto& p : peers)
       md << "| " << p << " | "
@@ -230,7 +300,13 @@ std::string render(const std::vector<Row>& rows, const Options& o, const std::ve
   return md.str();
 }
 
-nlohmann::json to_json(const std::vector<Row>& rows) {
+// A kill's margin in mutants.json: budgets, "contract", or null without a kill.
+nlohmann::json budgets_json(const GateOutcome& g) {
+  if (!g.failed || g.budgets < 0) return nullptr;
+  return std::isfinite(g.budgets) ? nlohmann::json(g.budgets) : nlohmann::json("contract");
+}
+
+nlohmann::json to_json(const std::vector<Row>& rows, const std::vector<uint64_t>& seeds) {
   nlohmann::json j = nlohmann::json::array();
   for (const Row& r : rows) {
     nlohmann::json e;
@@ -249,6 +325,8 @@ nlohmann::json to_json(const std::vector<Row>& rows) {
                  {"killer", g.killer},
                  {"failure_class", g.failure_class},
                  {"cases_to_first_failure", g.cases},
+                 {"first_failure_budgets", budgets_json(g)},
+                 {"margin_met", margin_met(g)},
                  {"seconds_to_first_failure", g.seconds_to_failure},
                  {"seconds", g.seconds_total},
                  {"counterexample",
@@ -267,6 +345,16 @@ nlohmann::json to_json(const std::vector<Row>& rows) {
                           {"cases_to_first_failure", p.cases_to_first_failure},
                           {"seconds_to_first_failure", p.seconds_to_first_failure},
                           {"message", p.message}};
+    // Every seed's kill (the first is "gate"'s), for the margins.
+    for (size_t i = 0; i < seeds.size() && i <= r.more.size() && r.gate.ran; ++i) {
+      const GateOutcome& x = i == 0 ? r.gate : r.more[i - 1];
+      e["seeds"].push_back({{"seed", seeds[i]},
+                            {"failed", x.failed},
+                            {"killer", x.killer},
+                            {"cases_to_first_failure", x.cases},
+                            {"first_failure_budgets", budgets_json(x)},
+                            {"margin_met", margin_met(x)}});
+    }
     j.push_back(e);
   }
   return j;
@@ -307,6 +395,17 @@ int run(Options o, const Common& common) {
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   if (o.run.cases < 1 || o.peer_cases < 1) throw Usage("--cases and --peer-cases must be at least 1");
+  std::vector<uint64_t> seeds;
+  for (const auto& text : split_csv(o.seed_list)) {
+    const auto v = json_fields::parse_decimal_u64(text);
+    if (!v) throw Usage("--seeds: '" + text + "' is not a decimal integer in [0, 2^64 - 1]");
+    seeds.push_back(*v);
+  }
+  if (seeds.size() > kMaxSeeds)
+    throw Usage("--seeds: at most " + std::to_string(kMaxSeeds) + " seeds (got " +
+                std::to_string(seeds.size()) + ")");
+  if (seeds.empty()) seeds.push_back(o.run.seed);
+  o.run.seed = seeds.front();
   const std::vector<std::string> only = split_csv(o.only);
   for (const auto& n : only)
     if (!kern::find_mutant(n)) throw Usage("unknown mutant '" + n + "' (see attncheck mutants --list)");
@@ -369,8 +468,17 @@ int run(Options o, const Common& common) {
       if (!o.quiet) std::fprintf(stderr, "  %-34s %s\n", r.name.c_str(), r.gate.note.c_str());
       continue;
     }
-    if (gate && r.number != 13) r.gate = run_gate(*r.subject, o, r.number > 0);
-    if (r.gate.device_fault) faulted_by = r.name;
+    if (gate && r.number != 13)
+      for (size_t i = 0; i < seeds.size() && faulted_by.empty(); ++i) {
+        Options at = o;
+        at.run.seed = seeds[i];
+        GateOutcome g = run_gate(*r.subject, at, r.number > 0);
+        if (g.device_fault) faulted_by = r.name;
+        if (i == 0)
+          r.gate = std::move(g);
+        else
+          r.more.push_back(std::move(g));
+      }
     for (const auto& p : peers) {
       const PeerResult pr = run_peer_oracle(*parse_peer_oracle(p), *r.subject, o.run.seed, o.peer_cases);
       if (!o.quiet)
@@ -384,11 +492,11 @@ int run(Options o, const Common& common) {
   }
 
   // 4. Report.
-  const std::string md = render(rows, o, peers, gate, note);
+  const std::string md = render(rows, o, seeds, peers, gate, note);
   std::printf("%s", md.c_str());
   try {
     write_file_atomic(o.report_dir + "/mutants.md", md);
-    write_file_atomic(o.report_dir + "/mutants.json", to_json(rows).dump(2) + "\n");
+    write_file_atomic(o.report_dir + "/mutants.json", to_json(rows, seeds).dump(2) + "\n");
   } catch (const AtomicWriteError& e) {
     std::fprintf(stderr, "attncheck mutants: %s\n", e.what());
     return kExitUsage;
@@ -398,9 +506,9 @@ int run(Options o, const Common& common) {
     for (const Row& r : rows) {
       if (!r.subject || !r.gate.ran) continue;
       if (r.number > 0)
-        survived += !r.gate.failed;
+        survived += !r.killed_everywhere();
       else
-        correct_failed += r.gate.failed;
+        correct_failed += r.failed_anywhere();
     }
   std::printf("\nattncheck mutants: %d survived, %d correct kernels failed; table in %s/mutants.md\n",
               survived, correct_failed, o.report_dir.c_str());
@@ -423,7 +531,14 @@ Command add_mutants_command(CLI::App& app, Common& common) {
       ->check(names_something());
   c.app->add_option("--mutant", o->only, "only these mutants (names, repeatable or comma-separated)")
       ->check(names_something());
-  c.app->add_option("--seed", o->run.seed, "seed (default 1)")->check(decimal_u64());
+  auto* seed = c.app->add_option("--seed", o->run.seed, "seed (default 1)")->check(decimal_u64());
+  c.app
+      ->add_option(
+          "--seeds", o->seed_list,
+          "the gate at each of these seeds (comma-separated, at most 8): the table's cases and budgets "
+          "per seed, and whether the margin holds at every one")
+      ->check(names_something())
+      ->excludes(seed);
   c.app->add_option("--cases", o->run.cases, "gate cases per (subject, property) (default 100, the gate's)")
       ->check(CLI::Range(1, Limits::kMaxCases));
   c.app->add_option("--peer-cases", o->peer_cases, "cases per (subject, peer oracle) (default 100)")

@@ -218,6 +218,10 @@ struct PropertyResult {
   double seconds = 0;
   int cases_to_first_failure = -1;  // 1-based count of cases run when the first failure appeared
   double seconds_to_first_failure = -1;
+  // The first failing case's margin: its worst element's error in accuracy budgets (|error| /
+  // allowed) when it failed on accuracy or split_equals_whole's merge; +inf when it broke a contract that has
+  // no budget (a non-finite output, an empty row, changed bits, a convention); -1 while nothing failed.
+  double first_failure_budgets = -1;
   double shrink_seconds = 0;  // from the first failure to the end of shrinking
   bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
   double max_drift_ulp = 0;   // split_order_drift: largest pairwise drift, ulps of the exact value
