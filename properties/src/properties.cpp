@@ -62,6 +62,13 @@ void add_drift(std::vector<DriftCounts>& into, const std::vector<DriftCounts>& f
   }
 }
 
+std::string batch_dimensions_phrase(uint32_t mask) {
+  std::string s;
+  for (int d = 0; d < kBatchDimensions; ++d)
+    if (mask & (1u << d)) s += (s.empty() ? "" : ", ") + std::string(kBatchDimensionNames[size_t(d)]);
+  return s.empty() ? "none isolated" : s;
+}
+
 DriftCounts drift_total(const std::vector<DriftCounts>& by_splits) {
   std::vector<DriftCounts> all{DriftCounts{}};
   for (DriftCounts d : by_splits) {

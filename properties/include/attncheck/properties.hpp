@@ -21,6 +21,7 @@
 // behind is the reproducer of a crash.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -114,14 +115,31 @@ const std::vector<double>& ulp_histogram_edges();
 // zero, where a cancelling output crosses binades, this is large for a small difference) and at
 // most `max_budget` accuracy budgets apart (|first - second| / allowed, the verdict's own scale:
 // two launches within budget are at most 2 apart).
+//
+// batch_invariance also probes which scheduling dimension changed a victim's bits (batch_invariance.cpp
+// says how): `probed` cases were probed, `triggered[d]` of them changed under dimension d's probe
+// (kBatchDimensionNames[d]; a case may count under several) and `none_isolated` under none (only the
+// whole batch changed the bits).
+enum BatchDimension { kBatchSize, kNeighbourLengths, kPosition, kDecodePrefillMix, kBatchDimensions };
+// The dimensions' names, in BatchDimension order: messages, reports and report.json's keys.
+inline constexpr std::array<const char*, kBatchDimensions> kBatchDimensionNames = {
+    "batch size", "neighbour lengths", "position", "decode/prefill mix"};
+// "batch size, position": the names of the dimensions whose bit (1 << d) is set in `mask`, or
+// "none isolated" for none.
+std::string batch_dimensions_phrase(uint32_t mask);
 struct Spread {
   int64_t compared = 0, differing = 0;
   double max_ulps = 0, max_budget = 0;
+  int64_t probed = 0, none_isolated = 0;
+  std::array<int64_t, kBatchDimensions> triggered{};
   void add(const Spread& o) {
     compared += o.compared;
     differing += o.differing;
     max_ulps = std::max(max_ulps, o.max_ulps);
     max_budget = std::max(max_budget, o.max_budget);
+    probed += o.probed;
+    none_isolated += o.none_isolated;
+    for (size_t d = 0; d < triggered.size(); ++d) triggered[d] += o.triggered[d];
   }
 };
 
