@@ -759,6 +759,60 @@ TEST_CASE("batch_invariance: a sequence's bits alone and in a batch, declared or
   fs::remove_all(dir);
 }
 
+TEST_CASE("batch_invariance names the one scheduling dimension a fake's bits depend on",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_dims_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // Each fake flips the last bit of O where exactly one dimension of the call says so (fakes.hpp):
+  // each probe of batch_invariance changes one dimension alone, so each fake is attributed to its
+  // own dimension in every case probed, and to no other.
+  const std::pair<Bug, BatchDimension> fakes_and_dims[] = {
+      {Bug::attention_batch_variant, kBatchSize},
+      {Bug::attention_long_query_variant, kNeighbourLengths},
+      {Bug::attention_position_variant, kPosition},
+      {Bug::attention_mix_variant, kDecodePrefillMix},
+  };
+  for (const auto& [bug, dim] : fakes_and_dims) {
+    const std::string name = kBatchDimensionNames[size_t(dim)];
+    INFO("the fake of " << name);
+    // Undeclared: the run passes and its spread counts the probed cases under the dimension.
+    Fake reported("attn-dim-reported", AC_OP_ATTENTION, bug, 0, -1, fakes::kAttnFeatures);
+    const PropertyResult rep = run("batch_invariance", reported, dir.string());
+    INFO(rep.message);
+    CHECK(rep.status == PropertyResult::Status::passed);
+    CHECK(rep.spread.differing > 0);
+    CHECK(rep.spread.probed > 0);
+    for (int d = 0; d < kBatchDimensions; ++d)
+      CHECK(rep.spread.triggered[size_t(d)] == (d == dim ? rep.spread.probed : 0));
+    CHECK(rep.spread.none_isolated == 0);
+    // Declared: the failure names the dimension (unshrunk here; the shrunk case below).
+    Fake declared("attn-dim-declared", AC_OP_ATTENTION, bug, 0, -1, fakes::kAttnFeatures);
+    declared.set_flags(AC_CAP_BATCH_INVARIANT);
+    RunConfig cfg = small_config(dir.string());
+    cfg.shrink = false;
+    const PropertyResult bad = run_property("batch_invariance", declared, cfg);
+    INFO(bad.message);
+    CHECK(bad.status == PropertyResult::Status::failed);
+    CHECK(bad.failure_class == "batch_variant");
+    const std::string tail = "; triggered by " + name;
+    CHECK(bad.message.size() > tail.size());
+    CHECK(bad.message.substr(bad.message.size() - tail.size()) == tail);
+  }
+  // Shrunk, the neighbour set that is left still changes the bits by the same dimension.
+  Fake position("attn-dim-position", AC_OP_ATTENTION, Bug::attention_position_variant, 0, -1,
+                fakes::kAttnFeatures);
+  position.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult shrunk = run("batch_invariance", position, dir.string());
+  INFO(shrunk.message);
+  CHECK(shrunk.status == PropertyResult::Status::failed);
+  CHECK(shrunk.message.find("of a batch of 2") != std::string::npos);
+  CHECK(shrunk.message.find("; triggered by position") != std::string::npos);
+  CHECK(batch_dimensions_phrase(0) == "none isolated");
+  CHECK(batch_dimensions_phrase((1u << kBatchSize) | (1u << kDecodePrefillMix)) ==
+        "batch size, decode/prefill mix");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("chunked_prefill: a prompt's bits whole and in chunks, declared or reported",
           "[properties][chunked_prefill]") {
   const fs::path dir = fs::temp_directory_path() / ("ac_prop_chunk_" + std::to_string(::getpid()));
