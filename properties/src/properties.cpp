@@ -354,7 +354,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
   // case found so far: last_failing, which the reproduce string also leads to.
   auto shrink_over = [&] {
     if (ctx.counting) return false;
-    if (!res.shrink_cut && elapsed() - res.seconds_to_first_failure > cfg.shrink_seconds)
+    if (!res.shrink_cut && elapsed() - res.seconds_to_first_failure > prop->shrink_seconds(cfg))
       res.shrink_cut = true;
     return res.shrink_cut;
   };

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "attncheck/budgets.hpp"
 #include "attncheck/case_context.hpp"
@@ -810,6 +812,38 @@ TEST_CASE("batch_invariance names the one scheduling dimension a fake's bits dep
   CHECK(batch_dimensions_phrase(0) == "none isolated");
   CHECK(batch_dimensions_phrase((1u << kBatchSize) | (1u << kDecodePrefillMix)) ==
         "batch size, decode/prefill mix");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("batch_invariance: a shrink stops at batch_shrink_seconds, whatever --shrink-time",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_cut_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  CHECK(RunConfig{}.batch_shrink_seconds == 10);  // the bound the property states
+  // A batch-variant fake declared invariant whose every launch sleeps 30 ms: each shrink candidate
+  // launches the batch, its victims alone and the probes (10 launches or so, 0.3 s), so shrinking a
+  // batch of several sequences takes seconds. With the bound lowered to 0.5 s (and --shrink-time far
+  // out of reach) the shrink is cut after about 0.5 s, plus the candidate in flight and the first
+  // failure's determinism re-run.
+  class Slow final : public Fake {
+   public:
+    using Fake::Fake;
+    AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      return Fake::attention(in, opt);
+    }
+  } slow("attn-batch-slow", AC_OP_ATTENTION, Bug::attention_batch_variant, 0, -1, fakes::kAttnFeatures);
+  slow.set_flags(AC_CAP_BATCH_INVARIANT);
+  RunConfig cfg = small_config(dir.string());
+  cfg.batch_shrink_seconds = 0.5;
+  const PropertyResult r = run_property("batch_invariance", slow, cfg);
+  INFO(r.message << " (shrink " << r.shrink_seconds << " s)");
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "batch_variant");
+  CHECK(r.shrink_cut);
+  CHECK(r.shrink_seconds >= 0.5);
+  CHECK(r.shrink_seconds < 3);
+  CHECK(r.message.find("(shrinking cut after ") != std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -62,6 +62,9 @@ const PropertyInfo* find_property(const std::string& name);  // nullptr if unkno
 // properties that need them, LSE output / naive-exp declaration / split-KV capabilities).
 bool property_applies(const PropertyInfo&, const Subject&);
 
+// The most seconds a shrink of batch_invariance takes (RunConfig::batch_shrink_seconds).
+constexpr double kBatchShrinkSeconds = 10;
+
 struct RunConfig {
   uint64_t seed = 1;       // the run's seed; each (property, subject) stream is case_seed of it
   int num_cases = 100;     // RapidCheck max_success per (property, subject)
@@ -70,6 +73,9 @@ struct RunConfig {
   // Seconds a failure may spend shrinking, from its discovery; past it (or on cancel) the smallest
   // failing case found so far is the counterexample and the result says the shrink was cut.
   double shrink_seconds = 20;
+  // batch_invariance's shrinks stop at the lower of this and shrink_seconds: each of its candidates
+  // launches a batch, its victims alone and the probes of the dimension that changed them.
+  double batch_shrink_seconds = kBatchShrinkSeconds;
   int max_size = 100;               // RapidCheck size cap (<= 100); shapes scale from it
   int max_keys = 64;                // longest key row generated; raise for long rows (8192 and beyond)
   int max_batch = 0;                // batch_invariance: most sequences a batch holds (0: the backend's
@@ -237,8 +243,9 @@ struct PropertyResult {
   int cases_to_first_failure = -1;  // 1-based count of cases run when the first failure appeared
   double seconds_to_first_failure = -1;
   double shrink_seconds = 0;  // from the first failure to the end of shrinking
-  bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
-  double max_drift_ulp = 0;   // split_order_drift: largest pairwise drift, ulps of the exact value
+  bool shrink_cut =
+      false;  // shrinking stopped at its time bound (shrink_seconds, batch_shrink_seconds) or on cancel
+  double max_drift_ulp = 0;  // split_order_drift: largest pairwise drift, ulps of the exact value
   // split_order_drift: the output bits that differ, per split count.
   std::vector<DriftCounts> drift_by_splits;
   Spread spread;  // run_to_run on a subject declared nondeterministic (else empty)

@@ -191,12 +191,18 @@ class BatchInvariance final : public Property {
   BatchInvariance()
       : Property({"batch_invariance",
                   "A sequence's O and LSE alone and among other sequences agree bit for bit when the subject "
-                  "declares batch invariance (else the change is reported); the victims' rows within budget.",
+                  "declares batch invariance (else the change is reported, with the dimensions that "
+                  "triggered it); the victims' rows within budget; a failure shrinks for at most " +
+                      std::to_string(int(kBatchShrinkSeconds)) + " s.",
                   "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
                   kCost}) {}
   // The batch and up to four victims alone, and the victims' judgement (a second one where their
   // bits changed, and then five probe launches, changed_by): about five launch-and-judge units a case.
   static constexpr double kCost = 5;
+
+  double shrink_seconds(const RunConfig& cfg) const override {
+    return std::min(cfg.shrink_seconds, cfg.batch_shrink_seconds);
+  }
 
   // A batch needs several sequences in one call.
   bool applies_to(const Subject& s, uint32_t) const override {
