@@ -285,6 +285,12 @@ std::string refusal_summary(const std::map<std::string, int>& counts) {
   return s;
 }
 
+// "N cases skipped, refused by the subject: ..." (refusal_summary's reasons and counts).
+std::string skipped_phrase(int refused, const std::map<std::string, int>& counts) {
+  return std::to_string(refused) + (refused == 1 ? " case" : " cases") +
+         " skipped, refused by the subject: " + refusal_summary(counts);
+}
+
 // A row kind as signatures name it: "any row" when the failure quotes no element.
 std::string named_kind(const std::string& kind) { return kind.empty() ? "any row" : kind; }
 
@@ -575,6 +581,10 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     res.status = PropertyResult::Status::passed;
     if (result.kind == RapidCheckResult::Kind::gave_up) res.message = result.description;
     if (cancelled) res.message = "cancelled after " + std::to_string(res.cases_run) + " cases";
+    // Cases the subject refused (a batch past what it can take, a shape it does not serve) were
+    // skipped, not judged: a pass says how many and why.
+    if (refused > 0)
+      res.message += (res.message.empty() ? "" : "; ") + skipped_phrase(refused, refusal_counts);
   }
   return res;
 }

@@ -847,6 +847,42 @@ TEST_CASE("batch_invariance: a shrink stops at batch_shrink_seconds, whatever --
   fs::remove_all(dir);
 }
 
+TEST_CASE("batch_invariance: a batch the subject cannot take is skipped and counted, never silently",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_skip_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // A correct kernel that takes at most 2 sequences a call and refuses more before launch (as a
+  // kernel past its grid or workspace limit does): the batches it cannot take are skipped, the
+  // rest judged, and the pass says how many were skipped and why.
+  class TwoAtMost final : public Fake {
+   public:
+    using Fake::Fake;
+    int refused = 0;
+    AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+      if (in.seqlens_q.size() > 2) {
+        ++refused;
+        throw SubjectError(SubjectError::Kind::unsupported,
+                           "a batch of more than 2 sequences exceeds this kernel");
+      }
+      return Fake::attention(in, opt);
+    }
+  } two("attn-two-at-most", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  two.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult r = run("batch_invariance", two, dir.string());
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::passed);
+  CHECK(r.cases_run > 0);
+  REQUIRE(two.refused > 0);
+  CHECK(r.message.find(std::to_string(two.refused) +
+                       " cases skipped, refused by the subject: " + std::to_string(two.refused) +
+                       "x \"a batch of more than 2 sequences exceeds this kernel\"") != std::string::npos);
+  // A subject that takes every batch skips none, and its pass says nothing of skips.
+  Fake all("attn-any-batch", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  all.set_flags(AC_CAP_BATCH_INVARIANT);
+  CHECK(run("batch_invariance", all, dir.string()).message.find("skipped") == std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("chunked_prefill: a prompt's bits whole and in chunks, declared or reported",
           "[properties][chunked_prefill]") {
   const fs::path dir = fs::temp_directory_path() / ("ac_prop_chunk_" + std::to_string(::getpid()));

@@ -149,16 +149,23 @@ std::string batch_phrase(const AttentionInput& a, size_t victim) {
 uint32_t changed_by(Ctx& ctx, const Case& c, const AttentionInput& a, size_t i,
                     const AttentionOutput& out_alone, const AttentionOutput& batched) {
   const size_t n = a.seqlens_q.size();
-  const std::string bits_batched = [&] {
-    const AttentionOutput r = rows_of(a, batched, {i});
-    return digest_bits(r.out, r.lse);
-  }();
-  // The victim's bits from a launch of `pieces`, where it is piece `at`.
-  auto victim_bits = [&](const std::vector<Piece>& pieces, size_t at) {
+  using MaybeBits = std::optional<std::string>;
+  // The victim's bits from a launch of `pieces`, where it is piece `at`; none where the subject
+  // refuses the launch (its probe then names nothing).
+  auto victim_bits = [&](const std::vector<Piece>& pieces, size_t at) -> MaybeBits {
     before_launch(ctx, c, /*write=*/false);
     const AttentionInput in = assemble(a, pieces);
-    const AttentionOutput r = rows_of(in, ctx.subject.attention(in, c.options), {at});
-    return digest_bits(r.out, r.lse);
+    try {
+      const AttentionOutput r = rows_of(in, ctx.subject.attention(in, c.options), {at});
+      return digest_bits(r.out, r.lse);
+    } catch (const SubjectError& e) {
+      if (e.kind != SubjectError::Kind::unsupported) throw;
+      return std::nullopt;
+    }
+  };
+  uint32_t mask = 0;
+  auto differ = [&](BatchDimension d, const MaybeBits& x, const MaybeBits& y) {
+    if (x && y && *x != *y) mask |= 1u << d;
   };
   const Piece victim = whole(a, i);
   size_t longest_q = 0, most_keys = 0;
@@ -169,20 +176,20 @@ uint32_t changed_by(Ctx& ctx, const Case& c, const AttentionInput& a, size_t i,
   const bool decode = victim.tq == 1;
   const Piece other_kind{i, i, decode ? 2 : 1, victim.tk};
   const Piece long_neighbour{longest_q, most_keys, a.seqlens_q[longest_q], a.seqlens_k[most_keys]};
-  uint32_t mask = 0;
-  const std::string alone = digest_bits(out_alone.out, out_alone.lse);
-  if (victim_bits(std::vector<Piece>(n, victim), 0) != alone) mask |= 1u << kBatchSize;
-  const std::string beside_copy = victim_bits({victim, victim}, 0);
+  differ(kBatchSize, victim_bits(std::vector<Piece>(n, victim), 0),
+         digest_bits(out_alone.out, out_alone.lse));
+  const MaybeBits beside_copy = victim_bits({victim, victim}, 0);
+  const MaybeBits beside_other = victim_bits({victim, other_kind}, 0);
   const bool mixed_long = decode && long_neighbour.tq > 1;
-  const std::string beside_other = victim_bits({victim, other_kind}, 0);
-  if (victim_bits({victim, long_neighbour}, 0) != (mixed_long ? beside_other : beside_copy))
-    mask |= 1u << kNeighbourLengths;
+  differ(kNeighbourLengths, victim_bits({victim, long_neighbour}, 0),
+         mixed_long ? beside_other : beside_copy);
   std::vector<Piece> moved;
   for (size_t j = 0; j < n; ++j)
     if (j != i) moved.push_back(whole(a, j));
   moved.insert(i == 0 ? moved.end() : moved.begin(), victim);
-  if (victim_bits(moved, i == 0 ? n - 1 : 0) != bits_batched) mask |= 1u << kPosition;
-  if (beside_other != beside_copy) mask |= 1u << kDecodePrefillMix;
+  const AttentionOutput as_batched = rows_of(a, batched, {i});
+  differ(kPosition, victim_bits(moved, i == 0 ? n - 1 : 0), digest_bits(as_batched.out, as_batched.lse));
+  differ(kDecodePrefillMix, beside_other, beside_copy);
   return mask;
 }
 
