@@ -595,4 +595,8 @@ TEST_CASE("the batch cell names the dimensions that triggered the changes; repor
   bad = j;
   bad["results"][0]["run_to_run_spread"]["triggered_by"]["position"] = 5;  // more than probed
   CHECK_THROWS_AS(report_from_json(bad), ReportError);
+  // A pass's message (cases the subject refused, skipped) leads its row's note, the spread after it.
+  r.entries[0].message = "3 cases skipped, refused by the subject: 3x \"a batch of more than 2 sequences\"";
+  CHECK(render_markdown(r).find("| 3 cases skipped, refused by the subject: 3x \"a batch of more than 2 "
+                                "sequences\"; not declared batch invariant: 3 of 40") != std::string::npos);
 }
