@@ -188,12 +188,23 @@ std::string failure_line(const ReportEntry& e) { return failure_line(e.context, 
 
 namespace {
 
-// "d of c outputs changed, by at most U ulps" (and B accuracy budgets where measured).
+// "d of c outputs changed, by at most U ulps" (and B accuracy budgets where measured), and where
+// batch_invariance probed the changes, the dimensions that triggered them: "; triggered by batch
+// size (3 of 4 cases probed), position (1 of 4)", or "none isolated (k of N)".
 std::string spread_phrase(const Spread& s) {
   std::string p = std::to_string(s.differing) + " of " + std::to_string(s.compared) +
                   " outputs changed, by at most " + report_detail::short_number(s.max_ulps) + " ulps";
   if (s.max_budget > 0) p += " (" + report_detail::short_number(s.max_budget) + " accuracy budgets)";
-  return p;
+  if (s.probed == 0) return p;
+  std::string by;
+  auto add = [&](const std::string& name, int64_t cases) {
+    if (cases == 0) return;
+    by += (by.empty() ? "; triggered by " : ", ") + name + " (" + std::to_string(cases) + " of " +
+          std::to_string(s.probed) + (by.empty() ? " cases probed)" : ")");
+  };
+  for (int d = 0; d < kBatchDimensions; ++d) add(kBatchDimensionNames[size_t(d)], s.triggered[size_t(d)]);
+  add(batch_dimensions_phrase(0), s.none_isolated);
+  return p + by;
 }
 
 std::string run_to_run_cell(const ReportEntry& e) {

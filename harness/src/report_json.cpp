@@ -1,5 +1,6 @@
 // report.json both ways (schema: reports/README.md). Non-finite numbers, which JSON cannot hold,
 // are written as the strings "inf", "-inf" and "nan" and read back as such.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <filesystem>
@@ -238,11 +239,22 @@ json report_to_json(const Report& r) {
       }
       results.back()["other_failures"] = std::move(more);
     }
-    if (e.spread.compared > 0)
-      results.back()["run_to_run_spread"] = {{"compared", e.spread.compared},
-                                             {"differing", e.spread.differing},
-                                             {"max_ulps", num(e.spread.max_ulps)},
-                                             {"max_budget", num(e.spread.max_budget)}};
+    if (e.spread.compared > 0) {
+      json sp = {{"compared", e.spread.compared},
+                 {"differing", e.spread.differing},
+                 {"max_ulps", num(e.spread.max_ulps)},
+                 {"max_budget", num(e.spread.max_budget)}};
+      if (e.spread.probed > 0) {
+        // batch_invariance's attribution: cases probed, per dimension how many it changed.
+        json by = json::object();
+        for (int d = 0; d < kBatchDimensions; ++d)
+          by[kBatchDimensionNames[size_t(d)]] = e.spread.triggered[size_t(d)];
+        sp["probed"] = e.spread.probed;
+        sp["triggered_by"] = std::move(by);
+        sp["none_isolated"] = e.spread.none_isolated;
+      }
+      results.back()["run_to_run_spread"] = std::move(sp);
+    }
     if (!e.drift_by_splits.empty()) {
       // The totals are derived from drift_by_splits (the record a merge adds), for readers.
       json& result = results.back();
@@ -325,6 +337,21 @@ Report report_from_json(const json& j) {
         e.spread.differing = integer(sp, "differing", "run_to_run_spread", 0, e.spread.compared);
         e.spread.max_ulps = get_num(sp.at("max_ulps"));
         e.spread.max_budget = get_num(sp.value("max_budget", json(0.0)));
+        if (sp.contains("probed")) {
+          e.spread.probed = integer(sp, "probed", "run_to_run_spread", 0, kMaxCount);
+          e.spread.none_isolated = integer(sp, "none_isolated", "run_to_run_spread", 0, e.spread.probed);
+          const json& by = sp.value("triggered_by", json::object());
+          if (!by.is_object()) throw ReportError("run_to_run_spread: 'triggered_by' must be an object");
+          for (auto it = by.begin(); it != by.end(); ++it) {
+            const std::string& key = it.key();
+            const auto* at = std::find_if(kBatchDimensionNames.begin(), kBatchDimensionNames.end(),
+                                          [&](const char* n) { return key == n; });
+            if (at == kBatchDimensionNames.end())
+              throw ReportError("run_to_run_spread: unknown dimension '" + key + "' in 'triggered_by'");
+            e.spread.triggered[size_t(at - kBatchDimensionNames.begin())] =
+                integer(by, key.c_str(), "triggered_by", 0, e.spread.probed);
+          }
+        }
       }
       for (const auto& d : x.value("drift_by_splits", json::array()))
         add_drift(e.drift_by_splits, {drift_from_json(d)});

@@ -75,9 +75,9 @@ std::string run_line(const Report& r) {
   return o.str();
 }
 
-// The note of a passing row: what a passing result still tells (a spread reported where bits may
-// change: an undeclared batch or chunk invariance, a declared nondeterminism).
-std::string pass_note(const ReportEntry& e) {
+// A passing row's spread: what changed where bits may change (an undeclared batch or chunk
+// invariance, a declared nondeterminism); "" when nothing was compared.
+std::string spread_note(const ReportEntry& e) {
   if (e.spread.compared == 0) return "";
   const std::string how =
       e.property == "batch_invariance"
@@ -91,6 +91,14 @@ std::string pass_note(const ReportEntry& e) {
   return how.substr(0, at) + counted + how.substr(at + 2) + ", by at most " +
          short_number(e.spread.max_budget) + " accuracy budgets (" + short_number(e.spread.max_ulps) +
          " representable values apart)";
+}
+
+// The note of a passing row: its message (cases skipped because the subject refused them, a
+// cancelled run; first, as the cell is cut at 200 characters), then its spread.
+std::string pass_note(const ReportEntry& e) {
+  const std::string spread = spread_note(e);
+  if (e.message.empty()) return spread;
+  return spread.empty() ? e.message : e.message + "; " + spread;
 }
 
 const char* const kColumnsExplained =

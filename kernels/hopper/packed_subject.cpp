@@ -71,13 +71,9 @@ int packed_engine_attention(const ac_attention_args& args, int keys_per_split, b
 
 ac_caps packed_engine_caps(bool cuda, bool invariant) {
   ac_caps c = fused_caps(cuda, 0, -1);  // splitkv-packed's contract, as attention
-  c.ops = AC_OP_ATTENTION;
   c.tilings = kSplitKVTilings;
   c.num_tilings = kNumSplitKVTilings;
-  c.max_splits = 0;
-  c.fold_orders = 0;
-  c.flags = invariant ? c.flags | AC_CAP_BATCH_INVARIANT : c.flags & ~AC_CAP_BATCH_INVARIANT;
-  return c;
+  return engine_caps(c, invariant);
 }
 
 void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {

@@ -103,11 +103,15 @@ constexpr MutantInfo kMutants[] = {
      "accuracy", false},
     {23, "mutant-splitkv-sink-every-split", "split-KV attention counts the sink in every partial, not once",
      "splitkv", "accuracy", false},
+    {24, "mutant-splitkv-engine-adaptive-invariant",
+     "splitkv-adaptive (split-KV choosing num_splits from the batch, as engines choose it) declaring batch "
+     "invariance",
+     "splitkv-adaptive", "batch_invariance", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
-// adaptive_declared: the correct splitkv-packed-adaptive, its caps claiming AC_CAP_BATCH_INVARIANT
-// (mutant 18).
+// adaptive_declared: a correct engine-style adaptive subject (its twin, called as registered), its
+// caps claiming AC_CAP_BATCH_INVARIANT (mutants 18 and 24).
 enum class Family { merge, softmax, fused, splitkv, hopper, batch_tile, adaptive_declared };
 
 // The tiling mutant 17 switches to, (64, 32) in kFusedTilings, and where: a longest query range
@@ -118,6 +122,9 @@ struct MutantSelf {
   Family family;
   int mutation;  // MergeMutation, SoftmaxVariant or fused::Mutation value
   bool cuda;
+  // adaptive_declared: the twin's own attention entry and its self.
+  ac_attention_fn twin_attention = nullptr;
+  void* twin_self = nullptr;
 };
 
 int merge_mutant(void* self, const ac_merge_args* args, char* err, size_t err_len) {
@@ -151,7 +158,7 @@ int attention_mutant(void* self, const ac_attention_args* args, char* err, size_
 #endif
     return fused_attention_host(b, FusedOptions{}, err, err_len);
   }
-  if (s->family == Family::adaptive_declared) return packed_engine_attention(*args, 0, s->cuda, err, err_len);
+  if (s->family == Family::adaptive_declared) return s->twin_attention(s->twin_self, args, err, err_len);
   if (s->family == Family::splitkv) {
     SplitKVOptions o;
     o.mutation = fused::Mutation(s->mutation);
@@ -225,6 +232,7 @@ constexpr Registration kRegistrations[] = {
     {21, Family::fused, int(fused::Mutation::window_edge_off_by_one)},
     {22, Family::fused, int(fused::Mutation::softcap_before_scale)},
     {23, Family::splitkv, int(fused::Mutation::sink_every_split)},
+    {24, Family::adaptive_declared, 0},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -257,7 +265,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     if (r.family == Family::hopper) continue;  // append_hopper_mutant_subjects, below
     const ac_subject* twin = find_subject(correct, m.correct_subject);
     if (!twin) continue;  // cannot happen for the table above; tests/mutants checks every name
-    g_self[b][i] = MutantSelf{r.family, r.mutation, cuda};
+    g_self[b][i] = MutantSelf{r.family, r.mutation, cuda, twin->attention, twin->self};
     g_description[b][i] = std::string("MUTANT ") + std::to_string(m.number) + ": " + m.bug +
                           " (killer: " + m.expected_killer + ")" + (cuda ? "" : " (host twin)");
     ac_subject s{};

@@ -58,6 +58,10 @@ int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_at
                          void* stream);
 #endif
 
+// A split-KV subject's capabilities as those of its engine-style mode: an attention subject (the
+// launch picks num_splits, fold left), AC_CAP_BATCH_INVARIANT as given.
+ac_caps engine_caps(ac_caps split, bool invariant);
+
 void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda);
 
 }  // namespace attncheck::kern

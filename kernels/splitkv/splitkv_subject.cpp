@@ -1,10 +1,12 @@
 // ac_subject adapter (plugin ABI) of split-KV attention, both backends: subject `splitkv`, natural
 // LSE in [heads, tokens], empty row -inf, num_splits 1..64, fold orders left, right and tree,
-// fp16 / bf16, head sizes 64 and 128, causal, mask, varlen, GQA.
+// fp16 / bf16, head sizes 64 and 128, causal, mask, varlen, GQA; and its engine-style modes
+// splitkv-adaptive and splitkv-fixed (below).
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>
 
 #include "fused/fused.h"
+#include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
 
 namespace attncheck::kern {
@@ -22,7 +24,38 @@ int run_splitkv(void* self, const ac_attention_args* args, char* err, size_t err
   return splitkv_attention_host(*args, err, err_len);
 }
 
+// The engine-style modes of splitkv as attention subjects (the kernel, not the caller, picks
+// num_splits; fold left), as splitkv-packed has them (packed_subject.cpp):
+//   splitkv-adaptive: packed_machine_splits from the batch's size, KV heads and longest row and an
+//                     H200's SM count, so a request's last bits depend on its neighbours: batch
+//                     variant, not declared (mutant 24 declares it).
+//   splitkv-fixed:    kFixedSplitKeys keys per split: declared batch invariant. Host twin only: the
+//                     CUDA split-KV kernel cuts the key range into num_splits equal parts and has no
+//                     fixed split size (splitkv-packed-fixed has one on the device).
+bool g_engine_fixed[2] = {false, true};
+
+int run_splitkv_engine(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+  const bool fixed = *static_cast<const bool*>(self);
+#if defined(ATTNCHECK_HAVE_CUDA)
+  if (!fixed) {
+    ac_attention_args a = *args;
+    a.fold_order = AC_FOLD_LEFT;
+    a.num_splits = packed_machine_splits(a, kH200SMs);
+    return splitkv_attention_cuda(a, err, err_len);
+  }
+#endif
+  return packed_engine_attention(*args, fixed ? kFixedSplitKeys : 0, false, err, err_len);
+}
+
 }  // namespace
+
+ac_caps engine_caps(ac_caps split, bool invariant) {
+  split.ops = AC_OP_ATTENTION;
+  split.max_splits = 0;
+  split.fold_orders = 0;
+  split.flags = invariant ? split.flags | AC_CAP_BATCH_INVARIANT : split.flags & ~AC_CAP_BATCH_INVARIANT;
+  return split;
+}
 
 void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
@@ -40,6 +73,19 @@ void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
                  cuda ? "split-KV attention (flash-decoding): fp32 partials, fold left / right / tree"
                       : "split-KV attention, host twin: fp32 partials, fold left / right / tree",
                  c, nullptr, nullptr, run_splitkv, &g_cuda_flag[cuda ? 1 : 0]});
+  // The engine-style modes; the CUDA split-KV kernel's split count is the caller's on the device,
+  // so splitkv-adaptive picks it there as on the host (for an H200's SMs).
+  out.push_back({"splitkv-adaptive",
+                 cuda ? "split-KV attention choosing num_splits from the batch, heads and SMs as engines do "
+                        "(batch variant)"
+                      : "split-KV attention choosing num_splits from the batch, heads and SMs as engines do "
+                        "(batch variant), host twin",
+                 engine_caps(c, false), nullptr, nullptr, run_splitkv_engine, &g_engine_fixed[0]});
+  if (!cuda)
+    out.push_back(
+        {"splitkv-fixed",
+         "split-KV attention at a fixed split size of 64 keys (batch invariant, declared), host twin",
+         engine_caps(c, true), nullptr, nullptr, run_splitkv_engine, &g_engine_fixed[1]});
 }
 
 }  // namespace attncheck::kern

@@ -62,6 +62,13 @@ void add_drift(std::vector<DriftCounts>& into, const std::vector<DriftCounts>& f
   }
 }
 
+std::string batch_dimensions_phrase(uint32_t mask) {
+  std::string s;
+  for (int d = 0; d < kBatchDimensions; ++d)
+    if (mask & (1u << d)) s += (s.empty() ? "" : ", ") + std::string(kBatchDimensionNames[size_t(d)]);
+  return s.empty() ? "none isolated" : s;
+}
+
 DriftCounts drift_total(const std::vector<DriftCounts>& by_splits) {
   std::vector<DriftCounts> all{DriftCounts{}};
   for (DriftCounts d : by_splits) {
@@ -278,6 +285,12 @@ std::string refusal_summary(const std::map<std::string, int>& counts) {
   return s;
 }
 
+// "N cases skipped, refused by the subject: ..." (refusal_summary's reasons and counts).
+std::string skipped_phrase(int refused, const std::map<std::string, int>& counts) {
+  return std::to_string(refused) + (refused == 1 ? " case" : " cases") +
+         " skipped, refused by the subject: " + refusal_summary(counts);
+}
+
 // A row kind as signatures name it: "any row" when the failure quotes no element.
 std::string named_kind(const std::string& kind) { return kind.empty() ? "any row" : kind; }
 
@@ -347,7 +360,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
   // case found so far: last_failing, which the reproduce string also leads to.
   auto shrink_over = [&] {
     if (ctx.counting) return false;
-    if (!res.shrink_cut && elapsed() - res.seconds_to_first_failure > cfg.shrink_seconds)
+    if (!res.shrink_cut && elapsed() - res.seconds_to_first_failure > prop->shrink_seconds(cfg))
       res.shrink_cut = true;
     return res.shrink_cut;
   };
@@ -572,6 +585,10 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     res.status = PropertyResult::Status::passed;
     if (result.kind == RapidCheckResult::Kind::gave_up) res.message = result.description;
     if (cancelled) res.message = "cancelled after " + std::to_string(res.cases_run) + " cases";
+    // Cases the subject refused (a batch past what it can take, a shape it does not serve) were
+    // skipped, not judged: a pass says how many and why.
+    if (refused > 0)
+      res.message += (res.message.empty() ? "" : "; ") + skipped_phrase(refused, refusal_counts);
   }
   return res;
 }

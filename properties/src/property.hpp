@@ -60,6 +60,9 @@ class Property {
   // False where a smaller case cannot show the failure (streamed_kv: a case that fits in L2): the
   // first failing case is then the counterexample, unshrunk.
   virtual bool shrinks() const { return true; }
+  // The seconds a failure may spend shrinking, from its discovery (the run's shrink_seconds unless
+  // the property bounds it further).
+  virtual double shrink_seconds(const RunConfig& cfg) const { return cfg.shrink_seconds; }
   // Runs the subject on the case (calling before_launch before each subject call) and judges it.
   virtual Outcome check(Ctx&, const Case&) const = 0;
   // A replay that passes this property's check is also held to the accuracy budget: true for the

@@ -549,3 +549,54 @@ TEST_CASE("the invariance matrix: one phrase per subject and dimension, from the
   CHECK(md.find("3 of 40 outputs changed between a sequence alone and in a batch") != std::string::npos);
   CHECK(render_markdown(r).find("| flash | - | variant: 3 of 40 outputs changed") != std::string::npos);
 }
+
+TEST_CASE("the batch cell names the dimensions that triggered the changes; report.json keeps them",
+          "[report]") {
+  Report r;
+  ReportEntry e;
+  e.subject = "flash";
+  e.property = "batch_invariance";
+  e.status = "passed";
+  e.cases_run = 100;
+  // 4 cases probed: batch size changed the bits in 3, position in 1, no probe alone in 1.
+  e.spread = Spread{40, 3, 2, 0.5};
+  e.spread.probed = 4;
+  e.spread.triggered[kBatchSize] = 3;
+  e.spread.triggered[kPosition] = 1;
+  e.spread.none_isolated = 1;
+  r.entries.push_back(e);
+  const std::string cell =
+      "variant: 3 of 40 outputs changed, by at most 2 ulps (0.5 accuracy budgets); triggered by batch size "
+      "(3 of 4 cases probed), position (1 of 4), none isolated (1 of 4)";
+  REQUIRE(invariance_matrix(r).size() == 1);
+  CHECK(invariance_matrix(r)[0].batch == cell);
+  CHECK(render_markdown(r).find(cell) != std::string::npos);
+  // Written and read back: the same counts, so the same cell.
+  const nlohmann::json j = report_to_json(r);
+  const auto& sp = j["results"][0]["run_to_run_spread"];
+  CHECK(sp["probed"] == 4);
+  CHECK(sp["triggered_by"]["batch size"] == 3);
+  CHECK(sp["triggered_by"]["neighbour lengths"] == 0);
+  CHECK(sp["none_isolated"] == 1);
+  const Report back = report_from_json(j);
+  REQUIRE(back.entries.size() == 1);
+  const Spread& s = back.entries[0].spread;
+  CHECK(s.probed == 4);
+  CHECK(s.triggered == e.spread.triggered);
+  CHECK(s.none_isolated == 1);
+  CHECK(invariance_matrix(back)[0].batch == cell);
+  // A spread without probes writes none, and a dimension the names table lacks is refused.
+  Report plain = r;
+  plain.entries[0].spread = Spread{40, 3, 2, 0.5};
+  CHECK(!report_to_json(plain)["results"][0]["run_to_run_spread"].contains("probed"));
+  nlohmann::json bad = j;
+  bad["results"][0]["run_to_run_spread"]["triggered_by"]["tile shape"] = 1;
+  CHECK_THROWS_AS(report_from_json(bad), ReportError);
+  bad = j;
+  bad["results"][0]["run_to_run_spread"]["triggered_by"]["position"] = 5;  // more than probed
+  CHECK_THROWS_AS(report_from_json(bad), ReportError);
+  // A pass's message (cases the subject refused, skipped) leads its row's note, the spread after it.
+  r.entries[0].message = "3 cases skipped, refused by the subject: 3x \"a batch of more than 2 sequences\"";
+  CHECK(render_markdown(r).find("| 3 cases skipped, refused by the subject: 3x \"a batch of more than 2 "
+                                "sequences\"; not declared batch invariant: 3 of 40") != std::string::npos);
+}

@@ -17,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 23);
+  REQUIRE(table.size() == 24);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -237,25 +237,32 @@ TEST_CASE("mutant 17: the key tile follows the call's longest query range times 
   }
 }
 
-TEST_CASE("mutant 18: splitkv-packed-adaptive's outputs under a declaration of batch invariance",
+TEST_CASE("mutants 18 and 24: the adaptive engine modes' outputs under a declaration of batch invariance",
           "[mutants][attention]") {
-  // The correct adaptive subject does not declare invariance and the fixed one does; the mutant is
-  // the adaptive kernel, bit for bit, with the declaration (so only batch_invariance can tell).
-  const ac_subject& adaptive = subject("splitkv-packed-adaptive", false);
-  const ac_subject& mutant = subject("mutant-splitkv-adaptive-invariant", true);
-  CHECK((adaptive.caps.flags & AC_CAP_BATCH_INVARIANT) == 0);
-  CHECK((subject("splitkv-packed-fixed", false).caps.flags & AC_CAP_BATCH_INVARIANT) != 0);
-  CHECK((mutant.caps.flags & AC_CAP_BATCH_INVARIANT) != 0);
-  mt::Attention a(4, 2, 2, 300), b(4, 2, 2, 300);
-  for (auto* x : {&a, &b})
-    for (int key = 0; key < 300; ++key) {
-      x->set_logit(key, key % 2, float(key % 7) * 0.5f);
-      x->set_value(key, key % 2, float(key % 5) - 2.0f);
-    }
-  a.run(adaptive);
-  b.run(mutant);
-  CHECK(a.out == b.out);
-  CHECK(a.lse == b.lse);
+  // The correct adaptive subjects do not declare invariance and the fixed ones do; each mutant is
+  // its adaptive kernel, bit for bit, with the declaration (so only batch_invariance can tell).
+  const char* const modes[][3] = {
+      {"splitkv-packed-adaptive", "splitkv-packed-fixed", "mutant-splitkv-adaptive-invariant"},
+      {"splitkv-adaptive", "splitkv-fixed", "mutant-splitkv-engine-adaptive-invariant"},
+  };
+  for (const auto& m : modes) {
+    INFO(m[0]);
+    const ac_subject& adaptive = subject(m[0], false);
+    const ac_subject& mutant = subject(m[2], true);
+    CHECK((adaptive.caps.flags & AC_CAP_BATCH_INVARIANT) == 0);
+    CHECK((subject(m[1], false).caps.flags & AC_CAP_BATCH_INVARIANT) != 0);
+    CHECK((mutant.caps.flags & AC_CAP_BATCH_INVARIANT) != 0);
+    mt::Attention a(4, 2, 2, 300), b(4, 2, 2, 300);
+    for (auto* x : {&a, &b})
+      for (int key = 0; key < 300; ++key) {
+        x->set_logit(key, key % 2, float(key % 7) * 0.5f);
+        x->set_value(key, key % 2, float(key % 5) - 2.0f);
+      }
+    a.run(adaptive);
+    b.run(mutant);
+    CHECK(a.out == b.out);
+    CHECK(a.lse == b.lse);
+  }
 }
 
 TEST_CASE("mutant 19: the last page read from the table entry before it", "[mutants][fused][variants]") {

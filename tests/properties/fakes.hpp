@@ -3,6 +3,7 @@
 // double and rounded once to the storage format (reference round_to_format), so a correct fake is
 // well inside every budget; each broken fake differs from its correct twin in one clearly named way.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -47,7 +48,16 @@ enum class Bug {
   attention_two_defects,       // both of the above: independent defects in one kernel
   attention_batch_variant,     // in a call of several sequences, the last bit of O flips (within budget)
   attention_chunk_variant,     // in a sequence of fewer queries than keys, the last bit of O flips
+  // The last bit of O flips where one scheduling dimension of the call says so, and only it:
+  attention_long_query_variant,  // the call's longest query range is kLongQuery or more
+  attention_position_variant,    // the sequence is not the call's first
+  attention_mix_variant,         // the call holds a decode row (1 query) and a prefill row (2 or more)
 };
+
+// attention_long_query_variant's threshold: above the 2 queries of the prefill neighbour that
+// batch_invariance's decode/prefill probe gives a decode victim, so only the neighbour-lengths
+// probe crosses it.
+constexpr int32_t kLongQuery = 4;
 
 class Fake : public Subject {
  public:
@@ -152,6 +162,13 @@ class Fake : public Subject {
     out.lse.assign(size_t(TQ * H), 0);
     int64_t q0 = 0, k0 = 0, m0 = 0;
     const bool split = (caps_.ops & AC_OP_SPLITKV) != 0;
+    int32_t longest_q = 0;
+    bool has_decode = false, has_prefill = false;
+    for (int32_t x : a.seqlens_q) {
+      longest_q = std::max(longest_q, x);
+      has_decode = has_decode || x == 1;
+      has_prefill = has_prefill || x > 1;
+    }
     for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
       const int64_t tq = a.seqlens_q[s], tk = a.seqlens_k[s];
       for (int64_t t = 0; t < tq; ++t)
@@ -207,6 +224,10 @@ class Fake : public Subject {
             if (bug_ == Bug::attention_batch_variant && a.seqlens_q.size() > 1 && !empty && o != 0)
               bits ^= 1u;
             if (bug_ == Bug::attention_chunk_variant && tq < tk && !empty && o != 0) bits ^= 1u;
+            const bool flips = (bug_ == Bug::attention_long_query_variant && longest_q >= kLongQuery) ||
+                               (bug_ == Bug::attention_position_variant && s > 0) ||
+                               (bug_ == Bug::attention_mix_variant && has_decode && has_prefill);
+            if (flips && !empty && o != 0) bits ^= 1u;
             out.out[size_t(row * D + c)] = bits;
           }
           double lse = empty ? (caps_.empty_lse_sign > 0 ? kInf : -kInf) : M + std::log(L);

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "attncheck/budgets.hpp"
 #include "attncheck/case_context.hpp"
@@ -756,6 +758,128 @@ TEST_CASE("batch_invariance: a sequence's bits alone and in a batch, declared or
   // Without varlen there is no batch: not applicable.
   Fake single("attn-one-sequence", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures & ~AC_FEAT_VARLEN);
   CHECK(run("batch_invariance", single, dir.string()).status == PropertyResult::Status::not_applicable);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("batch_invariance names the one scheduling dimension a fake's bits depend on",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_dims_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // Each fake flips the last bit of O where exactly one dimension of the call says so (fakes.hpp):
+  // each probe of batch_invariance changes one dimension alone, so each fake is attributed to its
+  // own dimension in every case probed, and to no other.
+  const std::pair<Bug, BatchDimension> fakes_and_dims[] = {
+      {Bug::attention_batch_variant, kBatchSize},
+      {Bug::attention_long_query_variant, kNeighbourLengths},
+      {Bug::attention_position_variant, kPosition},
+      {Bug::attention_mix_variant, kDecodePrefillMix},
+  };
+  for (const auto& [bug, dim] : fakes_and_dims) {
+    const std::string name = kBatchDimensionNames[size_t(dim)];
+    INFO("the fake of " << name);
+    // Undeclared: the run passes and its spread counts the probed cases under the dimension.
+    Fake reported("attn-dim-reported", AC_OP_ATTENTION, bug, 0, -1, fakes::kAttnFeatures);
+    const PropertyResult rep = run("batch_invariance", reported, dir.string());
+    INFO(rep.message);
+    CHECK(rep.status == PropertyResult::Status::passed);
+    CHECK(rep.spread.differing > 0);
+    CHECK(rep.spread.probed > 0);
+    for (int d = 0; d < kBatchDimensions; ++d)
+      CHECK(rep.spread.triggered[size_t(d)] == (d == dim ? rep.spread.probed : 0));
+    CHECK(rep.spread.none_isolated == 0);
+    // Declared: the failure names the dimension (unshrunk here; the shrunk case below).
+    Fake declared("attn-dim-declared", AC_OP_ATTENTION, bug, 0, -1, fakes::kAttnFeatures);
+    declared.set_flags(AC_CAP_BATCH_INVARIANT);
+    RunConfig cfg = small_config(dir.string());
+    cfg.shrink = false;
+    const PropertyResult bad = run_property("batch_invariance", declared, cfg);
+    INFO(bad.message);
+    CHECK(bad.status == PropertyResult::Status::failed);
+    CHECK(bad.failure_class == "batch_variant");
+    const std::string tail = "; triggered by " + name;
+    CHECK(bad.message.size() > tail.size());
+    CHECK(bad.message.substr(bad.message.size() - tail.size()) == tail);
+  }
+  // Shrunk, the neighbour set that is left still changes the bits by the same dimension.
+  Fake position("attn-dim-position", AC_OP_ATTENTION, Bug::attention_position_variant, 0, -1,
+                fakes::kAttnFeatures);
+  position.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult shrunk = run("batch_invariance", position, dir.string());
+  INFO(shrunk.message);
+  CHECK(shrunk.status == PropertyResult::Status::failed);
+  CHECK(shrunk.message.find("of a batch of 2") != std::string::npos);
+  CHECK(shrunk.message.find("; triggered by position") != std::string::npos);
+  CHECK(batch_dimensions_phrase(0) == "none isolated");
+  CHECK(batch_dimensions_phrase((1u << kBatchSize) | (1u << kDecodePrefillMix)) ==
+        "batch size, decode/prefill mix");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("batch_invariance: a shrink stops at batch_shrink_seconds, whatever --shrink-time",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_cut_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  CHECK(RunConfig{}.batch_shrink_seconds == 10);  // the bound the property states
+  // A batch-variant fake declared invariant whose every launch sleeps 30 ms: each shrink candidate
+  // launches the batch, its victims alone and the probes (10 launches or so, 0.3 s), so shrinking a
+  // batch of several sequences takes seconds. With the bound lowered to 0.5 s (and --shrink-time far
+  // out of reach) the shrink is cut after about 0.5 s, plus the candidate in flight and the first
+  // failure's determinism re-run.
+  class Slow final : public Fake {
+   public:
+    using Fake::Fake;
+    AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      return Fake::attention(in, opt);
+    }
+  } slow("attn-batch-slow", AC_OP_ATTENTION, Bug::attention_batch_variant, 0, -1, fakes::kAttnFeatures);
+  slow.set_flags(AC_CAP_BATCH_INVARIANT);
+  RunConfig cfg = small_config(dir.string());
+  cfg.batch_shrink_seconds = 0.5;
+  const PropertyResult r = run_property("batch_invariance", slow, cfg);
+  INFO(r.message << " (shrink " << r.shrink_seconds << " s)");
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "batch_variant");
+  CHECK(r.shrink_cut);
+  CHECK(r.shrink_seconds >= 0.5);
+  CHECK(r.shrink_seconds < 3);
+  CHECK(r.message.find("(shrinking cut after ") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("batch_invariance: a batch the subject cannot take is skipped and counted, never silently",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_skip_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // A correct kernel that takes at most 2 sequences a call and refuses more before launch (as a
+  // kernel past its grid or workspace limit does): the batches it cannot take are skipped, the
+  // rest judged, and the pass says how many were skipped and why.
+  class TwoAtMost final : public Fake {
+   public:
+    using Fake::Fake;
+    int refused = 0;
+    AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+      if (in.seqlens_q.size() > 2) {
+        ++refused;
+        throw SubjectError(SubjectError::Kind::unsupported,
+                           "a batch of more than 2 sequences exceeds this kernel");
+      }
+      return Fake::attention(in, opt);
+    }
+  } two("attn-two-at-most", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  two.set_flags(AC_CAP_BATCH_INVARIANT);
+  const PropertyResult r = run("batch_invariance", two, dir.string());
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::passed);
+  CHECK(r.cases_run > 0);
+  REQUIRE(two.refused > 0);
+  CHECK(r.message.find(std::to_string(two.refused) +
+                       " cases skipped, refused by the subject: " + std::to_string(two.refused) +
+                       "x \"a batch of more than 2 sequences exceeds this kernel\"") != std::string::npos);
+  // A subject that takes every batch skips none, and its pass says nothing of skips.
+  Fake all("attn-any-batch", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  all.set_flags(AC_CAP_BATCH_INVARIANT);
+  CHECK(run("batch_invariance", all, dir.string()).message.find("skipped") == std::string::npos);
   fs::remove_all(dir);
 }
 

@@ -114,9 +114,9 @@ Command add_check_command(CLI::App& app, Common& common) {
                     "running exactly the cases of the unsharded run");
   check->add_flag("--no-shrink", co->run.no_shrink, "keep each failure's first failing case, unshrunk");
   check
-      ->add_option(
-          "--shrink-time", co->run.shrink_time,
-          "seconds each failure may spend shrinking (default 20); then the smallest case so far is kept")
+      ->add_option("--shrink-time", co->run.shrink_time,
+                   "seconds each failure may spend shrinking (default 20; batch_invariance at most " +
+                       std::to_string(int(kBatchShrinkSeconds)) + "); then the smallest case so far is kept")
       ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
   check
       ->add_option(

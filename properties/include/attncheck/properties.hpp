@@ -21,6 +21,7 @@
 // behind is the reproducer of a crash.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -61,6 +62,9 @@ const PropertyInfo* find_property(const std::string& name);  // nullptr if unkno
 // properties that need them, LSE output / naive-exp declaration / split-KV capabilities).
 bool property_applies(const PropertyInfo&, const Subject&);
 
+// The most seconds a shrink of batch_invariance takes (RunConfig::batch_shrink_seconds).
+constexpr double kBatchShrinkSeconds = 10;
+
 struct RunConfig {
   uint64_t seed = 1;       // the run's seed; each (property, subject) stream is case_seed of it
   int num_cases = 100;     // RapidCheck max_success per (property, subject)
@@ -69,6 +73,9 @@ struct RunConfig {
   // Seconds a failure may spend shrinking, from its discovery; past it (or on cancel) the smallest
   // failing case found so far is the counterexample and the result says the shrink was cut.
   double shrink_seconds = 20;
+  // batch_invariance's shrinks stop at the lower of this and shrink_seconds: each of its candidates
+  // launches a batch, its victims alone and the probes of the dimension that changed them.
+  double batch_shrink_seconds = kBatchShrinkSeconds;
   int max_size = 100;               // RapidCheck size cap (<= 100); shapes scale from it
   int max_keys = 64;                // longest key row generated; raise for long rows (8192 and beyond)
   int max_batch = 0;                // batch_invariance: most sequences a batch holds (0: the backend's
@@ -114,14 +121,31 @@ const std::vector<double>& ulp_histogram_edges();
 // zero, where a cancelling output crosses binades, this is large for a small difference) and at
 // most `max_budget` accuracy budgets apart (|first - second| / allowed, the verdict's own scale:
 // two launches within budget are at most 2 apart).
+//
+// batch_invariance also probes which scheduling dimension changed a victim's bits (batch_invariance.cpp
+// says how): `probed` cases were probed, `triggered[d]` of them changed under dimension d's probe
+// (kBatchDimensionNames[d]; a case may count under several) and `none_isolated` under none (only the
+// whole batch changed the bits).
+enum BatchDimension { kBatchSize, kNeighbourLengths, kPosition, kDecodePrefillMix, kBatchDimensions };
+// The dimensions' names, in BatchDimension order: messages, reports and report.json's keys.
+inline constexpr std::array<const char*, kBatchDimensions> kBatchDimensionNames = {
+    "batch size", "neighbour lengths", "position", "decode/prefill mix"};
+// "batch size, position": the names of the dimensions whose bit (1 << d) is set in `mask`, or
+// "none isolated" for none.
+std::string batch_dimensions_phrase(uint32_t mask);
 struct Spread {
   int64_t compared = 0, differing = 0;
   double max_ulps = 0, max_budget = 0;
+  int64_t probed = 0, none_isolated = 0;
+  std::array<int64_t, kBatchDimensions> triggered{};
   void add(const Spread& o) {
     compared += o.compared;
     differing += o.differing;
     max_ulps = std::max(max_ulps, o.max_ulps);
     max_budget = std::max(max_budget, o.max_budget);
+    probed += o.probed;
+    none_isolated += o.none_isolated;
+    for (size_t d = 0; d < triggered.size(); ++d) triggered[d] += o.triggered[d];
   }
 };
 
@@ -223,8 +247,9 @@ struct PropertyResult {
   // no budget (a non-finite output, an empty row, changed bits, a convention); -1 while nothing failed.
   double first_failure_budgets = -1;
   double shrink_seconds = 0;  // from the first failure to the end of shrinking
-  bool shrink_cut = false;    // shrinking stopped at RunConfig::shrink_seconds or on cancel
-  double max_drift_ulp = 0;   // split_order_drift: largest pairwise drift, ulps of the exact value
+  bool shrink_cut =
+      false;  // shrinking stopped at its time bound (shrink_seconds, batch_shrink_seconds) or on cancel
+  double max_drift_ulp = 0;  // split_order_drift: largest pairwise drift, ulps of the exact value
   // split_order_drift: the output bits that differ, per split count.
   std::vector<DriftCounts> drift_by_splits;
   Spread spread;  // run_to_run on a subject declared nondeterministic (else empty)

@@ -9,6 +9,9 @@
 // LSE must equal their rows of the batch bit for bit when the subject declares AC_CAP_BATCH_INVARIANT;
 // undeclared, the property passes and reports the spread (outputs that changed, by how many ulps and accuracy
 // budgets). The victims' rows, in the batch and alone, are held to the accuracy budget either way.
+// Where a victim's bits changed, a few probe launches (changed_by) name the scheduling dimensions
+// that change them, in the failure's message or the reported spread.
+#include <optional>
 #include <sstream>
 
 #include "../property.hpp"
@@ -21,11 +24,21 @@ constexpr int64_t kAllVictims = 4;
 // Batches of up to this many sequences are listed in a failure's message, the victim bracketed.
 constexpr size_t kNamedBatch = 8;
 
-// Sequences `keep` of `a` (ascending) as an input of their own: their q rows, k and v rows and
-// mask blocks, in order. A paged batch's sequences are gathered and paged again in their own pool
-// with the batch's page size (where a key is stored changes no arithmetic).
-AttentionInput sequences_of(const AttentionInput& given, const std::vector<size_t>& keep) {
-  if (given.paged()) return gen::paged_copy(sequences_of(gather_pages(given), keep), given.page_size);
+// One sequence of an input made from a case's sequences: tq query rows of sequence q_from and tk
+// keys of sequence k_from, each taken in turn from the source's and again from its first where it
+// has fewer (the source has at least one where the piece asks for any). A whole sequence keeps its
+// mask block; a made-up one sees every key (the causal limit and the call's variants still apply).
+struct Piece {
+  size_t q_from = 0, k_from = 0;
+  int64_t tq = 0, tk = 0;
+};
+Piece whole(const AttentionInput& a, size_t i) { return {i, i, a.seqlens_q[i], a.seqlens_k[i]}; }
+
+// The pieces as an input of their own, in order, with the case's heads, flags and variants. A
+// paged case's sequences are gathered and paged again in their own pool with the case's page size
+// (where a key is stored changes no arithmetic).
+AttentionInput assemble(const AttentionInput& given, const std::vector<Piece>& pieces) {
+  if (given.paged()) return gen::paged_copy(assemble(gather_pages(given), pieces), given.page_size);
   const AttentionInput& a = given;
   AttentionInput s = a;
   s.seqlens_q.clear();
@@ -35,29 +48,41 @@ AttentionInput sequences_of(const AttentionInput& given, const std::vector<size_
   s.v.clear();
   s.mask.clear();
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
-  int64_t q0 = 0, k0 = 0, m0 = 0;
-  size_t next = 0;
-  for (size_t j = 0; j < a.seqlens_q.size() && next < keep.size(); ++j) {
-    const int64_t tq = a.seqlens_q[j], tk = a.seqlens_k[j];
-    if (j == keep[next]) {
-      ++next;
-      s.seqlens_q.push_back(int32_t(tq));
-      s.seqlens_k.push_back(int32_t(tk));
-      auto append = [](Bits& to, const Bits& from, int64_t first, int64_t n) {
-        to.insert(to.end(), from.begin() + std::ptrdiff_t(first), from.begin() + std::ptrdiff_t(first + n));
-      };
-      append(s.q, a.q, q0 * H * D, tq * H * D);
-      append(s.k, a.k, k0 * Hkv * D, tk * Hkv * D);
-      append(s.v, a.v, k0 * Hkv * Dv, tk * Hkv * Dv);
-      if (!a.mask.empty())
-        s.mask.insert(s.mask.end(), a.mask.begin() + std::ptrdiff_t(m0),
-                      a.mask.begin() + std::ptrdiff_t(m0 + tq * tk));
+  const size_t n = a.seqlens_q.size();
+  std::vector<int64_t> q0(n + 1, 0), k0(n + 1, 0), m0(n + 1, 0);
+  for (size_t j = 0; j < n; ++j) {
+    q0[j + 1] = q0[j] + a.seqlens_q[j];
+    k0[j + 1] = k0[j] + a.seqlens_k[j];
+    m0[j + 1] = m0[j] + int64_t(a.seqlens_q[j]) * a.seqlens_k[j];
+  }
+  auto append = [](Bits& to, const Bits& from, int64_t row, int64_t width) {
+    to.insert(to.end(), from.begin() + std::ptrdiff_t(row * width),
+              from.begin() + std::ptrdiff_t((row + 1) * width));
+  };
+  for (const Piece& p : pieces) {
+    s.seqlens_q.push_back(int32_t(p.tq));
+    s.seqlens_k.push_back(int32_t(p.tk));
+    const int64_t sq = a.seqlens_q[p.q_from], sk = a.seqlens_k[p.k_from];
+    for (int64_t t = 0; t < p.tq; ++t) append(s.q, a.q, q0[p.q_from] + t % sq, H * D);
+    for (int64_t j = 0; j < p.tk; ++j) {
+      append(s.k, a.k, k0[p.k_from] + j % sk, Hkv * D);
+      append(s.v, a.v, k0[p.k_from] + j % sk, Hkv * Dv);
     }
-    q0 += tq;
-    k0 += tk;
-    m0 += tq * tk;
+    if (a.mask.empty()) continue;
+    if (p.q_from == p.k_from && p.tq == sq && p.tk == sk)
+      s.mask.insert(s.mask.end(), a.mask.begin() + std::ptrdiff_t(m0[p.q_from]),
+                    a.mask.begin() + std::ptrdiff_t(m0[p.q_from + 1]));
+    else
+      s.mask.insert(s.mask.end(), size_t(p.tq * p.tk), uint8_t{1});
   }
   return s;
+}
+
+// Sequences `keep` of `a`, whole and in order.
+AttentionInput sequences_of(const AttentionInput& a, const std::vector<size_t>& keep) {
+  std::vector<Piece> pieces;
+  for (const size_t i : keep) pieces.push_back(whole(a, i));
+  return assemble(a, pieces);
 }
 
 // The rows of sequences `keep` of an output of `a` ([tokens, heads, d] and [tokens, heads]).
@@ -110,17 +135,81 @@ std::string batch_phrase(const AttentionInput& a, size_t victim) {
   return o.str();
 }
 
+// Which scheduling dimensions change victim i's bits: a mask of BatchDimension bits, each from
+// two launches built from the case's sequences that differ in that dimension alone, the victim
+// first unless its position is what is probed (`out_alone`: its output alone; `batched`: the
+// case's). Batch size: alone against copies of itself to the batch's size (each copy no larger
+// than a sequence of the batch, so the probe stays within the batch's memory bound). Neighbour
+// lengths: beside a neighbour of its own kind and keys against one of the batch's longest query
+// range and most keys. Position: the batch with the victim moved to the other end against the
+// batch as it came. Decode/prefill mix: beside a copy of itself against beside the shortest
+// neighbour of the other kind. A decode victim's prefill neighbour has 2 queries: the mix raises
+// the longest query range from 1 to 2, a change no probe can keep apart from it, and the
+// neighbour-lengths probe of a decode victim keeps such a neighbour on both sides.
+uint32_t changed_by(Ctx& ctx, const Case& c, const AttentionInput& a, size_t i,
+                    const AttentionOutput& out_alone, const AttentionOutput& batched) {
+  const size_t n = a.seqlens_q.size();
+  using MaybeBits = std::optional<std::string>;
+  // The victim's bits from a launch of `pieces`, where it is piece `at`; none where the subject
+  // refuses the launch (its probe then names nothing).
+  auto victim_bits = [&](const std::vector<Piece>& pieces, size_t at) -> MaybeBits {
+    before_launch(ctx, c, /*write=*/false);
+    const AttentionInput in = assemble(a, pieces);
+    try {
+      const AttentionOutput r = rows_of(in, ctx.subject.attention(in, c.options), {at});
+      return digest_bits(r.out, r.lse);
+    } catch (const SubjectError& e) {
+      if (e.kind != SubjectError::Kind::unsupported) throw;
+      return std::nullopt;
+    }
+  };
+  uint32_t mask = 0;
+  auto differ = [&](BatchDimension d, const MaybeBits& x, const MaybeBits& y) {
+    if (x && y && *x != *y) mask |= 1u << d;
+  };
+  const Piece victim = whole(a, i);
+  size_t longest_q = 0, most_keys = 0;
+  for (size_t j = 0; j < n; ++j) {
+    if (a.seqlens_q[j] > a.seqlens_q[longest_q]) longest_q = j;
+    if (a.seqlens_k[j] > a.seqlens_k[most_keys]) most_keys = j;
+  }
+  const bool decode = victim.tq == 1;
+  const Piece other_kind{i, i, decode ? 2 : 1, victim.tk};
+  const Piece long_neighbour{longest_q, most_keys, a.seqlens_q[longest_q], a.seqlens_k[most_keys]};
+  differ(kBatchSize, victim_bits(std::vector<Piece>(n, victim), 0),
+         digest_bits(out_alone.out, out_alone.lse));
+  const MaybeBits beside_copy = victim_bits({victim, victim}, 0);
+  const MaybeBits beside_other = victim_bits({victim, other_kind}, 0);
+  const bool mixed_long = decode && long_neighbour.tq > 1;
+  differ(kNeighbourLengths, victim_bits({victim, long_neighbour}, 0),
+         mixed_long ? beside_other : beside_copy);
+  std::vector<Piece> moved;
+  for (size_t j = 0; j < n; ++j)
+    if (j != i) moved.push_back(whole(a, j));
+  moved.insert(i == 0 ? moved.end() : moved.begin(), victim);
+  const AttentionOutput as_batched = rows_of(a, batched, {i});
+  differ(kPosition, victim_bits(moved, i == 0 ? n - 1 : 0), digest_bits(as_batched.out, as_batched.lse));
+  differ(kDecodePrefillMix, beside_other, beside_copy);
+  return mask;
+}
+
 class BatchInvariance final : public Property {
  public:
   BatchInvariance()
       : Property({"batch_invariance",
                   "A sequence's O and LSE alone and among other sequences agree bit for bit when the subject "
-                  "declares batch invariance (else the change is reported); the victims' rows within budget.",
+                  "declares batch invariance (else the change is reported, with the dimensions that "
+                  "triggered it); the victims' rows within budget; a failure shrinks for at most " +
+                      std::to_string(int(kBatchShrinkSeconds)) + " s.",
                   "\"Bitwise reproducibility is a casualty\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
                   kCost}) {}
   // The batch and up to four victims alone, and the victims' judgement (a second one where their
-  // bits changed): about four launch-and-judge units a case.
-  static constexpr double kCost = 4;
+  // bits changed, and then five probe launches, changed_by): about five launch-and-judge units a case.
+  static constexpr double kCost = 5;
+
+  double shrink_seconds(const RunConfig& cfg) const override {
+    return std::min(cfg.shrink_seconds, cfg.batch_shrink_seconds);
+  }
 
   // A batch needs several sequences in one call.
   bool applies_to(const Subject& s, uint32_t) const override {
@@ -151,15 +240,20 @@ class BatchInvariance final : public Property {
     const AttentionOutput in_batch = rows_of(a, batched, victims);
     AttentionOutput alone;
     std::string first_changed;
+    std::optional<size_t> changed;  // the first victim whose bits changed
+    AttentionOutput changed_alone;
     for (const size_t i : victims) {
       before_launch(ctx, c, /*write=*/false);  // the batch is the case; its replay runs the victims again
       const AttentionInput one = sequences_of(a, {i});
       const AttentionOutput out = s.attention(one, c.options);
       alone.out.insert(alone.out.end(), out.out.begin(), out.out.end());
       alone.lse.insert(alone.lse.end(), out.lse.begin(), out.lse.end());
-      if (first_changed.empty())
-        if (const std::string d = first_difference(one, rows_of(a, batched, {i}), out); !d.empty())
+      if (!changed)
+        if (const std::string d = first_difference(one, rows_of(a, batched, {i}), out); !d.empty()) {
           first_changed = batch_phrase(a, i) + ": in the batch (first) and alone (second) the outputs " + d;
+          changed = i;
+          changed_alone = out;
+        }
     }
     PreparedAttention judge(v, ctx.cv, ctx.budget);
     const Judgement J = judge.judge(in_batch);
@@ -168,21 +262,25 @@ class BatchInvariance final : public Property {
     if (!o.ok) return o;
     // Undeclared, what was compared is reported whether or not anything changed.
     if (!ctx.cv.batch_invariant) o.spread = spread_of(v.dtype, in_batch, alone);
-    if (first_changed.empty()) return o;
+    if (!changed) return o;
     rule_accuracy(o, judge.judge(alone), false);
     if (!o.ok) {
       o.message = "alone: " + o.message;
       return o;
     }
+    const uint32_t dims = changed_by(ctx, c, a, *changed, changed_alone, batched);
     if (ctx.cv.batch_invariant) {
       const std::string how = c.op == op_name(AC_OP_SPLITKV)
                                   ? " (num_splits " + std::to_string(c.options.num_splits) + ", fold " +
                                         fold_name(c.options.fold_order) + ")"
                                   : "";
-      fail(o, "batch_variant", first_changed + how);
+      fail(o, "batch_variant", first_changed + how + "; triggered by " + batch_dimensions_phrase(dims));
       return o;
     }
     o.spread.max_budget = budget_spread(v, J, in_batch, alone);
+    o.spread.probed = 1;
+    o.spread.none_isolated = dims == 0;
+    for (int d = 0; d < kBatchDimensions; ++d) o.spread.triggered[size_t(d)] = (dims >> d) & 1u;
     return o;
   }
 };
