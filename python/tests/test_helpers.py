@@ -232,3 +232,29 @@ def test_window_mask_off_by_one_is_caught(binary, tmp_path):
         ac.check(helpers_window_off_by_one, properties=["accuracy"], cases=60, seed=5, max_keys=16,
                  report_dir=tmp_path / "r", binary=binary, extra_args=["--shrink-time", "5"])
     assert "attention-np-window-off-by-one / accuracy: failed" in str(e.value)
+
+
+def _refuses_pages_of_64(call):
+    if call.page_size == 64:
+        raise ac.Unsupported("pages of 64 are not compiled in")
+    return _variants_attention(call)
+
+
+pages_refusing_64 = _one_variant("attention-np-refuses-64", "paged_kv", _refuses_pages_of_64, page_sizes=[16, 64])
+
+
+def test_a_refused_declared_page_size_fails_declared_variants(binary, tmp_path):
+    # The subject declares pages of 16 and 64 and refuses 64: declared_variants fails it (exit 1, a
+    # property failed) naming the size; accuracy takes the same refusals for skipped cases and passes.
+    with pytest.raises(ac.AttncheckFailure) as e:
+        ac.check(pages_refusing_64, properties=["declared_variants", "accuracy"], cases=20, seed=1,
+                 report_dir=tmp_path / "r", binary=binary)
+    assert e.value.result.exit_code == 1
+    by_property = {x["property"]: x for x in e.value.result.results}
+    assert by_property["declared_variants"]["status"] == "failed"
+    assert "refused its declared page size 64" in by_property["declared_variants"]["message"]
+    assert by_property["accuracy"]["status"] == "passed"
+    # Accepting both sizes, the same subject passes.
+    r = ac.check(helpers_gather_pages, properties=["declared_variants"], cases=20, seed=1, report_dir=tmp_path / "ok",
+                 binary=binary)
+    assert r.exit_code == 0
