@@ -12,7 +12,8 @@
 // last) and in the per-element visibility test; the softcap on each fp32 score, rounded after the
 // scale, the division by the cap, tanh, the product by the cap and the one by log2 e; a sink in the
 // epilogue, joined in fp32 to the finished row's (m, l) before O / l is rounded to the input type
-// (split-KV: once, in the combine after the fold). V's own head size is refused.
+// (split-KV: once, in the combine after the fold). V's own head size is refused here; the host twin
+// computes it (kFusedTwinHeadPairs: V and O rows of head_size_v elements, nothing else rounds).
 // Outputs: O in the input type; LSE fp32 in layout [heads, tokens] (AC_LSE_HEADS_TOKENS), natural
 // log by default or base 2 (FusedOptions::lse_base = 2); an empty row (no visible key, including a
 // zero-length key range) gets O = 0 exactly and LSE = -inf, or +inf with empty_lse_sign = +1
@@ -50,6 +51,12 @@ inline constexpr int32_t kFusedPageSizes[] = {1, 5, 16, 64, 256};
 inline constexpr int kNumFusedPageSizes = int(sizeof(kFusedPageSizes) / sizeof(kFusedPageSizes[0]));
 // The variants the fused walk computes (fused_math.h states where each is applied).
 inline constexpr uint32_t kFusedVariants = AC_VAR_PAGED_KV | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS;
+// The (QK, V) head sizes the host twins compute (AC_VAR_HEAD_SIZE_V): MLA's prefill 192 / 128 and
+// absorbed decode 576 / 512, and 64 / 32, a small pair that keeps the gate's cases cheap. The CUDA
+// kernels load V tiles of the QK head size: they refuse every pair and their subjects declare none.
+inline constexpr ac_head_pair kFusedTwinHeadPairs[] = {{64, 32}, {192, 128}, {576, 512}};
+inline constexpr int kNumFusedTwinHeadPairs =
+    int(sizeof(kFusedTwinHeadPairs) / sizeof(kFusedTwinHeadPairs[0]));
 
 // Whether a call uses any version-3 variant (kernels that compute none refuse such a call).
 inline bool uses_variants(const ac_attention_args& a) {
@@ -60,12 +67,14 @@ inline bool uses_variants(const ac_attention_args& a) {
 const ac_tiling* fused_tilings(int* count);
 
 // The checks both launchers run before touching memory: dtype, head size, heads, tiling, shapes,
-// null pointers, options. AC_OK or AC_ERR_UNSUPPORTED with the reason written to err.
+// null pointers, options. AC_OK or AC_ERR_UNSUPPORTED with the reason written to err. twin: the
+// caller is a host twin, which also takes the head sizes of kFusedTwinHeadPairs.
 int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
-                     size_t err_len);
-// The variants' checks (part of fused_check_args): V's head size equal to QK's, the softcap and
-// window in range, a declared page size with a block table whose entries lie in the pool.
-int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len);
+                     size_t err_len, bool twin = false);
+// The variants' checks (part of fused_check_args): V's head size equal to QK's (or, for a twin, a
+// pair of kFusedTwinHeadPairs), the softcap and window in range, a declared page size with a block
+// table whose entries lie in the pool.
+int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, bool twin = false);
 
 // Host twin: tensors in host memory; walks the same tiles in the same order with the same
 // rounding points.
@@ -86,8 +95,9 @@ int fused_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char
 // GQA, LSE [heads, tokens], the tilings of kFusedTilings) with the given LSE base and empty-row
 // sign; split-KV attention declares the same with its own tilings, splits and fold orders.
 ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign);
-// c with the variants the fused walk computes (kFusedVariants, kFusedPageSizes): the fused and
-// split-KV subjects declare them; kernels built on other mainloops do not (yet).
+// c with the variants the fused walk computes (kFusedVariants, kFusedPageSizes; on the host backend
+// also V's own head size, kFusedTwinHeadPairs): the fused and split-KV subjects declare them;
+// kernels built on other mainloops do not (yet).
 ac_caps with_fused_variants(ac_caps c);
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
 

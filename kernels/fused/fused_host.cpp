@@ -20,18 +20,29 @@
 
 namespace attncheck::kern {
 
+namespace {
+
+// Whether (head_size, head_size_v) of `a` is one of the twins' pairs.
+bool twin_head_pair(const ac_attention_args& a) {
+  for (const ac_head_pair& p : kFusedTwinHeadPairs)
+    if (p.qk == a.head_size && p.v == a.head_size_v) return true;
+  return false;
+}
+
+}  // namespace
+
 const ac_tiling* fused_tilings(int* count) {
   if (count) *count = kNumFusedTilings;
   return kFusedTilings;
 }
 
 int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
-                     size_t err_len) {
+                     size_t err_len, bool twin) {
   if (a.dtype == AC_DTYPE_F32)
     AC_REFUSE("fused attention: dtype fp32 is not supported (tensor-core operands are fp16 or bf16)");
   if (const int dtype = raw_enum(a.dtype); dtype != AC_DTYPE_F16 && dtype != AC_DTYPE_BF16)
     AC_REFUSE("fused attention: unknown dtype %d", dtype);
-  if (a.head_size != 64 && a.head_size != 128)
+  if (a.head_size != 64 && a.head_size != 128 && !(twin && twin_head_pair(a)))
     AC_REFUSE("fused attention: head size %d is not supported (64 or 128)", a.head_size);
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
     AC_REFUSE("fused attention: num_heads %d is not a positive multiple of num_kv_heads %d", a.num_heads,
@@ -61,12 +72,13 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
   if (total_q > 0 && (!a.q || !a.out)) AC_REFUSE("fused attention: null q or out");
   if (total_k > 0 && (!a.k || !a.v)) AC_REFUSE("fused attention: null k or v");
   if (a.mask && !a.cu_mask) AC_REFUSE("fused attention: mask without cu_mask");
-  return fused_check_variants(a, err, err_len);
+  return fused_check_variants(a, err, err_len, twin);
 }
 
-int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len) {
-  if (a.head_size_v != 0 && a.head_size_v != a.head_size)
-    AC_REFUSE("fused attention: V head size %d differs from the QK head size %d", a.head_size_v, a.head_size);
+int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, bool twin) {
+  if (a.head_size_v != 0 && a.head_size_v != a.head_size && !(twin && twin_head_pair(a)))
+    AC_REFUSE("fused attention: V head size %d differs from the QK head size %d%s", a.head_size_v,
+              a.head_size, twin ? " and the pair is not declared" : "");
   if (!(a.softcap >= 0.0f && a.softcap <= AC_MAX_SOFTCAP))
     AC_REFUSE("fused attention: softcap %g outside 0 .. %g", double(a.softcap), double(AC_MAX_SOFTCAP));
   if (a.window_left < -1 || a.window_right < -1)
@@ -115,7 +127,7 @@ void store_row(const fused::TwinRowState& s, float sink2, DType t, void* out, in
 // finished row stored. M is fused::Mutation::none for the twin, another value for a mutant.
 template <fused::Mutation M>
 void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, int bc) {
-  const fused::TwinArgs x = fused::decode_args(a);
+  const fused::TwinArgs x = fused::decode_args<M>(a);
   for (int s = 0; s < a.num_seqs; ++s) {
     const int64_t q0 = a.cu_seqlens_q_host[s];
     for (int head = 0; head < x.h; ++head) {
@@ -139,7 +151,7 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
 }  // namespace
 
 int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
-  if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len)) return rc;
+  if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len, true)) return rc;
   return fused_twin_tiles(a, o, kFusedTilings[a.tiling].br, kFusedTilings[a.tiling].bc, err, err_len);
 }
 
@@ -174,6 +186,9 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::softcap_before_scale:
       fused_host_rows<Mutation::softcap_before_scale>(a, o, br, bc);
+      break;
+    case Mutation::v_head_from_qk:
+      fused_host_rows<Mutation::v_head_from_qk>(a, o, br, bc);
       break;
     default:
       AC_REFUSE("fused attention: mutation %d has no host twin", int(o.mutation));

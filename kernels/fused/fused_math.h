@@ -45,6 +45,7 @@ enum class Mutation : int {
   window_edge_off_by_one = 21,  // the left window edge admits one key too many
   softcap_before_scale = 22,    // the cap applied to the raw dot product, the scale after it
   sink_every_split = 23,        // split-KV: every partial counts the sink, not the combine once
+  v_head_from_qk = 24,          // V's rows read at the QK head size instead of head_size_v
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -101,6 +102,13 @@ AC_HD int64_t kv_slot(const int32_t* table, int page_size, int64_t key, int64_t 
   if constexpr (M == Mutation::page_off_by_one) block -= block == last_page && block > 0 ? 1 : 0;
   (void)last_page;
   return int64_t(table[block]) * page_size + key % page_size;
+}
+// Elements per V row of one KV head: head_size_v (AC_VAR_HEAD_SIZE_V; O's rows have as many).
+// Mutant 25 takes it from the QK head size, what a kernel written for one head size does: V's row
+// stride becomes K's, so key j reads V row j d / dv and a key in V's second half reads past V.
+template <Mutation M = Mutation::none>
+AC_HD int v_row_elems(int head_size, int head_size_v) {
+  return M == Mutation::v_head_from_qk ? head_size : head_size_v;
 }
 // The keys a paged walk covers: tk, or one more under mutant 20 (a read of the slot after the end).
 template <Mutation M = Mutation::none>

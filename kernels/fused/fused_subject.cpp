@@ -4,7 +4,8 @@
 //   fused-log2  base-2 LSE, empty row LSE = -inf (FlashInfer / TensorRT-LLM's base)
 // All: fp16 and bf16, head sizes 64 and 128, LSE [heads, tokens], causal (bottom-right), mask,
 // varlen, GQA, the tilings of kFusedTilings; paged K / V (kFusedPageSizes), softcap, sliding
-// window and sinks. Host twins run where no GPU is present.
+// window and sinks; the host twins also V's own head size (kFusedTwinHeadPairs). Host twins run
+// where no GPU is present.
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>
 
@@ -63,6 +64,11 @@ ac_caps with_fused_variants(ac_caps c) {
   c.variants = kFusedVariants;
   c.page_sizes = kFusedPageSizes;
   c.num_page_sizes = kNumFusedPageSizes;
+  if (c.memory == AC_MEMORY_HOST) {  // the CUDA kernels compute one head size (fused.h)
+    c.variants |= AC_VAR_HEAD_SIZE_V;
+    c.head_pairs = kFusedTwinHeadPairs;
+    c.num_head_pairs = kNumFusedTwinHeadPairs;
+  }
   return c;
 }
 

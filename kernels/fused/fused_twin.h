@@ -5,14 +5,15 @@
 // of fused_math.h. Rounding points as on the GPU: the dot product in fp32, P rounded to the input
 // type before P V, m / l / O in fp32. It does not match the GPU bit for bit (the tensor core sums
 // in another order, exp2 differs), it computes the same function with the same hazards.
-// Mutation switch: head_view<M> and twin_row_tile<M> take the fused::Mutation of fused_math.h;
-// Mutation::none is the correct twin.
-// Check: ctest --test-dir build -R kernels_attention_twin
+// V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q head_size; nothing else changes.
+// Mutation switch: decode_args<M>, head_view<M> and twin_row_tile<M> take the fused::Mutation of
+// fused_math.h; Mutation::none is the correct twin. Check: ctest --test-dir build -R kernels_attention_twin
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
@@ -75,7 +76,10 @@ inline int head_size_v_of(const ac_attention_args& a) {
   return a.head_size_v > 0 ? a.head_size_v : a.head_size;
 }
 
-inline TwinArgs decode_args(const ac_attention_args& a) {
+// M: mutant 25 (fused_math.h v_row_elems) reads V rows of the QK head size; what lies past V's
+// last element then reads as NaN here (on the GPU, whatever memory follows V).
+template <Mutation M = Mutation::none>
+TwinArgs decode_args(const ac_attention_args& a) {
   TwinArgs x{DType(a.dtype),
              a.head_size,
              a.num_heads,
@@ -93,30 +97,32 @@ inline TwinArgs decode_args(const ac_attention_args& a) {
   x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
   x.k = decode_tensor(x.dtype, a.k, kv_rows * x.hkv * x.d);
   x.v = decode_tensor(x.dtype, a.v, kv_rows * x.hkv * x.dv);
+  if (const int vw = v_row_elems<M>(x.d, x.dv); vw > x.dv)
+    x.v.resize(size_t(kv_rows * x.hkv * vw), std::numeric_limits<float>::quiet_NaN());
   if (a.sinks) x.sinks.assign(a.sinks, a.sinks + a.num_heads);  // host memory: the twins' calls
   return x;
 }
 
 // The view of (sequence s, query head `head`), reading the KV head kv_head_of<M> picks (mutant 9
-// changes exactly that).
+// changes exactly that) and V rows of v_row_elems<M> elements (mutant 25 that).
 template <Mutation M = Mutation::none>
 TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int head) {
   const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.page_size > 0 ? 0 : a.cu_seqlens_k_host[s];
-  const int kvh = kv_head_of<M>(head, x.group, x.hkv);
+  const int kvh = kv_head_of<M>(head, x.group, x.hkv), vw = v_row_elems<M>(x.d, x.dv);
   TwinHeadView h{x.dtype,
                  x.d,
                  a.cu_seqlens_q_host[s + 1] - q0,
                  a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s],
                  x.q.data() + (q0 * x.h + head) * x.d,
                  x.k.data() + (k0 * x.hkv + kvh) * x.d,
-                 x.v.data() + (k0 * x.hkv + kvh) * x.dv,
+                 x.v.data() + (k0 * x.hkv + kvh) * vw,
                  int64_t(x.h) * x.d,
                  int64_t(x.hkv) * x.d,
                  a.mask ? a.mask + a.cu_mask_host[s] : nullptr,
                  a.causal != 0,
                  a.softmax_scale * kLog2e};
   h.head_size_v = x.dv;
-  h.v_stride = int64_t(x.hkv) * x.dv;
+  h.v_stride = int64_t(x.hkv) * vw;
   h.scale = a.softmax_scale;
   h.softcap = a.softcap;
   h.window_left = a.window_left;

@@ -5,7 +5,8 @@
 // of its correct twin's registered subject (mutant_caps), so the properties judge it by the
 // contract the correct kernel meets. Host twins are registered for every mutant but 12 (a
 // shared-memory race has no host analogue) and 13 (it needs a tensor past 2^31 elements); a CUDA
-// build registers every mutant for the CUDA backend as well.
+// build registers every mutant for the CUDA backend as well, but 24 (bug_variant: the CUDA kernels
+// compute one head size).
 // Check: ctest --test-dir build -R mutants
 #include <algorithm>
 #include <string>
@@ -107,6 +108,9 @@ constexpr MutantInfo kMutants[] = {
      "splitkv-adaptive (split-KV choosing num_splits from the batch, as engines choose it) declaring batch "
      "invariance",
      "splitkv-adaptive", "batch_invariance", false},
+    {25, "mutant-fused-v-head-from-qk",
+     "fused attention, V's own head size: V's row stride taken from the QK head size (host twin only)",
+     "fused", "accuracy", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -233,9 +237,18 @@ constexpr Registration kRegistrations[] = {
     {22, Family::fused, int(fused::Mutation::softcap_before_scale)},
     {23, Family::splitkv, int(fused::Mutation::sink_every_split)},
     {24, Family::adaptive_declared, 0},
+    {25, Family::fused, int(fused::Mutation::v_head_from_qk)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
+
+// The variant (AC_VAR_*) a mutant's bug lives in where its correct twin may not declare it on every
+// backend, else 0. A mutant is registered only where its twin declares that variant: elsewhere no
+// case reaches the bug (25 on the GPU, whose kernels compute one head size).
+uint32_t bug_variant(const Registration& r) {
+  return r.family == Family::fused && r.mutation == int(fused::Mutation::v_head_from_qk) ? AC_VAR_HEAD_SIZE_V
+                                                                                         : 0;
+}
 
 // Static storage: subjects hand out `self` pointers and description strings that must outlive
 // the registry.
@@ -265,6 +278,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     if (r.family == Family::hopper) continue;  // append_hopper_mutant_subjects, below
     const ac_subject* twin = find_subject(correct, m.correct_subject);
     if (!twin) continue;  // cannot happen for the table above; tests/mutants checks every name
+    if ((twin->caps.variants & bug_variant(r)) != bug_variant(r)) continue;
     g_self[b][i] = MutantSelf{r.family, r.mutation, cuda, twin->attention, twin->self};
     g_description[b][i] = std::string("MUTANT ") + std::to_string(m.number) + ": " + m.bug +
                           " (killer: " + m.expected_killer + ")" + (cuda ? "" : " (host twin)");

@@ -7,7 +7,8 @@
 // empty) gets O = 0 exactly and LSE = -inf. num_splits = 1 is bitwise reproducible (no atomics).
 // Supported: fp16, bf16; head sizes 64, 128; num_splits 1..64 (the combine's limit,
 // splitkv::kMaxSplits); the tilings of kSplitKVTilings; the fused kernel's variants (fused.h: paged
-// K / V, softcap, window inside each part; a sink counted once, by the combine after the fold).
+// K / V, softcap, window inside each part; a sink counted once, by the combine after the fold); the
+// host twin also V's own head size (fused.h kFusedTwinHeadPairs, MLA's decode 576 / 512 among them).
 // Check: ctest --test-dir build -R kernels_attention
 #pragma once
 #include <cstddef>
@@ -41,7 +42,8 @@ int fixed_split_count(const ac_attention_args& a, int keys_per_split);
 
 // Bytes of the fp32 partials: num_splits x total_q x heads x (head_size + 1) x 4.
 size_t splitkv_workspace_bytes(const ac_attention_args& a);
-int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len);
+// twin: the caller is the host twin (fused_check_args).
+int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len, bool twin = false);
 // keys_per_split is 0 or a multiple of 64, and a.num_splits covers every sequence's parts under it.
 int splitkv_check_fixed(const ac_attention_args& a, int keys_per_split, char* err, size_t err_len);
 

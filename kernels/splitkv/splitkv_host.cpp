@@ -48,13 +48,13 @@ int splitkv_check_fixed(const ac_attention_args& a, int keys_per_split, char* er
   return AC_OK;
 }
 
-int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len) {
+int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len, bool twin) {
   if (a.num_splits < 1 || a.num_splits > kSplitKVMaxSplits)
     AC_REFUSE("split-KV attention: num_splits %d out of range [1, %d]", a.num_splits, kSplitKVMaxSplits);
   const int fold = raw_enum(a.fold_order);
   if (fold != AC_FOLD_LEFT && fold != AC_FOLD_RIGHT && fold != AC_FOLD_TREE)
     AC_REFUSE("split-KV attention: unknown fold order %d", fold);
-  return fused_check_args(a, FusedOptions{}, kNumSplitKVTilings, err, err_len);
+  return fused_check_args(a, FusedOptions{}, kNumSplitKVTilings, err, err_len, twin);
 }
 
 namespace {
@@ -64,7 +64,7 @@ namespace {
 // another value for a mutant.
 template <fused::Mutation M>
 void splitkv_host_rows(const ac_attention_args& a, int keys_per_split) {
-  const fused::TwinArgs x = fused::decode_args(a);
+  const fused::TwinArgs x = fused::decode_args<M>(a);
   const int br = kSplitKVTilings[a.tiling].br, bc = kSplitKVTilings[a.tiling].bc;
   const int ns = a.num_splits;
   uint16_t* out = static_cast<uint16_t*>(a.out);
@@ -118,7 +118,7 @@ int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len
 }
 
 int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
-  if (int rc = splitkv_check_args(a, err, err_len)) return rc;
+  if (int rc = splitkv_check_args(a, err, err_len, true)) return rc;
   if (int rc = splitkv_check_fixed(a, o.keys_per_split, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
   using fused::Mutation;

@@ -656,17 +656,22 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
   if (!subject.has_op(op))
     return not_applicable("subject " + subject.name() + " has no " + c.op + " operation");
   ac_dtype dtype;
-  int32_t head_size = 0;
-  if (const auto* m = std::get_if<MergeInput>(&c.input))
+  int32_t head_size = 0, head_size_v = 0;
+  if (const auto* m = std::get_if<MergeInput>(&c.input)) {
     dtype = m->dtype, head_size = m->head_size;
-  else if (const auto* x = std::get_if<SoftmaxInput>(&c.input))
+  } else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) {
     dtype = x->dtype;
-  else
-    dtype = std::get<AttentionInput>(c.input).dtype, head_size = std::get<AttentionInput>(c.input).head_size;
+  } else {
+    const auto& a = std::get<AttentionInput>(c.input);
+    dtype = a.dtype, head_size = a.head_size, head_size_v = a.head_size_v;
+  }
   if (!subject.has_dtype(dtype))
     return not_applicable(std::string("subject lacks dtype ") + dtype_name(dtype));
-  if (op != AC_OP_SOFTMAX && head_size > 0 && !subject.supports_head_size(head_size))
-    return not_applicable("subject does not support head size " + std::to_string(head_size));
+  if (op != AC_OP_SOFTMAX && head_size > 0 && !subject.supports_head_sizes(head_size, head_size_v))
+    return not_applicable("subject does not support head size " + std::to_string(head_size) +
+                          (head_size_v > 0 && head_size_v != head_size
+                               ? " with V head size " + std::to_string(head_size_v)
+                               : ""));
   // check never gives a subject declaring AC_CAP_EMPTY_STATES_ZERO_O an empty state with a non-zero
   // O; a case written for a subject without the declaration lies outside this one's contract.
   if (const auto* m = std::get_if<MergeInput>(&c.input);

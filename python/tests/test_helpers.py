@@ -1,7 +1,8 @@
 """The adapter helpers, each against an independent statement of its convention, and all of them
 together against the exact reference: attention-np (examples/python_worker/numpy_subjects.py) is
 built from them and must pass attncheck's accuracy and empty-row properties; the same subject with
-top-left causal alignment must fail (so the check can fail)."""
+top-left causal alignment must fail (so the check can fail). The variants' helpers likewise, together
+and each alone (gather_pages, window_mask, softcap_scores), with window_mask used off by one caught."""
 import numpy as np
 import pytest
 
@@ -171,3 +172,89 @@ def test_an_ignored_variant_is_caught(binary, tmp_path, subject):
         ac.check(subject, properties=["accuracy"], cases=100, seed=1, max_keys=16, report_dir=tmp_path / "r",
                  binary=binary, extra_args=["--shrink-time", "5"])
     assert f"{subject.name} / accuracy: failed" in str(e.value)
+
+
+# Each variant helper alone against the exact reference: a subject declaring one variant only, so its
+# cases draw that variant and no other, computed with that helper (variants_worker's attention, or for
+# the window a mask built here from window_mask). Then window_mask used off by one, which must fail.
+
+def _one_variant(name, variant, attention, **caps):
+    return ac.subject(name=name, ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
+                      features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)], variants=(variant,),
+                      **caps)(attention)
+
+
+def _variants_attention(call):
+    import variants_worker
+    return variants_worker.attention(call)
+
+
+def _window_as_mask(shift):
+    """variants_worker's attention with the window turned into an explicit mask by window_mask (the
+    helper's use in an adapter whose library takes a mask), its left side widened by `shift` keys."""
+    def attention(call):
+        left, right = call.window_left, call.window_right
+        if left != -1 or right != -1:
+            cq, ck = call.cu_seqlens_q_host, call.cu_seqlens_k_host
+            blocks, cu = [], [0]
+            for i in range(len(cq) - 1):
+                tq, tk = cq[i + 1] - cq[i], ck[i + 1] - ck[i]
+                vis = helpers.window_mask(tq, tk, left + shift if left != -1 else -1, right)
+                if call.mask is not None:
+                    at = call.cu_mask_host[i]
+                    vis = vis & (np.asarray(call.mask)[at:at + tq * tk].reshape(tq, tk) != 0)
+                blocks.append(vis.reshape(-1).astype(np.uint8))
+                cu.append(cu[-1] + tq * tk)
+            call.mask = np.concatenate(blocks) if blocks else np.zeros(0, np.uint8)
+            call.cu_mask_host = cu
+            call.window_left = call.window_right = -1
+        return _variants_attention(call)
+    return attention
+
+
+helpers_gather_pages = _one_variant("attention-np-gather-pages", "paged_kv", _variants_attention,
+                                    page_sizes=[1, 3, 16, 64])
+helpers_softcap_scores = _one_variant("attention-np-softcap-scores", "softcap", _variants_attention)
+helpers_window_mask = _one_variant("attention-np-window-mask", "window", _window_as_mask(0))
+helpers_window_off_by_one = _one_variant("attention-np-window-off-by-one", "window", _window_as_mask(1))
+
+
+@pytest.mark.parametrize("subject", [helpers_gather_pages, helpers_softcap_scores, helpers_window_mask],
+                         ids=["gather_pages", "softcap_scores", "window_mask"])
+def test_each_variant_helper_agrees_with_the_exact_reference(binary, tmp_path, subject):
+    r = ac.check(subject, properties=["accuracy"], cases=60, seed=5, report_dir=tmp_path / "r", binary=binary)
+    assert r.exit_code == 0 and [(x["subject"], x["status"]) for x in r.results] == [(subject.name, "passed")]
+
+
+def test_window_mask_off_by_one_is_caught(binary, tmp_path):
+    # window_mask(tq, tk, left + 1, right): each row also sees the key just past its window's left edge.
+    with pytest.raises(ac.AttncheckFailure) as e:
+        ac.check(helpers_window_off_by_one, properties=["accuracy"], cases=60, seed=5, max_keys=16,
+                 report_dir=tmp_path / "r", binary=binary, extra_args=["--shrink-time", "5"])
+    assert "attention-np-window-off-by-one / accuracy: failed" in str(e.value)
+
+
+def _refuses_pages_of_64(call):
+    if call.page_size == 64:
+        raise ac.Unsupported("pages of 64 are not compiled in")
+    return _variants_attention(call)
+
+
+pages_refusing_64 = _one_variant("attention-np-refuses-64", "paged_kv", _refuses_pages_of_64, page_sizes=[16, 64])
+
+
+def test_a_refused_declared_page_size_fails_declared_variants(binary, tmp_path):
+    # The subject declares pages of 16 and 64 and refuses 64: declared_variants fails it (exit 1, a
+    # property failed) naming the size; accuracy takes the same refusals for skipped cases and passes.
+    with pytest.raises(ac.AttncheckFailure) as e:
+        ac.check(pages_refusing_64, properties=["declared_variants", "accuracy"], cases=20, seed=1,
+                 report_dir=tmp_path / "r", binary=binary)
+    assert e.value.result.exit_code == 1
+    by_property = {x["property"]: x for x in e.value.result.results}
+    assert by_property["declared_variants"]["status"] == "failed"
+    assert "refused its declared page size 64" in by_property["declared_variants"]["message"]
+    assert by_property["accuracy"]["status"] == "passed"
+    # Accepting both sizes, the same subject passes.
+    r = ac.check(helpers_gather_pages, properties=["declared_variants"], cases=20, seed=1, report_dir=tmp_path / "ok",
+                 binary=binary)
+    assert r.exit_code == 0

@@ -27,6 +27,8 @@ using kern::DType;
 struct AttnCase {
   DType dtype = DType::f16;
   int heads = 1, kv_heads = 1, head_size = 64;
+  int head_size_v = 0;  // V's and O's head size (AC_VAR_HEAD_SIZE_V); 0: head_size
+  int dv() const { return head_size_v > 0 ? head_size_v : head_size; }
   std::vector<int32_t> seqlens_q, seqlens_k;
   bool causal = false;
   bool with_mask = false;
@@ -40,7 +42,8 @@ struct AttnCase {
   std::string describe() const {
     std::ostringstream s;
     s << (dtype == DType::f16 ? "fp16" : "bf16") << " h=" << heads << " hkv=" << kv_heads
-      << " d=" << head_size << " causal=" << causal << " mask=" << with_mask << " seqs=[";
+      << " d=" << head_size << (dv() != head_size ? " dv=" + std::to_string(dv()) : "")
+      << " causal=" << causal << " mask=" << with_mask << " seqs=[";
     for (size_t i = 0; i < seqlens_q.size(); ++i) s << seqlens_q[i] << "x" << seqlens_k[i] << " ";
     s << "]";
     return s.str();
@@ -151,15 +154,18 @@ struct CasePlaces {
 };
 // The ABI arguments of a case at those places (the host offsets are always the case's own).
 inline ac_attention_args case_args(const AttnCase& c, const CasePlaces& at, int tiling) {
-  return AttentionArgs(ac_dtype(c.dtype), c.heads, c.kv_heads, c.head_size)
-      .sequences(int32_t(c.seqlens_q.size()), at.cu_q, at.cu_k, c.cu_q.data(), c.cu_k.data())
-      .tensors(at.q, at.k, at.v, at.out, at.lse)
-      .scale(c.scale)
-      .causal(c.causal)
-      .mask(c.with_mask ? at.mask : nullptr, c.with_mask ? at.cu_mask : nullptr,
-            c.with_mask ? c.cu_mask.data() : nullptr)
-      .tiling(tiling)
-      .splits(1, AC_FOLD_LEFT);
+  ac_attention_args a =
+      AttentionArgs(ac_dtype(c.dtype), c.heads, c.kv_heads, c.head_size)
+          .sequences(int32_t(c.seqlens_q.size()), at.cu_q, at.cu_k, c.cu_q.data(), c.cu_k.data())
+          .tensors(at.q, at.k, at.v, at.out, at.lse)
+          .scale(c.scale)
+          .causal(c.causal)
+          .mask(c.with_mask ? at.mask : nullptr, c.with_mask ? at.cu_mask : nullptr,
+                c.with_mask ? c.cu_mask.data() : nullptr)
+          .tiling(tiling)
+          .splits(1, AC_FOLD_LEFT);
+  a.head_size_v = c.dv();
+  return a;
 }
 // The same with every tensor in host memory (the twins' view).
 inline ac_attention_args host_args(const AttnCase& c, void* out, float* lse, int tiling) {

@@ -61,7 +61,7 @@ struct PagedKV {
 inline PagedKV page_case(const AttnCase& c, int page_size, uint64_t seed) {
   PagedKV p;
   p.page_size = page_size;
-  const int64_t row = int64_t(c.kv_heads) * c.head_size;  // elements per slot
+  const int64_t row = int64_t(c.kv_heads) * c.head_size, vrow = int64_t(c.kv_heads) * c.dv();  // per slot
   int needed = 0;
   for (int32_t tk : c.seqlens_k) {
     const int blocks = int((int64_t(tk) + page_size - 1) / page_size);
@@ -76,13 +76,13 @@ inline PagedKV page_case(const AttnCase& c, int page_size, uint64_t seed) {
   std::shuffle(order.begin(), order.end(), rng);
   const int32_t poison_page = order.back();
   p.table.assign(c.seqlens_k.size() * size_t(p.max_blocks), poison_page);
-  const size_t pool = size_t(p.num_pages) * size_t(page_size) * size_t(row);
-  p.k.assign(pool, huge_bits(c.dtype));
-  p.v.assign(pool, huge_bits(c.dtype));
-  for (size_t slot = 0; slot < size_t(p.num_pages) * size_t(page_size); ++slot)
+  const size_t slots = size_t(p.num_pages) * size_t(page_size);
+  p.k.assign(slots * size_t(row), huge_bits(c.dtype));
+  p.v.assign(slots * size_t(vrow), huge_bits(c.dtype));
+  for (size_t slot = 0; slot < slots; ++slot)
     for (int kvh = 0; kvh < c.kv_heads; ++kvh) {
       p.k[slot * size_t(row) + size_t(kvh * c.head_size)] = nan_bits(c.dtype);
-      p.v[slot * size_t(row) + size_t(kvh * c.head_size)] = nan_bits(c.dtype);
+      p.v[slot * size_t(vrow) + size_t(kvh * c.dv())] = nan_bits(c.dtype);
     }
   size_t next = 0;
   for (size_t s = 0; s < c.seqlens_k.size(); ++s)
@@ -90,9 +90,9 @@ inline PagedKV page_case(const AttnCase& c, int page_size, uint64_t seed) {
       if (j % page_size == 0) p.table[s * size_t(p.max_blocks) + size_t(j / page_size)] = order[next++];
       const int64_t slot =
           int64_t(p.table[s * size_t(p.max_blocks) + size_t(j / page_size)]) * page_size + j % page_size;
-      const int64_t from = (int64_t(c.cu_k[s]) + j) * row;
-      std::copy_n(c.k.begin() + from, row, p.k.begin() + slot * row);
-      std::copy_n(c.v.begin() + from, row, p.v.begin() + slot * row);
+      const int64_t key = int64_t(c.cu_k[s]) + j;
+      std::copy_n(c.k.begin() + key * row, row, p.k.begin() + slot * row);
+      std::copy_n(c.v.begin() + key * vrow, vrow, p.v.begin() + slot * vrow);
     }
   return p;
 }
@@ -120,7 +120,7 @@ inline ac_attention_args variant_args(ac_attention_args a, const Variants& var, 
 
 // fp64 attention of one (token, head) with the variants, and its bounds (see the top of the file).
 inline RowRef exact_variant_row(const AttnCase& c, const Variants& var, int seq, int row, int head) {
-  const int d = c.head_size, kvh = head / (c.heads / c.kv_heads);
+  const int d = c.head_size, dv = c.dv(), kvh = head / (c.heads / c.kv_heads);
   const int tq = c.seqlens_q[size_t(seq)], tk = c.seqlens_k[size_t(seq)];
   const int64_t tok = c.cu_q[size_t(seq)] + row;
   const double u = c.dtype == DType::f16 ? 0x1p-11 : 0x1p-8;
@@ -152,9 +152,9 @@ inline RowRef exact_variant_row(const AttnCase& c, const Variants& var, int seq,
     }
   }
   RowRef r;
-  r.o.assign(size_t(d), 0.0);
-  r.o_bound.assign(size_t(d), 0.0);
-  r.abs_weighted.assign(size_t(d), 0.0);
+  r.o.assign(size_t(dv), 0.0);
+  r.o_bound.assign(size_t(dv), 0.0);
+  r.abs_weighted.assign(size_t(dv), 0.0);
   if (keys.empty()) {
     // O = 0 exactly; LSE = the sink (one rounding to base 2 and one back: a few fp32 ulps).
     r.lse = sink;
@@ -175,8 +175,8 @@ inline RowRef exact_variant_row(const AttnCase& c, const Variants& var, int seq,
   for (size_t j = 0; j < x.size(); ++j) {
     const double y = std::exp(x[j] - m) / l;
     const int64_t kt = c.cu_k[size_t(seq)] + keys[j];
-    for (int i = 0; i < d; ++i) {
-      const double vi = in_value(c.dtype, c.v[size_t((kt * c.kv_heads + kvh) * d + i)]);
+    for (int i = 0; i < dv; ++i) {
+      const double vi = in_value(c.dtype, c.v[size_t((kt * c.kv_heads + kvh) * dv + i)]);
       r.o[size_t(i)] += y * vi;
       r.abs_weighted[size_t(i)] += y * std::fabs(vi);
       vmax = std::max(vmax, std::fabs(vi));
@@ -187,7 +187,7 @@ inline RowRef exact_variant_row(const AttnCase& c, const Variants& var, int seq,
   const double keys_walked = double(tk) + (has_sink ? 1 : 0);
   const double sub =
       attncheck::kernel_subnormal_p_error(c.dtype == DType::f16, false, double(tk), vmax, l_scores);
-  for (int i = 0; i < d; ++i)
+  for (int i = 0; i < dv; ++i)
     r.o_bound[size_t(i)] = attncheck::kernel_attention_o_bound(u, r.abs_weighted[size_t(i)], r.o[size_t(i)],
                                                                max_err, keys_walked, sub) +
                            store_sub;
@@ -202,7 +202,7 @@ inline std::string compare_variants(const AttnCase& c, const Variants& var, cons
                                     const std::vector<float>& lse) {
   std::ostringstream msg;
   int failures = 0;
-  const int d = c.head_size;
+  const int d = c.dv();  // O's head size
   const int64_t total_q = c.total_q();
   for (size_t s = 0; s < c.seqlens_q.size(); ++s)
     for (int row = 0; row < c.seqlens_q[s]; ++row)
@@ -386,6 +386,72 @@ inline std::vector<MutantCase> variant_mutant_cases() {
   add(Mutation::sink_every_split, make_case(9504, DType::f16, 2, 1, 64, {3, 1}, {200, 90}, false, false),
       sinks, 4);
   return out;
+}
+
+// c with V's own head size dv (AC_VAR_HEAD_SIZE_V): V redrawn as [total_k, kv_heads, dv], N(0, 1)
+// rounded to the input type.
+inline AttnCase with_head_size_v(AttnCase c, int dv, uint64_t seed) {
+  c.head_size_v = dv;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  c.v.resize(size_t(c.total_k() * c.kv_heads * dv));
+  for (uint16_t& e : c.v) e = round_to_input(c.dtype, normal(rng));
+  return c;
+}
+
+// The host twins' (QK, V) head-size cases (fused.h kFusedTwinHeadPairs; the CUDA kernels refuse
+// every pair, so only the twin test runs them): 64 / 32 with GQA and a mask, then paged with a
+// window and sinks; MLA's prefill 192 / 128, causal, softcap; MLA's absorbed decode 576 / 512, one
+// KV head, 16 query heads, one query per sequence, pages of 64, sinks. Tilings and splits rotate.
+inline std::vector<VariantCase> head_pair_cases() {
+  std::vector<VariantCase> out;
+  auto add = [&](AttnCase c, Variants v) {
+    VariantCase vc;
+    const int i = int(out.size());
+    vc.c = std::move(c);
+    vc.var = std::move(v);
+    vc.tiling = i % 4;
+    vc.split_tiling = (i + 1) % 2;
+    vc.splits = 1 + (i * 3) % 8;
+    vc.fold = ac_fold(i % 3);
+    out.push_back(std::move(vc));
+  };
+  add(with_head_size_v(make_case(9600, DType::f16, 4, 2, 64, {33, 1, 7}, {90, 130, 7}, false, true), 32,
+                       9610),
+      Variants{});
+  {
+    Variants v;
+    v.page_size = 5;
+    v.left = 40;
+    v.sinks = {-1.0f, 0.5f, 2.0f, -3.0f};
+    add(with_head_size_v(make_case(9601, DType::bf16, 4, 1, 64, {70, 3}, {150, 64}, true, false), 32, 9611),
+        v);
+  }
+  {
+    Variants v;
+    v.softcap = 30.0f;
+    add(with_head_size_v(make_case(9602, DType::bf16, 2, 1, 192, {65, 20}, {65, 20}, true, false, 1.5f), 128,
+                         9612),
+        v);
+  }
+  {
+    Variants v;
+    v.page_size = 64;
+    v.sinks.assign(16, 0.0f);
+    for (int h = 0; h < 16; ++h) v.sinks[size_t(h)] = float(h % 5) - 2.0f;
+    add(with_head_size_v(make_case(9603, DType::f16, 16, 1, 576, {1, 1, 1}, {200, 1, 65}, false, false), 512,
+                         9613),
+        v);
+  }
+  return out;
+}
+
+// Mutant 25 (v_head_from_qk): V's rows read at the QK head size, 64 / 32, one KV head. Key j then
+// reads V row 2j, and a key in V's second half reads past V (NaN in the twin).
+inline VariantCase v_head_mutant_case() {
+  VariantCase vc;
+  vc.c = with_head_size_v(make_case(9620, DType::f16, 2, 1, 64, {20, 9}, {100, 50}, false, false), 32, 9621);
+  return vc;
 }
 
 // How many elements of O are NaN (a poisoned slot read).

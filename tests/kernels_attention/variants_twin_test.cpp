@@ -2,7 +2,9 @@
 // (kernels/fused/fused_twin.h), run on CI without a GPU: the cases of variant_case.h (paged K / V at
 // every declared page size with poisoned spare slots, softcap 1 and 30, windows, sinks, their
 // combinations) against the fp64 attention with the variants, no NaN from a poisoned slot; the
-// variant mutants 19 to 23 leave the bound on their cases while the correct twins stay inside.
+// variant mutants 19 to 23 leave the bound on their cases while the correct twins stay inside. The
+// twins' own V head sizes (64 / 32, MLA's 192 / 128 and 576 / 512) against the same fp64 attention,
+// and mutant 25, which reads V rows at the QK head size, outside its bound.
 // The GPU test (variants_gpu_test.cpp) runs the same cases on the CUDA kernels.
 // Run: ctest --test-dir build -R kernels_attention_twin
 #include <catch2/catch.hpp>
@@ -29,7 +31,7 @@ TwinRun run_twin(const VariantCase& vc, bool split,
                  kern::fused::Mutation mutation = kern::fused::Mutation::none) {
   const AttnCase& c = vc.c;
   TwinRun r;
-  r.out.assign(size_t(c.total_q() * c.heads * c.head_size), 0x7f7f);
+  r.out.assign(size_t(c.total_q() * c.heads * c.dv()), 0x7f7f);
   r.lse.assign(size_t(c.total_q() * c.heads), 12345.0f);
   PagedKV pk;
   if (vc.var.page_size > 0) pk = page_case(c, vc.var.page_size, 77);
@@ -80,4 +82,39 @@ TEST_CASE("fused and split-KV twins: the variant mutants 19-23 leave the bound",
     REQUIRE(bad.rc == AC_OK);
     CHECK(compare_variants(mc.vc.c, mc.vc.var, bad.out, bad.lse) != "");
   }
+}
+
+TEST_CASE("fused and split-KV twins: V's own head size against fp64", "[fused][splitkv][twin][variants]") {
+  for (const VariantCase& vc : head_pair_cases()) {
+    INFO(vc.describe());
+    for (bool split : {false, true}) {
+      INFO((split ? "split-KV twin" : "fused twin"));
+      const TwinRun r = run_twin(vc, split);
+      REQUIRE(r.rc == AC_OK);
+      CHECK(nan_count(vc.c, r.out) == 0);
+      CHECK(compare_variants(vc.c, vc.var, r.out, r.lse) == "");
+    }
+  }
+}
+
+TEST_CASE("fused and split-KV twins: a pair outside kFusedTwinHeadPairs is refused",
+          "[fused][splitkv][twin]") {
+  VariantCase vc = v_head_mutant_case();
+  vc.c = with_head_size_v(vc.c, 48, 1);  // 64 / 48 is not declared
+  for (bool split : {false, true}) {
+    const TwinRun r = run_twin(vc, split);
+    CHECK(r.rc == AC_ERR_UNSUPPORTED);
+    CHECK(r.err.find("V head size 48 differs from the QK head size 64") != std::string::npos);
+  }
+}
+
+TEST_CASE("fused twin: mutant 25 (V rows at the QK head size) leaves the bound",
+          "[mutants][twin][variants]") {
+  const VariantCase vc = v_head_mutant_case();
+  const TwinRun good = run_twin(vc, false);
+  REQUIRE(good.rc == AC_OK);
+  CHECK(compare_variants(vc.c, vc.var, good.out, good.lse) == "");
+  const TwinRun bad = run_twin(vc, false, kern::fused::Mutation::v_head_from_qk);
+  REQUIRE(bad.rc == AC_OK);
+  CHECK(compare_variants(vc.c, vc.var, bad.out, bad.lse) != "");
 }

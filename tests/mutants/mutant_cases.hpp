@@ -103,10 +103,11 @@ inline std::vector<float> run_softmax(const ac_subject& s, ac_dtype dt, const st
   return y;
 }
 
-// One fp16 attention sequence: Q [tq, h, d], K/V [tk, hkv, d], softmax scale 1, tiling 0 unless set.
+// One fp16 attention sequence: Q [tq, h, d], K [tk, hkv, d], V [tk, hkv, dv] (dv = d unless
+// set_head_size_v), softmax scale 1, tiling 0 unless set.
 // Logits are steered exactly: q rows are one-hot on coordinate 0 (q = 1), so logit(t, j) = k_j[0].
 struct Attention {
-  int h = 1, hkv = 1, d = 64, tq = 1, tk = 1;
+  int h = 1, hkv = 1, d = 64, dv = 64, tq = 1, tk = 1;
   bool causal = false;
   std::vector<uint8_t> mask;  // empty, or [tq, tk]
   int num_splits = 1, tiling = 0;
@@ -125,14 +126,19 @@ struct Attention {
   Attention(int heads, int kv_heads, int queries, int keys) : h(heads), hkv(kv_heads), tq(queries), tk(keys) {
     q.assign(size_t(tq) * h * d, h0());
     k.assign(size_t(tk) * hkv * d, h0());
-    v.assign(size_t(tk) * hkv * d, h0());
+    v.assign(size_t(tk) * hkv * dv, h0());
     for (int t = 0; t < tq; ++t)
       for (int i = 0; i < h; ++i) q[(size_t(t) * h + i) * d] = mt::h(1.0f);
   }
   static uint16_t h0() { return 0; }
+  // V's own head size (AC_VAR_HEAD_SIZE_V): V becomes [tk, hkv, n] zeros, O [tq, h, n].
+  void set_head_size_v(int n) {
+    dv = n;
+    v.assign(size_t(tk) * hkv * dv, h0());
+  }
   void set_logit(int key, int kv_head, float logit) { k[(size_t(key) * hkv + kv_head) * d] = mt::h(logit); }
   void set_value(int key, int kv_head, float value) {
-    for (int c = 0; c < d; ++c) v[(size_t(key) * hkv + kv_head) * d + c] = mt::h(value);
+    for (int c = 0; c < dv; ++c) v[(size_t(key) * hkv + kv_head) * dv + c] = mt::h(value);
   }
   // K and V in pages of p keys: logical block b in pool page pages[b]; every other slot of the
   // pool_pages pages holds NaN, and table entries past the last block name page `poison`.
@@ -141,21 +147,21 @@ struct Attention {
     num_pages = pool_pages;
     max_blocks = blocks;
     table.assign(size_t(blocks), poison);
-    const size_t row = size_t(hkv) * d;
+    const size_t row = size_t(hkv) * d, vrow = size_t(hkv) * dv;
     k_pool.assign(size_t(pool_pages) * p * row, 0x7e00);
-    v_pool.assign(size_t(pool_pages) * p * row, 0x7e00);
+    v_pool.assign(size_t(pool_pages) * p * vrow, 0x7e00);
     for (int j = 0; j < tk; ++j) {
       table[size_t(j / p)] = pages[size_t(j / p)];
-      const size_t at = (size_t(pages[size_t(j / p)]) * p + size_t(j % p)) * row;
-      std::copy_n(k.begin() + ptrdiff_t(size_t(j) * row), row, k_pool.begin() + ptrdiff_t(at));
-      std::copy_n(v.begin() + ptrdiff_t(size_t(j) * row), row, v_pool.begin() + ptrdiff_t(at));
+      const size_t slot = size_t(pages[size_t(j / p)]) * p + size_t(j % p);
+      std::copy_n(k.begin() + ptrdiff_t(size_t(j) * row), row, k_pool.begin() + ptrdiff_t(slot * row));
+      std::copy_n(v.begin() + ptrdiff_t(size_t(j) * vrow), vrow, v_pool.begin() + ptrdiff_t(slot * vrow));
     }
   }
-  float o(int t, int head, int c = 0) const { return mt::f(out[(size_t(t) * h + head) * d + c]); }
+  float o(int t, int head, int c = 0) const { return mt::f(out[(size_t(t) * h + head) * dv + c]); }
   float lse_of(int t, int head) const { return lse[size_t(head) * tq + t]; }
 
   void run(const ac_subject& s) {
-    out.assign(size_t(tq) * h * d, 0x7e00);  // NaN: an element never written shows
+    out.assign(size_t(tq) * h * dv, 0x7e00);  // NaN: an element never written shows
     lse.assign(size_t(h) * tq, 12345.0f);
     int32_t cu_q[2] = {0, tq}, cu_k[2] = {0, tk};
     int64_t cu_m[2] = {0, int64_t(tq) * tk};
@@ -171,7 +177,7 @@ struct Attention {
             .mask(masked ? mask.data() : nullptr, masked ? cu_m : nullptr)
             .tiling(tiling)
             .splits(num_splits, AC_FOLD_LEFT)
-            .variants(d, softcap, window_left, window_right, sinks.empty() ? nullptr : sinks.data())
+            .variants(dv, softcap, window_left, window_right, sinks.empty() ? nullptr : sinks.data())
             .paged(page_size, num_pages, max_blocks, paged ? table.data() : nullptr,
                    paged ? table.data() : nullptr);
     char err[256] = {};

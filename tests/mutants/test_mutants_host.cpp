@@ -339,6 +339,23 @@ TEST_CASE("mutant 23: the sink counted in every split", "[mutants][splitkv][vari
   CHECK(a.lse_of(0, 0) == Approx(std::log(4.0)).epsilon(1e-6));
 }
 
+TEST_CASE("mutant 25: V's rows read at the QK head size", "[mutants][fused][variants]") {
+  // d = 64, dv = 32 (a declared twin pair), four keys of logit 0, V = 1, 2, 4, 8: O = 15 / 4 = 3.75
+  // exactly. The mutant reads key j's V row at 64 j elements, V row 2 j: key 1 reads key 2's row (4)
+  // and key 2 reads past V's 128 elements (NaN), so O is NaN.
+  mt::Attention a(1, 1, 1, 4);
+  a.set_head_size_v(32);
+  a.set_value(0, 0, 1.0f);
+  a.set_value(1, 0, 2.0f);
+  a.set_value(2, 0, 4.0f);
+  a.set_value(3, 0, 8.0f);
+  a.run(subject("fused", false));
+  CHECK(a.o(0, 0) == 3.75f);
+  CHECK(a.o(0, 0, 31) == 3.75f);
+  a.run(subject("mutant-fused-v-head-from-qk", true));
+  CHECK(std::isnan(a.o(0, 0)));
+}
+
 TEST_CASE("a row without keys under a sink: O = 0 and LSE = the sink, split or not", "[mutants][variants]") {
   // Tq = 2, Tk = 1, causal: row 0 sees no key. With a sink of 1.5 its LSE is 1.5 (the sink scaled
   // to base 2 and back: a few fp32 ulps), O exactly 0; row 1 sees key 0 (logit 0, V = 1): O =

@@ -1,7 +1,8 @@
 // The engines' variants (plugin_abi.h AC_VAR_*) outside the kernels: the budget terms of a softcap
 // and a sink, each checked against the error it exists for and shown to fail without its term;
 // the case file's fields; paged K / V built, gathered and shrunk; the generators drawing every
-// declared variant, and only those. Expected values are derived in the comments or computed by an
+// declared variant, and only those; declared_variants failing a subject that refuses a declared
+// page size. Expected values are derived in the comments or computed by an
 // independent long-double evaluation, never read off the code under test.
 #include <rapidcheck.h>
 
@@ -13,6 +14,8 @@
 #include "attncheck/budgets.hpp"
 #include "attncheck/case.hpp"
 #include "attncheck/generators.hpp"
+#include "attncheck/properties.hpp"
+#include "fakes.hpp"
 #include "shrink.hpp"
 
 using namespace attncheck;
@@ -292,4 +295,67 @@ TEST_CASE("generators draw a declared V head size, V sized by it", "[properties]
     }
   }
   CHECK(pairs > 10);
+}
+
+namespace {
+
+// A correct attention fake (fakes.hpp, over the gathered keys) declaring paged K / V at page sizes 16
+// and 64; `refuse_64` makes it refuse pages of 64, a size it declares. It records the page sizes it
+// was called with (0: contiguous).
+class PagedFake final : public Subject {
+ public:
+  explicit PagedFake(bool refuse_64)
+      : inner_("attn-paged", AC_OP_ATTENTION, fakes::Bug::none, 0, -1, fakes::kAttnFeatures),
+        refuse_64_(refuse_64) {
+    caps_ = inner_.caps();
+    caps_.variants = AC_VAR_PAGED_KV;
+    caps_.page_sizes = kPages;
+    caps_.num_page_sizes = 2;
+  }
+  const std::string& name() const override { return inner_.name(); }
+  const std::string& description() const override { return inner_.description(); }
+  const ac_caps& caps() const override { return caps_; }
+  std::string backend() const override { return "host"; }
+  std::string origin() const override { return "test"; }
+  MergeOutput merge(const MergeInput& in) override { return inner_.merge(in); }
+  SoftmaxOutput softmax(const SoftmaxInput& in) override { return inner_.softmax(in); }
+  AttentionOutput attention(const AttentionInput& a, const AttentionOptions& o) override {
+    seen.insert(a.page_size);
+    if (refuse_64_ && a.page_size == 64)
+      throw SubjectError(SubjectError::Kind::unsupported, "pages of 64 are not compiled in");
+    AttentionInput storage;
+    return inner_.attention(contiguous_kv(a, storage), o);
+  }
+  std::set<int32_t> seen;
+
+ private:
+  static constexpr int32_t kPages[] = {16, 64};
+  fakes::Fake inner_;
+  bool refuse_64_;
+  ac_caps caps_;
+};
+
+}  // namespace
+
+TEST_CASE("declared_variants: a subject refusing a page size it declares fails, naming it",
+          "[properties][variants][refusals]") {
+  RunConfig cfg;
+  cfg.shrink = false;
+  // Control: the same subject accepting both sizes passes, having been called unpaged and at each.
+  PagedFake accepts(false);
+  const PropertyResult ok = run_property("declared_variants", accepts, cfg);
+  INFO(ok.message);
+  CHECK(ok.status == PropertyResult::Status::passed);
+  CHECK(accepts.seen == std::set<int32_t>{0, 16, 64});
+
+  PagedFake refuses(true);
+  const PropertyResult r = run_property("declared_variants", refuses, cfg);
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "refused_declared");
+  CHECK(
+      r.message ==
+      "the subject refused its declared page size 64, which it must accept: pages of 64 are not compiled in");
+  // Every other property takes the same refusal for a skipped case.
+  CHECK(run_property("accuracy", refuses, cfg).status == PropertyResult::Status::passed);
 }

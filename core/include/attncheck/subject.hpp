@@ -127,6 +127,15 @@ class Subject {
     }
     return d >= c.head_size_min && d <= c.head_size_max;
   }
+  // QK head size qk with V head size v (0, or qk: V's is QK's): a supported head size, or a pair of
+  // caps.head_pairs where the subject declares AC_VAR_HEAD_SIZE_V.
+  bool supports_head_sizes(int32_t qk, int32_t v) const {
+    if (v <= 0 || v == qk) return supports_head_size(qk);
+    const ac_caps& c = caps();
+    for (int32_t i = 0; (c.variants & AC_VAR_HEAD_SIZE_V) && c.head_pairs && i < c.num_head_pairs; ++i)
+      if (c.head_pairs[i].qk == qk && c.head_pairs[i].v == v) return true;
+    return false;
+  }
 };
 
 }  // namespace attncheck

@@ -1,0 +1,129 @@
+// declared_variants: a subject that declares the engines' variants (plugin_abi.h AC_VAR_*) accepts
+// every one of them. The ABI's rule is "a subject that declares one must accept every call that uses
+// it within its other declarations"; the other properties draw variants at random and take a
+// refusal for a skipped case, so a subject refusing one declared page size would pass each of them.
+// Here each declared item gets one small case of its own, the same plain case with that item alone:
+// every page size (the case's K / V paged at it, gen::paged_copy), every (QK, V) head pair, the
+// softcap, a window and sinks. The plain case runs first: a refusal of it is an ordinary refusal
+// (a skipped case). A refusal of an item then breaks the declaration and fails (`refused_declared`)
+// naming the item; each output is held to the accuracy budget as well. The items are enumerated,
+// not drawn, so one case per subject covers them all (kMaxCases).
+#include <cmath>
+
+#include "../property.hpp"
+#include "attncheck/hash.hpp"
+
+namespace attncheck::detail {
+namespace {
+
+constexpr int kMaxCases = 1;
+// The plain case: one sequence of 2 queries over 7 keys (a last page part-filled at every page size
+// but 1 and 7), two query heads.
+constexpr int32_t kQueries = 2, kKeys = 7, kHeads = 2;
+
+// n values in [-1, 1] rounded to `dtype`, a fixed function of (salt, index): the case is the same on
+// every run and for every subject.
+Bits fixed_values(ac_dtype dtype, int64_t n, uint64_t salt) {
+  Bits x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    x[size_t(i)] = round_bits(
+        dtype, double(int64_t(hash::splitmix64(salt * 1000003u + uint64_t(i)) % 2001) - 1000) / 1000);
+  return x;
+}
+
+// The plain case at head sizes d (Q, K) and dv (V, O; 0: d).
+AttentionInput plain_case(ac_dtype dtype, int32_t d, int32_t dv, bool gqa) {
+  AttentionInput a;
+  a.dtype = dtype;
+  a.num_heads = kHeads;
+  a.num_kv_heads = gqa ? 1 : kHeads;
+  a.head_size = d;
+  a.head_size_v = dv;
+  a.seqlens_q = {kQueries};
+  a.seqlens_k = {kKeys};
+  a.softmax_scale = float(1 / std::sqrt(double(d)));
+  a.q = fixed_values(dtype, int64_t(kQueries) * a.num_heads * d, 1);
+  a.k = fixed_values(dtype, int64_t(kKeys) * a.num_kv_heads * d, 2);
+  a.v = fixed_values(dtype, int64_t(kKeys) * a.num_kv_heads * a.dv(), 3);
+  return a;
+}
+
+// One declared item and its case.
+struct Item {
+  std::string name;
+  AttentionInput input;
+};
+std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plain) {
+  std::vector<Item> items;
+  if (caps.variants & AC_VAR_PAGED_KV)
+    for (int32_t i = 0; caps.page_sizes && i < caps.num_page_sizes; ++i)
+      items.push_back(
+          {"page size " + std::to_string(caps.page_sizes[i]), gen::paged_copy(plain, caps.page_sizes[i])});
+  if (caps.variants & AC_VAR_HEAD_SIZE_V)
+    for (int32_t i = 0; caps.head_pairs && i < caps.num_head_pairs; ++i) {
+      const ac_head_pair p = caps.head_pairs[i];
+      items.push_back({"head sizes (QK " + std::to_string(p.qk) + ", V " + std::to_string(p.v) + ")",
+                       plain_case(plain.dtype, p.qk, p.v, plain.num_kv_heads < plain.num_heads)});
+    }
+  if (caps.variants & AC_VAR_SOFTCAP) {
+    items.push_back({"softcap (1)", plain});
+    items.back().input.softcap = 1.0f;
+  }
+  if (caps.variants & AC_VAR_WINDOW) {
+    items.push_back({"window (left 1, right 0)", plain});
+    items.back().input.window_left = 1;
+    items.back().input.window_right = 0;
+  }
+  if (caps.variants & AC_VAR_SINKS) {
+    items.push_back({"sinks (0.5 per head)", plain});
+    items.back().input.sinks.assign(size_t(plain.num_heads), 0.5f);
+  }
+  return items;
+}
+
+class DeclaredVariants final : public Property {
+ public:
+  DeclaredVariants()
+      : Property({"declared_variants",
+                  "A subject accepts every variant it declares: one small case per page size, (QK, V) head "
+                  "pair, softcap, window and sinks, each within budget; a refusal of one fails, naming it.",
+                  "\"The attention the engines run\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
+                  /*relative_cost=*/1, kMaxCases, /*in_long=*/false}) {}
+
+  bool applies_to(const Subject& s, uint32_t) const override { return s.caps().variants != 0; }
+  void draw_input(Case& c, const gen::Domain& dom, uint32_t) const override {
+    const ac_dtype dtype = *rc::gen::elementOf(dom.dtypes);
+    // A subject may declare its head sizes through its pairs alone: the first pair's QK size then.
+    const int32_t d =
+        dom.head_sizes.empty() ? dom.head_pairs.front().qk : *rc::gen::elementOf(dom.head_sizes);
+    c.input = plain_case(dtype, d, 0, (dom.features & AC_FEAT_GQA) != 0);
+  }
+  bool shrinks() const override { return false; }
+
+  Outcome check(Ctx& ctx, const Case& c) const override {
+    Outcome o;
+    rule_accuracy(o, run_once(ctx, c, o), false);  // a refusal here is an ordinary one
+    if (!o.ok) return o;
+    for (const Item& item : declared_items(ctx.subject.caps(), std::get<AttentionInput>(c.input))) {
+      Case one = c;
+      one.input = item.input;
+      try {
+        rule_accuracy(o, run_once(ctx, one, o), false);
+      } catch (const SubjectError& e) {
+        if (e.kind != SubjectError::Kind::unsupported) throw;
+        fail(o, "refused_declared",
+             "the subject refused its declared " + item.name + ", which it must accept: " + e.what());
+        return o;
+      }
+      if (!o.ok) {
+        o.message = "with its declared " + item.name + ": " + o.message;
+        return o;
+      }
+    }
+    return o;
+  }
+};
+
+}  // namespace
+AC_REGISTER_PROPERTY(15, DeclaredVariants);
+}  // namespace attncheck::detail
