@@ -122,7 +122,7 @@ void for_each_measured(const AttentionInput& a, const Judgement& J, F f) {
     }
     const int64_t c = e.out == Out::O ? col++ : -1;
     if (!e.exact_finite || J.row_skipped(e.row)) continue;
-    f(e, c < 0 ? size_t(e.row) : size_t(e.row * a.head_size + c), c);
+    f(e, c < 0 ? size_t(e.row) : size_t(e.row * a.dv() + c), c);
   }
 }
 void keep_worst(Outcome&, const Elem&);

@@ -38,13 +38,13 @@ std::vector<int64_t> chunk_sizes(int64_t T) {
 // the last query's (bottom-right alignment: T_k - T_q + q1); else all of them. The chunk's call.
 AttentionInput chunk_of(const AttentionInput& a, int64_t q0, int64_t q1) {
   AttentionInput c = a;
-  const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
+  const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
   const int64_t keys = a.causal ? a.seqlens_k.front() - a.seqlens_q.front() + q1 : a.seqlens_k.front();
   c.seqlens_q = {int32_t(q1 - q0)};
   c.seqlens_k = {int32_t(keys)};
   c.q.assign(a.q.begin() + std::ptrdiff_t(q0 * H * D), a.q.begin() + std::ptrdiff_t(q1 * H * D));
   c.k.assign(a.k.begin(), a.k.begin() + std::ptrdiff_t(keys * Hkv * D));
-  c.v.assign(a.v.begin(), a.v.begin() + std::ptrdiff_t(keys * Hkv * D));
+  c.v.assign(a.v.begin(), a.v.begin() + std::ptrdiff_t(keys * Hkv * Dv));
   c.mask.clear();
   return c;
 }
@@ -86,7 +86,8 @@ class ChunkedPrefill final : public Property {
     // A prompt is one sequence, its queries the last of its keys and no mask (a shrunk case may be
     // anything the shrinker made of one: it is chunked where it still is a prompt).
     if (a.seqlens_q.size() != 1 || a.seqlens_q.front() > a.seqlens_k.front() || !a.mask.empty()) return o;
-    const int64_t T = a.seqlens_q.front(), H = a.num_heads, D = a.head_size;
+    // O's rows have V's head size.
+    const int64_t T = a.seqlens_q.front(), H = a.num_heads, D = a.dv();
     const bool bitwise = ctx.cv.batch_invariant && c.op == op_name(AC_OP_ATTENTION);
     Spread spread;
     double max_budget = 0;
