@@ -246,6 +246,19 @@ struct VariantCase {
   }
 };
 
+// Case i of a list: tilings, split counts and fold orders rotate with i; the split-KV tiling
+// starts at split_tiling_offset.
+inline VariantCase rotated_case(AttnCase c, Variants v, int i, int split_tiling_offset) {
+  VariantCase vc;
+  vc.c = std::move(c);
+  vc.var = std::move(v);
+  vc.tiling = i % 4;
+  vc.split_tiling = (i + split_tiling_offset) % 2;
+  vc.splits = 1 + (i * 3) % 8;
+  vc.fold = ac_fold(i % 3);
+  return vc;
+}
+
 // The variant tests' cases (the twin test and the GPU test run the same list):
 //   paged: every declared page size (1, 5, 16, 64, 256), a last page partly filled, a sequence
 //     without keys, causal and masked ones;
@@ -259,15 +272,7 @@ inline std::vector<VariantCase> variant_cases() {
   std::vector<VariantCase> out;
   uint64_t seed = 9000;
   auto add = [&](AttnCase c, Variants v) {
-    VariantCase vc;
-    const int i = int(out.size());
-    vc.c = std::move(c);
-    vc.var = std::move(v);
-    vc.tiling = i % 4;
-    vc.split_tiling = i % 2;
-    vc.splits = 1 + (i * 3) % 8;
-    vc.fold = ac_fold(i % 3);
-    out.push_back(std::move(vc));
+    out.push_back(rotated_case(std::move(c), std::move(v), int(out.size()), 0));
   };
   const std::vector<float> ordinary{-1.0f, 0.5f, 2.0f, -3.0f}, above{7.0f, 9.0f, 8.0f, 10.0f};
   for (int page : {1, 5, 16, 64, 256}) {
@@ -406,15 +411,7 @@ inline AttnCase with_head_size_v(AttnCase c, int dv, uint64_t seed) {
 inline std::vector<VariantCase> head_pair_cases() {
   std::vector<VariantCase> out;
   auto add = [&](AttnCase c, Variants v) {
-    VariantCase vc;
-    const int i = int(out.size());
-    vc.c = std::move(c);
-    vc.var = std::move(v);
-    vc.tiling = i % 4;
-    vc.split_tiling = (i + 1) % 2;
-    vc.splits = 1 + (i * 3) % 8;
-    vc.fold = ac_fold(i % 3);
-    out.push_back(std::move(vc));
+    out.push_back(rotated_case(std::move(c), std::move(v), int(out.size()), 1));
   };
   add(with_head_size_v(make_case(9600, DType::f16, 4, 2, 64, {33, 1, 7}, {90, 130, 7}, false, true), 32,
                        9610),

@@ -54,10 +54,9 @@ TwinRun run_twin(const VariantCase& vc, bool split,
   return r;
 }
 
-}  // namespace
-
-TEST_CASE("fused and split-KV twins: the variants against fp64", "[fused][splitkv][twin][variants]") {
-  for (const VariantCase& vc : variant_cases()) {
+// Both twins on each case: no NaN, and O and LSE within the fp64 reference's bound.
+void check_twins_against_fp64(const std::vector<VariantCase>& cases) {
+  for (const VariantCase& vc : cases) {
     INFO(vc.describe());
     for (bool split : {false, true}) {
       INFO((split ? "split-KV twin" : "fused twin"));
@@ -67,6 +66,12 @@ TEST_CASE("fused and split-KV twins: the variants against fp64", "[fused][splitk
       CHECK(compare_variants(vc.c, vc.var, r.out, r.lse) == "");
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("fused and split-KV twins: the variants against fp64", "[fused][splitkv][twin][variants]") {
+  check_twins_against_fp64(variant_cases());
 }
 
 TEST_CASE("fused and split-KV twins: the variant mutants 19-23 leave the bound",
@@ -85,16 +90,7 @@ TEST_CASE("fused and split-KV twins: the variant mutants 19-23 leave the bound",
 }
 
 TEST_CASE("fused and split-KV twins: V's own head size against fp64", "[fused][splitkv][twin][variants]") {
-  for (const VariantCase& vc : head_pair_cases()) {
-    INFO(vc.describe());
-    for (bool split : {false, true}) {
-      INFO((split ? "split-KV twin" : "fused twin"));
-      const TwinRun r = run_twin(vc, split);
-      REQUIRE(r.rc == AC_OK);
-      CHECK(nan_count(vc.c, r.out) == 0);
-      CHECK(compare_variants(vc.c, vc.var, r.out, r.lse) == "");
-    }
-  }
+  check_twins_against_fp64(head_pair_cases());
 }
 
 TEST_CASE("fused and split-KV twins: a pair outside kFusedTwinHeadPairs is refused",
