@@ -32,18 +32,25 @@ int run_splitkv(void* self, const ac_attention_args* args, char* err, size_t err
 //   splitkv-fixed:    kFixedSplitKeys keys per split: declared batch invariant. Host twin only: the
 //                     CUDA split-KV kernel cuts the key range into num_splits equal parts and has no
 //                     fixed split size (splitkv-packed-fixed has one on the device).
-bool g_engine_fixed[2] = {false, true};
+// A mode and the backend it runs on: the host twin of splitkv-adaptive in a CUDA build stays on the
+// host.
+struct EngineMode {
+  bool fixed, cuda;
+};
+// splitkv-adaptive on the host, on the device, splitkv-fixed on the host.
+EngineMode g_engine_modes[3] = {{false, false}, {false, true}, {true, false}};
 
 int run_splitkv_engine(void* self, const ac_attention_args* args, char* err, size_t err_len) {
-  const bool fixed = *static_cast<const bool*>(self);
+  const auto [fixed, cuda] = *static_cast<const EngineMode*>(self);
 #if defined(ATTNCHECK_HAVE_CUDA)
-  if (!fixed) {
+  if (cuda) {
     ac_attention_args a = *args;
     a.fold_order = AC_FOLD_LEFT;
     a.num_splits = packed_machine_splits(a, kH200SMs);
     return splitkv_attention_cuda(a, err, err_len);
   }
 #endif
+  (void)cuda;
   return packed_engine_attention(*args, fixed ? kFixedSplitKeys : 0, false, err, err_len);
 }
 
@@ -80,12 +87,12 @@ void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
                         "(batch variant)"
                       : "split-KV attention choosing num_splits from the batch, heads and SMs as engines do "
                         "(batch variant), host twin",
-                 engine_caps(c, false), nullptr, nullptr, run_splitkv_engine, &g_engine_fixed[0]});
+                 engine_caps(c, false), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[cuda ? 1 : 0]});
   if (!cuda)
     out.push_back(
         {"splitkv-fixed",
          "split-KV attention at a fixed split size of 64 keys (batch invariant, declared), host twin",
-         engine_caps(c, true), nullptr, nullptr, run_splitkv_engine, &g_engine_fixed[1]});
+         engine_caps(c, true), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[2]});
 }
 
 }  // namespace attncheck::kern

@@ -53,7 +53,34 @@ std::vector<Real> parse_csv(const std::string& csv) {
 
 const Format kAll[] = {Format::fp16, Format::bf16, Format::fp32};
 
+// One line per overflow mode: "e4m3fn saturate   0x7e  (= 448)".
+std::string fp8_lines(Fp8Format f, const Real& x) {
+  std::ostringstream os;
+  for (Fp8Overflow o : {Fp8Overflow::saturate, Fp8Overflow::nonfinite}) {
+    const uint8_t code = encode_fp8(f, x, o);
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", code);
+    os << fp8_spec(f).name << (o == Fp8Overflow::saturate ? " saturate   " : " nonfinite  ") << hex
+       << "  (= " << exact_decimal(decode_fp8(f, code)) << ")\n";
+  }
+  return os.str();
+}
+
 }  // namespace
+
+std::string ask_round(const std::string& to, const std::string& value) {
+  if (is_fp8_format_name(to)) {
+    const Real x = parse_real(value);
+    return "value " + to_decimal(x, 40) + "\n" + fp8_lines(parse_fp8_format(to), x);
+  }
+  Format f;
+  try {
+    f = parse_format(to);
+  } catch (const ReferenceError&) {
+    throw ReferenceError("unknown format '" + to + "': expected fp16, bf16, fp32, e4m3fn, e5m2 or e4m3fnuz");
+  }
+  return ask_round(f, value);
+}
 
 std::string ask_round(Format to, const std::string& value) {
   const Real x = parse_real(value);

@@ -18,10 +18,10 @@ Command add_round_command(CLI::App& app, Common&) {
   auto o = std::make_shared<Options>();
   Command c;
   c.app = app.add_subcommand("round", "correctly rounded value of VALUE (decimal or hexfloat) in a format");
-  c.app->add_option("--to", o->to, "fp16 | bf16 | fp32")->required();
+  c.app->add_option("--to", o->to, "fp16 | bf16 | fp32 | e4m3fn | e5m2 | e4m3fnuz")->required();
   c.app->add_option("value", o->value, "decimal or hexfloat")->required();
   c.run = [o] {
-    std::printf("%s\n", ref::ask_round(ref::parse_format(o->to), o->value).c_str());
+    std::printf("%s\n", ref::ask_round(o->to, o->value).c_str());
     return kExitOk;
   };
   return c;

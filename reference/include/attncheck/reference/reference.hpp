@@ -3,5 +3,6 @@
 #include "attncheck/reference/ask.hpp"
 #include "attncheck/reference/exact.hpp"
 #include "attncheck/reference/format.hpp"
+#include "attncheck/reference/fp8.hpp"
 #include "attncheck/reference/precision.hpp"
 #include "attncheck/reference/ulp.hpp"
