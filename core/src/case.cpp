@@ -680,10 +680,31 @@ const AttentionInput& contiguous_kv(const AttentionInput& in, AttentionInput& st
   return storage;
 }
 
-const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants,
+std::string past_call_limits(const AttentionInput& in, const ac_caps& caps) {
+  int64_t tokens = 0, keys = 0;
+  for (size_t i = 0; i < in.seqlens_q.size(); ++i) {
+    tokens += in.seqlens_q[i];
+    keys += in.seqlens_k[i];
+  }
+  const struct {
+    int64_t used, limit;
+    const char *what, *field;
+  } limits[] = {{int64_t(in.seqlens_q.size()), caps.max_call_seqs, "sequences", "max_call_seqs"},
+                {tokens, caps.max_call_tokens, "query tokens", "max_call_tokens"},
+                {keys, caps.max_call_keys, "keys", "max_call_keys"}};
+  for (const auto& l : limits)
+    if (l.limit > 0 && l.used > l.limit)
+      return std::to_string(l.used) + " " + l.what + ", " + l.field + " " + std::to_string(l.limit);
+  return "";
+}
+
+const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants, const ac_caps& caps,
                                         const std::string& subject, AttentionInput& storage) {
   if (const std::string what = undeclared_variant(in, variants); !what.empty())
     throw SubjectError(SubjectError::Kind::unsupported, subject + " does not declare " + what);
+  if (const std::string past = past_call_limits(in, caps); !past.empty())
+    throw SubjectError(SubjectError::Kind::unsupported,
+                       "past " + subject + "'s declared call limits: " + past);
   return variants & AC_VAR_PAGED_KV ? in : contiguous_kv(in, storage);
 }
 

@@ -158,7 +158,8 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
   // A variant the subject does not declare is refused, never passed to a kernel that cannot read
   // it; paged K / V is the one exception: the same attention over gathered pages.
   AttentionInput gathered;
-  const AttentionInput& in = input_for_subject(in_given, subject_.caps.variants, name_, gathered);
+  const AttentionInput& in =
+      input_for_subject(in_given, subject_.caps.variants, subject_.caps, name_, gathered);
   const PackedSequences seqs = pack_sequences(in);
   const ac_memory mem = subject_.caps.memory;
   const int64_t total_q = seqs.total_q();

@@ -155,8 +155,9 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     bad(abi_version < 2 ? "caps.empty_lse_sign must be -1 or +1"
                         : "caps.empty_lse_sign must be -1 or +1 (or 0 with AC_CAP_EMPTY_LSE_UNDEFINED)");
   }
-  if (abi_version < 3 && (c.variants || c.page_sizes || c.num_page_sizes || c.head_pairs ||
-                          c.num_head_pairs || c.kv_dtypes || c.fp8))
+  if (abi_version < 3 &&
+      (c.variants || c.page_sizes || c.num_page_sizes || c.head_pairs || c.num_head_pairs || c.kv_dtypes ||
+       c.fp8 || c.max_call_seqs || c.max_call_tokens || c.max_call_keys))
     bad("caps.variants and the fields after it are version-3 fields; this subject is version " +
         std::to_string(abi_version));
   if (c.variants & ~uint32_t(AC_VAR_KNOWN_V3)) bad("unknown bits in caps.variants");
@@ -164,6 +165,12 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     bad("caps.variants declared by a subject without attention or split-KV");
   if (c.kv_dtypes || c.fp8)
     bad("caps.kv_dtypes and caps.fp8 (FP8) must be 0: this attncheck does not judge FP8 yet");
+  if (c.max_call_seqs < 0)
+    bad("caps.max_call_seqs " + std::to_string(c.max_call_seqs) + " is negative (0: no limit)");
+  if (c.max_call_tokens < 0)
+    bad("caps.max_call_tokens " + std::to_string(c.max_call_tokens) + " is negative (0: no limit)");
+  if (c.max_call_keys < 0)
+    bad("caps.max_call_keys " + std::to_string(c.max_call_keys) + " is negative (0: no limit)");
   if (c.variants & AC_VAR_PAGED_KV) {
     if (!c.page_sizes || c.num_page_sizes < 1 || c.num_page_sizes > AC_MAX_PAGE_SIZES)
       bad("declares AC_VAR_PAGED_KV but caps.num_page_sizes " + std::to_string(c.num_page_sizes) +

@@ -35,6 +35,7 @@
 #include "attncheck/plugin_abi.h"
 #include "fused/fused.h"
 #include "fused/fused_math.h"
+#include "splitkv/splitkv_math.h"
 
 namespace attncheck::kern::fused {
 
@@ -54,10 +55,11 @@ struct KernelParams {
   int causal;
   int lse_base2;
   float empty_lse;
-  int reverse_tiles;  // causal: launch the row tiles with the most keys first
-  int num_splits;     // split mode: partial (O, LSE) per part of the key range
-  float* part_o;      // [num_splits, total_q, num_heads, D], O / l (0 for an empty part)
-  float* part_lse;    // [num_splits, total_q, num_heads], base 2, -inf for an empty part
+  int reverse_tiles;   // causal: launch the row tiles with the most keys first
+  int num_splits;      // split mode: partial (O, LSE) per part of the key range
+  int keys_per_split;  // split mode: 0 equal parts; > 0 the fixed split size (splitkv_math.h)
+  float* part_o;       // [num_splits, total_q, num_heads, D], O / l (0 for an empty part)
+  float* part_lse;     // [num_splits, total_q, num_heads], base 2, -inf for an empty part
   // The variants (plugin_abi.h AC_VAR_*), read by the VAR instantiations only; neutral values
   // (softcap 0, window sides -1, no sinks, page_size 0) leave that instantiation computing what the
   // plain one does.
@@ -260,13 +262,12 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
   const int32_t* table = paged ? p.block_table + int64_t(seq) * p.max_blocks : nullptr;
   const int64_t last_page = paged && tk > 0 ? (tk - 1) / p.page_size : 0;
 
-  // This CTA's key range [k_lo, k_hi): the whole sequence, or one part of num_splits (sizes as
-  // equal as possible, the first tk % num_splits parts one key longer).
+  // This CTA's key range [k_lo, k_hi): the whole sequence, or one part of num_splits
+  // (splitkv::split_range: sizes as equal as possible, or the fixed split size keys_per_split,
+  // parts past the row's end empty).
   int k_lo = 0, k_hi = tk;
   if constexpr (SPLIT) {
-    const int base = tk / p.num_splits, rem = tk % p.num_splits;
-    k_lo = split * base + (split < rem ? split : rem);
-    k_hi = k_lo + base + (split < rem ? 1 : 0);
+    splitkv::split_range(tk, p.num_splits, p.keys_per_split, split, k_lo, k_hi);
   } else if constexpr (VAR) {
     k_hi = int(walked_keys<M>(tk, paged));  // tk; one more under mutant 20
   }
@@ -577,6 +578,7 @@ inline KernelParams params_from_args(const ac_attention_args& a) {
   p.empty_lse = neg_inf_f();
   p.reverse_tiles = a.causal != 0;
   p.num_splits = 1;
+  p.keys_per_split = 0;
   // The variants, at their neutral values unless the call uses them (only VAR kernels read them).
   p.scale = a.softmax_scale;
   p.softcap = a.softcap;

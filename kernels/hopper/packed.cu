@@ -301,9 +301,11 @@ cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStrea
 int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_len, bool synchronize,
                           int keys_per_split) {
   ac_attention_args a = args;
-  int dev = 0, sms = 132;
-  AC_CUDA_TRY(cudaGetDevice(&dev));
-  AC_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = cuda_sm_count();
+  if (sms < 1) {
+    if (err && err_len) std::snprintf(err, err_len, "splitkv-packed: the device's SM count cannot be read");
+    return AC_ERR_DEVICE;
+  }
   if (a.num_splits == 0)
     a.num_splits = keys_per_split > 0 ? fixed_split_count(a, keys_per_split) : packed_machine_splits(a, sms);
   if (int rc = packed_check_args(a, err, err_len)) return rc;

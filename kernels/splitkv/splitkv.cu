@@ -1,7 +1,9 @@
 // CUDA split-KV attention (flash-decoding). Two kernels on one stream:
 //   1. the fused mainloop (kernels/fused/fused_kernel.cuh, SPLIT = true): grid (row tiles, heads,
-//      sequences x num_splits); each CTA covers one part of the key range and writes the fp32
-//      partial O / l and base-2 LSE (-inf for an empty part) to the workspace;
+//      sequences x num_splits); each CTA covers one part of the key range (splitkv::split_range:
+//      num_splits parts as equal as possible, or a fixed split size, SplitKVOptions.keys_per_split,
+//      whose parts depend on the row alone) and writes the fp32 partial O / l and base-2 LSE (-inf
+//      for an empty part) to the workspace;
 //   2. the combine: one CTA per (token, head), a thread per element of the head dimension; it
 //      stages the num_splits (1..64) partials in shared memory and folds them in args.fold_order
 //      with splitkv_math.h (fp32, both-empty guard), rounds O to the input type, writes LSE
@@ -102,14 +104,21 @@ int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_at
   return int(launch_combine<fused::Mutation::none>(part_o, part_lse, a, static_cast<cudaStream_t>(stream)));
 }
 
+int cuda_sm_count() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return -1;
+  return sms;
+}
+
 int splitkv_attention_cuda(const ac_attention_args& a, char* err, size_t err_len) {
   return splitkv_attention_cuda(a, SplitKVOptions{}, err, err_len);
 }
 
 int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
   if (int rc = splitkv_check_args(a, err, err_len)) return rc;
-  if (o.keys_per_split != 0)
-    AC_REFUSE("split-KV attention: a fixed split size runs on splitkv-packed's kernel, not this one");
+  if (int rc = splitkv_check_fixed(a, o.keys_per_split, err, err_len)) return rc;
   using fused::Mutation;
   if (o.mutation != Mutation::none && o.mutation != Mutation::combine_plus_inf &&
       o.mutation != Mutation::sink_every_split)
@@ -138,6 +147,7 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   p.out = nullptr;  // split mode writes only the fp32 partials; the combine writes out and lse
   p.lse = nullptr;
   p.num_splits = a.num_splits;
+  p.keys_per_split = o.keys_per_split;
   p.part_o = static_cast<float*>(ws);
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
 

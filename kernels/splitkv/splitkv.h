@@ -33,7 +33,7 @@ struct SplitKVOptions {
   // partials are the correct ones.
   fused::Mutation mutation = fused::Mutation::none;
   // 0: the key range cut into num_splits parts as equal as possible; > 0 (a multiple of 64): a fixed
-  // split size, splitkv::split_range (host twin; on the GPU, splitkv-packed's).
+  // split size, splitkv::split_range (both backends; num_splits at least fixed_split_count).
   int keys_per_split = 0;
 };
 
@@ -58,6 +58,8 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
 // Returns a cudaError_t.
 int splitkv_combine_cuda(const float* part_o, const float* part_lse, const ac_attention_args& a,
                          void* stream);
+// The current device's SM count (what engines size their split counts by), or -1 on a CUDA error.
+int cuda_sm_count();
 #endif
 
 // A split-KV subject's capabilities as those of its engine-style mode: an attention subject (the

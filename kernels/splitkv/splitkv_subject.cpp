@@ -3,6 +3,7 @@
 // fp16 / bf16, head sizes 64 and 128, causal, mask, varlen, GQA; and its engine-style modes
 // splitkv-adaptive and splitkv-fixed (below).
 // Check: ctest --test-dir build -R kernels_attention
+#include <cstdio>
 #include <vector>
 
 #include "fused/fused.h"
@@ -26,19 +27,17 @@ int run_splitkv(void* self, const ac_attention_args* args, char* err, size_t err
 
 // The engine-style modes of splitkv as attention subjects (the kernel, not the caller, picks
 // num_splits; fold left), as splitkv-packed has them (packed_subject.cpp):
-//   splitkv-adaptive: packed_machine_splits from the batch's size, KV heads and longest row and an
-//                     H200's SM count, so a request's last bits depend on its neighbours: batch
-//                     variant, not declared (mutant 24 declares it).
-//   splitkv-fixed:    kFixedSplitKeys keys per split: declared batch invariant. Host twin only: the
-//                     CUDA split-KV kernel cuts the key range into num_splits equal parts and has no
-//                     fixed split size (splitkv-packed-fixed has one on the device).
-// A mode and the backend it runs on: the host twin of splitkv-adaptive in a CUDA build stays on the
-// host.
+//   splitkv-adaptive: packed_machine_splits from the batch's size, KV heads and longest row and the
+//                     SM count (the device's; the host twin counts an H200's 132), so a request's
+//                     last bits depend on its neighbours: batch variant, not declared (mutant 24
+//                     declares it).
+//   splitkv-fixed:    kFixedSplitKeys keys per split (splitkv::split_range on both backends):
+//                     declared batch invariant.
 struct EngineMode {
   bool fixed, cuda;
 };
-// splitkv-adaptive on the host, on the device, splitkv-fixed on the host.
-EngineMode g_engine_modes[3] = {{false, false}, {false, true}, {true, false}};
+// splitkv-adaptive and splitkv-fixed on the host, then on the device.
+EngineMode g_engine_modes[2][2] = {{{false, false}, {true, false}}, {{false, true}, {true, true}}};
 
 int run_splitkv_engine(void* self, const ac_attention_args* args, char* err, size_t err_len) {
   const auto [fixed, cuda] = *static_cast<const EngineMode*>(self);
@@ -46,8 +45,20 @@ int run_splitkv_engine(void* self, const ac_attention_args* args, char* err, siz
   if (cuda) {
     ac_attention_args a = *args;
     a.fold_order = AC_FOLD_LEFT;
-    a.num_splits = packed_machine_splits(a, kH200SMs);
-    return splitkv_attention_cuda(a, err, err_len);
+    SplitKVOptions o;
+    if (fixed) {
+      o.keys_per_split = kFixedSplitKeys;
+      a.num_splits = fixed_split_count(a, kFixedSplitKeys);
+    } else {
+      const int sms = cuda_sm_count();
+      if (sms < 1) {
+        if (err && err_len)
+          std::snprintf(err, err_len, "splitkv-adaptive: the device's SM count cannot be read");
+        return AC_ERR_DEVICE;
+      }
+      a.num_splits = packed_machine_splits(a, sms);
+    }
+    return splitkv_attention_cuda(a, o, err, err_len);
   }
 #endif
   (void)cuda;
@@ -80,19 +91,20 @@ void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
                  cuda ? "split-KV attention (flash-decoding): fp32 partials, fold left / right / tree"
                       : "split-KV attention, host twin: fp32 partials, fold left / right / tree",
                  c, nullptr, nullptr, run_splitkv, &g_cuda_flag[cuda ? 1 : 0]});
-  // The engine-style modes; the CUDA split-KV kernel's split count is the caller's on the device,
-  // so splitkv-adaptive picks it there as on the host (for an H200's SMs).
+  // The engine-style modes.
+  const int b = cuda ? 1 : 0;
   out.push_back({"splitkv-adaptive",
                  cuda ? "split-KV attention choosing num_splits from the batch, heads and SMs as engines do "
                         "(batch variant)"
                       : "split-KV attention choosing num_splits from the batch, heads and SMs as engines do "
                         "(batch variant), host twin",
-                 engine_caps(c, false), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[cuda ? 1 : 0]});
-  if (!cuda)
-    out.push_back(
-        {"splitkv-fixed",
-         "split-KV attention at a fixed split size of 64 keys (batch invariant, declared), host twin",
-         engine_caps(c, true), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[2]});
+                 engine_caps(c, false), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[b][0]});
+  out.push_back(
+      {"splitkv-fixed",
+       cuda ? "split-KV attention at a fixed split size of 64 keys (batch invariant, declared)"
+            : "split-KV attention at a fixed split size of 64 keys (batch invariant, declared), host "
+              "twin",
+       engine_caps(c, true), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[b][1]});
 }
 
 }  // namespace attncheck::kern

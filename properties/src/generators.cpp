@@ -346,6 +346,11 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   d.zero_keys = (c.flags & AC_CAP_REFUSES_ZERO_KEYS) == 0;
   d.empty_states_zero_o = (c.flags & AC_CAP_EMPTY_STATES_ZERO_O) != 0;
   d.max_batch = c.memory == AC_MEMORY_CUDA ? kMaxBatchDevice : kMaxBatchHost;
+  d.max_call_seqs = c.max_call_seqs;
+  d.max_call_tokens = c.max_call_tokens;
+  d.max_call_keys = c.max_call_keys;
+  if (d.max_call_keys > 0) d.max_keys = int(std::min<int64_t>(d.max_keys, d.max_call_keys));
+  if (d.max_call_tokens > 0) d.max_tokens = std::min(d.max_tokens, d.max_call_tokens);
   d.variants = c.variants;
   for (int32_t i = 0; c.page_sizes && i < c.num_page_sizes; ++i) d.page_sizes.push_back(c.page_sizes[i]);
   for (int32_t i = 0; (c.variants & AC_VAR_HEAD_SIZE_V) && c.head_pairs && i < c.num_head_pairs; ++i)
@@ -881,7 +886,10 @@ rc::Gen<AttentionInput> attention_overflow_band_input(const Domain& dom) {
     return attention_with(dom, c);
   });
 }
-int batch_limit(const Domain& dom) { return dom.max_batch > 0 ? dom.max_batch : kMaxBatchHost; }
+int batch_limit(const Domain& dom) {
+  const int run = dom.max_batch > 0 ? dom.max_batch : kMaxBatchHost;
+  return dom.max_call_seqs > 0 ? std::min(run, dom.max_call_seqs) : run;
+}
 
 // The longest query range of a batch neighbour: past 128 queries of one KV head's group.
 int batch_max_queries(const Domain& dom) { return std::max(dom.max_tokens, 130); }
@@ -945,6 +953,7 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
           tq = *g::inRange(1, dom.max_tokens + 1);
           tk = long_rows ? *g::inRange(dom.max_keys / 2, dom.max_keys + 1) : max_tk;
       }
+      if (dom.max_call_tokens > 0) tq = std::min(tq, dom.max_call_tokens);
       a.seqlens_q.push_back(tq);
       a.seqlens_k.push_back(tk);
     };
@@ -966,6 +975,23 @@ rc::Gen<AttentionInput> attention_batch_input(const Domain& dom) {
     for (int i = 0; i <= neighbours; ++i) {
       const int other = decode_batch ? 0 : *g::element(0, 1, 2, 4);
       sequence(i == position ? victim_kind : i == banded ? 3 : other);
+    }
+    // Within the subject's declared call limits: neighbours dropped from the end (the victim kept)
+    // until the batch's query tokens and keys fit.
+    auto over = [&] {
+      int64_t tokens = 0, keys = 0;
+      for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
+        tokens += a.seqlens_q[i];
+        keys += a.seqlens_k[i];
+      }
+      return (dom.max_call_tokens > 0 && tokens > dom.max_call_tokens) ||
+             (dom.max_call_keys > 0 && keys > dom.max_call_keys);
+    };
+    for (size_t victim = size_t(position); over() && a.seqlens_q.size() > 1;) {
+      const size_t drop = a.seqlens_q.size() - 1 == victim ? victim - 1 : a.seqlens_q.size() - 1;
+      a.seqlens_q.erase(a.seqlens_q.begin() + std::ptrdiff_t(drop));
+      a.seqlens_k.erase(a.seqlens_k.begin() + std::ptrdiff_t(drop));
+      if (drop < victim) --victim;
     }
     if (dom.features & AC_FEAT_CAUSAL) a.causal = pick_class(3) == 0;
     if ((dom.features & AC_FEAT_MASK) && pick_class(4) == 0)

@@ -58,7 +58,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
                   description: str = "", refuses_zero_keys: bool = False, flushes_subnormals: bool = False,
                   nondeterministic: bool = False, ftz_arithmetic: bool = False,
                   batch_invariant: bool = False, empty_states_zero_o: bool = False, variants: Any = (),
-                  page_sizes: Sequence[int] = (), head_pairs: Sequence[Tuple[int, int]] = ()) -> Dict[str, Any]:
+                  page_sizes: Sequence[int] = (), head_pairs: Sequence[Tuple[int, int]] = (),
+                  max_call_seqs: int = 0, max_call_tokens: int = 0, max_call_keys: int = 0) -> Dict[str, Any]:
     """Returns the handshake dictionary of one subject (protocol 4; hello() writes the older forms),
     or raises CapsError naming the problem.
 
@@ -81,7 +82,10 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     head size; head_pairs lists the (qk, v) pairs accepted, 1 to 16, each size 1..1024), "softcap",
     "window" (a sliding window) and "sinks" (one logit per query head in the softmax denominator).
     AttentionCall documents what each adds to a call. A subject declaring one must still accept
-    calls that do not use it."""
+    calls that do not use it.
+    max_call_seqs, max_call_tokens, max_call_keys (protocol 4): the largest call the subject takes,
+    in sequences, query tokens and keys (all sequences), 0 for no limit; attncheck's cases stay
+    within them, and one past them is skipped with its reason, never sent."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
         raise CapsError(f"subject name {name!r} must be non-empty letters, digits, '-', '_', '.'")
     if len(name) > MAX_NAME_CHARS:
@@ -184,6 +188,13 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
                             f"{MAX_HEAD_PAIRS}")
     elif hp:
         raise CapsError(f"subject {name!r}: head_pairs given without the head_size_v variant")
+    limits: Dict[str, int] = {}
+    for limit, count, top in (("max_call_seqs", max_call_seqs, 2**31 - 1),
+                              ("max_call_tokens", max_call_tokens, 2**31 - 1), ("max_call_keys", max_call_keys, 2**63 - 1)):
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= top:
+            raise CapsError(f"subject {name!r}: {limit} must be an integer from 0 (no limit) to {top}, not {count!r}")
+        if count:
+            limits[limit] = count
     # Written only where declared, as attncheck writes its own subjects: a subject without variants
     # is declared as in protocol 3.
     if variants:
@@ -192,6 +203,7 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         d["page_sizes"] = ps
     if hp:
         d["head_pairs"] = hp
+    d.update(limits)
     return d
 
 
@@ -224,11 +236,12 @@ def as_protocol_1(d: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # The fields protocol 4 added; as_protocol_3() removes them.
-V4_FIELDS = ("variants", "page_sizes", "head_pairs")
+V4_FIELDS = ("variants", "page_sizes", "head_pairs", "max_call_seqs", "max_call_tokens", "max_call_keys")
 
 
 def as_protocol_3(d: Dict[str, Any]) -> Dict[str, Any]:
-    """The declaration for an attncheck that speaks protocol 3 at most (or 2): without the variants.
+    """The declaration for an attncheck that speaks protocol 3 at most (or 2): without the variants
+    and the call limits (such an attncheck may send a call past them: the subject refuses it).
     Unlike a protocol-2 contract, a variant relaxes nothing: such an attncheck never sends one, and
     judges the subject's plain calls by the same rules. Left out, the variants go untested there."""
     return {k: v for k, v in d.items() if k not in V4_FIELDS}

@@ -25,7 +25,8 @@ empty_states_zero_o=True (a merge that relies on producers writing O = 0 for emp
 tilings may be left empty. The engines' variants an attention subject accepts (protocol 4):
 variants=("paged_kv", "softcap", "window", "sinks", "head_size_v") with page_sizes=[...] for
 paged_kv and head_pairs=[(qk, v), ...] for head_size_v; attncheck.helpers has gather_pages,
-window_mask and softcap_scores for them.
+window_mask and softcap_scores for them. max_call_seqs, max_call_tokens and max_call_keys bound the
+calls the subject is given (protocol 4).
 Serve subjects with `python3 -m attncheck.worker path/to/file.py:object` (or module:object).
 
 Raise ac.Unsupported for inputs the subject refuses (skipped, not a failure) and ac.DeviceError
@@ -49,7 +50,7 @@ class DeviceError(Exception):
 _CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
                "features", "tilings", "max_splits", "fold_orders", "description", "refuses_zero_keys",
                "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant", "empty_states_zero_o",
-               "variants", "page_sizes", "head_pairs")
+               "variants", "page_sizes", "head_pairs", "max_call_seqs", "max_call_tokens", "max_call_keys")
 
 
 class Subject:
@@ -79,6 +80,11 @@ class Subject:
     variants: Sequence[str] = ()
     page_sizes: Sequence[int] = ()  # with "paged_kv": the page sizes accepted
     head_pairs: Sequence[Tuple[int, int]] = ()  # with "head_size_v": the (qk, v) head sizes accepted
+    # Protocol 4: the largest attention call the subject takes (0: no limit); attncheck's cases stay
+    # within them, and a case past them is skipped (counted with its reason), never sent.
+    max_call_seqs: int = 0  # sequences per call
+    max_call_tokens: int = 0  # query tokens per call, all sequences
+    max_call_keys: int = 0  # keys per call, all sequences
     description: str = ""
     # For memory="cuda": "torch" or "cupy" tensors (default: torch when importable, else cupy).
     framework: Optional[str] = None

@@ -146,6 +146,30 @@ def test_variants_are_declared_in_protocol_4_and_left_out_before():
         assert not any(f in r["subjects"][0] for f in ("variants", "page_sizes", "head_pairs"))
 
 
+def test_call_limits_are_declared_in_protocol_4_and_left_out_before():
+    from attncheck.worker import hello
+    s = ac.subject(name="bounded", ops="attention", dtypes="fp16", max_call_seqs=8, max_call_tokens=4096,
+                   max_call_keys=2**40)(lambda call: None)
+    d = s.declaration
+    assert (d["max_call_seqs"], d["max_call_tokens"], d["max_call_keys"]) == (8, 4096, 2**40)
+    plain = ac.subject(name="plain", ops="attention", dtypes="fp16")(lambda call: None).declaration
+    assert not any(f in plain for f in ("max_call_seqs", "max_call_tokens", "max_call_keys"))
+    assert hello({"op": "hello", "protocol": 4}, [s])["subjects"][0]["max_call_seqs"] == 8
+    assert "max_call_seqs" not in hello({"op": "hello", "protocol": 3}, [s])["subjects"][0]
+
+
+@pytest.mark.parametrize("caps, message", [
+    (dict(max_call_seqs=-1), "max_call_seqs must be an integer from 0 (no limit) to 2147483647, not -1"),
+    (dict(max_call_tokens=2**31), "max_call_tokens must be an integer from 0 (no limit) to 2147483647"),
+    (dict(max_call_keys=1.5), "max_call_keys must be an integer from 0 (no limit)"),
+    (dict(max_call_seqs=True), "max_call_seqs must be an integer"),
+])
+def test_bad_call_limits_are_refused(caps, message):
+    with pytest.raises(ac.CapsError) as e:
+        ac.subject(name="bad", ops="attention", dtypes="fp16", **caps)(lambda call: None)
+    assert message in str(e.value)
+
+
 @pytest.mark.parametrize("caps, message", [
     (dict(ops="merge", variants="softcap"), "declares variants without attention or splitkv"),
     (dict(ops="attention", variants="sliding_window"),

@@ -175,3 +175,68 @@ TEST_CASE("parse_backend accepts auto, cuda, host only", "[abi_subject]") {
   CHECK_THROWS_AS(attncheck::parse_backend("gpu"), std::invalid_argument);
   CHECK(attncheck::resolve_backend(attncheck::Backend::host).backend == attncheck::Backend::host);
 }
+
+TEST_CASE("AbiSubject skips an attention call past the declared call limits, before the subject runs",
+          "[abi_subject]") {
+  // An attention subject declaring at most 2 sequences, 5 query tokens and 9 keys a call; it counts
+  // its calls and writes nothing (only the calls within the limits reach it).
+  static int calls = 0;
+  ac_subject s{};
+  s.name = "fake-bounded";
+  s.description = "test double";
+  s.caps.ops = AC_OP_ATTENTION;
+  s.caps.dtypes = AC_DTYPE_BIT(AC_DTYPE_F32);
+  s.caps.memory = AC_MEMORY_HOST;
+  s.caps.head_size_min = 1;
+  s.caps.head_size_max = 256;
+  s.caps.lse_layout = AC_LSE_TOKENS_HEADS;
+  s.caps.empty_lse_sign = -1;
+  s.caps.max_call_seqs = 2;
+  s.caps.max_call_tokens = 5;
+  s.caps.max_call_keys = 9;
+  s.attention = [](void*, const ac_attention_args*, char*, size_t) {
+    ++calls;
+    return int(AC_OK);
+  };
+  attncheck::AbiSubject subj(s, "test");
+  // One query and one key per sequence unless given: every tensor sized for its shape.
+  auto input = [](std::vector<int32_t> q, std::vector<int32_t> k) {
+    attncheck::AttentionInput in;
+    in.dtype = AC_DTYPE_F32;
+    in.num_heads = in.num_kv_heads = 1;
+    in.head_size = 1;
+    in.softmax_scale = 1;
+    int64_t tq = 0, tk = 0;
+    for (size_t i = 0; i < q.size(); ++i) tq += q[i], tk += k[i];
+    in.seqlens_q = std::move(q);
+    in.seqlens_k = std::move(k);
+    in.q.assign(size_t(tq), b(1.0f));
+    in.k.assign(size_t(tk), b(1.0f));
+    in.v.assign(size_t(tk), b(1.0f));
+    return in;
+  };
+  const struct {
+    attncheck::AttentionInput in;
+    const char* past;  // "" where the call fits
+  } cases[] = {{input({1, 4}, {4, 5}), ""},
+               {input({1, 1, 1}, {1, 1, 1}), "3 sequences, max_call_seqs 2"},
+               {input({3, 3}, {1, 1}), "6 query tokens, max_call_tokens 5"},
+               {input({1, 1}, {5, 5}), "10 keys, max_call_keys 9"}};
+  for (const auto& c : cases) {
+    const int before = calls;
+    INFO("expected: " << c.past);
+    if (*c.past == 0) {
+      subj.attention(c.in, {});
+      CHECK(calls == before + 1);
+      continue;
+    }
+    try {
+      subj.attention(c.in, {});
+      FAIL("a call past the limits reached the subject");
+    } catch (const attncheck::SubjectError& e) {
+      CHECK(e.kind == attncheck::SubjectError::Kind::unsupported);
+      CHECK(std::string(e.what()) == std::string("past fake-bounded's declared call limits: ") + c.past);
+    }
+    CHECK(calls == before);
+  }
+}

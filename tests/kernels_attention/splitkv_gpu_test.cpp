@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "device_case.h"
+#include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
 
 using namespace attncheck;
@@ -74,4 +75,38 @@ TEST_CASE("split-KV gpu: decode (T_q = 1), 16 and 64 splits, long key ranges", "
       REQUIRE(r.rc == AC_OK);
       CHECK(compare_with_exact(c, r.out, &r.lse, {}) == "");
     }
+}
+
+TEST_CASE("split-KV gpu: a fixed split size, a sequence alone and beside longer ones", "[splitkv][gpu]") {
+  // The victim (300 keys; 3 causal queries in the second case) alone and first in a batch with rows
+  // of 8192, 2000 and 77 keys. At 64 keys per split the victim's parts are [0,64) ... [256,300) in
+  // both launches (5 parts alone; 5 of the batch's 64, the rest empty for it: 8192 keys need parts
+  // of 128), so its bits agree. At equal parts (5 alone, 64 in the batch) its ranges differ, and so
+  // do its bits. Every launch within the fp64 bound.
+  uint64_t seed = 9900;
+  for (bool causal : {false, true}) {
+    const AttnCase batch = make_case(seed++, DType::bf16, 32, 8, 128, {causal ? 3 : 1, 1, 1, 2},
+                                     {300, 8192, 2000, 77}, causal, false);
+    const AttnCase alone = first_alone(batch);
+    auto run = [](const AttnCase& c, int keys) {
+      DeviceCase dc(c);
+      ac_attention_args a = dc.args(c, 0);
+      a.fold_order = AC_FOLD_LEFT;
+      a.num_splits = keys > 0 ? kern::fixed_split_count(a, keys) : c.seqlens_k.size() > 1 ? 64 : 5;
+      kern::SplitKVOptions o;
+      o.keys_per_split = keys;
+      char err[256] = {0};
+      const int rc = kern::splitkv_attention_cuda(a, o, err, sizeof err);
+      INFO("keys per split " << keys << ": " << err);
+      REQUIRE(rc == AC_OK);
+      const std::vector<uint16_t> out = dc.out.to_host();
+      const std::vector<float> lse = dc.lse.to_host();
+      CHECK(compare_with_exact(c, out, &lse, {}) == "");
+      return first_rows(c, out, lse);
+    };
+    INFO("causal " << causal);
+    CHECK(kern::fixed_split_count(host_args(batch, nullptr, nullptr, 0), kern::kFixedSplitKeys) == 64);
+    CHECK(run(batch, kern::kFixedSplitKeys) == run(alone, kern::kFixedSplitKeys));
+    CHECK_FALSE(run(batch, 0) == run(alone, 0));
+  }
 }

@@ -259,6 +259,12 @@ class Fake : public Subject {
     caps_.flags = flags;
     if (flags & AC_CAP_EMPTY_LSE_UNDEFINED) caps_.empty_lse_sign = 0;
   }
+  // Version-3 call limits (0: none).
+  void set_call_limits(int32_t seqs, int32_t tokens, int64_t keys) {
+    caps_.max_call_seqs = seqs;
+    caps_.max_call_tokens = tokens;
+    caps_.max_call_keys = keys;
+  }
 
  private:
   std::string name_, desc_;

@@ -883,6 +883,47 @@ TEST_CASE("batch_invariance: a batch the subject cannot take is skipped and coun
   fs::remove_all(dir);
 }
 
+TEST_CASE("batch_invariance: the batches stay within the subject's declared call limits",
+          "[properties][batch_invariance]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_limits_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // A correct, invariant kernel that records the largest call it was given. Declaring at most 3
+  // sequences, 40 query tokens and 50 keys a call, it is never given more (and, its cases all
+  // within them, none is skipped); undeclared, the same draws go past each limit, so the bound is
+  // the declaration's doing.
+  class Recording final : public Fake {
+   public:
+    using Fake::Fake;
+    int64_t most_seqs = 0, most_tokens = 0, most_keys = 0;
+    AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
+      int64_t tokens = 0, keys = 0;
+      for (size_t i = 0; i < in.seqlens_q.size(); ++i) tokens += in.seqlens_q[i], keys += in.seqlens_k[i];
+      most_seqs = std::max<int64_t>(most_seqs, int64_t(in.seqlens_q.size()));
+      most_tokens = std::max(most_tokens, tokens);
+      most_keys = std::max(most_keys, keys);
+      return Fake::attention(in, opt);
+    }
+  };
+  Recording bounded("attn-bounded", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  bounded.set_flags(AC_CAP_BATCH_INVARIANT);
+  bounded.set_call_limits(3, 40, 50);
+  const PropertyResult r = run("batch_invariance", bounded, dir.string());
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::passed);
+  CHECK(r.cases_run > 0);
+  CHECK(r.message.find("skipped") == std::string::npos);
+  CHECK(bounded.most_seqs == 3);
+  CHECK(bounded.most_tokens <= 40);
+  CHECK(bounded.most_keys <= 50);
+  Recording free("attn-unbounded", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  free.set_flags(AC_CAP_BATCH_INVARIANT);
+  CHECK(run("batch_invariance", free, dir.string()).status == PropertyResult::Status::passed);
+  CHECK(free.most_seqs > 3);
+  CHECK(free.most_tokens > 40);
+  CHECK(free.most_keys > 50);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("chunked_prefill: a prompt's bits whole and in chunks, declared or reported",
           "[properties][chunked_prefill]") {
   const fs::path dir = fs::temp_directory_path() / ("ac_prop_chunk_" + std::to_string(::getpid()));

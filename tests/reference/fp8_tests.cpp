@@ -66,7 +66,7 @@ int search_round(Fp8Format f, double x) {
   double best_dist = std::numeric_limits<double>::infinity();
   int best_parity = 0;
   const double ax = std::fabs(x);
-  if (ax >= above) return -1;  // every code is farther (and the distances below would round)
+  if (ax >= above) return -1;      // every code is farther (and the distances below would round)
   for (int c = 0; c < 128; ++c) {  // magnitudes; the sign is attached below
     const double v = decode_fp8(f, static_cast<uint8_t>(c));
     if (std::isnan(v) || std::isinf(v)) continue;

@@ -727,3 +727,55 @@ TEST_CASE("built-in subjects declaring variants answer served calls exactly as d
     for (size_t j = 0; j < got.lse.size(); ++j) CHECK(bits_of(got.lse[j]) == bits_of(want.lse[j]));
   }
 }
+
+TEST_CASE("protocol 4 call limits: written where declared, read back, refused when negative or older",
+          "[worker]") {
+  ac_caps c = variant_caps(0);
+  c.max_call_seqs = 8;
+  c.max_call_tokens = 4096;
+  c.max_call_keys = int64_t(1) << 40;  // past 32 bits: read as the 64-bit field it is
+  const auto j = w::caps_to_json("v", "", c);
+  CHECK(j["max_call_seqs"] == 8);
+  CHECK(j["max_call_tokens"] == 4096);
+  CHECK(j["max_call_keys"] == int64_t(1) << 40);
+  const w::DeclaredSubject d = w::caps_from_json(j, 4);
+  CHECK(d.caps.max_call_seqs == 8);
+  CHECK(d.caps.max_call_tokens == 4096);
+  CHECK(d.caps.max_call_keys == int64_t(1) << 40);
+  // None declared: none written, and 0 read (no limit).
+  const auto plain = w::caps_to_json("v", "", variant_caps(0));
+  CHECK(!plain.contains("max_call_seqs"));
+  CHECK(!plain.contains("max_call_keys"));
+  CHECK(w::caps_from_json(plain, 4).caps.max_call_seqs == 0);
+  auto refused = [](const nlohmann::json& decl, int protocol) {
+    try {
+      w::caps_from_json(decl, protocol);
+    } catch (const w::ProtocolError& e) {
+      CHECK(one_line(e.what()));
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(refused(j, 3) == "'max_call_seqs' needs protocol 4 (the worker answered protocol 3)");
+  auto bad = j;
+  bad["max_call_seqs"] = -1;
+  CHECK(refused(bad, 4) == "'max_call_seqs' -1 is out of range 0..2147483647");
+  bad = j;
+  bad["max_call_tokens"] = "many";
+  CHECK(refused(bad, 4) == "'max_call_tokens' must be an integer");
+  bad = j;
+  bad["max_call_keys"] = -5;
+  CHECK(refused(bad, 4) == "'max_call_keys' must be an integer from 0 (no limit) to 2^63 - 1");
+  // A plugin's negative limit is refused where it loads, naming the field.
+  ac_subject s{};
+  s.name = "v";
+  s.description = "";
+  s.caps = variant_caps(0);
+  s.caps.max_call_keys = -1;
+  s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
+  const std::vector<std::string> problems = ac::validate_subject(s, 3);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].find("caps.max_call_keys -1 is negative (0: no limit)") != std::string::npos);
+  s.caps.max_call_keys = 100;
+  CHECK(ac::validate_subject(s, 3).empty());
+}

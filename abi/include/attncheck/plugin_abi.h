@@ -48,7 +48,8 @@ extern "C" {
  *   2  ac_caps gains one trailing word, `flags` (AC_CAP_* bits), and attention / split-KV subjects
  *      may declare no tilings (num_tilings = 0).
  *   3  ac_caps gains trailing fields after `flags` (variants, page sizes, head-size pairs, and the
- *      FP8 words kv_dtypes and fp8, which stay 0 until attncheck judges FP8), ac_attention_args
+ *      FP8 words kv_dtypes and fp8, which stay 0 until attncheck judges FP8, and the call limits
+ *      max_call_seqs, max_call_tokens and max_call_keys), ac_attention_args
  *      trailing fields for the variants. A version-2 subject's array is read as ac_subject_v2
  *      (frozen below) and its new fields are 0; it is never called with a variant, and its calls'
  *      trailing argument fields are zero (it never reads them).
@@ -151,6 +152,9 @@ typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
  *   num_tilings                 0 .. AC_MAX_TILINGS (version 1: at least 1 for attention / split-KV)
  *   tilings[i].br, .bc          1 .. AC_MAX_TILE
  *   max_splits                  0 .. AC_MAX_SPLITS (split-KV: at least 1)
+ *   max_call_seqs               0 (no limit) or 1 .. INT32_MAX (version 3)
+ *   max_call_tokens             0 (no limit) or 1 .. INT32_MAX (version 3)
+ *   max_call_keys               0 (no limit) or 1 .. INT64_MAX (version 3)
  */
 #define AC_MAX_NAME_CHARS 64
 #define AC_MAX_PAGE_SIZE 4096   /* version 3: page_sizes[i] in 1 .. AC_MAX_PAGE_SIZE */
@@ -317,6 +321,14 @@ typedef struct {
   int32_t num_head_pairs;
   uint32_t kv_dtypes; /* FP8 (not judged yet, must be 0): K / V dtypes that differ from Q's */
   uint32_t fp8;       /* FP8 contract bits (not judged yet, must be 0) */
+  /* The largest attention / split-KV call the subject takes, each 0 for no limit: sequences,
+   * query tokens (all sequences) and keys (all sequences). The generators stay within them (a
+   * batch of batch_invariance has at most max_call_seqs sequences, neighbours are dropped until
+   * the tokens and keys fit); a case past them is never passed to the subject but skipped, counted
+   * with its reason in the property's result. */
+  int32_t max_call_seqs;
+  int32_t max_call_tokens;
+  int64_t max_call_keys;
 } ac_caps;
 #endif
 

@@ -109,12 +109,17 @@ AttentionInput gather_pages(const AttentionInput&);
 // paged. The one way every reader that wants contiguous keys (the reference, the judges, the
 // properties' cuts) gets them.
 const AttentionInput& contiguous_kv(const AttentionInput& in, AttentionInput& storage);
-// The input a subject declaring `variants` (AC_VAR_* bits) is called with: `in`, or its gathered
-// copy in `storage` when `in` is paged and the subject does not declare paged K / V. Throws
-// SubjectError (unsupported) naming `subject` and the first variant `in` uses that it does not
-// declare.
-const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants,
+// The input a subject declaring `variants` (AC_VAR_* bits) and the call limits of `caps`
+// (max_call_seqs, max_call_tokens, max_call_keys) is called with: `in`, or its gathered copy in
+// `storage` when `in` is paged and the subject does not declare paged K / V. Throws SubjectError
+// (unsupported) naming `subject` and the first variant `in` uses that it does not declare, or the
+// first declared limit the call is past (the case is then skipped and counted with that reason,
+// never passed to the subject).
+const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants, const ac_caps& caps,
                                         const std::string& subject, AttentionInput& storage);
+// The first declared call limit of `caps` that `in` is past, as "12 sequences, max_call_seqs 8",
+// or "" when it fits them all.
+std::string past_call_limits(const AttentionInput& in, const ac_caps& caps);
 
 // The first variant `in` uses that `variants` (AC_VAR_* bits) does not declare, as "a softcap
 // (AC_VAR_SOFTCAP)", or "" when it uses none. Paged K / V is left out: a subject that does not

@@ -70,6 +70,9 @@ std::string caps_string(const Subject& s) {
     if (c.variants & AC_VAR_SOFTCAP) o << "; softcap";
     if (c.variants & AC_VAR_WINDOW) o << "; sliding window";
     if (c.variants & AC_VAR_SINKS) o << "; sinks";
+    if (c.max_call_seqs > 0) o << "; at most " << c.max_call_seqs << " sequences a call";
+    if (c.max_call_tokens > 0) o << "; at most " << c.max_call_tokens << " query tokens a call";
+    if (c.max_call_keys > 0) o << "; at most " << c.max_call_keys << " keys a call";
   }
   if (c.ops & AC_OP_SPLITKV) {
     o << "; splits 1.." << c.max_splits << " folds";

@@ -150,6 +150,9 @@ json caps_to_json(const std::string& name, const std::string& description, const
     for (int32_t i = 0; i < c.num_head_pairs; ++i) p.push_back({c.head_pairs[i].qk, c.head_pairs[i].v});
     j["head_pairs"] = p;
   }
+  if (c.max_call_seqs > 0) j["max_call_seqs"] = c.max_call_seqs;
+  if (c.max_call_tokens > 0) j["max_call_tokens"] = c.max_call_tokens;
+  if (c.max_call_keys > 0) j["max_call_keys"] = c.max_call_keys;
   return j;
 }
 
@@ -271,6 +274,18 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
       s.head_pairs.push_back(
           {size_in(p[i][0], field, 1, AC_MAX_HEAD_SIZE), size_in(p[i][1], field, 1, AC_MAX_HEAD_SIZE)});
     }
+  }
+  // Version 4: the call limits, 0 (or absent) for none.
+  if (has_v4_field(j, "max_call_seqs", protocol))
+    c.max_call_seqs = size_in(j["max_call_seqs"], "max_call_seqs", 0, INT32_MAX);
+  if (has_v4_field(j, "max_call_tokens", protocol))
+    c.max_call_tokens = size_in(j["max_call_tokens"], "max_call_tokens", 0, INT32_MAX);
+  if (has_v4_field(j, "max_call_keys", protocol)) {
+    const json& v = j["max_call_keys"];
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+        v.get<int64_t>() < 0)
+      throw ProtocolError("'max_call_keys' must be an integer from 0 (no limit) to 2^63 - 1");
+    c.max_call_keys = v.get<int64_t>();
   }
   s = DeclaredSubject(s);  // points caps at the own arrays
   return s;

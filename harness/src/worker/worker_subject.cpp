@@ -147,7 +147,7 @@ class WorkerSubject final : public Subject {
     // pages is sent gathered (the same attention).
     const uint32_t declared = host_->protocol >= 4 ? d_.caps.variants : 0u;
     AttentionInput gathered;
-    const AttentionInput& in = input_for_subject(in_given, declared, d_.name, gathered);
+    const AttentionInput& in = input_for_subject(in_given, declared, d_.caps, d_.name, gathered);
     const PackedSequences seqs = pack_sequences(in);
     const size_t S = in.seqlens_q.size();
     const int64_t TQ = seqs.total_q(), H = in.num_heads, HK = in.num_kv_heads, D = in.head_size, DV = in.dv();

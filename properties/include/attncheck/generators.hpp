@@ -36,6 +36,11 @@ struct Domain {
   uint32_t variants = 0;
   std::vector<int32_t> page_sizes;
   std::vector<ac_head_pair> head_pairs;  // AC_VAR_HEAD_SIZE_V: drawn by attention_with
+  // The subject's declared call limits (ac_caps max_call_*; 0: none): rows stay within them, and
+  // attention_batch_input's batches too (at most max_call_seqs sequences, neighbours dropped until
+  // the query tokens and keys fit). Other cases past them are skipped by the subject wrapper.
+  int max_call_seqs = 0, max_call_tokens = 0;
+  int64_t max_call_keys = 0;
 };
 // The sequences a batch of attention_batch_input holds at most: on the host twins a few (each is
 // launched alone too), on a device past an H100's and H200's 132 SMs, so that batch sizes cross the
