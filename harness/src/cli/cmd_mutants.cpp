@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -35,6 +36,7 @@
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/peer_oracles.hpp"
 #include "attncheck/properties.hpp"
+#include "attncheck/pythons.hpp"
 #include "attncheck/report.hpp"
 #include "command.hpp"
 #include "common.hpp"
@@ -69,6 +71,9 @@ struct Options {
   // table's), for the margins; empty: --seed alone.
   std::vector<std::string> seed_list;
   bool quiet = false, no_correct = false, first_kill = false;
+  // --gate-property (hidden): only this gate property; how a run after a device fault gives each
+  // later CUDA property a process of its own (Isolation).
+  std::string gate_property;
   // How a failure's case is replayed: `replay --mutants` loads these subjects again.
   ReproduceContext reproduce;
 };
@@ -121,18 +126,108 @@ struct Row {
   std::map<std::string, PeerResult> peers;
 };
 
-GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
+// A device fault (a trap, an illegal address) leaves this process's CUDA context unusable: a later
+// property would "crash" at its first case on the lost context, which is no kill of its own. From
+// the first fault on, each later CUDA (mutant, seed, property) runs in a child process of its own
+// (this binary, `mutants --gate-property`), its table read back from the child's mutants.json; the
+// child's report directory, corpus included, is kept under REPORT_DIR/isolated/.
+struct Isolation {
+  bool lost = false;       // this process's CUDA context faulted
+  std::string faulted_by;  // "subject / property"
+};
+
+// -1: none; +inf: "contract" (mutants.json's first_failure_budgets).
+double budgets_from_json(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) return std::numeric_limits<double>::infinity();
+  return -1;
+}
+
+PropertyResult run_isolated(const std::string& subject, const std::string& property, const Options& o,
+                            const Isolation& iso) {
+  const std::string dir =
+      o.report_dir + "/isolated/" + subject + "-seed" + std::to_string(o.run.seed) + "-" + property;
+  std::vector<std::string> args = {"/proc/self/exe",  "mutants",
+                                   "--backend",       "cuda",
+                                   "--mutant",        subject,
+                                   "--seed",          std::to_string(o.run.seed),
+                                   "--cases",         std::to_string(o.run.cases),
+                                   "--max-keys",      std::to_string(o.run.max_keys),
+                                   "--gate-property", property,
+                                   "--no-correct",    "--quiet",
+                                   "--report-dir",    dir};
+  if (o.run.no_shrink)
+    args.push_back("--no-shrink");
+  else
+    args.insert(args.end(), {"--shrink-time", std::to_string(o.run.shrink_time)});
+  PropertyResult r;
+  r.status = PropertyResult::Status::crashed;
+  r.failure_class = "internal";
+  const auto t0 = std::chrono::steady_clock::now();
+  const CapturedRun c = run_captured(args);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!o.quiet)
+    std::fprintf(stderr, "  %-34s %-22s in a process of its own (the device faulted under %s)\n",
+                 subject.c_str(), property.c_str(), iso.faulted_by.c_str());
+  nlohmann::json rows;
+  try {
+    std::ifstream in(dir + "/mutants.json");
+    rows = nlohmann::json::parse(in);
+  } catch (const std::exception&) {
+    r.message = "its process of its own exited " + std::to_string(c.status) + " without mutants.json";
+    return r;
+  }
+  for (const auto& row : rows) {
+    if (row.value("subject", std::string()) != subject || !row.contains("gate")) continue;
+    const nlohmann::json& g = row["gate"];
+    r.cases_run = 1;
+    if (!g.value("failed", false)) {
+      r.status = PropertyResult::Status::passed;
+      r.failure_class.clear();
+      return r;
+    }
+    r.failure_class = g.value("failure_class", std::string());
+    // A crash class has no shrunk case; anything else is a failed property.
+    const bool crash = r.failure_class == "device_fault" || r.failure_class == "internal" ||
+                       r.failure_class == "transport_failed";
+    r.status = crash ? PropertyResult::Status::crashed : PropertyResult::Status::failed;
+    r.message = g.value("message", std::string());
+    r.reproduce_command = g.value("reproduce", std::string());
+    r.cases_to_first_failure = g.value("cases_to_first_failure", -1);
+    r.cases_run = std::max(1, r.cases_to_first_failure);
+    r.first_failure_budgets = budgets_from_json(g.value("first_failure_budgets", nlohmann::json()));
+    r.seconds_to_first_failure = g.value("seconds_to_first_failure", -1.0);
+    if (g.contains("counterexample")) {
+      const nlohmann::json& x = g["counterexample"];
+      r.counterexample_size = {x.value("tokens", int64_t{0}), x.value("keys", int64_t{0}),
+                               x.value("heads", int64_t{0}), x.value("head_size", int64_t{0})};
+    }
+    return r;
+  }
+  r.message = "its process of its own wrote no row for " + subject;
+  return r;
+}
+
+GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant, Isolation& iso) {
   GateOutcome g;
   g.ran = true;
   int best_cases = 0;
   bool best_met = false;
   for (const PropertyInfo& p : all_properties()) {
     if (!p.in_gate || !property_applies(p, s)) continue;
-    RunOptions run = o.run;
-    run.corpus_dir = o.report_dir + "/corpus";
-    RunConfig cfg = run_config(run);
-    cfg.reproduce = o.reproduce;
-    const PropertyResult r = run_property(p.name, s, cfg);
+    if (!o.gate_property.empty() && p.name != o.gate_property) continue;
+    // A correct kernel has no child of its own (`mutants --mutant` names mutants only).
+    if (iso.lost && s.backend() == "cuda" && !is_mutant) continue;
+    PropertyResult r;
+    if (iso.lost && s.backend() == "cuda") {
+      r = run_isolated(s.name(), p.name, o, iso);
+    } else {
+      RunOptions run = o.run;
+      run.corpus_dir = o.report_dir + "/corpus";
+      RunConfig cfg = run_config(run);
+      cfg.reproduce = o.reproduce;
+      r = run_property(p.name, s, cfg);
+    }
     g.seconds_total += r.seconds;
     const bool fail =
         r.status == PropertyResult::Status::failed || r.status == PropertyResult::Status::crashed;
@@ -141,8 +236,13 @@ GateOutcome run_gate(Subject& s, const Options& o, bool is_mutant) {
                    status_name(r.status), r.cases_run, r.seconds, fail ? "  " : "",
                    fail ? r.message.c_str() : "");
     if (!fail) continue;
-    if (r.status == PropertyResult::Status::crashed && r.failure_class == "device_fault")
+    if (r.status == PropertyResult::Status::crashed && r.failure_class == "device_fault") {
       g.device_fault = true;
+      if (s.backend() == "cuda" && !iso.lost) {
+        iso.lost = true;
+        iso.faulted_by = s.name() + " / " + p.name;
+      }
+    }
     g.failed = true;
     g.all_killers.push_back(p.name);
     const int c = r.cases_to_first_failure > 0 ? r.cases_to_first_failure : r.cases_run;
@@ -454,26 +554,25 @@ int run(Options o, const Common& common) {
 
   // 3. Run.
   if (!o.quiet) std::fprintf(stderr, "%s\n", note.c_str());
-  // A device fault (a trap, an illegal address) leaves this process's CUDA context unusable: every
-  // later GPU run would "fail" with it. Those rows are not run, never counted as kills.
-  // Mutants expected to fault the device run last, after every other row (correct twins included).
+  // A device fault leaves this process's CUDA context unusable (Isolation): later CUDA properties
+  // each run in a process of their own. Mutants expected to fault the device run last, after every
+  // other row (correct twins included), so that the others run in this process. A correct kernel
+  // after a fault (there is no child for it) is not run, never counted.
   std::stable_partition(rows.begin(), rows.end(),
                         [](const Row& r) { return r.expected.find("device fault") == std::string::npos; });
-  std::string faulted_by;
+  Isolation iso;
   for (Row& r : rows) {
     if (!r.subject) continue;
-    if (!faulted_by.empty() && r.subject->backend() == "cuda") {
-      r.gate.note =
-          "not run: the device faulted under " + faulted_by + "; run it alone with --mutant " + r.name;
+    if (iso.lost && r.number == 0 && r.subject->backend() == "cuda") {
+      r.gate.note = "not run: the device faulted under " + iso.faulted_by;
       if (!o.quiet) std::fprintf(stderr, "  %-34s %s\n", r.name.c_str(), r.gate.note.c_str());
       continue;
     }
     if (gate && r.number != 13)
-      for (size_t i = 0; i < seeds.size() && faulted_by.empty(); ++i) {
+      for (size_t i = 0; i < seeds.size(); ++i) {
         Options at = o;
         at.run.seed = seeds[i];
-        GateOutcome g = run_gate(*r.subject, at, r.number > 0);
-        if (g.device_fault) faulted_by = r.name;
+        GateOutcome g = run_gate(*r.subject, at, r.number > 0, iso);
         if (i == 0)
           r.gate = std::move(g);
         else
@@ -554,6 +653,10 @@ Command add_mutants_command(CLI::App& app, Common& common) {
       ->add_option("--shrink-time", o->run.shrink_time,
                    "seconds each failure may spend shrinking (default 20)")
       ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
+  c.app
+      ->add_option("--gate-property", o->gate_property,
+                   "only this gate property (a device-faulted run's processes of their own)")
+      ->group("");
   c.app->add_flag("--list", *list, "list the mutants and exit");
   c.app->add_flag("--quiet", o->quiet, "print only the table");
   c.run = [o, list, &common]() -> int {

@@ -376,12 +376,13 @@ void WorkerProcess::close_fds() {
   }
 }
 
-bool WorkerProcess::read_available() {
+bool WorkerProcess::read_available(bool* eof) {
   bool any = false;
   for (;;) {
     char buf[65536];
     const ssize_t n = ::read(from_worker_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && eof) *eof = true;
     if (n <= 0 || out_buf_.size() > kMaxReplyBytes) return any;
     out_buf_.append(buf, size_t(n));
     any = true;
@@ -394,6 +395,16 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
   const std::string op = request.value("op", std::string("?"));
   const std::string what =
       op + (request.contains("case_id") ? " (case " + request["case_id"].get<std::string>() + ")" : "");
+  // The worker's stdout reached its end: the worker crashed, mid-reply where part of a line came.
+  auto closed = [&]() {
+    drain_stderr(300);
+    const bool partial = !out_buf_.empty();
+    const std::string why = death_reason();
+    fail(std::string("worker crashed: ") +
+         (partial ? "closed its pipe mid-reply (" + std::to_string(out_buf_.size()) + " bytes of a line) and "
+                  : "") +
+         why + " during " + what);
+  };
   // A worker that numbers nothing cannot be told apart from one that answered twice by what it
   // sends next; what it sent with no request in flight is then refused here. A numbering worker's
   // stale line is read below and refused by its number.
@@ -483,7 +494,11 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
     if (watch_exit && !p[0].revents && (pid_fd_ >= 0 ? p[2].revents != 0 : exited())) {
       // The worker ended with its stdout still open: a process it started holds it. What it wrote
       // before ending is read first (a reply followed by an exit is still a reply).
-      if (read_available() && out_buf_.find('\n') != std::string::npos) continue;
+      // Where the pipe reached its end meanwhile (it closed after the poll), no process holds it:
+      // the worker closed it, mid-reply or not.
+      bool eof = false;
+      if (read_available(&eof) && out_buf_.find('\n') != std::string::npos) continue;
+      if (eof) closed();
       drain_stderr(300);
       const std::string why = death_reason();
       fail("worker crashed: " + why + " during " + what +
@@ -493,16 +508,7 @@ nlohmann::json WorkerProcess::call(const nlohmann::json& request, double timeout
       char buf[65536];
       const ssize_t n = ::read(from_worker_, buf, sizeof buf);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n <= 0) {
-        drain_stderr(300);
-        const bool partial = !out_buf_.empty();
-        const std::string why = death_reason();
-        fail(std::string("worker crashed: ") +
-             (partial
-                  ? "closed its pipe mid-reply (" + std::to_string(out_buf_.size()) + " bytes of a line) and "
-                  : "") +
-             why + " during " + what);
-      }
+      if (n <= 0) closed();
       out_buf_.append(buf, size_t(n));
     }
   }

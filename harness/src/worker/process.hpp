@@ -111,7 +111,9 @@ class WorkerProcess {
  private:
   std::string death_reason();  // reaps the child: "exited with status 1" / "killed by signal 6 (SIGABRT)"
   bool exited() const;         // the child has ended (not yet reaped)
-  bool read_available();       // reads what stdout holds now into out_buf_; whether it read any
+  // Reads what stdout holds now into out_buf_; whether it read any. *eof: the pipe reached its end
+  // (every writer closed it).
+  bool read_available(bool* eof = nullptr);
   // The worker, its process group and every descendant (listed from /proc before it dies).
   void kill_group();
   void drain_stderr(int timeout_ms);
