@@ -180,8 +180,8 @@ PropertyResult run_isolated(const std::string& subject, const std::string& prope
   for (const auto& row : rows) {
     if (row.value("subject", std::string()) != subject || !row.contains("gate")) continue;
     const nlohmann::json& g = row["gate"];
-    r.cases_run = 1;
     if (!g.value("failed", false)) {
+      r.cases_run = o.run.cases;  // the gate's count: mutants.json keeps none for a pass
       r.status = PropertyResult::Status::passed;
       r.failure_class.clear();
       return r;
