@@ -122,13 +122,14 @@ struct FixedAccumulator {
 
 // Softmax-weighted sum over n scores (an array of mpfr, may contain +-inf/NaN) and value rows.
 // value(j, c) gives the c-th value element of key j as a double (the stored fp16/bf16/fp32 value:
-// at most 24 significand bits, so p * v is exact in prec + 24 bits). Writes O (d elements, normalised) and
+// at most 24 significand bits, times a KV head's v_scale: at most 48; any double's 53 bits make p * v
+// exact in prec + 53 bits). Writes O (d elements, normalised) and
 // LSE. A sink (finite, or nullptr for none) is a logit whose value is 0: it joins the max and l,
 // never the accumulator, so every p stays <= 1 (what the fixed-point accumulator needs).
 struct WeightedSoftmax {
   mpfr_prec_t prec;
   Mp m, p, l, t;
-  Mp prod;  // p * v, exact: values carry at most 24 significand bits
+  Mp prod;  // p * v, exact: a value carries at most a double's 53 significand bits
   Mp vt;    // the value as an mpfr (exact)
   MpVec acc;
   FixedAccumulator fixed;
@@ -138,8 +139,8 @@ struct WeightedSoftmax {
         p(prec_),
         l(prec_),
         t(prec_),
-        prod(prec_ + 24),
-        vt(24),
+        prod(prec_ + 53),
+        vt(53),
         acc(static_cast<size_t>(d), prec_) {}
 
   // value_int(j, c), used when use_fixed, gives value(j, c) * 2^fixed_shift as an exact integer.
@@ -206,7 +207,7 @@ struct WeightedSoftmax {
       for (int c = 0; c < d; ++c) {
         const double v = value(j, c);
         if (v == 0) continue;          // adds exactly nothing
-        mpfr_set_d(vt, v, MPFR_RNDN);  // exact (<= 24 bits); inf and NaN carry through
+        mpfr_set_d(vt, v, MPFR_RNDN);  // exact (a double); inf and NaN carry through
         mpfr_mul(prod, p, vt, MPFR_RNDN);
         mpfr_add(acc[c], acc[c], prod, MPFR_RNDN);
       }
@@ -366,6 +367,15 @@ void validate(const AttentionProblem& pb) {
          std::to_string(pb.num_heads) + " (one per query head, or none)");
   for (size_t i = 0; i < pb.sinks.size(); ++i)
     if (!std::isfinite(pb.sinks[i])) fail("sinks[" + std::to_string(i) + "] is not finite");
+  for (const auto& [scales, name] : {std::pair{&pb.k_scale, "k_scale"}, std::pair{&pb.v_scale, "v_scale"}}) {
+    if (!scales->empty() && static_cast<int64_t>(scales->size()) != pb.num_kv_heads)
+      fail(std::string(name) + " has " + std::to_string(scales->size()) + " values, num_kv_heads is " +
+           std::to_string(pb.num_kv_heads) + " (one per KV head, or none)");
+    for (size_t i = 0; i < scales->size(); ++i)
+      if (!std::isfinite((*scales)[i]) || !((*scales)[i] > 0))
+        fail(std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string((*scales)[i]) +
+             " (must be finite and > 0)");
+  }
   if (spec(pb.dtype).storage_bits == 16) {
     auto check16 = [&](const std::vector<uint32_t>& t, const char* name) {
       for (uint32_t b : t)
@@ -394,7 +404,8 @@ struct KvSlice {
   std::vector<double> k;       // [tk, d], exact
   std::vector<int64_t> k_int;  // fp16 only: k * 2^24, exact integers
   std::vector<uint8_t> k_finite;
-  std::vector<double> v;  // [tk, dv], exact
+  std::vector<double> v;  // [tk, dv], exact (times the KV head's v_scale)
+  double k_scale = 1;     // the KV head's k_scale, applied to its scores with the softmax scale
   // Values as exact integers v * 2^v_shift (0 where not finite), when the slice's finite nonzero
   // values span at most 62 bits (always for fp16; typical bf16/fp32 activations too).
   bool v_fixed_ok = false;
@@ -419,7 +430,8 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   if (fp16) {
     kv.k_int.resize(n);
   }
-  const int prec_v = spec(pb.dtype).precision;
+  kv.k_scale = k_scale_of(pb, kv_head);
+  const double v_scale = v_scale_of(pb, kv_head);
   int max_e = std::numeric_limits<int>::min(), min_lsb = std::numeric_limits<int>::max();
   for (int32_t j = 0; j < tk; ++j) {
     const size_t base = (static_cast<size_t>(k_begin + j) * pb.num_kv_heads + kv_head) * d;
@@ -432,14 +444,14 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
     }
     const size_t vbase = (static_cast<size_t>(k_begin + j) * pb.num_kv_heads + kv_head) * dv;
     for (int c = 0; c < dv; ++c) {
-      const double vd = decode(pb.dtype, pb.v[vbase + c]);
+      const double vd = decode(pb.dtype, pb.v[vbase + c]) * v_scale;  // exact (above)
       kv.v[static_cast<size_t>(j) * dv + c] = vd;
       if (!std::isfinite(vd)) kv.v_finite[j] = 0;
       if (std::isfinite(vd) && vd != 0) {
         int e = 0;
-        std::frexp(vd, &e);  // |vd| in [2^(e-1), 2^e): an integer multiple of 2^(e - p)
+        std::frexp(vd, &e);  // |vd| in [2^(e-1), 2^e), an odd integer times 2^quantum_exponent
         max_e = std::max(max_e, e);
-        min_lsb = std::min(min_lsb, e - prec_v);
+        min_lsb = std::min(min_lsb, detail::quantum_exponent(vd));
       }
     }
   }
@@ -543,7 +555,7 @@ struct RowEngine {
       if (!mask_row || mask_row[j]) visible.push_back(static_cast<int32_t>(j));
     if (scores.size() < visible.size())
       scores.resize(std::max<size_t>(visible.size(), static_cast<size_t>(tk)), prec);
-    const double scale = static_cast<double>(pb.softmax_scale);
+    const double scale = static_cast<double>(pb.softmax_scale) * kv.k_scale;  // exact: two floats
     const double softcap = static_cast<double>(pb.softcap);
     for (size_t i = 0; i < visible.size(); ++i)
       score(scores[i], pb.dtype, qr, kv, visible[i], scale, softcap);

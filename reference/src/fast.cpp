@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "attncheck/reference/offsets.hpp"
+#include "precision_internal.hpp"
 
 namespace attncheck::ref {
 namespace {
@@ -52,16 +53,8 @@ constexpr int64_t kChunk = 256;  // keys per PV GEMM (see the chunked sum below)
 
 double gamma_n(double n) { return n * kU / (1 - n * kU); }
 
-// x != 0 finite is an odd integer times 2^quantum_exponent(x).
-constexpr int kNoQuantum = std::numeric_limits<int>::max();  // for 0: contributes nothing
-int quantum_exponent(double x) {
-  if (x == 0) return kNoQuantum;
-  const auto bits = std::bit_cast<uint64_t>(x);
-  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
-  const uint64_t mant = bits & ((uint64_t{1} << 52) - 1);
-  if (biased == 0) return -1074 + __builtin_ctzll(mant);               // subnormal double: mant 2^-1074
-  return biased - 1075 + __builtin_ctzll(mant | (uint64_t{1} << 52));  // (2^52 + mant) 2^(biased - 1075)
-}
+using detail::kNoQuantum;
+using detail::quantum_exponent;
 
 using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -91,8 +84,10 @@ struct Slice {
   int64_t q_begin = 0, mask_begin = 0;
   int32_t tq = 0, tk = 0, kv_head = 0;
   int dv = 0;                 // V's head size
+  double k_scale = 1;         // the KV head's k_scale (scores) ...
   RowMat k;                   // [tk, d]; non-finite entries replaced by 0 (rows that see them are escalated)
-  RowMat vaug;                // [tk, 2 dv + 1] = [v | 1 | |v|], non-finite v replaced by 0
+  RowMat vaug;                // [tk, 2 dv + 1] = [v | 1 | |v|], non-finite v replaced by 0; v times
+                              // the KV head's v_scale (exact: AttentionProblem)
   std::vector<double> kmax;   // max_j |k_jc| over the slice's finite keys
   double knorm_max = 0;       // >= max_j ||k_j||_2 over the finite keys
   std::vector<int> kquantum;  // min_j quantum_exponent(k_jc) over the finite keys
@@ -108,6 +103,8 @@ void load_slice(const AttentionProblem& pb, const SequenceOffsets& off, size_t s
   sl.tk = pb.seqlens_k[seq];
   sl.kv_head = kv_head;
   sl.dv = dv;
+  sl.k_scale = k_scale_of(pb, kv_head);
+  const double v_scale = v_scale_of(pb, kv_head);
   sl.k.resize(sl.tk, d);
   sl.vaug.resize(sl.tk, 2 * dv + 1);
   sl.kmax.assign(static_cast<size_t>(d), 0.0);
@@ -124,7 +121,7 @@ void load_slice(const AttentionProblem& pb, const SequenceOffsets& off, size_t s
       sl.k(j, c) = std::isfinite(kc) ? kc : 0.0;
     }
     for (int c = 0; c < dv; ++c) {
-      const double vc = dec(pb.v[key * dv + c]);
+      const double vc = dec(pb.v[key * dv + c]) * v_scale;
       finite = finite && std::isfinite(vc);
       sl.vaug(j, c) = std::isfinite(vc) ? vc : 0.0;
       sl.vaug(j, dv + 1 + c) = std::fabs(sl.vaug(j, c));
@@ -165,7 +162,9 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
                    int32_t count, const Params& par, Workspace& ws) {
   const int d = pb.head_size, dv = sl.dv;
   const int64_t tk = sl.tk;
-  const double scale = static_cast<double>(pb.softmax_scale);
+  // The softmax scale times the KV head's k_scale: a product of two floats, exact in double, so the
+  // one rounding of s = scale * S below is still the only one.
+  const double scale = static_cast<double>(pb.softmax_scale) * sl.k_scale;
   const double cap = static_cast<double>(pb.softcap);  // 0: no cap
   const bool has_sink = !pb.sinks.empty();
   const double sink = has_sink ? static_cast<double>(pb.sinks[static_cast<size_t>(head)]) : 0.0;  // exact

@@ -2,11 +2,25 @@
 #pragma once
 #include <mpfr.h>
 
+#include <bit>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "attncheck/reference/precision.hpp"
 
 namespace attncheck::ref::detail {
+
+// x != 0 finite is an odd integer times 2^quantum_exponent(x).
+constexpr int kNoQuantum = std::numeric_limits<int>::max();  // for 0: contributes nothing
+inline int quantum_exponent(double x) {
+  if (x == 0) return kNoQuantum;
+  const auto bits = std::bit_cast<uint64_t>(x);
+  const auto biased = static_cast<int>((bits >> 52) & 0x7ff);
+  const uint64_t mant = bits & ((uint64_t{1} << 52) - 1);
+  if (biased == 0) return -1074 + __builtin_ctzll(mant);               // subnormal double: mant 2^-1074
+  return biased - 1075 + __builtin_ctzll(mant | (uint64_t{1} << 52));  // (2^52 + mant) 2^(biased - 1075)
+}
 
 // Applies the precision on this thread and returns the working precision in bits.
 mpfr_prec_t working_prec();

@@ -26,8 +26,9 @@ std::vector<uint32_t> h16v(std::initializer_list<double> xs) {
 
 AttentionProblem problem(int32_t h, int32_t hkv, int32_t d, std::vector<int32_t> tq,
                          std::vector<int32_t> tk) {
-  AttentionProblem pb{Format::fp16, h,  hkv, d, std::move(tq), std::move(tk), false, {}, 1.0f, {}, {}, {}, 0,
-                      0.0f,         -1, -1,  {}};
+  AttentionProblem pb{
+      Format::fp16, h,  hkv, d, std::move(tq), std::move(tk), false, {}, 1.0f, {}, {}, {}, 0, 0.0f, -1,
+      -1,           {}, {},  {}};
   int64_t nq = 0, nk = 0;
   for (auto t : pb.seqlens_q) nq += t;
   for (auto t : pb.seqlens_k) nk += t;
@@ -749,4 +750,83 @@ TEST_CASE("every variant at once: rows agree, and so do both accumulations", "[a
         for (size_t c = 0; c < 5; ++c) CHECK(abs(a[at].o[c] - b[at].o[c]) <= ldexp(Real(1), -170));
       }
   }
+}
+
+TEST_CASE("k_scale and v_scale: the attention of the scaled values, per KV head", "[attention][scales]") {
+  // One query, two keys, d = 1: q = 1, k = (1, 0), v = (2, 4), softmax scale 1. With k_scale c and
+  // v_scale w the kernel was given k = (c, 0) and v = (2w, 4w): scores (c, 0), so
+  // O = w (2 e^c + 4) / (e^c + 1) and LSE = log(e^c + 1); w leaves the LSE alone.
+  AttentionProblem pb = problem(1, 1, 1, {1}, {2});
+  set_q(pb, 0, 0, 0, 1.0);
+  set_k(pb, 0, 0, 0, 1.0);
+  set_k(pb, 1, 0, 0, 0.0);
+  set_v(pb, 0, 0, 0, 2.0);
+  set_v(pb, 1, 0, 0, 4.0);
+  for (const auto& [c, w] : {std::pair{0.1f, 3.0f}, std::pair{2.0f, 0.0078125f}, std::pair{1.7f, 0.3f}}) {
+    pb.k_scale = {c};
+    pb.v_scale = {w};
+    const long double ec = std::exp(static_cast<long double>(c));
+    const double o = static_cast<double>(static_cast<long double>(w) * (2 * ec + 4) / (ec + 1));
+    const double lse = static_cast<double>(std::log(ec + 1));
+    const ExactRow r = exact_attention_row(pb, 0, 0);
+    INFO("k_scale " << c << ", v_scale " << w);
+    CHECK(near(r.o[0], o, 1e-14));
+    CHECK(near(r.lse, lse, 1e-14));
+  }
+}
+
+TEST_CASE("k_scale and v_scale equal the same values stored pre-scaled, bit for bit", "[attention][scales]") {
+  // Two KV heads with their own factors (0.75 and 1.5 for K, 1.25 and 0.5 for V; GQA group 2):
+  // fp32 values of at most 8 significant bits times those factors are exact in fp32, so a
+  // problem holding the products must give the same exact rows. A factor read at the query head
+  // (or the other KV head) would change them.
+  const AttentionProblem base = random_problem(Format::fp32, 4, 2, 8, 3, 5, 77);
+  AttentionProblem scaled = base, stored = base;
+  for (auto* t : {&scaled.q, &scaled.k, &scaled.v})
+    for (auto& b : *t) b = round_to_format(Format::bf16, decode(Format::fp32, b)) << 16;  // 8 bits
+  stored = scaled;
+  scaled.k_scale = {0.75f, 1.5f};
+  scaled.v_scale = {1.25f, 0.5f};
+  const int d = base.head_size;
+  for (size_t i = 0; i < stored.k.size(); ++i) {
+    const size_t g = (i / static_cast<size_t>(d)) % 2;
+    stored.k[i] = round_to_format(Format::fp32, decode(Format::fp32, stored.k[i]) * scaled.k_scale[g]);
+    stored.v[i] = round_to_format(Format::fp32, decode(Format::fp32, stored.v[i]) * scaled.v_scale[g]);
+    CHECK(decode(Format::fp32, stored.k[i]) == decode(Format::fp32, scaled.k[i]) * scaled.k_scale[g]);
+  }
+  const std::vector<ExactRow> a = exact_attention(scaled), b = exact_attention(stored);
+  REQUIRE(a.size() == b.size());
+  int differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    differ += a[i].lse != b[i].lse;
+    for (size_t c = 0; c < a[i].o.size(); ++c) differ += a[i].o[c] != b[i].o[c];
+  }
+  CHECK(differ == 0);
+  // Swapping the two heads' factors changes the rows.
+  AttentionProblem swapped = scaled;
+  std::swap(swapped.k_scale[0], swapped.k_scale[1]);
+  CHECK(exact_attention(swapped)[0].lse != a[0].lse);
+}
+
+TEST_CASE("k_scale and v_scale are validated", "[attention][validate][scales]") {
+  AttentionProblem pb = problem(2, 2, 1, {1}, {1});
+  const auto message = [&] {
+    try {
+      validate(pb);
+    } catch (const ReferenceError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  pb.k_scale = {1.0f};
+  CHECK(message().find("k_scale has 1 values, num_kv_heads is 2") != std::string::npos);
+  pb.k_scale = {1.0f, 0.0f};
+  CHECK(message().find("k_scale[1] = 0.000000 (must be finite and > 0)") != std::string::npos);
+  pb.k_scale = {1.0f, 2.0f};
+  pb.v_scale = {-1.0f, 1.0f};
+  CHECK(message().find("v_scale[0] = -1.000000") != std::string::npos);
+  pb.v_scale = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  CHECK(message().find("v_scale[1]") != std::string::npos);
+  pb.v_scale = {1.0f, 2.0f};
+  CHECK(message().empty());
 }

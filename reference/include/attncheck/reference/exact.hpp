@@ -69,11 +69,26 @@ struct AttentionProblem {
   //   sinks: empty, or one finite logit per query head, in the units of the scaled (and capped)
   //     scores: e^sink joins the softmax denominator only (a key whose value is 0). LSE =
   //     log(e^sink + sum_j e^s_j); a row with no visible key has O = 0 and LSE = sink.
+  //   k_scale / v_scale: empty, or one positive finite factor per KV head: the kernel was given
+  //     each stored K (V) element of that head times the factor, as an FP8 cache's descales give
+  //     it. K's factor multiplies the head's scores with the softmax scale (their product of two
+  //     floats is exact in double), V's each decoded element (a value of at most 24 significant
+  //     bits times a float: exact in double), so the reference is that of the scaled values,
+  //     exactly.
   int32_t head_size_v = 0;
   float softcap = 0.0f;
   int32_t window_left = -1, window_right = -1;
   std::vector<float> sinks;
+  std::vector<float> k_scale, v_scale;
 };
+
+// KV head h's K (V) factor: 1 where the problem has none.
+inline double k_scale_of(const AttentionProblem& pb, int32_t kv_head) {
+  return pb.k_scale.empty() ? 1.0 : static_cast<double>(pb.k_scale[static_cast<size_t>(kv_head)]);
+}
+inline double v_scale_of(const AttentionProblem& pb, int32_t kv_head) {
+  return pb.v_scale.empty() ? 1.0 : static_cast<double>(pb.v_scale[static_cast<size_t>(kv_head)]);
+}
 
 // V's and O's head size: head_size_v, or head_size when head_size_v is 0.
 inline int32_t value_head_size(const AttentionProblem& pb) {
@@ -83,7 +98,8 @@ inline int32_t value_head_size(const AttentionProblem& pb) {
 // Throws ReferenceError naming the problem: head counts/size <= 0, h % h_kv != 0, seqlens_q/k
 // sizes differ, negative lengths, q/k/v/mask sizes not matching the shape, fp16/bf16 bit patterns
 // above 16 bits, non-finite softmax_scale, a negative or non-finite softcap, head_size_v < 0, a
-// window side below -1, sinks neither empty nor num_heads finite values.
+// window side below -1, sinks neither empty nor num_heads finite values, k_scale / v_scale neither
+// empty nor num_kv_heads positive finite values.
 void validate(const AttentionProblem&);
 
 struct ExactRow {
