@@ -226,8 +226,11 @@ void expect_size(size_t got, int64_t want, const std::string& what) {
 
 void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
   if (d == AC_DTYPE_F32) return;
+  const uint32_t top = dtype_bytes(d) == 1 ? 0xffu : 0xffffu;
   for (uint32_t e : b)
-    if (e > 0xffffu) throw CaseError(what + ": 16-bit element with bits above 0xffff");
+    if (e > top)
+      throw CaseError(what + ": " + std::to_string(8 * dtype_bytes(d)) + "-bit element with bits above " +
+                      (top == 0xffu ? "0xff" : "0xffff"));
 }
 
 // The options' fold order is written as "fold_order", the worker protocol's word for it; files
@@ -352,10 +355,16 @@ std::string case_text(const Case& c, bool splice) {
       in["max_blocks"] = a.max_blocks;
       in["block_table"] = a.block_table;
     }
+    if (a.fp8_kv()) {
+      in["kv_dtype"] = kv_dtype_name(a.kv_dtype);
+      in["k_descale"] = encode_floats(a.k_descale);
+      in["v_descale"] = encode_floats(a.v_descale);
+    }
+    const int wkv = dtype_bytes(a.k_dtype());
     in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
     in["q"] = tensor("q", encode_elements(a.q, w));
-    in["k"] = tensor("k", encode_elements(a.k, w));
-    in["v"] = tensor("v", encode_elements(a.v, w));
+    in["k"] = tensor("k", encode_elements(a.k, wkv));
+    in["v"] = tensor("v", encode_elements(a.v, wkv));
     if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
   }
   j["input"] = std::move(in);
@@ -459,6 +468,15 @@ Case case_from_json(const std::string& text) {
     a.window_left = int32_t(get_int_or(in, "window_left", w, -1, kMaxDim, -1));
     a.window_right = int32_t(get_int_or(in, "window_right", w, -1, kMaxDim, -1));
     if (in.contains("sinks")) a.sinks = decode_floats(get_string(in, "sinks", w), "input.sinks");
+    if (in.contains("kv_dtype")) {
+      const std::string name = get_string(in, "kv_dtype", w);
+      const auto kv = kv_dtype_from(name);
+      if (!kv)
+        throw CaseError("input.kv_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
+      a.kv_dtype = *kv;
+      a.k_descale = decode_floats(get_string(in, "k_descale", w), "input.k_descale");
+      a.v_descale = decode_floats(get_string(in, "v_descale", w), "input.v_descale");
+    }
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));
@@ -491,15 +509,16 @@ Case case_from_json(const std::string& text) {
     }
     if (const std::string why = attention_variant_problem(a); !why.empty()) throw CaseError("input." + why);
     a.q = decode_elements(get_string(in, "q", w), eb, "input.q");
-    a.k = decode_elements(get_string(in, "k", w), eb, "input.k");
-    a.v = decode_elements(get_string(in, "v", w), eb, "input.v");
+    const int ekv = dtype_bytes(a.k_dtype());
+    a.k = decode_elements(get_string(in, "k", w), ekv, "input.k");
+    a.v = decode_elements(get_string(in, "v", w), ekv, "input.v");
     const int64_t kv_rows = a.paged() ? checked_product({a.num_pages, a.page_size}, w) : total_k;
     expect_size(a.q.size(), checked_product({total_q, a.num_heads, a.head_size}, w), "input.q");
     expect_size(a.k.size(), checked_product({kv_rows, a.num_kv_heads, a.head_size}, w), "input.k");
     expect_size(a.v.size(), checked_product({kv_rows, a.num_kv_heads, a.dv()}, w), "input.v");
     check_half_bits(a.q, dtype, "input.q");
-    check_half_bits(a.k, dtype, "input.k");
-    check_half_bits(a.v, dtype, "input.v");
+    check_half_bits(a.k, a.k_dtype(), "input.k");
+    check_half_bits(a.v, a.k_dtype(), "input.v");
     c.input = std::move(a);
   }
   return c;
@@ -631,6 +650,23 @@ std::string attention_variant_problem(const AttentionInput& a) {
     for (size_t i = 0; i < a.sinks.size(); ++i)
       if (!std::isfinite(a.sinks[i])) return "sinks[" + std::to_string(i) + "] is not finite";
   }
+  if (a.fp8_kv()) {
+    for (const auto& [d, name] :
+         {std::pair{&a.k_descale, "k_descale"}, std::pair{&a.v_descale, "v_descale"}}) {
+      if (d->size() != 1 && d->size() != size_t(a.num_kv_heads))
+        return std::string(name) + " has " + std::to_string(d->size()) +
+               " values: one (per tensor) or one per KV head (" + std::to_string(a.num_kv_heads) + ") needed";
+      for (size_t i = 0; i < d->size(); ++i)
+        if (!std::isfinite((*d)[i]) || !((*d)[i] > 0.0f))
+          return std::string(name) + "[" + std::to_string(i) + "] " +
+                 json_fields::printable(std::to_string((*d)[i])) + " is not positive and finite";
+    }
+    if (a.k_descale.size() != a.v_descale.size())
+      return "k_descale and v_descale differ in granularity (" + std::to_string(a.k_descale.size()) +
+             " and " + std::to_string(a.v_descale.size()) + " values)";
+  } else if (!a.k_descale.empty() || !a.v_descale.empty()) {
+    return "k_descale and v_descale need an FP8 kv_dtype";
+  }
   if (!a.paged()) {
     if (a.num_pages || a.max_blocks || !a.block_table.empty())
       return "num_pages, max_blocks and block_table need page_size > 0";
@@ -698,9 +734,20 @@ std::string past_call_limits(const AttentionInput& in, const ac_caps& caps) {
   return "";
 }
 
+std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
+  if (!in.fp8_kv()) return "";
+  if (!(caps.kv_dtypes & AC_DTYPE_BIT(in.kv_dtype)))
+    return std::string("an FP8 KV cache in ") + kv_dtype_name(in.kv_dtype) + " (caps.kv_dtypes)";
+  if (in.k_descale.size() > 1 && !(caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
+    return "descales per KV head (AC_FP8_DESCALE_PER_KV_HEAD)";
+  return "";
+}
+
 const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants, const ac_caps& caps,
                                         const std::string& subject, AttentionInput& storage) {
   if (const std::string what = undeclared_variant(in, variants); !what.empty())
+    throw SubjectError(SubjectError::Kind::unsupported, subject + " does not declare " + what);
+  if (const std::string what = undeclared_fp8(in, caps); !what.empty())
     throw SubjectError(SubjectError::Kind::unsupported, subject + " does not declare " + what);
   if (const std::string past = past_call_limits(in, caps); !past.empty())
     throw SubjectError(SubjectError::Kind::unsupported,

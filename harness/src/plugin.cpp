@@ -120,7 +120,8 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
       AC_DTYPE_BIT(AC_DTYPE_F32) | AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
   const uint32_t fp8_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
   if (c.dtypes == 0) bad("declares no dtype (caps.dtypes = 0)");
-  if (c.dtypes & fp8_dtypes) bad("declares an FP8 dtype, which this attncheck does not judge yet");
+  if (c.dtypes & fp8_dtypes)
+    bad("declares an FP8 dtype in caps.dtypes (Q's and O's); an FP8 KV cache is caps.kv_dtypes");
   if (c.dtypes & ~(known_dtypes | fp8_dtypes)) bad("unknown bits in caps.dtypes");
   if (c.memory != AC_MEMORY_HOST && c.memory != AC_MEMORY_CUDA) bad("caps.memory is neither host nor cuda");
   // The ranges of plugin_abi.h (AC_MAX_*): each bounds what the declaration makes attncheck
@@ -163,8 +164,11 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   if (c.variants & ~uint32_t(AC_VAR_KNOWN_V3)) bad("unknown bits in caps.variants");
   if (c.variants && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
     bad("caps.variants declared by a subject without attention or split-KV");
-  if (c.kv_dtypes || c.fp8)
-    bad("caps.kv_dtypes and caps.fp8 (FP8) must be 0: this attncheck does not judge FP8 yet");
+  if (c.kv_dtypes & ~fp8_dtypes) bad("caps.kv_dtypes holds a bit other than AC_DTYPE_E4M3 and AC_DTYPE_E5M2");
+  if (c.fp8 & ~uint32_t(AC_FP8_KNOWN)) bad("unknown bits in caps.fp8");
+  if (c.fp8 && !c.kv_dtypes) bad("caps.fp8 declared without an FP8 KV dtype in caps.kv_dtypes");
+  if (c.kv_dtypes && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
+    bad("caps.kv_dtypes declared by a subject without attention or split-KV");
   if (c.max_call_seqs < 0)
     bad("caps.max_call_seqs " + std::to_string(c.max_call_seqs) + " is negative (0: no limit)");
   if (c.max_call_tokens < 0)

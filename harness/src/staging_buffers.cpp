@@ -20,6 +20,8 @@ std::vector<unsigned char> pack(ac_dtype d, const Bits& bits) {
   for (size_t i = 0; i < bits.size(); ++i) {
     if (es == 4) {
       std::memcpy(&out[i * 4], &bits[i], 4);
+    } else if (es == 1) {
+      out[i] = static_cast<unsigned char>(bits[i]);
     } else {
       const uint16_t h = uint16_t(bits[i]);
       std::memcpy(&out[i * 2], &h, 2);
@@ -34,6 +36,8 @@ Bits unpack(ac_dtype d, const std::vector<unsigned char>& bytes) {
   for (size_t i = 0; i < out.size(); ++i) {
     if (es == 4) {
       std::memcpy(&out[i], &bytes[i * 4], 4);
+    } else if (es == 1) {
+      out[i] = bytes[i];
     } else {
       uint16_t h;
       std::memcpy(&h, &bytes[i * 2], 2);

@@ -75,4 +75,21 @@ AC_HD float round_through(DType t, float f) { return load_as_float(t, store_from
 
 inline int dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
 
+// An FP8 KV cache's codes (ac_dtype AC_DTYPE_E4M3 = 3: e4m3fn, 4 exponent bits with bias 7, 3
+// mantissa bits, no infinity, NaN 0x7f / 0xff, largest 448; AC_DTYPE_E5M2 = 4: 5 and 2 bits, bias
+// 15, IEEE infinities and NaNs, largest 57344), decoded exactly: every value is a float.
+AC_HD float fp8_to_float(int kv_dtype, uint8_t code) {
+  const bool e5m2 = kv_dtype == 4;
+  const int mant_bits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  const uint32_t sign = uint32_t(code & 0x80u) << 24;
+  const uint32_t exp = (code & 0x7fu) >> mant_bits, mant = code & ((1u << mant_bits) - 1u);
+  if (e5m2 && exp == 0x1fu) return bits_float(sign | 0x7f800000u | (mant << 21));  // inf, nan
+  if (!e5m2 && (code & 0x7fu) == 0x7fu) return bits_float(0x7fc00000u);            // nan
+  if (exp == 0) {  // subnormal: mant 2^(1 - bias - mant_bits), exact in float
+    const float v = float(mant) * (e5m2 ? 0x1p-16f : 0x1p-9f);
+    return sign ? -v : v;
+  }
+  return bits_float(sign | ((exp - uint32_t(bias) + 127u) << 23) | (mant << (23 - mant_bits)));
+}
+
 }  // namespace attncheck::kern

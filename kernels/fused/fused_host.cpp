@@ -72,6 +72,14 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
   if (total_q > 0 && (!a.q || !a.out)) AC_REFUSE("fused attention: null q or out");
   if (total_k > 0 && (!a.k || !a.v)) AC_REFUSE("fused attention: null k or v");
   if (a.mask && !a.cu_mask) AC_REFUSE("fused attention: mask without cu_mask");
+  if (fused::fp8_kv(a)) {
+    if (!twin) AC_REFUSE("fused attention: an FP8 KV cache is read by the host twin only");
+    if (!a.k_descale || !a.v_descale)
+      AC_REFUSE("fused attention: an FP8 KV cache without k_descale / v_descale");
+    if (a.descale_granularity != 0 && a.descale_granularity != 1)
+      AC_REFUSE("fused attention: descale_granularity %d (0 per tensor, 1 per KV head)",
+                a.descale_granularity);
+  }
   return fused_check_variants(a, err, err_len, twin);
 }
 
@@ -186,6 +194,12 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::softcap_before_scale:
       fused_host_rows<Mutation::softcap_before_scale>(a, o, br, bc);
+      break;
+    case Mutation::fp8_v_descale_ignored:
+      fused_host_rows<Mutation::fp8_v_descale_ignored>(a, o, br, bc);
+      break;
+    case Mutation::fp8_descale_by_query_head:
+      fused_host_rows<Mutation::fp8_descale_by_query_head>(a, o, br, bc);
       break;
     case Mutation::v_head_from_qk:
       fused_host_rows<Mutation::v_head_from_qk>(a, o, br, bc);

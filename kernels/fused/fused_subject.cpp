@@ -6,6 +6,7 @@
 // varlen, GQA, the tilings of kFusedTilings; paged K / V (kFusedPageSizes), softcap, sliding
 // window and sinks; the host twins also V's own head size (kFusedTwinHeadPairs). Host twins run
 // where no GPU is present.
+//   fused-fp8kv (host twin only) fused's contract with K and V from an FP8 cache (fused_twin.h)
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>
 
@@ -72,6 +73,14 @@ ac_caps with_fused_variants(ac_caps c) {
   return c;
 }
 
+// The host twin reading an FP8 KV cache (fused_twin.h): e4m3fn and e5m2, descales per tensor or
+// per KV head. The CUDA kernels read K and V in Q's dtype only.
+ac_caps with_fp8_kv_cache(ac_caps c) {
+  c.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  c.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
+  return c;
+}
+
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
   if (cuda) return;
@@ -89,6 +98,12 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
                  cuda ? "fused attention forward, base-2 LSE, empty -inf"
                       : "fused attention forward, host twin, base-2 LSE, empty -inf",
                  with_fused_variants(fused_caps(cuda, 2, -1)), nullptr, nullptr, run_fused, &self[2]});
+  if (!cuda)
+    out.push_back({"fused-fp8kv",
+                   "fused attention forward, host twin, K and V from an FP8 cache (e4m3fn or e5m2, descales "
+                   "per tensor or per KV head), natural LSE, empty -inf",
+                   with_fp8_kv_cache(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
+                   run_fused, &self[0]});
 }
 
 }  // namespace attncheck::kern

@@ -3,7 +3,9 @@
 // decodes a call's tensors once, views one (sequence, head), and walks it as the CUDA kernel
 // does, row tiles of Br, key tiles of Bc from the start of the key range, with the per-element math
 // of fused_math.h. Rounding points as on the GPU: the dot product in fp32, P rounded to the input
-// type before P V, m / l / O in fp32. It does not match the GPU bit for bit (the tensor core sums
+// type before P V, m / l / O in fp32. An FP8 KV cache (twins only): codes decoded exactly, K's
+// descale folded into the softmax scale (one fp32 rounding), V's multiplied into each value (one
+// fp32 rounding each). It does not match the GPU bit for bit (the tensor core sums
 // in another order, exp2 differs), it computes the same function with the same hazards.
 // V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q head_size; nothing else changes.
 // Mutation switch: decode_args<M>, head_view<M> and twin_row_tile<M> take the fused::Mutation of
@@ -76,6 +78,16 @@ inline int head_size_v_of(const ac_attention_args& a) {
   return a.head_size_v > 0 ? a.head_size_v : a.head_size;
 }
 
+// Whether a call's K and V are an FP8 cache (kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2).
+inline bool fp8_kv(const ac_attention_args& a) {
+  return a.kv_dtype == AC_DTYPE_E4M3 || a.kv_dtype == AC_DTYPE_E5M2;
+}
+// KV head kvh's descale: one per tensor (granularity 0) or one per KV head (1); host memory (the
+// twins' calls).
+inline float descale_of(const ac_attention_args& a, const float* d, int kvh) {
+  return a.descale_granularity == 1 ? d[kvh] : d[0];
+}
+
 // M: mutant 25 (fused_math.h v_row_elems) reads V rows of the QK head size; what lies past V's
 // last element then reads as NaN here (on the GPU, whatever memory follows V).
 template <Mutation M = Mutation::none>
@@ -95,8 +107,24 @@ TwinArgs decode_args(const ac_attention_args& a) {
   const int64_t kv_rows =
       a.page_size > 0 ? int64_t(a.num_pages) * a.page_size : a.cu_seqlens_k_host[a.num_seqs];
   x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
-  x.k = decode_tensor(x.dtype, a.k, kv_rows * x.hkv * x.d);
-  x.v = decode_tensor(x.dtype, a.v, kv_rows * x.hkv * x.dv);
+  if (fp8_kv(a)) {
+    // An FP8 cache: K's codes decoded exactly (its descale joins the softmax scale, head_view), V's
+    // decoded and multiplied by their KV head's descale in fp32 (one rounding each), as a kernel
+    // that dequantises V tiles does.
+    const auto* kc = static_cast<const uint8_t*>(a.k);
+    const auto* vc = static_cast<const uint8_t*>(a.v);
+    x.k.resize(size_t(kv_rows * x.hkv * x.d));
+    for (size_t i = 0; i < x.k.size(); ++i) x.k[i] = fp8_to_float(int(a.kv_dtype), kc[i]);
+    x.v.resize(size_t(kv_rows * x.hkv * x.dv));
+    for (size_t i = 0; i < x.v.size(); ++i) {
+      const int kvh = int((int64_t(i) / x.dv) % x.hkv);
+      const float code = fp8_to_float(int(a.kv_dtype), vc[i]);
+      x.v[i] = M == Mutation::fp8_v_descale_ignored ? code : code * descale_of(a, a.v_descale, kvh);
+    }
+  } else {
+    x.k = decode_tensor(x.dtype, a.k, kv_rows * x.hkv * x.d);
+    x.v = decode_tensor(x.dtype, a.v, kv_rows * x.hkv * x.dv);
+  }
   if (const int vw = v_row_elems<M>(x.d, x.dv); vw > x.dv)
     x.v.resize(size_t(kv_rows * x.hkv * vw), std::numeric_limits<float>::quiet_NaN());
   if (a.sinks) x.sinks.assign(a.sinks, a.sinks + a.num_heads);  // host memory: the twins' calls
@@ -124,6 +152,15 @@ TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int
   h.head_size_v = x.dv;
   h.v_stride = int64_t(x.hkv) * vw;
   h.scale = a.softmax_scale;
+  if (fp8_kv(a)) {
+    // K's descale folded into the softmax scale, rounded once in fp32 (then times log2 e, once more).
+    // Mutant 27 reads it at the query head (wrapped into the array), not the KV head.
+    const int at = M == Mutation::fp8_descale_by_query_head
+                       ? (a.descale_granularity == 1 ? head % a.num_kv_heads : 0)
+                       : kvh;
+    h.scale = a.softmax_scale * descale_of(a, a.k_descale, at);
+    h.scale_log2 = h.scale * kLog2e;
+  }
   h.softcap = a.softcap;
   h.window_left = a.window_left;
   h.window_right = a.window_right;

@@ -24,7 +24,7 @@
 namespace attncheck::kern {
 
 struct MutantInfo {
-  int number;                   // 1..25, the numbering of the README's mutation self-test
+  int number;                   // 1..27, the numbering of the README's mutation self-test
   const char* name;             // subject name, "mutant-..."
   const char* bug;              // one line: what is wrong
   const char* correct_subject;  // the correct built-in subject it differs from (and copies caps of)

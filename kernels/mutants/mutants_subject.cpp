@@ -111,6 +111,13 @@ constexpr MutantInfo kMutants[] = {
     {25, "mutant-fused-v-head-from-qk",
      "fused attention, V's own head size: V's row stride taken from the QK head size (host twin only)",
      "fused", "accuracy", false},
+    {26, "mutant-fused-fp8-v-descale-ignored",
+     "fused attention from an FP8 KV cache reads V's codes without v_descale (host twin only)", "fused-fp8kv",
+     "accuracy", false},
+    {27, "mutant-fused-fp8-descale-by-query-head",
+     "fused attention from an FP8 KV cache indexes k_descale by the query head, not its KV head (host twin "
+     "only)",
+     "fused-fp8kv", "accuracy", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -238,6 +245,8 @@ constexpr Registration kRegistrations[] = {
     {23, Family::splitkv, int(fused::Mutation::sink_every_split)},
     {24, Family::adaptive_declared, 0},
     {25, Family::fused, int(fused::Mutation::v_head_from_qk)},
+    {26, Family::fused, int(fused::Mutation::fp8_v_descale_ignored)},
+    {27, Family::fused, int(fused::Mutation::fp8_descale_by_query_head)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));

@@ -57,6 +57,16 @@ double score_conditioning(ac_dtype d, double head_size, double abs_dot, double d
   return c;
 }
 
+// An FP8 KV cache (AC_FP8_*): the kernel is given codes and descales, and the exact reference is
+// that of decode(code) * descale. A kernel forms k * ds in fp32, one rounding per element (2^-24
+// relative on each of the d products of q.k: abs_dot 2^-24 more on the score), or folds ds into
+// the softmax scale, one rounding of scale * ds (2^-24 |t| <= abs_dot 2^-24): either way c_j gains
+// abs_dot. Likewise v * ds in fp32, or O~ * ds once at the end: 2^-24 relative on each value, S
+// 2^-24 more on O (one more term of the (N + d + 8) S below). The LSE sees the scores' part
+// through sum p_j c_j. (tests/properties/test_fp8_kv.cpp: each increment.)
+double fp8_kv_score_conditioning(double abs_dot) { return abs_dot; }
+double fp8_kv_o_terms() { return 1; }
+
 // Softcap (AC_VAR_SOFTCAP): the kernel forms c = fl(cap fl(tanh(fl(t~ / cap)))) from its fp32
 // t~ = scale q.k, then the exponent as for any score. Against the exact c = cap tanh(t / cap):
 //   - t~ is off by (d abs_dot + |t|) 2^-24 (the d products and sum, and the scale's rounding), the
@@ -68,7 +78,7 @@ double score_conditioning(ac_dtype d, double head_size, double abs_dot, double d
 // c's error moves p_j = e^(c_j - m) relatively by as much; dist and the exp and division add as for
 // a plain score (dist + 4). So c_j = sech^2 (d abs_dot + 2 |t|) + 5 |c| + dist + 4. Without the cap
 // terms a capped row near the cap's knee is judged against a plain score's conditioning, which
-// misses the tanh and the cap's roundings (tests/properties/test_budget_variants.cpp).
+// misses the tanh and the cap's roundings (tests/properties/test_variants.cpp).
 double softcap_conditioning(double head_size, double abs_dot, double t, double cap, double capped,
                             double dist) {
   const double x = std::fabs(t / cap);
@@ -108,7 +118,8 @@ double softmax_overflow_slack(double x) { return 1e-6 * std::fabs(x); }
 double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_S, double S, double cond,
                              double vmax) {
   const double N = r.keys;
-  double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8) * S + cond) +
+  const double fp8 = r.fp8_kv ? fp8_kv_o_terms() : 0.0;
+  double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8 + fp8) * S + cond) +
                    attention_ftz_o_allowance(r, S, vmax);
   const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);

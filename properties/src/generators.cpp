@@ -352,6 +352,8 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
   if (d.max_call_keys > 0) d.max_keys = int(std::min<int64_t>(d.max_keys, d.max_call_keys));
   if (d.max_call_tokens > 0) d.max_tokens = std::min(d.max_tokens, d.max_call_tokens);
   d.variants = c.variants;
+  d.kv_dtypes = c.kv_dtypes;
+  d.fp8 = c.fp8;
   for (int32_t i = 0; c.page_sizes && i < c.num_page_sizes; ++i) d.page_sizes.push_back(c.page_sizes[i]);
   for (int32_t i = 0; (c.variants & AC_VAR_HEAD_SIZE_V) && c.head_pairs && i < c.num_head_pairs; ++i)
     d.head_pairs.push_back(c.head_pairs[i]);
@@ -359,8 +361,14 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
 }
 
 void poison_row(ac_dtype d, uint32_t* row, int64_t n) {
-  const uint32_t nan = d == AC_DTYPE_F32 ? 0x7fc00000u : d == AC_DTYPE_F16 ? 0x7e00u : 0x7fc0u;
-  const uint32_t huge = d == AC_DTYPE_F32 ? 0x7f7fffffu : d == AC_DTYPE_F16 ? 0x7bffu : 0x7f7fu;
+  // FP8 (e4m3fn / e5m2): NaN 0x7f, the largest finite 0x7e (448) and 0x7b (57344).
+  const bool fp8 = d == AC_DTYPE_E4M3 || d == AC_DTYPE_E5M2;
+  const uint32_t nan = fp8 ? 0x7fu : d == AC_DTYPE_F32 ? 0x7fc00000u : d == AC_DTYPE_F16 ? 0x7e00u : 0x7fc0u;
+  const uint32_t huge = d == AC_DTYPE_E4M3   ? 0x7eu
+                        : d == AC_DTYPE_E5M2 ? 0x7bu
+                        : d == AC_DTYPE_F32  ? 0x7f7fffffu
+                        : d == AC_DTYPE_F16  ? 0x7bffu
+                                             : 0x7f7fu;
   for (int64_t c = 0; c < n; ++c) row[c] = c == 0 ? nan : huge;
 }
 
@@ -407,8 +415,8 @@ void page_kv(const Domain& dom, AttentionInput& a) {
   Bits k(size_t(pages) * P * Hkv * D), v(size_t(pages) * P * Hkv * Dv);
   for (int64_t r = 0; r < int64_t(pages) * P; ++r)
     for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
-      poison_row(a.dtype, k.data() + (r * Hkv + kvh) * D, D);
-      poison_row(a.dtype, v.data() + (r * Hkv + kvh) * Dv, Dv);
+      poison_row(a.k_dtype(), k.data() + (r * Hkv + kvh) * D, D);
+      poison_row(a.k_dtype(), v.data() + (r * Hkv + kvh) * Dv, Dv);
     }
   int32_t next = 0;
   for (size_t s = 0; s < seqs; ++s) {
@@ -448,8 +456,8 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   a.v.assign(size_t(pages) * P * Hkv * Dv, 0);
   for (int64_t r = 0; r < int64_t(pages) * P; ++r)
     for (int64_t kvh = 0; kvh < Hkv; ++kvh) {
-      poison_row(c.dtype, a.k.data() + (r * Hkv + kvh) * D, D);
-      poison_row(c.dtype, a.v.data() + (r * Hkv + kvh) * Dv, Dv);
+      poison_row(c.k_dtype(), a.k.data() + (r * Hkv + kvh) * D, D);
+      poison_row(c.k_dtype(), a.v.data() + (r * Hkv + kvh) * Dv, Dv);
     }
   a.block_table.assign(seqs * size_t(max_blocks), poison_page);
   int32_t next = 0;
@@ -469,7 +477,48 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   return a;
 }
 
+// An FP8 KV cache, quantised as the engines store one: code = encode(x / scale), saturating, and
+// the descale the scale itself, per tensor or per KV head. The scale is amax / the format's largest
+// value times a drawn factor: 1 (amax lands on the largest code), 1/2 and 1/4 (values past it
+// before quantisation: saturated), 4 (the top codes unused), or a power of two times the amax's
+// own scale (descales of 2^k). The reference judges the codes times the descales the kernel is
+// given, so the quantisation error is never the kernel's.
+void with_fp8_kv(const Domain& dom, AttentionInput& a) {
+  std::vector<ac_dtype> formats;
+  for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
+    if (dom.kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
+  if (formats.empty() || pick_class(3) != 0) return;
+  a.kv_dtype = *g::elementOf(formats);
+  const ref::Fp8Format f = detail::fp8_format(a.kv_dtype);
+  const double largest = ref::fp8_spec(f).largest;
+  const int32_t H = a.num_kv_heads;
+  const bool per_head = (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) && pick_class(2) == 0;
+  const size_t groups = per_head ? size_t(H) : 1;
+  auto quantise = [&](Bits& t, int64_t width, std::vector<float>& descale) {
+    std::vector<double> amax(groups, 0.0);
+    auto group = [&](size_t i) { return per_head ? size_t((int64_t(i) / width) % H) : size_t{0}; };
+    for (size_t i = 0; i < t.size(); ++i) {
+      const double x = detail::decode(a.dtype, t[i]);
+      if (std::isfinite(x)) amax[group(i)] = std::max(amax[group(i)], std::fabs(x));
+    }
+    descale.assign(groups, 1.0f);
+    for (size_t g = 0; g < groups; ++g) {
+      const double factor = *g::element(1.0, 0.5, 0.25, 4.0, 0.0);  // 0: a power of two
+      double scale = amax[g] > 0 ? amax[g] / largest : 1.0;
+      scale = factor > 0 ? scale * factor : std::ldexp(1.0, std::ilogb(scale) + 1);
+      descale[g] = float(scale);
+    }
+    for (size_t i = 0; i < t.size(); ++i) {
+      const double x = detail::decode(a.dtype, t[i]) / double(descale[group(i)]);
+      t[i] = ref::encode_fp8(f, x, ref::Fp8Overflow::saturate);
+    }
+  };
+  quantise(a.k, a.head_size, a.k_descale);
+  quantise(a.v, a.dv(), a.v_descale);
+}
+
 void with_variants(const Domain& dom, AttentionInput& a, bool sinks) {
+  if (dom.kv_dtypes) with_fp8_kv(dom, a);
   if (dom.variants == 0) return;
   int64_t longest = 0;
   for (int32_t t : a.seqlens_k) longest = std::max<int64_t>(longest, t);

@@ -74,6 +74,18 @@ ref::AttentionProblem problem_of(const AttentionInput& given) {
   p.q = a.q;
   p.k = a.k;
   p.v = a.v;
+  if (a.fp8_kv()) {
+    // One format for the reference: fp32 holds every fp16, bf16 and FP8 value exactly; the
+    // descales are the problem's per-KV-head factors, applied exactly there.
+    p.dtype = ref::Format::fp32;
+    for (auto& b : p.q) b = round_bits(AC_DTYPE_F32, decode(a.dtype, b));
+    for (auto* t : {&p.k, &p.v})
+      for (auto& b : *t) b = round_bits(AC_DTYPE_F32, decode(a.kv_dtype, b));
+    for (int32_t h = 0; h < a.num_kv_heads; ++h) {
+      p.k_scale.push_back(a.descale(a.k_descale, h));
+      p.v_scale.push_back(a.descale(a.v_descale, h));
+    }
+  }
   p.head_size_v = a.head_size_v;
   p.softcap = a.softcap;
   p.window_left = a.window_left;
@@ -238,11 +250,12 @@ struct DecodedKV {
         k(a.k.size()),
         vabs(a.v.size()),
         vmax_run(a.v.size()) {
-    for (size_t i = 0; i < a.k.size(); ++i) k[i] = float(decode(a.dtype, a.k[i]));
+    // An FP8 cache's values times their descales (the allowance's k may round to float).
+    for (size_t i = 0; i < a.k.size(); ++i) k[i] = float(kv_value(a, a.k, a.head_size, i));
     for (int64_t key = 0; key < keys; ++key)
       for (int64_t h = 0; h < Hkv; ++h)
         for (int64_t c = 0; c < D; ++c)
-          vabs[col(h, c) + size_t(key)] = std::fabs(decode(a.dtype, a.v[size_t((key * Hkv + h) * D + c)]));
+          vabs[col(h, c) + size_t(key)] = std::fabs(kv_value(a, a.v, D, size_t((key * Hkv + h) * D + c)));
     int64_t seq_begin = 0;
     for (const int32_t len : a.seqlens_k) {
       for (int64_t h = 0; h < Hkv; ++h)
@@ -312,6 +325,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
                                                    std::fabs(r.s[i] - r.smax))
                             : score_conditioning(a.dtype, double(D), A[i], std::fabs(r.s[i] - r.smax), r.s[i],
                                                  cv.scores_rounded);
+    if (a.fp8_kv()) r.cj[i] += fp8_kv_score_conditioning(A[i]);
     sum_exp_scaled += std::exp(r.s[i] - r.smax);
     if (cv.naive_exp) {
       const double slack_total =
@@ -330,6 +344,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.sum_exp_scaled = sum_exp_scaled;
   r.ar.naive_exp = cv.naive_exp;
   r.ar.flushed_exp = cv.flushed_exp;
+  r.ar.fp8_kv = a.fp8_kv();
   if (cv.ftz_arithmetic) {
     double qabs = 0;
     for (const double x : q) qabs += std::fabs(x);

@@ -43,7 +43,16 @@ double decode(ac_dtype d, uint32_t bits) {
   }();
   if (d == AC_DTYPE_F16 && bits < 65536) return fp16[bits];
   if (d == AC_DTYPE_BF16 && bits < 65536) return bf16[bits];
+  if (d == AC_DTYPE_E4M3 || d == AC_DTYPE_E5M2) return ref::decode_fp8(fp8_format(d), uint8_t(bits));
   return ref::decode(fmt(d), bits);
+}
+ref::Fp8Format fp8_format(ac_dtype d) {
+  return d == AC_DTYPE_E5M2 ? ref::Fp8Format::e5m2 : ref::Fp8Format::e4m3fn;
+}
+double kv_value(const AttentionInput& a, const Bits& t, int64_t row_width, size_t i) {
+  const auto head = int32_t((int64_t(i) / row_width) % a.num_kv_heads);
+  const std::vector<float>& ds = &t == &a.k ? a.k_descale : a.v_descale;
+  return decode(a.k_dtype(), t[i]) * double(a.descale(ds, head));
 }
 uint32_t round_bits(ac_dtype d, double x) { return ref::round_to_format(fmt(d), x); }
 bool finite_bits(ac_dtype d, uint32_t bits) { return std::isfinite(decode(d, bits)); }

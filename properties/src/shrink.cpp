@@ -66,6 +66,14 @@ AttentionInput apply(const AttentionInput& a, const Keep& k) {
     for (int32_t g : k.group_heads) heads.push_back(kv * ratio + g);
   if (!a.sinks.empty() && k.sinks)
     for (int64_t h : heads) b.sinks.push_back(a.sinks[size_t(h)]);
+  // An FP8 cache stays one: its codes are kept, with their KV heads' descales.
+  b.kv_dtype = a.kv_dtype;
+  for (const auto& [from, to] :
+       {std::pair{&a.k_descale, &b.k_descale}, std::pair{&a.v_descale, &b.v_descale}})
+    if (from->size() == 1)
+      *to = *from;
+    else if (!from->empty())
+      for (int32_t kv : k.kv_heads) to->push_back((*from)[size_t(kv)]);
   int64_t q0 = 0, k0 = 0, m0 = 0;
   for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
     const int64_t tq = a.seqlens_q[s], tk = a.seqlens_k[s];

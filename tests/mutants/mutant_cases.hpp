@@ -122,6 +122,16 @@ struct Attention {
   int page_size = 0, num_pages = 0, max_blocks = 0;
   std::vector<int32_t> table;
   std::vector<uint16_t> k_pool, v_pool;
+  // An FP8 KV cache (plugin_abi.h AC_FP8_*): kv_dtype AC_DTYPE_E4M3 / AC_DTYPE_E5M2 reads k8 and
+  // v8 (codes, laid out as k and v) times k_descale / v_descale (one value, or one per KV head).
+  ac_dtype kv_dtype = AC_DTYPE_F16;
+  std::vector<uint8_t> k8, v8;
+  std::vector<float> k_descale, v_descale;
+  void set_fp8(ac_dtype format, uint8_t k_code, uint8_t v_code) {
+    kv_dtype = format;
+    k8.assign(k.size(), k_code);
+    v8.assign(v.size(), v_code);
+  }
 
   Attention(int heads, int kv_heads, int queries, int keys) : h(heads), hkv(kv_heads), tq(queries), tk(keys) {
     q.assign(size_t(tq) * h * d, h0());
@@ -167,11 +177,13 @@ struct Attention {
     int64_t cu_m[2] = {0, int64_t(tq) * tk};
     const bool masked = !mask.empty();
     const bool paged = page_size > 0;
+    const bool fp8 = kv_dtype != AC_DTYPE_F16;
+    const void* kp = fp8 ? static_cast<const void*>(k8.data()) : paged ? k_pool.data() : k.data();
+    const void* vp = fp8 ? static_cast<const void*>(v8.data()) : paged ? v_pool.data() : v.data();
     const ac_attention_args a =
         attncheck::AttentionArgs(AC_DTYPE_F16, h, hkv, d)
             .sequences(1, cu_q, cu_k)
-            .tensors(q.data(), paged ? k_pool.data() : k.data(), paged ? v_pool.data() : v.data(), out.data(),
-                     lse.data())
+            .tensors(q.data(), kp, vp, out.data(), lse.data())
             .scale(scale)
             .causal(causal)
             .mask(masked ? mask.data() : nullptr, masked ? cu_m : nullptr)
@@ -179,7 +191,9 @@ struct Attention {
             .splits(num_splits, AC_FOLD_LEFT)
             .variants(dv, softcap, window_left, window_right, sinks.empty() ? nullptr : sinks.data())
             .paged(page_size, num_pages, max_blocks, paged ? table.data() : nullptr,
-                   paged ? table.data() : nullptr);
+                   paged ? table.data() : nullptr)
+            .fp8_kv(fp8 ? kv_dtype : AC_DTYPE_F16, fp8 ? k_descale.data() : nullptr,
+                    fp8 ? v_descale.data() : nullptr, k_descale.size() > 1 ? 1 : 0);
     char err[256] = {};
     if (s.attention(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);
   }

@@ -17,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 25);
+  REQUIRE(table.size() == 27);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -354,6 +354,36 @@ TEST_CASE("mutant 25: V's rows read at the QK head size", "[mutants][fused][vari
   CHECK(a.o(0, 0, 31) == 3.75f);
   a.run(subject("mutant-fused-v-head-from-qk", true));
   CHECK(std::isnan(a.o(0, 0)));
+}
+
+TEST_CASE("mutant 26: V's FP8 codes read without v_descale", "[mutants][fused][fp8]") {
+  // One key, K codes 0 (logit 0), V codes 0x44: e4m3fn exponent field 8, mantissa 4: (1 + 4/8) 2 =
+  // 3. v_descale 0.5: O = 1.5. The mutant leaves the descale out: O = 3.
+  mt::Attention a(1, 1, 1, 1);
+  a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x44);
+  a.k_descale = {1.0f};
+  a.v_descale = {0.5f};
+  a.run(subject("fused-fp8kv", false));
+  CHECK(a.o(0, 0) == 1.5f);
+  a.run(subject("mutant-fused-fp8-v-descale-ignored", true));
+  CHECK(a.o(0, 0) == 3.0f);
+}
+
+TEST_CASE("mutant 27: k_descale read at the query head, not its KV head", "[mutants][fused][fp8]") {
+  // 4 query heads over 2 KV heads; q = e_0. Key 0's K codes 0x40 (2.0) in every element, key 1's
+  // 0x00; V: key 0 0x38 (1.0), key 1 0x00. k_descale per KV head {1, 0.25}, v_descale {1, 1}.
+  // Query head 1 reads KV head 0: scores 2 and 0, O = e^2 / (e^2 + 1) = 0.8808. The mutant reads
+  // k_descale[1] = 0.25 for it: scores 0.5 and 0, O = e^0.5 / (e^0.5 + 1) = 0.6225.
+  mt::Attention a(4, 2, 1, 2);
+  a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x00);
+  for (size_t i = 0; i < a.k8.size() / 2; ++i) a.k8[i] = 0x40;  // key 0 (both KV heads)
+  for (size_t i = 0; i < a.v8.size() / 2; ++i) a.v8[i] = 0x38;
+  a.k_descale = {1.0f, 0.25f};
+  a.v_descale = {1.0f, 1.0f};
+  a.run(subject("fused-fp8kv", false));
+  CHECK(a.o(0, 1) == Approx(0.8808).epsilon(1e-3));
+  a.run(subject("mutant-fused-fp8-descale-by-query-head", true));
+  CHECK(a.o(0, 1) == Approx(0.6225).epsilon(1e-3));
 }
 
 TEST_CASE("a row without keys under a sink: O = 0 and LSE = the sink, split or not", "[mutants][variants]") {

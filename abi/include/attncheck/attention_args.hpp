@@ -106,6 +106,16 @@ class AttentionArgs {
     a_.block_table_host = table_host;
     return *this;
   }
+  // An FP8 KV cache: k and v hold codes of kv_dtype, read times k_descale / v_descale (one value,
+  // granularity 0, or one per KV head, granularity 1; the subject's memory).
+  AttentionArgs& fp8_kv(ac_dtype kv_dtype, const float* k_descale, const float* v_descale,
+                        int32_t granularity) {
+    a_.kv_dtype = kv_dtype;
+    a_.k_descale = k_descale;
+    a_.v_descale = v_descale;
+    a_.descale_granularity = granularity;
+    return *this;
+  }
   AttentionArgs& stream(void* stream) {
     a_.stream = stream;
     return *this;

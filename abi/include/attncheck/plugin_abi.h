@@ -48,7 +48,7 @@ extern "C" {
  *   2  ac_caps gains one trailing word, `flags` (AC_CAP_* bits), and attention / split-KV subjects
  *      may declare no tilings (num_tilings = 0).
  *   3  ac_caps gains trailing fields after `flags` (variants, page sizes, head-size pairs, and the
- *      FP8 words kv_dtypes and fp8, which stay 0 until attncheck judges FP8, and the call limits
+ *      FP8 KV cache's kv_dtypes and fp8, and the call limits
  *      max_call_seqs, max_call_tokens and max_call_keys), ac_attention_args
  *      trailing fields for the variants. A version-2 subject's array is read as ac_subject_v2
  *      (frozen below) and its new fields are 0; it is never called with a variant, and its calls'
@@ -83,9 +83,9 @@ extern "C" {
 #define AC_ABI_VERSION_MIN 1u /* the oldest version attncheck loads */
 #define AC_ABI_VERSION_MAX 3u /* the newest */
 
-/* Version 3 names the FP8 formats (e4m3fn: no infinity, max 448; e5m2: IEEE-like with infinity)
- * for the FP8 contract that ac_caps.kv_dtypes / fp8 and the descale fields below will carry; this
- * attncheck refuses a subject that declares them (one line, exit 2) until it judges them. */
+/* Version 3 names the FP8 formats (e4m3fn: no infinity, NaN 0x7F / 0xFF, max 448; e5m2: IEEE-like
+ * with infinity, max 57344), for an FP8 KV cache (ac_caps.kv_dtypes, AC_FP8_*, the descale fields of
+ * ac_attention_args). They are K / V dtypes only: caps.dtypes (Q's and O's) never holds them. */
 typedef enum {
   AC_DTYPE_F32 = 0,
   AC_DTYPE_F16 = 1,
@@ -265,6 +265,19 @@ typedef struct {
 #define AC_VAR_SINKS 16u
 #define AC_VAR_KNOWN_V3 (AC_VAR_PAGED_KV | AC_VAR_HEAD_SIZE_V | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS)
 
+/* Version 3: an FP8 KV cache. A subject declaring kv_dtypes (AC_DTYPE_BIT of AC_DTYPE_E4M3 and / or
+ * AC_DTYPE_E5M2) takes calls whose k and v hold FP8 codes (one byte per element, the layouts
+ * unchanged), ac_attention_args.kv_dtype naming the format, with k_descale and v_descale (fp32, in
+ * the subject's memory): the values of the cache are decode(code) * descale, e4m3fn or e5m2 decoded
+ * exactly. descale_granularity 0 gives one descale per tensor; 1 one per KV head (k_descale[h],
+ * v_descale[h]), offered only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD. q and out stay
+ * in dtype; q_descale is NULL. attncheck judges O against the exact attention of the values the
+ * kernel was given (decoded and descaled), so quantisation is never the kernel's error; a kernel may
+ * form k * descale and v * descale in fp32 or fold the descales into the softmax scale and the
+ * output (one fp32 rounding each, budgets.cpp). Each descale is positive and finite. */
+#define AC_FP8_DESCALE_PER_KV_HEAD 1u
+#define AC_FP8_KNOWN AC_FP8_DESCALE_PER_KV_HEAD
+
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {
   int32_t qk;
@@ -319,8 +332,8 @@ typedef struct {
   int32_t num_page_sizes;
   const ac_head_pair* head_pairs; /* AC_VAR_HEAD_SIZE_V: the (qk, v) head sizes accepted */
   int32_t num_head_pairs;
-  uint32_t kv_dtypes; /* FP8 (not judged yet, must be 0): K / V dtypes that differ from Q's */
-  uint32_t fp8;       /* FP8 contract bits (not judged yet, must be 0) */
+  uint32_t kv_dtypes; /* AC_DTYPE_BIT(AC_DTYPE_E4M3 / AC_DTYPE_E5M2): FP8 KV caches accepted */
+  uint32_t fp8;       /* AC_FP8_* bits: the FP8 KV cache's contract */
   /* The largest attention / split-KV call the subject takes, each 0 for no limit: sequences,
    * query tokens (all sequences) and keys (all sequences). The generators stay within them (a
    * batch of batch_invariance has at most max_call_seqs sequences, neighbours are dropped until
@@ -401,12 +414,12 @@ typedef struct {
   int32_t max_blocks;              /* block-table entries per sequence */
   const int32_t* block_table;      /* [num_seqs, max_blocks], subject memory */
   const int32_t* block_table_host; /* the same, host memory */
-  /* FP8 (not judged yet: attncheck passes these as below) */
-  ac_dtype kv_dtype;           /* the dtype of k and v: equals dtype */
-  const float* q_descale;      /* NULL */
-  const float* k_descale;      /* NULL */
-  const float* v_descale;      /* NULL */
-  int32_t descale_granularity; /* 0 */
+  /* An FP8 KV cache (caps.kv_dtypes): otherwise kv_dtype equals dtype and the descales are NULL. */
+  ac_dtype kv_dtype;           /* the dtype of k and v: dtype, or AC_DTYPE_E4M3 / AC_DTYPE_E5M2 */
+  const float* q_descale;      /* NULL (q is in dtype) */
+  const float* k_descale;      /* FP8: 1 or num_kv_heads values, subject memory */
+  const float* v_descale;      /* FP8: as k_descale */
+  int32_t descale_granularity; /* FP8: 0 one descale per tensor, 1 one per KV head */
 } ac_attention_args;
 
 typedef int (*ac_merge_fn)(void* self, const ac_merge_args* args, char* err, size_t err_len);

@@ -98,8 +98,9 @@ std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const
 // line naming the field, or "" when they hold: head_size_v 0 .. AC_MAX_HEAD_SIZE; softcap 0 or
 // finite in (0, AC_MAX_SOFTCAP]; each window side -1 .. AC_MAX_WINDOW; sinks empty or num_heads
 // finite values; paged: page_size 1 .. AC_MAX_PAGE_SIZE, num_pages 1 .. 2^24, max_blocks enough
-// for the longest sequence, block_table [num_seqs, max_blocks] with every entry inside the pool.
-// The tensors' sizes are the reader's check.
+// for the longest sequence, block_table [num_seqs, max_blocks] with every entry inside the pool;
+// an FP8 KV cache's k_descale and v_descale one value or one per KV head each, alike, positive and
+// finite (none without an FP8 kv_dtype). The tensors' sizes are the reader's check.
 std::string attention_variant_problem(const AttentionInput&);
 // The same input with K and V gathered from their pages into the contiguous layout
 // [total_k, num_kv_heads, d] (what the reference and an unpaged subject read); an unpaged input is
@@ -112,7 +113,8 @@ const AttentionInput& contiguous_kv(const AttentionInput& in, AttentionInput& st
 // The input a subject declaring `variants` (AC_VAR_* bits) and the call limits of `caps`
 // (max_call_seqs, max_call_tokens, max_call_keys) is called with: `in`, or its gathered copy in
 // `storage` when `in` is paged and the subject does not declare paged K / V. Throws SubjectError
-// (unsupported) naming `subject` and the first variant `in` uses that it does not declare, or the
+// (unsupported) naming `subject` and the first variant `in` uses that it does not declare (an FP8
+// KV cache counts: its format in caps.kv_dtypes, per-KV-head descales in caps.fp8), or the
 // first declared limit the call is past (the case is then skipped and counted with that reason,
 // never passed to the subject).
 const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants, const ac_caps& caps,

@@ -31,9 +31,11 @@ std::span<const Spelling<uint32_t>> flag_field_spellings();
 
 const char* op_name(uint32_t op);  // AC_OP_MERGE -> "merge"; "unknown" for other bits
 std::optional<uint32_t> op_from(std::string_view name);
-const char* dtype_name(ac_dtype);  // "fp32" | "fp16" | "bf16"
-int dtype_bytes(ac_dtype);         // storage bytes of one element: 4 (fp32), 2 (fp16, bf16)
+const char* dtype_name(ac_dtype);     // "fp32" | "fp16" | "bf16"
+int dtype_bytes(ac_dtype);            // storage bytes of one element: 4 (fp32), 2 (fp16, bf16), 1 (FP8)
+const char* kv_dtype_name(ac_dtype);  // an FP8 KV cache's format: "e4m3fn" | "e5m2"
 std::optional<ac_dtype> dtype_from(std::string_view name);
+std::optional<ac_dtype> kv_dtype_from(std::string_view name);
 const char* fold_name(ac_fold);  // "left" | "right" | "tree"
 std::optional<ac_fold> fold_from(std::string_view name);
 // AC_FEAT_CAUSAL -> "causal", AC_FEAT_NAIVE_EXP -> "naive_exp", ...; "unknown" for another value.
@@ -56,6 +58,7 @@ std::optional<RunStatus> status_from(std::string_view name);
 // "a, b, c": the accepted names, for messages.
 std::string op_names();
 std::string dtype_names();
+std::string kv_dtype_names();
 std::string fold_names();
 std::string feature_names();
 std::string variant_names();

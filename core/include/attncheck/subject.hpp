@@ -58,8 +58,21 @@ struct AttentionInput {
   // generators point them at poisoned pages).
   int32_t page_size = 0, num_pages = 0, max_blocks = 0;
   std::vector<int32_t> block_table;
+  // An FP8 KV cache (plugin_abi.h, AC_FP8_*): kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2 makes k and
+  // v FP8 codes (one per element, the low 8 bits), read times k_descale / v_descale: one value
+  // (per tensor) or one per KV head. Any other kv_dtype: k and v are in dtype, no descales. q and O
+  // stay in dtype.
+  ac_dtype kv_dtype = AC_DTYPE_F32;
+  std::vector<float> k_descale, v_descale;
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
+  bool fp8_kv() const { return kv_dtype == AC_DTYPE_E4M3 || kv_dtype == AC_DTYPE_E5M2; }
+  // The dtype k and v are stored in.
+  ac_dtype k_dtype() const { return fp8_kv() ? kv_dtype : dtype; }
+  // KV head h's descale of k (v): 1 without an FP8 cache.
+  float descale(const std::vector<float>& d, int32_t kv_head) const {
+    return d.empty() ? 1.0f : d.size() == 1 ? d[0] : d[size_t(kv_head)];
+  }
   bool paged() const { return page_size > 0; }
   // Rows of K / V storage: total keys, or num_pages * page_size.
   int64_t kv_rows() const {

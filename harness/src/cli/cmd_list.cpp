@@ -70,6 +70,13 @@ std::string caps_string(const Subject& s) {
     if (c.variants & AC_VAR_SOFTCAP) o << "; softcap";
     if (c.variants & AC_VAR_WINDOW) o << "; sliding window";
     if (c.variants & AC_VAR_SINKS) o << "; sinks";
+    if (c.kv_dtypes) {
+      o << "; FP8 KV cache";
+      for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
+        if (c.kv_dtypes & AC_DTYPE_BIT(f)) o << " " << kv_dtype_name(f);
+      o << (c.fp8 & AC_FP8_DESCALE_PER_KV_HEAD ? " (descales per tensor or per KV head)"
+                                               : " (descales per tensor)");
+    }
     if (c.max_call_seqs > 0) o << "; at most " << c.max_call_seqs << " sequences a call";
     if (c.max_call_tokens > 0) o << "; at most " << c.max_call_tokens << " query tokens a call";
     if (c.max_call_keys > 0) o << "; at most " << c.max_call_keys << " keys a call";

@@ -23,6 +23,10 @@ double min_subnormal(ac_dtype);  // sub_F: fp16 2^-24, bf16 2^-133, fp32 2^-149
 // --- The properties' budgets (absolute allowances for |output - exact|) -------------------------
 
 // c_j for score s_j = scale q.k_j: abs_dot = |scale| sum_c |q_c k_jc|, dist = |s_j - max_j s_j|.
+// An FP8 KV cache's descales: what they add to a score's conditioning c_j (abs_dot as there) and
+// to O's allowance per S (budgets.cpp).
+double fp8_kv_score_conditioning(double abs_dot);
+double fp8_kv_o_terms();
 double score_conditioning(ac_dtype, double head_size, double abs_dot, double dist, double score,
                           bool scores_rounded);
 // Where a declared naive exp decides overflow: a score above threshold + slack overflows, one
@@ -48,6 +52,7 @@ struct AttentionRow {
   bool naive_exp = false;     // AC_FEAT_NAIVE_EXP
   bool flushed_exp = false;   // AC_FEAT_FLUSHED_EXP: a weight e^(s - max) below 2^-126 may be 0
   bool ftz = false;           // AC_CAP_FTZ_ARITHMETIC: FTZ / DAZ fp32 arithmetic (attention_ftz_*)
+  bool fp8_kv = false;        // K and V read from an FP8 cache times their descales (fp8_kv_*)
   // |scale| (sum_c |q_c| + max_j sum_c |k_jc|): what inputs read as 0 can move a score by, per 2^-126.
   double qk_abs = 0;
   double scale_abs = 0;  // |softmax_scale|

@@ -35,6 +35,9 @@ struct Domain {
   // draw them (with_variants), each in some cases, never where the subject does not declare it.
   uint32_t variants = 0;
   std::vector<int32_t> page_sizes;
+  // An FP8 KV cache the subject declares (ac_caps kv_dtypes, fp8): with_variants quantises K and V
+  // into one of those formats in some cases (with_fp8_kv), descales per KV head where fp8 allows.
+  uint32_t kv_dtypes = 0, fp8 = 0;
   std::vector<ac_head_pair> head_pairs;  // AC_VAR_HEAD_SIZE_V: drawn by attention_with
   // The subject's declared call limits (ac_caps max_call_*; 0: none): rows stay within them, and
   // attention_batch_input's batches too (at most max_call_seqs sequences, neighbours dropped until

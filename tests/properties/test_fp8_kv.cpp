@@ -1,0 +1,219 @@
+// An FP8 KV cache (plugin_abi.h AC_FP8_*) outside the kernels: the case file's fields and their
+// refusals, the generators quantising K and V into a declared format only, the judge's reference
+// of the codes times their descales, a subject refused an FP8 cache it does not declare, and the
+// two budget increments. Expected values are derived in the comments, never read off the code
+// under test.
+#include <rapidcheck.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "attncheck/budgets.hpp"
+#include "attncheck/case.hpp"
+#include "attncheck/generators.hpp"
+#include "attncheck/properties.hpp"
+#include "attncheck/reference/exact.hpp"
+#include "internal.hpp"
+
+using namespace attncheck;
+
+namespace {
+
+uint32_t f32(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+
+// Two sequences (1 and 2 queries over 2 and 1 keys), 2 query heads over 2 KV heads, d = 1; q = 1
+// (fp32), K and V e4m3fn codes: 0x38 = 1.0, 0x40 = 2.0, 0x30 = 0.5, 0x44 = 3.0 (exponent field e,
+// mantissa m: (1 + m / 8) 2^(e - 7)).
+AttentionInput fp8_case() {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F32;
+  a.kv_dtype = AC_DTYPE_E4M3;
+  a.num_heads = 2;
+  a.num_kv_heads = 2;
+  a.head_size = 1;
+  a.seqlens_q = {1, 2};
+  a.seqlens_k = {2, 1};
+  a.softmax_scale = 1.0f;
+  a.q.assign(3 * 2, f32(1.0f));
+  // keys 0..2, each [KV head 0, KV head 1]
+  a.k = {0x38, 0x40, 0x30, 0x38, 0x40, 0x30};
+  a.v = {0x44, 0x38, 0x40, 0x30, 0x38, 0x44};
+  a.k_descale = {0.25f, 2.0f};
+  a.v_descale = {1.5f, 0.125f};
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("FP8 KV: the judge's reference is the attention of the codes times their descales",
+          "[properties][fp8]") {
+  // Sequence 0, query head 0 (KV head 0): keys 1.0 and 0.5 times 0.25 -> scores 0.25 and 0.125;
+  // values 3.0 and 2.0 times 1.5 -> 4.5 and 3. O = (4.5 e^0.25 + 3 e^0.125) / (e^0.25 + e^0.125).
+  // Query head 1 (KV head 1): keys 2.0 and 1.0 times 2 -> scores 4 and 2; values 1.0 and 0.5 times
+  // 0.125 -> 0.125 and 0.0625.
+  const AttentionInput a = fp8_case();
+  REQUIRE(attention_variant_problem(a).empty());
+  const ref::AttentionProblem p = detail::problem_of(a);
+  const long double e1 = std::exp(0.25L), e2 = std::exp(0.125L);
+  const double o0 = double((4.5L * e1 + 3.0L * e2) / (e1 + e2));
+  const long double f1 = std::exp(4.0L), f2 = std::exp(2.0L);
+  const double o1 = double((0.125L * f1 + 0.0625L * f2) / (f1 + f2));
+  const ref::ExactRow r0 = ref::exact_attention_row(p, 0, 0), r1 = ref::exact_attention_row(p, 0, 1);
+  CHECK(std::fabs(r0.o[0].convert_to<double>() - o0) <= 1e-15 * o0);
+  CHECK(std::fabs(r1.o[0].convert_to<double>() - o1) <= 1e-15 * o1);
+  CHECK(std::fabs(r1.lse.convert_to<double>() - double(std::log(f1 + f2))) <= 1e-15);
+  // Per tensor: one descale for both heads.
+  AttentionInput t = a;
+  t.k_descale = {0.25f};
+  t.v_descale = {1.5f};
+  const ref::ExactRow t1 = ref::exact_attention_row(detail::problem_of(t), 0, 1);
+  const long double g1 = std::exp(0.5L), g2 = std::exp(0.25L);  // keys 2, 1 times 0.25
+  CHECK(std::fabs(t1.o[0].convert_to<double>() - double((1.5L * g1 + 0.75L * g2) / (g1 + g2))) <= 1e-15);
+}
+
+TEST_CASE("FP8 KV: case files carry the format and the descales and refuse bad ones in one line",
+          "[properties][fp8]") {
+  Case c;
+  c.op = "attention";
+  c.input = fp8_case();
+  const Case back = case_from_json(case_to_json(c));
+  const auto& b = std::get<AttentionInput>(back.input);
+  const auto& a = std::get<AttentionInput>(c.input);
+  CHECK(b.kv_dtype == AC_DTYPE_E4M3);
+  CHECK(b.k == a.k);
+  CHECK(b.v == a.v);
+  CHECK(b.k_descale == a.k_descale);
+  CHECK(b.v_descale == a.v_descale);
+  CHECK(case_to_json(c).find("\"kv_dtype\": \"e4m3fn\"") != std::string::npos);
+  const struct {
+    const char* what;
+    void (*spoil)(AttentionInput&);
+    const char* named;
+  } bad[] = {
+      {"a zero descale", [](AttentionInput& x) { x.k_descale[1] = 0.0f; }, "k_descale[1]"},
+      {"a negative descale", [](AttentionInput& x) { x.v_descale[0] = -1.0f; }, "v_descale[0]"},
+      {"a NaN descale", [](AttentionInput& x) { x.v_descale[1] = NAN; }, "v_descale[1]"},
+      {"an infinite descale", [](AttentionInput& x) { x.k_descale[0] = INFINITY; }, "k_descale[0]"},
+      {"three descales for two KV heads",
+       [](AttentionInput& x) {
+         x.k_descale = {1, 1, 1};
+       },
+       "k_descale has 3"},
+      {"no descale", [](AttentionInput& x) { x.v_descale.clear(); }, "v_descale has 0"},
+      {"granularities that differ", [](AttentionInput& x) { x.v_descale = {1.0f}; }, "differ in granularity"},
+      {"descales without an FP8 cache", [](AttentionInput& x) { x.kv_dtype = AC_DTYPE_F32; }, "need an FP8"},
+  };
+  for (const auto& spoiled : bad) {
+    AttentionInput x = fp8_case();
+    spoiled.spoil(x);
+    INFO(spoiled.what);
+    const std::string why = attention_variant_problem(x);
+    CHECK(why.find(spoiled.named) != std::string::npos);
+    CHECK(why.find('\n') == std::string::npos);
+    // The reader refuses such a file (the writer never writes descales without an FP8 cache).
+    if (x.fp8_kv()) {
+      Case bc;
+      bc.op = "attention";
+      bc.input = x;
+      CHECK_THROWS_AS(case_from_json(case_to_json(bc)), CaseError);
+    }
+  }
+}
+
+TEST_CASE("FP8 KV: a subject that does not declare the cache's format or its granularity is not called",
+          "[properties][fp8]") {
+  const AttentionInput a = fp8_case();
+  AttentionInput storage;
+  ac_caps caps{};
+  caps.ops = AC_OP_ATTENTION;
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
+                    Catch::Contains("s does not declare an FP8 KV cache in e4m3fn (caps.kv_dtypes)"));
+  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage), Catch::Contains("e4m3fn"));
+  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
+                    Catch::Contains("descales per KV head (AC_FP8_DESCALE_PER_KV_HEAD)"));
+  caps.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
+  CHECK(&input_for_subject(a, 0, caps, "s", storage) == &a);
+  AttentionInput per_tensor = a;
+  per_tensor.k_descale = {1.0f};
+  per_tensor.v_descale = {1.0f};
+  caps.fp8 = 0;
+  CHECK(&input_for_subject(per_tensor, 0, caps, "s", storage) == &per_tensor);
+}
+
+TEST_CASE("FP8 KV: the generators quantise K and V into a declared format only", "[properties][fp8]") {
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_F16, AC_DTYPE_BF16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.tile_keys = 64;
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  dom.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
+  std::set<std::string> seen;
+  rc::Random random(11);
+  for (int i = 0; i < 150; ++i) {
+    const AttentionInput a = gen::attention_input(dom)(random.split(), i).value();
+    REQUIRE(attention_variant_problem(a).empty());
+    if (!a.fp8_kv()) continue;
+    seen.insert(a.kv_dtype == AC_DTYPE_E4M3 ? "e4m3fn" : "e5m2");
+    seen.insert(a.k_descale.size() == 1 ? "per tensor" : "per KV head");
+    for (const auto* t : {&a.k, &a.v})
+      for (uint32_t b : *t) REQUIRE(b <= 0xffu);
+    // Saturated codes (the largest finite) appear where the scale was drawn below amax / largest.
+    for (uint32_t b : a.k)
+      if ((b & 0x7fu) == (a.kv_dtype == AC_DTYPE_E4M3 ? 0x7eu : 0x7bu)) seen.insert("largest code");
+  }
+  CHECK(seen == std::set<std::string>{"e4m3fn", "e5m2", "per tensor", "per KV head", "largest code"});
+  // Only e5m2 declared, per tensor: no e4m3fn and no per-head descales.
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  dom.fp8 = 0;
+  rc::Random narrow(11);
+  for (int i = 0; i < 100; ++i) {
+    const AttentionInput a = gen::attention_input(dom)(narrow.split(), i).value();
+    CHECK((!a.fp8_kv() || (a.kv_dtype == AC_DTYPE_E5M2 && a.k_descale.size() == 1)));
+  }
+  // Undeclared: none.
+  dom.kv_dtypes = 0;
+  rc::Random plain(11);
+  for (int i = 0; i < 100; ++i) CHECK_FALSE(gen::attention_input(dom)(plain.split(), i).value().fp8_kv());
+}
+
+TEST_CASE("FP8 KV budget: the descales' roundings add abs_dot to a score and S to O, per 2^-24",
+          "[properties][budgets][fp8]") {
+  // A kernel that folds k_descale into the softmax scale rounds fl(scale * ds) once: the score t
+  // moves by |t| 2^-24 <= abs_dot 2^-24 (abs_dot = |scale ds| sum |q k| >= |t|); one that forms
+  // k * ds in fp32 moves each of the d products by 2^-24 of itself: abs_dot 2^-24 again. Measured:
+  // the folded scale's error on t, over scales and descales, within abs_dot 2^-24.
+  double worst = 0;
+  for (int i = 1; i < 2000; ++i) {
+    const float scale = 1.0f / std::sqrt(float(1 + i % 256)), ds = float(i) * 0.000731f;
+    const float dot = float(i % 97) - 48.3f;
+    const double exact = double(scale) * double(ds) * double(dot);
+    const float folded = (scale * ds) * dot;  // the fold, then the product: two fp32 roundings
+    const double abs_dot = std::fabs(double(scale) * double(ds) * double(dot));
+    // The product's own rounding is the plain score's (in d abs_dot); the fold's is the new term.
+    const double fold_err = std::fabs(double(folded) - exact) - std::fabs(exact) * 0x1p-24;
+    worst = std::max(worst, fold_err / (fp8_kv_score_conditioning(abs_dot) * 0x1p-24));
+  }
+  CHECK(worst <= 1.0);
+  // The allowances: with the flag, exactly those increments.
+  Budget b;
+  AttentionRow r;
+  r.dtype = AC_DTYPE_F16;
+  r.keys = 8;
+  r.head_size = 64;
+  r.sum_exp_scaled = 1;
+  const double S = 3.0, plain = attention_o_allowance(b, r, 0x1p-10, S, 0, 0);
+  r.fp8_kv = true;
+  CHECK(attention_o_allowance(b, r, 0x1p-10, S, 0, 0) - plain == S * 0x1p-24 * fp8_kv_o_terms());
+  CHECK(fp8_kv_o_terms() == 1);
+  CHECK(fp8_kv_score_conditioning(5.0) == 5.0);
+}
