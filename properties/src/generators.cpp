@@ -441,6 +441,24 @@ void page_kv(const Domain& dom, AttentionInput& a) {
 
 }  // namespace
 
+AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<float> k_descale,
+                        std::vector<float> v_descale) {
+  AttentionInput q = a;
+  q.kv_dtype = format;
+  q.k_descale = std::move(k_descale);
+  q.v_descale = std::move(v_descale);
+  const ref::Fp8Format f = detail::fp8_format(format);
+  auto quantise = [&](Bits& t, int64_t width, const std::vector<float>& d) {
+    for (size_t i = 0; i < t.size(); ++i) {
+      const float ds = q.descale(d, int32_t((int64_t(i) / width) % q.num_kv_heads));
+      t[i] = ref::encode_fp8(f, detail::decode(a.dtype, t[i]) / double(ds), ref::Fp8Overflow::saturate);
+    }
+  };
+  quantise(q.k, q.head_size, q.k_descale);
+  quantise(q.v, q.dv(), q.v_descale);
+  return q;
+}
+
 AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   AttentionInput a = c;
   const size_t seqs = c.seqlens_k.size();
@@ -488,33 +506,27 @@ void with_fp8_kv(const Domain& dom, AttentionInput& a) {
   for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
     if (dom.kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
   if (formats.empty() || pick_class(3) != 0) return;
-  a.kv_dtype = *g::elementOf(formats);
-  const ref::Fp8Format f = detail::fp8_format(a.kv_dtype);
-  const double largest = ref::fp8_spec(f).largest;
+  const ac_dtype format = *g::elementOf(formats);
+  const double largest = ref::fp8_spec(detail::fp8_format(format)).largest;
   const int32_t H = a.num_kv_heads;
   const bool per_head = (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) && pick_class(2) == 0;
-  const size_t groups = per_head ? size_t(H) : 1;
-  auto quantise = [&](Bits& t, int64_t width, std::vector<float>& descale) {
-    std::vector<double> amax(groups, 0.0);
-    auto group = [&](size_t i) { return per_head ? size_t((int64_t(i) / width) % H) : size_t{0}; };
+  auto descales = [&](const Bits& t, int64_t width) {
+    std::vector<double> amax(per_head ? size_t(H) : 1, 0.0);
     for (size_t i = 0; i < t.size(); ++i) {
       const double x = detail::decode(a.dtype, t[i]);
-      if (std::isfinite(x)) amax[group(i)] = std::max(amax[group(i)], std::fabs(x));
+      const size_t g = per_head ? size_t((int64_t(i) / width) % H) : 0;
+      if (std::isfinite(x)) amax[g] = std::max(amax[g], std::fabs(x));
     }
-    descale.assign(groups, 1.0f);
-    for (size_t g = 0; g < groups; ++g) {
+    std::vector<float> d(amax.size());
+    for (size_t g = 0; g < d.size(); ++g) {
       const double factor = *g::element(1.0, 0.5, 0.25, 4.0, 0.0);  // 0: a power of two
-      double scale = amax[g] > 0 ? amax[g] / largest : 1.0;
-      scale = factor > 0 ? scale * factor : std::ldexp(1.0, std::ilogb(scale) + 1);
-      descale[g] = float(scale);
+      const double scale = amax[g] > 0 ? amax[g] / largest : 1.0;
+      d[g] = float(factor > 0 ? scale * factor : std::ldexp(1.0, std::ilogb(scale) + 1));
     }
-    for (size_t i = 0; i < t.size(); ++i) {
-      const double x = detail::decode(a.dtype, t[i]) / double(descale[group(i)]);
-      t[i] = ref::encode_fp8(f, x, ref::Fp8Overflow::saturate);
-    }
+    return d;
   };
-  quantise(a.k, a.head_size, a.k_descale);
-  quantise(a.v, a.dv(), a.v_descale);
+  std::vector<float> kd = descales(a.k, a.head_size), vd = descales(a.v, a.dv());
+  a = fp8_copy(a, format, std::move(kd), std::move(vd));
 }
 
 void with_variants(const Domain& dom, AttentionInput& a, bool sinks) {

@@ -71,6 +71,11 @@ void with_variants(const Domain& dom, AttentionInput& a, bool sinks = true);
 // sequence's last page names (one entry more than the longest sequence needs): the plainest paged
 // layout of the same attention (the shrinker's).
 AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size);
+// `a` (K and V in its dtype) with K and V quantised to an FP8 cache of `format` (AC_DTYPE_E4M3 or
+// AC_DTYPE_E5M2): code = encode(x / descale), rounded once, saturating; one descale per tensor or
+// one per KV head (the vectors' sizes). The descales are the case's, the codes what the kernel reads.
+AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<float> k_descale,
+                        std::vector<float> v_descale);
 // The poison a paged pool's unused slots hold: NaN in the first element of a row, the format's
 // largest finite value in the others, so a read of such a slot shows in the output.
 void poison_row(ac_dtype d, uint32_t* row, int64_t n);

@@ -4,7 +4,8 @@
 // refusal for a skipped case, so a subject refusing one declared page size would pass each of them.
 // Here each declared item gets one small case of its own, the same plain case with that item alone:
 // every page size (the case's K / V paged at it, gen::paged_copy), every (QK, V) head pair, the
-// softcap, a window and sinks. The plain case runs first: a refusal of it is an ordinary refusal
+// softcap, a window, sinks, and each declared FP8 KV cache format (per KV head too where declared).
+// The plain case runs first: a refusal of it is an ordinary refusal
 // (a skipped case). A refusal of an item then breaks the declaration and fails (`refused_declared`)
 // naming the item; each output is held to the accuracy budget as well. The items are enumerated,
 // not drawn, so one case per subject covers them all (kMaxCases).
@@ -12,6 +13,7 @@
 
 #include "../property.hpp"
 #include "attncheck/hash.hpp"
+#include "attncheck/names.hpp"
 
 namespace attncheck::detail {
 namespace {
@@ -78,6 +80,18 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
     items.push_back({"sinks (0.5 per head)", plain});
     items.back().input.sinks.assign(size_t(plain.num_heads), 0.5f);
   }
+  // An FP8 KV cache: each declared format, descales per tensor (2^-6, so that values up to 1 use
+  // the upper codes), and per KV head (2^-6 and 3 2^-7) where declared.
+  for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2}) {
+    if (!(caps.kv_dtypes & AC_DTYPE_BIT(f))) continue;
+    items.push_back({std::string("FP8 KV cache ") + kv_dtype_name(f), gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
+    if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
+      std::vector<float> d(size_t(plain.num_kv_heads), 0x1p-6f);
+      d.back() = 3 * 0x1p-7f;
+      items.push_back({std::string("FP8 KV cache ") + kv_dtype_name(f) + " (descales per KV head)",
+                       gen::fp8_copy(plain, f, d, d)});
+    }
+  }
   return items;
 }
 
@@ -86,11 +100,14 @@ class DeclaredVariants final : public Property {
   DeclaredVariants()
       : Property({"declared_variants",
                   "A subject accepts every variant it declares: one small case per page size, (QK, V) head "
-                  "pair, softcap, window and sinks, each within budget; a refusal of one fails, naming it.",
+                  "pair, softcap, window, sinks and FP8 KV cache format, each within budget; a refusal of one "
+                  "fails, naming it.",
                   "\"The attention the engines run\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
                   /*relative_cost=*/1, kMaxCases, /*in_long=*/false}) {}
 
-  bool applies_to(const Subject& s, uint32_t) const override { return s.caps().variants != 0; }
+  bool applies_to(const Subject& s, uint32_t) const override {
+    return s.caps().variants != 0 || s.caps().kv_dtypes != 0;
+  }
   void draw_input(Case& c, const gen::Domain& dom, uint32_t) const override {
     const ac_dtype dtype = *rc::gen::elementOf(dom.dtypes);
     // A subject may declare its head sizes through its pairs alone: the first pair's QK size then.
