@@ -84,7 +84,8 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
   // the upper codes), and per KV head (2^-6 and 3 2^-7) where declared.
   for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2}) {
     if (!(caps.kv_dtypes & AC_DTYPE_BIT(f))) continue;
-    items.push_back({std::string("FP8 KV cache ") + kv_dtype_name(f), gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
+    items.push_back(
+        {std::string("FP8 KV cache ") + kv_dtype_name(f), gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
       std::vector<float> d(size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
@@ -98,12 +99,13 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
 class DeclaredVariants final : public Property {
  public:
   DeclaredVariants()
-      : Property({"declared_variants",
-                  "A subject accepts every variant it declares: one small case per page size, (QK, V) head "
-                  "pair, softcap, window, sinks and FP8 KV cache format, each within budget; a refusal of one "
-                  "fails, naming it.",
-                  "\"The attention the engines run\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
-                  /*relative_cost=*/1, kMaxCases, /*in_long=*/false}) {}
+      : Property(
+            {"declared_variants",
+             "A subject accepts every variant it declares: one small case per page size, (QK, V) head "
+             "pair, softcap, window, sinks and FP8 KV cache format, each within budget; a refusal of one "
+             "fails, naming it.",
+             "\"The attention the engines run\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
+             /*relative_cost=*/1, kMaxCases, /*in_long=*/false}) {}
 
   bool applies_to(const Subject& s, uint32_t) const override {
     return s.caps().variants != 0 || s.caps().kv_dtypes != 0;
