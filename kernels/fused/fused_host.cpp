@@ -201,6 +201,9 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
     case Mutation::fp8_descale_by_query_head:
       fused_host_rows<Mutation::fp8_descale_by_query_head>(a, o, br, bc);
       break;
+    case Mutation::fp8_v_descale_twice:
+      fused_host_rows<Mutation::fp8_v_descale_twice>(a, o, br, bc);
+      break;
     case Mutation::v_head_from_qk:
       fused_host_rows<Mutation::v_head_from_qk>(a, o, br, bc);
       break;

@@ -49,6 +49,7 @@ enum class Mutation : int {
   // An FP8 KV cache (plugin_abi.h AC_FP8_*), host twins only:
   fp8_v_descale_ignored = 26,      // V's codes read without v_descale
   fp8_descale_by_query_head = 27,  // k_descale indexed by the query head, not its KV head
+  fp8_v_descale_twice = 28,        // V's codes multiplied by v_descale twice
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -119,7 +119,10 @@ TwinArgs decode_args(const ac_attention_args& a) {
     for (size_t i = 0; i < x.v.size(); ++i) {
       const int kvh = int((int64_t(i) / x.dv) % x.hkv);
       const float code = fp8_to_float(int(a.kv_dtype), vc[i]);
-      x.v[i] = M == Mutation::fp8_v_descale_ignored ? code : code * descale_of(a, a.v_descale, kvh);
+      const float d = descale_of(a, a.v_descale, kvh);
+      x.v[i] = M == Mutation::fp8_v_descale_ignored ? code
+               : M == Mutation::fp8_v_descale_twice ? code * d * d
+                                                    : code * d;
     }
   } else {
     x.k = decode_tensor(x.dtype, a.k, kv_rows * x.hkv * x.d);

@@ -118,6 +118,9 @@ constexpr MutantInfo kMutants[] = {
      "fused attention from an FP8 KV cache indexes k_descale by the query head, not its KV head (host twin "
      "only)",
      "fused-fp8kv", "accuracy", false},
+    {28, "mutant-fused-fp8-v-descale-twice",
+     "fused attention from an FP8 KV cache multiplies V's codes by v_descale twice (host twin only)",
+     "fused-fp8kv", "fp8_descales", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -247,6 +250,7 @@ constexpr Registration kRegistrations[] = {
     {25, Family::fused, int(fused::Mutation::v_head_from_qk)},
     {26, Family::fused, int(fused::Mutation::fp8_v_descale_ignored)},
     {27, Family::fused, int(fused::Mutation::fp8_descale_by_query_head)},
+    {28, Family::fused, int(fused::Mutation::fp8_v_descale_twice)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));

@@ -501,11 +501,14 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
 // before quantisation: saturated), 4 (the top codes unused), or a power of two times the amax's
 // own scale (descales of 2^k). The reference judges the codes times the descales the kernel is
 // given, so the quantisation error is never the kernel's.
-void with_fp8_kv(const Domain& dom, AttentionInput& a) {
+// `a` quantised to a declared FP8 format (per KV head where declared, in half of those cases), each
+// descale amax / largest times a factor drawn from `factors` (0: the power of two above amax /
+// largest, times 2^`pow2_headroom`).
+void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<double>& factors,
+                     int pow2_headroom) {
   std::vector<ac_dtype> formats;
   for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
     if (dom.kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
-  if (formats.empty() || pick_class(3) != 0) return;
   const ac_dtype format = *g::elementOf(formats);
   const double largest = ref::fp8_spec(detail::fp8_format(format)).largest;
   const int32_t H = a.num_kv_heads;
@@ -519,14 +522,26 @@ void with_fp8_kv(const Domain& dom, AttentionInput& a) {
     }
     std::vector<float> d(amax.size());
     for (size_t g = 0; g < d.size(); ++g) {
-      const double factor = *g::element(1.0, 0.5, 0.25, 4.0, 0.0);  // 0: a power of two
+      const double factor = *g::elementOf(factors);
       const double scale = amax[g] > 0 ? amax[g] / largest : 1.0;
-      d[g] = float(factor > 0 ? scale * factor : std::ldexp(1.0, std::ilogb(scale) + 1));
+      d[g] = float(factor > 0 ? scale * factor : std::ldexp(1.0, std::ilogb(scale) + 1 + pow2_headroom));
     }
     return d;
   };
   std::vector<float> kd = descales(a.k, a.head_size), vd = descales(a.v, a.dv());
   a = fp8_copy(a, format, std::move(kd), std::move(vd));
+}
+
+// An FP8 KV cache in a third of the cases, quantised as the engines store one: code = encode(x /
+// scale), saturating, and the descale the scale itself, per tensor or per KV head. The scale is
+// amax / the format's largest value times a drawn factor: 1 (amax lands on the largest code), 1/2
+// and 1/4 (values past it before quantisation: saturated), 4 (the top codes unused), or a power of
+// two times the amax's own scale (descales of 2^k). The reference judges the codes times the
+// descales the kernel is given, so the quantisation error is never the kernel's.
+void with_fp8_kv(const Domain& dom, AttentionInput& a) {
+  if (!(dom.kv_dtypes & (AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2))) || pick_class(3) != 0)
+    return;
+  quantise_fp8_kv(dom, a, {1.0, 0.5, 0.25, 4.0, 0.0}, 0);
 }
 
 void with_variants(const Domain& dom, AttentionInput& a, bool sinks) {
@@ -778,10 +793,25 @@ namespace {
 // a bit.
 void uniform_fill(ac_dtype dtype, uint64_t seed, Bits& b, int64_t n, uint64_t stream, double scale) {
   b.resize(size_t(n));
-  auto fill = [&](int64_t begin, int64_t end) {
+  // The loop is instantiated per format, rounding inline where the result is normal (all but
+  // values within 2^-14 of zero): a call and a switch per value were half of a batch case's
+  // generation time.
+  auto fill_as = [&]<ref::Format F>(int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const uint64_t r = hash::splitmix64(seed ^ hash::splitmix64(stream * hash::kGoldenGamma + uint64_t(i)));
-      b[size_t(i)] = round_bits(dtype, (double(r >> 11) * 0x1p-52 - 1.0) * scale);
+      const double x = (double(r >> 11) * 0x1p-52 - 1.0) * scale;
+      uint32_t bits = 0;
+      b[size_t(i)] = ref::round_normal<F>(x, bits) ? bits : ref::round_to_format(F, x);
+    }
+  };
+  auto fill = [&](int64_t begin, int64_t end) {
+    switch (dtype) {
+      case AC_DTYPE_F16:
+        return fill_as.template operator()<ref::Format::fp16>(begin, end);
+      case AC_DTYPE_BF16:
+        return fill_as.template operator()<ref::Format::bf16>(begin, end);
+      default:
+        return fill_as.template operator()<ref::Format::fp32>(begin, end);
     }
   };
   const int64_t threads =
@@ -938,6 +968,27 @@ rc::Gen<AttentionInput> attention_empty_rows_input(const Domain& dom) {
     ShapeChoice c;
     c.empty_rows = true;
     return attention_with(dom, c);
+  });
+}
+rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
+  return g::exec([dom] {
+    // Drawn unquantised and unpaged (the exchange needs every stored code scalable, a poisoned
+    // slot's saturated code is not), then quantised with descales of at least 4 amax / largest:
+    // the codes stay within a quarter of the largest, so that doubling them twice stays exact.
+    gen::Domain plain = dom;
+    plain.kv_dtypes = 0;
+    plain.variants &= ~uint32_t(AC_VAR_PAGED_KV);
+    AttentionInput a = attention_with(plain, ShapeChoice{});
+    // V = 1 everywhere in a quarter of the cases (descale 1): every row that sees a key has O = 1,
+    // whatever its weights, unless P is lost on the way (mass conservation).
+    const bool ones = pick_class(4) == 0;
+    quantise_fp8_kv(dom, a, {4.0, 16.0, 0.0}, 2);
+    if (ones) {
+      a.v.assign(a.v.size(),
+                 ref::encode_fp8(detail::fp8_format(a.kv_dtype), 1.0, ref::Fp8Overflow::saturate));
+      a.v_descale.assign(a.v_descale.size(), 1.0f);
+    }
+    return a;
   });
 }
 rc::Gen<AttentionInput> attention_overflow_band_input(const Domain& dom) {

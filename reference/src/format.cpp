@@ -188,36 +188,11 @@ uint32_t round_to_format(Format f, const Real& x) { return round_mp(f, x.backend
 // and nearbyint in the default rounding mode is the one rounding, ties to even. No MPFR value per
 // call: the generators round tens of millions of values for a long-suite layer.
 uint32_t round_to_format(Format f, double x) {
-  // A result in the format's normal range rounds on the double's bits alone: adding half an ulp
-  // of the target (less one, plus the kept last bit: ties to even) to the exponent and significand
-  // together carries a round-up into the exponent, and the shift drops the rest. Inputs whose
-  // exponent lies in [Emin, Emax) give a normal result (at most 2^Emax, still finite); anything
-  // else (zero, subnormal results, overflow, inf, NaN) takes the general path below. Same rounding,
-  // a few times faster: the generators round hundreds of millions of values in a gate.
-  {
-    int mant = 0, bias = 0, emin = 0, emax = 0, sign_shift = 0;
-    switch (f) {
-      case Format::fp16:
-        mant = 10, bias = 15, emin = -14, emax = 15, sign_shift = 15;
-        break;
-      case Format::bf16:
-        mant = 7, bias = 127, emin = -126, emax = 127, sign_shift = 15;
-        break;
-      case Format::fp32:
-        mant = 23, bias = 127, emin = -126, emax = 127, sign_shift = 31;
-        break;
-    }
-    uint64_t u = 0;
-    std::memcpy(&u, &x, sizeof u);
-    const uint64_t mag = u & ~(uint64_t{1} << 63);
-    const int e = static_cast<int>(mag >> 52) - 1023;
-    if (e >= emin && e < emax) {
-      const int shift = 52 - mant;
-      const uint64_t r = (mag + ((uint64_t{1} << (shift - 1)) - 1) + ((mag >> shift) & 1)) >> shift;
-      const uint32_t bits = static_cast<uint32_t>(r - (static_cast<uint64_t>(1023 - bias) << mant));
-      return bits | (static_cast<uint32_t>(u >> 63) << sign_shift);
-    }
-  }
+  uint32_t bits = 0;
+  if (f == Format::fp16   ? round_normal<Format::fp16>(x, bits)
+      : f == Format::bf16 ? round_normal<Format::bf16>(x, bits)
+                          : round_normal<Format::fp32>(x, bits))
+    return bits;
   const FormatSpec& s = spec(f);
   const Layout l = layout(f);
   if (std::isnan(x)) return canonical_nan(f);

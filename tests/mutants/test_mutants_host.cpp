@@ -17,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 27);
+  REQUIRE(table.size() == 28);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -367,6 +367,18 @@ TEST_CASE("mutant 26: V's FP8 codes read without v_descale", "[mutants][fused][f
   CHECK(a.o(0, 0) == 1.5f);
   a.run(subject("mutant-fused-fp8-v-descale-ignored", true));
   CHECK(a.o(0, 0) == 3.0f);
+}
+
+TEST_CASE("mutant 28: V's FP8 codes multiplied by v_descale twice", "[mutants][fused][fp8]") {
+  // One key, V codes 0x44 (3.0) and v_descale 0.5: O = 1.5; the mutant multiplies twice: 0.75.
+  mt::Attention a(1, 1, 1, 1);
+  a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x44);
+  a.k_descale = {1.0f};
+  a.v_descale = {0.5f};
+  a.run(subject("fused-fp8kv", false));
+  CHECK(a.o(0, 0) == 1.5f);
+  a.run(subject("mutant-fused-fp8-v-descale-twice", true));
+  CHECK(a.o(0, 0) == 0.75f);
 }
 
 TEST_CASE("mutant 27: k_descale read at the query head, not its KV head", "[mutants][fused][fp8]") {

@@ -16,6 +16,7 @@
 #include "attncheck/generators.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/reference/exact.hpp"
+#include "fakes.hpp"
 #include "internal.hpp"
 
 using namespace attncheck;
@@ -216,4 +217,169 @@ TEST_CASE("FP8 KV budget: the descales' roundings add abs_dot to a score and S t
   CHECK(attention_o_allowance(b, r, 0x1p-10, S, 0, 0) - plain == S * 0x1p-24 * fp8_kv_o_terms());
   CHECK(fp8_kv_o_terms() == 1);
   CHECK(fp8_kv_score_conditioning(5.0) == 5.0);
+}
+
+namespace {
+
+// An FP8 KV cache subject built on fakes::Fake: each K / V value is its code times its descale
+// (kv_value), rounded once to fp32 like q, attended in fp32 by the fake, and O rounded to the call's
+// dtype. Declares e4m3fn and e5m2, descales per tensor and per KV head. The bugs: a descale read at
+// the next KV head's index, V's descale applied twice, V's descale ignored; `refuse` names a
+// format it declares and refuses.
+class Fp8Fake final : public Subject {
+ public:
+  enum class Bug { none, descale_next_head, v_descale_twice, v_descale_ignored };
+  explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32)
+      : inner_("attn-fp8", AC_OP_ATTENTION, fakes::Bug::none, 0, -1, fakes::kAttnFeatures),
+        bug_(bug),
+        refuse_(refuse) {
+    caps_ = inner_.caps();
+    caps_.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+    caps_.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
+  }
+  const std::string& name() const override { return inner_.name(); }
+  const std::string& description() const override { return inner_.description(); }
+  const ac_caps& caps() const override { return caps_; }
+  std::string backend() const override { return "host"; }
+  std::string origin() const override { return "test"; }
+  MergeOutput merge(const MergeInput& in) override { return inner_.merge(in); }
+  SoftmaxOutput softmax(const SoftmaxInput& in) override { return inner_.softmax(in); }
+  AttentionOutput attention(const AttentionInput& a, const AttentionOptions& o) override {
+    if (!a.fp8_kv()) return inner_.attention(a, o);
+    if (a.kv_dtype == refuse_)
+      throw SubjectError(SubjectError::Kind::unsupported, "this format is not compiled in");
+    AttentionInput f = a;
+    f.dtype = AC_DTYPE_F32;
+    f.kv_dtype = AC_DTYPE_F32;
+    f.k_descale.clear();
+    f.v_descale.clear();
+    for (uint32_t& x : f.q) x = detail::round_bits(AC_DTYPE_F32, detail::decode(a.dtype, x));
+    auto values = [&](Bits& t, const Bits& codes, const std::vector<float>& ds, int64_t width, bool is_v) {
+      for (size_t i = 0; i < codes.size(); ++i) {
+        const auto head = int32_t((int64_t(i) / width) % a.num_kv_heads);
+        const int32_t read = bug_ == Bug::descale_next_head ? (head + 1) % a.num_kv_heads : head;
+        double d = a.descale(ds, read);
+        if (is_v && bug_ == Bug::v_descale_twice) d *= a.descale(ds, read);
+        if (is_v && bug_ == Bug::v_descale_ignored) d = 1;
+        t[i] = detail::round_bits(AC_DTYPE_F32, detail::decode(a.kv_dtype, codes[i]) * d);
+      }
+    };
+    values(f.k, a.k, a.k_descale, a.head_size, false);
+    values(f.v, a.v, a.v_descale, a.dv(), true);
+    AttentionOutput out = inner_.attention(f, o);
+    for (uint32_t& x : out.out) x = detail::round_bits(a.dtype, detail::decode(AC_DTYPE_F32, x));
+    return out;
+  }
+
+ private:
+  fakes::Fake inner_;
+  Bug bug_;
+  ac_dtype refuse_;
+  ac_caps caps_;
+};
+
+Case fp8_descales_case(std::vector<float> k_descale, std::vector<float> v_descale) {
+  Case c;
+  c.op = "attention";
+  c.property = "fp8_descales";
+  AttentionInput a = fp8_case();
+  a.k_descale = std::move(k_descale);
+  a.v_descale = std::move(v_descale);
+  c.input = a;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("fp8_descales: each descale bug fails bit for bit where accuracy cannot see it",
+          "[properties][fp8]") {
+  // Descales equal across KV heads: a descale read at the other head's index gives the same values,
+  // within every budget; the exchange (head 0's codes times 2, head 1's times 4, descales divided
+  // alike) no longer cancels there. V's descale of 1: applied twice or ignored, O is unchanged;
+  // exchanged, V's descales are 1/2 and 1/4, and O moves.
+  const Case equal = fp8_descales_case({0.5f, 0.5f}, {1.0f, 1.0f});
+  Fp8Fake correct;
+  const ReplayResult ok = replay_case(equal, correct);
+  INFO(ok.verdict);
+  CHECK(ok.passed);
+  for (const Fp8Fake::Bug bug :
+       {Fp8Fake::Bug::descale_next_head, Fp8Fake::Bug::v_descale_twice, Fp8Fake::Bug::v_descale_ignored}) {
+    Fp8Fake wrong(bug);
+    // Accuracy alone passes each of them on this case.
+    Case plain = equal;
+    plain.property = "accuracy";
+    CHECK(replay_case(plain, wrong).passed);
+    const ReplayResult r = replay_case(equal, wrong);
+    INFO(r.verdict);
+    CHECK_FALSE(r.passed);
+    CHECK(r.failure_class == "fp8_descale_exchange");
+  }
+  // V's codes pinned at 448 on both heads, so that no exponent keeps V's codes exact and V is not
+  // exchanged: the V bugs then fail the doubling alone.
+  Case pinned = equal;
+  std::get<AttentionInput>(pinned.input).v[0] = 0x7e;
+  std::get<AttentionInput>(pinned.input).v[1] = 0x7e;
+  CHECK(replay_case(pinned, correct).passed);
+  for (const Fp8Fake::Bug bug : {Fp8Fake::Bug::v_descale_twice, Fp8Fake::Bug::v_descale_ignored}) {
+    Fp8Fake wrong(bug);
+    const ReplayResult r = replay_case(pinned, wrong);
+    INFO(r.verdict);
+    CHECK(r.failure_class == "fp8_v_descale_linear");
+  }
+  // Over the generator's cases: the correct subject passes every one, each bug fails.
+  RunConfig cfg;
+  cfg.shrink = false;
+  cfg.num_cases = 60;
+  const PropertyResult run = run_property("fp8_descales", correct, cfg);
+  INFO(run.message);
+  CHECK(run.status == PropertyResult::Status::passed);
+  for (const Fp8Fake::Bug bug :
+       {Fp8Fake::Bug::descale_next_head, Fp8Fake::Bug::v_descale_twice, Fp8Fake::Bug::v_descale_ignored}) {
+    Fp8Fake wrong(bug);
+    const PropertyResult r = run_property("fp8_descales", wrong, cfg);
+    INFO(r.message);
+    CHECK(r.status == PropertyResult::Status::failed);
+  }
+}
+
+TEST_CASE("fp8_descales: V = 1 cases hold O = 1 exactly on every row that sees a key", "[properties][fp8]") {
+  // The generator's V = 1 cases: codes of 1.0 with descale 1, so that O is the softmax's total mass.
+  int ones = 0;
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_BF16};
+  dom.head_sizes = {16};
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  rc::Random r(7);
+  for (int i = 0; i < 200; ++i) {
+    const AttentionInput a = gen::attention_fp8_kv_input(dom)(r.split(), 10).value();
+    REQUIRE(a.fp8_kv());
+    bool all_one = !a.v.empty();
+    for (size_t j = 0; j < a.v.size(); ++j) all_one = all_one && detail::kv_value(a, a.v, a.dv(), j) == 1.0;
+    ones += all_one;
+    // Every code of K and V within a quarter of the format's largest: the exchange stays exact.
+    for (const Bits* t : {&a.k, &a.v})
+      for (const uint32_t code : *t) CHECK(std::fabs(detail::decode(a.kv_dtype, code)) <= 448.0 / 4);
+  }
+  CHECK(ones > 20);
+  CHECK(ones < 100);
+}
+
+TEST_CASE("declared_variants: a subject refusing an FP8 format it declares fails, naming it",
+          "[properties][fp8][refusals]") {
+  RunConfig cfg;
+  cfg.shrink = false;
+  Fp8Fake accepts;
+  const PropertyResult ok = run_property("declared_variants", accepts, cfg);
+  INFO(ok.message);
+  CHECK(ok.status == PropertyResult::Status::passed);
+  Fp8Fake refuses(Fp8Fake::Bug::none, AC_DTYPE_E5M2);
+  const PropertyResult r = run_property("declared_variants", refuses, cfg);
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "refused_declared");
+  CHECK(r.message ==
+        "the subject refused its declared FP8 KV cache e5m2, which it must accept: this format is not "
+        "compiled in");
+  // Every other property takes the same refusal for a skipped case.
+  CHECK(run_property("fp8_descales", refuses, cfg).status == PropertyResult::Status::passed);
 }

@@ -66,6 +66,10 @@ struct AttentionInput {
   std::vector<float> k_descale, v_descale;
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
+  // A copy with q, k, v and mask empty and everything else kept: where a caller builds new tensors
+  // of the same kind (batch_invariance's pieces of a batch), copying a batch's tensors only to
+  // clear them cost more than the pieces themselves.
+  AttentionInput without_tensors() const;
   bool fp8_kv() const { return kv_dtype == AC_DTYPE_E4M3 || kv_dtype == AC_DTYPE_E5M2; }
   // The dtype k and v are stored in.
   ac_dtype k_dtype() const { return fp8_kv() ? kv_dtype : dtype; }
@@ -87,6 +91,34 @@ struct AttentionInput {
     return int64_t{block_table[s * size_t(max_blocks) + size_t(j / page_size)]} * page_size + j % page_size;
   }
 };
+inline AttentionInput AttentionInput::without_tensors() const {
+  AttentionInput s;
+  s.dtype = dtype;
+  s.num_heads = num_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_size = head_size;
+  s.seqlens_q = seqlens_q;
+  s.seqlens_k = seqlens_k;
+  s.causal = causal;
+  s.softmax_scale = softmax_scale;
+  s.head_size_v = head_size_v;
+  s.softcap = softcap;
+  s.window_left = window_left;
+  s.window_right = window_right;
+  s.sinks = sinks;
+  s.page_size = page_size;
+  s.num_pages = num_pages;
+  s.max_blocks = max_blocks;
+  s.block_table = block_table;
+  s.kv_dtype = kv_dtype;
+  s.k_descale = k_descale;
+  s.v_descale = v_descale;
+  // A member added to AttentionInput changes its size (on 64-bit targets): copy it above too, then
+  // update the size.
+  static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 312,
+                "AttentionInput gained a member: copy it in without_tensors");
+  return s;
+}
 struct AttentionOptions {
   int32_t tiling = 0;      // index into caps().tilings
   int32_t num_splits = 1;  // split-KV subjects

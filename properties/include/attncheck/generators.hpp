@@ -131,6 +131,10 @@ rc::Gen<SoftmaxInput> softmax_overflow_band_input(const Domain&);
 rc::Gen<AttentionInput> attention_input(const Domain&);             // everything: shapes, masks, logits
 rc::Gen<AttentionInput> attention_empty_rows_input(const Domain&);  // some rows see no key
 rc::Gen<AttentionInput> attention_overflow_band_input(const Domain&);
+// An FP8 KV cache in a declared format, contiguous, with descales of at least 4 amax / largest (every
+// code at most a quarter of the format's largest: doubling one twice stays exact); V = 1 (descale 1)
+// in a quarter of the cases. For fp8_descales; the subject must declare kv_dtypes.
+rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain&);
 rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, one sequence
 // K and V of at least dom.streamed_kv_bytes together: kStreamedHeads query and KV heads, d = 128
 // (else the largest size the subject takes), one non-causal sequence of kStreamedQueries queries

@@ -40,13 +40,9 @@ Piece whole(const AttentionInput& a, size_t i) { return {i, i, a.seqlens_q[i], a
 AttentionInput assemble(const AttentionInput& given, const std::vector<Piece>& pieces) {
   if (given.paged()) return gen::paged_copy(assemble(gather_pages(given), pieces), given.page_size);
   const AttentionInput& a = given;
-  AttentionInput s = a;
+  AttentionInput s = a.without_tensors();
   s.seqlens_q.clear();
   s.seqlens_k.clear();
-  s.q.clear();
-  s.k.clear();
-  s.v.clear();
-  s.mask.clear();
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
   const size_t n = a.seqlens_q.size();
   std::vector<int64_t> q0(n + 1, 0), k0(n + 1, 0), m0(n + 1, 0);
