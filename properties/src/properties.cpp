@@ -342,7 +342,8 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     ctx.write_ahead_path = write_ahead_path(cfg.corpus_dir, subject.name(), name);
   const rc::Gen<Case> gen = case_gen(ctx, dom, *prop, op);
   const int max_cases = prop->info().max_cases;
-  const int num_cases = std::max(1, max_cases > 0 ? std::min(cfg.num_cases, max_cases) : cfg.num_cases);
+  const int shared = int(std::ceil(cfg.num_cases * prop->info().case_share));
+  const int num_cases = std::max(1, max_cases > 0 ? std::min(shared, max_cases) : shared);
 
   std::optional<Case> last_failing;
   Outcome last_outcome;

@@ -55,6 +55,9 @@ struct PropertyInfo {
   // statistics are measured on the way but never judged against the budget).
   enum class BudgetUse { every_output, lse_only, none };
   BudgetUse budget_use = BudgetUse::every_output;
+  // The share of the run's --cases this property runs (rounded up, at least one): below 1 where
+  // one case already holds many (batch_invariance: a batch of up to 140 sequences and its victims).
+  double case_share = 1;
 };
 const std::vector<PropertyInfo>& all_properties();
 const PropertyInfo* find_property(const std::string& name);  // nullptr if unknown

@@ -64,9 +64,9 @@ class SplitEqualsWhole final : public Property {
                   "every cut a.",
                   "\"The state that gets passed around is the log-sum-exp\"", AC_OP_ATTENTION | AC_OP_SPLITKV,
                   true, kCost}) {}
-  // Up to 17 launches a case (two per cut) and their judgements: about five times a one-launch
-  // property, on the H200 and on the host twins alike.
-  static constexpr double kCost = 5;
+  // Up to 17 launches a case (two per cut) and their judgements: the gate's longest pairs (12-17 s
+  // on the H200, a one-launch property's 1-2 s), started first.
+  static constexpr double kCost = 10;
 
   // The merge needs the partial LSEs.
   bool applies_to(const Subject& s, uint32_t) const override {
