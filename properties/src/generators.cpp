@@ -450,7 +450,7 @@ AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<fl
   const ref::Fp8Format f = detail::fp8_format(format);
   auto quantise = [&](Bits& t, int64_t width, const std::vector<float>& d) {
     for (size_t i = 0; i < t.size(); ++i) {
-      const float ds = q.descale(d, int32_t((int64_t(i) / width) % q.num_kv_heads));
+      const float ds = q.descale(d, q.kv_head_of_element(i, width));
       t[i] = ref::encode_fp8(f, detail::decode(a.dtype, t[i]) / double(ds), ref::Fp8Overflow::saturate);
     }
   };
@@ -517,7 +517,7 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
     std::vector<double> amax(per_head ? size_t(H) : 1, 0.0);
     for (size_t i = 0; i < t.size(); ++i) {
       const double x = detail::decode(a.dtype, t[i]);
-      const size_t g = per_head ? size_t((int64_t(i) / width) % H) : 0;
+      const size_t g = per_head ? size_t(a.kv_head_of_element(i, width)) : 0;
       if (std::isfinite(x)) amax[g] = std::max(amax[g], std::fabs(x));
     }
     std::vector<float> d(amax.size());

@@ -50,7 +50,7 @@ ref::Fp8Format fp8_format(ac_dtype d) {
   return d == AC_DTYPE_E5M2 ? ref::Fp8Format::e5m2 : ref::Fp8Format::e4m3fn;
 }
 double kv_value(const AttentionInput& a, const Bits& t, int64_t row_width, size_t i) {
-  const auto head = int32_t((int64_t(i) / row_width) % a.num_kv_heads);
+  const int32_t head = a.kv_head_of_element(i, row_width);
   const std::vector<float>& ds = &t == &a.k ? a.k_descale : a.v_descale;
   return decode(a.k_dtype(), t[i]) * double(a.descale(ds, head));
 }

@@ -356,9 +356,11 @@ TEST_CASE("mutant 25: V's rows read at the QK head size", "[mutants][fused][vari
   CHECK(std::isnan(a.o(0, 0)));
 }
 
-TEST_CASE("mutant 26: V's FP8 codes read without v_descale", "[mutants][fused][fp8]") {
+TEST_CASE("mutants 26 and 28: V's FP8 codes read without v_descale, or times it twice",
+          "[mutants][fused][fp8]") {
   // One key, K codes 0 (logit 0), V codes 0x44: e4m3fn exponent field 8, mantissa 4: (1 + 4/8) 2 =
-  // 3. v_descale 0.5: O = 1.5. The mutant leaves the descale out: O = 3.
+  // 3. v_descale 0.5: O = 1.5. Mutant 26 leaves the descale out: O = 3; mutant 28 multiplies by it
+  // twice: O = 0.75.
   mt::Attention a(1, 1, 1, 1);
   a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x44);
   a.k_descale = {1.0f};
@@ -367,16 +369,6 @@ TEST_CASE("mutant 26: V's FP8 codes read without v_descale", "[mutants][fused][f
   CHECK(a.o(0, 0) == 1.5f);
   a.run(subject("mutant-fused-fp8-v-descale-ignored", true));
   CHECK(a.o(0, 0) == 3.0f);
-}
-
-TEST_CASE("mutant 28: V's FP8 codes multiplied by v_descale twice", "[mutants][fused][fp8]") {
-  // One key, V codes 0x44 (3.0) and v_descale 0.5: O = 1.5; the mutant multiplies twice: 0.75.
-  mt::Attention a(1, 1, 1, 1);
-  a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x44);
-  a.k_descale = {1.0f};
-  a.v_descale = {0.5f};
-  a.run(subject("fused-fp8kv", false));
-  CHECK(a.o(0, 0) == 1.5f);
   a.run(subject("mutant-fused-fp8-v-descale-twice", true));
   CHECK(a.o(0, 0) == 0.75f);
 }

@@ -319,4 +319,24 @@ class LagsPastBytes final : public Fake {
 inline constexpr uint32_t kAttnFeatures =
     AC_FEAT_CAUSAL | AC_FEAT_MASK | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
 
+// A correct attention Fake (kAttnFeatures) behind capabilities of the test's own (caps_, a copy of
+// the fake's to extend): the subject a test builds to declare more than Fake does, computing its
+// attention through the fake once it has turned the call into a plain one.
+class Wrapping : public Subject {
+ public:
+  explicit Wrapping(const std::string& name)
+      : inner_(name, AC_OP_ATTENTION, Bug::none, 0, -1, kAttnFeatures), caps_(inner_.caps()) {}
+  const std::string& name() const override { return inner_.name(); }
+  const std::string& description() const override { return inner_.description(); }
+  const ac_caps& caps() const override { return caps_; }
+  std::string backend() const override { return "host"; }
+  std::string origin() const override { return "test"; }
+  MergeOutput merge(const MergeInput& in) override { return inner_.merge(in); }
+  SoftmaxOutput softmax(const SoftmaxInput& in) override { return inner_.softmax(in); }
+
+ protected:
+  Fake inner_;
+  ac_caps caps_;
+};
+
 }  // namespace fakes

@@ -226,24 +226,14 @@ namespace {
 // dtype. Declares e4m3fn and e5m2, descales per tensor and per KV head. The bugs: a descale read at
 // the next KV head's index, V's descale applied twice, V's descale ignored; `refuse` names a
 // format it declares and refuses.
-class Fp8Fake final : public Subject {
+class Fp8Fake final : public fakes::Wrapping {
  public:
   enum class Bug { none, descale_next_head, v_descale_twice, v_descale_ignored };
   explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32)
-      : inner_("attn-fp8", AC_OP_ATTENTION, fakes::Bug::none, 0, -1, fakes::kAttnFeatures),
-        bug_(bug),
-        refuse_(refuse) {
-    caps_ = inner_.caps();
+      : Wrapping("attn-fp8"), bug_(bug), refuse_(refuse) {
     caps_.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
     caps_.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
   }
-  const std::string& name() const override { return inner_.name(); }
-  const std::string& description() const override { return inner_.description(); }
-  const ac_caps& caps() const override { return caps_; }
-  std::string backend() const override { return "host"; }
-  std::string origin() const override { return "test"; }
-  MergeOutput merge(const MergeInput& in) override { return inner_.merge(in); }
-  SoftmaxOutput softmax(const SoftmaxInput& in) override { return inner_.softmax(in); }
   AttentionOutput attention(const AttentionInput& a, const AttentionOptions& o) override {
     if (!a.fp8_kv()) return inner_.attention(a, o);
     if (a.kv_dtype == refuse_)
@@ -256,7 +246,7 @@ class Fp8Fake final : public Subject {
     for (uint32_t& x : f.q) x = detail::round_bits(AC_DTYPE_F32, detail::decode(a.dtype, x));
     auto values = [&](Bits& t, const Bits& codes, const std::vector<float>& ds, int64_t width, bool is_v) {
       for (size_t i = 0; i < codes.size(); ++i) {
-        const auto head = int32_t((int64_t(i) / width) % a.num_kv_heads);
+        const int32_t head = a.kv_head_of_element(i, width);
         const int32_t read = bug_ == Bug::descale_next_head ? (head + 1) % a.num_kv_heads : head;
         double d = a.descale(ds, read);
         if (is_v && bug_ == Bug::v_descale_twice) d *= a.descale(ds, read);
@@ -272,10 +262,8 @@ class Fp8Fake final : public Subject {
   }
 
  private:
-  fakes::Fake inner_;
   Bug bug_;
   ac_dtype refuse_;
-  ac_caps caps_;
 };
 
 Case fp8_descales_case(std::vector<float> k_descale, std::vector<float> v_descale) {

@@ -302,23 +302,13 @@ namespace {
 // A correct attention fake (fakes.hpp, over the gathered keys) declaring paged K / V at page sizes 16
 // and 64; `refuse_64` makes it refuse pages of 64, a size it declares. It records the page sizes it
 // was called with (0: contiguous).
-class PagedFake final : public Subject {
+class PagedFake final : public fakes::Wrapping {
  public:
-  explicit PagedFake(bool refuse_64)
-      : inner_("attn-paged", AC_OP_ATTENTION, fakes::Bug::none, 0, -1, fakes::kAttnFeatures),
-        refuse_64_(refuse_64) {
-    caps_ = inner_.caps();
+  explicit PagedFake(bool refuse_64) : Wrapping("attn-paged"), refuse_64_(refuse_64) {
     caps_.variants = AC_VAR_PAGED_KV;
     caps_.page_sizes = kPages;
     caps_.num_page_sizes = 2;
   }
-  const std::string& name() const override { return inner_.name(); }
-  const std::string& description() const override { return inner_.description(); }
-  const ac_caps& caps() const override { return caps_; }
-  std::string backend() const override { return "host"; }
-  std::string origin() const override { return "test"; }
-  MergeOutput merge(const MergeInput& in) override { return inner_.merge(in); }
-  SoftmaxOutput softmax(const SoftmaxInput& in) override { return inner_.softmax(in); }
   AttentionOutput attention(const AttentionInput& a, const AttentionOptions& o) override {
     seen.insert(a.page_size);
     if (refuse_64_ && a.page_size == 64)
@@ -330,9 +320,7 @@ class PagedFake final : public Subject {
 
  private:
   static constexpr int32_t kPages[] = {16, 64};
-  fakes::Fake inner_;
   bool refuse_64_;
-  ac_caps caps_;
 };
 
 }  // namespace

@@ -73,6 +73,11 @@ struct AttentionInput {
   bool fp8_kv() const { return kv_dtype == AC_DTYPE_E4M3 || kv_dtype == AC_DTYPE_E5M2; }
   // The dtype k and v are stored in.
   ac_dtype k_dtype() const { return fp8_kv() ? kv_dtype : dtype; }
+  // The KV head of element i of k or v (contiguous rows or page slots alike: [.., num_kv_heads,
+  // width], `width` the tensor's head size).
+  int32_t kv_head_of_element(size_t i, int64_t width) const {
+    return int32_t((int64_t(i) / width) % num_kv_heads);
+  }
   // KV head h's descale of k (v): 1 without an FP8 cache.
   float descale(const std::vector<float>& d, int32_t kv_head) const {
     return d.empty() ? 1.0f : d.size() == 1 ? d[0] : d[size_t(kv_head)];

@@ -36,7 +36,7 @@ bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, int64_t 
   const size_t groups = ds.size();
   std::vector<int> s(groups);
   for (size_t g = 0; g < groups; ++g) s[g] = groups == 1 ? 1 : 1 + int(g % 2);
-  auto group_of = [&](size_t i) { return groups == 1 ? 0 : size_t((int64_t(i) / width) % a.num_kv_heads); };
+  auto group_of = [&](size_t i) { return groups == 1 ? 0 : size_t(a.kv_head_of_element(i, width)); };
   auto scaled = [&](uint8_t code, int e, uint8_t& out) {
     const double x = ref::decode_fp8(f, code);
     if (std::isnan(x)) return false;
