@@ -47,6 +47,7 @@ constexpr std::array<Spelling<uint32_t>, 5> kVariants{{{AC_VAR_PAGED_KV, "paged_
                                                        {AC_VAR_SOFTCAP, "softcap"},
                                                        {AC_VAR_WINDOW, "window"},
                                                        {AC_VAR_SINKS, "sinks"}}};
+constexpr std::array<Spelling<uint32_t>, 1> kFp8{{{AC_FP8_DESCALE_PER_KV_HEAD, "descale_per_kv_head"}}};
 // The contract bits the worker protocol writes as boolean fields (AC_CAP_EMPTY_LSE_UNDEFINED is
 // spelled as empty_lse "undefined" instead).
 constexpr std::array<Spelling<uint32_t>, 6> kFlagFields{
@@ -69,6 +70,8 @@ std::span<const Spelling<ac_dtype>> dtype_spellings() { return kDtypes; }
 std::span<const Spelling<ac_fold>> fold_spellings() { return kFolds; }
 std::span<const Spelling<uint32_t>> feature_spellings() { return kFeatures; }
 std::span<const Spelling<uint32_t>> variant_spellings() { return kVariants; }
+std::span<const Spelling<ac_dtype>> kv_dtype_spellings() { return kKvDtypes; }
+std::span<const Spelling<uint32_t>> fp8_spellings() { return kFp8; }
 std::span<const Spelling<uint32_t>> flag_field_spellings() { return kFlagFields; }
 
 const char* op_name(uint32_t op) { return name_of<uint32_t>(kOps, op, "unknown"); }
@@ -103,5 +106,6 @@ std::string kv_dtype_names() { return joined<ac_dtype>(kKvDtypes); }
 std::string fold_names() { return joined<ac_fold>(kFolds); }
 std::string feature_names() { return joined<uint32_t>(kFeatures); }
 std::string variant_names() { return joined<uint32_t>(kVariants); }
+std::string fp8_names() { return joined<uint32_t>(kFp8); }
 
 }  // namespace attncheck

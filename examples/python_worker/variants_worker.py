@@ -1,6 +1,6 @@
 """An attention subject in plain numpy that declares the engines' variants (worker protocol 4):
 paged K / V, V head sizes of their own (64 / 32 and MLA's 192 / 128), a logit softcap, a sliding
-window and attention sinks.
+window and attention sinks; and the same attention over an FP8 KV cache.
 
     build/attncheck check --worker "python3 -m attncheck.worker examples/python_worker/variants_worker.py"
 
@@ -10,6 +10,8 @@ attention-np-variants  attention forward built from attncheck.helpers: gather_pa
                        each row's denominator only: O = sum e^s v / (e^sink + sum e^s),
                        LSE = log(e^sink + sum e^s); a row with no visible key has O = 0 and
                        LSE = its sink (-inf without sinks).
+attention-np-fp8kv     the same attention with K and V from an FP8 KV cache (e4m3fn, e5m2; descales
+                       per tensor or per KV head), decoded by helpers.dequantize_kv, and paged.
 Computed in float64 and rounded once to the output format, LSE natural, layout [heads, tokens].
 """
 import numpy as np
@@ -27,8 +29,12 @@ def attention(call):
     if call.page_size > 0:
         k, v = helpers.gather_pages(k, v, call.block_table_host, np.diff(call.cu_seqlens_k_host), call.page_size)
     q = ac.to_float32(call.q, d).astype(np.float64)
-    k = helpers.expand_kv_heads(ac.to_float32(k, d).astype(np.float64), h)
-    v = helpers.expand_kv_heads(ac.to_float32(v, d).astype(np.float64), h)
+    if getattr(call, "kv_dtype", None):  # an FP8 KV cache: codes times their KV head's descale
+        k, v = helpers.dequantize_kv(k, v, call.kv_dtype, call.k_descale, call.v_descale)
+    else:
+        k, v = ac.to_float32(k, d).astype(np.float64), ac.to_float32(v, d).astype(np.float64)
+    k = helpers.expand_kv_heads(k, h)
+    v = helpers.expand_kv_heads(v, h)
     # One logit per query head, [H, 1] against a row's [H, T] maxima; None without sinks.
     sink = None if call.sinks is None else np.asarray(call.sinks, np.float64)[:, None]
     with np.errstate(all="ignore"):
@@ -59,3 +65,10 @@ attention_np_variants = ac.subject(
     variants=("paged_kv", "head_size_v", "softcap", "window", "sinks"), page_sizes=[1, 3, 16],
     head_pairs=[(64, 32), (192, 128)],
     description="numpy attention with paged K / V, softcap, window and sinks (float64, one rounding)")(attention)
+
+
+attention_np_fp8kv = ac.subject(
+    name="attention-np-fp8kv", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
+    features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)], variants=("paged_kv",),
+    page_sizes=[1, 16], kv_dtypes=("e4m3fn", "e5m2"), fp8=("descale_per_kv_head",),
+    description="numpy attention over an FP8 KV cache (helpers.dequantize_kv; float64, one rounding)")(attention)

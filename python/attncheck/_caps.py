@@ -17,6 +17,9 @@ FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_in
 FOLDS = ("left", "right", "tree")
 # Protocol 4: the engines' variants an attention / split-KV subject accepts (the C ABI's AC_VAR_*).
 VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
+# Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
+KV_DTYPES = ("e4m3fn", "e5m2")
+FP8 = ("descale_per_kv_head",)
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -59,7 +62,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
                   nondeterministic: bool = False, ftz_arithmetic: bool = False,
                   batch_invariant: bool = False, empty_states_zero_o: bool = False, variants: Any = (),
                   page_sizes: Sequence[int] = (), head_pairs: Sequence[Tuple[int, int]] = (),
-                  max_call_seqs: int = 0, max_call_tokens: int = 0, max_call_keys: int = 0) -> Dict[str, Any]:
+                  max_call_seqs: int = 0, max_call_tokens: int = 0, max_call_keys: int = 0,
+                  kv_dtypes: Any = (), fp8: Any = ()) -> Dict[str, Any]:
     """Returns the handshake dictionary of one subject (protocol 4; hello() writes the older forms),
     or raises CapsError naming the problem.
 
@@ -85,7 +89,11 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     calls that do not use it.
     max_call_seqs, max_call_tokens, max_call_keys (protocol 4): the largest call the subject takes,
     in sequences, query tokens and keys (all sequences), 0 for no limit; attncheck's cases stay
-    within them, and one past them is skipped with its reason, never sent."""
+    within them, and one past them is skipped with its reason, never sent.
+    kv_dtypes (protocol 4, attention / splitkv only): the FP8 KV cache formats the subject reads,
+    "e4m3fn" and / or "e5m2": k and v then arrive as one-byte codes of kv_dtype with their fp32
+    descales (AttentionCall: kv_dtype, k_descale, v_descale); fp8=("descale_per_kv_head",) adds one
+    descale per KV head to the one per tensor. q and out stay in dtypes."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
         raise CapsError(f"subject name {name!r} must be non-empty letters, digits, '-', '_', '.'")
     if len(name) > MAX_NAME_CHARS:
@@ -195,6 +203,12 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
             raise CapsError(f"subject {name!r}: {limit} must be an integer from 0 (no limit) to {top}, not {count!r}")
         if count:
             limits[limit] = count
+    kv = _words(name, "kv_dtypes", kv_dtypes, KV_DTYPES)
+    fp8_words = _words(name, "fp8", fp8, FP8)
+    if kv and "attention" not in ops and "splitkv" not in ops:
+        raise CapsError(f"subject {name!r} declares kv_dtypes without attention or splitkv")
+    if fp8_words and not kv:
+        raise CapsError(f"subject {name!r}: fp8 given without kv_dtypes")
     # Written only where declared, as attncheck writes its own subjects: a subject without variants
     # is declared as in protocol 3.
     if variants:
@@ -204,6 +218,10 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     if hp:
         d["head_pairs"] = hp
     d.update(limits)
+    if kv:
+        d["kv_dtypes"] = list(kv)
+    if fp8_words:
+        d["fp8"] = list(fp8_words)
     return d
 
 
@@ -236,7 +254,8 @@ def as_protocol_1(d: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # The fields protocol 4 added; as_protocol_3() removes them.
-V4_FIELDS = ("variants", "page_sizes", "head_pairs", "max_call_seqs", "max_call_tokens", "max_call_keys")
+V4_FIELDS = ("variants", "page_sizes", "head_pairs", "max_call_seqs", "max_call_tokens", "max_call_keys", "kv_dtypes",
+             "fp8")
 
 
 def as_protocol_3(d: Dict[str, Any]) -> Dict[str, Any]:

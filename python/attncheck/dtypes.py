@@ -51,3 +51,35 @@ def from_float(x: Any, dtype: str) -> NDArray[Any]:
     if dtype == "bf16":
         return float64_to_bf16(x) if x.dtype == np.float64 else float32_to_bf16(x)
     return cast("NDArray[Any]", x.astype(NUMPY_DTYPES[dtype]))
+
+
+def _fp8_table(fmt: str) -> NDArray[Any]:
+    """The 256 values of an FP8 format's codes, exactly (float64): e4m3fn (bias 7, no infinity,
+    0x7f / 0xff NaN, largest 448) or e5m2 (bias 15, IEEE-like: infinities and NaNs at exponent 31)."""
+    mant_bits, bias = (3, 7) if fmt == "e4m3fn" else (2, 15)
+    t = np.empty(256, np.float64)
+    for c in range(256):
+        sign = -1.0 if c & 0x80 else 1.0
+        e = (c >> mant_bits) & ((1 << (7 - mant_bits)) - 1)
+        m = c & ((1 << mant_bits) - 1)
+        if fmt == "e4m3fn" and e == 15 and m == 7:
+            t[c] = np.nan
+        elif fmt == "e5m2" and e == 31:
+            t[c] = sign * np.inf if m == 0 else np.nan
+        elif e == 0:
+            t[c] = sign * m / (1 << mant_bits) * 2.0 ** (1 - bias)
+        else:
+            t[c] = sign * (1 + m / (1 << mant_bits)) * 2.0 ** (e - bias)
+    return t
+
+
+_FP8_TABLES: Dict[str, NDArray[Any]] = {}
+
+
+def fp8_to_float64(codes: Any, fmt: str) -> NDArray[Any]:
+    """FP8 codes (uint8) of "e4m3fn" or "e5m2" -> their exact values as float64."""
+    if fmt not in ("e4m3fn", "e5m2"):
+        raise ValueError(f"unknown FP8 format {fmt!r} (e4m3fn, e5m2)")
+    if fmt not in _FP8_TABLES:
+        _FP8_TABLES[fmt] = _fp8_table(fmt)
+    return _FP8_TABLES[fmt][np.asarray(codes, dtype=np.uint8)]

@@ -163,3 +163,18 @@ def softcap_scores(s: Any, cap: float) -> Any:
     if isinstance(s, (np.ndarray, np.generic, float, int)):
         return cap * np.tanh(np.asarray(s) / cap)
     return cap * (s / cap).tanh()  # torch
+
+
+def dequantize_kv(k: Any, v: Any, kv_dtype: str, k_descale: Any, v_descale: Any) -> Tuple[Any, Any]:
+    """An FP8 KV cache's values: each code decoded exactly and times its KV head's descale, in
+    float64 (numpy, host) -> (K, V) of the codes' shapes, [..., num_kv_heads, d]. k / v: the call's
+    uint8 codes (call.k, call.v: contiguous or page pools alike); k_descale / v_descale: one value
+    (per tensor) or one per KV head (call.k_descale, call.v_descale)."""
+    from .dtypes import fp8_to_float64
+
+    def one(codes: Any, descale: Any) -> Any:
+        x = fp8_to_float64(np.asarray(codes), kv_dtype)
+        d = np.asarray(descale, dtype=np.float32).astype(np.float64)
+        return x * (d[:, None] if d.size > 1 else d[0])
+
+    return one(k, k_descale), one(v, v_descale)

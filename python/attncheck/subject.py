@@ -50,7 +50,8 @@ class DeviceError(Exception):
 _CAP_FIELDS = ("ops", "dtypes", "memory", "head_sizes", "head_size_range", "lse_base", "lse_layout", "empty_lse",
                "features", "tilings", "max_splits", "fold_orders", "description", "refuses_zero_keys",
                "flushes_subnormals", "nondeterministic", "ftz_arithmetic", "batch_invariant", "empty_states_zero_o",
-               "variants", "page_sizes", "head_pairs", "max_call_seqs", "max_call_tokens", "max_call_keys")
+               "variants", "page_sizes", "head_pairs", "max_call_seqs", "max_call_tokens", "max_call_keys",
+               "kv_dtypes", "fp8")
 
 
 class Subject:
@@ -85,6 +86,10 @@ class Subject:
     max_call_seqs: int = 0  # sequences per call
     max_call_tokens: int = 0  # query tokens per call, all sequences
     max_call_keys: int = 0  # keys per call, all sequences
+    # Protocol 4: an FP8 KV cache, "e4m3fn" / "e5m2" (attention / splitkv); fp8=("descale_per_kv_head",)
+    # adds descales per KV head to the one per tensor.
+    kv_dtypes: Sequence[str] = ()
+    fp8: Sequence[str] = ()
     description: str = ""
     # For memory="cuda": "torch" or "cupy" tensors (default: torch when importable, else cupy).
     framework: Optional[str] = None

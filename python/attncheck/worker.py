@@ -34,7 +34,7 @@ PROTOCOL_VERSION = 4
 ARENA_FD = 3
 
 _ELEM: Dict[str, Any] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8,
-                         "i32": np.int32}
+                         "i32": np.int32, "e4m3fn": np.uint8, "e5m2": np.uint8}
 
 
 class _Arena:
@@ -125,6 +125,9 @@ def _to_device(a: Any, dtype: Optional[str], framework: str) -> Any:
         import torch
         if dtype == "bf16":
             return torch.from_numpy(a.view(np.int16).copy()).cuda().view(torch.bfloat16)
+        if dtype in ("e4m3fn", "e5m2"):  # FP8 codes as PyTorch's own FP8 dtypes
+            fp8 = torch.float8_e4m3fn if dtype == "e4m3fn" else torch.float8_e5m2
+            return torch.from_numpy(a.copy()).cuda().view(fp8)
         return torch.from_numpy(a.copy()).cuda()
     import cupy
     return cupy.asarray(a)  # bf16 stays uint16 bits: CuPy has no bfloat16
@@ -234,7 +237,10 @@ class _Server:
             call.max_blocks = int(req.get("max_blocks", 0))
             table = req["inputs"].get("block_table")
             call.block_table_host = None if table is None else np.array(self.arena.view(table))
-            for k, v in self.inputs(req, s, ("q", "k", "v", "mask", "sinks", "block_table")).items():
+            # An FP8 KV cache (protocol 4): k and v are codes of kv_dtype, read times their descales.
+            call.kv_dtype = req.get("kv_dtype")
+            for k, v in self.inputs(req, s, ("q", "k", "v", "mask", "sinks", "block_table", "k_descale",
+                                             "v_descale")).items():
                 setattr(call, k, v)
             res = s.attention(call)
             wants_lse = "lse" in req["outputs"]

@@ -253,3 +253,27 @@ def test_attention_requests_decode_the_variants():
     c = seen[0]
     assert (c.head_size_v, c.softcap, c.window_left, c.window_right, c.page_size) == (8, 0.0, -1, -1, 0)
     assert c.sinks is None and c.block_table is None and c.block_table_host is None
+
+
+def test_fp8_kv_cache_is_declared_in_protocol_4_and_left_out_before():
+    from attncheck.worker import hello
+    s = ac.subject(name="fp8", ops="attention", dtypes="fp16", kv_dtypes=("e4m3fn", "e5m2"),
+                   fp8="descale_per_kv_head")(lambda call: None)
+    assert (s.declaration["kv_dtypes"], s.declaration["fp8"]) == (["e4m3fn", "e5m2"], ["descale_per_kv_head"])
+    plain = ac.subject(name="plain", ops="attention", dtypes="fp16")(lambda call: None).declaration
+    assert "kv_dtypes" not in plain and "fp8" not in plain
+    assert hello({"op": "hello", "protocol": 4}, [s])["subjects"][0]["kv_dtypes"] == ["e4m3fn", "e5m2"]
+    assert not {"kv_dtypes", "fp8"} & set(hello({"op": "hello", "protocol": 3}, [s])["subjects"][0])
+
+
+@pytest.mark.parametrize("caps, message", [
+    (dict(ops="merge", kv_dtypes="e4m3fn"), "declares kv_dtypes without attention or splitkv"),
+    (dict(ops="attention", kv_dtypes="e4m3"), "unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2)"),
+    (dict(ops="attention", fp8="descale_per_kv_head"), "fp8 given without kv_dtypes"),
+    (dict(ops="attention", kv_dtypes="e5m2", fp8="per_head"),
+     "unknown word 'per_head' in 'fp8' (known: descale_per_kv_head)"),
+])
+def test_bad_fp8_declarations_are_refused(caps, message):
+    with pytest.raises(ac.CapsError) as e:
+        ac.subject(name="bad", dtypes="fp16", **caps)(lambda call: None)
+    assert message in str(e.value)

@@ -16,3 +16,14 @@ def test_bf16_round_trip_and_rounding():
     # would first round it onto the tie and then to even (down).
     x = 1 + 2**-8 + 2**-30
     assert int(ac.float64_to_bf16(np.array([x]))[0]) == 0x3F81
+
+
+def test_fp8_codes_decode_exactly():
+    # e4m3fn: (1 + m/8) 2^(e-7), subnormals m/8 2^-6, 0x7f NaN, no infinity; e5m2: (1 + m/4) 2^(e-15),
+    # subnormals m/4 2^-14, 0x7c inf, 0x7d..0x7f NaN.
+    e4 = ac.fp8_to_float64(np.array([0x00, 0x01, 0x38, 0x44, 0x7E, 0xB8], np.uint8), "e4m3fn")
+    assert e4.tolist() == [0.0, 2.0 ** -9, 1.0, 3.0, 448.0, -1.0]
+    assert np.isnan(ac.fp8_to_float64(np.array([0x7F, 0xFF], np.uint8), "e4m3fn")).all()
+    e5 = ac.fp8_to_float64(np.array([0x01, 0x3C, 0x7B, 0x7C, 0xFC], np.uint8), "e5m2")
+    assert e5.tolist() == [2.0 ** -16, 1.0, 57344.0, np.inf, -np.inf]
+    assert np.isnan(ac.fp8_to_float64(np.array([0x7D, 0x7F], np.uint8), "e5m2")).all()

@@ -258,3 +258,53 @@ def test_a_refused_declared_page_size_fails_declared_variants(binary, tmp_path):
     r = ac.check(helpers_gather_pages, properties=["declared_variants"], cases=20, seed=1, report_dir=tmp_path / "ok",
                  binary=binary)
     assert r.exit_code == 0
+
+
+# The FP8 KV cache through the worker protocol: attention-np-fp8kv (variants_worker.py, built on
+# helpers.dequantize_kv) against the exact reference and the descales' exact arithmetic; the same
+# subject reading V's codes without v_descale, or with every descale read at KV head 0, must fail.
+
+def _fp8_with(bug):
+    def attention(call):
+        import variants_worker
+        if call.kv_dtype:
+            if bug == "v_descale_ignored":
+                call.v_descale = np.ones_like(np.asarray(call.v_descale))
+            elif bug == "descale_of_head_0":
+                call.k_descale = np.full_like(np.asarray(call.k_descale), np.asarray(call.k_descale)[0])
+        return variants_worker.attention(call)
+    return ac.subject(name=f"attention-np-fp8kv-{bug.replace('_', '-')}", ops="attention",
+                      dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
+                      features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)],
+                      kv_dtypes=("e4m3fn", "e5m2"), fp8=("descale_per_kv_head",))(attention)
+
+
+fp8_v_descale_ignored = _fp8_with("v_descale_ignored")
+fp8_descale_of_head_0 = _fp8_with("descale_of_head_0")
+
+
+def test_dequantize_kv_applies_each_kv_heads_descale():
+    # Two keys, two KV heads, d = 1: e4m3fn codes 0x38 (1.0) and 0x44 (3.0); descales 0.5 and 2.
+    k = np.array([[[0x38], [0x44]], [[0x44], [0x38]]], np.uint8)
+    kk, vv = helpers.dequantize_kv(k, k, "e4m3fn", np.array([0.5, 2.0], np.float32), np.array([0.25], np.float32))
+    assert kk[:, :, 0].tolist() == [[0.5, 6.0], [1.5, 2.0]]
+    assert vv[:, :, 0].tolist() == [[0.25, 0.75], [0.75, 0.25]]
+
+
+def test_fp8_kv_subject_agrees_with_the_exact_reference(binary, tmp_path):
+    import variants_worker
+    r = ac.check(variants_worker.attention_np_fp8kv,
+                 properties=["accuracy", "declared_variants", "fp8_descales", "empty_row_contract"], cases=40,
+                 seed=4, report_dir=tmp_path / "r", binary=binary)
+    assert r.exit_code == 0 and all(x["status"] == "passed" for x in r.results)
+    assert {x["property"] for x in r.results} == {"accuracy", "declared_variants", "fp8_descales",
+                                                  "empty_row_contract"}
+
+
+@pytest.mark.parametrize("subject", [fp8_v_descale_ignored, fp8_descale_of_head_0],
+                         ids=["v_descale_ignored", "descale_of_head_0"])
+def test_an_fp8_descale_bug_is_caught_by_fp8_descales(binary, tmp_path, subject):
+    with pytest.raises(ac.AttncheckFailure) as e:
+        ac.check(subject, properties=["fp8_descales"], cases=40, seed=1, report_dir=tmp_path / "r", binary=binary,
+                 extra_args=["--shrink-time", "5"])
+    assert f"{subject.name} / fp8_descales: failed" in str(e.value)

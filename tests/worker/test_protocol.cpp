@@ -374,8 +374,12 @@ namespace {
 // protocol.
 class RecordingSubject final : public ac::Subject {
  public:
-  RecordingSubject(std::string name, uint32_t variants)
-      : name_(std::move(name)), caps_(variant_caps(variants)) {}
+  // kv_dtypes: the FP8 KV cache formats it declares (descales per KV head with them).
+  RecordingSubject(std::string name, uint32_t variants, uint32_t kv_dtypes = 0)
+      : name_(std::move(name)), caps_(variant_caps(variants)) {
+    caps_.kv_dtypes = kv_dtypes;
+    caps_.fp8 = kv_dtypes ? AC_FP8_DESCALE_PER_KV_HEAD : 0u;
+  }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return name_; }
   const ac_caps& caps() const override { return caps_; }
@@ -547,13 +551,18 @@ void require_same_input(const ac::AttentionInput& got, const ac::AttentionInput&
   CHECK(got.q == want.q);
   CHECK(got.k == want.k);
   CHECK(got.v == want.v);
+  CHECK(got.kv_dtype == want.kv_dtype);
+  REQUIRE(got.k_descale.size() == want.k_descale.size());
+  for (size_t i = 0; i < got.k_descale.size(); ++i) CHECK(bits_of(got.k_descale[i]) == bits_of(want.k_descale[i]));
+  REQUIRE(got.v_descale.size() == want.v_descale.size());
+  for (size_t i = 0; i < got.v_descale.size(); ++i) CHECK(bits_of(got.v_descale[i]) == bits_of(want.v_descale[i]));
 }
 
 // The subjects of a test server, served to this process as served_subjects serves the built-ins.
 std::vector<std::unique_ptr<ac::Subject>> served(TestServer& server, std::vector<std::string> names,
-                                                 uint32_t variants) {
+                                                 uint32_t variants, uint32_t kv_dtypes = 0) {
   std::vector<std::unique_ptr<ac::Subject>> local;
-  for (auto& n : names) local.push_back(std::make_unique<RecordingSubject>(n, variants));
+  for (auto& n : names) local.push_back(std::make_unique<RecordingSubject>(n, variants, kv_dtypes));
   return w::served_subjects(std::move(local), server.path, 30.0, [](const ac::Subject&) { return true; });
 }
 
@@ -778,4 +787,68 @@ TEST_CASE("protocol 4 call limits: written where declared, read back, refused wh
   CHECK(problems[0].find("caps.max_call_keys -1 is negative (0: no limit)") != std::string::npos);
   s.caps.max_call_keys = 100;
   CHECK(ac::validate_subject(s, 3).empty());
+}
+
+TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and descales bit for bit", "[worker]") {
+  ac_caps c = variant_caps(0);
+  const uint32_t both = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  c.kv_dtypes = both;
+  c.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
+  const auto j = w::caps_to_json("f", "", c);
+  using L = std::vector<std::string>;
+  CHECK(j["kv_dtypes"].get<L>() == L{"e4m3fn", "e5m2"});
+  CHECK(j["fp8"].get<L>() == L{"descale_per_kv_head"});
+  const w::DeclaredSubject d = w::caps_from_json(j, 4);
+  CHECK(d.caps.kv_dtypes == both);
+  CHECK(d.caps.fp8 == AC_FP8_DESCALE_PER_KV_HEAD);
+  // Not declared: not written, and nothing read.
+  const auto plain = w::caps_to_json("p", "", variant_caps(0));
+  CHECK(!plain.contains("kv_dtypes"));
+  CHECK(!plain.contains("fp8"));
+  CHECK(w::caps_from_json(plain, 4).caps.kv_dtypes == 0u);
+  CHECK_THROWS_WITH(w::caps_from_json(j, 3), "'kv_dtypes' needs protocol 4 (the worker answered protocol 3)");
+  auto bad = j;
+  bad["kv_dtypes"] = {"e4m3"};
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 4), Catch::Contains("unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2)"));
+
+  // A call: the one-byte codes of each format, with their descales.
+  std::vector<std::unique_ptr<ac::Subject>> remote;
+  remote.push_back(std::make_unique<RecordingSubject>("fp8", 0, both));
+  remote.push_back(std::make_unique<RecordingSubject>("plain", 0));
+  TestServer server(std::move(remote), 4);
+  auto subjects = served(server, {"fp8", "plain"}, 0, both);
+  auto& fp8 = static_cast<RecordingSubject&>(server.subject(0));
+  auto& plain_subject = static_cast<RecordingSubject&>(server.subject(1));
+  ac::AttentionInput in;
+  in.dtype = AC_DTYPE_F16;
+  in.num_heads = 4;
+  in.num_kv_heads = 2;
+  in.head_size = 8;
+  in.seqlens_q = {2, 3};
+  in.seqlens_k = {5, 3};
+  in.softmax_scale = 0.35355339f;
+  in.q = pattern(5 * 4 * 8, 1);
+  for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2}) {
+    in.kv_dtype = f;
+    in.k.clear();
+    in.v.clear();
+    for (uint32_t i = 0; i < 8 * 2 * 8; ++i) {
+      in.k.push_back((i * 37u + 11u) % 0x7fu);  // every code below 0x7f: finite in both formats
+      in.v.push_back((i * 53u + 3u) % 0x7bu | (i % 2 ? 0x80u : 0u));
+    }
+    // Per KV head for e4m3fn, per tensor for e5m2 (K's and V's granularity is one).
+    in.k_descale = f == AC_DTYPE_E4M3 ? std::vector<float>{0.015625f, 3.0e-3f} : std::vector<float>{3.0e-3f};
+    in.v_descale = f == AC_DTYPE_E4M3 ? std::vector<float>{1.7f, 0.5f} : std::vector<float>{1.7f};
+    REQUIRE(ac::attention_variant_problem(in).empty());
+    ac::AttentionOptions opt;
+    opt.tiling = 0;
+    subjects[0]->attention(in, opt);
+    REQUIRE(!fp8.seen.empty());
+    require_same_input(fp8.seen.back(), in);
+  }
+  CHECK(fp8.seen.size() == 2);
+  // A worker that does not declare an FP8 cache is never sent one (refused before the request; the
+  // local subject, declaring it, answers).
+  subjects[1]->attention(in, ac::AttentionOptions{});
+  CHECK(plain_subject.seen.empty());
 }

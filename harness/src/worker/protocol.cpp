@@ -31,6 +31,9 @@ const WordSet<ac_dtype> kDtypes{dtype_spellings(), [](ac_dtype d) { return AC_DT
 const WordSet<uint32_t> kFeatures{feature_spellings(), [](uint32_t f) { return f; }, feature_names};
 const WordSet<ac_fold> kFolds{fold_spellings(), [](ac_fold f) { return AC_FOLD_BIT(f); }, fold_names};
 const WordSet<uint32_t> kVariants{variant_spellings(), [](uint32_t v) { return v; }, variant_names};
+const WordSet<ac_dtype> kKvDtypes{kv_dtype_spellings(), [](ac_dtype d) { return AC_DTYPE_BIT(d); },
+                                  kv_dtype_names};
+const WordSet<uint32_t> kFp8{fp8_spellings(), [](uint32_t f) { return f; }, fp8_names};
 
 template <class T>
 json words_of(uint32_t bits, const WordSet<T>& set) {
@@ -153,6 +156,8 @@ json caps_to_json(const std::string& name, const std::string& description, const
   if (c.max_call_seqs > 0) j["max_call_seqs"] = c.max_call_seqs;
   if (c.max_call_tokens > 0) j["max_call_tokens"] = c.max_call_tokens;
   if (c.max_call_keys > 0) j["max_call_keys"] = c.max_call_keys;
+  if (c.kv_dtypes) j["kv_dtypes"] = words_of(c.kv_dtypes, kKvDtypes);
+  if (c.fp8) j["fp8"] = words_of(c.fp8, kFp8);
   return j;
 }
 
@@ -287,6 +292,10 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
       throw ProtocolError("'max_call_keys' must be an integer from 0 (no limit) to 2^63 - 1");
     c.max_call_keys = v.get<int64_t>();
   }
+  // Version 4: an FP8 KV cache (the formats, and descales per KV head); whether they fit the ops
+  // is validate_subject's check, as for a plugin.
+  if (has_v4_field(j, "kv_dtypes", protocol)) c.kv_dtypes = bits_of(j["kv_dtypes"], "kv_dtypes", kKvDtypes);
+  if (has_v4_field(j, "fp8", protocol)) c.fp8 = bits_of(j["fp8"], "fp8", kFp8);
   s = DeclaredSubject(s);  // points caps at the own arrays
   return s;
 }
@@ -327,7 +336,10 @@ TensorRef Layout::add(const std::string& dtype, std::vector<int64_t> shape) {
   for (size_t i = t.shape.size(); i-- > 1;) t.strides[i - 1] = t.strides[i] * t.shape[i];
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
-  const size_t es = dtype == "fp32" ? 4 : dtype == "u8" ? 1 : dtype == "i32" ? 4 : dtype == "i64" ? 8 : 2;
+  const size_t es = dtype == "fp32" || dtype == "i32"                    ? 4
+                    : dtype == "u8" || kv_dtype_from(dtype).has_value() ? 1
+                    : dtype == "i64"                                    ? 8
+                                                                        : 2;
   t.bytes = size_t(n) * es;
   t.offset = end_;
   end_ += (t.bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
@@ -339,6 +351,10 @@ void put_bits(unsigned char* base, const TensorRef& t, ac_dtype d, const Bits& b
   unsigned char* p = base + t.offset;
   if (d == AC_DTYPE_F32) {
     if (!bits.empty()) std::memcpy(p, bits.data(), bits.size() * 4);
+    return;
+  }
+  if (dtype_bytes(d) == 1) {  // FP8 codes
+    for (size_t i = 0; i < bits.size(); ++i) p[i] = static_cast<unsigned char>(bits[i]);
     return;
   }
   for (size_t i = 0; i < bits.size(); ++i) {
@@ -364,6 +380,10 @@ Bits get_bits(const unsigned char* base, const TensorRef& t, ac_dtype d, size_t 
   if (d == AC_DTYPE_F32) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(p);  // offsets are kArenaAlign-aligned
     out.insert(out.end(), w, w + n);
+    return out;
+  }
+  if (dtype_bytes(d) == 1) {  // FP8 codes
+    out.insert(out.end(), p, p + n);
     return out;
   }
   for (size_t i = 0; i < n; ++i) {

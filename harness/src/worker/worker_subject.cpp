@@ -160,8 +160,14 @@ class WorkerSubject final : public Subject {
                                                     : std::vector<int64_t>{seqs.total_k(), HK, D};
     std::vector<int64_t> v_shape = k_shape;
     v_shape.back() = DV;
+    // An FP8 KV cache (protocol 4, only to a worker declaring its format): K and V as one-byte
+    // codes of that format, and their fp32 descales (one, or one per KV head).
+    const bool fp8 = in.fp8_kv();
+    const std::string kv_dt = fp8 ? kv_dtype_name(in.kv_dtype) : dt;
     Layout L;
-    const TensorRef q = L.add(dt, {TQ, H, D}), k = L.add(dt, k_shape), v = L.add(dt, v_shape);
+    const TensorRef q = L.add(dt, {TQ, H, D}), k = L.add(kv_dt, k_shape), v = L.add(kv_dt, v_shape);
+    const TensorRef k_descale = L.add("fp32", {fp8 ? int64_t(in.k_descale.size()) : 0});
+    const TensorRef v_descale = L.add("fp32", {fp8 ? int64_t(in.v_descale.size()) : 0});
     const TensorRef mask = L.add("u8", {has_mask ? seqs.cu_mask.back() : 0});
     const TensorRef sinks = L.add("fp32", {has_sinks ? H : 0});
     const TensorRef table = L.add("i32", {in.paged() ? int64_t(S) : 0, in.paged() ? in.max_blocks : 0});
@@ -169,8 +175,12 @@ class WorkerSubject final : public Subject {
     const TensorRef lse = L.add("fp32", wants_lse ? lse_shape(lay, TQ, H) : std::vector<int64_t>{0});
     unsigned char* a = arena(L.size());
     put_bits(a, q, in.dtype, in.q);
-    put_bits(a, k, in.dtype, in.k);
-    put_bits(a, v, in.dtype, in.v);
+    put_bits(a, k, in.k_dtype(), in.k);
+    put_bits(a, v, in.k_dtype(), in.v);
+    if (fp8) {
+      std::memcpy(a + k_descale.offset, in.k_descale.data(), in.k_descale.size() * sizeof(float));
+      std::memcpy(a + v_descale.offset, in.v_descale.data(), in.v_descale.size() * sizeof(float));
+    }
     if (has_mask) std::memcpy(a + mask.offset, in.mask.data(), in.mask.size());
     if (has_sinks) std::memcpy(a + sinks.offset, in.sinks.data(), in.sinks.size() * sizeof(float));
     if (in.paged())
@@ -228,6 +238,11 @@ class WorkerSubject final : public Subject {
       r["cu_mask"] = nullptr;
     }
     if (has_sinks) r["inputs"]["sinks"] = tensor_json(sinks);
+    if (fp8) {
+      r["kv_dtype"] = kv_dt;
+      r["inputs"]["k_descale"] = tensor_json(k_descale);
+      r["inputs"]["v_descale"] = tensor_json(v_descale);
+    }
     if (in.paged()) r["inputs"]["block_table"] = tensor_json(table);
     r["outputs"] = {{"out", tensor_json(out)}};
     std::vector<std::pair<std::string, TensorRef>> outs = {{"out", out}};
