@@ -553,9 +553,11 @@ void require_same_input(const ac::AttentionInput& got, const ac::AttentionInput&
   CHECK(got.v == want.v);
   CHECK(got.kv_dtype == want.kv_dtype);
   REQUIRE(got.k_descale.size() == want.k_descale.size());
-  for (size_t i = 0; i < got.k_descale.size(); ++i) CHECK(bits_of(got.k_descale[i]) == bits_of(want.k_descale[i]));
+  for (size_t i = 0; i < got.k_descale.size(); ++i)
+    CHECK(bits_of(got.k_descale[i]) == bits_of(want.k_descale[i]));
   REQUIRE(got.v_descale.size() == want.v_descale.size());
-  for (size_t i = 0; i < got.v_descale.size(); ++i) CHECK(bits_of(got.v_descale[i]) == bits_of(want.v_descale[i]));
+  for (size_t i = 0; i < got.v_descale.size(); ++i)
+    CHECK(bits_of(got.v_descale[i]) == bits_of(want.v_descale[i]));
 }
 
 // The subjects of a test server, served to this process as served_subjects serves the built-ins.
@@ -789,7 +791,8 @@ TEST_CASE("protocol 4 call limits: written where declared, read back, refused wh
   CHECK(ac::validate_subject(s, 3).empty());
 }
 
-TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and descales bit for bit", "[worker]") {
+TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and descales bit for bit",
+          "[worker]") {
   ac_caps c = variant_caps(0);
   const uint32_t both = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
   c.kv_dtypes = both;
@@ -809,7 +812,8 @@ TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and d
   CHECK_THROWS_WITH(w::caps_from_json(j, 3), "'kv_dtypes' needs protocol 4 (the worker answered protocol 3)");
   auto bad = j;
   bad["kv_dtypes"] = {"e4m3"};
-  CHECK_THROWS_WITH(w::caps_from_json(bad, 4), Catch::Contains("unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2)"));
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 4),
+                    Catch::Contains("unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2)"));
 
   // A call: the one-byte codes of each format, with their descales.
   std::vector<std::unique_ptr<ac::Subject>> remote;

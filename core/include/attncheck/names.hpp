@@ -21,13 +21,13 @@ struct Spelling {
   T value;
   const char* name;
 };
-std::span<const Spelling<uint32_t>> op_spellings();       // AC_OP_* bits
-std::span<const Spelling<ac_dtype>> dtype_spellings();    // members of ac_caps.dtypes by AC_DTYPE_BIT
-std::span<const Spelling<ac_fold>> fold_spellings();      // members of ac_caps.fold_orders by AC_FOLD_BIT
-std::span<const Spelling<uint32_t>> feature_spellings();  // AC_FEAT_* bits
-std::span<const Spelling<uint32_t>> variant_spellings();  // AC_VAR_* bits
-std::span<const Spelling<ac_dtype>> kv_dtype_spellings(); // members of ac_caps.kv_dtypes by AC_DTYPE_BIT
-std::span<const Spelling<uint32_t>> fp8_spellings();      // AC_FP8_* bits
+std::span<const Spelling<uint32_t>> op_spellings();        // AC_OP_* bits
+std::span<const Spelling<ac_dtype>> dtype_spellings();     // members of ac_caps.dtypes by AC_DTYPE_BIT
+std::span<const Spelling<ac_fold>> fold_spellings();       // members of ac_caps.fold_orders by AC_FOLD_BIT
+std::span<const Spelling<uint32_t>> feature_spellings();   // AC_FEAT_* bits
+std::span<const Spelling<uint32_t>> variant_spellings();   // AC_VAR_* bits
+std::span<const Spelling<ac_dtype>> kv_dtype_spellings();  // members of ac_caps.kv_dtypes by AC_DTYPE_BIT
+std::span<const Spelling<uint32_t>> fp8_spellings();       // AC_FP8_* bits
 // The AC_CAP_* bits the worker protocol spells as boolean fields ("flushes_subnormals": true).
 std::span<const Spelling<uint32_t>> flag_field_spellings();
 

@@ -336,7 +336,7 @@ TensorRef Layout::add(const std::string& dtype, std::vector<int64_t> shape) {
   for (size_t i = t.shape.size(); i-- > 1;) t.strides[i - 1] = t.strides[i] * t.shape[i];
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
-  const size_t es = dtype == "fp32" || dtype == "i32"                    ? 4
+  const size_t es = dtype == "fp32" || dtype == "i32"                   ? 4
                     : dtype == "u8" || kv_dtype_from(dtype).has_value() ? 1
                     : dtype == "i64"                                    ? 8
                                                                         : 2;

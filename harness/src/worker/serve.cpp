@@ -201,7 +201,8 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
     if (const std::string why = attention_variant_problem(a); !why.empty()) throw ProtocolError(why);
     const size_t rows = size_t(a.kv_rows());
     a.q = get_bits(arena, in(r, "inputs", "q"), d, size_t(tq * a.num_heads * a.head_size));
-    a.k = get_bits(arena, in(r, "inputs", "k"), a.k_dtype(), rows * size_t(a.num_kv_heads) * size_t(a.head_size));
+    a.k = get_bits(arena, in(r, "inputs", "k"), a.k_dtype(),
+                   rows * size_t(a.num_kv_heads) * size_t(a.head_size));
     a.v = get_bits(arena, in(r, "inputs", "v"), a.k_dtype(), rows * size_t(a.num_kv_heads) * size_t(a.dv()));
     if (r.at("inputs").contains("mask")) {
       const auto m = in(r, "inputs", "mask");
