@@ -495,12 +495,6 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   return a;
 }
 
-// An FP8 KV cache, quantised as the engines store one: code = encode(x / scale), saturating, and
-// the descale the scale itself, per tensor or per KV head. The scale is amax / the format's largest
-// value times a drawn factor: 1 (amax lands on the largest code), 1/2 and 1/4 (values past it
-// before quantisation: saturated), 4 (the top codes unused), or a power of two times the amax's
-// own scale (descales of 2^k). The reference judges the codes times the descales the kernel is
-// given, so the quantisation error is never the kernel's.
 // `a` quantised to a declared FP8 format (per KV head where declared, in half of those cases), each
 // descale amax / largest times a factor drawn from `factors` (0: the power of two above amax /
 // largest, times 2^`pow2_headroom`).

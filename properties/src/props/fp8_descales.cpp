@@ -49,10 +49,16 @@ bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, int64_t 
     const double d = std::ldexp(double(ds[g]), -s[g]);
     if (double(float(d)) != d || float(d) < std::numeric_limits<float>::min()) s[g] = 0;
   }
+  // Each code scaled once; a group that turns out unscalable keeps its codes as they were.
+  Bits moved = t;
   for (size_t i = 0; i < t.size(); ++i) {
     uint8_t out = 0;
     const size_t g = group_of(i);
-    if (s[g] != 0 && !scaled(uint8_t(t[i]), s[g], out)) s[g] = 0;
+    if (s[g] == 0) continue;
+    if (scaled(uint8_t(t[i]), s[g], out))
+      moved[i] = out;
+    else
+      s[g] = 0;
   }
   bool any = false;
   what.clear();
@@ -61,12 +67,8 @@ bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, int64_t 
     any = any || s[g] != 0;
     ds[g] = float(std::ldexp(double(ds[g]), -s[g]));
   }
-  for (size_t i = 0; i < t.size(); ++i) {
-    uint8_t out = uint8_t(t[i]);
-    const size_t g = group_of(i);
-    if (s[g] != 0) scaled(uint8_t(t[i]), s[g], out);
-    t[i] = out;
-  }
+  for (size_t i = 0; i < t.size(); ++i)
+    if (s[group_of(i)] != 0) t[i] = moved[i];
   if (groups > 1) what = "(" + what + ") per KV head";
   return any;
 }
