@@ -209,6 +209,28 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
   row("splitkv", "16x64 splits=" + std::to_string(p.a.num_splits), timer.median_ms([&] {
     check_kernel(splitkv_attention_cuda(p.a, so, err, sizeof err), "splitkv", err);
   }));
+  // splitkv-packed on an FP8 cache (e4m3fn codes, descales per KV head) at its own split count, the
+  // codes in the first half of K's and V's buffers (the rows above are done with them): its GB/s
+  // counts the bytes it reads, one per K and V element.
+  check(cudaMemset(p.k.p, 0x30, size_t(p.nk)), "cudaMemset (e4m3 codes 0.5)");
+  check(cudaMemset(p.v.p, 0x38, size_t(p.nk)), "cudaMemset (e4m3 codes 1.0)");
+  const std::vector<float> descales = {0.5f, 1.0f, 2.0f, 0.25f, 1.5f, 0.75f, 3.0f, 1.25f};
+  static_assert(Problem::kKvHeads == 8, "one descale per KV head");
+  Device ds(descales.size() * 4, "cudaMalloc descales");
+  check(cudaMemcpy(ds.p, descales.data(), descales.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  ac_attention_args a8 = p.a;
+  a8.kv_dtype = AC_DTYPE_E4M3;
+  a8.k_descale = a8.v_descale = ds.as<float>();
+  a8.descale_granularity = 1;
+  a8.num_splits = 0;
+  const double bytes8 =
+      2.0 * batch * tk * Problem::kKvHeads * Problem::kD + 2.0 * batch * Problem::kHeads * Problem::kD * 2;
+  const double ms8 = timer.median_ms([&] {
+    check_kernel(packed_attention_cuda(a8, err, sizeof err, false, 0), "splitkv-packed (e4m3 cache)", err);
+  });
+  emit(o, out,
+       {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto", ms8, bytes8 / ms8 * 1e-6, "GB/s",
+        "copy"});
 }
 
 void merge(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int tokens, bool bf16) {
@@ -330,8 +352,8 @@ Ceilings run_suite(const SuiteOptions& o, std::vector<Measurement>& out) {
     for (int tokens : {4096, 32768})
       for (bool bf16 : {false, true}) merge(o, timer, out, tokens, bf16);
   if (o.decode)
-    for (int batch : {1, 8, 64})
-      for (int tk : {8192, 32768, 131072}) decode(o, timer, out, batch, tk);
+    for (int batch : o.decode_batches)
+      for (int tk : o.decode_tokens) decode(o, timer, out, batch, tk);
   return c;
 }
 

@@ -5,8 +5,9 @@
 //   attention  T in {2048, 8192}, 32 query heads over 8 KV heads, d = 128, fp16 and bf16, causal
 //              and not; fused (every tiling) and fused-hopper (every tiling, sm_90a builds).
 //              TFLOP/s of 4 T^2 h d flops (half when causal), against the GEMM ceiling.
-//   decode     1 query, T_k in {8192, 32768, 131072}, batch 1 and 64, the same heads, fp16;
-//              splitkv-packed (its own split count) and splitkv (splits filling the machine).
+//   decode     1 query, T_k in {8192, 32768, 131072}, batch 1, 8 and 64, the same heads, fp16;
+//              splitkv-packed (its own split count) and splitkv (splits filling the machine);
+//              splitkv-packed on an e4m3fn cache (dtype "fp16 e4m3-kv", one byte per K / V element).
 //              GB/s of compulsory traffic (K and V once, Q and O once), against the copy ceiling.
 //   merge      4096 and 32768 tokens x 32 heads x 128, fp16 and bf16, LSE [heads, tokens]. GB/s of
 //              two states and two LSEs read, one of each written, against the copy ceiling.
@@ -41,6 +42,7 @@ struct SuiteOptions {
   int repeats = 20;
   bool attention = true, decode = true, merge = true;
   std::vector<int> attention_tokens{2048, 8192};
+  std::vector<int> decode_batches{1, 8, 64}, decode_tokens{8192, 32768, 131072};
   bool with_fused = true;  // the mma.sync kernel beside fused-hopper
   // Called after each measurement (for progress), in the order measured.
   std::function<void(const Measurement&)> on_row;

@@ -58,6 +58,13 @@ inline constexpr ac_head_pair kFusedTwinHeadPairs[] = {{64, 32}, {192, 128}, {57
 inline constexpr int kNumFusedTwinHeadPairs =
     int(sizeof(kFusedTwinHeadPairs) / sizeof(kFusedTwinHeadPairs[0]));
 
+namespace fused {
+// Whether a call's K and V are an FP8 cache (kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2).
+inline bool fp8_kv(const ac_attention_args& a) {
+  return a.kv_dtype == AC_DTYPE_E4M3 || a.kv_dtype == AC_DTYPE_E5M2;
+}
+}  // namespace fused
+
 // Whether a call uses any version-3 variant (kernels that compute none refuse such a call).
 inline bool uses_variants(const ac_attention_args& a) {
   return (a.head_size_v != 0 && a.head_size_v != a.head_size) || a.softcap != 0.0f || a.window_left != -1 ||
@@ -66,15 +73,23 @@ inline bool uses_variants(const ac_attention_args& a) {
 
 const ac_tiling* fused_tilings(int* count);
 
+// What a caller computes beyond the CUDA kernels' common contract: the host twins take the head
+// sizes of kFusedTwinHeadPairs and an FP8 KV cache; splitkv-packed's CUDA kernel an FP8 KV cache.
+struct ArgScope {
+  bool head_pairs = false;
+  bool fp8_kv = false;
+};
+inline constexpr ArgScope kTwinScope{true, true};
+
 // The checks both launchers run before touching memory: dtype, head size, heads, tiling, shapes,
-// null pointers, options. AC_OK or AC_ERR_UNSUPPORTED with the reason written to err. twin: the
-// caller is a host twin, which also takes the head sizes of kFusedTwinHeadPairs.
+// null pointers, options, an FP8 cache's descales. AC_OK or AC_ERR_UNSUPPORTED with the reason
+// written to err.
 int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
-                     size_t err_len, bool twin = false);
-// The variants' checks (part of fused_check_args): V's head size equal to QK's (or, for a twin, a
-// pair of kFusedTwinHeadPairs), the softcap and window in range, a declared page size with a block
-// table whose entries lie in the pool.
-int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, bool twin = false);
+                     size_t err_len, ArgScope scope = {});
+// The variants' checks (part of fused_check_args): V's head size equal to QK's (or, where the scope
+// takes them, a pair of kFusedTwinHeadPairs), the softcap and window in range, a declared page size
+// with a block table whose entries lie in the pool.
+int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, ArgScope scope = {});
 
 // Host twin: tensors in host memory; walks the same tiles in the same order with the same
 // rounding points.
@@ -99,6 +114,9 @@ ac_caps fused_caps(bool cuda, int lse_base, int empty_lse_sign);
 // also V's own head size, kFusedTwinHeadPairs): the fused and split-KV subjects declare them;
 // kernels built on other mainloops do not (yet).
 ac_caps with_fused_variants(ac_caps c);
+// c with an FP8 KV cache: e4m3fn and e5m2, descales per tensor or per KV head (fused_twin.h reads
+// it; of the CUDA kernels, splitkv-packed).
+ac_caps with_fp8_kv_cache(ac_caps c);
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
 
 }  // namespace attncheck::kern

@@ -37,12 +37,12 @@ const ac_tiling* fused_tilings(int* count) {
 }
 
 int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
-                     size_t err_len, bool twin) {
+                     size_t err_len, ArgScope scope) {
   if (a.dtype == AC_DTYPE_F32)
     AC_REFUSE("fused attention: dtype fp32 is not supported (tensor-core operands are fp16 or bf16)");
   if (const int dtype = raw_enum(a.dtype); dtype != AC_DTYPE_F16 && dtype != AC_DTYPE_BF16)
     AC_REFUSE("fused attention: unknown dtype %d", dtype);
-  if (a.head_size != 64 && a.head_size != 128 && !(twin && twin_head_pair(a)))
+  if (a.head_size != 64 && a.head_size != 128 && !(scope.head_pairs && twin_head_pair(a)))
     AC_REFUSE("fused attention: head size %d is not supported (64 or 128)", a.head_size);
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
     AC_REFUSE("fused attention: num_heads %d is not a positive multiple of num_kv_heads %d", a.num_heads,
@@ -73,20 +73,20 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
   if (total_k > 0 && (!a.k || !a.v)) AC_REFUSE("fused attention: null k or v");
   if (a.mask && !a.cu_mask) AC_REFUSE("fused attention: mask without cu_mask");
   if (fused::fp8_kv(a)) {
-    if (!twin) AC_REFUSE("fused attention: an FP8 KV cache is read by the host twin only");
+    if (!scope.fp8_kv) AC_REFUSE("fused attention: an FP8 KV cache is not read by this kernel");
     if (!a.k_descale || !a.v_descale)
       AC_REFUSE("fused attention: an FP8 KV cache without k_descale / v_descale");
     if (a.descale_granularity != 0 && a.descale_granularity != 1)
       AC_REFUSE("fused attention: descale_granularity %d (0 per tensor, 1 per KV head)",
                 a.descale_granularity);
   }
-  return fused_check_variants(a, err, err_len, twin);
+  return fused_check_variants(a, err, err_len, scope);
 }
 
-int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, bool twin) {
-  if (a.head_size_v != 0 && a.head_size_v != a.head_size && !(twin && twin_head_pair(a)))
+int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, ArgScope scope) {
+  if (a.head_size_v != 0 && a.head_size_v != a.head_size && !(scope.head_pairs && twin_head_pair(a)))
     AC_REFUSE("fused attention: V head size %d differs from the QK head size %d%s", a.head_size_v,
-              a.head_size, twin ? " and the pair is not declared" : "");
+              a.head_size, scope.head_pairs ? " and the pair is not declared" : "");
   if (!(a.softcap >= 0.0f && a.softcap <= AC_MAX_SOFTCAP))
     AC_REFUSE("fused attention: softcap %g outside 0 .. %g", double(a.softcap), double(AC_MAX_SOFTCAP));
   if (a.window_left < -1 || a.window_right < -1)
@@ -159,7 +159,7 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
 }  // namespace
 
 int fused_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
-  if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len, true)) return rc;
+  if (int rc = fused_check_args(a, o, kNumFusedTilings, err, err_len, kTwinScope)) return rc;
   return fused_twin_tiles(a, o, kFusedTilings[a.tiling].br, kFusedTilings[a.tiling].bc, err, err_len);
 }
 

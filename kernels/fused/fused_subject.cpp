@@ -73,8 +73,6 @@ ac_caps with_fused_variants(ac_caps c) {
   return c;
 }
 
-// The host twin reading an FP8 KV cache (fused_twin.h): e4m3fn and e5m2, descales per tensor or
-// per KV head. The CUDA kernels read K and V in Q's dtype only.
 ac_caps with_fp8_kv_cache(ac_caps c) {
   c.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
   c.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;

@@ -3,11 +3,11 @@
 // decodes a call's tensors once, views one (sequence, head), and walks it as the CUDA kernel
 // does, row tiles of Br, key tiles of Bc from the start of the key range, with the per-element math
 // of fused_math.h. Rounding points as on the GPU: the dot product in fp32, P rounded to the input
-// type before P V, m / l / O in fp32. An FP8 KV cache (twins only): codes decoded exactly, K's
-// descale folded into the softmax scale (one fp32 rounding), V's multiplied into each value (one
-// fp32 rounding each). It does not match the GPU bit for bit (the tensor core sums
-// in another order, exp2 differs), it computes the same function with the same hazards.
-// V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q head_size; nothing else changes.
+// type before P V, m / l / O in fp32. An FP8 KV cache: codes decoded exactly, K's descale folded
+// into the softmax scale (one fp32 rounding), V's multiplied into each value (one fp32 rounding
+// each) or, for a kernel that applies it to the output, into O (VDescale). It does not match the GPU bit for
+// bit (the tensor core sums in another order, exp2 differs), it computes the same function with the same
+// hazards. V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q head_size; nothing else changes.
 // Mutation switch: decode_args<M>, head_view<M> and twin_row_tile<M> take the fused::Mutation of
 // fused_math.h; Mutation::none is the correct twin. Check: ctest --test-dir build -R kernels_attention_twin
 #pragma once
@@ -20,6 +20,7 @@
 
 #include "attncheck/plugin_abi.h"
 #include "common/storage.h"
+#include "fused/fused.h"
 #include "fused/fused_math.h"
 
 namespace attncheck::kern::fused {
@@ -47,7 +48,17 @@ struct TwinHeadView {
   const int32_t* table = nullptr;  // this sequence's block-table row, null unpaged
   int page_size = 0;
   int64_t last_page = 0;  // index of the sequence's last page in its table row
+  // An FP8 cache whose V descale the kernel applies to the output (VDescale::output): the head's
+  // descale; 1 otherwise (a product by 1 is exact).
+  float v_descale = 1.0f;
 };
+
+// Where a kernel applies an FP8 cache's V descale. values: to each decoded V value before P V, one
+// fp32 rounding each (a kernel that dequantises V tiles to fp32; the fused twin). output: to the
+// normalised output, once per row and part, after P V on the codes themselves (FlashAttention-3's
+// contract, which lets the tensor cores take V's codes exactly: splitkv-packed and its twin, the
+// split-KV twin).
+enum class VDescale { values, output };
 
 // Decode a stored tensor of n elements to floats.
 inline std::vector<float> decode_tensor(DType t, const void* data, int64_t n) {
@@ -71,6 +82,7 @@ struct TwinArgs {
   std::vector<float> q, k, v;
   int dv = 0;                // V's and O's head size
   std::vector<float> sinks;  // per query head, host copy (empty: none)
+  VDescale v_descale_at = VDescale::values;
 };
 
 // V's head size of a call: head_size_v where the caller set it (version 3), else head_size.
@@ -78,10 +90,6 @@ inline int head_size_v_of(const ac_attention_args& a) {
   return a.head_size_v > 0 ? a.head_size_v : a.head_size;
 }
 
-// Whether a call's K and V are an FP8 cache (kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2).
-inline bool fp8_kv(const ac_attention_args& a) {
-  return a.kv_dtype == AC_DTYPE_E4M3 || a.kv_dtype == AC_DTYPE_E5M2;
-}
 // KV head kvh's descale: one per tensor (granularity 0) or one per KV head (1); host memory (the
 // twins' calls).
 inline float descale_of(const ac_attention_args& a, const float* d, int kvh) {
@@ -91,7 +99,7 @@ inline float descale_of(const ac_attention_args& a, const float* d, int kvh) {
 // M: mutant 25 (fused_math.h v_row_elems) reads V rows of the QK head size; what lies past V's
 // last element then reads as NaN here (on the GPU, whatever memory follows V).
 template <Mutation M = Mutation::none>
-TwinArgs decode_args(const ac_attention_args& a) {
+TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescale::values) {
   TwinArgs x{DType(a.dtype),
              a.head_size,
              a.num_heads,
@@ -102,15 +110,16 @@ TwinArgs decode_args(const ac_attention_args& a) {
              {},
              {},
              head_size_v_of(a),
-             {}};
+             {},
+             v_descale_at};
   // Paged K / V: the whole pool is decoded (what the walk reads of it is its business).
   const int64_t kv_rows =
       a.page_size > 0 ? int64_t(a.num_pages) * a.page_size : a.cu_seqlens_k_host[a.num_seqs];
   x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
   if (fp8_kv(a)) {
     // An FP8 cache: K's codes decoded exactly (its descale joins the softmax scale, head_view), V's
-    // decoded and multiplied by their KV head's descale in fp32 (one rounding each), as a kernel
-    // that dequantises V tiles does.
+    // decoded and, under VDescale::values, multiplied by their KV head's descale in fp32 (one
+    // rounding each); under VDescale::output left as codes (head_view carries the descale).
     const auto* kc = static_cast<const uint8_t*>(a.k);
     const auto* vc = static_cast<const uint8_t*>(a.v);
     x.k.resize(size_t(kv_rows * x.hkv * x.d));
@@ -119,7 +128,7 @@ TwinArgs decode_args(const ac_attention_args& a) {
     for (size_t i = 0; i < x.v.size(); ++i) {
       const int kvh = int((int64_t(i) / x.dv) % x.hkv);
       const float code = fp8_to_float(int(a.kv_dtype), vc[i]);
-      const float d = descale_of(a, a.v_descale, kvh);
+      const float d = v_descale_at == VDescale::output ? 1.0f : descale_of(a, a.v_descale, kvh);
       x.v[i] = M == Mutation::fp8_v_descale_ignored ? code
                : M == Mutation::fp8_v_descale_twice ? code * d * d
                                                     : code * d;
@@ -163,6 +172,7 @@ TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int
                        : kvh;
     h.scale = a.softmax_scale * descale_of(a, a.k_descale, at);
     h.scale_log2 = h.scale * kLog2e;
+    if (x.v_descale_at == VDescale::output) h.v_descale = descale_of(a, a.v_descale, kvh);
   }
   h.softcap = a.softcap;
   h.window_left = a.window_left;

@@ -23,9 +23,18 @@
 // row (O = 0). The split-KV twin is this kernel's twin: the same split ranges
 // (splitkv::split_range), the same tile walk per row, the same rounding points and the same fold
 // (sums in another order).
+// An FP8 KV cache (kv_dtype e4m3fn or e5m2, descales per tensor or per KV head; FlashAttention-3's
+// contract): the codes are staged by cp.async as bytes (half the bytes of an fp16 cache), and each
+// warp converts its own 16 keys of a tile in shared memory to the input type, exactly (every e4m3fn
+// and e5m2 value is an fp16 and a bf16 value; NaN codes stay NaN), before its tensor-core reads; V's
+// rows while the other warps reach the row-max barrier. K's descale joins
+// the logit scale, (scale x k_descale) x log2 e with two fp32 roundings; V's multiplies each split's
+// normalised partial O (splitkv_math.h partial_o), one fp32 rounding; the twin (the split-KV twin
+// with fused_twin.h VDescale::output) rounds at the same points.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,24 +75,101 @@ struct PackedParams {
   float scale_log2;
   float* part_o;
   float* part_lse;
+  // An FP8 cache (the FP8 instantiation reads these): the softmax scale, the descales (device
+  // memory, one per tensor or one per KV head) and the format.
+  float scale;
+  const float* k_descale;
+  const float* v_descale;
+  int descale_per_head;
+  int e5m2;
 };
 
-template <int D, int STAGES>
+// FP8: the STAGES in flight are code stages of half the bytes, and one tile of the input type holds
+// the K tile being computed, then its V tile (each warp converts its own rows, V's once its share of
+// S is done), so that the code stages can be as many bytes as the 16-bit stages.
+template <int D, int STAGES, bool FP8 = false>
 struct PackedSmem {
-  static constexpr int kTile = kBC * D * 2;                       // one K or V tile, bytes (swizzled rows)
-  static constexpr int kKV = 0;                                   // [stage][K | V]
-  static constexpr int kQ = kKV + STAGES * 2 * kTile;             // [16 rows][D], input type, swizzled
+  static constexpr int kTile = kBC * D * 2;  // one K or V tile, bytes (swizzled rows)
+  static constexpr int kKV = 0;              // [stage][K | V]; FP8: [K, then V]
+  static constexpr int kCodeTile = kBC * D;  // FP8: one K or V tile of codes, bytes
+  static constexpr int kCodes = kKV + (FP8 ? 1 : STAGES * 2) * kTile;     // FP8: [stage][K | V] codes
+  static constexpr int kQ = kCodes + (FP8 ? STAGES * 2 * kCodeTile : 0);  // [16 rows][D], input type
   static constexpr int kMax = kQ + kRows * D * 2;                 // [kWarps][16] fp32: each warp's row max,
   static constexpr int kBytes = kMax + (kWarps + 1) * kRows * 4;  // then [16] the final row max
   // The epilogue sums the warps' O shares ([kWarps][16][D] fp32) and row sums ([kWarps][16]) in the
-  // K/V stages, free by then.
-  static_assert(kWarps * kRows * (D + 1) * 4 <= STAGES * 2 * kTile, "the O reduction reuses the K/V stages");
+  // K/V (and code) stages, free by then.
+  static_assert(kWarps * kRows * (D + 1) * 4 <= kQ - kKV, "the O reduction reuses the K/V stages");
 };
 
-template <bool BF16, int D, int STAGES>
-__global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) {
+// FP8: warp w stages, converts and reads only keys 16w..16w+15 of each tile (its share of S and
+// of P V), so a tile's conversion needs no barrier of the whole CTA. Its 16 rows of D codes (row
+// stride in bytes) into rows 16w.. of a [kBC][D] code tile, unswizzled; rows at or past `valid`
+// (counted from the tile's first row) are zero-filled (code 0 is +0: masked keys meet V = 0) and
+// read nothing (the tile's first row, always in range, stands in as their address).
+template <int D>
+__device__ __forceinline__ void load_code_rows(uint8_t* s, const uint8_t* g, int64_t row_stride, int valid,
+                                               int warp, int lane) {
+  constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
+  static_assert(kRows * CH % 32 == 0, "whole chunks per lane");
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
+    const bool ok = r < valid;
+    fused::dev::cp_async16(s + r * D + c * 16, ok ? g + int64_t(r) * row_stride + c * 16 : g, ok);
+  }
+}
+
+// 16 FP8 codes to 16 values of the input type, exactly (cvt.rn.f16x2.e4m3x2 / e5m2x2 of sm_89 and
+// later; fp16 to bf16 through fp32 is exact for every FP8 value).
+template <bool BF16, __nv_fp8_interpretation_t KIND>
+__device__ __forceinline__ void codes_to_input(const uint4 c, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+  uint32_t r[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w[i / 2] >> (16 * (i % 2))) & 0xffffu), KIND);
+    if constexpr (BF16) {
+      __half2 hh;
+      hh.x = __half(__half_raw{h.x});
+      hh.y = __half(__half_raw{h.y});
+      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(hh));
+      r[i] = *reinterpret_cast<const uint32_t*>(&b);
+    } else {
+      r[i] = uint32_t(h.x) | (uint32_t(h.y) << 16);
+    }
+  }
+  lo = make_uint4(r[0], r[1], r[2], r[3]);
+  hi = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
+// Warp w's 16 rows of one code tile to the same rows of the swizzled tile of the input type that
+// the tensor cores read (the layout load_tile writes). Code chunk c becomes 16-byte chunks 2c and
+// 2c + 1; at d = 128 the lanes with c >= 4 store them in the other order, so that each group of 8
+// lanes (one row) stores to 8 chunks of distinct banks in each of the two stores (2c alone would
+// hit the 4 banks of chunks k and k + 8 twice). At d = 64 a group spans two rows, whose swizzles
+// already give even and odd chunks.
+template <bool BF16, int D, __nv_fp8_interpretation_t KIND>
+__device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* codes, int warp, int lane) {
+  constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) {
+    const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
+    uint4 lo, hi;
+    codes_to_input<BF16, KIND>(*reinterpret_cast<const uint4*>(codes + r * D + c * 16), lo, hi);
+    const bool swap = CH == 8 && c >= 4;
+    *reinterpret_cast<uint4*>(tile + fused::dev::swz<D>(r, 2 * c + (swap ? 1 : 0))) = swap ? hi : lo;
+    *reinterpret_cast<uint4*>(tile + fused::dev::swz<D>(r, 2 * c + (swap ? 0 : 1))) = swap ? lo : hi;
+  }
+}
+
+// FP8: three CTAs per SM (registers and shared memory sized for it): a tile's work is a chain of
+// dependent steps, and with two CTAs (two warps per scheduler) the FP8 kernel issued an instruction
+// every 4.7 cycles per warp, at 44% of the DRAM bandwidth (Nsight Compute on the H200, batch 64).
+template <bool BF16, int D, int STAGES, bool FP8>
+__global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const PackedParams p) {
   namespace dev = fused::dev;
-  using S = PackedSmem<D, STAGES>;
+  using S = PackedSmem<D, STAGES, FP8>;
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* const sq = reinterpret_cast<uint16_t*>(smem + S::kQ);
   float* const smax = reinterpret_cast<float*>(smem + S::kMax);
@@ -110,12 +196,28 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
   const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
   const uint16_t* gk = p.k + (k0 * p.num_kv_heads + kvh) * D;
   const uint16_t* gv = p.v + (k0 * p.num_kv_heads + kvh) * D;
+  const uint8_t* ck = reinterpret_cast<const uint8_t*>(p.k) + (k0 * p.num_kv_heads + kvh) * D;
+  const uint8_t* cv = reinterpret_cast<const uint8_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
   auto load_tile = [&](int t) {  // tile t of the range into its stage; rows past k_end zero-filled
-    uint16_t* sk = reinterpret_cast<uint16_t*>(smem + S::kKV + (t % STAGES) * 2 * S::kTile);
     const int64_t off = int64_t(k_lo + t * kBC) * kv_stride;
-    dev::load_tile<kBC, D, kThreads>(sk, gk + off, kv_stride, k_end - k_lo - t * kBC, tid);
-    dev::load_tile<kBC, D, kThreads>(sk + kBC * D, gv + off, kv_stride, k_end - k_lo - t * kBC, tid);
+    const int valid = k_end - k_lo - t * kBC;
+    if constexpr (FP8) {  // codes: the row stride in bytes is the stride in elements
+      uint8_t* sc = smem + S::kCodes + (t % STAGES) * 2 * S::kCodeTile;
+      load_code_rows<D>(sc, ck + off, kv_stride, valid, warp, lane);
+      load_code_rows<D>(sc + S::kCodeTile, cv + off, kv_stride, valid, warp, lane);
+    } else {
+      uint16_t* sk = reinterpret_cast<uint16_t*>(smem + S::kKV + (t % STAGES) * 2 * S::kTile);
+      dev::load_tile<kBC, D, kThreads>(sk, gk + off, kv_stride, valid, tid);
+      dev::load_tile<kBC, D, kThreads>(sk + kBC * D, gv + off, kv_stride, valid, tid);
+    }
   };
+  // FP8: K's descale joins the logit scale (as the twin's head_view), V's the partial O.
+  float scale_log2 = p.scale_log2, v_descale = 1.0f;
+  if constexpr (FP8) {
+    const int at = p.descale_per_head ? kvh : 0;
+    scale_log2 = __fmul_rn(__fmul_rn(p.scale, p.k_descale[at]), fused::kLog2e);
+    v_descale = p.v_descale[at];
+  }
 
   // Prologue: the first STAGES - 1 tiles in flight (one commit group per tile, empty ones too),
   // then this CTA's 16 rows of Q (row r = (token, member) pair first_row + r; zero past the tile).
@@ -172,7 +274,24 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
     if (j + STAGES - 1 < n_tiles) load_tile(j + STAGES - 1);
     dev::cp_async_commit();
     const int n0 = k_lo + j * kBC;
-    const uint32_t sk = kv_base + uint32_t((j % STAGES) * 2 * S::kTile), sv = sk + uint32_t(S::kTile);
+    const uint32_t sk = FP8 ? kv_base : kv_base + uint32_t((j % STAGES) * 2 * S::kTile);
+    const uint32_t sv = FP8 ? kv_base : sk + uint32_t(S::kTile);
+    // FP8: this warp's rows of tile j's codes (tensor 0 K, 1 V) to its rows of the one tile of the
+    // input type; only its own lanes read them. Warp barriers before (V overwrites the K rows its
+    // lanes read for S) and after (the lanes' stores before their loads).
+    auto convert = [&](int tensor) {
+      if constexpr (FP8) {
+        __syncwarp();
+        uint16_t* dst = reinterpret_cast<uint16_t*>(smem + S::kKV);
+        const uint8_t* codes = smem + S::kCodes + ((j % STAGES) * 2 + tensor) * S::kCodeTile;
+        if (p.e5m2)
+          convert_rows<BF16, D, __NV_E5M2>(dst, codes, warp, lane);
+        else
+          convert_rows<BF16, D, __NV_E4M3>(dst, codes, warp, lane);
+        __syncwarp();
+      }
+    };
+    convert(0);
 
     // S = Q K^T for 16 rows and this warp's 16 keys: s[0] keys 0-7, s[1] keys 8-15.
     float s[2][4] = {};
@@ -196,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
         if (col < range_end) {
           bool vis = col < k_end && (!p.causal || fused::causal_visible(row_tok[h], col, tq, tk));
           if (mask && vis && row_ok[h]) vis = mask[int64_t(row_tok[h]) * tk + col] != 0;
-          xv = vis ? __fmul_rn(s[i][e], p.scale_log2) : fused::masked_logit();
+          xv = vis ? __fmul_rn(s[i][e], scale_log2) : fused::masked_logit();
         }
         s[i][e] = xv;
         mx[h] = fmaxf(mx[h], xv);
@@ -206,6 +325,7 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
       mx[h] = dev::quad_max(mx[h]);
       if (t4 == 0) smax[warp * kRows + g + 8 * h] = mx[h];
     }
+    convert(1);  // V's rows while the other warps reach the barrier
     __syncthreads();
     // The tile's row max over all 64 keys (the same in every warp), the online-softmax step, P.
     float alpha[2], off[2], tile_sum[2] = {0.0f, 0.0f};
@@ -274,14 +394,14 @@ __global__ void __launch_bounds__(kThreads) packed_kernel(const PackedParams p) 
     const int64_t tok = q0 + tok0 + i / p.group;
     const int head = kvh * p.group + i % p.group;
     const int64_t pair = (int64_t(split) * p.total_q + tok) * p.num_heads + head;
-    p.part_o[pair * D + c] = acc * fused::inverse_row_sum(l);
+    p.part_o[pair * D + c] = splitkv::partial_o(acc, l, v_descale);
     if (c == 0) p.part_lse[pair] = fused::partial_lse2(smax[kWarps * kRows + r], l);
   }
 }
-template <bool BF16, int D, int STAGES>
+template <bool BF16, int D, int STAGES, bool FP8>
 cudaError_t launch_packed(const PackedParams& p, dim3 grid, cudaStream_t stream) {
-  constexpr int smem = PackedSmem<D, STAGES>::kBytes;
-  auto kernel = packed_kernel<BF16, D, STAGES>;
+  constexpr int smem = PackedSmem<D, STAGES, FP8>::kBytes;
+  auto kernel = packed_kernel<BF16, D, STAGES, FP8>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   kernel<<<grid, kThreads, smem, stream>>>(p);
@@ -289,11 +409,23 @@ cudaError_t launch_packed(const PackedParams& p, dim3 grid, cudaStream_t stream)
 }
 
 // deep: 6 stages instead of 3, for a grid with at most one CTA per SM (3 stages let two share one).
-static_assert(kPackedResidentPerSM * (PackedSmem<128, 3>::kBytes + 1024) <= 228 * 1024,
-              "packed_machine_splits counts two resident CTAs per SM");
-template <bool BF16, int D>
+// FP8: code stages of half the bytes; three CTAs of 3 stages per SM (the deep grid: one CTA with
+// 11, the bytes in flight of the 16-bit kernel's 6).
+constexpr int kStages = 3, kDeepStages = 6, kFp8Stages = 3, kFp8DeepStages = 11;
+static_assert(kPackedResidentPerSM * (PackedSmem<128, kStages>::kBytes + 1024) <= 228 * 1024 &&
+                  3 * (PackedSmem<128, kFp8Stages, true>::kBytes + 1024) <= 228 * 1024,
+              "packed_machine_splits counts two resident CTAs per SM; FP8 fits three");
+static_assert(PackedSmem<128, kFp8DeepStages, true>::kBytes <= 227 * 1024, "one CTA per SM at the deepest");
+template <bool BF16, int D, bool FP8>
 cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStream_t stream) {
-  return deep ? launch_packed<BF16, D, 6>(p, grid, stream) : launch_packed<BF16, D, 3>(p, grid, stream);
+  return deep                    ? launch_packed < BF16, D, FP8 ? kFp8DeepStages : kDeepStages,
+         FP8 > (p, grid, stream) : launch_packed < BF16, D, FP8 ? kFp8Stages : kStages,
+         FP8 > (p, grid, stream);
+}
+template <bool BF16, bool FP8>
+cudaError_t launch_head_size(const PackedParams& p, int d, bool deep, dim3 grid, cudaStream_t stream) {
+  return d == 64 ? launch_stages<BF16, 64, FP8>(p, deep, grid, stream)
+                 : launch_stages<BF16, 128, FP8>(p, deep, grid, stream);
 }
 
 }  // namespace
@@ -338,12 +470,20 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
-  const bool bf16 = a.dtype == AC_DTYPE_BF16;
+  const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a);
+  if (fp8) {
+    p.scale = a.softmax_scale;
+    p.k_descale = a.k_descale;
+    p.v_descale = a.v_descale;
+    p.descale_per_head = a.descale_granularity == 1;
+    p.e5m2 = a.kv_dtype == AC_DTYPE_E5M2;
+  }
   const bool deep = int64_t(grid.x) * grid.y * grid.z <= int64_t(sms);
-  cudaError_t e = bf16 ? (a.head_size == 64 ? launch_stages<true, 64>(p, deep, grid, stream)
-                                            : launch_stages<true, 128>(p, deep, grid, stream))
-                       : (a.head_size == 64 ? launch_stages<false, 64>(p, deep, grid, stream)
-                                            : launch_stages<false, 128>(p, deep, grid, stream));
+  const int d = a.head_size;
+  cudaError_t e = bf16 ? (fp8 ? launch_head_size<true, true>(p, d, deep, grid, stream)
+                              : launch_head_size<true, false>(p, d, deep, grid, stream))
+                       : (fp8 ? launch_head_size<false, true>(p, d, deep, grid, stream)
+                              : launch_head_size<false, false>(p, d, deep, grid, stream));
   if (e == cudaSuccess) e = cudaError_t(splitkv_combine_cuda(p.part_o, p.part_lse, a, stream));
   const cudaError_t f = cudaFreeAsync(ws, stream);
   if (e == cudaSuccess) e = f;

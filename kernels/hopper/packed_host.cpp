@@ -20,7 +20,7 @@ int packed_check_args(const ac_attention_args& a, char* err, size_t err_len) {
   if (uses_variants(a))
     AC_REFUSE(
         "splitkv-packed: paged K / V, softcap, window, sinks and a V head size of its own are not built");
-  return splitkv_check_args(a, err, err_len);
+  return splitkv_check_args(a, err, err_len, ArgScope{false, true});
 }
 
 int packed_machine_splits(const ac_attention_args& a, int sms) {

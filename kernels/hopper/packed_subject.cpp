@@ -1,8 +1,8 @@
 // ac_subject adapters of splitkv-packed (split-KV decode with the query heads of one KV head packed
 // into one CTA): the split-KV subject's contract (AC_OP_SPLITKV, its tilings, 1..64 splits, every
-// fold order, natural LSE, empty row -inf), and its two engine-style modes as attention subjects
-// (splitkv-packed-adaptive, splitkv-packed-fixed; below). Host twin where no GPU is present.
-// Check: ctest --test-dir build -R kernels_hopper
+// fold order, natural LSE, empty row -inf, K and V in Q's dtype or an FP8 cache), and its two engine-style
+// modes as attention subjects (splitkv-packed-adaptive, splitkv-packed-fixed; below). Host twin where no GPU
+// is present. Check: ctest --test-dir build -R kernels_hopper
 #include <cstdio>
 #include <vector>
 
@@ -86,10 +86,12 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
   c.num_tilings = kNumSplitKVTilings;
   c.max_splits = kPackedMaxSplits;
   c.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
+  c = with_fp8_kv_cache(c);  // FlashAttention-3's contract (packed.cu), on both backends
   out.push_back(
       {"splitkv-packed",
-       cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head)"
-            : "split-KV decode with packed GQA heads, host twin (the split-KV twin)",
+       cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head), "
+              "K/V in Q's dtype or an FP8 cache"
+            : "split-KV decode with packed GQA heads, K/V in Q's dtype or an FP8 cache, host twin",
        c, nullptr, nullptr, run_packed, &g_packed_cuda[cuda ? 1 : 0]});
   const int b = cuda ? 1 : 0;
   out.push_back(

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
+#include "fused/fused.h"
 #include "fused/fused_math.h"
 
 namespace attncheck::kern {
@@ -42,8 +43,8 @@ int fixed_split_count(const ac_attention_args& a, int keys_per_split);
 
 // Bytes of the fp32 partials: num_splits x total_q x heads x (head_size + 1) x 4.
 size_t splitkv_workspace_bytes(const ac_attention_args& a);
-// twin: the caller is the host twin (fused_check_args).
-int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len, bool twin = false);
+// scope: what the caller computes beyond the CUDA contract (fused_check_args).
+int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len, ArgScope scope = {});
 // keys_per_split is 0 or a multiple of 64, and a.num_splits covers every sequence's parts under it.
 int splitkv_check_fixed(const ac_attention_args& a, int keys_per_split, char* err, size_t err_len);
 

@@ -1,6 +1,7 @@
 // Host twin of split-KV attention (splitkv.cu): per (sequence, head, row tile) and per part of the
 // key range, the fused twin's tile walk (kernels/fused/fused_twin.h) over that part only, giving
-// the fp32 partial O / l and base-2 LSE the CUDA kernel writes; then the fold of splitkv_math.h in
+// the fp32 partial O / l (an FP8 cache: times V's descale, splitkv_math.h partial_o) and base-2 LSE
+// the CUDA kernel writes; then the fold of splitkv_math.h in
 // the requested order, in fp32; O rounded to the input type at the store. LSE natural,
 // [heads, tokens]; an empty row: O = 0, LSE = -inf. The variants as in the fused twin; a sink is
 // counted once, by the combine (splitkv_math.h merge_sink). SplitKVOptions::mutation runs mutants
@@ -48,13 +49,13 @@ int splitkv_check_fixed(const ac_attention_args& a, int keys_per_split, char* er
   return AC_OK;
 }
 
-int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len, bool twin) {
+int splitkv_check_args(const ac_attention_args& a, char* err, size_t err_len, ArgScope scope) {
   if (a.num_splits < 1 || a.num_splits > kSplitKVMaxSplits)
     AC_REFUSE("split-KV attention: num_splits %d out of range [1, %d]", a.num_splits, kSplitKVMaxSplits);
   const int fold = raw_enum(a.fold_order);
   if (fold != AC_FOLD_LEFT && fold != AC_FOLD_RIGHT && fold != AC_FOLD_TREE)
     AC_REFUSE("split-KV attention: unknown fold order %d", fold);
-  return fused_check_args(a, FusedOptions{}, kNumSplitKVTilings, err, err_len, twin);
+  return fused_check_args(a, FusedOptions{}, kNumSplitKVTilings, err, err_len, scope);
 }
 
 namespace {
@@ -64,7 +65,7 @@ namespace {
 // another value for a mutant.
 template <fused::Mutation M>
 void splitkv_host_rows(const ac_attention_args& a, int keys_per_split) {
-  const fused::TwinArgs x = fused::decode_args<M>(a);
+  const fused::TwinArgs x = fused::decode_args<M>(a, fused::VDescale::output);
   const int br = kSplitKVTilings[a.tiling].br, bc = kSplitKVTilings[a.tiling].bc;
   const int ns = a.num_splits;
   uint16_t* out = static_cast<uint16_t*>(a.out);
@@ -96,7 +97,7 @@ void splitkv_host_rows(const ac_attention_args& a, int keys_per_split) {
                 ns, a.fold_order,
                 [&](int sp, float& o, float& lse) {
                   const fused::TwinRowState& st = parts[size_t(sp)][r];
-                  o = st.o[size_t(c)] * fused::inverse_row_sum(st.l);
+                  o = splitkv::partial_o(st.o[size_t(c)], st.l, view.v_descale);
                   lse = fused::partial_lse2(st.m, st.l);
                 },
                 o_final, lse_c);
@@ -118,7 +119,7 @@ int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len
 }
 
 int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
-  if (int rc = splitkv_check_args(a, err, err_len, true)) return rc;
+  if (int rc = splitkv_check_args(a, err, err_len, kTwinScope)) return rc;
   if (int rc = splitkv_check_fixed(a, o.keys_per_split, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
   using fused::Mutation;

@@ -29,6 +29,13 @@ inline constexpr int kMaxSplits = 64;
 inline constexpr int kFoldLevels = 7;
 static_assert(1 << (kFoldLevels - 1) == kMaxSplits, "the tree fold keeps one block per level");
 
+// A part's partial O element: the part's P V sum over its row sum, times V's FP8 descale where the
+// kernel applies it to the output (fused_twin.h VDescale::output; 1 otherwise, an exact product).
+// The CUDA kernel (packed.cu) and the twin store this same expression.
+AC_HD float partial_o(float pv, float l, float v_descale) {
+  return pv * fused::inverse_row_sum(l) * v_descale;
+}
+
 // a = merge(a, b), element o and its row's LSE (base 2).
 // An empty side leaves the other side exactly as it is (in real arithmetic the weights are 1 and
 // 0; in fp32 o + 0 * o_b would turn a -0 into +0): so parts past a row's own last part, which a

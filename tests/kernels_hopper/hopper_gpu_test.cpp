@@ -19,6 +19,7 @@
 
 #include "attncheck/attention_args.hpp"
 #include "device_case.h"
+#include "fp8_case.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
 #include "splitkv/splitkv_math.h"
@@ -313,6 +314,67 @@ TEST_CASE("packed gpu: batch 1 decode, machine-sized (33 splits on 132 SMs), eve
   // Past the combine's limit: refused before any launch.
   const PackedResult over = run_packed(c, 1, kern::kPackedMaxSplits + 1, AC_FOLD_LEFT);
   CHECK(over.rc == AC_ERR_UNSUPPORTED);
+}
+
+namespace {
+
+// splitkv-packed on an FP8 cache (fp8_case.h).
+PackedResult run_packed_fp8(const AttnCase& c, const Fp8Cache& fc, int splits, ac_fold fold) {
+  DeviceCase dc(c);
+  DeviceArray<uint8_t> k(fc.k), v(fc.v);
+  DeviceArray<float> kd(fc.kd), vd(fc.vd);
+  ac_attention_args a = dc.args(c, 1);
+  point_at_fp8(a, fc, k.ptr, v.ptr, kd.ptr, vd.ptr);
+  a.num_splits = splits;
+  a.fold_order = fold;
+  char err[256] = {0};
+  PackedResult r;
+  r.rc = kern::packed_attention_cuda(a, err, sizeof err);
+  r.err = err;
+  r.out = dc.out.to_host();
+  r.lse = dc.lse.to_host();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("packed gpu: an FP8 KV cache against fp64 and against the split-KV twin", "[packed][gpu][fp8]") {
+  uint64_t seed = 9800;
+  for (ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int d : {64, 128}) {
+        // Against fp64: descales that are powers of two (per tensor at d = 64, per KV head at 128),
+        // so that the codes times their descales are values of the input type; the fp64 case holds
+        // those values, and the kernel, which folds K's descale into the scale and multiplies O by
+        // V's, computes the same function on them.
+        const AttnCase c = make_case(seed++, dt, 8, 2, d, {1, 1, 3, 1}, {4000, 70, 300, 0}, false, false);
+        const Fp8Cache pow2 = d == 64 ? fp8_cache(c, f, {0x1p-6f}, {0x1p2f})
+                                      : fp8_cache(c, f, {0x1p-6f, 0x1p-4f}, {0x1p2f, 0x1p-1f});
+        const AttnCase e = dequantised(c, pow2);
+        for (int splits : {1, 7, 33}) {
+          const PackedResult r = run_packed_fp8(c, pow2, splits, AC_FOLD_TREE);
+          INFO(c.describe() << " kv " << int(f) << " splits " << splits << " " << r.err);
+          REQUIRE(r.rc == AC_OK);
+          CHECK(compare_with_exact(e, r.out, &r.lse, {}) == "");
+        }
+        // Against the twin: descales per KV head, not powers of two; the twin rounds where the
+        // kernel rounds (fused_twin.h VDescale::output), its sums in another order.
+        const Fp8Cache heads = fp8_cache(c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});
+        const PackedResult r = run_packed_fp8(c, heads, 5, AC_FOLD_LEFT);
+        INFO(c.describe() << " kv " << int(f) << " per head " << r.err);
+        REQUIRE(r.rc == AC_OK);
+        std::vector<uint16_t> out(r.out.size());
+        std::vector<float> lse(r.lse.size());
+        ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
+        point_at_fp8(a, heads, heads.k.data(), heads.v.data(), heads.kd.data(), heads.vd.data());
+        a.num_splits = 5;
+        a.fold_order = AC_FOLD_LEFT;
+        char err[256];
+        REQUIRE(kern::packed_attention_host(a, err, sizeof err) == AC_OK);
+        CHECK(beyond_scale(c.dtype, out, r.out, 2) == 0);
+        // A zero-length sequence and the LSE: every row with keys has a finite LSE, the empty one -inf.
+        for (int h = 0; h < c.heads; ++h) CHECK(std::isinf(r.lse[size_t(h) * 6 + 5]));
+      }
 }
 
 TEST_CASE("packed gpu: the combine folds 1..64 parts in every order as the twin's fold", "[packed][gpu]") {

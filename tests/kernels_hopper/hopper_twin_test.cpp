@@ -1,7 +1,7 @@
 // Host-twin tests of fused-hopper (kernels/hopper/hopper_host.cpp) and splitkv-packed
 // (kernels/hopper/packed_host.cpp), run on CI without a GPU: every Hopper tiling, fp16 and bf16,
 // head sizes 64 and 128, causal with Tq < Tk, varlen with zero-length key ranges, GQA, masks; the
-// split count splitkv-packed picks for num_splits = 0.
+// split count splitkv-packed picks for num_splits = 0; splitkv-packed reading an FP8 KV cache.
 // Expected values: the fp64 attention of attention_case.h with its derived error bound.
 // Run: ctest --test-dir build -R kernels_hopper_twin
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "attention_case.h"
 #include "attncheck/attention_args.hpp"
+#include "fp8_case.h"
 #include "fused/fused.h"
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
@@ -196,4 +197,47 @@ TEST_CASE("splitkv-packed engine modes: a sequence alone and beside a longer one
     REQUIRE(kern::packed_engine_attention(a, keys, false, err, sizeof err) == AC_OK);
     CHECK(compare_with_exact(batch, out, &lse, {}) == "");
   }
+}
+
+TEST_CASE("splitkv-packed twin: an FP8 KV cache against fp64, per tensor and per KV head", "[packed][twin]") {
+  // Descales that are powers of two (fp8_case.h dequantised): the codes times their descales are
+  // values of the input type, and the fp64 attention of those values is what the twin must compute.
+  // Per KV head, the descales differ by head, so a descale read at another index fails.
+  uint64_t seed = 620;
+  for (ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
+    for (DType dt : {DType::f16, DType::bf16})
+      for (bool per_head : {false, true}) {
+        const AttnCase c = make_case(seed++, dt, 8, 2, 64, {1, 2, 1}, {500, 70, 0}, true, false);
+        const Fp8Cache fc = per_head ? fp8_cache(c, f, {0x1p-6f, 0x1p-3f}, {0x1p2f, 0x1p-1f})
+                                     : fp8_cache(c, f, {0x1p-5f}, {0x1p1f});
+        std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.head_size), 0xbeef);
+        std::vector<float> lse(size_t(c.total_q() * c.heads), 12345.0f);
+        ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
+        point_at_fp8(a, fc, fc.k.data(), fc.v.data(), fc.kd.data(), fc.vd.data());
+        a.num_splits = 3;
+        char err[256] = {0};
+        INFO(c.describe() << " kv " << int(f) << " per head " << per_head << " " << err);
+        REQUIRE(kern::packed_attention_host(a, err, sizeof err) == AC_OK);
+        CHECK(compare_with_exact(dequantised(c, fc), out, &lse, {}) == "");
+      }
+}
+
+TEST_CASE("splitkv-packed: an FP8 cache without its descales, or of a granularity it lacks, is refused",
+          "[packed][twin]") {
+  const AttnCase c = make_case(640, DType::f16, 4, 2, 64, {1}, {40}, false, false);
+  const Fp8Cache fc = fp8_cache(c, AC_DTYPE_E4M3, {0.5f}, {0.25f});
+  std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.head_size));
+  std::vector<float> lse(size_t(c.total_q() * c.heads));
+  ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
+  point_at_fp8(a, fc, fc.k.data(), fc.v.data(), fc.kd.data(), nullptr);
+  a.num_splits = 2;
+  char err[256] = {0};
+  CHECK(kern::packed_check_args(a, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err) == "fused attention: an FP8 KV cache without k_descale / v_descale");
+  a.v_descale = fc.vd.data();
+  a.descale_granularity = 2;
+  CHECK(kern::packed_check_args(a, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err) == "fused attention: descale_granularity 2 (0 per tensor, 1 per KV head)");
+  a.descale_granularity = 0;
+  CHECK(kern::packed_check_args(a, err, sizeof err) == AC_OK);
 }
