@@ -71,7 +71,7 @@ double budget_spread(const AttentionInput& a, const Judgement& J_first, const At
 
 std::string first_difference(const AttentionInput& a, const AttentionOutput& first,
                              const AttentionOutput& second) {
-  const int64_t H = a.num_heads, D = a.head_size;
+  const int64_t H = a.num_heads, D = a.dv();  // O's rows are V's head size
   for (size_t i = 0; i < first.out.size() && i < second.out.size(); ++i)
     if (first.out[i] != second.out[i]) {
       const int64_t e = int64_t(i);

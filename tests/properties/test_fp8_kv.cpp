@@ -228,7 +228,9 @@ namespace {
 // format it declares and refuses.
 class Fp8Fake final : public fakes::Wrapping {
  public:
-  enum class Bug { none, descale_next_head, v_descale_twice, v_descale_ignored };
+  // nan_saturated: a NaN code decoded as the format's largest value (a saturating decode);
+  // nan_spread_heads: a NaN in one query head's O spread to every head of that token.
+  enum class Bug { none, descale_next_head, v_descale_twice, v_descale_ignored, nan_saturated, nan_spread_heads };
   explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32)
       : Wrapping("attn-fp8"), bug_(bug), refuse_(refuse) {
     caps_.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
@@ -251,13 +253,25 @@ class Fp8Fake final : public fakes::Wrapping {
         double d = a.descale(ds, read);
         if (is_v && bug_ == Bug::v_descale_twice) d *= a.descale(ds, read);
         if (is_v && bug_ == Bug::v_descale_ignored) d = 1;
-        t[i] = detail::round_bits(AC_DTYPE_F32, detail::decode(a.kv_dtype, codes[i]) * d);
+        double x = detail::decode(a.kv_dtype, codes[i]);
+        if (bug_ == Bug::nan_saturated && std::isnan(x))
+          x = ref::fp8_spec(detail::fp8_format(a.kv_dtype)).largest;
+        t[i] = detail::round_bits(AC_DTYPE_F32, x * d);
       }
     };
     values(f.k, a.k, a.k_descale, a.head_size, false);
     values(f.v, a.v, a.v_descale, a.dv(), true);
     AttentionOutput out = inner_.attention(f, o);
     for (uint32_t& x : out.out) x = detail::round_bits(a.dtype, detail::decode(AC_DTYPE_F32, x));
+    if (bug_ == Bug::nan_spread_heads) {
+      const size_t row = size_t(a.num_heads) * size_t(a.dv());
+      for (size_t t = 0; t * row < out.out.size(); ++t) {
+        bool any = false;
+        for (size_t i = 0; i < row; ++i) any = any || std::isnan(detail::decode(a.dtype, out.out[t * row + i]));
+        if (any)
+          for (size_t i = 0; i < row; ++i) out.out[t * row + i] = detail::round_bits(a.dtype, NAN);
+      }
+    }
     return out;
   }
 
@@ -327,6 +341,41 @@ TEST_CASE("fp8_descales: each descale bug fails bit for bit where accuracy canno
     const PropertyResult r = run_property("fp8_descales", wrong, cfg);
     INFO(r.message);
     CHECK(r.status == PropertyResult::Status::failed);
+  }
+}
+
+TEST_CASE("fp8_descales: a NaN V code shows in its column on the rows that see it, and nowhere else",
+          "[properties][fp8]") {
+  // fp8_case's sequence 0 (one query, keys 0 and 1, no mask, not causal) is the site: V's code at
+  // key 0, KV head 0, column 0 becomes 0x7f. Query head 0's O must then be NaN (its weight on key 0
+  // is e^0.25 / (e^0.25 + e^0.125) of the row), query head 1's (KV head 1) and sequence 1's not.
+  const Case c = fp8_descales_case({0.5f, 0.5f}, {1.0f, 1.0f});
+  Fp8Fake correct;
+  CHECK(replay_case(c, correct).passed);
+  const std::pair<Fp8Fake::Bug, const char*> bugs[] = {
+      {Fp8Fake::Bug::nan_saturated, "O[token 0][head 0][0] is not NaN where it must be NaN"},
+      {Fp8Fake::Bug::nan_spread_heads, "O[token 0][head 1][0] is NaN where it must not be"}};
+  for (const auto& [bug, where] : bugs) {
+    Fp8Fake wrong(bug);
+    Case plain = c;
+    plain.property = "accuracy";
+    CHECK(replay_case(plain, wrong).passed);  // no NaN code in the case itself
+    const ReplayResult r = replay_case(c, wrong);
+    INFO(r.verdict);
+    CHECK(r.failure_class == "fp8_nan_code");
+    CHECK(r.verdict.find(where) != std::string::npos);
+  }
+  // Over the generator's cases: the correct subject passes, each bug fails.
+  RunConfig cfg;
+  cfg.shrink = false;
+  cfg.num_cases = 60;
+  CHECK(run_property("fp8_descales", correct, cfg).status == PropertyResult::Status::passed);
+  for (const auto& [bug, where] : bugs) {
+    Fp8Fake wrong(bug);
+    const PropertyResult r = run_property("fp8_descales", wrong, cfg);
+    INFO(r.message);
+    CHECK(r.status == PropertyResult::Status::failed);
+    CHECK(r.failure_class == "fp8_nan_code");
   }
 }
 

@@ -598,6 +598,20 @@ TEST_CASE("spread_of counts differing O and LSE elements and their largest dista
   CHECK(s.max_ulps == 3);
 }
 
+TEST_CASE("first_difference names the O element at V's head size") {
+  // 2 tokens x 2 heads x 3 columns (QK head size 5, V's 3): element 10 is token 1, head 1, d 1.
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F16;
+  a.num_heads = 2;
+  a.head_size = 5;
+  a.head_size_v = 3;
+  AttentionOutput x, y;
+  x.out.assign(12, 0x3c00u);
+  y.out = x.out;
+  y.out[10] = 0x4000u;
+  CHECK(first_difference(a, x, y).rfind("differ at O[token=1,head=1,d=1]", 0) == 0);
+}
+
 // Sampled judging of layer-sized inputs: every row up to kJudgeEveryRowUpTo rows; above it the
 // first and last query row of every head plus at most kSampledRows more, sorted and distinct.
 TEST_CASE("sampled_rows: all rows of small inputs, a fixed sample of layer-sized ones") {

@@ -12,8 +12,16 @@
 // - Linearity: V's descale doubled doubles O exactly (every product, sum and quotient of O scales
 //   by two with no new rounding), and leaves the LSE alone. A descale applied twice quadruples O;
 //   one ignored leaves it.
+// - A NaN code: one V code set to NaN (0x7f or 0xff, NaN in e4m3fn and in e5m2) at key 0 of a
+//   sequence whose every row sees key 0 (no mask, no window; causal only where Tq <= Tk) must make
+//   that column of O NaN on every row of the KV head's query heads, and nothing else NaN: a decode
+//   that saturates or zeroes NaN codes hides it, a kernel that spreads it to other columns, heads
+//   or sequences leaks it. Every kernel that reads the key multiplies the NaN by its weight (0 or
+//   not), so this holds whatever the kernel's tiles and splits. K's NaN codes are not judged: a row
+//   maximum that skips NaN (fmaxf) finds a part of the key range holding only that key empty, and
+//   there the NaN logit drops out of the result; whether it should is the contract's to state.
 //
-// Holds for any kernel whose products stay within the normal ranges (the generator keeps every
+// The exchange and linearity hold for any kernel whose products stay within the normal ranges (the generator keeps every
 // code within a quarter of the format's largest: both exponents stay exact); O elements that are
 // subnormal or would overflow when doubled are not compared. The inputs (attention_fp8_kv_input)
 // are contiguous, and hold V = 1 everywhere in a quarter of the cases: O = 1 on every row with a
@@ -89,17 +97,70 @@ AttentionOutput doubled(const AttentionInput& a, const AttentionOutput& base, co
   return want;
 }
 
+// The V code the NaN check sets: key 0 of the first sequence whose every row sees it, at a KV head
+// and column that vary with the case. Returns false where no sequence qualifies.
+struct NanSite {
+  size_t seq = 0;
+  int64_t first_q = 0;
+  int32_t kv_head = 0, column = 0;
+};
+bool nan_site(const AttentionInput& a, NanSite& site) {
+  if (!a.mask.empty() || a.window_left != -1 || a.window_right != -1) return false;
+  int64_t first_q = 0, first_k = 0;
+  for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
+    const int32_t tq = a.seqlens_q[s], tk = a.seqlens_k[s];
+    if (tq > 0 && tk > 0 && (!a.causal || tq <= tk)) {
+      site.seq = s;
+      site.first_q = first_q;
+      site.kv_head = int32_t((first_q + first_k) % a.num_kv_heads);
+      site.column = int32_t((first_k * 7 + 3) % a.dv());
+      return true;
+    }
+    first_q += tq;
+    first_k += tk;
+  }
+  return false;
+}
+int64_t first_key_of(const AttentionInput& a, size_t seq) {
+  int64_t k = 0;
+  for (size_t s = 0; s < seq; ++s) k += a.seqlens_k[s];
+  return k;
+}
+
+// The outputs against the NaN site's pattern: "" or the first element out of it.
+std::string nan_pattern(const AttentionInput& a, const NanSite& site, const AttentionOutput& got) {
+  const int64_t H = a.num_heads, Dv = a.dv(), group = a.num_heads / a.num_kv_heads;
+  const int64_t tq = a.seqlens_q[site.seq];
+  for (int64_t t = 0; t * H * Dv < int64_t(got.out.size()); ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const bool hit = t >= site.first_q && t < site.first_q + tq && h / group == site.kv_head;
+      for (int64_t c = 0; c < Dv; ++c) {
+        const bool nan = std::isnan(decode(a.dtype, got.out[size_t((t * H + h) * Dv + c)]));
+        const bool want = hit && c == site.column;
+        if (nan != want)
+          return "O[token " + std::to_string(t) + "][head " + std::to_string(h) + "][" + std::to_string(c) +
+                 "] is " + (nan ? "NaN" : "not NaN") + " where it must " + (want ? "be NaN" : "not be");
+      }
+      const size_t l = size_t(t * H + h);
+      if (l < got.lse.size() && std::isnan(got.lse[l]))
+        return "LSE[token " + std::to_string(t) + "][head " + std::to_string(h) +
+               "] is NaN (a NaN V code leaves every LSE alone)";
+    }
+  return "";
+}
+
 class Fp8Descales final : public Property {
  public:
   Fp8Descales()
       : Property({"fp8_descales",
                   "An FP8 KV cache's descales act exactly: codes times 2^s per KV head with descales times "
                   "2^-s keep every bit of O and LSE, V's descale doubled doubles O exactly; V = 1 gives O "
-                  "= 1 within budget.",
+                  "= 1 within budget; a NaN V code makes its column of O NaN on the rows that see it, and "
+                  "nothing else.",
                   "\"FP8 attention and FP8 KV caches, judged exactly\"", AC_OP_ATTENTION | AC_OP_SPLITKV,
                   true, kCost}) {}
-  // The base launch judged, and two launches compared bit for bit.
-  static constexpr double kCost = 2;
+  // The base launch judged, two launches compared bit for bit, one read for its NaNs.
+  static constexpr double kCost = 2.5;
 
   bool applies_to(const Subject& s, uint32_t) const override {
     return (s.caps().kv_dtypes & (AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2))) != 0;
@@ -139,11 +200,26 @@ class Fp8Descales final : public Property {
     before_launch(ctx, c, /*write=*/false);
     const AttentionOutput got = ctx.subject.attention(twice, c.options);
     const std::string d = first_difference(a, doubled(a, base, got), got);
-    if (!d.empty())
+    if (!d.empty()) {
       fail(o, "fp8_v_descale_linear",
            "v_descale doubled must double O exactly and keep the LSE: the outputs (twice the first launch's, "
            "then the launch with v_descale doubled) " +
                d);
+      return o;
+    }
+
+    NanSite site;
+    if (!nan_site(a, site)) return o;
+    AttentionInput nan = a;
+    const int64_t row = a.kv_row(site.seq, 0, first_key_of(a, site.seq));
+    const uint32_t code = site.seq % 2 ? 0xffu : 0x7fu;
+    nan.v[size_t((row * a.num_kv_heads + site.kv_head) * a.dv() + site.column)] = code;
+    before_launch(ctx, c, /*write=*/false);
+    if (const std::string p = nan_pattern(a, site, ctx.subject.attention(nan, c.options)); !p.empty())
+      fail(o, "fp8_nan_code",
+           "V's code at key 0 of sequence " + std::to_string(site.seq) + ", KV head " +
+               std::to_string(site.kv_head) + ", column " + std::to_string(site.column) + " set to NaN (" +
+               (code == 0xffu ? "0xff" : "0x7f") + "): " + p);
     return o;
   }
 };
