@@ -230,7 +230,14 @@ class Fp8Fake final : public fakes::Wrapping {
  public:
   // nan_saturated: a NaN code decoded as the format's largest value (a saturating decode);
   // nan_spread_heads: a NaN in one query head's O spread to every head of that token.
-  enum class Bug { none, descale_next_head, v_descale_twice, v_descale_ignored, nan_saturated, nan_spread_heads };
+  enum class Bug {
+    none,
+    descale_next_head,
+    v_descale_twice,
+    v_descale_ignored,
+    nan_saturated,
+    nan_spread_heads
+  };
   explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32)
       : Wrapping("attn-fp8"), bug_(bug), refuse_(refuse) {
     caps_.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
@@ -267,7 +274,8 @@ class Fp8Fake final : public fakes::Wrapping {
       const size_t row = size_t(a.num_heads) * size_t(a.dv());
       for (size_t t = 0; t * row < out.out.size(); ++t) {
         bool any = false;
-        for (size_t i = 0; i < row; ++i) any = any || std::isnan(detail::decode(a.dtype, out.out[t * row + i]));
+        for (size_t i = 0; i < row; ++i)
+          any = any || std::isnan(detail::decode(a.dtype, out.out[t * row + i]));
         if (any)
           for (size_t i = 0; i < row; ++i) out.out[t * row + i] = detail::round_bits(a.dtype, NAN);
       }

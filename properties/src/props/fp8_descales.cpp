@@ -21,11 +21,11 @@
 //   maximum that skips NaN (fmaxf) finds a part of the key range holding only that key empty, and
 //   there the NaN logit drops out of the result; whether it should is the contract's to state.
 //
-// The exchange and linearity hold for any kernel whose products stay within the normal ranges (the generator keeps every
-// code within a quarter of the format's largest: both exponents stay exact); O elements that are
-// subnormal or would overflow when doubled are not compared. The inputs (attention_fp8_kv_input)
-// are contiguous, and hold V = 1 everywhere in a quarter of the cases: O = 1 on every row with a
-// key (mass conservation), held to the accuracy budget with the rest of the base launch.
+// The exchange and linearity hold for any kernel whose products stay within the normal ranges (the
+// generator keeps every code within a quarter of the format's largest: both exponents stay exact);
+// O elements that are subnormal or would overflow when doubled are not compared. The inputs
+// (attention_fp8_kv_input) are contiguous, and hold V = 1 everywhere in a quarter of the cases: O = 1 on
+// every row with a key (mass conservation), held to the accuracy budget with the rest of the base launch.
 #include <cmath>
 #include <limits>
 
