@@ -82,6 +82,13 @@ struct PackedParams {
   const float* v_descale;
   int descale_per_head;
   int e5m2;
+  // The variants (plugin_abi.h AC_VAR_*; the VAR instantiation reads these): the cap (0: none), the
+  // window's sides (-1: unbounded), the page pools' block table (page_size 0: contiguous). A sink
+  // is the combine's (splitkv.cu), counted once after the fold.
+  float softcap;
+  int window_left, window_right;
+  int page_size, max_blocks;
+  const int32_t* block_table;
 };
 
 // FP8: the STAGES in flight are code stages of half the bytes, and one tile of the input type holds
@@ -106,16 +113,20 @@ struct PackedSmem {
 // stride in bytes) into rows 16w.. of a [kBC][D] code tile, unswizzled; rows at or past `valid`
 // (counted from the tile's first row) are zero-filled (code 0 is +0: masked keys meet V = 0) and
 // read nothing (the tile's first row, always in range, stands in as their address).
+// Paged (table not null): g is the pools' first row of this KV head, row r is key n0 + r at its
+// slot (fused_math.h kv_slot), and a row past `valid` reads no table entry.
 template <int D>
 __device__ __forceinline__ void load_code_rows(uint8_t* s, const uint8_t* g, int64_t row_stride, int valid,
-                                               int warp, int lane) {
+                                               int warp, int lane, const int32_t* table = nullptr,
+                                               int page_size = 0, int64_t last_page = 0, int n0 = 0) {
   constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
   static_assert(kRows * CH % 32 == 0, "whole chunks per lane");
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {
     const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
     const bool ok = r < valid;
-    fused::dev::cp_async16(s + r * D + c * 16, ok ? g + int64_t(r) * row_stride + c * 16 : g, ok);
+    const int64_t row = !ok ? 0 : table ? fused::kv_slot(table, page_size, int64_t(n0) + r, last_page) : r;
+    fused::dev::cp_async16(s + r * D + c * 16, g + row * row_stride + c * 16, ok);
   }
 }
 
@@ -166,7 +177,10 @@ __device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* code
 // FP8: three CTAs per SM (registers and shared memory sized for it): a tile's work is a chain of
 // dependent steps, and with two CTAs (two warps per scheduler) the FP8 kernel issued an instruction
 // every 4.7 cycles per warp, at 44% of the DRAM bandwidth (Nsight Compute on the H200, batch 64).
-template <bool BF16, int D, int STAGES, bool FP8>
+// VAR: the instantiation that reads the variants (paged K / V, softcap, window), applied where the
+// fused kernel applies them (fused_kernel.cuh): the window clips the key range of the token tile
+// and tests each (row, key); the cap replaces the logit's one product (fused_math.h scaled_logit).
+template <bool BF16, int D, int STAGES, bool FP8, bool VAR>
 __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const PackedParams p) {
   namespace dev = fused::dev;
   using S = PackedSmem<D, STAGES, FP8>;
@@ -185,37 +199,63 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   if (tile_tokens <= 0 || first_row >= n_rows) return;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
+  // Paged K / V (VAR, page_size > 0): this sequence's block-table row and its last page; the pools'
+  // rows are slots, so the sequence's keys start nowhere in particular (row 0 below).
+  const bool paged = VAR && p.page_size > 0;
+  const int32_t* table = paged ? p.block_table + int64_t(seq) * p.max_blocks : nullptr;
+  const int64_t last_page = paged && tk > 0 ? (tk - 1) / p.page_size : 0;
+
   int k_lo, k_hi;
   splitkv::split_range(tk, p.num_splits, p.keys_per_split, split, k_lo, k_hi);
   int k_end = k_hi;
+  const int last_tok = tok0 + tile_tokens - 1;
   if (p.causal) {
-    const int lim = tok0 + tile_tokens - 1 + tk - tq + 1;
+    const int lim = last_tok + tk - tq + 1;
     k_end = lim < k_end ? lim : k_end;
+  }
+  if constexpr (VAR) {
+    // The window: nothing past what the tile's last token sees under the right side; the walk
+    // starts at the first key its first token sees under the left side (the twin's tiles).
+    if (p.window_right >= 0) {
+      const int64_t lim = int64_t(last_tok) + tk - tq + p.window_right + 1;
+      k_end = lim < k_end ? int(lim) : k_end;
+    }
+    const int64_t first = fused::window_first_key(tok0, tq, tk, p.window_left);
+    k_lo = first > k_lo ? int(first) : k_lo;
   }
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + kBC - 1) / kBC : 0;
   const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
-  const uint16_t* gk = p.k + (k0 * p.num_kv_heads + kvh) * D;
-  const uint16_t* gv = p.v + (k0 * p.num_kv_heads + kvh) * D;
-  const uint8_t* ck = reinterpret_cast<const uint8_t*>(p.k) + (k0 * p.num_kv_heads + kvh) * D;
-  const uint8_t* cv = reinterpret_cast<const uint8_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
+  const int64_t kv_row0 = paged ? 0 : k0;
+  const uint16_t* gk = p.k + (kv_row0 * p.num_kv_heads + kvh) * D;
+  const uint16_t* gv = p.v + (kv_row0 * p.num_kv_heads + kvh) * D;
+  const uint8_t* ck = reinterpret_cast<const uint8_t*>(p.k) + (kv_row0 * p.num_kv_heads + kvh) * D;
+  const uint8_t* cv = reinterpret_cast<const uint8_t*>(p.v) + (kv_row0 * p.num_kv_heads + kvh) * D;
   auto load_tile = [&](int t) {  // tile t of the range into its stage; rows past k_end zero-filled
-    const int64_t off = int64_t(k_lo + t * kBC) * kv_stride;
-    const int valid = k_end - k_lo - t * kBC;
+    const int n0 = k_lo + t * kBC;
+    const int64_t off = paged ? 0 : int64_t(n0) * kv_stride;
+    const int valid = k_end - n0;
     if constexpr (FP8) {  // codes: the row stride in bytes is the stride in elements
       uint8_t* sc = smem + S::kCodes + (t % STAGES) * 2 * S::kCodeTile;
-      load_code_rows<D>(sc, ck + off, kv_stride, valid, warp, lane);
-      load_code_rows<D>(sc + S::kCodeTile, cv + off, kv_stride, valid, warp, lane);
+      load_code_rows<D>(sc, ck + off, kv_stride, valid, warp, lane, table, p.page_size, last_page, n0);
+      load_code_rows<D>(sc + S::kCodeTile, cv + off, kv_stride, valid, warp, lane, table, p.page_size,
+                        last_page, n0);
     } else {
       uint16_t* sk = reinterpret_cast<uint16_t*>(smem + S::kKV + (t % STAGES) * 2 * S::kTile);
-      dev::load_tile<kBC, D, kThreads>(sk, gk + off, kv_stride, valid, tid);
-      dev::load_tile<kBC, D, kThreads>(sk + kBC * D, gv + off, kv_stride, valid, tid);
+      if (paged) {
+        dev::load_kv_tiles_paged<kBC, D, kThreads, fused::Mutation::none>(
+            sk, sk + kBC * D, gk, gv, kv_stride, table, p.page_size, last_page, n0, valid, tid);
+      } else {
+        dev::load_tile<kBC, D, kThreads>(sk, gk + off, kv_stride, valid, tid);
+        dev::load_tile<kBC, D, kThreads>(sk + kBC * D, gv + off, kv_stride, valid, tid);
+      }
     }
   };
-  // FP8: K's descale joins the logit scale (as the twin's head_view), V's the partial O.
-  float scale_log2 = p.scale_log2, v_descale = 1.0f;
+  // FP8: K's descale joins the softmax scale (as the twin's head_view), V's the partial O.
+  float scale = p.scale, scale_log2 = p.scale_log2, v_descale = 1.0f;
   if constexpr (FP8) {
     const int at = p.descale_per_head ? kvh : 0;
-    scale_log2 = __fmul_rn(__fmul_rn(p.scale, p.k_descale[at]), fused::kLog2e);
+    scale = __fmul_rn(p.scale, p.k_descale[at]);
+    scale_log2 = __fmul_rn(scale, fused::kLog2e);
     v_descale = p.v_descale[at];
   }
 
@@ -314,8 +354,13 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
         float xv = neg_inf_f();
         if (col < range_end) {
           bool vis = col < k_end && (!p.causal || fused::causal_visible(row_tok[h], col, tq, tk));
+          if constexpr (VAR)
+            vis = vis && fused::window_visible(row_tok[h], col, tq, tk, p.window_left, p.window_right);
           if (mask && vis && row_ok[h]) vis = mask[int64_t(row_tok[h]) * tk + col] != 0;
-          xv = vis ? __fmul_rn(s[i][e], scale_log2) : fused::masked_logit();
+          if constexpr (VAR)
+            xv = vis ? fused::scaled_logit(s[i][e], scale, scale_log2, p.softcap) : fused::masked_logit();
+          else
+            xv = vis ? __fmul_rn(s[i][e], scale_log2) : fused::masked_logit();
         }
         s[i][e] = xv;
         mx[h] = fmaxf(mx[h], xv);
@@ -398,10 +443,10 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     if (c == 0) p.part_lse[pair] = fused::partial_lse2(smax[kWarps * kRows + r], l);
   }
 }
-template <bool BF16, int D, int STAGES, bool FP8>
+template <bool BF16, int D, int STAGES, bool FP8, bool VAR>
 cudaError_t launch_packed(const PackedParams& p, dim3 grid, cudaStream_t stream) {
   constexpr int smem = PackedSmem<D, STAGES, FP8>::kBytes;
-  auto kernel = packed_kernel<BF16, D, STAGES, FP8>;
+  auto kernel = packed_kernel<BF16, D, STAGES, FP8, VAR>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   kernel<<<grid, kThreads, smem, stream>>>(p);
@@ -416,16 +461,21 @@ static_assert(kPackedResidentPerSM * (PackedSmem<128, kStages>::kBytes + 1024) <
                   3 * (PackedSmem<128, kFp8Stages, true>::kBytes + 1024) <= 228 * 1024,
               "packed_machine_splits counts two resident CTAs per SM; FP8 fits three");
 static_assert(PackedSmem<128, kFp8DeepStages, true>::kBytes <= 227 * 1024, "one CTA per SM at the deepest");
-template <bool BF16, int D, bool FP8>
+// A call with variants takes the shallow stages whatever its grid (one instantiation fewer of each).
+template <bool BF16, int D, bool FP8, bool VAR>
 cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStream_t stream) {
-  return deep                    ? launch_packed < BF16, D, FP8 ? kFp8DeepStages : kDeepStages,
-         FP8 > (p, grid, stream) : launch_packed < BF16, D, FP8 ? kFp8Stages : kStages,
-         FP8 > (p, grid, stream);
+  constexpr int shallow = FP8 ? kFp8Stages : kStages, deepest = FP8 ? kFp8DeepStages : kDeepStages;
+  if (VAR || !deep) return launch_packed<BF16, D, shallow, FP8, VAR>(p, grid, stream);
+  return launch_packed<BF16, D, (VAR ? shallow : deepest), FP8, VAR>(p, grid, stream);
 }
 template <bool BF16, bool FP8>
-cudaError_t launch_head_size(const PackedParams& p, int d, bool deep, dim3 grid, cudaStream_t stream) {
-  return d == 64 ? launch_stages<BF16, 64, FP8>(p, deep, grid, stream)
-                 : launch_stages<BF16, 128, FP8>(p, deep, grid, stream);
+cudaError_t launch_head_size(const PackedParams& p, int d, bool var, bool deep, dim3 grid,
+                             cudaStream_t stream) {
+  if (var)
+    return d == 64 ? launch_stages<BF16, 64, FP8, true>(p, deep, grid, stream)
+                   : launch_stages<BF16, 128, FP8, true>(p, deep, grid, stream);
+  return d == 64 ? launch_stages<BF16, 64, FP8, false>(p, deep, grid, stream)
+                 : launch_stages<BF16, 128, FP8, false>(p, deep, grid, stream);
 }
 
 }  // namespace
@@ -470,9 +520,15 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
-  const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a);
+  const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a), var = uses_variants(a);
+  p.scale = a.softmax_scale;
+  p.softcap = a.softcap;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.page_size = a.page_size;
+  p.max_blocks = a.max_blocks;
+  p.block_table = a.page_size > 0 ? a.block_table : nullptr;
   if (fp8) {
-    p.scale = a.softmax_scale;
     p.k_descale = a.k_descale;
     p.v_descale = a.v_descale;
     p.descale_per_head = a.descale_granularity == 1;
@@ -480,10 +536,10 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   }
   const bool deep = int64_t(grid.x) * grid.y * grid.z <= int64_t(sms);
   const int d = a.head_size;
-  cudaError_t e = bf16 ? (fp8 ? launch_head_size<true, true>(p, d, deep, grid, stream)
-                              : launch_head_size<true, false>(p, d, deep, grid, stream))
-                       : (fp8 ? launch_head_size<false, true>(p, d, deep, grid, stream)
-                              : launch_head_size<false, false>(p, d, deep, grid, stream));
+  cudaError_t e = bf16 ? (fp8 ? launch_head_size<true, true>(p, d, var, deep, grid, stream)
+                              : launch_head_size<true, false>(p, d, var, deep, grid, stream))
+                       : (fp8 ? launch_head_size<false, true>(p, d, var, deep, grid, stream)
+                              : launch_head_size<false, false>(p, d, var, deep, grid, stream));
   if (e == cudaSuccess) e = cudaError_t(splitkv_combine_cuda(p.part_o, p.part_lse, a, stream));
   const cudaError_t f = cudaFreeAsync(ws, stream);
   if (e == cudaSuccess) e = f;

@@ -17,9 +17,8 @@ namespace attncheck::kern {
 static_assert(kSplitKVMaxSplits == kPackedMaxSplits, "the packed kernel folds with the split-KV combine");
 
 int packed_check_args(const ac_attention_args& a, char* err, size_t err_len) {
-  if (uses_variants(a))
-    AC_REFUSE(
-        "splitkv-packed: paged K / V, softcap, window, sinks and a V head size of its own are not built");
+  // The variants of the fused walk (paged K / V, softcap, window, sinks) and an FP8 cache; a V head
+  // size of its own is the twins' only (fused_check_variants refuses it here).
   return splitkv_check_args(a, err, err_len, ArgScope{false, true});
 }
 

@@ -1,5 +1,6 @@
-// GPU tests of the engines' variants (plugin_abi.h AC_VAR_*) in the CUDA fused and split-KV kernels
-// (kernels/fused/fused_kernel.cuh's VAR instantiations, kernels/splitkv/splitkv.cu's combine), label
+// GPU tests of the engines' variants (plugin_abi.h AC_VAR_*) in the CUDA fused, split-KV and
+// splitkv-packed kernels (kernels/fused/fused_kernel.cuh's and kernels/hopper/packed.cu's VAR
+// instantiations, kernels/splitkv/splitkv.cu's combine), label
 // `gpu`: the cases of variant_case.h (paged K / V at page sizes 1, 5, 16, 64 and 256 from shuffled
 // pools, last pages partly filled, spare slots poisoned with NaN; softcap 1 and 30; windows left
 // -1 / 0 / 3 / 63 / 64 by right -1 / 0 / 2, causal or not, Tq != Tk; sinks ordinary and above every
@@ -13,6 +14,7 @@
 
 #include "device_case.h"
 #include "fused/fused.h"
+#include "hopper/hopper.h"
 #include "mutants/mutants.h"
 #include "splitkv/splitkv.h"
 #include "variant_case.h"
@@ -30,10 +32,12 @@ struct Run {
   std::vector<float> lse;
 };
 
-// Which kernel a run calls: the fused kernel, split-KV, or a mutant of either.
+// Which kernel a run calls: the fused kernel, split-KV (or splitkv-packed, whose twin is split-KV's),
+// or a mutant of either.
 struct Kernel {
   bool split = false;
   Mutation mutation = Mutation::none;
+  bool packed = false;
 };
 
 // The CUDA kernel on a case with its variants: the pools, table and sinks copied to the device.
@@ -50,7 +54,11 @@ Run run_gpu(const VariantCase& vc, Kernel kernel) {
                    vc.var.page_size > 0 ? &pk : nullptr, pool_k.ptr, pool_v.ptr, table.ptr, sinks.ptr);
   char err[256] = {0};
   Run r;
-  if (kernel.split) {
+  if (kernel.packed) {
+    a.num_splits = vc.splits;
+    a.fold_order = vc.fold;
+    r.rc = kern::packed_attention_cuda(a, err, sizeof err);
+  } else if (kernel.split) {
     a.num_splits = vc.splits;
     a.fold_order = vc.fold;
     kern::SplitKVOptions o;
@@ -107,15 +115,15 @@ int64_t far_apart(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b
 
 }  // namespace
 
-TEST_CASE("fused gpu: the variants agree with the host twin", "[fused][splitkv][gpu][variants]") {
+TEST_CASE("fused gpu: the variants agree with the host twin", "[fused][splitkv][packed][gpu][variants]") {
   for (const VariantCase& vc : variant_cases()) {
     INFO(vc.describe());
-    for (bool split : {false, true}) {
-      INFO((split ? "split-KV" : "fused"));
-      const Run g = run_gpu(vc, {split, Mutation::none});
+    for (const Kernel kernel : {Kernel{false}, Kernel{true}, Kernel{true, Mutation::none, true}}) {
+      INFO((kernel.packed ? "splitkv-packed" : kernel.split ? "split-KV" : "fused"));
+      const Run g = run_gpu(vc, kernel);
       INFO("gpu: " << g.err);
       REQUIRE(g.rc == AC_OK);
-      const Run t = run_twin(vc, {split, Mutation::none});
+      const Run t = run_twin(vc, {kernel.split, Mutation::none});
       INFO("twin: " << t.err);
       REQUIRE(t.rc == AC_OK);
       CHECK(nan_count(vc.c, g.out) == 0);
