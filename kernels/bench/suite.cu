@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -209,6 +210,34 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
   row("splitkv", "16x64 splits=" + std::to_string(p.a.num_splits), timer.median_ms([&] {
     check_kernel(splitkv_attention_cuda(p.a, so, err, sizeof err), "splitkv", err);
   }));
+  // Paged K / V (AC_VAR_PAGED_KV) over the same buffers, pages of 16, 64 and 256 keys: page b of a
+  // sequence is page (b * 7919) mod n of its own n in the pool, so that consecutive pages lie far
+  // apart. The call includes the launcher's host check of every table entry (fused_check_variants).
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::unique_ptr<Device>> device_tables;
+  auto paged = [&](ac_attention_args a, int page) {
+    const int per_seq = tk / page;
+    std::vector<int32_t>& table = tables.emplace_back(size_t(batch) * size_t(per_seq));
+    for (int s = 0; s < batch; ++s)
+      for (int b = 0; b < per_seq; ++b)
+        table[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
+    const Device& d =
+        *device_tables.emplace_back(std::make_unique<Device>(table.size() * 4, "cudaMalloc block table"));
+    check(cudaMemcpy(d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    a.page_size = page;
+    a.num_pages = batch * per_seq;
+    a.max_blocks = per_seq;
+    a.block_table = d.as<int32_t>();
+    a.block_table_host = table.data();
+    a.num_splits = 0;
+    return a;
+  };
+  for (int page : {16, 64, 256}) {
+    const ac_attention_args pa = paged(p.a, page);
+    row("splitkv-packed", "auto paged=" + std::to_string(page), timer.median_ms([&] {
+      check_kernel(packed_attention_cuda(pa, err, sizeof err, false, 0), "splitkv-packed (paged)", err);
+    }));
+  }
   // splitkv-packed on an FP8 cache (e4m3fn codes, descales per KV head) at its own split count, the
   // codes in the first half of K's and V's buffers (the rows above are done with them): its GB/s
   // counts the bytes it reads, one per K and V element.
@@ -231,6 +260,15 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
   emit(o, out,
        {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto", ms8, bytes8 / ms8 * 1e-6, "GB/s",
         "copy"});
+  // The same cache paged, pages of 16 keys.
+  const ac_attention_args p8 = paged(a8, 16);
+  const double ms8p = timer.median_ms([&] {
+    check_kernel(packed_attention_cuda(p8, err, sizeof err, false, 0), "splitkv-packed (e4m3 cache, paged)",
+                 err);
+  });
+  emit(o, out,
+       {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto paged=16", ms8p, bytes8 / ms8p * 1e-6,
+        "GB/s", "copy"});
 }
 
 void merge(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int tokens, bool bf16) {

@@ -7,7 +7,8 @@
 //              TFLOP/s of 4 T^2 h d flops (half when causal), against the GEMM ceiling.
 //   decode     1 query, T_k in {8192, 32768, 131072}, batch 1, 8 and 64, the same heads, fp16;
 //              splitkv-packed (its own split count) and splitkv (splits filling the machine);
-//              splitkv-packed on an e4m3fn cache (dtype "fp16 e4m3-kv", one byte per K / V element).
+//              splitkv-packed on an e4m3fn cache (dtype "fp16 e4m3-kv", one byte per K / V element);
+//              splitkv-packed paged (pages of 16, 64, 256; the e4m3 cache at 16), tiling "auto paged=P".
 //              GB/s of compulsory traffic (K and V once, Q and O once), against the copy ceiling.
 //   merge      4096 and 32768 tokens x 32 heads x 128, fp16 and bf16, LSE [heads, tokens]. GB/s of
 //              two states and two LSEs read, one of each written, against the copy ceiling.

@@ -566,6 +566,19 @@ void read_common_args(Params& p, const ac_attention_args& a) {
   p.causal = a.causal != 0;
 }
 
+// The variants' parameters, at their neutral values unless the call uses them (only VAR kernels read
+// them): shared with splitkv-packed's launcher (a sink is read by the combine there).
+template <typename Params>
+void read_variant_args(Params& p, const ac_attention_args& a) {
+  p.scale = a.softmax_scale;
+  p.softcap = a.softcap;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.page_size = a.page_size;
+  p.max_blocks = a.max_blocks;
+  p.block_table = a.page_size > 0 ? a.block_table : nullptr;
+}
+
 // Shared by every launcher of this mainloop (fused, split-KV, the mutants, fused-hopper): the
 // parameters read off the ABI arguments, and the longest query range (the grid's row tiles).
 // Each launcher then sets what is its own: outputs, LSE convention, split workspace.
@@ -579,15 +592,8 @@ inline KernelParams params_from_args(const ac_attention_args& a) {
   p.reverse_tiles = a.causal != 0;
   p.num_splits = 1;
   p.keys_per_split = 0;
-  // The variants, at their neutral values unless the call uses them (only VAR kernels read them).
-  p.scale = a.softmax_scale;
-  p.softcap = a.softcap;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
+  read_variant_args(p, a);
   p.sinks = a.sinks;
-  p.page_size = a.page_size;
-  p.max_blocks = a.max_blocks;
-  p.block_table = a.page_size > 0 ? a.block_table : nullptr;
   return p;
 }
 // The unsplit launchers' parameters (fused, its mutants, fused-hopper): o's LSE base and empty-row

@@ -99,13 +99,16 @@ AC_HD float scaled_logit(float dot, float scale, float scale_log2, float cap) {
 // table[key / page_size]; without a table (table null) the key itself, from the sequence's first
 // row. `last_page` is the index of the sequence's last page (mutant 19 reads the entry before it:
 // a page count one short, which reads inside the table and the pool, with the wrong keys).
+// The division is 32-bit (a sequence's keys and the page size fit): a 64-bit division by a value
+// known only at run time is a long subroutine on the GPU, and the paged walks divide once per row.
 template <Mutation M = Mutation::none>
 AC_HD int64_t kv_slot(const int32_t* table, int page_size, int64_t key, int64_t last_page) {
   if (!table) return key;
-  int64_t block = key / page_size;
+  const uint32_t k = uint32_t(key), ps = uint32_t(page_size);
+  int64_t block = int64_t(k / ps);
   if constexpr (M == Mutation::page_off_by_one) block -= block == last_page && block > 0 ? 1 : 0;
   (void)last_page;
-  return int64_t(table[block]) * page_size + key % page_size;
+  return int64_t(table[block]) * page_size + int64_t(k % ps);
 }
 // Elements per V row of one KV head: head_size_v (AC_VAR_HEAD_SIZE_V; O's rows have as many).
 // Mutant 25 takes it from the QK head size, what a kernel written for one head size does: V's row

@@ -521,13 +521,7 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
   const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a), var = uses_variants(a);
-  p.scale = a.softmax_scale;
-  p.softcap = a.softcap;
-  p.window_left = a.window_left;
-  p.window_right = a.window_right;
-  p.page_size = a.page_size;
-  p.max_blocks = a.max_blocks;
-  p.block_table = a.page_size > 0 ? a.block_table : nullptr;
+  fused::read_variant_args(p, a);
   if (fp8) {
     p.k_descale = a.k_descale;
     p.v_descale = a.v_descale;

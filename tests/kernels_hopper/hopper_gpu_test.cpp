@@ -219,9 +219,15 @@ struct PackedResult {
   std::vector<float> lse;
 };
 
-PackedResult run_packed(const AttnCase& c, int tiling, int splits, ac_fold fold) {
+// fc: K and V from an FP8 cache instead (fp8_case.h).
+PackedResult run_packed(const AttnCase& c, int tiling, int splits, ac_fold fold,
+                        const Fp8Cache* fc = nullptr) {
   DeviceCase dc(c);
+  const Fp8Cache none{};
+  DeviceArray<uint8_t> k((fc ? fc : &none)->k), v((fc ? fc : &none)->v);
+  DeviceArray<float> kd((fc ? fc : &none)->kd), vd((fc ? fc : &none)->vd);
   ac_attention_args a = dc.args(c, tiling);
+  if (fc) point_at_fp8(a, *fc, k.ptr, v.ptr, kd.ptr, vd.ptr);
   a.num_splits = splits;
   a.fold_order = fold;
   char err[256] = {0};
@@ -316,28 +322,6 @@ TEST_CASE("packed gpu: batch 1 decode, machine-sized (33 splits on 132 SMs), eve
   CHECK(over.rc == AC_ERR_UNSUPPORTED);
 }
 
-namespace {
-
-// splitkv-packed on an FP8 cache (fp8_case.h).
-PackedResult run_packed_fp8(const AttnCase& c, const Fp8Cache& fc, int splits, ac_fold fold) {
-  DeviceCase dc(c);
-  DeviceArray<uint8_t> k(fc.k), v(fc.v);
-  DeviceArray<float> kd(fc.kd), vd(fc.vd);
-  ac_attention_args a = dc.args(c, 1);
-  point_at_fp8(a, fc, k.ptr, v.ptr, kd.ptr, vd.ptr);
-  a.num_splits = splits;
-  a.fold_order = fold;
-  char err[256] = {0};
-  PackedResult r;
-  r.rc = kern::packed_attention_cuda(a, err, sizeof err);
-  r.err = err;
-  r.out = dc.out.to_host();
-  r.lse = dc.lse.to_host();
-  return r;
-}
-
-}  // namespace
-
 TEST_CASE("packed gpu: an FP8 KV cache against fp64 and against the split-KV twin", "[packed][gpu][fp8]") {
   uint64_t seed = 9800;
   for (ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
@@ -352,7 +336,7 @@ TEST_CASE("packed gpu: an FP8 KV cache against fp64 and against the split-KV twi
                                       : fp8_cache(c, f, {0x1p-6f, 0x1p-4f}, {0x1p2f, 0x1p-1f});
         const AttnCase e = dequantised(c, pow2);
         for (int splits : {1, 7, 33}) {
-          const PackedResult r = run_packed_fp8(c, pow2, splits, AC_FOLD_TREE);
+          const PackedResult r = run_packed(c, 1, splits, AC_FOLD_TREE, &pow2);
           INFO(c.describe() << " kv " << int(f) << " splits " << splits << " " << r.err);
           REQUIRE(r.rc == AC_OK);
           CHECK(compare_with_exact(e, r.out, &r.lse, {}) == "");
@@ -360,7 +344,7 @@ TEST_CASE("packed gpu: an FP8 KV cache against fp64 and against the split-KV twi
         // Against the twin: descales per KV head, not powers of two; the twin rounds where the
         // kernel rounds (fused_twin.h VDescale::output), its sums in another order.
         const Fp8Cache heads = fp8_cache(c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});
-        const PackedResult r = run_packed_fp8(c, heads, 5, AC_FOLD_LEFT);
+        const PackedResult r = run_packed(c, 1, 5, AC_FOLD_LEFT, &heads);
         INFO(c.describe() << " kv " << int(f) << " per head " << r.err);
         REQUIRE(r.rc == AC_OK);
         std::vector<uint16_t> out(r.out.size());
