@@ -5,9 +5,10 @@
 // of fused_math.h. Rounding points as on the GPU: the dot product in fp32, P rounded to the input
 // type before P V, m / l / O in fp32. An FP8 KV cache: codes decoded exactly, K's descale folded
 // into the softmax scale (one fp32 rounding), V's multiplied into each value (one fp32 rounding
-// each) or, for a kernel that applies it to the output, into O (VDescale). It does not match the GPU bit for
-// bit (the tensor core sums in another order, exp2 differs), it computes the same function with the same
-// hazards. V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q head_size; nothing else changes.
+// each) or, for a kernel that applies it to the output, into O (VDescale). It does not match the
+// GPU bit for bit (the tensor core sums in another order, exp2 differs), it computes the same
+// function with the same hazards. V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q
+// head_size; nothing else changes.
 // Mutation switch: decode_args<M>, head_view<M> and twin_row_tile<M> take the fused::Mutation of
 // fused_math.h; Mutation::none is the correct twin. Check: ctest --test-dir build -R kernels_attention_twin
 #pragma once

@@ -27,10 +27,10 @@
 // contract): the codes are staged by cp.async as bytes (half the bytes of an fp16 cache), and each
 // warp converts its own 16 keys of a tile in shared memory to the input type, exactly (every e4m3fn
 // and e5m2 value is an fp16 and a bf16 value; NaN codes stay NaN), before its tensor-core reads; V's
-// rows while the other warps reach the row-max barrier. K's descale joins
-// the logit scale, (scale x k_descale) x log2 e with two fp32 roundings; V's multiplies each split's
-// normalised partial O (splitkv_math.h partial_o), one fp32 rounding; the twin (the split-KV twin
-// with fused_twin.h VDescale::output) rounds at the same points.
+// rows while the other warps reach the row-max barrier. K's descale joins the logit scale, (scale
+// x k_descale) x log2 e with two fp32 roundings; V's multiplies each split's normalised partial O
+// (splitkv_math.h partial_o), one fp32 rounding; the twin (the split-KV twin with fused_twin.h
+// VDescale::output) rounds at the same points.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -75,9 +75,11 @@ struct PackedParams {
   float scale_log2;
   float* part_o;
   float* part_lse;
-  // An FP8 cache (the FP8 instantiation reads these): the softmax scale, the descales (device
-  // memory, one per tensor or one per KV head) and the format.
+  // The softmax scale itself (the FP8 instantiation multiplies it by K's descale, the VAR one caps
+  // the scores after it).
   float scale;
+  // An FP8 cache (the FP8 instantiation reads these): the descales (device memory, one per tensor
+  // or one per KV head) and the format.
   const float* k_descale;
   const float* v_descale;
   int descale_per_head;
@@ -465,8 +467,9 @@ static_assert(PackedSmem<128, kFp8DeepStages, true>::kBytes <= 227 * 1024, "one 
 template <bool BF16, int D, bool FP8, bool VAR>
 cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStream_t stream) {
   constexpr int shallow = FP8 ? kFp8Stages : kStages, deepest = FP8 ? kFp8DeepStages : kDeepStages;
-  if (VAR || !deep) return launch_packed<BF16, D, shallow, FP8, VAR>(p, grid, stream);
-  return launch_packed<BF16, D, (VAR ? shallow : deepest), FP8, VAR>(p, grid, stream);
+  if constexpr (!VAR)
+    if (deep) return launch_packed<BF16, D, deepest, FP8, false>(p, grid, stream);
+  return launch_packed<BF16, D, shallow, FP8, VAR>(p, grid, stream);
 }
 template <bool BF16, bool FP8>
 cudaError_t launch_head_size(const PackedParams& p, int d, bool var, bool deep, dim3 grid,

@@ -13,13 +13,18 @@
 
 namespace attncheck::test {
 
+// The KV head of element i of a case's K or V ([keys, kv_heads, head_size]).
+inline size_t kv_head_of(const AttnCase& c, size_t i) {
+  return (i / size_t(c.head_size)) % size_t(c.kv_heads);
+}
+
 struct Fp8Cache {
   ac_dtype kv_dtype;
   int granularity;  // 0: one descale per tensor, 1: one per KV head
   std::vector<uint8_t> k, v;
   std::vector<float> kd, vd;
   float descale(const std::vector<float>& ds, size_t element, const AttnCase& c) const {
-    return ds[granularity ? (element / size_t(c.head_size)) % size_t(c.kv_heads) : 0];
+    return ds[granularity ? kv_head_of(c, element) : 0];
   }
 };
 
@@ -34,7 +39,7 @@ inline std::vector<uint8_t> fp8_codes(const AttnCase& c, const std::vector<uint1
   std::sort(table.begin(), table.end());
   std::vector<uint8_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    const size_t at = ds.size() == 1 ? 0 : (i / size_t(c.head_size)) % size_t(c.kv_heads);
+    const size_t at = ds.size() == 1 ? 0 : kv_head_of(c, i);
     const float y = float(in_value(c.dtype, x[i])) / ds[at];
     auto hi = std::lower_bound(table.begin(), table.end(), std::make_pair(y, -1));
     if (hi == table.end()) --hi;

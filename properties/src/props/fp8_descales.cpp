@@ -24,8 +24,9 @@
 // The exchange and linearity hold for any kernel whose products stay within the normal ranges (the
 // generator keeps every code within a quarter of the format's largest: both exponents stay exact);
 // O elements that are subnormal or would overflow when doubled are not compared. The inputs
-// (attention_fp8_kv_input) are contiguous, and hold V = 1 everywhere in a quarter of the cases: O = 1 on
-// every row with a key (mass conservation), held to the accuracy budget with the rest of the base launch.
+// (attention_fp8_kv_input) are contiguous, and hold V = 1 everywhere in a quarter of the cases:
+// O = 1 on every row with a key (mass conservation), held to the accuracy budget with the rest of
+// the base launch.
 #include <cmath>
 #include <limits>
 
@@ -101,7 +102,7 @@ AttentionOutput doubled(const AttentionInput& a, const AttentionOutput& base, co
 // and column that vary with the case. Returns false where no sequence qualifies.
 struct NanSite {
   size_t seq = 0;
-  int64_t first_q = 0;
+  int64_t first_q = 0, first_k = 0;  // the sequence's first query and key rows of the batch
   int32_t kv_head = 0, column = 0;
 };
 bool nan_site(const AttentionInput& a, NanSite& site) {
@@ -112,6 +113,7 @@ bool nan_site(const AttentionInput& a, NanSite& site) {
     if (tq > 0 && tk > 0 && (!a.causal || tq <= tk)) {
       site.seq = s;
       site.first_q = first_q;
+      site.first_k = first_k;
       site.kv_head = int32_t((first_q + first_k) % a.num_kv_heads);
       site.column = int32_t((first_k * 7 + 3) % a.dv());
       return true;
@@ -120,11 +122,6 @@ bool nan_site(const AttentionInput& a, NanSite& site) {
     first_k += tk;
   }
   return false;
-}
-int64_t first_key_of(const AttentionInput& a, size_t seq) {
-  int64_t k = 0;
-  for (size_t s = 0; s < seq; ++s) k += a.seqlens_k[s];
-  return k;
 }
 
 // The outputs against the NaN site's pattern: "" or the first element out of it.
@@ -211,7 +208,7 @@ class Fp8Descales final : public Property {
     NanSite site;
     if (!nan_site(a, site)) return o;
     AttentionInput nan = a;
-    const int64_t row = a.kv_row(site.seq, 0, first_key_of(a, site.seq));
+    const int64_t row = a.kv_row(site.seq, 0, site.first_k);
     const uint32_t code = site.seq % 2 ? 0xffu : 0x7fu;
     nan.v[size_t((row * a.num_kv_heads + site.kv_head) * a.dv() + site.column)] = code;
     before_launch(ctx, c, /*write=*/false);
