@@ -65,6 +65,11 @@ inline bool fp8_kv(const ac_attention_args& a) {
 }
 }  // namespace fused
 
+// V's head size of a call: head_size_v where the caller set it (version 3), else head_size.
+inline int head_size_v_of(const ac_attention_args& a) {
+  return a.head_size_v > 0 ? a.head_size_v : a.head_size;
+}
+
 // Whether a call uses any version-3 variant (kernels that compute none refuse such a call).
 inline bool uses_variants(const ac_attention_args& a) {
   return (a.head_size_v != 0 && a.head_size_v != a.head_size) || a.softcap != 0.0f || a.window_left != -1 ||
@@ -73,21 +78,23 @@ inline bool uses_variants(const ac_attention_args& a) {
 
 const ac_tiling* fused_tilings(int* count);
 
-// What a caller computes beyond the CUDA kernels' common contract: the host twins take the head
-// sizes of kFusedTwinHeadPairs and an FP8 KV cache; splitkv-packed's CUDA kernel an FP8 KV cache.
+// What a caller computes beyond the CUDA kernels' common contract: the (QK, V) head-size pairs it
+// takes (the host twins kFusedTwinHeadPairs, splitkv-packed's CUDA kernel kPackedHeadPairs) and an
+// FP8 KV cache (the twins; of the CUDA kernels, splitkv-packed).
 struct ArgScope {
-  bool head_pairs = false;
+  const ac_head_pair* head_pairs = nullptr;
+  int num_head_pairs = 0;
   bool fp8_kv = false;
 };
-inline constexpr ArgScope kTwinScope{true, true};
+inline constexpr ArgScope kTwinScope{kFusedTwinHeadPairs, kNumFusedTwinHeadPairs, true};
 
 // The checks both launchers run before touching memory: dtype, head size, heads, tiling, shapes,
 // null pointers, options, an FP8 cache's descales. AC_OK or AC_ERR_UNSUPPORTED with the reason
 // written to err.
 int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_tilings, char* err,
                      size_t err_len, ArgScope scope = {});
-// The variants' checks (part of fused_check_args): V's head size equal to QK's (or, where the scope
-// takes them, a pair of kFusedTwinHeadPairs), the softcap and window in range, a declared page size
+// The variants' checks (part of fused_check_args): V's head size equal to QK's (or one of the
+// scope's pairs), the softcap and window in range, a declared page size
 // with a block table whose entries lie in the pool.
 int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, ArgScope scope = {});
 

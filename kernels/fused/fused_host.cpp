@@ -22,10 +22,10 @@ namespace attncheck::kern {
 
 namespace {
 
-// Whether (head_size, head_size_v) of `a` is one of the twins' pairs.
-bool twin_head_pair(const ac_attention_args& a) {
-  for (const ac_head_pair& p : kFusedTwinHeadPairs)
-    if (p.qk == a.head_size && p.v == a.head_size_v) return true;
+// Whether (head_size, head_size_v) of `a` is one of the scope's pairs.
+bool scope_head_pair(const ac_attention_args& a, const ArgScope& scope) {
+  for (int i = 0; i < scope.num_head_pairs; ++i)
+    if (scope.head_pairs[i].qk == a.head_size && scope.head_pairs[i].v == a.head_size_v) return true;
   return false;
 }
 
@@ -42,7 +42,7 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
     AC_REFUSE("fused attention: dtype fp32 is not supported (tensor-core operands are fp16 or bf16)");
   if (const int dtype = raw_enum(a.dtype); dtype != AC_DTYPE_F16 && dtype != AC_DTYPE_BF16)
     AC_REFUSE("fused attention: unknown dtype %d", dtype);
-  if (a.head_size != 64 && a.head_size != 128 && !(scope.head_pairs && twin_head_pair(a)))
+  if (a.head_size != 64 && a.head_size != 128 && !scope_head_pair(a, scope))
     AC_REFUSE("fused attention: head size %d is not supported (64 or 128)", a.head_size);
   if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
     AC_REFUSE("fused attention: num_heads %d is not a positive multiple of num_kv_heads %d", a.num_heads,
@@ -84,9 +84,9 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
 }
 
 int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, ArgScope scope) {
-  if (a.head_size_v != 0 && a.head_size_v != a.head_size && !(scope.head_pairs && twin_head_pair(a)))
+  if (a.head_size_v != 0 && a.head_size_v != a.head_size && !scope_head_pair(a, scope))
     AC_REFUSE("fused attention: V head size %d differs from the QK head size %d%s", a.head_size_v,
-              a.head_size, scope.head_pairs ? " and the pair is not declared" : "");
+              a.head_size, scope.num_head_pairs > 0 ? " and the pair is not declared" : "");
   if (!(a.softcap >= 0.0f && a.softcap <= AC_MAX_SOFTCAP))
     AC_REFUSE("fused attention: softcap %g outside 0 .. %g", double(a.softcap), double(AC_MAX_SOFTCAP));
   if (a.window_left < -1 || a.window_right < -1)

@@ -86,11 +86,6 @@ struct TwinArgs {
   VDescale v_descale_at = VDescale::values;
 };
 
-// V's head size of a call: head_size_v where the caller set it (version 3), else head_size.
-inline int head_size_v_of(const ac_attention_args& a) {
-  return a.head_size_v > 0 ? a.head_size_v : a.head_size;
-}
-
 // KV head kvh's descale: one per tensor (granularity 0) or one per KV head (1); host memory (the
 // twins' calls).
 inline float descale_of(const ac_attention_args& a, const float* d, int kvh) {

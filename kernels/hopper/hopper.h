@@ -58,6 +58,10 @@ int hopper_mutant_cuda(const ac_attention_args& a, const FusedOptions& o, char* 
 // splitkv-packed: split-KV's tilings (BR = the token tile that sets the causal end; key tiles of
 // 64 in both), num_splits 1..kPackedMaxSplits (the split-KV combine's limit).
 inline constexpr int kPackedMaxSplits = 64;
+// The (QK, V) head sizes splitkv-packed's CUDA kernel computes (AC_VAR_HEAD_SIZE_V): MLA's absorbed
+// decode, one kernel of its own (packed_mla.cu); its host twin takes every kFusedTwinHeadPairs pair.
+inline constexpr ac_head_pair kPackedHeadPairs[] = {{576, 512}};
+inline constexpr int kNumPackedHeadPairs = int(sizeof(kPackedHeadPairs) / sizeof(kPackedHeadPairs[0]));
 int packed_check_args(const ac_attention_args& a, char* err, size_t err_len);
 int packed_attention_host(const ac_attention_args& a, char* err, size_t err_len);
 // CTAs of the 3-stage d = 128 kernel resident on one SM (its shared memory, about 100 KB each);

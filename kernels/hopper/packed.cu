@@ -46,6 +46,7 @@
 #include "fused/fused_kernel.cuh"
 #include "fused/fused_math.h"
 #include "hopper/hopper.h"
+#include "hopper/packed_kernel.cuh"
 #include "splitkv/splitkv.h"
 #include "splitkv/splitkv_math.h"
 
@@ -53,45 +54,15 @@ namespace attncheck::kern {
 
 namespace {
 
-// Key tile 64 (the twin's); 4 warps, warp w owns keys 16w..16w+15 of every tile for all 16 rows of
-// the CTA, so each K/V element is read from shared memory once per CTA. STAGES tiles in flight: 3
-// when several CTAs share an SM, 6 when the grid gives each SM about one (decode at batch 1).
-constexpr int kBC = 64, kWarps = 4, kRows = 16, kThreads = kWarps * 32;
-static_assert(kSplitKVTilings[0].bc == kBC && kSplitKVTilings[1].bc == kBC,
-              "the twin's key tile is this kernel's");
+using packed::codes_to_input;
+using packed::kBC;
+using packed::kRows;
+using packed::PackedParams;
 
-struct PackedParams {
-  const uint16_t* q;
-  const uint16_t* k;
-  const uint16_t* v;
-  const int32_t* cu_q;
-  const int32_t* cu_k;
-  const uint8_t* mask;
-  const int64_t* cu_mask;
-  int num_heads, num_kv_heads, group, br, num_splits, chunks_per_tile;
-  int keys_per_split;  // 0: num_splits equal parts; > 0: the fixed split size of splitkv_math.h
-  int causal;
-  int64_t total_q;
-  float scale_log2;
-  float* part_o;
-  float* part_lse;
-  // The softmax scale itself (the FP8 instantiation multiplies it by K's descale, the VAR one caps
-  // the scores after it).
-  float scale;
-  // An FP8 cache (the FP8 instantiation reads these): the descales (device memory, one per tensor
-  // or one per KV head) and the format.
-  const float* k_descale;
-  const float* v_descale;
-  int descale_per_head;
-  int e5m2;
-  // The variants (plugin_abi.h AC_VAR_*; the VAR instantiation reads these): the cap (0: none), the
-  // window's sides (-1: unbounded), the page pools' block table (page_size 0: contiguous). A sink
-  // is the combine's (splitkv.cu), counted once after the fold.
-  float softcap;
-  int window_left, window_right;
-  int page_size, max_blocks;
-  const int32_t* block_table;
-};
+// 4 warps, warp w owns keys 16w..16w+15 of every tile for all 16 rows of the CTA, so each K/V
+// element is read from shared memory once per CTA. STAGES tiles in flight: 3 when several CTAs
+// share an SM, 6 when the grid gives each SM about one (decode at batch 1).
+constexpr int kWarps = 4, kThreads = kWarps * 32;
 
 // FP8: the STAGES in flight are code stages of half the bytes, and one tile of the input type holds
 // the K tile being computed, then its V tile (each warp converts its own rows, V's once its share of
@@ -132,30 +103,6 @@ __device__ __forceinline__ void load_code_rows(uint8_t* s, const uint8_t* g, int
   }
 }
 
-// 16 FP8 codes to 16 values of the input type, exactly (cvt.rn.f16x2.e4m3x2 / e5m2x2 of sm_89 and
-// later; fp16 to bf16 through fp32 is exact for every FP8 value).
-template <bool BF16, __nv_fp8_interpretation_t KIND>
-__device__ __forceinline__ void codes_to_input(const uint4 c, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
-  uint32_t r[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const __half2_raw h =
-        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w[i / 2] >> (16 * (i % 2))) & 0xffffu), KIND);
-    if constexpr (BF16) {
-      __half2 hh;
-      hh.x = __half(__half_raw{h.x});
-      hh.y = __half(__half_raw{h.y});
-      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(hh));
-      r[i] = *reinterpret_cast<const uint32_t*>(&b);
-    } else {
-      r[i] = uint32_t(h.x) | (uint32_t(h.y) << 16);
-    }
-  }
-  lo = make_uint4(r[0], r[1], r[2], r[3]);
-  hi = make_uint4(r[4], r[5], r[6], r[7]);
-}
-
 // Warp w's 16 rows of one code tile to the same rows of the swizzled tile of the input type that
 // the tensor cores read (the layout load_tile writes). Code chunk c becomes 16-byte chunks 2c and
 // 2c + 1; at d = 128 the lanes with c >= 4 store them in the other order, so that each group of 8
@@ -190,15 +137,11 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   uint16_t* const sq = reinterpret_cast<uint16_t*>(smem + S::kQ);
   float* const smax = reinterpret_cast<float*>(smem + S::kMax);
 
-  const int kvh = blockIdx.x;
-  const int seq = int(blockIdx.y) / p.num_splits, split = int(blockIdx.y) % p.num_splits;
-  const int token_tile = int(blockIdx.z) / p.chunks_per_tile, chunk = int(blockIdx.z) % p.chunks_per_tile;
-  const int64_t q0 = p.cu_q[seq], k0 = p.cu_k[seq];
-  const int tq = p.cu_q[seq + 1] - int(q0), tk = p.cu_k[seq + 1] - int(k0);
-  const int tok0 = token_tile * p.br;
-  const int tile_tokens = tq - tok0 < p.br ? tq - tok0 : p.br;
-  const int first_row = chunk * kRows, n_rows = tile_tokens * p.group;
-  if (tile_tokens <= 0 || first_row >= n_rows) return;
+  const packed::Cta cta = packed::cta_of(p);
+  if (!cta.live) return;
+  const int kvh = cta.kvh, seq = cta.seq, tq = cta.tq, tk = cta.tk, tok0 = cta.tok0;
+  const int first_row = cta.first_row, n_rows = cta.n_rows;
+  const int64_t k0 = cta.k0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
   // Paged K / V (VAR, page_size > 0): this sequence's block-table row and its last page; the pools'
@@ -207,24 +150,8 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   const int32_t* table = paged ? p.block_table + int64_t(seq) * p.max_blocks : nullptr;
   const int64_t last_page = paged && tk > 0 ? (tk - 1) / p.page_size : 0;
 
-  int k_lo, k_hi;
-  splitkv::split_range(tk, p.num_splits, p.keys_per_split, split, k_lo, k_hi);
-  int k_end = k_hi;
-  const int last_tok = tok0 + tile_tokens - 1;
-  if (p.causal) {
-    const int lim = last_tok + tk - tq + 1;
-    k_end = lim < k_end ? lim : k_end;
-  }
-  if constexpr (VAR) {
-    // The window: nothing past what the tile's last token sees under the right side; the walk
-    // starts at the first key its first token sees under the left side (the twin's tiles).
-    if (p.window_right >= 0) {
-      const int64_t lim = int64_t(last_tok) + tk - tq + p.window_right + 1;
-      k_end = lim < k_end ? int(lim) : k_end;
-    }
-    const int64_t first = fused::window_first_key(tok0, tq, tk, p.window_left);
-    k_lo = first > k_lo ? int(first) : k_lo;
-  }
+  int k_lo, k_hi, k_end;
+  packed::key_range<VAR>(p, tq, tk, tok0, tok0 + cta.tile_tokens - 1, cta.split, k_lo, k_hi, k_end);
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + kBC - 1) / kBC : 0;
   const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
   const int64_t kv_row0 = paged ? 0 : k0;
@@ -252,14 +179,8 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
       }
     }
   };
-  // FP8: K's descale joins the softmax scale (as the twin's head_view), V's the partial O.
-  float scale = p.scale, scale_log2 = p.scale_log2, v_descale = 1.0f;
-  if constexpr (FP8) {
-    const int at = p.descale_per_head ? kvh : 0;
-    scale = __fmul_rn(p.scale, p.k_descale[at]);
-    scale_log2 = __fmul_rn(scale, fused::kLog2e);
-    v_descale = p.v_descale[at];
-  }
+  float scale, scale_log2, v_descale;
+  packed::descaled<FP8>(p, kvh, scale, scale_log2, v_descale);
 
   // Prologue: the first STAGES - 1 tiles in flight (one commit group per tile, empty ones too),
   // then this CTA's 16 rows of Q (row r = (token, member) pair first_row + r; zero past the tile).
@@ -268,14 +189,7 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     if (t < n_tiles) load_tile(t);
     dev::cp_async_commit();
   }
-  for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
-    const int r = idx / (D / 8), c = idx % (D / 8), i = first_row + r;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (i < n_rows)
-      val = *reinterpret_cast<const uint4*>(
-          p.q + ((q0 + tok0 + i / p.group) * p.num_heads + kvh * p.group + i % p.group) * D + c * 8);
-    *reinterpret_cast<uint4*>(sq + dev::swz<D>(r, c)) = val;
-  }
+  packed::load_q<D, kThreads>(sq, p, cta, tid);
   __syncthreads();
   uint32_t qf[D / 16][4];
 #pragma unroll
@@ -353,17 +267,8 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1, col = n0 + warp * 16 + i * 8 + 2 * t4 + (e & 1);
-        float xv = neg_inf_f();
-        if (col < range_end) {
-          bool vis = col < k_end && (!p.causal || fused::causal_visible(row_tok[h], col, tq, tk));
-          if constexpr (VAR)
-            vis = vis && fused::window_visible(row_tok[h], col, tq, tk, p.window_left, p.window_right);
-          if (mask && vis && row_ok[h]) vis = mask[int64_t(row_tok[h]) * tk + col] != 0;
-          if constexpr (VAR)
-            xv = vis ? fused::scaled_logit(s[i][e], scale, scale_log2, p.softcap) : fused::masked_logit();
-          else
-            xv = vis ? __fmul_rn(s[i][e], scale_log2) : fused::masked_logit();
-        }
+        const float xv = packed::logit<VAR>(p, s[i][e], col, range_end, k_end, row_tok[h], row_ok[h], tq, tk,
+                                            mask, scale, scale_log2);
         s[i][e] = xv;
         mx[h] = fmaxf(mx[h], xv);
       }
@@ -438,9 +343,7 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
       acc += so[(w * kRows + r) * D + c];
       l += sl[w * kRows + r];
     }
-    const int64_t tok = q0 + tok0 + i / p.group;
-    const int head = kvh * p.group + i % p.group;
-    const int64_t pair = (int64_t(split) * p.total_q + tok) * p.num_heads + head;
+    const int64_t pair = packed::partial_index(p, cta, i);
     p.part_o[pair * D + c] = splitkv::partial_o(acc, l, v_descale);
     if (c == 0) p.part_lse[pair] = fused::partial_lse2(smax[kWarps * kRows + r], l);
   }
@@ -520,10 +423,13 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   void* ws = nullptr;
   AC_CUDA_TRY(cudaMallocAsync(&ws, need, stream));
   p.part_o = static_cast<float*>(ws);
-  p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
+  const int dv = head_size_v_of(a);
+  p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(dv);
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
-  const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a), var = uses_variants(a);
+  // The VAR instantiations for what the mainloop reads (a sink is the combine's alone).
+  const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a);
+  const bool var = a.page_size != 0 || a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1;
   fused::read_variant_args(p, a);
   if (fp8) {
     p.k_descale = a.k_descale;
@@ -533,10 +439,11 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   }
   const bool deep = int64_t(grid.x) * grid.y * grid.z <= int64_t(sms);
   const int d = a.head_size;
-  cudaError_t e = bf16 ? (fp8 ? launch_head_size<true, true>(p, d, var, deep, grid, stream)
-                              : launch_head_size<true, false>(p, d, var, deep, grid, stream))
-                       : (fp8 ? launch_head_size<false, true>(p, d, var, deep, grid, stream)
-                              : launch_head_size<false, false>(p, d, var, deep, grid, stream));
+  cudaError_t e = dv != d ? packed::launch_packed_mla(p, bf16, fp8, var, grid, stream)  // kPackedHeadPairs
+                  : bf16  ? (fp8 ? launch_head_size<true, true>(p, d, var, deep, grid, stream)
+                                 : launch_head_size<true, false>(p, d, var, deep, grid, stream))
+                          : (fp8 ? launch_head_size<false, true>(p, d, var, deep, grid, stream)
+                                 : launch_head_size<false, false>(p, d, var, deep, grid, stream));
   if (e == cudaSuccess) e = cudaError_t(splitkv_combine_cuda(p.part_o, p.part_lse, a, stream));
   const cudaError_t f = cudaFreeAsync(ws, stream);
   if (e == cudaSuccess) e = f;

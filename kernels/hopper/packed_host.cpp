@@ -17,9 +17,9 @@ namespace attncheck::kern {
 static_assert(kSplitKVMaxSplits == kPackedMaxSplits, "the packed kernel folds with the split-KV combine");
 
 int packed_check_args(const ac_attention_args& a, char* err, size_t err_len) {
-  // The variants of the fused walk (paged K / V, softcap, window, sinks) and an FP8 cache; a V head
-  // size of its own is the twins' only (fused_check_variants refuses it here).
-  return splitkv_check_args(a, err, err_len, ArgScope{false, true});
+  // The variants of the fused walk (paged K / V, softcap, window, sinks), MLA's decode head sizes and
+  // an FP8 cache.
+  return splitkv_check_args(a, err, err_len, ArgScope{kPackedHeadPairs, kNumPackedHeadPairs, true});
 }
 
 int packed_machine_splits(const ac_attention_args& a, int sms) {
@@ -34,8 +34,10 @@ int packed_machine_splits(const ac_attention_args& a, int sms) {
   // Otherwise about four CTAs per SM, as batch 64 runs at the copy bandwidth with 2 splits (1024
   // CTAs). At most one split per key tile of the longest sequence (as FlashAttention-2's heuristic
   // caps splits at its key blocks), so a batch's longest row sets every row's split count.
+  // MLA's kernel (packed_mla.cu) fits one CTA per SM.
+  const int resident = head_size_v_of(a) != a.head_size ? 1 : kPackedResidentPerSM;
   const int64_t ctas = int64_t(a.num_kv_heads) * a.num_seqs, slots = int64_t(std::max(sms, 1));
-  const int64_t wave = kPackedResidentPerSM * slots / ctas;
+  const int64_t wave = resident * slots / ctas;
   const int64_t s = std::min<int64_t>(wave >= 2 ? wave : (4 * slots + ctas - 1) / ctas,
                                       std::max(1, max_tk / splitkv::kSplitTile));
   return int(std::clamp<int64_t>(s, 1, kPackedMaxSplits));

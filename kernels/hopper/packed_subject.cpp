@@ -86,9 +86,15 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
   c.num_tilings = kNumSplitKVTilings;
   c.max_splits = kPackedMaxSplits;
   c.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
-  // The fused walk's variants (packed.cu's VAR instantiation; on the host the twin's V head sizes
-  // too) and an FP8 cache (FlashAttention-3's contract), on both backends.
+  // The fused walk's variants (packed.cu's VAR instantiation; V's own head size: on the device MLA's
+  // decode pair, on the host the twin's pairs) and an FP8 cache (FlashAttention-3's contract), on
+  // both backends.
   c = with_fp8_kv_cache(with_fused_variants(c));
+  if (cuda) {  // MLA's absorbed decode (packed_mla.cu); the twin declares kFusedTwinHeadPairs
+    c.variants |= AC_VAR_HEAD_SIZE_V;
+    c.head_pairs = kPackedHeadPairs;
+    c.num_head_pairs = kNumPackedHeadPairs;
+  }
   out.push_back(
       {"splitkv-packed",
        cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head), "

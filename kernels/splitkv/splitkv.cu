@@ -85,15 +85,21 @@ cudaError_t launch_combine(const float* part_o, const float* part_lse, const ac_
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs];
   const int64_t pairs = total_q * a.num_heads;
   if (pairs == 0) return cudaSuccess;
-  const size_t smem = combine_smem_bytes(a.num_splits, a.head_size);
-  // 64 parts of d = 128: 33 KB, under the 48 KB a launch gets without opting in.
-  if (a.num_splits < 1 || a.num_splits > splitkv::kMaxSplits || a.head_size % 4 != 0 || smem > 48 * 1024 ||
+  // O's head size: V's (MLA's 512 from splitkv-packed).
+  const int dv = head_size_v_of(a);
+  const size_t smem = combine_smem_bytes(a.num_splits, dv);
+  // 64 parts of d = 128: 33 KB, under the 48 KB a launch gets without opting in; of d = 512, 131 KB.
+  if (a.num_splits < 1 || a.num_splits > splitkv::kMaxSplits || dv % 4 != 0 || smem > 227 * 1024 ||
       pairs > INT32_MAX || !aligned_to(part_o, 16))
     return cudaErrorInvalidValue;
-  const unsigned threads = unsigned(a.head_size < kCombineMaxThreads ? a.head_size : kCombineMaxThreads);
+  const unsigned threads = unsigned(dv < kCombineMaxThreads ? dv : kCombineMaxThreads);
   auto kernel = a.dtype == AC_DTYPE_BF16 ? splitkv_combine_kernel<true, M> : splitkv_combine_kernel<false, M>;
-  kernel<<<unsigned(pairs), threads, smem, stream>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads,
-                                                     a.head_size, a.num_splits, a.fold_order, a.sinks);
+  if (smem > 48 * 1024)
+    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        e != cudaSuccess)
+      return e;
+  kernel<<<unsigned(pairs), threads, smem, stream>>>(part_o, part_lse, a.out, a.lse, total_q, a.num_heads, dv,
+                                                     a.num_splits, a.fold_order, a.sinks);
   return cudaGetLastError();
 }
 
@@ -149,7 +155,8 @@ int splitkv_attention_cuda(const ac_attention_args& a, const SplitKVOptions& o, 
   p.num_splits = a.num_splits;
   p.keys_per_split = o.keys_per_split;
   p.part_o = static_cast<float*>(ws);
-  p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(a.head_size);
+  p.part_lse =
+      p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(head_size_v_of(a));
 
   // The mainloop: plain, with the variants (VAR) where the call uses one, or mutant 23's (VAR, every
   // partial counting the sink).

@@ -27,7 +27,7 @@ size_t splitkv_workspace_bytes(const ac_attention_args& a) {
   if (a.num_seqs <= 0 || !a.cu_seqlens_q_host) return 0;
   const size_t total_q = size_t(a.cu_seqlens_q_host[a.num_seqs]);
   return size_t(a.num_splits > 0 ? a.num_splits : 0) * total_q * size_t(a.num_heads) *
-         (size_t(a.head_size) + 1) * sizeof(float);
+         (size_t(head_size_v_of(a)) + 1) * sizeof(float);
 }
 
 int fixed_split_count(const ac_attention_args& a, int keys_per_split) {

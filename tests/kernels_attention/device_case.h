@@ -44,7 +44,7 @@ struct DeviceCase {
       : q(c.q),
         k(c.k),
         v(c.v),
-        out(size_t(c.total_q() * c.heads * c.head_size)),
+        out(size_t(c.total_q() * c.heads * c.dv())),
         lse(size_t(c.total_q() * c.heads)),
         cu_q(c.cu_q),
         cu_k(c.cu_k),

@@ -13,9 +13,10 @@
 
 namespace attncheck::test {
 
-// The KV head of element i of a case's K or V ([keys, kv_heads, head_size]).
-inline size_t kv_head_of(const AttnCase& c, size_t i) {
-  return (i / size_t(c.head_size)) % size_t(c.kv_heads);
+// The KV head of element i of a case's K ([keys, kv_heads, head_size], width head_size) or V
+// (width dv()).
+inline size_t kv_head_of(const AttnCase& c, size_t i, int width) {
+  return (i / size_t(width)) % size_t(c.kv_heads);
 }
 
 struct Fp8Cache {
@@ -23,23 +24,23 @@ struct Fp8Cache {
   int granularity;  // 0: one descale per tensor, 1: one per KV head
   std::vector<uint8_t> k, v;
   std::vector<float> kd, vd;
-  float descale(const std::vector<float>& ds, size_t element, const AttnCase& c) const {
-    return ds[granularity ? kv_head_of(c, element) : 0];
+  float descale(const std::vector<float>& ds, size_t element, const AttnCase& c, int width) const {
+    return ds[granularity ? kv_head_of(c, element, width) : 0];
   }
 };
 
 // x over each element's descale, rounded to the nearest finite code (every finite code decoded, the
 // nearest taken; past the largest, the largest). A tie may go either way: the codes are the
 // kernel's input whichever it is.
-inline std::vector<uint8_t> fp8_codes(const AttnCase& c, const std::vector<uint16_t>& x, ac_dtype f,
-                                      const std::vector<float>& ds) {
+inline std::vector<uint8_t> fp8_codes(const AttnCase& c, const std::vector<uint16_t>& x, int width,
+                                      ac_dtype f, const std::vector<float>& ds) {
   std::vector<std::pair<float, int>> table;
   for (int code = 0; code < 256; ++code)
     if (const float v = kern::fp8_to_float(f, uint8_t(code)); std::isfinite(v)) table.push_back({v, code});
   std::sort(table.begin(), table.end());
   std::vector<uint8_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    const size_t at = ds.size() == 1 ? 0 : kv_head_of(c, i);
+    const size_t at = ds.size() == 1 ? 0 : kv_head_of(c, i, width);
     const float y = float(in_value(c.dtype, x[i])) / ds[at];
     auto hi = std::lower_bound(table.begin(), table.end(), std::make_pair(y, -1));
     if (hi == table.end()) --hi;
@@ -50,17 +51,21 @@ inline std::vector<uint8_t> fp8_codes(const AttnCase& c, const std::vector<uint1
 }
 
 inline Fp8Cache fp8_cache(const AttnCase& c, ac_dtype f, std::vector<float> kd, std::vector<float> vd) {
-  return {f, kd.size() > 1 ? 1 : 0, fp8_codes(c, c.k, f, kd), fp8_codes(c, c.v, f, vd), kd, vd};
+  return {
+      f, kd.size() > 1 ? 1 : 0, fp8_codes(c, c.k, c.head_size, f, kd), fp8_codes(c, c.v, c.dv(), f, vd), kd,
+      vd};
 }
 
 // The case whose K and V are the cache's codes times their descales, rounded to the input type:
 // exact where the descales are powers of two and the products stay in the type's range.
 inline AttnCase dequantised(const AttnCase& c, const Fp8Cache& fc) {
   AttnCase e = c;
-  for (size_t i = 0; i < e.k.size(); ++i) {
-    e.k[i] = round_to_input(c.dtype, kern::fp8_to_float(fc.kv_dtype, fc.k[i]) * fc.descale(fc.kd, i, c));
-    e.v[i] = round_to_input(c.dtype, kern::fp8_to_float(fc.kv_dtype, fc.v[i]) * fc.descale(fc.vd, i, c));
-  }
+  for (size_t i = 0; i < e.k.size(); ++i)
+    e.k[i] = round_to_input(c.dtype,
+                            kern::fp8_to_float(fc.kv_dtype, fc.k[i]) * fc.descale(fc.kd, i, c, c.head_size));
+  for (size_t i = 0; i < e.v.size(); ++i)
+    e.v[i] =
+        round_to_input(c.dtype, kern::fp8_to_float(fc.kv_dtype, fc.v[i]) * fc.descale(fc.vd, i, c, c.dv()));
   return e;
 }
 

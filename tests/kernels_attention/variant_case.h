@@ -443,6 +443,40 @@ inline std::vector<VariantCase> head_pair_cases() {
   return out;
 }
 
+// MLA's absorbed decode (QK 576 / V 512), the pair splitkv-packed's CUDA kernel computes (hopper.h
+// kPackedHeadPairs): one KV head with 128 query heads over rows of several key tiles (1000 keys, 13
+// splits); pages of 64 with sinks, a sequence of one key; two KV heads of 16 query heads, two
+// queries per sequence (speculative decode), causal, pages of 16, softcap 30 and a window of 100;
+// a mask, and a sequence without keys (empty rows). Split tilings, counts and folds rotate.
+inline std::vector<VariantCase> mla_cases() {
+  std::vector<VariantCase> out;
+  auto add = [&](AttnCase c, Variants v) {
+    out.push_back(rotated_case(std::move(c), std::move(v), int(out.size()), 1));
+  };
+  auto mla = [](uint64_t seed, DType t, int heads, int kv_heads, std::vector<int32_t> tq,
+                std::vector<int32_t> tk, bool causal, bool mask) {
+    return with_head_size_v(
+        make_case(seed, t, heads, kv_heads, 576, std::move(tq), std::move(tk), causal, mask), 512, seed + 50);
+  };
+  add(mla(9700, DType::bf16, 128, 1, {1, 1}, {1000, 130}, false, false), Variants{});
+  out.back().splits = 13;
+  {
+    Variants v;
+    v.page_size = 64;
+    for (int h = 0; h < 16; ++h) v.sinks.push_back(float(h % 5) - 2.0f);
+    add(mla(9701, DType::f16, 16, 1, {1, 1, 1}, {200, 1, 65}, false, false), v);
+  }
+  {
+    Variants v;
+    v.page_size = 16;
+    v.softcap = 30.0f;
+    v.left = 100;
+    add(mla(9702, DType::f16, 32, 2, {2, 2}, {300, 70}, true, false), v);
+  }
+  add(mla(9703, DType::bf16, 16, 1, {1, 1, 1}, {77, 0, 129}, false, true), Variants{});
+  return out;
+}
+
 // Mutant 25 (v_head_from_qk): V's rows read at the QK head size, 64 / 32, one KV head. Key j then
 // reads V row 2j, and a key in V's second half reads past V (NaN in the twin).
 inline VariantCase v_head_mutant_case() {

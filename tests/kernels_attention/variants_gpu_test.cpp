@@ -7,12 +7,15 @@
 // score; combinations) run on the GPU and on the host twins, each against the fp64 attention with
 // the variants, with no NaN from a poisoned slot and the GPU within 2 ulps of its twin; the variant
 // mutants 19 to 22 (fused) and 23 (split-KV) on the GPU leave the bound where their twins do.
+// splitkv-packed's MLA kernel (kernels/hopper/packed_mla.cu) on variant_case.h's mla_cases and on
+// FP8 caches of that shape, against fp64 and its twin.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <vector>
 
 #include "device_case.h"
+#include "fp8_case.h"
 #include "fused/fused.h"
 #include "hopper/hopper.h"
 #include "mutants/mutants.h"
@@ -40,8 +43,9 @@ struct Kernel {
   bool packed = false;
 };
 
-// The CUDA kernel on a case with its variants: the pools, table and sinks copied to the device.
-Run run_gpu(const VariantCase& vc, Kernel kernel) {
+// The CUDA kernel on a case with its variants: the pools, table and sinks copied to the device;
+// with fc (contiguous K / V only), K and V from that FP8 cache.
+Run run_gpu(const VariantCase& vc, Kernel kernel, const Fp8Cache* fc = nullptr) {
   const AttnCase& c = vc.c;
   DeviceCase dc(c);
   PagedKV pk;
@@ -49,9 +53,13 @@ Run run_gpu(const VariantCase& vc, Kernel kernel) {
   DeviceArray<uint16_t> pool_k(pk.k), pool_v(pk.v);
   DeviceArray<int32_t> table(pk.table);
   DeviceArray<float> sinks(vc.var.sinks);
+  const Fp8Cache none{};
+  DeviceArray<uint8_t> codes_k((fc ? fc : &none)->k), codes_v((fc ? fc : &none)->v);
+  DeviceArray<float> kd((fc ? fc : &none)->kd), vd((fc ? fc : &none)->vd);
   ac_attention_args a =
       variant_args(dc.args(c, kernel.split ? vc.split_tiling : vc.tiling), vc.var,
                    vc.var.page_size > 0 ? &pk : nullptr, pool_k.ptr, pool_v.ptr, table.ptr, sinks.ptr);
+  if (fc) point_at_fp8(a, *fc, codes_k.ptr, codes_v.ptr, kd.ptr, vd.ptr);
   char err[256] = {0};
   Run r;
   if (kernel.packed) {
@@ -76,16 +84,17 @@ Run run_gpu(const VariantCase& vc, Kernel kernel) {
 }
 
 // The host twin of the same call.
-Run run_twin(const VariantCase& vc, Kernel kernel) {
+Run run_twin(const VariantCase& vc, Kernel kernel, const Fp8Cache* fc = nullptr) {
   const AttnCase& c = vc.c;
   Run r;
-  r.out.assign(size_t(c.total_q() * c.heads * c.head_size), 0x7f7f);
+  r.out.assign(size_t(c.total_q() * c.heads * c.dv()), 0x7f7f);
   r.lse.assign(size_t(c.total_q() * c.heads), 12345.0f);
   PagedKV pk;
   if (vc.var.page_size > 0) pk = page_case(c, vc.var.page_size, 77);
   ac_attention_args a = variant_args(
       host_args(c, r.out.data(), r.lse.data(), kernel.split ? vc.split_tiling : vc.tiling), vc.var,
       vc.var.page_size > 0 ? &pk : nullptr, pk.k.data(), pk.v.data(), pk.table.data(), vc.var.sinks.data());
+  if (fc) point_at_fp8(a, *fc, fc->k.data(), fc->v.data(), fc->kd.data(), fc->vd.data());
   char err[256] = {0};
   if (kernel.split) {
     a.num_splits = vc.splits;
@@ -160,4 +169,52 @@ TEST_CASE("fused gpu: the variant mutants 19-23 leave the bound where their twin
       CHECK(nan_count(mc.vc.c, twin.out) > 0);
     }
   }
+}
+
+TEST_CASE("splitkv-packed gpu: MLA's decode head sizes (576 / 512) against fp64 and the twin",
+          "[packed][gpu][variants][mla]") {
+  const Kernel packed{true, Mutation::none, true};
+  for (const VariantCase& vc : mla_cases()) {
+    INFO(vc.describe());
+    const Run g = run_gpu(vc, packed);
+    INFO("gpu: " << g.err);
+    REQUIRE(g.rc == AC_OK);
+    const Run t = run_twin(vc, packed);
+    INFO("twin: " << t.err);
+    REQUIRE(t.rc == AC_OK);
+    CHECK(nan_count(vc.c, g.out) == 0);
+    CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
+    CHECK(compare_variants(vc.c, vc.var, t.out, t.lse) == "");
+    CHECK(far_apart(g.out, t.out) * 100 <= int64_t(g.out.size()));
+  }
+  // An FP8 cache: descales that are powers of two against fp64 (the codes times their descales are
+  // values of the input type, dequantised holds them), per tensor with one KV head and per KV head
+  // with two; then descales per KV head that are not, against the twin.
+  uint64_t seed = 9750;
+  for (ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
+    for (DType dt : {DType::f16, DType::bf16}) {
+      const int kv = dt == DType::f16 ? 1 : 2;
+      VariantCase vc;
+      vc.c = with_head_size_v(make_case(seed, dt, 16 * kv, kv, 576, {1, 1, 2}, {700, 64, 90}, true, false),
+                              512, seed + 1);
+      ++seed;
+      vc.split_tiling = 1;
+      vc.splits = 5;
+      vc.fold = AC_FOLD_TREE;
+      const Fp8Cache pow2 = kv == 1 ? fp8_cache(vc.c, f, {0x1p-6f}, {0x1p2f})
+                                    : fp8_cache(vc.c, f, {0x1p-6f, 0x1p-4f}, {0x1p2f, 0x1p-1f});
+      const Run g = run_gpu(vc, packed, &pow2);
+      INFO(vc.describe() << " kv " << int(f) << " " << g.err);
+      REQUIRE(g.rc == AC_OK);
+      CHECK(compare_variants(dequantised(vc.c, pow2), vc.var, g.out, g.lse) == "");
+      const Fp8Cache heads = kv == 1 ? fp8_cache(vc.c, f, {0.011f}, {0.03f})
+                                     : fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});
+      const Run gh = run_gpu(vc, packed, &heads);
+      const Run th = run_twin(vc, packed, &heads);
+      INFO(gh.err << " / " << th.err);
+      REQUIRE(gh.rc == AC_OK);
+      REQUIRE(th.rc == AC_OK);
+      CHECK(nan_count(vc.c, gh.out) == 0);
+      CHECK(far_apart(gh.out, th.out) * 100 <= int64_t(gh.out.size()));
+    }
 }

@@ -91,6 +91,7 @@ TEST_CASE("fused and split-KV twins: the variant mutants 19-23 leave the bound",
 
 TEST_CASE("fused and split-KV twins: V's own head size against fp64", "[fused][splitkv][twin][variants]") {
   check_twins_against_fp64(head_pair_cases());
+  check_twins_against_fp64(mla_cases());  // the GPU test's MLA decode cases
 }
 
 TEST_CASE("fused and split-KV twins: a pair outside kFusedTwinHeadPairs is refused",
