@@ -271,6 +271,78 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
         "GB/s", "copy"});
 }
 
+// MLA's absorbed decode (splitkv-packed's packed_mla.cu): batch sequences of one query and tk keys,
+// 16 query heads (DeepSeek-V3's 128 over 8 GPUs) over one KV head, QK 576 / V 512, fp16; K and V
+// separate tensors (the ABI has no V inside K), so a key costs 2176 bytes read (1088 from an e4m3
+// cache). Rows: contiguous, pages of 64 (FlashMLA's), and an e4m3fn cache with one descale.
+void mla_decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int batch, int tk) {
+  constexpr int heads = 16, dqk = 576, dv = 512;
+  const int64_t nq = int64_t(batch) * heads * dqk, nk = int64_t(batch) * tk * dqk,
+                nv = int64_t(batch) * tk * dv;
+  Device q(size_t(nq) * 2, "cudaMalloc q"), k(size_t(nk) * 2, "cudaMalloc k"),
+      v(size_t(nv) * 2, "cudaMalloc v");
+  Device ob(size_t(batch) * heads * dv * 2, "cudaMalloc o"), lse(size_t(batch) * heads * 4, "cudaMalloc lse");
+  Device cu_q(size_t(batch + 1) * 4, "cudaMalloc cu_seqlens_q"),
+      cu_k(size_t(batch + 1) * 4, "cudaMalloc cu_seqlens_k");
+  fill(q.p, nq, 31, false);
+  fill(k.p, nk, 32, false);
+  fill(v.p, nv, 33, false);
+  std::vector<int32_t> cq, ck;
+  for (int s = 0; s <= batch; ++s) {
+    cq.push_back(s);
+    ck.push_back(s * tk);
+  }
+  check(cudaMemcpy(cu_q.p, cq.data(), cq.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpy(cu_k.p, ck.data(), ck.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  const ac_attention_args a =
+      AttentionArgs(AC_DTYPE_F16, heads, 1, dqk)
+          .sequences(batch, cu_q.as<int32_t>(), cu_k.as<int32_t>(), cq.data(), ck.data())
+          .tensors(q.p, k.p, v.p, ob.p, lse.as<float>())
+          .scale(float(1.0 / std::sqrt(double(dqk))))
+          .variants(dv, 0.0f, -1, -1, nullptr)
+          .tiling(1)
+          .splits(0, AC_FOLD_LEFT);
+  check(cudaDeviceSynchronize(), "preparing inputs");
+  const std::string shape =
+      "batch=" + std::to_string(batch) + " Tk=" + std::to_string(tk) + " h=16/1 d=576/512";
+  const double q_o = double(batch) * heads * (dqk + dv) * 2, kv = double(batch) * tk * (dqk + dv);
+  char err[256] = {0};
+  auto row = [&](const char* dtype, const std::string& tiling, const ac_attention_args& call, double bytes) {
+    const double ms = timer.median_ms([&] {
+      check_kernel(packed_attention_cuda(call, err, sizeof err, false, 0), "splitkv-packed (MLA)", err);
+    });
+    emit(o, out,
+         {"decode", "splitkv-packed", shape, dtype, false, tiling, ms, bytes / ms * 1e-6, "GB/s", "copy"});
+  };
+  row("fp16", "auto", a, 2 * kv + q_o);
+  // Pages of 64: page b of sequence s is page s n + (b 7919 mod n) of the pool, n pages each.
+  const int per_seq = tk / 64;
+  std::vector<int32_t> table(size_t(batch) * size_t(per_seq));
+  for (int s = 0; s < batch; ++s)
+    for (int b = 0; b < per_seq; ++b)
+      table[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
+  Device dt(table.size() * 4, "cudaMalloc block table");
+  check(cudaMemcpy(dt.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  ac_attention_args pa = a;
+  pa.page_size = 64;
+  pa.num_pages = batch * per_seq;
+  pa.max_blocks = per_seq;
+  pa.block_table = dt.as<int32_t>();
+  pa.block_table_host = table.data();
+  row("fp16", "auto paged=64", pa, 2 * kv + q_o);
+  // e4m3fn codes in the first halves of K's and V's buffers, one descale per tensor.
+  check(cudaMemset(k.p, 0x30, size_t(nk)), "cudaMemset (e4m3 codes 0.5)");
+  check(cudaMemset(v.p, 0x38, size_t(nv)), "cudaMemset (e4m3 codes 1.0)");
+  const float descale = 0.5f;
+  Device ds(4, "cudaMalloc descale");
+  check(cudaMemcpy(ds.p, &descale, 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  ac_attention_args a8 = a;
+  a8.kv_dtype = AC_DTYPE_E4M3;
+  a8.k_descale = a8.v_descale = ds.as<float>();
+  a8.descale_granularity = 0;
+  row("fp16 e4m3-kv", "auto", a8, kv + q_o);
+}
+
 void merge(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int tokens, bool bf16) {
   constexpr int heads = 32, d = 128;
   const size_t n = size_t(tokens) * heads * d, rows = size_t(tokens) * heads;
@@ -389,9 +461,12 @@ Ceilings run_suite(const SuiteOptions& o, std::vector<Measurement>& out) {
   if (o.merge)
     for (int tokens : {4096, 32768})
       for (bool bf16 : {false, true}) merge(o, timer, out, tokens, bf16);
-  if (o.decode)
+  if (o.decode && o.gqa_decode)
     for (int batch : o.decode_batches)
       for (int tk : o.decode_tokens) decode(o, timer, out, batch, tk);
+  // MLA's decode at the shortest of the decode lengths.
+  if (o.decode && o.mla_decode && !o.decode_tokens.empty())
+    for (int batch : o.decode_batches) mla_decode(o, timer, out, batch, o.decode_tokens.front());
   return c;
 }
 

@@ -10,6 +10,8 @@
 //              splitkv-packed on an e4m3fn cache (dtype "fp16 e4m3-kv", one byte per K / V element);
 //              splitkv-packed paged (pages of 16, 64, 256; the e4m3 cache at 16), tiling "auto paged=P".
 //              GB/s of compulsory traffic (K and V once, Q and O once), against the copy ceiling.
+//              MLA's absorbed decode (16 query heads over 1 KV head, QK 576 / V 512) at the same
+//              batches and the shortest T_k: splitkv-packed contiguous, paged (64) and on an e4m3 cache.
 //   merge      4096 and 32768 tokens x 32 heads x 128, fp16 and bf16, LSE [heads, tokens]. GB/s of
 //              two states and two LSEs read, one of each written, against the copy ceiling.
 // Every time is the median of `repeats` launches, each timed alone with CUDA events after an L2
@@ -44,6 +46,7 @@ struct SuiteOptions {
   bool attention = true, decode = true, merge = true;
   std::vector<int> attention_tokens{2048, 8192};
   std::vector<int> decode_batches{1, 8, 64}, decode_tokens{8192, 32768, 131072};
+  bool gqa_decode = true, mla_decode = true;  // the decode family's two groups of rows
   bool with_fused = true;  // the mma.sync kernel beside fused-hopper
   // Called after each measurement (for progress), in the order measured.
   std::function<void(const Measurement&)> on_row;
