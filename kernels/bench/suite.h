@@ -47,7 +47,7 @@ struct SuiteOptions {
   std::vector<int> attention_tokens{2048, 8192};
   std::vector<int> decode_batches{1, 8, 64}, decode_tokens{8192, 32768, 131072};
   bool gqa_decode = true, mla_decode = true;  // the decode family's two groups of rows
-  bool with_fused = true;  // the mma.sync kernel beside fused-hopper
+  bool with_fused = true;                     // the mma.sync kernel beside fused-hopper
   // Called after each measurement (for progress), in the order measured.
   std::function<void(const Measurement&)> on_row;
 };
