@@ -82,24 +82,45 @@ struct PackedSmem {
 };
 
 // FP8: warp w stages, converts and reads only keys 16w..16w+15 of each tile (its share of S and
-// of P V), so a tile's conversion needs no barrier of the whole CTA. Its 16 rows of D codes (row
-// stride in bytes) into rows 16w.. of a [kBC][D] code tile, unswizzled; rows at or past `valid`
-// (counted from the tile's first row) are zero-filled (code 0 is +0: masked keys meet V = 0) and
-// read nothing (the tile's first row, always in range, stands in as their address).
-// Paged (table not null): g is the pools' first row of this KV head, row r is key n0 + r at its
-// slot (fused_math.h kv_slot), and a row past `valid` reads no table entry.
+// of P V), so a tile's conversion needs no barrier of the whole CTA. Its 16 rows of D codes of K and
+// of V (row stride in bytes) into rows 16w.. of the [kBC][D] code tiles sk and sv, unswizzled; rows
+// at or past `valid` (counted from the tile's first row) are zero-filled (code 0 is +0: masked keys
+// meet V = 0) and read nothing (the first row of gk / gv, always in range, stands in as their
+// address). Paged (slots not null): gk and gv are the pools' first rows of this KV head, row r at
+// slots->slot(r); otherwise at row r.
 template <int D>
-__device__ __forceinline__ void load_code_rows(uint8_t* s, const uint8_t* g, int64_t row_stride, int valid,
-                                               int warp, int lane, const int32_t* table = nullptr,
-                                               int page_size = 0, int64_t last_page = 0, int n0 = 0) {
+__device__ __forceinline__ void load_code_rows(uint8_t* sk, uint8_t* sv, const uint8_t* gk, const uint8_t* gv,
+                                               int64_t row_stride, int valid, int warp, int lane,
+                                               const packed::PagedSlots* slots) {
   constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
   static_assert(kRows * CH % 32 == 0, "whole chunks per lane");
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {
     const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
     const bool ok = r < valid;
-    const int64_t row = !ok ? 0 : table ? fused::kv_slot(table, page_size, int64_t(n0) + r, last_page) : r;
-    fused::dev::cp_async16(s + r * D + c * 16, g + row * row_stride + c * 16, ok);
+    const int64_t off = (slots ? slots->slot(r) : r) * row_stride + c * 16;  // every lane: the shuffle
+    fused::dev::cp_async16(sk + r * D + c * 16, ok ? gk + off : gk, ok);
+    fused::dev::cp_async16(sv + r * D + c * 16, ok ? gv + off : gv, ok);
+  }
+}
+
+// The paged 16-bit K and V tiles (the layout of fused::dev::load_tile), row r at slots.slot(r);
+// rows at or past `valid` zero-filled.
+template <int D>
+__device__ __forceinline__ void load_kv_paged(uint16_t* sk, uint16_t* sv, const uint16_t* gk,
+                                              const uint16_t* gv, int64_t row_stride,
+                                              const packed::PagedSlots& slots, int valid, int tid) {
+  constexpr int CH = D / 8, ROWS_PER_PASS = kThreads / CH, PASSES = kBC / ROWS_PER_PASS;
+  static_assert(kThreads % CH == 0 && kBC % ROWS_PER_PASS == 0 && 32 % ROWS_PER_PASS == 0,
+                "whole rows per pass; a warp's rows on one side of row 32");
+  const int r0 = tid / CH, c = tid % CH;
+#pragma unroll
+  for (int it = 0; it < PASSES; ++it) {
+    const int r = r0 + it * ROWS_PER_PASS;
+    const bool ok = r < valid;
+    const int64_t off = slots.slot(r) * row_stride + c * 8;
+    fused::dev::cp_async16(sk + fused::dev::swz<D>(r, c), ok ? gk + off : gk, ok);
+    fused::dev::cp_async16(sv + fused::dev::swz<D>(r, c), ok ? gv + off : gv, ok);
   }
 }
 
@@ -126,10 +147,11 @@ __device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* code
 // FP8: three CTAs per SM (registers and shared memory sized for it): a tile's work is a chain of
 // dependent steps, and with two CTAs (two warps per scheduler) the FP8 kernel issued an instruction
 // every 4.7 cycles per warp, at 44% of the DRAM bandwidth (Nsight Compute on the H200, batch 64).
-// VAR: the instantiation that reads the variants (paged K / V, softcap, window), applied where the
-// fused kernel applies them (fused_kernel.cuh): the window clips the key range of the token tile
-// and tests each (row, key); the cap replaces the logit's one product (fused_math.h scaled_logit).
-template <bool BF16, int D, int STAGES, bool FP8, bool VAR>
+// W: the variants the instantiation reads (packed_kernel.cuh Walk), applied where the fused kernel
+// applies them (fused_kernel.cuh): paged K / V in the tile loads; the window clips the key range of
+// the token tile and tests each (row, key); the cap replaces the logit's one product (fused_math.h
+// scaled_logit).
+template <bool BF16, int D, int STAGES, bool FP8, packed::Walk W>
 __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const PackedParams p) {
   namespace dev = fused::dev;
   using S = PackedSmem<D, STAGES, FP8>;
@@ -144,11 +166,11 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   const int64_t k0 = cta.k0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
-  // Paged K / V (VAR, page_size > 0): this sequence's block-table row and its last page; the pools'
-  // rows are slots, so the sequence's keys start nowhere in particular (row 0 below).
-  const bool paged = VAR && p.page_size > 0;
+  // Paged K / V (W paged or variants, page_size > 0): this sequence's block-table row and its last page; the
+  // pools' rows are slots, so the sequence's keys start nowhere in particular (row 0 below).
+  constexpr bool VAR = W == packed::Walk::variants;
+  const bool paged = W != packed::Walk::plain && p.page_size > 0;
   const int32_t* table = paged ? p.block_table + int64_t(seq) * p.max_blocks : nullptr;
-  const int64_t last_page = paged && tk > 0 ? (tk - 1) / p.page_size : 0;
 
   int k_lo, k_hi, k_end;
   packed::key_range<VAR>(p, tq, tk, tok0, tok0 + cta.tile_tokens - 1, cta.split, k_lo, k_hi, k_end);
@@ -159,25 +181,28 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   const uint16_t* gv = p.v + (kv_row0 * p.num_kv_heads + kvh) * D;
   const uint8_t* ck = reinterpret_cast<const uint8_t*>(p.k) + (kv_row0 * p.num_kv_heads + kvh) * D;
   const uint8_t* cv = reinterpret_cast<const uint8_t*>(p.v) + (kv_row0 * p.num_kv_heads + kvh) * D;
+  // Paged: the next tile's slots, read one tile ahead (packed::PagedSlots).
+  packed::PagedSlots slots;
+  if (paged) slots.fetch(table, p.page_size, k_lo, k_end - k_lo, lane);
   auto load_tile = [&](int t) {  // tile t of the range into its stage; rows past k_end zero-filled
     const int n0 = k_lo + t * kBC;
     const int64_t off = paged ? 0 : int64_t(n0) * kv_stride;
     const int valid = k_end - n0;
+    if (paged) slots.ready(p.page_size);
     if constexpr (FP8) {  // codes: the row stride in bytes is the stride in elements
       uint8_t* sc = smem + S::kCodes + (t % STAGES) * 2 * S::kCodeTile;
-      load_code_rows<D>(sc, ck + off, kv_stride, valid, warp, lane, table, p.page_size, last_page, n0);
-      load_code_rows<D>(sc + S::kCodeTile, cv + off, kv_stride, valid, warp, lane, table, p.page_size,
-                        last_page, n0);
+      load_code_rows<D>(sc, sc + S::kCodeTile, ck + off, cv + off, kv_stride, valid, warp, lane,
+                        paged ? &slots : nullptr);
     } else {
       uint16_t* sk = reinterpret_cast<uint16_t*>(smem + S::kKV + (t % STAGES) * 2 * S::kTile);
       if (paged) {
-        dev::load_kv_tiles_paged<kBC, D, kThreads, fused::Mutation::none>(
-            sk, sk + kBC * D, gk, gv, kv_stride, table, p.page_size, last_page, n0, valid, tid);
+        load_kv_paged<D>(sk, sk + kBC * D, gk, gv, kv_stride, slots, valid, tid);
       } else {
         dev::load_tile<kBC, D, kThreads>(sk, gk + off, kv_stride, valid, tid);
         dev::load_tile<kBC, D, kThreads>(sk + kBC * D, gv + off, kv_stride, valid, tid);
       }
     }
+    if (paged) slots.fetch(table, p.page_size, n0 + kBC, valid - kBC, lane);
   };
   float scale, scale_log2, v_descale;
   packed::descaled<FP8>(p, kvh, scale, scale_log2, v_descale);
@@ -348,10 +373,10 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     if (c == 0) p.part_lse[pair] = fused::partial_lse2(smax[kWarps * kRows + r], l);
   }
 }
-template <bool BF16, int D, int STAGES, bool FP8, bool VAR>
+template <bool BF16, int D, int STAGES, bool FP8, packed::Walk W>
 cudaError_t launch_packed(const PackedParams& p, dim3 grid, cudaStream_t stream) {
   constexpr int smem = PackedSmem<D, STAGES, FP8>::kBytes;
-  auto kernel = packed_kernel<BF16, D, STAGES, FP8, VAR>;
+  auto kernel = packed_kernel<BF16, D, STAGES, FP8, W>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   kernel<<<grid, kThreads, smem, stream>>>(p);
@@ -366,22 +391,26 @@ static_assert(kPackedResidentPerSM * (PackedSmem<128, kStages>::kBytes + 1024) <
                   3 * (PackedSmem<128, kFp8Stages, true>::kBytes + 1024) <= 228 * 1024,
               "packed_machine_splits counts two resident CTAs per SM; FP8 fits three");
 static_assert(PackedSmem<128, kFp8DeepStages, true>::kBytes <= 227 * 1024, "one CTA per SM at the deepest");
-// A call with variants takes the shallow stages whatever its grid (one instantiation fewer of each).
-template <bool BF16, int D, bool FP8, bool VAR>
+// A call with variants takes the shallow stages whatever its grid (fewer instantiations).
+template <bool BF16, int D, bool FP8, packed::Walk W>
 cudaError_t launch_stages(const PackedParams& p, bool deep, dim3 grid, cudaStream_t stream) {
   constexpr int shallow = FP8 ? kFp8Stages : kStages, deepest = FP8 ? kFp8DeepStages : kDeepStages;
-  if constexpr (!VAR)
-    if (deep) return launch_packed<BF16, D, deepest, FP8, false>(p, grid, stream);
-  return launch_packed<BF16, D, shallow, FP8, VAR>(p, grid, stream);
+  if constexpr (W == packed::Walk::plain)
+    if (deep) return launch_packed<BF16, D, deepest, FP8, W>(p, grid, stream);
+  return launch_packed<BF16, D, shallow, FP8, W>(p, grid, stream);
+}
+template <bool BF16, bool FP8, packed::Walk W>
+cudaError_t launch_walk(const PackedParams& p, int d, bool deep, dim3 grid, cudaStream_t stream) {
+  return d == 64 ? launch_stages<BF16, 64, FP8, W>(p, deep, grid, stream)
+                 : launch_stages<BF16, 128, FP8, W>(p, deep, grid, stream);
 }
 template <bool BF16, bool FP8>
-cudaError_t launch_head_size(const PackedParams& p, int d, bool var, bool deep, dim3 grid,
+cudaError_t launch_head_size(const PackedParams& p, int d, packed::Walk w, bool deep, dim3 grid,
                              cudaStream_t stream) {
-  if (var)
-    return d == 64 ? launch_stages<BF16, 64, FP8, true>(p, deep, grid, stream)
-                   : launch_stages<BF16, 128, FP8, true>(p, deep, grid, stream);
-  return d == 64 ? launch_stages<BF16, 64, FP8, false>(p, deep, grid, stream)
-                 : launch_stages<BF16, 128, FP8, false>(p, deep, grid, stream);
+  using packed::Walk;
+  return w == Walk::variants ? launch_walk<BF16, FP8, Walk::variants>(p, d, deep, grid, stream)
+         : w == Walk::paged  ? launch_walk<BF16, FP8, Walk::paged>(p, d, deep, grid, stream)
+                             : launch_walk<BF16, FP8, Walk::plain>(p, d, deep, grid, stream);
 }
 
 }  // namespace
@@ -427,9 +456,8 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   p.part_lse = p.part_o + size_t(a.num_splits) * size_t(total_q) * size_t(a.num_heads) * size_t(dv);
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
-  // The VAR instantiations for what the mainloop reads (a sink is the combine's alone).
   const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a);
-  const bool var = a.page_size != 0 || a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1;
+  const packed::Walk var = packed::walk_of(a);
   fused::read_variant_args(p, a);
   if (fp8) {
     p.k_descale = a.k_descale;

@@ -23,6 +23,16 @@ constexpr int kBC = 64, kRows = 16;
 static_assert(kSplitKVTilings[0].bc == kBC && kSplitKVTilings[1].bc == kBC,
               "the twin's key tile is the kernels'");
 
+// Which variants a launch's mainloop reads (a sink is the combine's alone): none; paged K / V only;
+// or every one (paged K / V, softcap, window). Paged calls without a cap or window get their own
+// instantiation, as the window's and the cap's code costs registers in every key step (the MLA
+// kernel ran paged at 0.62x of contiguous with it, the same as with a cap and no pages).
+enum class Walk : int { plain = 0, paged = 1, variants = 2 };
+inline Walk walk_of(const ac_attention_args& a) {
+  if (a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1) return Walk::variants;
+  return a.page_size != 0 ? Walk::paged : Walk::plain;
+}
+
 struct PackedParams {
   const uint16_t* q;
   const uint16_t* k;
@@ -187,9 +197,39 @@ __device__ __forceinline__ float logit(const PackedParams& p, float dot, int col
   return __fmul_rn(dot, scale_log2);
 }
 
+// Paged K / V (AC_VAR_PAGED_KV): the pool rows (slots) of a key tile's 64 rows, fused_math.h
+// kv_slot's (slot key % page_size of page table[key / page_size]) found once per tile: lane l of
+// every warp holds rows l and l + 32. fetch reads the block-table entries of a tile; the kernels
+// fetch a tile's entries at least one tile before its copies, so the entries arrive while a tile is
+// computed and a copy never waits on the table; ready forms the slots once the entries are there. A
+// row at or past `valid` reads no entry (slot 0).
+struct PagedSlots {
+  int32_t page[2] = {0, 0}, off[2] = {0, 0};
+  int64_t row[2] = {0, 0};
+  __device__ __forceinline__ void fetch(const int32_t* table, int page_size, int n0, int valid, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lane + 32 * h;
+      const uint32_t key = uint32_t(n0 + r), ps = uint32_t(page_size), block = key / ps;
+      const bool ok = r < valid;
+      off[h] = ok ? int32_t(key - block * ps) : 0;
+      page[h] = ok ? table[block] : 0;
+    }
+  }
+  __device__ __forceinline__ void ready(int page_size) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row[h] = int64_t(page[h]) * page_size + off[h];
+  }
+  // Row r's slot, from the lane that holds it (after ready). Every lane of the warp calls it, and
+  // r < 32 is the same on all of them (the shuffle sends the source lane's choice of its two rows).
+  __device__ __forceinline__ int64_t slot(int r) const {
+    return __shfl_sync(0xffffffffu, r < 32 ? row[0] : row[1], r & 31);
+  }
+};
+
 // MLA's absorbed decode (packed_mla.cu): the kernel for QK 576 / V 512 with the same parameters
 // and grid as packed.cu's. Returns the launch's cudaError_t.
-cudaError_t launch_packed_mla(const PackedParams& p, bool bf16, bool fp8, bool var, dim3 grid,
+cudaError_t launch_packed_mla(const PackedParams& p, bool bf16, bool fp8, Walk w, dim3 grid,
                               cudaStream_t stream);
 
 }  // namespace attncheck::kern::packed

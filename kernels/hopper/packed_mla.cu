@@ -4,7 +4,7 @@
 // (packed_kernel.cuh shares them); what differs is where the data lives, since a 64-key tile of K
 // and V is 139 KB and Q's 576 columns do not fit in registers.
 //
-// Shared memory: a ring of kSlots chunks of 32 keys (a tile is four chunks in order: K's first 32
+// Shared memory: a ring of chunks of 32 keys (a tile is four chunks in order: K's first 32
 // keys, K's last 32, V's first 32, V's last 32; a K chunk is 36 KB, a V chunk 32 KB), Q's 16 rows
 // (18 KB) and P's 16 x 64 in the input type. Four warps. Per tile:
 //   K chunks: S = Q K^T on tensor cores (mma.sync m16n8k16, fp16 or bf16 operands, fp32
@@ -20,12 +20,13 @@
 // sums in fp32 in another order), so the twin is this kernel's twin too. The partial O / l (an FP8
 // cache: times V's descale) and base-2 LSE go to the split-KV workspace; splitkv.cu's combine folds
 // them (its sink included) and rounds O to the input type once.
-// Copies: 16-bit K / V by cp.async, kSlots - 1 chunks in flight; an FP8 cache's codes by ordinary
-// loads into registers at the start of a chunk's work and converted (exactly, codes_to_input) into
-// their slot at its end, so the load's latency overlaps the chunk's arithmetic. Paged K / V: each
-// lane finds the slot of one of the chunk's 32 keys (fused_math.h kv_slot), and the copies take
-// the row's slot from its lane by a shuffle; a row past the walk's end reads no table entry.
-// One CTA per SM (205 KB of shared memory).
+// Copies: 16-bit K / V by cp.async into the ring, four chunks in flight. An FP8 cache's codes by
+// cp.async into a ring of six code chunks (five in flight), each thread converting the codes it
+// copied (exactly, codes_to_input) into one of two chunks of the input type at the end of the step
+// before the chunk's, so the conversion needs no barrier of its own. Paged K / V: the slots of a
+// tile's 64 keys, read as the tile before is issued (packed_kernel.cuh PagedSlots), lane l holding keys l and
+// l + 32, each copy taking its row's slot from its lane by a shuffle; a row past the walk's end reads
+// no table entry. One CTA per SM (205 KB of shared memory; FP8 203 KB).
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -45,19 +46,26 @@ namespace {
 
 namespace dev = fused::dev;
 
-constexpr int kQK = 576, kV = 512, kSub = 32, kWarps = 4, kThreads = kWarps * 32, kSlots = 5;
+constexpr int kQK = 576, kV = 512, kSub = 32, kWarps = 4, kThreads = kWarps * 32;
 static_assert(kBC == 2 * kSub && kSub == 32, "a tile is two chunks of K then two of V; a lane per key");
 
+// 16-bit K / V: kSlots chunks of the input type, kSlots - 1 in flight. FP8: two chunks of the input
+// type (the one computed, the next one converted) and kCodeSlots chunks of codes, kCodeSlots - 1 in
+// flight.
+template <bool FP8>
 struct MlaSmem {
-  static constexpr int kSlot = kSub * kQK * 2;            // a K chunk (a V chunk is smaller), bytes
-  static constexpr int kQ = kSlots * kSlot;               // [16][576], input type, swizzled
-  static constexpr int kP = kQ + kRows * kQK * 2;         // [16][64], input type, swizzled
+  static constexpr int kSlots = FP8 ? 2 : 5, kCodeSlots = FP8 ? 6 : 1;  // 16-bit: no code slot used
+  static constexpr int kSlot = kSub * kQK * 2;   // a K chunk (a V chunk is smaller), bytes
+  static constexpr int kCodeSlot = kSub * kQK;   // a K chunk's codes
+  static constexpr int kCodes = kSlots * kSlot;  // [kCodeSlots][32][576] codes, unswizzled
+  static constexpr int kQ = kCodes + (FP8 ? kCodeSlots * kCodeSlot : 0);  // [16][576], input type, swizzled
+  static constexpr int kP = kQ + kRows * kQK * 2;                         // [16][64], input type, swizzled
   static constexpr int kMax = kP + kRows * kBC * 2;       // [kWarps][16] fp32: each warp's row max
   static constexpr int kSum = kMax + kWarps * kRows * 4;  // [kWarps][16] fp32: the row sums' shares
   static constexpr int kBytes = kSum + kWarps * kRows * 4;
+  static_assert(kBytes <= 227 * 1024, "one CTA per SM");
+  static_assert(kSub * kV * 2 <= kSlot, "a V chunk fits a slot");
 };
-static_assert(MlaSmem::kBytes <= 227 * 1024, "one CTA per SM");
-static_assert(kSub * kV * 2 <= MlaSmem::kSlot, "a V chunk fits a slot");
 
 // The copies of one 16-bit chunk: 32 rows of D elements into a swizzled [32][D] slot, row r from
 // row `row` (lane r's, by shuffle) of g at stride `stride`; rows at or past `valid` zero-filled
@@ -76,42 +84,44 @@ __device__ __forceinline__ void copy_chunk(uint16_t* s, const uint16_t* g, int64
   }
 }
 
-// An FP8 chunk in two steps: the codes of 32 rows of D (16 per load) into registers, then
-// converted into the swizzled slot of the input type (each code chunk two 16-byte chunks).
-constexpr int kMaxCodeLoads = kSub * (kQK / 16) / kThreads;
+// An FP8 chunk in two steps by the same thread: the codes of 32 rows of D (16 per copy) into a code
+// slot [32][D] by cp.async, then, once this thread's copies landed, the same codes converted into
+// the swizzled slot of the input type (a code chunk into two 16-byte chunks). A thread converts only
+// what it copied, so a code slot needs no barrier between the two steps or before its reuse.
 template <int D>
-__device__ __forceinline__ void fetch_codes(uint4 (&codes)[kMaxCodeLoads], const uint8_t* g, int64_t stride,
-                                            int valid, int64_t my_row, int tid) {
+__device__ __forceinline__ void copy_codes(uint8_t* s, const uint8_t* g, int64_t stride, int valid,
+                                           int64_t my_row, int tid) {
   constexpr int CH = D / 16, N = kSub * CH / kThreads;
-  static_assert(kSub * CH % kThreads == 0 && N <= kMaxCodeLoads, "whole loads per lane");
+  static_assert(kSub * CH % kThreads == 0, "every lane of a warp copies (the shuffle)");
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int idx = tid + i * kThreads, r = idx / CH, c = idx % CH;
     const int64_t row = __shfl_sync(0xffffffffu, my_row, r);
-    codes[i] =
-        r < valid ? __ldg(reinterpret_cast<const uint4*>(g + row * stride + c * 16)) : make_uint4(0, 0, 0, 0);
+    const bool ok = r < valid;
+    dev::cp_async16(s + r * D + c * 16, ok ? g + row * stride + c * 16 : g, ok);
   }
 }
 template <bool BF16, int D>
-__device__ __forceinline__ void store_codes(uint16_t* s, const uint4 (&codes)[kMaxCodeLoads], bool e5m2,
-                                            int tid) {
+__device__ __forceinline__ void convert_codes(uint16_t* s, const uint8_t* codes, bool e5m2, int tid) {
   constexpr int CH = D / 16, N = kSub * CH / kThreads;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int idx = tid + i * kThreads, r = idx / CH, c = idx % CH;
+    const uint4 in = *reinterpret_cast<const uint4*>(codes + r * D + c * 16);
     uint4 lo, hi;
     if (e5m2)
-      codes_to_input<BF16, __NV_E5M2>(codes[i], lo, hi);
+      codes_to_input<BF16, __NV_E5M2>(in, lo, hi);
     else
-      codes_to_input<BF16, __NV_E4M3>(codes[i], lo, hi);
+      codes_to_input<BF16, __NV_E4M3>(in, lo, hi);
     *reinterpret_cast<uint4*>(s + dev::swz<D>(r, 2 * c)) = lo;
     *reinterpret_cast<uint4*>(s + dev::swz<D>(r, 2 * c + 1)) = hi;
   }
 }
 
-template <bool BF16, bool FP8, bool VAR>
+template <bool BF16, bool FP8, Walk W>
 __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) {
-  using S = MlaSmem;
+  constexpr bool VAR = W == Walk::variants;
+  using S = MlaSmem<FP8>;
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* const sq = reinterpret_cast<uint16_t*>(smem + S::kQ);
   uint16_t* const sp = reinterpret_cast<uint16_t*>(smem + S::kP);
@@ -123,9 +133,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
   const int tq = cta.tq, tk = cta.tk, tok0 = cta.tok0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
-  const bool paged = VAR && p.page_size > 0;
+  const bool paged = W != Walk::plain && p.page_size > 0;
   const int32_t* table = paged ? p.block_table + int64_t(cta.seq) * p.max_blocks : nullptr;
-  const int64_t last_page = paged && tk > 0 ? (tk - 1) / p.page_size : 0;
   int k_lo, k_hi, k_end;
   key_range<VAR>(p, tq, tk, tok0, tok0 + cta.tile_tokens - 1, cta.split, k_lo, k_hi, k_end);
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + kBC - 1) / kBC : 0, n_chunks = 4 * n_tiles;
@@ -133,53 +142,65 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
   const int64_t row0 = paged ? 0 : cta.k0;  // the pools' rows are slots
   const int64_t k_at = (row0 * p.num_kv_heads + cta.kvh) * kQK, v_at = (row0 * p.num_kv_heads + cta.kvh) * kV;
 
-  // Chunk c's first key, the keys of it the walk reads, and this lane's key's row (its slot).
+  // Chunk c's first key, the keys of it the walk reads, and this lane's key's row: its slot (paged:
+  // packed_kernel.cuh PagedSlots, the next tile's entries read as a tile's first chunk is issued,
+  // four chunks before they are used) or the key itself. Called in the order of c.
+  PagedSlots slots, ahead;
+  if (paged) ahead.fetch(table, p.page_size, k_lo, k_end - k_lo, lane);
   auto chunk_rows = [&](int c, int& valid) {
     const int n0 = k_lo + (c >> 2) * kBC + (c & 1) * kSub;
     valid = k_end - n0;
-    const int64_t key = int64_t(n0) + lane;
-    return lane < valid ? fused::kv_slot(table, p.page_size, key, last_page) : int64_t(0);
+    if (!paged) return int64_t(n0) + lane;
+    if ((c & 3) == 0) {
+      slots = ahead;
+      slots.ready(p.page_size);
+      const int next = n0 + kBC;
+      ahead.fetch(table, p.page_size, next, k_end - next, lane);
+    }
+    return slots.slot((c & 1) * kSub + lane);
   };
   uint16_t* const ring = reinterpret_cast<uint16_t*>(smem);
-  auto slot_of = [&](int c) { return ring + (c % kSlots) * (S::kSlot / 2); };
-  auto copy = [&](int c) {  // 16-bit: chunk c into its slot
+  auto slot_of = [&](int c) { return ring + (c % S::kSlots) * (S::kSlot / 2); };
+  auto code_slot_of = [&](int c) { return smem + S::kCodes + (c % S::kCodeSlots) * S::kCodeSlot; };
+  auto copy = [&](int c) {  // chunk c into its slot (16-bit) or its code slot (FP8)
     int valid;
     const int64_t my_row = chunk_rows(c, valid);
-    if ((c & 3) < 2)
-      copy_chunk<kQK>(slot_of(c), p.k + k_at, k_stride, valid, my_row, tid);
-    else
-      copy_chunk<kV>(slot_of(c), p.v + v_at, v_stride, valid, my_row, tid);
+    const bool is_k = (c & 3) < 2;
+    if constexpr (FP8) {
+      if (is_k)
+        copy_codes<kQK>(code_slot_of(c), reinterpret_cast<const uint8_t*>(p.k) + k_at, k_stride, valid,
+                        my_row, tid);
+      else
+        copy_codes<kV>(code_slot_of(c), reinterpret_cast<const uint8_t*>(p.v) + v_at, v_stride, valid, my_row,
+                       tid);
+    } else {
+      if (is_k)
+        copy_chunk<kQK>(slot_of(c), p.k + k_at, k_stride, valid, my_row, tid);
+      else
+        copy_chunk<kV>(slot_of(c), p.v + v_at, v_stride, valid, my_row, tid);
+    }
   };
-  uint4 codes[kMaxCodeLoads];
-  auto fetch = [&](int c) {  // FP8: chunk c's codes into registers
-    int valid;
-    const int64_t my_row = chunk_rows(c, valid);
+  auto convert = [&](int c) {  // FP8: this thread's codes of chunk c into the chunk's slot
     if ((c & 3) < 2)
-      fetch_codes<kQK>(codes, reinterpret_cast<const uint8_t*>(p.k) + k_at, k_stride, valid, my_row, tid);
+      convert_codes<BF16, kQK>(slot_of(c), code_slot_of(c), p.e5m2 != 0, tid);
     else
-      fetch_codes<kV>(codes, reinterpret_cast<const uint8_t*>(p.v) + v_at, v_stride, valid, my_row, tid);
+      convert_codes<BF16, kV>(slot_of(c), code_slot_of(c), p.e5m2 != 0, tid);
   };
-  auto convert = [&](int c) {  // FP8: the fetched codes into chunk c's slot
-    if ((c & 3) < 2)
-      store_codes<BF16, kQK>(slot_of(c), codes, p.e5m2 != 0, tid);
-    else
-      store_codes<BF16, kV>(slot_of(c), codes, p.e5m2 != 0, tid);
-  };
+  // Chunks issued ahead of the one computed.
+  constexpr int kAhead = FP8 ? S::kCodeSlots : S::kSlots - 1;
   float scale, scale_log2, v_descale;
   descaled<FP8>(p, cta.kvh, scale, scale_log2, v_descale);
 
-  // Prologue: chunks 0 .. kSlots - 2 (one commit group each, empty ones too), then Q.
+  // Prologue: chunks 0 .. kAhead - 1 (one commit group each, empty ones too); FP8: chunk 0's codes
+  // converted once they landed. Then Q.
 #pragma unroll 1
-  for (int c = 0; c < kSlots - 1; ++c) {
-    if constexpr (FP8) {
-      if (c < n_chunks) {
-        fetch(c);
-        convert(c);
-      }
-    } else {
-      if (c < n_chunks) copy(c);
-      dev::cp_async_commit();
-    }
+  for (int c = 0; c < kAhead; ++c) {
+    if (c < n_chunks) copy(c);
+    dev::cp_async_commit();
+  }
+  if constexpr (FP8) {
+    dev::cp_async_wait<kAhead - 1>();
+    if (n_chunks > 0) convert(0);
   }
   load_q<kQK, kThreads>(sq, p, cta, tid);
 
@@ -207,17 +228,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
 
 #pragma unroll 1
   for (int c = 0; c < n_chunks; ++c) {
-    // Chunk c landed for every thread's copies; every warp is done with chunk c - 1, whose slot the
-    // prefetch below refills.
-    if constexpr (!FP8) dev::cp_async_wait<kSlots - 2>();
+    // 16-bit: chunk c landed for every thread's copies; FP8: this thread's codes of chunk c + 1
+    // landed, and chunk c, converted at the end of the last step, is visible after the barrier.
+    // Every warp is done with chunk c - 1, whose slot (FP8: chunk c + 1's) is refilled below.
+    dev::cp_async_wait<FP8 ? kAhead - 2 : kAhead - 1>();
     __syncthreads();
-    const int pf = c + kSlots - 1, part = c & 3;
-    if constexpr (FP8) {
-      if (pf < n_chunks) fetch(pf);
-    } else {
-      if (pf < n_chunks) copy(pf);
-      dev::cp_async_commit();
-    }
+    const int pf = c + kAhead, part = c & 3;
+    if (pf < n_chunks) copy(pf);
+    dev::cp_async_commit();
     const uint32_t slot = dev::smem_addr(slot_of(c));
     if (part < 2) {
       // S for 16 rows and this warp's 8 keys of the chunk, 36 k-steps, two per K load.
@@ -314,11 +332,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
       }
     }
     if constexpr (FP8)
-      if (pf < n_chunks) convert(pf);  // its slot was chunk c - 1's, free since the barrier above
+      if (c + 1 < n_chunks) convert(c + 1);  // its slot was chunk c - 1's, free since the barrier above
   }
 
   // The row sums (the warps' shares), then this warp's columns of the split's partial state.
-  if constexpr (!FP8) dev::cp_async_wait<0>();
+  dev::cp_async_wait<0>();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float l = dev::quad_sum(l_run[r]);
@@ -342,26 +360,29 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
   }
 }
 
-template <bool BF16, bool FP8, bool VAR>
+template <bool BF16, bool FP8, Walk W>
 cudaError_t launch(const PackedParams& p, dim3 grid, cudaStream_t stream) {
-  auto kernel = mla_kernel<BF16, FP8, VAR>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MlaSmem::kBytes);
+  auto kernel = mla_kernel<BF16, FP8, W>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MlaSmem<FP8>::kBytes);
   if (e != cudaSuccess) return e;
-  kernel<<<grid, kThreads, MlaSmem::kBytes, stream>>>(p);
+  kernel<<<grid, kThreads, MlaSmem<FP8>::kBytes, stream>>>(p);
   return cudaGetLastError();
 }
 template <bool BF16, bool FP8>
-cudaError_t launch_var(const PackedParams& p, bool var, dim3 grid, cudaStream_t stream) {
-  return var ? launch<BF16, FP8, true>(p, grid, stream) : launch<BF16, FP8, false>(p, grid, stream);
+cudaError_t launch_walk(const PackedParams& p, Walk w, dim3 grid, cudaStream_t stream) {
+  return w == Walk::variants ? launch<BF16, FP8, Walk::variants>(p, grid, stream)
+         : w == Walk::paged  ? launch<BF16, FP8, Walk::paged>(p, grid, stream)
+                             : launch<BF16, FP8, Walk::plain>(p, grid, stream);
 }
 
 }  // namespace
 
-cudaError_t launch_packed_mla(const PackedParams& p, bool bf16, bool fp8, bool var, dim3 grid,
+cudaError_t launch_packed_mla(const PackedParams& p, bool bf16, bool fp8, Walk w, dim3 grid,
                               cudaStream_t stream) {
   if (bf16)
-    return fp8 ? launch_var<true, true>(p, var, grid, stream) : launch_var<true, false>(p, var, grid, stream);
-  return fp8 ? launch_var<false, true>(p, var, grid, stream) : launch_var<false, false>(p, var, grid, stream);
+    return fp8 ? launch_walk<true, true>(p, w, grid, stream) : launch_walk<true, false>(p, w, grid, stream);
+  return fp8 ? launch_walk<false, true>(p, w, grid, stream) : launch_walk<false, false>(p, w, grid, stream);
 }
 
 }  // namespace attncheck::kern::packed

@@ -8,8 +8,9 @@
 // the variants, with no NaN from a poisoned slot and the GPU within 2 ulps of its twin; the variant
 // mutants 19 to 22 (fused) and 23 (split-KV) on the GPU leave the bound where their twins do.
 // splitkv-packed's MLA kernel (kernels/hopper/packed_mla.cu) on variant_case.h's mla_cases and on
-// FP8 caches of that shape, against fp64 and its twin.
+// FP8 caches of that shape; FP8 caches in pages (GQA and MLA); each against fp64 and the twin.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <vector>
@@ -43,8 +44,28 @@ struct Kernel {
   bool packed = false;
 };
 
+// An FP8 cache laid out in the pools of pk (page_case's table): each key's codes at its slot, every
+// other slot the NaN code 0x7f (a NaN in e4m3fn and e5m2), so a read of one shows in O.
+Fp8Cache paged_codes(const AttnCase& c, const PagedKV& pk, const Fp8Cache& fc) {
+  Fp8Cache out = fc;
+  const size_t slots = size_t(pk.num_pages) * size_t(pk.page_size);
+  const size_t row = size_t(c.kv_heads) * size_t(c.head_size), vrow = size_t(c.kv_heads) * size_t(c.dv());
+  out.k.assign(slots * row, 0x7f);
+  out.v.assign(slots * vrow, 0x7f);
+  for (size_t s = 0; s < c.seqlens_k.size(); ++s)
+    for (int32_t j = 0; j < c.seqlens_k[s]; ++j) {
+      const size_t slot =
+          size_t(pk.table[s * size_t(pk.max_blocks) + size_t(j / pk.page_size)]) * size_t(pk.page_size) +
+          size_t(j % pk.page_size);
+      const size_t key = size_t(c.cu_k[s]) + size_t(j);
+      std::copy_n(fc.k.begin() + ptrdiff_t(key * row), row, out.k.begin() + ptrdiff_t(slot * row));
+      std::copy_n(fc.v.begin() + ptrdiff_t(key * vrow), vrow, out.v.begin() + ptrdiff_t(slot * vrow));
+    }
+  return out;
+}
+
 // The CUDA kernel on a case with its variants: the pools, table and sinks copied to the device;
-// with fc (contiguous K / V only), K and V from that FP8 cache.
+// with fc, K and V from that FP8 cache (in pages when the case is paged).
 Run run_gpu(const VariantCase& vc, Kernel kernel, const Fp8Cache* fc = nullptr) {
   const AttnCase& c = vc.c;
   DeviceCase dc(c);
@@ -53,13 +74,13 @@ Run run_gpu(const VariantCase& vc, Kernel kernel, const Fp8Cache* fc = nullptr) 
   DeviceArray<uint16_t> pool_k(pk.k), pool_v(pk.v);
   DeviceArray<int32_t> table(pk.table);
   DeviceArray<float> sinks(vc.var.sinks);
-  const Fp8Cache none{};
-  DeviceArray<uint8_t> codes_k((fc ? fc : &none)->k), codes_v((fc ? fc : &none)->v);
-  DeviceArray<float> kd((fc ? fc : &none)->kd), vd((fc ? fc : &none)->vd);
+  const Fp8Cache cache = fc && vc.var.page_size > 0 ? paged_codes(c, pk, *fc) : fc ? *fc : Fp8Cache{};
+  DeviceArray<uint8_t> codes_k(cache.k), codes_v(cache.v);
+  DeviceArray<float> kd(cache.kd), vd(cache.vd);
   ac_attention_args a =
       variant_args(dc.args(c, kernel.split ? vc.split_tiling : vc.tiling), vc.var,
                    vc.var.page_size > 0 ? &pk : nullptr, pool_k.ptr, pool_v.ptr, table.ptr, sinks.ptr);
-  if (fc) point_at_fp8(a, *fc, codes_k.ptr, codes_v.ptr, kd.ptr, vd.ptr);
+  if (fc) point_at_fp8(a, cache, codes_k.ptr, codes_v.ptr, kd.ptr, vd.ptr);
   char err[256] = {0};
   Run r;
   if (kernel.packed) {
@@ -94,7 +115,8 @@ Run run_twin(const VariantCase& vc, Kernel kernel, const Fp8Cache* fc = nullptr)
   ac_attention_args a = variant_args(
       host_args(c, r.out.data(), r.lse.data(), kernel.split ? vc.split_tiling : vc.tiling), vc.var,
       vc.var.page_size > 0 ? &pk : nullptr, pk.k.data(), pk.v.data(), pk.table.data(), vc.var.sinks.data());
-  if (fc) point_at_fp8(a, *fc, fc->k.data(), fc->v.data(), fc->kd.data(), fc->vd.data());
+  const Fp8Cache cache = fc && vc.var.page_size > 0 ? paged_codes(c, pk, *fc) : fc ? *fc : Fp8Cache{};
+  if (fc) point_at_fp8(a, cache, cache.k.data(), cache.v.data(), cache.kd.data(), cache.vd.data());
   char err[256] = {0};
   if (kernel.split) {
     a.num_splits = vc.splits;
@@ -209,6 +231,50 @@ TEST_CASE("splitkv-packed gpu: MLA's decode head sizes (576 / 512) against fp64 
       CHECK(compare_variants(dequantised(vc.c, pow2), vc.var, g.out, g.lse) == "");
       const Fp8Cache heads = kv == 1 ? fp8_cache(vc.c, f, {0.011f}, {0.03f})
                                      : fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});
+      const Run gh = run_gpu(vc, packed, &heads);
+      const Run th = run_twin(vc, packed, &heads);
+      INFO(gh.err << " / " << th.err);
+      REQUIRE(gh.rc == AC_OK);
+      REQUIRE(th.rc == AC_OK);
+      CHECK(nan_count(vc.c, gh.out) == 0);
+      CHECK(far_apart(gh.out, th.out) * 100 <= int64_t(gh.out.size()));
+    }
+}
+
+TEST_CASE("splitkv-packed gpu: an FP8 cache read through pages (GQA and MLA) against fp64 and the twin",
+          "[packed][gpu][variants][fp8]") {
+  // Pages of 16 (GQA, d = 128 and 64) and of 64 (MLA's 576 / 512); a case with sinks and one with a
+  // window (the two paged instantiations, packed_kernel.cuh Walk). Powers of two as descales against
+  // fp64, descales per KV head that are not against the twin; spare slots hold NaN codes.
+  const Kernel packed{true, Mutation::none, true};
+  uint64_t seed = 9780;
+  struct Shape {
+    int heads, kv, d, dv, page;
+    bool window;
+  };
+  for (const Shape sh : {Shape{32, 2, 128, 128, 16, false}, Shape{8, 2, 64, 64, 16, true},
+                         Shape{32, 2, 576, 512, 64, false}, Shape{16, 2, 576, 512, 64, true}})
+    for (ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2}) {
+      const DType dt = f == AC_DTYPE_E4M3 ? DType::f16 : DType::bf16;
+      VariantCase vc;
+      vc.c = make_case(seed, dt, sh.heads, sh.kv, sh.d, {1, 1, 2}, {700, 37, 130}, sh.window, false);
+      if (sh.dv != sh.d) vc.c = with_head_size_v(vc.c, sh.dv, seed + 1);
+      ++seed;
+      vc.var.page_size = sh.page;
+      if (sh.window)
+        vc.var.left = 100;
+      else
+        vc.var.sinks.assign(size_t(sh.heads), 0.25f);
+      vc.split_tiling = 1;
+      vc.splits = 3;
+      vc.fold = AC_FOLD_RIGHT;
+      const Fp8Cache pow2 = fp8_cache(vc.c, f, {0x1p-6f, 0x1p-4f}, {0x1p2f, 0x1p-1f});
+      const Run g = run_gpu(vc, packed, &pow2);
+      INFO(vc.describe() << " kv " << int(f) << " " << g.err);
+      REQUIRE(g.rc == AC_OK);
+      CHECK(nan_count(vc.c, g.out) == 0);
+      CHECK(compare_variants(dequantised(vc.c, pow2), vc.var, g.out, g.lse) == "");
+      const Fp8Cache heads = fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});
       const Run gh = run_gpu(vc, packed, &heads);
       const Run th = run_twin(vc, packed, &heads);
       INFO(gh.err << " / " << th.err);
