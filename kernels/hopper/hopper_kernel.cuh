@@ -204,7 +204,13 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t lo, uint32_t sbo) {
 
 }  // namespace dev
 
-template <bool BF16, int D, int BR, int BC, HopperMutation HM = HopperMutation::none>
+// VAR: the instantiation that reads the softcap and the window (fused_kernel.cuh's rules: the window
+// cuts the row tile's key range, its walk starting at the first key the tile's first row sees, and
+// every score takes the window test; the cap replaces the logit's product, fused_math.h
+// scaled_logit, and then p = 2^fl(x - m), fused's form, since a capped logit has no fma form). A
+// sink is joined in the epilogue of either instantiation (fused_math.h join_sink), before the
+// normalisation.
+template <bool BF16, int D, int BR, int BC, HopperMutation HM = HopperMutation::none, bool VAR = false>
 __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     hopper_attention_kernel(const __grid_constant__ CUtensorMap tm_q,
                             const __grid_constant__ CUtensorMap tm_k,
@@ -232,13 +238,21 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   const int row0 = tile * BR;
   if (row0 >= tq) return;  // the whole CTA leaves before any barrier exists
   const int kvh = fused::kv_head_of(head, p.group, p.num_kv_heads);
-  int k_end = tk;
+  int k_lo = 0, k_end = tk;
+  const int last_row = (row0 + BR < tq ? row0 + BR : tq) - 1;
   if (p.causal) {
-    const int last_row = (row0 + BR < tq ? row0 + BR : tq) - 1;
     const int lim = last_row + tk - tq + 1;
     k_end = lim < k_end ? lim : k_end;
   }
-  const int n_tiles = k_end > 0 ? (k_end + BC - 1) / BC : 0;
+  if constexpr (VAR) {
+    if (p.window_right >= 0) {
+      const int64_t lim = int64_t(last_row) + tk - tq + p.window_right + 1;
+      k_end = lim < k_end ? int(lim) : k_end;
+    }
+    const int64_t first = fused::window_first_key(row0, tq, tk, p.window_left);
+    k_lo = first > k_lo ? int(first) : k_lo;
+  }
+  const int n_tiles = k_end > k_lo ? (k_end - k_lo + BC - 1) / BC : 0;
 
   if (threadIdx.x == 0) {
     dev::mbar_init(bar_q, 1);
@@ -264,7 +278,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     // Tiles 0 .. n_full - 1 lie inside the key range; a last tile n_full (when k_end % BC != 0) runs
     // past it, and its V is written after the loop (so the loop's state is dead there: the producer
     // has 32 or 40 registers).
-    const int n_full = k_end / BC;
+    const int n_full = (k_end - k_lo) / BC;
     for (int j = 0; j < n_tiles; ++j) {
       const int s = j % L::kStages;
       const uint32_t phase = uint32_t(j / L::kStages) & 1u;
@@ -274,12 +288,14 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
         dev::mbar_expect_tx(bar_k(s), L::kTileBytes);
 #pragma unroll
         for (int cb = 0; cb < D / 64; ++cb)
-          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * 64, kvh, int(k0) + j * BC, bar_k(s));
+          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * 64, kvh, int(k0) + k_lo + j * BC,
+                         bar_k(s));
         if (j < n_full) {
           dev::mbar_expect_tx(bar_v(s), L::kTileBytes);
 #pragma unroll
           for (int cb = 0; cb < D / 64; ++cb)
-            dev::tma_load3(dv + uint32_t(cb * BC * 128), &tm_v, cb * 64, kvh, int(k0) + j * BC, bar_v(s));
+            dev::tma_load3(dv + uint32_t(cb * BC * 128), &tm_v, cb * 64, kvh, int(k0) + k_lo + j * BC,
+                           bar_v(s));
         }
       }
     }
@@ -288,7 +304,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       // 0 x V must stay 0), which the copy engine cannot do inside the tensor, so the
       // warp writes the tile itself, swizzled as the copy engine would. Every thread of the warp
       // waited on the stage's kv_empty in the loop's last pass.
-      const int s = n_full % L::kStages, n0 = n_full * BC, valid = k_end - n0;
+      const int s = n_full % L::kStages, n0 = k_lo + n_full * BC, valid = k_end - n0;
       const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
       const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
       unsigned char* tile_v = smem + (L::kV + s * L::kTileBytes);
@@ -311,7 +327,8 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t4 = lane & 3;
   const int warp_row0 = row0 + c * 64 + warp * 16;
   const int row_a = warp_row0 + g, row_b = row_a + 8;
-  const bool raw_s = p.scale_log2 > 0.0f;  // see scale_and_max
+  // See scale_and_max; a capped logit (VAR) takes the general path.
+  const bool raw_s = p.scale_log2 > 0.0f && (!VAR || p.softcap == 0.0f);
   const uint8_t* mask = p.mask ? p.mask + p.cu_mask[seq] : nullptr;
   const int diag = tk - tq;
 
@@ -405,7 +422,9 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     for (int i = 0; i < BC / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = kRaw ? sacc[4 * i + e] : __fmul_rn(sacc[4 * i + e], p.scale_log2);
+        float x = kRaw  ? sacc[4 * i + e]
+                  : VAR ? fused::scaled_logit(sacc[4 * i + e], p.scale, p.scale_log2, p.softcap)
+                        : __fmul_rn(sacc[4 * i + e], p.scale_log2);
         [[maybe_unused]] const int col = n0 + i * 8 + 2 * t4 + (e & 1);
         if constexpr (kVis == kBounds) {
           if (col >= end_vis[e >> 1]) x = col < end_range[e >> 1] ? fused::masked_logit() : neg_inf_f();
@@ -413,7 +432,9 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
           const int row = e < 2 ? row_a : row_b;
           bool vis = row < tq && col < tk;
           if (p.causal) vis = vis && fused::causal_visible(row, col, tq, tk);
-          if (vis && (kRaw || mask)) vis = mask[int64_t(row) * tk + col] != 0;
+          if constexpr (VAR)
+            vis = vis && fused::window_visible(row, col, tq, tk, p.window_left, p.window_right);
+          if (vis && ((kRaw && !VAR) || mask)) vis = mask[int64_t(row) * tk + col] != 0;
           if (!vis) x = row < tq && col < tk ? fused::masked_logit() : neg_inf_f();
         }
         sacc[4 * i + e] = x;
@@ -426,12 +447,12 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       mx[r] = fmaxf(fmaxf(part[0][2 * r], part[0][2 * r + 1]), fmaxf(part[1][2 * r], part[1][2 * r + 1]));
   };
   auto softmax = [&](int j) {
-    const int n0 = j * BC;
+    const int n0 = k_lo + j * BC;
     float mx[2] = {neg_inf_f(), neg_inf_f()};
     using Raw = std::true_type;
     if (!raw_s)
       scale_and_max(std::integral_constant<Visibility, kMask>{}, std::false_type{}, n0, mx);
-    else if (mask)
+    else if (VAR || mask)  // the window's test is kMask's
       scale_and_max(std::integral_constant<Visibility, kMask>{}, Raw{}, n0, mx);
     else if (n0 + BC <= tk && (!p.causal || n0 + BC - 1 <= warp_row0 + diag))
       scale_and_max(std::integral_constant<Visibility, kAll>{}, Raw{}, n0, mx);
@@ -510,7 +531,19 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
 
   // Epilogue, fused's: reduce l over the quad, normalise, store O and LSE (accumulator element
   // 4 i + e here is fused's o[i][e]).
-  const float l_row[2] = {fused::dev::quad_sum(l_run[0]), fused::dev::quad_sum(l_run[1])};
+  float l_row[2] = {fused::dev::quad_sum(l_run[0]), fused::dev::quad_sum(l_run[1])};
+  if (p.sinks) {  // the sink joins the denominator and O~ follows the new max (fused's epilogue)
+    const float sink2 = __fmul_rn(p.sinks[head], fused::kLog2e);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float a = fused::join_sink(m_run[r], l_row[r], sink2);
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[4 * i + 2 * r] *= a;
+        o[4 * i + 2 * r + 1] *= a;
+      }
+    }
+  }
   const float inv[2] = {fused::inverse_row_sum(l_row[0]), fused::inverse_row_sum(l_row[1])};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

@@ -21,11 +21,11 @@ namespace attncheck::kern::hopper {
 using LaunchFn = cudaError_t (*)(const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
                                  const fused::KernelParams&, int, int, cudaStream_t);
 
-template <bool BF16, int D, int BR, int BC, HopperMutation HM>
+template <bool BF16, int D, int BR, int BC, HopperMutation HM, bool VAR>
 cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv,
                    const fused::KernelParams& p, int max_tq, int num_seqs, cudaStream_t stream) {
   using L = Layout<BR, BC, D>;
-  auto kernel = hopper_attention_kernel<BF16, D, BR, BC, HM>;
+  auto kernel = hopper_attention_kernel<BF16, D, BR, BC, HM, VAR>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned((max_tq + BR - 1) / BR), unsigned(p.num_heads), unsigned(num_seqs));
@@ -34,9 +34,19 @@ cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorM
   return cudaGetLastError();
 }
 
-template <bool BF16, int D, HopperMutation HM, size_t... Is>
+template <bool BF16, int D, HopperMutation HM, bool VAR, size_t... Is>
 constexpr std::array<LaunchFn, sizeof...(Is)> table(std::index_sequence<Is...>) {
-  return {&launch<BF16, D, kHopperTilings[Is].br, kHopperTilings[Is].bc, HM>...};
+  return {&launch<BF16, D, kHopperTilings[Is].br, kHopperTilings[Is].bc, HM, VAR>...};
+}
+// The launcher of one (dtype, head size, tiling): the VAR instantiation where the call has a
+// softcap or a window (the mutants have none).
+template <HopperMutation HM, bool VAR>
+LaunchFn pick(bool bf16, int d, int tiling) {
+  constexpr auto seq = std::make_index_sequence<kNumHopperTilings>{};
+  static constexpr auto t16_64 = table<false, 64, HM, VAR>(seq), t16_128 = table<false, 128, HM, VAR>(seq);
+  static constexpr auto tb_64 = table<true, 64, HM, VAR>(seq), tb_128 = table<true, 128, HM, VAR>(seq);
+  const auto& t = bf16 ? (d == 64 ? tb_64 : tb_128) : (d == 64 ? t16_64 : t16_128);
+  return t[size_t(tiling)];
 }
 
 // cuTensorMapEncodeTiled through the runtime's driver entry point (no link against libcuda).
@@ -98,13 +108,13 @@ int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, siz
     return AC_ERR_DEVICE;
   }
   const fused::KernelParams p = fused::unsplit_params(a, o);
-  static constexpr auto t16_64 = table<false, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});
-  static constexpr auto t16_128 = table<false, 128, HM>(std::make_index_sequence<kNumHopperTilings>{});
-  static constexpr auto tb_64 = table<true, 64, HM>(std::make_index_sequence<kNumHopperTilings>{});
-  static constexpr auto tb_128 = table<true, 128, HM>(std::make_index_sequence<kNumHopperTilings>{});
-  const auto& t = bf16 ? (a.head_size == 64 ? tb_64 : tb_128) : (a.head_size == 64 ? t16_64 : t16_128);
+  const bool var = a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1;
+  if (var && HM != HopperMutation::none) AC_REFUSE("fused-hopper: the mutants take no softcap or window");
+  const LaunchFn fn = var && HM == HopperMutation::none
+                          ? pick<HopperMutation::none, true>(bf16, a.head_size, a.tiling)
+                          : pick<HM, false>(bf16, a.head_size, a.tiling);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
-  AC_CUDA_TRY(t[size_t(a.tiling)](mq, mk, mv, p, max_tq, a.num_seqs, stream));
+  AC_CUDA_TRY(fn(mq, mk, mv, p, max_tq, a.num_seqs, stream));
   if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
   return AC_OK;
 }

@@ -1,6 +1,7 @@
 // ac_subject adapters of the Hopper kernels:
-//   fused-hopper            the sm_90a attention forward, fused's caps with the Hopper tilings
-//                           (CUDA only where the build targets sm_90a; the host twin always)
+//   fused-hopper            the sm_90a attention forward, fused's caps with the Hopper tilings,
+//                           softcap, window and sinks (CUDA only where the build targets sm_90a;
+//                           the host twin always)
 //   mutant-hopper-*         its compile-time broken variants (CUDA only: each is a
 //                           synchronisation bug with no host analogue), never default subjects
 // Check: ctest --test-dir build -R kernels_hopper
@@ -35,6 +36,13 @@ ac_caps hopper_caps(bool cuda) {
   return c;
 }
 
+// fused-hopper's variants (hopper_kernel.cuh VAR; the mutants declare none): softcap, window and
+// sinks. Paged K / V and V's own head size are not built (tensor-map tiles of one head size).
+ac_caps with_hopper_variants(ac_caps c) {
+  c.variants = AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS;
+  return c;
+}
+
 HopperSelf g_self[2] = {{HopperMutation::none, false}, {HopperMutation::none, true}};
 #if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
 HopperSelf g_mutants[3] = {{HopperMutation::no_full_wait, true},
@@ -56,7 +64,7 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
        cuda
            ? "Hopper attention forward (TMA ring, mbarriers, warp-specialized wgmma), natural LSE, empty -inf"
            : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
-       hopper_caps(cuda), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0]});
+       with_hopper_variants(hopper_caps(cuda)), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0]});
   append_packed_subjects(out, cuda);
 }
 

@@ -8,7 +8,8 @@
 // the variants, with no NaN from a poisoned slot and the GPU within 2 ulps of its twin; the variant
 // mutants 19 to 22 (fused) and 23 (split-KV) on the GPU leave the bound where their twins do.
 // splitkv-packed's MLA kernel (kernels/hopper/packed_mla.cu) on variant_case.h's mla_cases and on
-// FP8 caches of that shape; FP8 caches in pages (GQA and MLA); each against fp64 and the twin.
+// FP8 caches of that shape; FP8 caches in pages (GQA and MLA); fused-hopper's softcap, window and
+// sinks on the same cases without pages; each against fp64 and the twin.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -42,6 +43,7 @@ struct Kernel {
   bool split = false;
   Mutation mutation = Mutation::none;
   bool packed = false;
+  bool hopper = false;  // fused-hopper (sm_90a), its twin fused's walk with the Hopper tiles
 };
 
 // An FP8 cache laid out in the pools of pk (page_case's table): each key's codes at its slot, every
@@ -83,7 +85,13 @@ Run run_gpu(const VariantCase& vc, Kernel kernel, const Fp8Cache* fc = nullptr) 
   if (fc) point_at_fp8(a, cache, codes_k.ptr, codes_v.ptr, kd.ptr, vd.ptr);
   char err[256] = {0};
   Run r;
-  if (kernel.packed) {
+  if (kernel.hopper) {
+#if defined(ATTNCHECK_HAVE_SM90A)
+    r.rc = kern::hopper_attention_cuda(a, {}, err, sizeof err);
+#else
+    r.rc = AC_ERR_UNSUPPORTED;
+#endif
+  } else if (kernel.packed) {
     a.num_splits = vc.splits;
     a.fold_order = vc.fold;
     r.rc = kern::packed_attention_cuda(a, err, sizeof err);
@@ -118,7 +126,9 @@ Run run_twin(const VariantCase& vc, Kernel kernel, const Fp8Cache* fc = nullptr)
   const Fp8Cache cache = fc && vc.var.page_size > 0 ? paged_codes(c, pk, *fc) : fc ? *fc : Fp8Cache{};
   if (fc) point_at_fp8(a, cache, cache.k.data(), cache.v.data(), cache.kd.data(), cache.vd.data());
   char err[256] = {0};
-  if (kernel.split) {
+  if (kernel.hopper) {
+    r.rc = kern::hopper_attention_host(a, {}, err, sizeof err);
+  } else if (kernel.split) {
     a.num_splits = vc.splits;
     a.fold_order = vc.fold;
     kern::SplitKVOptions o;
@@ -283,4 +293,30 @@ TEST_CASE("splitkv-packed gpu: an FP8 cache read through pages (GQA and MLA) aga
       CHECK(nan_count(vc.c, gh.out) == 0);
       CHECK(far_apart(gh.out, th.out) * 100 <= int64_t(gh.out.size()));
     }
+}
+
+TEST_CASE("fused-hopper gpu: softcap, window and sinks against fp64 and the twin",
+          "[hopper][gpu][variants]") {
+#if !defined(ATTNCHECK_HAVE_SM90A)
+  SKIP("built without sm_90a");
+#endif
+  // variant_case.h's cases without pages (the kernel reads K and V through tensor maps), each on
+  // the Hopper tiling of its fused tiling's index; the twin rounds where the kernel rounds (its sums in
+  // another order), so at most 1% of the elements may be more than 2 ulps from it.
+  Kernel hopper;
+  hopper.hopper = true;
+  for (VariantCase vc : variant_cases()) {
+    vc.var.page_size = 0;
+    vc.tiling %= kern::kNumHopperTilings;
+    INFO(vc.describe());
+    const Run g = run_gpu(vc, hopper);
+    INFO("gpu: " << g.err);
+    REQUIRE(g.rc == AC_OK);
+    const Run t = run_twin(vc, hopper);
+    INFO("twin: " << t.err);
+    REQUIRE(t.rc == AC_OK);
+    CHECK(nan_count(vc.c, g.out) == 0);
+    CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
+    CHECK(far_apart(g.out, t.out) * 100 <= int64_t(g.out.size()));
+  }
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fused/fused.h"
+#include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
 #include "variant_case.h"
 
@@ -114,4 +115,35 @@ TEST_CASE("fused twin: mutant 25 (V rows at the QK head size) leaves the bound",
   const TwinRun bad = run_twin(vc, false, kern::fused::Mutation::v_head_from_qk);
   REQUIRE(bad.rc == AC_OK);
   CHECK(compare_variants(vc.c, vc.var, bad.out, bad.lse) != "");
+}
+
+TEST_CASE("fused-hopper twin: softcap, window and sinks against fp64, paged K / V refused",
+          "[hopper][twin][variants]") {
+  // The variant cases without pages (fused-hopper reads contiguous K / V through tensor maps), each
+  // on the Hopper tiling of its fused tiling's index: the twin (fused's walk with the Hopper tiles and
+  // exponent form) within the fp64 bound.
+  for (VariantCase vc : variant_cases()) {
+    vc.var.page_size = 0;
+    vc.tiling %= kern::kNumHopperTilings;
+    INFO(vc.describe());
+    const AttnCase& c = vc.c;
+    std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.dv()), 0x7f7f);
+    std::vector<float> lse(size_t(c.total_q() * c.heads), 12345.0f);
+    ac_attention_args a = variant_args(host_args(c, out.data(), lse.data(), vc.tiling), vc.var, nullptr,
+                                       nullptr, nullptr, nullptr, vc.var.sinks.data());
+    char err[256] = {0};
+    REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
+    CHECK(nan_count(c, out) == 0);
+    CHECK(compare_variants(c, vc.var, out, lse) == "");
+  }
+  VariantCase vc = variant_cases().front();
+  std::vector<uint16_t> out(size_t(vc.c.total_q() * vc.c.heads * vc.c.dv()));
+  std::vector<float> lse(size_t(vc.c.total_q() * vc.c.heads));
+  vc.var.page_size = 16;
+  PagedKV pk = page_case(vc.c, 16, 77);
+  ac_attention_args a = variant_args(host_args(vc.c, out.data(), lse.data(), 0), vc.var, &pk, pk.k.data(),
+                                     pk.v.data(), pk.table.data(), nullptr);
+  char err[256] = {0};
+  CHECK(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err).find("paged K / V is not built") != std::string::npos);
 }
