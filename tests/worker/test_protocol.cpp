@@ -697,9 +697,9 @@ TEST_CASE("built-in subjects declaring variants answer served calls exactly as d
     };
     ac::Subject &d = find(direct), &s = find(served);
     const ac_caps& c = d.caps();
-    REQUIRE((c.variants & AC_VAR_PAGED_KV));
     // Two sequences of 3 x 20 and 2 x 7 keys, head size 64, two query heads on one KV head, in
-    // pages of 5 (four and two of a pool of eight), causal, softcapped, windowed, with sinks.
+    // pages of 5 (four and two of a pool of eight) where the subject declares pages, causal,
+    // softcapped, windowed, with sinks (each where declared).
     ac::AttentionInput in;
     in.dtype = AC_DTYPE_F16;
     in.num_heads = 2;
@@ -715,13 +715,16 @@ TEST_CASE("built-in subjects declaring variants answer served calls exactly as d
       in.window_right = 0;
     }
     if (c.variants & AC_VAR_SINKS) in.sinks = {0.75f, -2.5f};
-    in.page_size = 5;
-    in.num_pages = 8;
-    in.max_blocks = 4;
-    in.block_table = {7, 2, 4, 0, 1, 5, 0, 0};
+    const bool paged = (c.variants & AC_VAR_PAGED_KV) != 0;
+    if (paged) {
+      in.page_size = 5;
+      in.num_pages = 8;
+      in.max_blocks = 4;
+      in.block_table = {7, 2, 4, 0, 1, 5, 0, 0};
+    }
     in.q = pattern(5 * 2 * 64, 11);
-    in.k = pattern(8 * 5 * 64, 12);
-    in.v = pattern(8 * 5 * 64, 13);
+    in.k = pattern(paged ? 8 * 5 * 64 : 27 * 64, 12);
+    in.v = pattern(paged ? 8 * 5 * 64 : 27 * 64, 13);
     REQUIRE(ac::attention_variant_problem(in).empty());
     ac::AttentionOptions opt;
     opt.tiling = 0;
