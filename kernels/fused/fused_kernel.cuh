@@ -278,18 +278,9 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     const int lim = last_row + tk - tq + 1 + (M == Mutation::causal_off_by_one ? 1 : 0);
     k_end = lim < k_end ? lim : k_end;
   }
-  if constexpr (VAR) {
-    // The window: nothing past what the tile's last row sees under the right side, nothing before
-    // what its first row sees under the left side (the walk starts there, so a left edge falls
-    // anywhere in a key tile; fused_twin.h walks the same tiles).
-    if (p.window_right >= 0) {
-      const int last_row = (row0 + BR < tq ? row0 + BR : tq) - 1;
-      const int64_t lim = int64_t(last_row) + tk - tq + p.window_right + 1;
-      k_end = lim < k_end ? int(lim) : k_end;
-    }
-    const int64_t first = window_first_key<M>(row0, tq, tk, p.window_left);
-    k_lo = first > k_lo ? int(first) : k_lo;
-  }
+  if constexpr (VAR)  // fused_twin.h walks the same tiles
+    window_walk<M>(row0, (row0 + BR < tq ? row0 + BR : tq) - 1, tq, tk, p.window_left, p.window_right, k_lo,
+                   k_end);
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + BC - 1) / BC : 0;
 
   const uint16_t* gq = static_cast<const uint16_t*>(p.q) + ((q0 + row0) * p.num_heads + head) * D;

@@ -80,6 +80,21 @@ AC_HD int64_t window_first_key(int64_t row0, int64_t tq, int64_t tk, int left) {
   return first > 0 ? first : 0;
 }
 
+// A row tile's key walk [k_lo, k_end) cut by the window (AC_VAR_WINDOW): nothing past what its last
+// row sees under the right side, nothing before what its first row sees under the left side (the
+// walk starts there, so a left edge falls anywhere in a key tile). The kernels' walks (fused,
+// fused-hopper, splitkv-packed); fused_twin.h cuts its walk the same way in 64 bits.
+template <Mutation M = Mutation::none>
+AC_HD void window_walk(int64_t row0, int64_t last_row, int64_t tq, int64_t tk, int left, int right, int& k_lo,
+                       int& k_end) {
+  if (right >= 0) {
+    const int64_t lim = last_row + tk - tq + right + 1;
+    k_end = lim < k_end ? int(lim) : k_end;
+  }
+  const int64_t first = window_first_key<M>(row0, tq, tk, left);
+  k_lo = first > k_lo ? int(first) : k_lo;
+}
+
 // The base-2 logit of an fp32 dot product (log2 e folded in). Without a cap (cap = 0):
 // fl(dot * scale_log2), one rounding. With one (AC_VAR_SOFTCAP), the scale first, then the cap:
 // t = fl(dot * scale), c = fl(cap * tanh_f(fl(t / cap))), x = fl(c * log2 e); the capped score

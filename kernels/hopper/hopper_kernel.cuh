@@ -244,14 +244,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     const int lim = last_row + tk - tq + 1;
     k_end = lim < k_end ? lim : k_end;
   }
-  if constexpr (VAR) {
-    if (p.window_right >= 0) {
-      const int64_t lim = int64_t(last_row) + tk - tq + p.window_right + 1;
-      k_end = lim < k_end ? int(lim) : k_end;
-    }
-    const int64_t first = fused::window_first_key(row0, tq, tk, p.window_left);
-    k_lo = first > k_lo ? int(first) : k_lo;
-  }
+  if constexpr (VAR) fused::window_walk(row0, last_row, tq, tk, p.window_left, p.window_right, k_lo, k_end);
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + BC - 1) / BC : 0;
 
   if (threadIdx.x == 0) {

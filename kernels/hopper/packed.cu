@@ -306,13 +306,7 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     __syncthreads();
     // The tile's row max over all 64 keys (the same in every warp), the online-softmax step, P.
     float alpha[2], off[2], tile_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float m = smax[g + 8 * h];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, smax[w * kRows + g + 8 * h]);
-      fused::advance_max(m_run[h], m, alpha[h], off[h]);
-    }
+    packed::tile_step<kWarps>(smax, g, m_run, alpha, off);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll

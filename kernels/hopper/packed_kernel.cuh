@@ -169,14 +169,7 @@ __device__ __forceinline__ void key_range(const PackedParams& p, int tq, int tk,
     const int lim = last_tok + tk - tq + 1;
     k_end = lim < k_end ? lim : k_end;
   }
-  if constexpr (VAR) {
-    if (p.window_right >= 0) {
-      const int64_t lim = int64_t(last_tok) + tk - tq + p.window_right + 1;
-      k_end = lim < k_end ? int(lim) : k_end;
-    }
-    const int64_t first = fused::window_first_key(tok0, tq, tk, p.window_left);
-    k_lo = first > k_lo ? int(first) : k_lo;
-  }
+  if constexpr (VAR) fused::window_walk(tok0, last_tok, tq, tk, p.window_left, p.window_right, k_lo, k_end);
 }
 
 // The base-2 logit of key `col` for a row of token row_tok from its fp32 dot product: -inf past the
@@ -226,6 +219,21 @@ struct PagedSlots {
     return __shfl_sync(0xffffffffu, r < 32 ? row[0] : row[1], r & 31);
   }
 };
+
+// The tile's max of this thread's rows g and g + 8 over the WARPS warps' maxima in smax
+// ([WARPS][16]; the same in every warp), and the online-softmax step of fused_math.h for each: alpha
+// rescales the row's state, off is what its exponents subtract.
+template <int WARPS>
+__device__ __forceinline__ void tile_step(const float* smax, int g, float (&m_run)[2], float (&alpha)[2],
+                                          float (&off)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float m = smax[g + 8 * r];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) m = fmaxf(m, smax[w * kRows + g + 8 * r]);
+    fused::advance_max(m_run[r], m, alpha[r], off[r]);
+  }
+}
 
 // MLA's absorbed decode (packed_mla.cu): the kernel for QK 576 / V 512 with the same parameters
 // and grid as packed.cu's. Returns the launch's cudaError_t.

@@ -67,40 +67,39 @@ struct MlaSmem {
   static_assert(kSub * kV * 2 <= kSlot, "a V chunk fits a slot");
 };
 
-// The copies of one 16-bit chunk: 32 rows of D elements into a swizzled [32][D] slot, row r from
-// row `row` (lane r's, by shuffle) of g at stride `stride`; rows at or past `valid` zero-filled
-// (masked keys meet V = 0, never a NaN pattern).
+// The copies of one chunk: 32 rows of ROW_BYTES bytes (16-bit K / V, or FP8 codes), row r from row
+// `row` (lane r's, by shuffle) of g at stride_bytes, its 16-byte chunk c to byte at(r, c) of s; rows
+// at or past `valid` zero-filled (masked keys meet V = 0, never a NaN pattern).
+template <int ROW_BYTES, class At>
+__device__ __forceinline__ void copy_rows(unsigned char* s, const unsigned char* g, int64_t stride_bytes,
+                                          int valid, int64_t my_row, int tid, At at) {
+  constexpr int CH = ROW_BYTES / 16, N = kSub * CH / kThreads;
+  static_assert(kSub * CH % kThreads == 0, "every lane of a warp copies (the shuffle)");
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int idx = tid + i * kThreads, r = idx / CH, c = idx % CH;
+    const int64_t row = __shfl_sync(0xffffffffu, my_row, r);
+    const bool ok = r < valid;
+    dev::cp_async16(s + at(r, c), ok ? g + row * stride_bytes + c * 16 : g, ok);
+  }
+}
+// A 16-bit chunk into a swizzled [32][D] slot; an FP8 chunk's codes into a [32][D] code slot.
 template <int D>
 __device__ __forceinline__ void copy_chunk(uint16_t* s, const uint16_t* g, int64_t stride, int valid,
                                            int64_t my_row, int tid) {
-  constexpr int CH = D / 8, N = kSub * CH / kThreads;
-  static_assert(kSub * CH % kThreads == 0, "every lane of a warp copies (the shuffle)");
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int idx = tid + i * kThreads, r = idx / CH, c = idx % CH;
-    const int64_t row = __shfl_sync(0xffffffffu, my_row, r);
-    const bool ok = r < valid;
-    dev::cp_async16(s + dev::swz<D>(r, c), ok ? g + row * stride + c * 8 : g, ok);
-  }
+  copy_rows<D * 2>(reinterpret_cast<unsigned char*>(s), reinterpret_cast<const unsigned char*>(g), stride * 2,
+                   valid, my_row, tid, [](int r, int c) { return dev::swz<D>(r, c) * 2; });
 }
-
-// An FP8 chunk in two steps by the same thread: the codes of 32 rows of D (16 per copy) into a code
-// slot [32][D] by cp.async, then, once this thread's copies landed, the same codes converted into
-// the swizzled slot of the input type (a code chunk into two 16-byte chunks). A thread converts only
-// what it copied, so a code slot needs no barrier between the two steps or before its reuse.
 template <int D>
 __device__ __forceinline__ void copy_codes(uint8_t* s, const uint8_t* g, int64_t stride, int valid,
                                            int64_t my_row, int tid) {
-  constexpr int CH = D / 16, N = kSub * CH / kThreads;
-  static_assert(kSub * CH % kThreads == 0, "every lane of a warp copies (the shuffle)");
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const int idx = tid + i * kThreads, r = idx / CH, c = idx % CH;
-    const int64_t row = __shfl_sync(0xffffffffu, my_row, r);
-    const bool ok = r < valid;
-    dev::cp_async16(s + r * D + c * 16, ok ? g + row * stride + c * 16 : g, ok);
-  }
+  copy_rows<D>(s, g, stride, valid, my_row, tid, [](int r, int c) { return r * D + c * 16; });
 }
+
+// An FP8 chunk in two steps by the same thread: its codes copied (copy_codes), then, once this
+// thread's copies landed, the same codes converted into the swizzled slot of the input type (a code
+// chunk into two 16-byte chunks). A thread converts only what it copied, so a code slot needs no
+// barrier between the two steps or before its reuse.
 template <bool BF16, int D>
 __device__ __forceinline__ void convert_codes(uint16_t* s, const uint8_t* codes, bool e5m2, int tid) {
   constexpr int CH = D / 16, N = kSub * CH / kThreads;
@@ -284,13 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
         // The tile's row max over its 64 keys (the same in every warp), the online-softmax step,
         // P into shared memory, O rescaled.
         float alpha[2], off[2], tile_sum[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float m = smax[g + 8 * r];
-#pragma unroll
-          for (int w = 1; w < kWarps; ++w) m = fmaxf(m, smax[w * kRows + g + 8 * r]);
-          fused::advance_max(m_run[r], m, alpha[r], off[r]);
-        }
+        tile_step<kWarps>(smax, g, m_run, alpha, off);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll

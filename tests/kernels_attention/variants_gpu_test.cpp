@@ -154,6 +154,42 @@ int64_t far_apart(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b
   return far;
 }
 
+// A kernel and its twin (split-KV's for splitkv-packed) on one variant case: both within the fp64
+// bound, no NaN from a poisoned slot on the GPU. Same function, not the same sums: the tensor cores
+// add in another order and exp2 differs by an ulp, so an output that cancels to near zero may land
+// more than 2 ulps of its own magnitude from the twin's (seen on the H200: 1 to 26 of thousands of
+// elements, every one within the fp64 bound on both sides). At most 1% of the elements may.
+void check_with_twin(const VariantCase& vc, Kernel kernel) {
+  const Run g = run_gpu(vc, kernel);
+  INFO("gpu: " << g.err);
+  REQUIRE(g.rc == AC_OK);
+  const Run t = run_twin(vc, {kernel.split, Mutation::none, kernel.packed, kernel.hopper});
+  INFO("twin: " << t.err);
+  REQUIRE(t.rc == AC_OK);
+  CHECK(nan_count(vc.c, g.out) == 0);
+  CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
+  CHECK(compare_variants(vc.c, vc.var, t.out, t.lse) == "");
+  CHECK(far_apart(g.out, t.out) * 100 <= int64_t(g.out.size()));
+}
+
+// A kernel on an FP8 cache twice: with power-of-two descales (pow2) against fp64 (the codes times
+// their descales are values of the input type, which dequantised holds), with others (heads)
+// against its twin; no NaN from a spare slot's NaN code either time.
+void check_fp8(const VariantCase& vc, Kernel kernel, const Fp8Cache& pow2, const Fp8Cache& heads) {
+  const Run g = run_gpu(vc, kernel, &pow2);
+  INFO(g.err);
+  REQUIRE(g.rc == AC_OK);
+  CHECK(nan_count(vc.c, g.out) == 0);
+  CHECK(compare_variants(dequantised(vc.c, pow2), vc.var, g.out, g.lse) == "");
+  const Run gh = run_gpu(vc, kernel, &heads);
+  const Run th = run_twin(vc, kernel, &heads);
+  INFO(gh.err << " / " << th.err);
+  REQUIRE(gh.rc == AC_OK);
+  REQUIRE(th.rc == AC_OK);
+  CHECK(nan_count(vc.c, gh.out) == 0);
+  CHECK(far_apart(gh.out, th.out) * 100 <= int64_t(gh.out.size()));
+}
+
 }  // namespace
 
 TEST_CASE("fused gpu: the variants agree with the host twin", "[fused][splitkv][packed][gpu][variants]") {
@@ -161,20 +197,7 @@ TEST_CASE("fused gpu: the variants agree with the host twin", "[fused][splitkv][
     INFO(vc.describe());
     for (const Kernel kernel : {Kernel{false}, Kernel{true}, Kernel{true, Mutation::none, true}}) {
       INFO((kernel.packed ? "splitkv-packed" : kernel.split ? "split-KV" : "fused"));
-      const Run g = run_gpu(vc, kernel);
-      INFO("gpu: " << g.err);
-      REQUIRE(g.rc == AC_OK);
-      const Run t = run_twin(vc, {kernel.split, Mutation::none});
-      INFO("twin: " << t.err);
-      REQUIRE(t.rc == AC_OK);
-      CHECK(nan_count(vc.c, g.out) == 0);
-      CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
-      CHECK(compare_variants(vc.c, vc.var, t.out, t.lse) == "");
-      // Same function, not the same sums: the tensor cores add in another order and exp2 differs
-      // by an ulp, so an output that cancels to near zero may land more than 2 ulps of its own
-      // magnitude away (seen on the H200: 1 to 26 of thousands of elements, every one within the
-      // fp64 bound above on both sides). At most 1% of the elements may differ so.
-      CHECK(far_apart(g.out, t.out) * 100 <= int64_t(g.out.size()));
+      check_with_twin(vc, kernel);
     }
   }
 }
@@ -208,16 +231,7 @@ TEST_CASE("splitkv-packed gpu: MLA's decode head sizes (576 / 512) against fp64 
   const Kernel packed{true, Mutation::none, true};
   for (const VariantCase& vc : mla_cases()) {
     INFO(vc.describe());
-    const Run g = run_gpu(vc, packed);
-    INFO("gpu: " << g.err);
-    REQUIRE(g.rc == AC_OK);
-    const Run t = run_twin(vc, packed);
-    INFO("twin: " << t.err);
-    REQUIRE(t.rc == AC_OK);
-    CHECK(nan_count(vc.c, g.out) == 0);
-    CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
-    CHECK(compare_variants(vc.c, vc.var, t.out, t.lse) == "");
-    CHECK(far_apart(g.out, t.out) * 100 <= int64_t(g.out.size()));
+    check_with_twin(vc, packed);
   }
   // An FP8 cache: descales that are powers of two against fp64 (the codes times their descales are
   // values of the input type, dequantised holds them), per tensor with one KV head and per KV head
@@ -235,19 +249,10 @@ TEST_CASE("splitkv-packed gpu: MLA's decode head sizes (576 / 512) against fp64 
       vc.fold = AC_FOLD_TREE;
       const Fp8Cache pow2 = kv == 1 ? fp8_cache(vc.c, f, {0x1p-6f}, {0x1p2f})
                                     : fp8_cache(vc.c, f, {0x1p-6f, 0x1p-4f}, {0x1p2f, 0x1p-1f});
-      const Run g = run_gpu(vc, packed, &pow2);
-      INFO(vc.describe() << " kv " << int(f) << " " << g.err);
-      REQUIRE(g.rc == AC_OK);
-      CHECK(compare_variants(dequantised(vc.c, pow2), vc.var, g.out, g.lse) == "");
-      const Fp8Cache heads = kv == 1 ? fp8_cache(vc.c, f, {0.011f}, {0.03f})
-                                     : fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});
-      const Run gh = run_gpu(vc, packed, &heads);
-      const Run th = run_twin(vc, packed, &heads);
-      INFO(gh.err << " / " << th.err);
-      REQUIRE(gh.rc == AC_OK);
-      REQUIRE(th.rc == AC_OK);
-      CHECK(nan_count(vc.c, gh.out) == 0);
-      CHECK(far_apart(gh.out, th.out) * 100 <= int64_t(gh.out.size()));
+      INFO(vc.describe() << " kv " << int(f));
+      check_fp8(vc, packed, pow2,
+                kv == 1 ? fp8_cache(vc.c, f, {0.011f}, {0.03f})
+                        : fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f}));
     }
 }
 
@@ -279,19 +284,8 @@ TEST_CASE("splitkv-packed gpu: an FP8 cache read through pages (GQA and MLA) aga
       vc.splits = 3;
       vc.fold = AC_FOLD_RIGHT;
       const Fp8Cache pow2 = fp8_cache(vc.c, f, {0x1p-6f, 0x1p-4f}, {0x1p2f, 0x1p-1f});
-      const Run g = run_gpu(vc, packed, &pow2);
-      INFO(vc.describe() << " kv " << int(f) << " " << g.err);
-      REQUIRE(g.rc == AC_OK);
-      CHECK(nan_count(vc.c, g.out) == 0);
-      CHECK(compare_variants(dequantised(vc.c, pow2), vc.var, g.out, g.lse) == "");
-      const Fp8Cache heads = fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});
-      const Run gh = run_gpu(vc, packed, &heads);
-      const Run th = run_twin(vc, packed, &heads);
-      INFO(gh.err << " / " << th.err);
-      REQUIRE(gh.rc == AC_OK);
-      REQUIRE(th.rc == AC_OK);
-      CHECK(nan_count(vc.c, gh.out) == 0);
-      CHECK(far_apart(gh.out, th.out) * 100 <= int64_t(gh.out.size()));
+      INFO(vc.describe() << " kv " << int(f));
+      check_fp8(vc, packed, pow2, fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f}));
     }
 }
 
@@ -309,14 +303,6 @@ TEST_CASE("fused-hopper gpu: softcap, window and sinks against fp64 and the twin
     vc.var.page_size = 0;
     vc.tiling %= kern::kNumHopperTilings;
     INFO(vc.describe());
-    const Run g = run_gpu(vc, hopper);
-    INFO("gpu: " << g.err);
-    REQUIRE(g.rc == AC_OK);
-    const Run t = run_twin(vc, hopper);
-    INFO("twin: " << t.err);
-    REQUIRE(t.rc == AC_OK);
-    CHECK(nan_count(vc.c, g.out) == 0);
-    CHECK(compare_variants(vc.c, vc.var, g.out, g.lse) == "");
-    CHECK(far_apart(g.out, t.out) * 100 <= int64_t(g.out.size()));
+    check_with_twin(vc, hopper);
   }
 }
