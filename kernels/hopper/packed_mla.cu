@@ -26,7 +26,7 @@
 // before the chunk's, so the conversion needs no barrier of its own. Paged K / V: the slots of a
 // tile's 64 keys, read as the tile before is issued (packed_kernel.cuh PagedSlots), lane l holding keys l and
 // l + 32, each copy taking its row's slot from its lane by a shuffle; a row past the walk's end reads
-// no table entry. One CTA per SM (205 KB of shared memory; FP8 203 KB).
+// no table entry. One CTA per SM (205 KB of shared memory, with or without FP8).
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
