@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -172,6 +173,33 @@ void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& ou
 #endif
 }
 
+// Paged K / V (AC_VAR_PAGED_KV) over a call's contiguous buffers: `batch` sequences of tk keys in
+// pages of `page`, page b of sequence s being page s n + (b 7919 mod n) of the pool (n = tk / page
+// each), so that consecutive pages lie far apart. The table's host and device copies live in
+// `tables` (the call reads both); the call includes the launcher's host check of every entry
+// (fused_check_variants), and picks its own split count.
+struct BlockTable {
+  std::vector<int32_t> host;
+  std::unique_ptr<Device> device;
+};
+ac_attention_args paged(ac_attention_args a, int batch, int tk, int page, std::list<BlockTable>& tables) {
+  const int per_seq = tk / page;
+  BlockTable& t = tables.emplace_back();
+  t.host.resize(size_t(batch) * size_t(per_seq));
+  for (int s = 0; s < batch; ++s)
+    for (int b = 0; b < per_seq; ++b)
+      t.host[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
+  t.device = std::make_unique<Device>(t.host.size() * 4, "cudaMalloc block table");
+  check(cudaMemcpy(t.device->p, t.host.data(), t.host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  a.page_size = page;
+  a.num_pages = batch * per_seq;
+  a.max_blocks = per_seq;
+  a.block_table = t.device->as<int32_t>();
+  a.block_table_host = t.host.data();
+  a.num_splits = 0;
+  return a;
+}
+
 void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int batch, int tk) {
   Problem p(batch, 1, tk, false, false);
   const double bytes = 2.0 * batch * tk * Problem::kKvHeads * Problem::kD * 2 +
@@ -210,30 +238,10 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
   row("splitkv", "16x64 splits=" + std::to_string(p.a.num_splits), timer.median_ms([&] {
     check_kernel(splitkv_attention_cuda(p.a, so, err, sizeof err), "splitkv", err);
   }));
-  // Paged K / V (AC_VAR_PAGED_KV) over the same buffers, pages of 16, 64 and 256 keys: page b of a
-  // sequence is page (b * 7919) mod n of its own n in the pool, so that consecutive pages lie far
-  // apart. The call includes the launcher's host check of every table entry (fused_check_variants).
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<std::unique_ptr<Device>> device_tables;
-  auto paged = [&](ac_attention_args a, int page) {
-    const int per_seq = tk / page;
-    std::vector<int32_t>& table = tables.emplace_back(size_t(batch) * size_t(per_seq));
-    for (int s = 0; s < batch; ++s)
-      for (int b = 0; b < per_seq; ++b)
-        table[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
-    const Device& d =
-        *device_tables.emplace_back(std::make_unique<Device>(table.size() * 4, "cudaMalloc block table"));
-    check(cudaMemcpy(d.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-    a.page_size = page;
-    a.num_pages = batch * per_seq;
-    a.max_blocks = per_seq;
-    a.block_table = d.as<int32_t>();
-    a.block_table_host = table.data();
-    a.num_splits = 0;
-    return a;
-  };
+  // Paged K / V over the same buffers, pages of 16, 64 and 256 keys.
+  std::list<BlockTable> tables;
   for (int page : {16, 64, 256}) {
-    const ac_attention_args pa = paged(p.a, page);
+    const ac_attention_args pa = paged(p.a, batch, tk, page, tables);
     row("splitkv-packed", "auto paged=" + std::to_string(page), timer.median_ms([&] {
       check_kernel(packed_attention_cuda(pa, err, sizeof err, false, 0), "splitkv-packed (paged)", err);
     }));
@@ -261,7 +269,7 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
        {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto", ms8, bytes8 / ms8 * 1e-6, "GB/s",
         "copy"});
   // The same cache paged, pages of 16 keys.
-  const ac_attention_args p8 = paged(a8, 16);
+  const ac_attention_args p8 = paged(a8, batch, tk, 16, tables);
   const double ms8p = timer.median_ms([&] {
     check_kernel(packed_attention_cuda(p8, err, sizeof err, false, 0), "splitkv-packed (e4m3 cache, paged)",
                  err);
@@ -315,20 +323,9 @@ void mla_decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& o
          {"decode", "splitkv-packed", shape, dtype, false, tiling, ms, bytes / ms * 1e-6, "GB/s", "copy"});
   };
   row("fp16", "auto", a, 2 * kv + q_o);
-  // Pages of 64: page b of sequence s is page s n + (b 7919 mod n) of the pool, n pages each.
-  const int per_seq = tk / 64;
-  std::vector<int32_t> table(size_t(batch) * size_t(per_seq));
-  for (int s = 0; s < batch; ++s)
-    for (int b = 0; b < per_seq; ++b)
-      table[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
-  Device dt(table.size() * 4, "cudaMalloc block table");
-  check(cudaMemcpy(dt.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-  ac_attention_args pa = a;
-  pa.page_size = 64;
-  pa.num_pages = batch * per_seq;
-  pa.max_blocks = per_seq;
-  pa.block_table = dt.as<int32_t>();
-  pa.block_table_host = table.data();
+  // Pages of 64 (FlashMLA's).
+  std::list<BlockTable> tables;
+  const ac_attention_args pa = paged(a, batch, tk, 64, tables);
   row("fp16", "auto paged=64", pa, 2 * kv + q_o);
   // e4m3fn codes in the first halves of K's and V's buffers, one descale per tensor.
   check(cudaMemset(k.p, 0x30, size_t(nk)), "cudaMemset (e4m3 codes 0.5)");

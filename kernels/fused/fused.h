@@ -70,10 +70,16 @@ inline int head_size_v_of(const ac_attention_args& a) {
   return a.head_size_v > 0 ? a.head_size_v : a.head_size;
 }
 
+// Whether a call caps or windows its scores (AC_VAR_SOFTCAP, AC_VAR_WINDOW): what the kernels'
+// variant instantiations read in every key step.
+inline bool caps_or_windows(const ac_attention_args& a) {
+  return a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1;
+}
+
 // Whether a call uses any version-3 variant (kernels that compute none refuse such a call).
 inline bool uses_variants(const ac_attention_args& a) {
-  return (a.head_size_v != 0 && a.head_size_v != a.head_size) || a.softcap != 0.0f || a.window_left != -1 ||
-         a.window_right != -1 || a.sinks || a.page_size != 0;
+  return (a.head_size_v != 0 && a.head_size_v != a.head_size) || caps_or_windows(a) || a.sinks ||
+         a.page_size != 0;
 }
 
 const ac_tiling* fused_tilings(int* count);

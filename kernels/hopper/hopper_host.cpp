@@ -21,10 +21,9 @@ bool hopper_built() {
 
 int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
   // Softcap, window and sinks are computed (hopper_kernel.cuh VAR); the tensor maps read K and V as
-  // contiguous tensors of one head size.
+  // contiguous tensors of one head size (fused_check_args refuses V's own head size: no pairs in
+  // its scope).
   if (a.page_size != 0) AC_REFUSE("fused-hopper: paged K / V is not built (its copies are tensor-map tiles)");
-  if (a.head_size_v != 0 && a.head_size_v != a.head_size)
-    AC_REFUSE("fused-hopper: V head size %d differs from the QK head size %d", a.head_size_v, a.head_size);
   return fused_check_args(a, o, kNumHopperTilings, err, err_len);
 }
 

@@ -108,10 +108,9 @@ int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, siz
     return AC_ERR_DEVICE;
   }
   const fused::KernelParams p = fused::unsplit_params(a, o);
-  const bool var = a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1;
+  const bool var = caps_or_windows(a);
   if (var && HM != HopperMutation::none) AC_REFUSE("fused-hopper: the mutants take no softcap or window");
-  const LaunchFn fn = var && HM == HopperMutation::none
-                          ? pick<HopperMutation::none, true>(bf16, a.head_size, a.tiling)
+  const LaunchFn fn = var ? pick<HopperMutation::none, true>(bf16, a.head_size, a.tiling)
                           : pick<HM, false>(bf16, a.head_size, a.tiling);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   AC_CUDA_TRY(fn(mq, mk, mv, p, max_tq, a.num_seqs, stream));

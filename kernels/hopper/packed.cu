@@ -451,7 +451,7 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   const dim3 grid(unsigned(a.num_kv_heads), unsigned(a.num_seqs * a.num_splits),
                   unsigned(token_tiles * p.chunks_per_tile));
   const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a);
-  const packed::Walk var = packed::walk_of(a);
+  const packed::Walk walk = packed::walk_of(a);
   fused::read_variant_args(p, a);
   if (fp8) {
     p.k_descale = a.k_descale;
@@ -461,11 +461,11 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   }
   const bool deep = int64_t(grid.x) * grid.y * grid.z <= int64_t(sms);
   const int d = a.head_size;
-  cudaError_t e = dv != d ? packed::launch_packed_mla(p, bf16, fp8, var, grid, stream)  // kPackedHeadPairs
-                  : bf16  ? (fp8 ? launch_head_size<true, true>(p, d, var, deep, grid, stream)
-                                 : launch_head_size<true, false>(p, d, var, deep, grid, stream))
-                          : (fp8 ? launch_head_size<false, true>(p, d, var, deep, grid, stream)
-                                 : launch_head_size<false, false>(p, d, var, deep, grid, stream));
+  cudaError_t e = dv != d ? packed::launch_packed_mla(p, bf16, fp8, walk, grid, stream)  // kPackedHeadPairs
+                  : bf16  ? (fp8 ? launch_head_size<true, true>(p, d, walk, deep, grid, stream)
+                                 : launch_head_size<true, false>(p, d, walk, deep, grid, stream))
+                          : (fp8 ? launch_head_size<false, true>(p, d, walk, deep, grid, stream)
+                                 : launch_head_size<false, false>(p, d, walk, deep, grid, stream));
   if (e == cudaSuccess) e = cudaError_t(splitkv_combine_cuda(p.part_o, p.part_lse, a, stream));
   const cudaError_t f = cudaFreeAsync(ws, stream);
   if (e == cudaSuccess) e = f;

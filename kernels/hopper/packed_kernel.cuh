@@ -29,7 +29,7 @@ static_assert(kSplitKVTilings[0].bc == kBC && kSplitKVTilings[1].bc == kBC,
 // kernel ran paged at 0.62x of contiguous with it, the same as with a cap and no pages).
 enum class Walk : int { plain = 0, paged = 1, variants = 2 };
 inline Walk walk_of(const ac_attention_args& a) {
-  if (a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1) return Walk::variants;
+  if (caps_or_windows(a)) return Walk::variants;
   return a.page_size != 0 ? Walk::paged : Walk::plain;
 }
 
