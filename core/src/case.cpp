@@ -326,7 +326,6 @@ std::string case_text(const Case& c, bool splice) {
           {"x", encode_elements(s->x, dtype_bytes(s->dtype))}};
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
-    const int w = dtype_bytes(a.dtype);
     in = {{"dtype", dtype_name(a.dtype)},
           {"num_heads", a.num_heads},
           {"num_kv_heads", a.num_kv_heads},
@@ -359,10 +358,11 @@ std::string case_text(const Case& c, bool splice) {
       in["kv_dtype"] = kv_dtype_name(a.kv_dtype);
       in["k_descale"] = encode_floats(a.k_descale);
       in["v_descale"] = encode_floats(a.v_descale);
+      if (a.fp8_q()) in["q_descale"] = encode_floats(a.q_descale);
     }
     const int wkv = dtype_bytes(a.k_dtype());
     in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
-    in["q"] = tensor("q", encode_elements(a.q, w));
+    in["q"] = tensor("q", encode_elements(a.q, dtype_bytes(a.q_dtype())));
     in["k"] = tensor("k", encode_elements(a.k, wkv));
     in["v"] = tensor("v", encode_elements(a.v, wkv));
     if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
@@ -477,6 +477,7 @@ Case case_from_json(const std::string& text) {
       a.k_descale = decode_floats(get_string(in, "k_descale", w), "input.k_descale");
       a.v_descale = decode_floats(get_string(in, "v_descale", w), "input.v_descale");
     }
+    if (in.contains("q_descale")) a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));
@@ -508,7 +509,7 @@ Case case_from_json(const std::string& text) {
       a.mask.assign(m.begin(), m.end());
     }
     if (const std::string why = attention_variant_problem(a); !why.empty()) throw CaseError("input." + why);
-    a.q = decode_elements(get_string(in, "q", w), eb, "input.q");
+    a.q = decode_elements(get_string(in, "q", w), dtype_bytes(a.q_dtype()), "input.q");
     const int ekv = dtype_bytes(a.k_dtype());
     a.k = decode_elements(get_string(in, "k", w), ekv, "input.k");
     a.v = decode_elements(get_string(in, "v", w), ekv, "input.v");
@@ -516,7 +517,7 @@ Case case_from_json(const std::string& text) {
     expect_size(a.q.size(), checked_product({total_q, a.num_heads, a.head_size}, w), "input.q");
     expect_size(a.k.size(), checked_product({kv_rows, a.num_kv_heads, a.head_size}, w), "input.k");
     expect_size(a.v.size(), checked_product({kv_rows, a.num_kv_heads, a.dv()}, w), "input.v");
-    check_half_bits(a.q, dtype, "input.q");
+    check_half_bits(a.q, a.q_dtype(), "input.q");
     check_half_bits(a.k, a.k_dtype(), "input.k");
     check_half_bits(a.v, a.k_dtype(), "input.v");
     c.input = std::move(a);
@@ -651,8 +652,9 @@ std::string attention_variant_problem(const AttentionInput& a) {
       if (!std::isfinite(a.sinks[i])) return "sinks[" + std::to_string(i) + "] is not finite";
   }
   if (a.fp8_kv()) {
-    for (const auto& [d, name] :
-         {std::pair{&a.k_descale, "k_descale"}, std::pair{&a.v_descale, "v_descale"}}) {
+    for (const auto& [d, name] : {std::pair{&a.k_descale, "k_descale"}, std::pair{&a.v_descale, "v_descale"},
+                                  std::pair{&a.q_descale, "q_descale"}}) {
+      if (d == &a.q_descale && d->empty()) continue;  // q in dtype
       if (d->size() != 1 && d->size() != size_t(a.num_kv_heads))
         return std::string(name) + " has " + std::to_string(d->size()) +
                " values: one (per tensor) or one per KV head (" + std::to_string(a.num_kv_heads) + ") needed";
@@ -664,8 +666,11 @@ std::string attention_variant_problem(const AttentionInput& a) {
     if (a.k_descale.size() != a.v_descale.size())
       return "k_descale and v_descale differ in granularity (" + std::to_string(a.k_descale.size()) +
              " and " + std::to_string(a.v_descale.size()) + " values)";
-  } else if (!a.k_descale.empty() || !a.v_descale.empty()) {
-    return "k_descale and v_descale need an FP8 kv_dtype";
+    if (a.fp8_q() && a.q_descale.size() != a.k_descale.size())
+      return "q_descale and k_descale differ in granularity (" + std::to_string(a.q_descale.size()) +
+             " and " + std::to_string(a.k_descale.size()) + " values)";
+  } else if (!a.k_descale.empty() || !a.v_descale.empty() || !a.q_descale.empty()) {
+    return "k_descale, v_descale and q_descale need an FP8 kv_dtype";
   }
   if (!a.paged()) {
     if (a.num_pages || a.max_blocks || !a.block_table.empty())
@@ -740,6 +745,7 @@ std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
     return std::string("an FP8 KV cache in ") + kv_dtype_name(in.kv_dtype) + " (caps.kv_dtypes)";
   if (in.k_descale.size() > 1 && !(caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
     return "descales per KV head (AC_FP8_DESCALE_PER_KV_HEAD)";
+  if (in.fp8_q() && !(caps.fp8 & AC_FP8_Q)) return "Q in FP8 (AC_FP8_Q)";
   return "";
 }
 

@@ -170,9 +170,10 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
   const ac_lse_layout layout = subject_.caps.lse_layout;
 
   Staging st(mem);
-  const size_t q = st.add(pack(in.dtype, in.q)), k = st.add(pack(in.k_dtype(), in.k)),
+  const size_t q = st.add(pack(in.q_dtype(), in.q)), k = st.add(pack(in.k_dtype(), in.k)),
                v = st.add(pack(in.k_dtype(), in.v));
-  const size_t k_descale = st.add(as_bytes(in.k_descale)), v_descale = st.add(as_bytes(in.v_descale));
+  const size_t k_descale = st.add(as_bytes(in.k_descale)), v_descale = st.add(as_bytes(in.v_descale)),
+               q_descale = st.add(as_bytes(in.q_descale));
   const size_t cu_q_s = st.add(as_bytes(seqs.cu_q)), cu_k_s = st.add(as_bytes(seqs.cu_k));
   const size_t mask = st.add(as_bytes(in.mask)), cu_mask_s = st.add(as_bytes(seqs.cu_mask));
   const size_t out = st.add(poisoned(in.dtype, n_q)),
@@ -200,7 +201,8 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
                  in.paged() ? in.block_table.data() : nullptr)
           .fp8_kv(in.k_dtype(), in.fp8_kv() ? static_cast<const float*>(st.get(k_descale)) : nullptr,
                   in.fp8_kv() ? static_cast<const float*>(st.get(v_descale)) : nullptr,
-                  in.k_descale.size() > 1 ? 1 : 0);
+                  in.k_descale.size() > 1 ? 1 : 0)
+          .fp8_q(in.fp8_q() ? static_cast<const float*>(st.get(q_descale)) : nullptr);
 
   if (before_call_) before_call_();
   call_plugin(name_, "attention",

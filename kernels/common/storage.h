@@ -92,4 +92,25 @@ AC_HD float fp8_to_float(int kv_dtype, uint8_t code) {
   return bits_float(sign | ((exp - uint32_t(bias) + 127u) << 23) | (mant << (23 - mant_bits)));
 }
 
+// The e4m3fn value nearest to a finite x, ties to even, saturating to +-448 (a kernel's P cast,
+// AC_FP8_P_E4M3): 3 bits after the leading one down to 2^-6, then subnormals in steps of 2^-9;
+// below half of 2^-9 a zero of x's sign.
+AC_HD float round_to_e4m3(float x) {
+  const uint32_t u = float_bits(x);
+  const uint32_t sign = u & 0x80000000u, au = u & 0x7fffffffu;
+  if (au >= 0x7f800000u) return x;  // inf, nan: not a weight; left alone
+  const int e = int(au >> 23) - 127;  // |x| in [2^e, 2^(e+1)) for a normal float
+  const int keep = e >= -6 ? 3 : 3 - (-6 - e);  // bits kept after the leading one (fewer below 2^-6)
+  if (keep < -1 || au < 0x00800000u) return bits_float(sign);  // below 2^-10, or an fp32 subnormal
+  const uint32_t sig = (au & 0x7fffffu) | 0x800000u;       // |x| = sig 2^(e - 23)
+  const int shift = 23 - keep;                             // 20 .. 24 bits dropped
+  uint32_t r = sig >> shift;
+  const uint32_t rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1u))) r += 1;
+  // |result| = r 2^(e - keep), r <= 16: exact in float; past 448 the cast saturates.
+  float v = float(r) * bits_float(uint32_t(e - keep + 127) << 23);
+  if (v > 448.0f) v = 448.0f;
+  return bits_float(sign | float_bits(v));
+}
+
 }  // namespace attncheck::kern

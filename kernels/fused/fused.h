@@ -38,6 +38,7 @@ struct FusedOptions {
                                // (kernels/mutants/) through the twin's own walk
   fused::ExpForm exp_form{};   // host twin: how p is formed (fused_math.h); fused-hopper's twin sets it
   fused::TwinArithmetic arithmetic{};  // host twin: IEEE, or FTZ / DAZ (fused_math.h)
+  bool p_e4m3 = false;  // host twin: in FP8 calls P held in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3)
 };
 
 // The compiled (Br, Bc) tilings, one list that both the kernel instantiations and the subjects'
@@ -86,13 +87,14 @@ const ac_tiling* fused_tilings(int* count);
 
 // What a caller computes beyond the CUDA kernels' common contract: the (QK, V) head-size pairs it
 // takes (the host twins kFusedTwinHeadPairs, splitkv-packed's CUDA kernel kPackedHeadPairs) and an
-// FP8 KV cache (the twins; of the CUDA kernels, splitkv-packed).
+// FP8 KV cache (the twins; of the CUDA kernels, splitkv-packed), and Q in FP8 (the twins).
 struct ArgScope {
   const ac_head_pair* head_pairs = nullptr;
   int num_head_pairs = 0;
   bool fp8_kv = false;
+  bool fp8_q = false;
 };
-inline constexpr ArgScope kTwinScope{kFusedTwinHeadPairs, kNumFusedTwinHeadPairs, true};
+inline constexpr ArgScope kTwinScope{kFusedTwinHeadPairs, kNumFusedTwinHeadPairs, true, true};
 
 // The checks both launchers run before touching memory: dtype, head size, heads, tiling, shapes,
 // null pointers, options, an FP8 cache's descales. AC_OK or AC_ERR_UNSUPPORTED with the reason
@@ -130,6 +132,9 @@ ac_caps with_fused_variants(ac_caps c);
 // c with an FP8 KV cache: e4m3fn and e5m2, descales per tensor or per KV head (fused_twin.h reads
 // it; of the CUDA kernels, splitkv-packed).
 ac_caps with_fp8_kv_cache(ac_caps c);
+// c with FlashAttention-3's FP8 forward contract: Q, K and V in e4m3fn with descales per tensor or
+// per KV head, P in e4m3fn with the offset 2^8 (AC_FP8_Q, AC_FP8_P_E4M3; fused_twin.h).
+ac_caps with_fp8_forward(ac_caps c);
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
 
 }  // namespace attncheck::kern

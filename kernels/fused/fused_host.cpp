@@ -80,6 +80,10 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
       AC_REFUSE("fused attention: descale_granularity %d (0 per tensor, 1 per KV head)",
                 a.descale_granularity);
   }
+  if (a.q_descale) {
+    if (!scope.fp8_q) AC_REFUSE("fused attention: Q in FP8 (q_descale) is not read by this kernel");
+    if (!fused::fp8_kv(a)) AC_REFUSE("fused attention: q_descale without an FP8 kv_dtype");
+  }
   return fused_check_variants(a, err, err_len, scope);
 }
 
@@ -139,7 +143,8 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
   for (int s = 0; s < a.num_seqs; ++s) {
     const int64_t q0 = a.cu_seqlens_q_host[s];
     for (int head = 0; head < x.h; ++head) {
-      const fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
+      fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
+      view.p_e4m3 = o.p_e4m3 && fused::fp8_kv(a);
       const int64_t k_hi = fused::walked_keys<M>(view.tk, view.table != nullptr);
       for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
         const auto states =
@@ -206,6 +211,12 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::v_head_from_qk:
       fused_host_rows<Mutation::v_head_from_qk>(a, o, br, bc);
+      break;
+    case Mutation::fp8_p_no_offset:
+      fused_host_rows<Mutation::fp8_p_no_offset>(a, o, br, bc);
+      break;
+    case Mutation::fp8_q_descale_twice:
+      fused_host_rows<Mutation::fp8_q_descale_twice>(a, o, br, bc);
       break;
     default:
       AC_REFUSE("fused attention: mutation %d has no host twin", int(o.mutation));

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "common/hd.h"
+#include "common/storage.h"  // round_to_e4m3
 
 namespace attncheck::kern::fused {
 
@@ -50,6 +51,9 @@ enum class Mutation : int {
   fp8_v_descale_ignored = 26,      // V's codes read without v_descale
   fp8_descale_by_query_head = 27,  // k_descale indexed by the query head, not its KV head
   fp8_v_descale_twice = 28,        // V's codes multiplied by v_descale twice
+  // FlashAttention-3's FP8 contract (AC_FP8_Q, AC_FP8_P_E4M3), host twins only:
+  fp8_p_no_offset = 29,      // P cast to e4m3fn as p itself, without the 2^8 offset
+  fp8_q_descale_twice = 30,  // q_descale folded into the softmax scale twice
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -108,6 +112,16 @@ AC_HD float scaled_logit(float dot, float scale, float scale_log2, float cap) {
     return mul_rn_f(mul_rn_f(mul_rn_f(cap, tanh_f(div_rn_f(dot, cap))), scale), kLog2e);
   const float t = mul_rn_f(dot, scale);
   return mul_rn_f(mul_rn_f(cap, tanh_f(div_rn_f(t, cap))), kLog2e);
+}
+
+// A weight as P V reads it under AC_FP8_P_E4M3 (FlashAttention-3): 256 p held in e4m3fn and read
+// over 256, both scalings exact (powers of two, p <= 1 far from fp32's limits), so the one rounding
+// is the cast's. Mutant 29 casts p itself: every weight below 2^-6 lands on e4m3fn's subnormal grid
+// and every one below 2^-10 on zero.
+template <Mutation M = Mutation::none>
+AC_HD float p_e4m3(float p) {
+  if constexpr (M == Mutation::fp8_p_no_offset) return round_to_e4m3(p);
+  return mul_rn_f(round_to_e4m3(mul_rn_f(p, 256.0f)), 0x1p-8f);
 }
 
 // The storage row of key `key` of a sequence (AC_VAR_PAGED_KV): slot key % page_size of page

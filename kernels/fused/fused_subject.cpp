@@ -7,6 +7,8 @@
 // window and sinks; the host twins also V's own head size (kFusedTwinHeadPairs). Host twins run
 // where no GPU is present.
 //   fused-fp8kv (host twin only) fused's contract with K and V from an FP8 cache (fused_twin.h)
+//   fused-fp8   (host twin only) FlashAttention-3's FP8 forward: Q, K and V in e4m3fn with their
+//               descales, P in e4m3fn with the offset 2^8, O in the input type (fused_twin.h)
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>
 
@@ -32,6 +34,12 @@ int run_fused(void* self, const ac_attention_args* args, char* err, size_t err_l
 // Static storage: subjects hand out `self` pointers that must outlive the registry.
 FusedSubjectSelf g_self[2][3] = {{{{0, -1, true}, false}, {{0, 1, true}, false}, {{2, -1, true}, false}},
                                  {{{0, -1, true}, true}, {{0, 1, true}, true}, {{2, -1, true}, true}}};
+// fused-fp8: the twin with P held in e4m3fn in its FP8 calls.
+FusedSubjectSelf g_fp8_self = [] {
+  FusedSubjectSelf s{{0, -1, true}, false};
+  s.options.p_e4m3 = true;
+  return s;
+}();
 
 }  // namespace
 
@@ -79,6 +87,13 @@ ac_caps with_fp8_kv_cache(ac_caps c) {
   return c;
 }
 
+ac_caps with_fp8_forward(ac_caps c) {
+  c = with_fp8_kv_cache(c);
+  c.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);  // FlashAttention-3's FP8 format
+  c.fp8 |= AC_FP8_Q | AC_FP8_P_E4M3;
+  return c;
+}
+
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
   if (cuda) return;
@@ -102,6 +117,13 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
                    "per tensor or per KV head), natural LSE, empty -inf",
                    with_fp8_kv_cache(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
                    run_fused, &self[0]});
+  if (!cuda)
+    out.push_back({"fused-fp8",
+                   "fused attention forward, host twin, FlashAttention-3's FP8 contract: Q, K and V in e4m3fn "
+                   "(descales per tensor or per KV head), P in e4m3fn with the offset 2^8, natural LSE, empty "
+                   "-inf",
+                   with_fp8_forward(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
+                   run_fused, &g_fp8_self});
 }
 
 }  // namespace attncheck::kern

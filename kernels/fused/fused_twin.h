@@ -5,7 +5,9 @@
 // of fused_math.h. Rounding points as on the GPU: the dot product in fp32, P rounded to the input
 // type before P V, m / l / O in fp32. An FP8 KV cache: codes decoded exactly, K's descale folded
 // into the softmax scale (one fp32 rounding), V's multiplied into each value (one fp32 rounding
-// each) or, for a kernel that applies it to the output, into O (VDescale). It does not match the
+// each) or, for a kernel that applies it to the output, into O (VDescale). Q in FP8 (AC_FP8_Q): its
+// codes decoded exactly, its descale folded into the softmax scale before K's (one fp32 rounding
+// more); P in e4m3fn with the offset 2^8 where the subject declares it (AC_FP8_P_E4M3, p_e4m3). It does not match the
 // GPU bit for bit (the tensor core sums in another order, exp2 differs), it computes the same
 // function with the same hazards. V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q
 // head_size; nothing else changes.
@@ -52,6 +54,9 @@ struct TwinHeadView {
   // An FP8 cache whose V descale the kernel applies to the output (VDescale::output): the head's
   // descale; 1 otherwise (a product by 1 is exact).
   float v_descale = 1.0f;
+  // AC_FP8_P_E4M3 in an FP8 call: P held in e4m3fn with the offset 2^8 (fused_math.h p_e4m3), not
+  // rounded to the input type.
+  bool p_e4m3 = false;
 };
 
 // Where a kernel applies an FP8 cache's V descale. values: to each decoded V value before P V, one
@@ -111,7 +116,14 @@ TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescal
   // Paged K / V: the whole pool is decoded (what the walk reads of it is its business).
   const int64_t kv_rows =
       a.page_size > 0 ? int64_t(a.num_pages) * a.page_size : a.cu_seqlens_k_host[a.num_seqs];
-  x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
+  if (a.q_descale) {
+    // Q in FP8 (AC_FP8_Q): codes decoded exactly; the descale joins the softmax scale (head_view).
+    const auto* qc = static_cast<const uint8_t*>(a.q);
+    x.q.resize(size_t(x.total_q * x.h * x.d));
+    for (size_t i = 0; i < x.q.size(); ++i) x.q[i] = fp8_to_float(int(a.kv_dtype), qc[i]);
+  } else {
+    x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
+  }
   if (fp8_kv(a)) {
     // An FP8 cache: K's codes decoded exactly (its descale joins the softmax scale, head_view), V's
     // decoded and, under VDescale::values, multiplied by their KV head's descale in fp32 (one
@@ -161,12 +173,20 @@ TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int
   h.v_stride = int64_t(x.hkv) * vw;
   h.scale = a.softmax_scale;
   if (fp8_kv(a)) {
-    // K's descale folded into the softmax scale, rounded once in fp32 (then times log2 e, once more).
-    // Mutant 27 reads it at the query head (wrapped into the array), not the KV head.
+    // K's descale folded into the softmax scale, rounded once in fp32 (then times log2 e, once more);
+    // Q's before it, where Q is in FP8 (FlashAttention-3's scale * q_descale * k_descale), once more.
+    // Mutant 27 reads k_descale at the query head (wrapped into the array), not the KV head; mutant
+    // 30 folds q_descale in twice.
     const int at = M == Mutation::fp8_descale_by_query_head
                        ? (a.descale_granularity == 1 ? head % a.num_kv_heads : 0)
                        : kvh;
-    h.scale = a.softmax_scale * descale_of(a, a.k_descale, at);
+    float scale = a.softmax_scale;
+    if (a.q_descale) {
+      const float qd = descale_of(a, a.q_descale, kvh);
+      scale = scale * qd;
+      if constexpr (M == Mutation::fp8_q_descale_twice) scale = scale * qd;
+    }
+    h.scale = scale * descale_of(a, a.k_descale, at);
     h.scale_log2 = h.scale * kLog2e;
     if (x.v_descale_at == VDescale::output) h.v_descale = descale_of(a, a.v_descale, kvh);
   }
@@ -274,7 +294,8 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       for (int64_t j = n0; j < n1; ++j) {
         // Masked keys inside the range are multiplied by p = 0 as on the GPU (same hazard: an
         // infinite value there gives NaN on both).
-        const float pj = fl(round_through(h.dtype, p[size_t(j - n0)]));
+        const float pj =
+            fl(h.p_e4m3 ? p_e4m3<M>(p[size_t(j - n0)]) : round_through(h.dtype, p[size_t(j - n0)]));
         const float* vj = h.v + slot(j) * h.v_stride;
         for (int c = 0; c < dv; ++c) s.o[size_t(c)] = fl(s.o[size_t(c)] + fl(pj * fl(vj[c])));
       }

@@ -121,6 +121,14 @@ constexpr MutantInfo kMutants[] = {
     {28, "mutant-fused-fp8-v-descale-twice",
      "fused attention from an FP8 KV cache multiplies V's codes by v_descale twice (host twin only)",
      "fused-fp8kv", "fp8_descales", false},
+    {29, "mutant-fused-fp8-p-no-offset",
+     "fused attention in FlashAttention-3's FP8 contract casts P to e4m3fn without the 2^8 offset: small "
+     "weights flush (host twin only)",
+     "fused-fp8", "fp8_descales", false},
+    {30, "mutant-fused-fp8-q-descale-twice",
+     "fused attention in FlashAttention-3's FP8 contract folds q_descale into the softmax scale twice (host "
+     "twin only)",
+     "fused-fp8", "fp8_descales", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -139,6 +147,7 @@ struct MutantSelf {
   // adaptive_declared: the twin's own attention entry and its self.
   ac_attention_fn twin_attention = nullptr;
   void* twin_self = nullptr;
+  bool p_e4m3 = false;  // the twin declares AC_FP8_P_E4M3: the fused walk holds P in e4m3fn too
 };
 
 int merge_mutant(void* self, const ac_merge_args* args, char* err, size_t err_len) {
@@ -186,6 +195,7 @@ int attention_mutant(void* self, const ac_attention_args* args, char* err, size_
 #endif
   FusedOptions o;
   o.mutation = fused::Mutation(s->mutation);
+  o.p_e4m3 = s->p_e4m3;
   return fused_attention_host(*args, o, err, err_len);
 }
 
@@ -251,6 +261,8 @@ constexpr Registration kRegistrations[] = {
     {26, Family::fused, int(fused::Mutation::fp8_v_descale_ignored)},
     {27, Family::fused, int(fused::Mutation::fp8_descale_by_query_head)},
     {28, Family::fused, int(fused::Mutation::fp8_v_descale_twice)},
+    {29, Family::fused, int(fused::Mutation::fp8_p_no_offset)},
+    {30, Family::fused, int(fused::Mutation::fp8_q_descale_twice)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -292,7 +304,8 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     const ac_subject* twin = find_subject(correct, m.correct_subject);
     if (!twin) continue;  // cannot happen for the table above; tests/mutants checks every name
     if ((twin->caps.variants & bug_variant(r)) != bug_variant(r)) continue;
-    g_self[b][i] = MutantSelf{r.family, r.mutation, cuda, twin->attention, twin->self};
+    g_self[b][i] = MutantSelf{r.family, r.mutation, cuda, twin->attention, twin->self,
+                              (twin->caps.fp8 & AC_FP8_P_E4M3) != 0};
     g_description[b][i] = std::string("MUTANT ") + std::to_string(m.number) + ": " + m.bug +
                           " (killer: " + m.expected_killer + ")" + (cuda ? "" : " (host twin)");
     ac_subject s{};

@@ -66,6 +66,27 @@ double score_conditioning(ac_dtype d, double head_size, double abs_dot, double d
 // through sum p_j c_j. (tests/properties/test_fp8_kv.cpp: each increment.)
 double fp8_kv_score_conditioning(double abs_dot) { return abs_dot; }
 double fp8_kv_o_terms() { return 1; }
+// Q in FP8 (AC_FP8_Q): q_descale, applied to each q value in fp32 or folded into the scale next to
+// k_descale, is one more fp32 rounding of the same kind as K's: abs_dot more on c_j.
+// (tests/properties/test_fp8_kv.cpp: the increment.)
+double fp8_q_score_conditioning(double abs_dot) { return abs_dot; }
+
+// P in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3, FlashAttention-3): the kernel stores 256 p_j, p_j =
+// e^(s_j - m) <= 1 against its running max m, as the nearest e4m3fn value (ties to even) and
+// multiplies V by that over 256; l sums the unrounded weights. e4m3fn keeps 3 bits after the
+// leading one, so a normal value (256 p_j >= 2^-6) moves by at most half its spacing, 2^-4 p_j; a
+// subnormal one (spacing 2^-9) by at most 2^-10, which is 2^-18 in p_j. 256 p_j <= 256 < 448: it
+// never saturates. A later max m' >= m rescales the stored products by e^(m - m') <= 1 in fp32, which
+// keeps the relative error and shrinks the absolute one, so against the final max each weight is
+// off by at most 2^-4 p_j + 2^-18, and O = sum p_j v_j / l by at most 2^-4 S + N 2^-18 vmax / l, l =
+// sum e^(s_j - max) >= 1. The LSE is unchanged (l is summed before the rounding). Without the offset
+// every weight below 2^-6 would be subnormal in e4m3fn and every one below 2^-10 zero: a row of
+// comparable scores would lose most of its mass, which this term does not allow
+// (tests/properties/test_fp8_kv.cpp: the term, and mutant 29).
+double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled) {
+  if (keys <= 0) return 0;
+  return 0x1p-4 * S + keys * 0x1p-18 * vmax / std::max(sum_exp_scaled, 1.0);
+}
 
 // Softcap (AC_VAR_SOFTCAP): the kernel forms c = fl(cap fl(tanh(fl(t~ / cap)))) from its fp32
 // t~ = scale q.k, then the exponent as for any score. Against the exact c = cap tanh(t / cap):
@@ -123,6 +144,7 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
                    attention_ftz_o_allowance(r, S, vmax);
   const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
+  if (r.p_e4m3) allowed += p_e4m3_o_allowance(S, N, vmax, r.sum_exp_scaled);
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
     allowed += 3 * unit_roundoff(r.dtype) * S + N * min_subnormal(r.dtype) * vmax / std::max(sum_exp, 1e-300);

@@ -441,21 +441,28 @@ void page_kv(const Domain& dom, AttentionInput& a) {
 
 }  // namespace
 
+int32_t q_kv_head_of_element(const AttentionInput& a, size_t i) {
+  const int64_t head = (int64_t(i) / a.head_size) % a.num_heads;
+  return int32_t(head / (a.num_heads / a.num_kv_heads));
+}
+
 AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<float> k_descale,
-                        std::vector<float> v_descale) {
+                        std::vector<float> v_descale, std::vector<float> q_descale) {
   AttentionInput q = a;
   q.kv_dtype = format;
   q.k_descale = std::move(k_descale);
   q.v_descale = std::move(v_descale);
+  q.q_descale = std::move(q_descale);
   const ref::Fp8Format f = detail::fp8_format(format);
-  auto quantise = [&](Bits& t, int64_t width, const std::vector<float>& d) {
+  auto quantise = [&](Bits& t, const std::vector<float>& d, auto head_of) {
     for (size_t i = 0; i < t.size(); ++i) {
-      const float ds = q.descale(d, q.kv_head_of_element(i, width));
+      const float ds = q.descale(d, head_of(i));
       t[i] = ref::encode_fp8(f, detail::decode(a.dtype, t[i]) / double(ds), ref::Fp8Overflow::saturate);
     }
   };
-  quantise(q.k, q.head_size, q.k_descale);
-  quantise(q.v, q.dv(), q.v_descale);
+  quantise(q.k, q.k_descale, [&](size_t i) { return q.kv_head_of_element(i, q.head_size); });
+  quantise(q.v, q.v_descale, [&](size_t i) { return q.kv_head_of_element(i, q.dv()); });
+  if (!q.q_descale.empty()) quantise(q.q, q.q_descale, [&](size_t i) { return q_kv_head_of_element(q, i); });
   return q;
 }
 
@@ -497,7 +504,8 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
 
 // `a` quantised to a declared FP8 format (per KV head where declared, in half of those cases), each
 // descale amax / largest times a factor drawn from `factors` (0: the power of two above amax /
-// largest, times 2^`pow2_headroom`).
+// largest, times 2^`pow2_headroom`). Q too in three quarters of the cases where the subject
+// declares AC_FP8_Q, with descales drawn alike.
 void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<double>& factors,
                      int pow2_headroom) {
   std::vector<ac_dtype> formats;
@@ -507,11 +515,11 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   const double largest = ref::fp8_spec(detail::fp8_format(format)).largest;
   const int32_t H = a.num_kv_heads;
   const bool per_head = (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) && pick_class(2) == 0;
-  auto descales = [&](const Bits& t, int64_t width) {
+  auto descales = [&](const Bits& t, auto head_of) {
     std::vector<double> amax(per_head ? size_t(H) : 1, 0.0);
     for (size_t i = 0; i < t.size(); ++i) {
       const double x = detail::decode(a.dtype, t[i]);
-      const size_t g = per_head ? size_t(a.kv_head_of_element(i, width)) : 0;
+      const size_t g = per_head ? size_t(head_of(i)) : 0;
       if (std::isfinite(x)) amax[g] = std::max(amax[g], std::fabs(x));
     }
     std::vector<float> d(amax.size());
@@ -522,8 +530,12 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
     }
     return d;
   };
-  std::vector<float> kd = descales(a.k, a.head_size), vd = descales(a.v, a.dv());
-  a = fp8_copy(a, format, std::move(kd), std::move(vd));
+  std::vector<float> kd = descales(a.k, [&](size_t i) { return a.kv_head_of_element(i, a.head_size); });
+  std::vector<float> vd = descales(a.v, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); });
+  std::vector<float> qd;
+  if ((dom.fp8 & AC_FP8_Q) && pick_class(4) != 0)
+    qd = descales(a.q, [&](size_t i) { return q_kv_head_of_element(a, i); });
+  a = fp8_copy(a, format, std::move(kd), std::move(vd), std::move(qd));
 }
 
 // An FP8 KV cache in a third of the cases, quantised as the engines store one: code = encode(x /
@@ -975,7 +987,46 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
     AttentionInput a = attention_with(plain, ShapeChoice{});
     // V = 1 everywhere in a quarter of the cases (descale 1): every row that sees a key has O = 1,
     // whatever its weights, unless P is lost on the way (mass conservation).
-    const bool ones = pick_class(4) == 0;
+    const int kind = pick_class(4);
+    const bool ones = kind == 0;
+    if (kind == 1) {
+      // Small weights in another quarter: every query one-hot on coordinate 0 (scale 1), key 0 of
+      // each sequence at logit 0 with V = 0, every other key at a logit in [-9.25, -7.5] with V = 1.
+      // Each row has O = sum_(j>0) p_j / l: all of it in weights e^-9.25 .. e^-7.5 (7e-5 .. 6e-4),
+      // below half of e4m3fn's smallest subnormal 2^-9, to which a P cast without
+      // FlashAttention-3's 2^8 offset rounds them: zero, the whole of O lost. With the offset, 256 p
+      // (0.02 .. 0.14) is a normal e4m3fn number, within 2^-4 of itself.
+      const int64_t Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
+      a.softmax_scale = 1.0f;
+      // Every row sees every key and key 0 sets its max: no cap to squash the logits, no mask,
+      // window or causal cut, no sink.
+      a.softcap = 0.0f;
+      a.sinks.clear();
+      a.window_left = a.window_right = -1;
+      a.causal = false;
+      a.mask.clear();
+      // At least one query and 8 keys a sequence (the drawn values are replaced anyway): 7 small
+      // weights, so that a case fails by several budgets wherever they are lost, whatever its size.
+      const uint32_t zero = round_bits(a.dtype, 0.0), one = round_bits(a.dtype, 1.0);
+      int64_t queries = 0;
+      for (int32_t& tq : a.seqlens_q) queries += tq = std::max(tq, 1);
+      a.q.assign(size_t(queries * a.num_heads * D), zero);
+      for (size_t i = 0; i < a.q.size(); i += size_t(D)) a.q[i] = one;
+      int64_t total = 0;
+      for (int32_t& tk : a.seqlens_k) total += tk = std::max(tk, 8);
+      a.k.assign(size_t(total * Hkv * D), zero);
+      a.v.assign(size_t(total * Hkv * Dv), zero);
+      int64_t first = 0;
+      for (const int32_t tk : a.seqlens_k) {
+        for (int64_t j = 0; j < tk; ++j)
+          for (int64_t g = 0; g < Hkv; ++g) {
+            const int64_t row = (first + j) * Hkv + g;
+            a.k[size_t(row * D)] = round_bits(a.dtype, j == 0 ? 0.0 : -double(pick_in(30, 38)) / 4);
+            std::fill_n(a.v.begin() + row * Dv, Dv, j == 0 ? zero : one);
+          }
+        first += tk;
+      }
+    }
     quantise_fp8_kv(dom, a, {4.0, 16.0, 0.0}, 2);
     if (ones) {
       a.v.assign(a.v.size(),

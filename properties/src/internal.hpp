@@ -43,6 +43,7 @@ struct Conventions {
   bool naive_exp = false;
   bool scores_rounded = false;  // AC_FEAT_SCORES_IN_INPUT_TYPE: S stored in the input format
   bool flushed_exp = false;     // AC_FEAT_FLUSHED_EXP: attention weights below 2^-126 may be 0
+  bool p_e4m3 = false;          // AC_FP8_P_E4M3: an FP8 call's P held in e4m3fn (budgets.cpp)
   bool has_lse = false;         // attention: writes LSE (AC_FEAT_LSE); merge always has one
   ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
   // Contract bits of ac_caps.flags (version 2).

@@ -78,12 +78,13 @@ ref::AttentionProblem problem_of(const AttentionInput& given) {
     // One format for the reference: fp32 holds every fp16, bf16 and FP8 value exactly; the
     // descales are the problem's per-KV-head factors, applied exactly there.
     p.dtype = ref::Format::fp32;
-    for (auto& b : p.q) b = round_bits(AC_DTYPE_F32, decode(a.dtype, b));
+    for (auto& b : p.q) b = round_bits(AC_DTYPE_F32, decode(a.q_dtype(), b));
     for (auto* t : {&p.k, &p.v})
       for (auto& b : *t) b = round_bits(AC_DTYPE_F32, decode(a.kv_dtype, b));
     for (int32_t h = 0; h < a.num_kv_heads; ++h) {
       p.k_scale.push_back(a.descale(a.k_descale, h));
       p.v_scale.push_back(a.descale(a.v_descale, h));
+      if (a.fp8_q()) p.q_scale.push_back(a.descale(a.q_descale, h));
     }
   }
   p.head_size_v = a.head_size_v;
@@ -286,7 +287,10 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   const double thr = overflow_log_threshold(a.dtype);
   const double under = min_normal_log(a.dtype);
   std::vector<double> q(static_cast<size_t>(D));
-  for (int64_t c = 0; c < D; ++c) q[size_t(c)] = decode(a.dtype, a.q[size_t((t * H + h) * D + c)]);
+  // Q's values as the kernel was given them: times its descale where Q is in FP8 (AC_FP8_Q; a code
+  // of at most 4 significant bits times a float, exact in double).
+  const double q_descale = a.descale(a.q_descale, int32_t(kvh));
+  for (int64_t c = 0; c < D; ++c) q[size_t(c)] = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]) * q_descale;
   // Scores in double, for the allowance and the hazard prediction.
   std::vector<double> A, T;  // T: the uncapped scores of a capped row
   double kabs_max = 0;       // max_j sum_c |k_jc| (FTZ arithmetic's allowance only)
@@ -326,6 +330,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
                             : score_conditioning(a.dtype, double(D), A[i], std::fabs(r.s[i] - r.smax), r.s[i],
                                                  cv.scores_rounded);
     if (a.fp8_kv()) r.cj[i] += fp8_kv_score_conditioning(A[i]);
+    if (a.fp8_q()) r.cj[i] += fp8_q_score_conditioning(A[i]);
     sum_exp_scaled += std::exp(r.s[i] - r.smax);
     if (cv.naive_exp) {
       const double slack_total =
@@ -345,6 +350,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.naive_exp = cv.naive_exp;
   r.ar.flushed_exp = cv.flushed_exp;
   r.ar.fp8_kv = a.fp8_kv();
+  r.ar.p_e4m3 = a.fp8_kv() && cv.p_e4m3;
   if (cv.ftz_arithmetic) {
     double qabs = 0;
     for (const double x : q) qabs += std::fabs(x);

@@ -100,9 +100,12 @@ class AttentionCall(_Call):
                     torch.float8_e4m3fn / float8_e5m2 under torch), and a key's value is
                     decode(code) * k_descale[h] (v alike) for its KV head h, the descales fp32
                     arrays of one value (per tensor) or num_kv_heads (fp8 "descale_per_kv_head");
-                    helpers.dequantize_kv applies them. q and out stay in dtype.
+                    helpers.dequantize_kv applies them. out stays in dtype, and so does q unless
+                    q_descale is given.
       k_descale, v_descale
-                    None without an FP8 cache."""
+                    None without an FP8 cache.
+      q_descale     None, or (fp8 "fp8_q") q's descales, as many as k_descale: q is then codes of
+                    kv_dtype too, query head i reading its KV head's value (helpers.dequantize_q)."""
     op = "attention"  # or "splitkv"
     num_seqs: int
     num_heads: int
@@ -138,3 +141,4 @@ class AttentionCall(_Call):
     kv_dtype: Optional[str]
     k_descale: Optional[Array]
     v_descale: Optional[Array]
+    q_descale: Optional[Array]

@@ -178,3 +178,18 @@ def dequantize_kv(k: Any, v: Any, kv_dtype: str, k_descale: Any, v_descale: Any)
         return x * (d[:, None] if d.size > 1 else d[0])
 
     return one(k, k_descale), one(v, v_descale)
+
+
+def dequantize_q(q: Any, kv_dtype: str, q_descale: Any, num_kv_heads: int) -> Any:
+    """An FP8 Q's values (fp8 "fp8_q"): each code decoded exactly and times its KV head's descale,
+    in float64 (numpy, host) -> Q of the codes' shape [tokens, num_heads, d]. q: the call's uint8
+    codes; q_descale: one value (per tensor) or one per KV head (call.q_descale), query head i
+    reading the one of KV head i // (num_heads // num_kv_heads)."""
+    from .dtypes import fp8_to_float64
+
+    x = fp8_to_float64(np.asarray(q), kv_dtype)
+    d = np.asarray(q_descale, dtype=np.float32).astype(np.float64)
+    if d.size == 1:
+        return x * d[0]
+    group = x.shape[-2] // num_kv_heads
+    return x * np.repeat(d, group)[:, None]

@@ -272,15 +272,19 @@ def _fp8_with(bug):
                 call.v_descale = np.ones_like(np.asarray(call.v_descale))
             elif bug == "descale_of_head_0":
                 call.k_descale = np.full_like(np.asarray(call.k_descale), np.asarray(call.k_descale)[0])
+            elif bug == "q_descale_ignored" and call.q_descale is not None:
+                call.q_descale = np.ones_like(np.asarray(call.q_descale))
         return variants_worker.attention(call)
+    fp8 = ("descale_per_kv_head", "fp8_q") if bug.startswith("q_") else ("descale_per_kv_head",)
     return ac.subject(name=f"attention-np-fp8kv-{bug.replace('_', '-')}", ops="attention",
                       dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
                       features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)],
-                      kv_dtypes=("e4m3fn", "e5m2"), fp8=("descale_per_kv_head",))(attention)
+                      kv_dtypes=("e4m3fn", "e5m2"), fp8=fp8)(attention)
 
 
 fp8_v_descale_ignored = _fp8_with("v_descale_ignored")
 fp8_descale_of_head_0 = _fp8_with("descale_of_head_0")
+fp8_q_descale_ignored = _fp8_with("q_descale_ignored")
 
 
 def test_dequantize_kv_applies_each_kv_heads_descale():
@@ -289,6 +293,24 @@ def test_dequantize_kv_applies_each_kv_heads_descale():
     kk, vv = helpers.dequantize_kv(k, k, "e4m3fn", np.array([0.5, 2.0], np.float32), np.array([0.25], np.float32))
     assert kk[:, :, 0].tolist() == [[0.5, 6.0], [1.5, 2.0]]
     assert vv[:, :, 0].tolist() == [[0.25, 0.75], [0.75, 0.25]]
+
+
+def test_dequantize_q_applies_its_kv_heads_descale():
+    # One token, four query heads over two KV heads (group 2), d = 1: e4m3fn codes 0x38 (1.0), 0x44
+    # (3.0), 0x40 (2.0), 0x30 (0.5); descales 0.5 (KV head 0: query heads 0, 1) and 4 (heads 2, 3).
+    q = np.array([[[0x38], [0x44], [0x40], [0x30]]], np.uint8)
+    qq = helpers.dequantize_q(q, "e4m3fn", np.array([0.5, 4.0], np.float32), 2)
+    assert qq[0, :, 0].tolist() == [0.5, 1.5, 8.0, 2.0]
+    assert helpers.dequantize_q(q, "e4m3fn", np.array([0.25], np.float32), 2)[0, :, 0].tolist() == [
+        0.25, 0.75, 0.5, 0.125]
+
+
+def test_fp8_q_subject_agrees_with_the_exact_reference(binary, tmp_path):
+    import variants_worker
+    r = ac.check(variants_worker.attention_np_fp8, properties=["accuracy", "declared_variants", "fp8_descales"],
+                 cases=40, seed=4, report_dir=tmp_path / "r", binary=binary)
+    assert r.exit_code == 0 and all(x["status"] == "passed" for x in r.results)
+    assert len(r.results) == 3
 
 
 def test_fp8_kv_subject_agrees_with_the_exact_reference(binary, tmp_path):
@@ -301,8 +323,8 @@ def test_fp8_kv_subject_agrees_with_the_exact_reference(binary, tmp_path):
                                                   "empty_row_contract"}
 
 
-@pytest.mark.parametrize("subject", [fp8_v_descale_ignored, fp8_descale_of_head_0],
-                         ids=["v_descale_ignored", "descale_of_head_0"])
+@pytest.mark.parametrize("subject", [fp8_v_descale_ignored, fp8_descale_of_head_0, fp8_q_descale_ignored],
+                         ids=["v_descale_ignored", "descale_of_head_0", "q_descale_ignored"])
 def test_an_fp8_descale_bug_is_caught_by_fp8_descales(binary, tmp_path, subject):
     with pytest.raises(ac.AttncheckFailure) as e:
         ac.check(subject, properties=["fp8_descales"], cases=40, seed=1, report_dir=tmp_path / "r", binary=binary,

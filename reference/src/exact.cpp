@@ -367,7 +367,8 @@ void validate(const AttentionProblem& pb) {
          std::to_string(pb.num_heads) + " (one per query head, or none)");
   for (size_t i = 0; i < pb.sinks.size(); ++i)
     if (!std::isfinite(pb.sinks[i])) fail("sinks[" + std::to_string(i) + "] is not finite");
-  for (const auto& [scales, name] : {std::pair{&pb.k_scale, "k_scale"}, std::pair{&pb.v_scale, "v_scale"}}) {
+  for (const auto& [scales, name] : {std::pair{&pb.k_scale, "k_scale"}, std::pair{&pb.v_scale, "v_scale"},
+                                std::pair{&pb.q_scale, "q_scale"}}) {
     if (!scales->empty() && static_cast<int64_t>(scales->size()) != pb.num_kv_heads)
       fail(std::string(name) + " has " + std::to_string(scales->size()) + " values, num_kv_heads is " +
            std::to_string(pb.num_kv_heads) + " (one per KV head, or none)");
@@ -406,6 +407,7 @@ struct KvSlice {
   std::vector<uint8_t> k_finite;
   std::vector<double> v;  // [tk, dv], exact (times the KV head's v_scale)
   double k_scale = 1;     // the KV head's k_scale, applied to its scores with the softmax scale
+  double q_scale = 1;     // the KV head's q_scale, applied to its scores after that
   // Values as exact integers v * 2^v_shift (0 where not finite), when the slice's finite nonzero
   // values span at most 62 bits (always for fp16; typical bf16/fp32 activations too).
   bool v_fixed_ok = false;
@@ -431,6 +433,7 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
     kv.k_int.resize(n);
   }
   kv.k_scale = k_scale_of(pb, kv_head);
+  kv.q_scale = q_scale_of(pb, kv_head);
   const double v_scale = v_scale_of(pb, kv_head);
   int max_e = std::numeric_limits<int>::min(), min_lsb = std::numeric_limits<int>::max();
   for (int32_t j = 0; j < tk; ++j) {
@@ -532,6 +535,7 @@ struct RowEngine {
       mpfr_sum(out, prod_ptrs.data(), static_cast<unsigned long>(d), MPFR_RNDN);
     }
     mpfr_mul_d(out, out, scale, MPFR_RNDN);
+    if (kv.q_scale != 1) mpfr_mul_d(out, out, kv.q_scale, MPFR_RNDN);
     if (softcap > 0) {  // +-inf caps to +-softcap; NaN stays NaN
       mpfr_div_d(out, out, softcap, MPFR_RNDN);
       mpfr_tanh(out, out, MPFR_RNDN);

@@ -85,6 +85,7 @@ struct Slice {
   int32_t tq = 0, tk = 0, kv_head = 0;
   int dv = 0;                 // V's head size
   double k_scale = 1;         // the KV head's k_scale (scores) ...
+  double q_scale = 1;         // ... and q_scale (scores)
   RowMat k;                   // [tk, d]; non-finite entries replaced by 0 (rows that see them are escalated)
   RowMat vaug;                // [tk, 2 dv + 1] = [v | 1 | |v|], non-finite v replaced by 0; v times
                               // the KV head's v_scale (exact: AttentionProblem)
@@ -104,6 +105,7 @@ void load_slice(const AttentionProblem& pb, const SequenceOffsets& off, size_t s
   sl.kv_head = kv_head;
   sl.dv = dv;
   sl.k_scale = k_scale_of(pb, kv_head);
+  sl.q_scale = q_scale_of(pb, kv_head);
   const double v_scale = v_scale_of(pb, kv_head);
   sl.k.resize(sl.tk, d);
   sl.vaug.resize(sl.tk, 2 * dv + 1);
@@ -163,8 +165,10 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
   const int d = pb.head_size, dv = sl.dv;
   const int64_t tk = sl.tk;
   // The softmax scale times the KV head's k_scale: a product of two floats, exact in double, so the
-  // one rounding of s = scale * S below is still the only one.
-  const double scale = static_cast<double>(pb.softmax_scale) * sl.k_scale;
+  // one rounding of s = scale * S below is still the only one. A q_scale rounds that product once
+  // more (relative u: scale_rounds, counted in the logits' bound).
+  const double scale = static_cast<double>(pb.softmax_scale) * sl.k_scale * sl.q_scale;
+  const double scale_rounds = sl.q_scale != 1 ? 1.0 : 0.0;
   const double cap = static_cast<double>(pb.softcap);  // 0: no cap
   const bool has_sink = !pb.sinks.empty();
   const double sink = has_sink ? static_cast<double>(pb.sinks[static_cast<size_t>(head)]) : 0.0;  // exact
@@ -298,7 +302,7 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
     }
     const bool exact_dot = qmin == kNoQuantum || bq <= std::ldexp(1.0, std::min(qmin + 53, 1023));
     const double e_dot = exact_dot ? 0.0 : std::fabs(scale) * gamma_n(d) * bq;
-    double e_logit = e_dot * (1 + kU) + kU * (1 + 2 * kU) * smax_abs;  // |s_j - s*_j|
+    double e_logit = e_dot * (1 + kU) + (1 + scale_rounds) * kU * (1 + 2 * kU) * smax_abs;  // |s_j - s*_j|
     if (cap > 0) {
       // c = fl(cap fl(tanh(fl(s / cap)))): |tanh'| <= 1 carries |s - s*| / cap through unamplified
       // (times cap: |s - s*|); the quotient adds u |s| (1 + 4u), tanh r_tanh and the product u,

@@ -116,6 +116,12 @@ class AttentionArgs {
     a_.descale_granularity = granularity;
     return *this;
   }
+  // Q in FP8 as well (AC_FP8_Q): q holds codes of the cache's kv_dtype, read times q_descale (as
+  // many values as k_descale).
+  AttentionArgs& fp8_q(const float* q_descale) {
+    a_.q_descale = q_descale;
+    return *this;
+  }
   AttentionArgs& stream(void* stream) {
     a_.stream = stream;
     return *this;

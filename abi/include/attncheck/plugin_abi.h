@@ -270,13 +270,25 @@ typedef struct {
  * unchanged), ac_attention_args.kv_dtype naming the format, with k_descale and v_descale (fp32, in
  * the subject's memory): the values of the cache are decode(code) * descale, e4m3fn or e5m2 decoded
  * exactly. descale_granularity 0 gives one descale per tensor; 1 one per KV head (k_descale[h],
- * v_descale[h]), offered only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD. q and out stay
- * in dtype; q_descale is NULL. attncheck judges O against the exact attention of the values the
+ * v_descale[h]), offered only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD. out stays in
+ * dtype, and so does q unless AC_FP8_Q (q_descale NULL otherwise). attncheck judges O against the exact attention of the values the
  * kernel was given (decoded and descaled), so quantisation is never the kernel's error; a kernel may
  * form k * descale and v * descale in fp32 or fold the descales into the softmax scale and the
  * output (one fp32 rounding each, budgets.cpp). Each descale is positive and finite. */
 #define AC_FP8_DESCALE_PER_KV_HEAD 1u
-#define AC_FP8_KNOWN AC_FP8_DESCALE_PER_KV_HEAD
+/* Q in FP8 too (FlashAttention-3's FP8 forward): q holds codes of kv_dtype, read times q_descale (as
+ * many values as k_descale; query head i reads the one of its KV head), which a kernel applies in
+ * fp32 or folds into the softmax scale like k_descale (one fp32 rounding more, budgets.cpp). Offered
+ * only to a subject declaring it; a call then has q_descale non-NULL, or NULL with q in dtype.
+ * Added within version 3: a plugin built before it never sets it. */
+#define AC_FP8_Q 2u
+/* Declared rounding point, calls with an FP8 cache: P is held in e4m3fn before P V, with the offset
+ * 2^8 (FlashAttention-3): each weight p_j = e^(s_j - m) <= 1 (m the running max) is stored as the
+ * e4m3fn code of 256 p_j, rounded to nearest even, and P V reads those values over 256; the row sum l
+ * adds the weights before that rounding. A weight moves by up to 2^-4 p_j (three stored bits), or
+ * 2^-18 absolutely where 256 p_j is subnormal (below 2^-6): budgets.cpp. Added within version 3. */
+#define AC_FP8_P_E4M3 4u
+#define AC_FP8_KNOWN (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3)
 
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {
@@ -416,7 +428,7 @@ typedef struct {
   const int32_t* block_table_host; /* the same, host memory */
   /* An FP8 KV cache (caps.kv_dtypes): otherwise kv_dtype equals dtype and the descales are NULL. */
   ac_dtype kv_dtype;           /* the dtype of k and v: dtype, or AC_DTYPE_E4M3 / AC_DTYPE_E5M2 */
-  const float* q_descale;      /* NULL (q is in dtype) */
+  const float* q_descale;      /* AC_FP8_Q: as k_descale, q then holds codes of kv_dtype; else NULL */
   const float* k_descale;      /* FP8: 1 or num_kv_heads values, subject memory */
   const float* v_descale;      /* FP8: as k_descale */
   int32_t descale_granularity; /* FP8: 0 one descale per tensor, 1 one per KV head */

@@ -61,9 +61,10 @@ struct AttentionInput {
   // An FP8 KV cache (plugin_abi.h, AC_FP8_*): kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2 makes k and
   // v FP8 codes (one per element, the low 8 bits), read times k_descale / v_descale: one value
   // (per tensor) or one per KV head. Any other kv_dtype: k and v are in dtype, no descales. q and O
-  // stay in dtype.
+  // stay in dtype, q too unless q_descale is given (AC_FP8_Q: q then holds codes of kv_dtype, read
+  // times q_descale, one value or one per KV head as k_descale).
   ac_dtype kv_dtype = AC_DTYPE_F32;
-  std::vector<float> k_descale, v_descale;
+  std::vector<float> k_descale, v_descale, q_descale;
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
   // A copy with q, k, v and mask empty and everything else kept: where a caller builds new tensors
@@ -71,8 +72,10 @@ struct AttentionInput {
   // clear them cost more than the pieces themselves.
   AttentionInput without_tensors() const;
   bool fp8_kv() const { return kv_dtype == AC_DTYPE_E4M3 || kv_dtype == AC_DTYPE_E5M2; }
-  // The dtype k and v are stored in.
+  bool fp8_q() const { return fp8_kv() && !q_descale.empty(); }
+  // The dtype k and v are stored in, and q's.
   ac_dtype k_dtype() const { return fp8_kv() ? kv_dtype : dtype; }
+  ac_dtype q_dtype() const { return fp8_q() ? kv_dtype : dtype; }
   // The KV head of element i of k or v (contiguous rows or page slots alike: [.., num_kv_heads,
   // width], `width` the tensor's head size).
   int32_t kv_head_of_element(size_t i, int64_t width) const {
@@ -118,9 +121,10 @@ inline AttentionInput AttentionInput::without_tensors() const {
   s.kv_dtype = kv_dtype;
   s.k_descale = k_descale;
   s.v_descale = v_descale;
+  s.q_descale = q_descale;
   // A member added to AttentionInput changes its size (on 64-bit targets): copy it above too, then
   // update the size.
-  static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 312,
+  static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 336,
                 "AttentionInput gained a member: copy it in without_tensors");
   return s;
 }

@@ -76,6 +76,8 @@ std::string caps_string(const Subject& s) {
         if (c.kv_dtypes & AC_DTYPE_BIT(f)) o << " " << kv_dtype_name(f);
       o << (c.fp8 & AC_FP8_DESCALE_PER_KV_HEAD ? " (descales per tensor or per KV head)"
                                                : " (descales per tensor)");
+      if (c.fp8 & AC_FP8_Q) o << "; Q in FP8";
+      if (c.fp8 & AC_FP8_P_E4M3) o << "; P in e4m3fn (offset 2^8)";
     }
     if (c.max_call_seqs > 0) o << "; at most " << c.max_call_seqs << " sequences a call";
     if (c.max_call_tokens > 0) o << "; at most " << c.max_call_tokens << " query tokens a call";

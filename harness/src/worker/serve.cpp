@@ -182,13 +182,16 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
       const auto t = in(r, "inputs", "block_table");
       a.block_table = get_int32s(arena, t, a.seqlens_k.size() * size_t(a.max_blocks));
     }
-    // An FP8 KV cache: the format, and one descale per tensor or per KV head.
+    // An FP8 KV cache: the format, and one descale per tensor or per KV head (Q's too, where Q is
+    // in FP8).
     if (r.contains("kv_dtype")) {
       const std::string f = r["kv_dtype"].is_string() ? r["kv_dtype"].get<std::string>() : "";
       const auto kv = kv_dtype_from(f);
       if (!kv) throw ProtocolError("'kv_dtype' must be one of " + kv_dtype_names());
       a.kv_dtype = *kv;
-      for (auto [field, to] : {std::pair{"k_descale", &a.k_descale}, std::pair{"v_descale", &a.v_descale}}) {
+      for (auto [field, to] : {std::pair{"k_descale", &a.k_descale}, std::pair{"v_descale", &a.v_descale},
+                               std::pair{"q_descale", &a.q_descale}}) {
+        if (to == &a.q_descale && !r.at("inputs").contains(field)) continue;  // q in dtype
         const TensorRef t = in(r, "inputs", field);
         const size_t n = t.bytes / 4;
         if (n != 1 && n != size_t(a.num_kv_heads))
@@ -200,7 +203,7 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
     // Checked before K and V are read: their sizes come from the page numbers.
     if (const std::string why = attention_variant_problem(a); !why.empty()) throw ProtocolError(why);
     const size_t rows = size_t(a.kv_rows());
-    a.q = get_bits(arena, in(r, "inputs", "q"), d, size_t(tq * a.num_heads * a.head_size));
+    a.q = get_bits(arena, in(r, "inputs", "q"), a.q_dtype(), size_t(tq * a.num_heads * a.head_size));
     a.k = get_bits(arena, in(r, "inputs", "k"), a.k_dtype(),
                    rows * size_t(a.num_kv_heads) * size_t(a.head_size));
     a.v = get_bits(arena, in(r, "inputs", "v"), a.k_dtype(), rows * size_t(a.num_kv_heads) * size_t(a.dv()));

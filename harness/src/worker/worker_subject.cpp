@@ -161,26 +161,29 @@ class WorkerSubject final : public Subject {
     std::vector<int64_t> v_shape = k_shape;
     v_shape.back() = DV;
     // An FP8 KV cache (protocol 4, only to a worker declaring its format): K and V as one-byte
-    // codes of that format, and their fp32 descales (one, or one per KV head).
-    const bool fp8 = in.fp8_kv();
+    // codes of that format, and their fp32 descales (one, or one per KV head); Q too, with its own
+    // descales, for a worker declaring fp8_q.
+    const bool fp8 = in.fp8_kv(), fp8_q = in.fp8_q();
     const std::string kv_dt = fp8 ? kv_dtype_name(in.kv_dtype) : dt;
     Layout L;
-    const TensorRef q = L.add(dt, {TQ, H, D}), k = L.add(kv_dt, k_shape), v = L.add(kv_dt, v_shape);
+    const TensorRef q = L.add(fp8_q ? kv_dt : dt, {TQ, H, D}), k = L.add(kv_dt, k_shape), v = L.add(kv_dt, v_shape);
     const TensorRef k_descale = L.add("fp32", {fp8 ? int64_t(in.k_descale.size()) : 0});
     const TensorRef v_descale = L.add("fp32", {fp8 ? int64_t(in.v_descale.size()) : 0});
+    const TensorRef q_descale = L.add("fp32", {fp8_q ? int64_t(in.q_descale.size()) : 0});
     const TensorRef mask = L.add("u8", {has_mask ? seqs.cu_mask.back() : 0});
     const TensorRef sinks = L.add("fp32", {has_sinks ? H : 0});
     const TensorRef table = L.add("i32", {in.paged() ? int64_t(S) : 0, in.paged() ? in.max_blocks : 0});
     const TensorRef out = L.add(dt, {TQ, H, DV});
     const TensorRef lse = L.add("fp32", wants_lse ? lse_shape(lay, TQ, H) : std::vector<int64_t>{0});
     unsigned char* a = arena(L.size());
-    put_bits(a, q, in.dtype, in.q);
+    put_bits(a, q, in.q_dtype(), in.q);
     put_bits(a, k, in.k_dtype(), in.k);
     put_bits(a, v, in.k_dtype(), in.v);
     if (fp8) {
       std::memcpy(a + k_descale.offset, in.k_descale.data(), in.k_descale.size() * sizeof(float));
       std::memcpy(a + v_descale.offset, in.v_descale.data(), in.v_descale.size() * sizeof(float));
     }
+    if (fp8_q) std::memcpy(a + q_descale.offset, in.q_descale.data(), in.q_descale.size() * sizeof(float));
     if (has_mask) std::memcpy(a + mask.offset, in.mask.data(), in.mask.size());
     if (has_sinks) std::memcpy(a + sinks.offset, in.sinks.data(), in.sinks.size() * sizeof(float));
     if (in.paged())
@@ -242,6 +245,7 @@ class WorkerSubject final : public Subject {
       r["kv_dtype"] = kv_dt;
       r["inputs"]["k_descale"] = tensor_json(k_descale);
       r["inputs"]["v_descale"] = tensor_json(v_descale);
+      if (fp8_q) r["inputs"]["q_descale"] = tensor_json(q_descale);
     }
     if (in.paged()) r["inputs"]["block_table"] = tensor_json(table);
     r["outputs"] = {{"out", tensor_json(out)}};

@@ -27,6 +27,11 @@ double min_subnormal(ac_dtype);  // sub_F: fp16 2^-24, bf16 2^-133, fp32 2^-149
 // to O's allowance per S (budgets.cpp).
 double fp8_kv_score_conditioning(double abs_dot);
 double fp8_kv_o_terms();
+// Q in FP8 (AC_FP8_Q): what q_descale adds to c_j (abs_dot as there).
+double fp8_q_score_conditioning(double abs_dot);
+// P held in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3): what it adds to O's allowance, S and vmax as
+// for attention_o_allowance, keys N and l = sum_exp_scaled.
+double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled);
 double score_conditioning(ac_dtype, double head_size, double abs_dot, double dist, double score,
                           bool scores_rounded);
 // Where a declared naive exp decides overflow: a score above threshold + slack overflows, one
@@ -53,6 +58,7 @@ struct AttentionRow {
   bool flushed_exp = false;   // AC_FEAT_FLUSHED_EXP: a weight e^(s - max) below 2^-126 may be 0
   bool ftz = false;           // AC_CAP_FTZ_ARITHMETIC: FTZ / DAZ fp32 arithmetic (attention_ftz_*)
   bool fp8_kv = false;        // K and V read from an FP8 cache times their descales (fp8_kv_*)
+  bool p_e4m3 = false;        // AC_FP8_P_E4M3 in an FP8 call: P held in e4m3fn (p_e4m3_o_allowance)
   // |scale| (sum_c |q_c| + max_j sum_c |k_jc|): what inputs read as 0 can move a score by, per 2^-126.
   double qk_abs = 0;
   double scale_abs = 0;  // |softmax_scale|

@@ -74,8 +74,12 @@ AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size);
 // `a` (K and V in its dtype) with K and V quantised to an FP8 cache of `format` (AC_DTYPE_E4M3 or
 // AC_DTYPE_E5M2): code = encode(x / descale), rounded once, saturating; one descale per tensor or
 // one per KV head (the vectors' sizes). The descales are the case's, the codes what the kernel reads.
+// A non-empty q_descale (as many values as k_descale) quantises Q the same way (AC_FP8_Q), each query
+// head with its KV head's descale.
 AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<float> k_descale,
-                        std::vector<float> v_descale);
+                        std::vector<float> v_descale, std::vector<float> q_descale = {});
+// The KV head of element i of q ([tokens, num_heads, head_size]): its query head's.
+int32_t q_kv_head_of_element(const AttentionInput& a, size_t i);
 // The poison a paged pool's unused slots hold: NaN in the first element of a row, the format's
 // largest finite value in the others, so a read of such a slot shows in the output.
 void poison_row(ac_dtype d, uint32_t* row, int64_t n);

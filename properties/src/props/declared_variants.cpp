@@ -81,16 +81,23 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
     items.back().input.sinks.assign(size_t(plain.num_heads), 0.5f);
   }
   // An FP8 KV cache: each declared format, descales per tensor (2^-6, so that values up to 1 use
-  // the upper codes), and per KV head (2^-6 and 3 2^-7) where declared.
+  // the upper codes), and per KV head (2^-6 and 3 2^-7) where declared; Q in FP8 as well, with the
+  // same descales, where declared (AC_FP8_Q).
   for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2}) {
     if (!(caps.kv_dtypes & AC_DTYPE_BIT(f))) continue;
     items.push_back(
         {std::string("FP8 KV cache ") + kv_dtype_name(f), gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
+    if (caps.fp8 & AC_FP8_Q)
+      items.push_back({std::string("Q, K and V in ") + kv_dtype_name(f),
+                       gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
       std::vector<float> d(size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
       items.push_back({std::string("FP8 KV cache ") + kv_dtype_name(f) + " (descales per KV head)",
                        gen::fp8_copy(plain, f, d, d)});
+      if (caps.fp8 & AC_FP8_Q)
+        items.push_back({std::string("Q, K and V in ") + kv_dtype_name(f) + " (descales per KV head)",
+                         gen::fp8_copy(plain, f, d, d, d)});
     }
   }
   return items;

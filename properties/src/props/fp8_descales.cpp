@@ -4,7 +4,7 @@
 // two checks catch each of them bit for bit, whatever the budget and whatever the descales' values:
 //
 // - Exchange: the codes of KV head g times 2^s_g and that head's descale times 2^-s_g hold the same
-//   real values. A kernel that multiplies each code by its descale once, or folds the descale into
+//   real values (Q's too, where Q is in FP8: a query head's codes go with its KV head's q_descale). A kernel that multiplies each code by its descale once, or folds the descale into
 //   the softmax scale (K) or the output (V) as FlashAttention-3 does, rounds the same reals in the
 //   same order: O and LSE keep every bit. Per-KV-head descales get s = 1 and 2 on alternate heads,
 //   so that a descale read at another head's index no longer cancels even when the descales are
@@ -26,7 +26,9 @@
 // O elements that are subnormal or would overflow when doubled are not compared. The inputs
 // (attention_fp8_kv_input) are contiguous, and hold V = 1 everywhere in a quarter of the cases:
 // O = 1 on every row with a key (mass conservation), held to the accuracy budget with the rest of
-// the base launch.
+// the base launch; in another quarter every key but the first has a weight between e^-9 and e^-5
+// and V = 1, the first V = 0, so O is made of weights below e4m3fn's smallest normal: what a P
+// held in e4m3fn without FlashAttention-3's offset loses (AC_FP8_P_E4M3, mutant 29).
 #include <cmath>
 #include <limits>
 
@@ -35,17 +37,17 @@
 namespace attncheck::detail {
 namespace {
 
-// Codes of tensor t (rows of `width`, KV heads innermost after the row) scaled by 2^s per descale
-// group (one per KV head, or one for the tensor) and the descales by 2^-s: s_g as preferred where
-// every code of the group stays an exact code and the descale an exact normal float, else 0. Returns
-// whether any group moved.
-bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, int64_t width, std::string& what) {
+// Codes of tensor t scaled by 2^s per descale group (one per KV head, head_of(i) that of element i,
+// or one for the tensor) and the descales by 2^-s: s_g as preferred where every code of the group
+// stays an exact code and the descale an exact normal float, else 0. Returns whether any group moved.
+template <class HeadOf>
+bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, HeadOf head_of, std::string& what) {
   const ref::Fp8Format f = fp8_format(a.kv_dtype);
   const double largest = ref::fp8_spec(f).largest;
   const size_t groups = ds.size();
   std::vector<int> s(groups);
   for (size_t g = 0; g < groups; ++g) s[g] = groups == 1 ? 1 : 1 + int(g % 2);
-  auto group_of = [&](size_t i) { return groups == 1 ? 0 : size_t(a.kv_head_of_element(i, width)); };
+  auto group_of = [&](size_t i) { return groups == 1 ? 0 : size_t(head_of(i)); };
   auto scaled = [&](uint8_t code, int e, uint8_t& out) {
     const double x = ref::decode_fp8(f, code);
     if (std::isnan(x)) return false;
@@ -178,16 +180,22 @@ class Fp8Descales final : public Property {
     if (!o.ok) return o;
 
     AttentionInput ex = a;
-    std::string k_exp, v_exp;
-    const bool k_moved = exchange(a, ex.k, ex.k_descale, a.head_size, k_exp);
-    const bool v_moved = exchange(a, ex.v, ex.v_descale, a.dv(), v_exp);
-    if (k_moved || v_moved) {
+    std::string k_exp, v_exp, q_exp;
+    const bool k_moved =
+        exchange(a, ex.k, ex.k_descale, [&](size_t i) { return a.kv_head_of_element(i, a.head_size); }, k_exp);
+    const bool v_moved =
+        exchange(a, ex.v, ex.v_descale, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); }, v_exp);
+    const bool q_moved =
+        a.fp8_q() && exchange(a, ex.q, ex.q_descale, [&](size_t i) { return gen::q_kv_head_of_element(a, i); }, q_exp);
+    if (k_moved || v_moved || q_moved) {
       before_launch(ctx, c, /*write=*/false);
       const std::string d = first_difference(a, base, ctx.subject.attention(ex, c.options));
       if (!d.empty()) {
         fail(o, "fp8_descale_exchange",
              "K codes times 2^" + k_exp + " and k_descale times 2^-s, V codes times 2^" + v_exp +
-                 " and v_descale times 2^-s (the same values): the outputs (as given, then exchanged) " + d);
+                 " and v_descale times 2^-s" +
+                 (a.fp8_q() ? ", Q codes times 2^" + q_exp + " and q_descale times 2^-s" : std::string()) +
+                 " (the same values): the outputs (as given, then exchanged) " + d);
         return o;
       }
     }

@@ -75,16 +75,23 @@ struct AttentionProblem {
   //     floats is exact in double), V's each decoded element (a value of at most 24 significant
   //     bits times a float: exact in double), so the reference is that of the scaled values,
   //     exactly.
+  //   q_scale: empty, or one positive finite factor per KV head, for the query heads that read it:
+  //     the kernel was given each stored Q element times its factor (an FP8 Q's descale). It
+  //     multiplies the head's scores after the softmax scale and K's factor, rounded once in
+  //     working precision (the fast path's bound counts that rounding of the scale).
   int32_t head_size_v = 0;
   float softcap = 0.0f;
   int32_t window_left = -1, window_right = -1;
   std::vector<float> sinks;
-  std::vector<float> k_scale, v_scale;
+  std::vector<float> k_scale, v_scale, q_scale;
 };
 
 // KV head h's K (V) factor: 1 where the problem has none.
 inline double k_scale_of(const AttentionProblem& pb, int32_t kv_head) {
   return pb.k_scale.empty() ? 1.0 : static_cast<double>(pb.k_scale[static_cast<size_t>(kv_head)]);
+}
+inline double q_scale_of(const AttentionProblem& pb, int32_t kv_head) {
+  return pb.q_scale.empty() ? 1.0 : static_cast<double>(pb.q_scale[static_cast<size_t>(kv_head)]);
 }
 inline double v_scale_of(const AttentionProblem& pb, int32_t kv_head) {
   return pb.v_scale.empty() ? 1.0 : static_cast<double>(pb.v_scale[static_cast<size_t>(kv_head)]);
@@ -98,8 +105,8 @@ inline int32_t value_head_size(const AttentionProblem& pb) {
 // Throws ReferenceError naming the problem: head counts/size <= 0, h % h_kv != 0, seqlens_q/k
 // sizes differ, negative lengths, q/k/v/mask sizes not matching the shape, fp16/bf16 bit patterns
 // above 16 bits, non-finite softmax_scale, a negative or non-finite softcap, head_size_v < 0, a
-// window side below -1, sinks neither empty nor num_heads finite values, k_scale / v_scale neither
-// empty nor num_kv_heads positive finite values.
+// window side below -1, sinks neither empty nor num_heads finite values, k_scale / v_scale /
+// q_scale neither empty nor num_kv_heads positive finite values.
 void validate(const AttentionProblem&);
 
 struct ExactRow {

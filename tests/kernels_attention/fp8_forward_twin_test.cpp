@@ -1,0 +1,190 @@
+// FlashAttention-3's FP8 forward contract in the host twin (plugin_abi.h AC_FP8_Q, AC_FP8_P_E4M3;
+// kernels/fused/fused_twin.h): the e4m3fn cast of P (storage.h round_to_e4m3) against every e4m3fn
+// value decoded, the error of a weight held with the 2^8 offset against budgets.cpp's bound, that
+// bound's two terms each needed by a correct kernel's error, and the fused-fp8 twin on one hand-
+// derived row (Q in FP8, P in e4m3fn) beside the fused-fp8kv twin (P in fp16).
+// Run: ctest --test-dir build -R kernels_attention_twin
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "attncheck/attention_args.hpp"
+#include "attncheck/budgets.hpp"
+#include "common/storage.h"
+#include "fused/fused.h"
+#include "fused/fused_math.h"
+
+using namespace attncheck;
+
+namespace {
+
+// The e4m3fn value nearest to x by search over every finite code's decoded value, ties to the code
+// whose last mantissa bit is 0, past the largest (448) the largest: what the cast must give.
+float nearest_e4m3(float x) {
+  struct Entry {
+    float value;
+    int code;
+  };
+  static const std::vector<Entry> table = [] {
+    std::vector<Entry> t;
+    for (int code = 0; code < 128; ++code)  // the non-negative codes; 0x7f is NaN
+      if (const float v = kern::fp8_to_float(AC_DTYPE_E4M3, uint8_t(code)); std::isfinite(v)) t.push_back({v, code});
+    return t;
+  }();
+  const float a = std::fabs(x);
+  const Entry* best = &table.front();
+  for (const Entry& e : table) {
+    const float d = std::fabs(e.value - a), bd = std::fabs(best->value - a);
+    if (d < bd || (d == bd && (e.code & 1) == 0)) best = &e;
+  }
+  return std::copysign(best->value, x);
+}
+
+}  // namespace
+
+TEST_CASE("round_to_e4m3: the nearest e4m3fn value, ties to even, saturating at 448", "[fp8][p_e4m3]") {
+  std::vector<float> xs = {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 480.0f, 1e6f, -1e6f, 0x1p-9f, 0x1p-10f,
+                           0x1.0001p-10f, 0x0.ffffp-10f, 0x1p-11f, 0x1p-6f, 0x1.1p-6f, 0x1.08p0f, 0x1.18p0f,
+                           0x1.17ffffp0f, 1e-30f, 0x1p-149f};
+  // Every midpoint between neighbouring finite values, and a step either side of it.
+  for (int code = 0; code < 0x7e; ++code) {
+    const float lo = kern::fp8_to_float(AC_DTYPE_E4M3, uint8_t(code)),
+                hi = kern::fp8_to_float(AC_DTYPE_E4M3, uint8_t(code + 1));
+    const float mid = lo + (hi - lo) / 2;  // exact: both are short binary fractions
+    xs.insert(xs.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f), -mid, lo});
+  }
+  for (int i = 0; i < 20000; ++i) xs.push_back(std::ldexp(float(i % 977) + 0.37f, -22 + i % 30));
+  for (const float x : xs) {
+    INFO(x);
+    const float got = kern::round_to_e4m3(x), want = nearest_e4m3(x);
+    CHECK(got == want);
+    CHECK(std::signbit(got) == std::signbit(x));
+  }
+}
+
+TEST_CASE("P in e4m3fn with the offset 2^8: each weight within 2^-4 p + 2^-18, both terms reached",
+          "[fp8][p_e4m3][budgets]") {
+  // budgets.cpp p_e4m3_o_allowance: a weight p <= 1 held as e4m3fn(256 p) / 256 moves by at most
+  // 2^-4 p where 256 p is normal (>= 2^-6) and 2^-18 where it is subnormal. Swept over (0, 1]: the
+  // largest ratio to the absolute term is 1 (a subnormal half-step), to the relative one
+  // 1 / (1 + 2^-4) = 0.94 (256 p just below (1 + 2^-4) 2^k rounds down by 2^-4 2^k), so neither
+  // constant could be much smaller.
+  double worst = 0, worst_rel = 0, worst_abs = 0;
+  for (int e = -30; e <= 0; ++e)
+    for (int m = 0; m < 4096; ++m) {
+      const float p = std::ldexp(1.0f + float(m) / 4096, e - 1);
+      if (!(p <= 1.0f)) continue;
+      const double err = std::fabs(double(kern::fused::p_e4m3(p)) - double(p));
+      worst = std::max(worst, err / (0x1p-4 * p + 0x1p-18));
+      if (256.0 * p >= 0x1p-6) worst_rel = std::max(worst_rel, err / (0x1p-4 * p));
+      if (256.0 * p < 0x1p-6) worst_abs = std::max(worst_abs, err / 0x1p-18);
+    }
+  CHECK(worst <= 1.0);
+  CHECK(worst_rel > 0.94);
+  CHECK(worst_rel <= 1.0);
+  CHECK(worst_abs > 0.99);
+  CHECK(worst_abs <= 1.0);
+  // Mutant 29 casts p itself: a weight of 2^-11 (below half of e4m3fn's smallest subnormal 2^-9)
+  // becomes 0; with the offset it is 256 2^-11 = 2^-3, exact.
+  CHECK(kern::fused::p_e4m3<kern::fused::Mutation::fp8_p_no_offset>(0x1p-11f) == 0.0f);
+  CHECK(kern::fused::p_e4m3(0x1p-11f) == 0x1p-11f);
+}
+
+TEST_CASE("P in e4m3fn: without either term of its allowance a correct kernel's error fails",
+          "[fp8][p_e4m3][budgets]") {
+  // One row, 8 keys: key 0 at the max (p = 1, V = 0), keys 1..7 with weight p and V = 1; l is summed
+  // from the unrounded weights (AC_FP8_P_E4M3). O = 7 p / l, and a kernel holding P in e4m3fn errs by
+  // 7 (p~ - p) / l.
+  auto row = [](double p, double held, bool declared, double& err, double& allowed_with, double& allowed_without) {
+    const double l = 1 + 7 * p, S = 7 * p / l;
+    err = 7 * std::fabs(held - p) / l;
+    Budget b;
+    AttentionRow r;
+    r.dtype = AC_DTYPE_BF16;
+    r.keys = 8;
+    r.head_size = 64;
+    r.sum_exp_scaled = l;
+    r.fp8_kv = true;
+    const double ulp_S = std::ldexp(1.0, std::ilogb(S) - 7);  // bf16: 8 significant bits
+    r.p_e4m3 = false;
+    allowed_without = attention_o_allowance(b, r, ulp_S, S, 0, 1);
+    r.p_e4m3 = declared;
+    allowed_with = attention_o_allowance(b, r, ulp_S, S, 0, 1);
+  };
+  double err = 0, with = 0, without = 0;
+  // The relative term: 256 p = 1.0624 (a normal e4m3fn number's neighbours are 1 and 1.125) is held
+  // as 1: each weight 0.0624 / 1.0624 = 5.9% low, over the bf16 allowance's 4 ulps (1.6% to 3.1%).
+  const double p1 = 1.0624 / 256;
+  row(p1, 1.0 / 256, true, err, with, without);
+  INFO("relative: err " << err << " with " << with << " without " << without);
+  CHECK(err > without);
+  CHECK(err <= with);
+  // The absolute term: 256 p = 1.0001 2^-10 rounds up to e4m3fn's smallest subnormal 2^-9: each
+  // weight doubles (p~ - p = 0.9999 2^-18), far past 2^-4 p.
+  const double p2 = 1.0001 * 0x1p-18;
+  row(p2, 0x1p-17, true, err, with, without);
+  INFO("absolute: err " << err << " with " << with << " without " << without);
+  CHECK(err > without);
+  CHECK(err > without + 0x1p-4 * (7 * p2 / (1 + 7 * p2)));  // the relative term alone is not enough
+  CHECK(err <= with);
+  CHECK(p_e4m3_o_allowance(1.0, 0, 1.0, 1.0) == 0);  // a row without keys holds no weight
+}
+
+TEST_CASE("fused-fp8 twin: Q in FP8 and P in e4m3fn on one hand-derived row", "[fp8][p_e4m3][twin]") {
+  // One query, two keys, d = 64, all codes e4m3fn, softmax scale 1. Q one-hot on coordinate 0 with
+  // code 0x38 (1.0), q_descale 2; K: key 0 all codes 0x00, key 1's coordinate 0 0xB8 (-1.0),
+  // k_descale 2.5; V: key 0 all 0x00, key 1 all 0x38 (1.0), v_descale 1. Scores 0 and
+  // 1 * 2 * -1 * 2.5 = -5: weights 1 and p = e^-5 = 6.7379e-3, l = 1 + p (unrounded), LSE =
+  // ln(1 + e^-5).
+  // fused-fp8 holds 256 p = 1.72492 in e4m3fn, whose values in [1, 2) are 0.125 apart: 1.75, so
+  // P V reads 1.75 / 256 = 6.8359e-3 and O = 6.8359e-3 / 1.0067379 = 6.7902e-3 (fp16 spacing there
+  // 2^-18 = 3.8e-6, relative 5.6e-4). fused-fp8kv rounds p to fp16 instead (the same spacing):
+  // O = e^-5 / (1 + e^-5) = 6.6929e-3 within that rounding.
+  const int d = 64;
+  std::vector<uint8_t> q(d, 0), k(2 * d, 0), v(2 * d, 0);
+  q[0] = 0x38;
+  k[d] = 0xB8;
+  for (int c = 0; c < d; ++c) v[d + c] = 0x38;
+  const float q_descale = 2.0f, k_descale = 2.5f, v_descale = 1.0f;
+  int32_t cu_q[2] = {0, 1}, cu_k[2] = {0, 2};
+  auto run = [&](bool p_e4m3, bool fp8_q) {
+    std::vector<uint16_t> out(d, 0x7e00);
+    std::vector<float> lse(1, 12345.0f);
+    std::vector<uint16_t> q16(d, 0);
+    q16[0] = 0x4000;  // fp16 2.0: Q times its descale, for the call without an FP8 Q
+    const ac_attention_args a =
+        AttentionArgs(AC_DTYPE_F16, 1, 1, d)
+            .sequences(1, cu_q, cu_k)
+            .tensors(fp8_q ? static_cast<const void*>(q.data()) : q16.data(), k.data(), v.data(), out.data(),
+                     lse.data())
+            .scale(1.0f)
+            .fp8_kv(AC_DTYPE_E4M3, &k_descale, &v_descale, 0)
+            .fp8_q(fp8_q ? &q_descale : nullptr);
+    kern::FusedOptions o;
+    o.p_e4m3 = p_e4m3;
+    char err[256] = {};
+    REQUIRE(kern::fused_attention_host(a, o, err, sizeof err) == AC_OK);
+    return std::pair{kern::f16_to_float(out[0]), lse[0]};
+  };
+  const auto [o8, lse8] = run(true, true);
+  CHECK(o8 == Approx(6.7902e-3).epsilon(6e-4));
+  CHECK(lse8 == Approx(std::log1p(std::exp(-5.0))).epsilon(1e-5));  // l is unrounded
+  const auto [o16, lse16] = run(false, true);
+  CHECK(o16 == Approx(6.6929e-3).epsilon(6e-4));
+  CHECK(lse16 == lse8);
+  // Q in fp16 holding 2.0 with no q_descale: the same values, the same row.
+  CHECK(run(false, false).first == o16);
+  // A q_descale with a kernel that does not read FP8 Q is refused by name.
+  std::vector<uint16_t> out(d);
+  const ac_attention_args a = AttentionArgs(AC_DTYPE_F16, 1, 1, d)
+                                  .sequences(1, cu_q, cu_k)
+                                  .tensors(q.data(), k.data(), v.data(), out.data(), nullptr)
+                                  .fp8_kv(AC_DTYPE_E4M3, &k_descale, &v_descale, 0)
+                                  .fp8_q(&q_descale);
+  char err[256] = {};
+  CHECK(kern::fused_check_args(a, {}, kern::kNumFusedTilings, err, sizeof err, kern::ArgScope{nullptr, 0, true, false}) ==
+        AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err).find("Q in FP8") != std::string::npos);
+}
