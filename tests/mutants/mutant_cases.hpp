@@ -127,6 +127,9 @@ struct Attention {
   ac_dtype kv_dtype = AC_DTYPE_F16;
   std::vector<uint8_t> k8, v8;
   std::vector<float> k_descale, v_descale;
+  // Q in FP8 (AC_FP8_Q): a non-empty q_descale reads q8 (codes laid out as q) instead of q.
+  std::vector<uint8_t> q8;
+  std::vector<float> q_descale;
   void set_fp8(ac_dtype format, uint8_t k_code, uint8_t v_code) {
     kv_dtype = format;
     k8.assign(k.size(), k_code);
@@ -183,7 +186,8 @@ struct Attention {
     const ac_attention_args a =
         attncheck::AttentionArgs(AC_DTYPE_F16, h, hkv, d)
             .sequences(1, cu_q, cu_k)
-            .tensors(q.data(), kp, vp, out.data(), lse.data())
+            .tensors(q_descale.empty() ? static_cast<const void*>(q.data()) : q8.data(), kp, vp, out.data(),
+                     lse.data())
             .scale(scale)
             .causal(causal)
             .mask(masked ? mask.data() : nullptr, masked ? cu_m : nullptr)
@@ -193,7 +197,8 @@ struct Attention {
             .paged(page_size, num_pages, max_blocks, paged ? table.data() : nullptr,
                    paged ? table.data() : nullptr)
             .fp8_kv(fp8 ? kv_dtype : AC_DTYPE_F16, fp8 ? k_descale.data() : nullptr,
-                    fp8 ? v_descale.data() : nullptr, k_descale.size() > 1 ? 1 : 0);
+                    fp8 ? v_descale.data() : nullptr, k_descale.size() > 1 ? 1 : 0)
+            .fp8_q(q_descale.empty() ? nullptr : q_descale.data());
     char err[256] = {};
     if (s.attention(s.self, &a, err, sizeof err) != AC_OK) throw std::runtime_error(err);
   }

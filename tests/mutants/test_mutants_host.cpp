@@ -17,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 28);
+  REQUIRE(table.size() == 30);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -388,6 +388,48 @@ TEST_CASE("mutant 27: k_descale read at the query head, not its KV head", "[muta
   CHECK(a.o(0, 1) == Approx(0.8808).epsilon(1e-3));
   a.run(subject("mutant-fused-fp8-descale-by-query-head", true));
   CHECK(a.o(0, 1) == Approx(0.6225).epsilon(1e-3));
+}
+
+TEST_CASE("mutant 29: P cast to e4m3fn without the 2^8 offset", "[mutants][fused][fp8]") {
+  // FlashAttention-3's contract (fused-fp8). One query, two keys, Q one-hot on coordinate 0 with
+  // code 0x38 (1.0), q_descale 1; K: key 0 codes 0x00 (logit 0), key 1's coordinate 0 0xD0 (-8.0:
+  // exponent field 10, mantissa 0), k_descale 1; V: key 0 0x00, key 1 0x38 (1.0), v_descale 1.
+  // p = e^-8 = 3.3546e-4, l = 1 + p. With the offset 256 p = 0.085877 is held as 11 2^-7 =
+  // 0.0859375 (e4m3fn's step is 2^-7 in [2^-4, 2^-3)): O = 0.0859375 / 256 / (1 + p) = 3.3558e-4.
+  // The mutant holds p itself: below 2^-10, half of e4m3fn's smallest subnormal 2^-9, so 0: O = 0.
+  mt::Attention a(1, 1, 1, 2);
+  a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x00);
+  a.k8[size_t(a.d)] = 0xD0;
+  std::fill(a.v8.begin() + a.d, a.v8.end(), uint8_t(0x38));
+  a.q8.assign(a.q.size(), 0x00);
+  a.q8[0] = 0x38;
+  a.q_descale = {1.0f};
+  a.k_descale = {1.0f};
+  a.v_descale = {1.0f};
+  a.run(subject("fused-fp8", false));
+  CHECK(a.o(0, 0) == Approx(3.3558e-4).epsilon(1e-3));
+  a.run(subject("mutant-fused-fp8-p-no-offset", true));
+  CHECK(a.o(0, 0) == 0.0f);
+}
+
+TEST_CASE("mutant 30: q_descale folded into the softmax scale twice", "[mutants][fused][fp8]") {
+  // One query, two keys; Q one-hot with code 0x38 (1.0), q_descale 2; K: key 0's coordinate 0 0x38
+  // (1.0), key 1 0x00, k_descale 1; V: key 0 0x38 (1.0), key 1 0x00, v_descale 1. Scores 2 and 0: O
+  // = 1 / (1 + e^-2) = 0.88080 (key 1's V is 0, so P's rounding of e^-2 does not show; l is
+  // unrounded). The mutant's q_descale squared gives scores 4 and 0: O = 1 / (1 + e^-4) = 0.98201.
+  mt::Attention a(1, 1, 1, 2);
+  a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x00);
+  a.k8[0] = 0x38;
+  std::fill(a.v8.begin(), a.v8.begin() + a.d, uint8_t(0x38));
+  a.q8.assign(a.q.size(), 0x00);
+  a.q8[0] = 0x38;
+  a.q_descale = {2.0f};
+  a.k_descale = {1.0f};
+  a.v_descale = {1.0f};
+  a.run(subject("fused-fp8", false));
+  CHECK(a.o(0, 0) == Approx(0.88080).epsilon(1e-3));
+  a.run(subject("mutant-fused-fp8-q-descale-twice", true));
+  CHECK(a.o(0, 0) == Approx(0.98201).epsilon(1e-3));
 }
 
 TEST_CASE("a row without keys under a sink: O = 0 and LSE = the sink, split or not", "[mutants][variants]") {

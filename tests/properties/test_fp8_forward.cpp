@@ -1,0 +1,204 @@
+// Q in FP8 (plugin_abi.h AC_FP8_Q) and P in e4m3fn (AC_FP8_P_E4M3) outside the kernels: the judge's
+// reference of Q's codes times q_descale, the case file's q_descale and its refusals, a subject not
+// declaring FP8 Q never called with one, the generators quantising Q only where declared, the
+// budget increment of q_descale and the conventions' P flag. Expected values are derived in the
+// comments, never read off the code under test.
+#include <rapidcheck.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "attncheck/budgets.hpp"
+#include "attncheck/case.hpp"
+#include "attncheck/generators.hpp"
+#include "attncheck/reference/exact.hpp"
+#include "attncheck/reference/fast.hpp"
+#include "internal.hpp"
+
+using namespace attncheck;
+
+namespace {
+
+// One sequence (1 query over 2 keys), 2 query heads over 1 KV head, d = 1, all of Q, K and V in
+// e4m3fn codes: 0x38 = 1.0, 0x40 = 2.0, 0x30 = 0.5, 0x44 = 3.0 (exponent field e, mantissa m:
+// (1 + m / 8) 2^(e - 7)).
+AttentionInput fp8_q_case() {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_BF16;
+  a.kv_dtype = AC_DTYPE_E4M3;
+  a.num_heads = 2;
+  a.num_kv_heads = 1;
+  a.head_size = 1;
+  a.seqlens_q = {1};
+  a.seqlens_k = {2};
+  a.softmax_scale = 0.5f;
+  a.q = {0x40, 0x30};  // query heads 0 and 1
+  a.k = {0x38, 0x44};
+  a.v = {0x40, 0x38};
+  a.k_descale = {0.25f};
+  a.v_descale = {2.0f};
+  a.q_descale = {1.5f};
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("FP8 Q: the judge's reference is the attention of Q's codes times q_descale", "[properties][fp8]") {
+  // Query head 0: q = 2.0 * 1.5 = 3; keys 1.0 and 3.0 times 0.25 -> 0.25 and 0.75; scale 0.5:
+  // scores 0.375 and 1.125. Values 2.0 and 1.0 times 2 -> 4 and 2. Query head 1: q = 0.5 * 1.5 =
+  // 0.75: scores 0.09375 and 0.28125.
+  const AttentionInput a = fp8_q_case();
+  REQUIRE(attention_variant_problem(a).empty());
+  const ref::AttentionProblem p = detail::problem_of(a);
+  auto o_of = [](long double s0, long double s1) {
+    const long double e0 = std::exp(s0), e1 = std::exp(s1);
+    return double((4 * e0 + 2 * e1) / (e0 + e1));
+  };
+  const ref::ExactRow r0 = ref::exact_attention_row(p, 0, 0), r1 = ref::exact_attention_row(p, 0, 1);
+  CHECK(std::fabs(r0.o[0].convert_to<double>() - o_of(0.375L, 1.125L)) <= 1e-15);
+  CHECK(std::fabs(r1.o[0].convert_to<double>() - o_of(0.09375L, 0.28125L)) <= 1e-15);
+  CHECK(std::fabs(r1.lse.convert_to<double>() - double(std::log(std::exp(0.09375L) + std::exp(0.28125L)))) <=
+        1e-15);
+  // The certified fast path agrees (q_scale rounds its scale once more; its bound covers that).
+  ref::FastOptions fo;
+  fo.threads = 1;
+  const ref::FastAttentionReference fast(p, fo);
+  fast.for_each_row([&](int64_t token, int32_t head, const ref::FastRow& fr) {
+    const double want = head == 0 ? o_of(0.375L, 1.125L) : o_of(0.09375L, 0.28125L);
+    CHECK(fr.certified);
+    CHECK(std::fabs(fr.o[0] - want) <= fr.o_bound[0] + 1e-15);
+    (void)token;
+  });
+}
+
+TEST_CASE("FP8 Q: case files carry q_descale and refuse a bad one in one line", "[properties][fp8]") {
+  Case c;
+  c.op = "attention";
+  c.input = fp8_q_case();
+  const std::string text = case_to_json(c);
+  const Case back = case_from_json(text);
+  const auto& b = std::get<AttentionInput>(back.input);
+  CHECK(b.q == std::get<AttentionInput>(c.input).q);
+  CHECK(b.q_descale == std::vector<float>{1.5f});
+  CHECK(b.fp8_q());
+  const struct {
+    const char* what;
+    void (*spoil)(AttentionInput&);
+    const char* named;
+  } bad[] = {
+      {"a zero q_descale", [](AttentionInput& x) { x.q_descale = {0.0f}; }, "q_descale[0]"},
+      {"a NaN q_descale", [](AttentionInput& x) { x.q_descale = {NAN}; }, "q_descale[0]"},
+      {"two q_descales for one KV head", [](AttentionInput& x) { x.q_descale = {1, 1}; }, "q_descale has 2"},
+      {"q_descale without an FP8 cache",
+       [](AttentionInput& x) {
+         x.kv_dtype = AC_DTYPE_F32;
+         x.k_descale.clear();
+         x.v_descale.clear();
+       },
+       "need an FP8"},
+  };
+  for (const auto& spoiled : bad) {
+    AttentionInput x = fp8_q_case();
+    spoiled.spoil(x);
+    INFO(spoiled.what);
+    const std::string why = attention_variant_problem(x);
+    CHECK(why.find(spoiled.named) != std::string::npos);
+    CHECK(why.find('\n') == std::string::npos);
+  }
+  // Granularities that differ, per KV head for K / V and per tensor for Q: two KV heads.
+  AttentionInput two = fp8_q_case();
+  two.num_kv_heads = 2;
+  two.k = {0x38, 0x38, 0x44, 0x44};
+  two.v = {0x40, 0x40, 0x38, 0x38};
+  two.k_descale = {0.25f, 0.5f};
+  two.v_descale = {2.0f, 2.0f};
+  CHECK(attention_variant_problem(two).find("q_descale and k_descale differ in granularity") !=
+        std::string::npos);
+}
+
+TEST_CASE("FP8 Q: a subject that does not declare it is never called with one", "[properties][fp8]") {
+  const AttentionInput a = fp8_q_case();
+  AttentionInput storage;
+  ac_caps caps{};
+  caps.ops = AC_OP_ATTENTION;
+  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
+                    Catch::Contains("s does not declare Q in FP8 (AC_FP8_Q)"));
+  caps.fp8 = AC_FP8_Q;
+  CHECK(&input_for_subject(a, 0, caps, "s", storage) == &a);
+}
+
+TEST_CASE("FP8 Q: the generators quantise Q only for a subject declaring it", "[properties][fp8]") {
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_BF16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_CAUSAL | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.tile_keys = 64;
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  dom.fp8 = AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q;
+  int fp8 = 0, with_q = 0, per_head = 0;
+  rc::Random random(5);
+  for (int i = 0; i < 200; ++i) {
+    const AttentionInput a = gen::attention_input(dom)(random.split(), i).value();
+    REQUIRE(attention_variant_problem(a).empty());
+    if (!a.fp8_kv()) continue;
+    ++fp8;
+    if (!a.fp8_q()) continue;
+    ++with_q;
+    per_head += a.q_descale.size() > 1;
+    for (const uint32_t b : a.q) REQUIRE(b <= 0xffu);
+  }
+  // FP8 in a third of the cases, Q among them in three quarters.
+  CHECK(fp8 > 30);
+  CHECK(with_q > fp8 / 2);
+  CHECK(with_q < fp8);
+  CHECK(per_head > 0);
+  dom.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
+  rc::Random again(5);
+  for (int i = 0; i < 100; ++i) CHECK_FALSE(gen::attention_input(dom)(again.split(), i).value().fp8_q());
+}
+
+TEST_CASE("FP8 Q budget: q_descale's rounding adds abs_dot to a score, per 2^-24", "[properties][budgets][fp8]") {
+  // FlashAttention-3 folds q_descale and k_descale into the softmax scale, fl(fl(scale qd) kd): two
+  // fp32 roundings, each moving the score t by up to |t| 2^-24 <= abs_dot 2^-24 (abs_dot = |scale
+  // qd kd| sum |q k| >= |t|). The K one is fp8_kv_score_conditioning's; q_descale's is the new term.
+  // Measured over scales and descales: the two folds' error on t within both terms together, and
+  // past the K term alone somewhere (so the Q term is needed).
+  double worst = 0;
+  for (int i = 1; i < 4000; ++i) {
+    const float scale = 1.0f / std::sqrt(float(1 + i % 256)), qd = float(i) * 0.000917f,
+                kd = float(4001 - i) * 0.000731f;
+    const float dot = float(i % 97) - 48.3f;
+    const double exact = double(scale) * double(qd) * double(kd) * double(dot);
+    const float folded = ((scale * qd) * kd) * dot;  // the folds, then the product: three roundings
+    const double abs_dot = std::fabs(exact);
+    const double fold_err = std::fabs(double(folded) - exact) - abs_dot * 0x1p-24;  // the product's own
+    worst = std::max(worst, fold_err / (fp8_kv_score_conditioning(abs_dot) * 0x1p-24));
+  }
+  CHECK(worst > 1.0);  // K's term alone is not enough
+  CHECK(worst <= 1.0 + fp8_q_score_conditioning(1.0));
+  CHECK(fp8_q_score_conditioning(5.0) == 5.0);
+}
+
+TEST_CASE("FP8 P: the subject's declaration reaches the judge's conventions", "[properties][fp8]") {
+  // A subject that is only its caps: conventions_of reads nothing else.
+  struct CapsOnly final : Subject {
+    ac_caps c{};
+    std::string n = "caps-only";
+    const std::string& name() const override { return n; }
+    const std::string& description() const override { return n; }
+    const ac_caps& caps() const override { return c; }
+    std::string backend() const override { return "host"; }
+    std::string origin() const override { return "test"; }
+    MergeOutput merge(const MergeInput&) override { return {}; }
+    SoftmaxOutput softmax(const SoftmaxInput&) override { return {}; }
+    AttentionOutput attention(const AttentionInput&, const AttentionOptions&) override { return {}; }
+  } s;
+  s.c.ops = AC_OP_ATTENTION;
+  s.c.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  CHECK_FALSE(detail::conventions_of(s).p_e4m3);
+  s.c.fp8 = AC_FP8_P_E4M3;
+  CHECK(detail::conventions_of(s).p_e4m3);
+}
