@@ -477,7 +477,8 @@ Case case_from_json(const std::string& text) {
       a.k_descale = decode_floats(get_string(in, "k_descale", w), "input.k_descale");
       a.v_descale = decode_floats(get_string(in, "v_descale", w), "input.v_descale");
     }
-    if (in.contains("q_descale")) a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
+    if (in.contains("q_descale"))
+      a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));

@@ -98,12 +98,12 @@ AC_HD float fp8_to_float(int kv_dtype, uint8_t code) {
 AC_HD float round_to_e4m3(float x) {
   const uint32_t u = float_bits(x);
   const uint32_t sign = u & 0x80000000u, au = u & 0x7fffffffu;
-  if (au >= 0x7f800000u) return x;  // inf, nan: not a weight; left alone
-  const int e = int(au >> 23) - 127;  // |x| in [2^e, 2^(e+1)) for a normal float
+  if (au >= 0x7f800000u) return x;              // inf, nan: not a weight; left alone
+  const int e = int(au >> 23) - 127;            // |x| in [2^e, 2^(e+1)) for a normal float
   const int keep = e >= -6 ? 3 : 3 - (-6 - e);  // bits kept after the leading one (fewer below 2^-6)
   if (keep < -1 || au < 0x00800000u) return bits_float(sign);  // below 2^-10, or an fp32 subnormal
-  const uint32_t sig = (au & 0x7fffffu) | 0x800000u;       // |x| = sig 2^(e - 23)
-  const int shift = 23 - keep;                             // 20 .. 24 bits dropped
+  const uint32_t sig = (au & 0x7fffffu) | 0x800000u;           // |x| = sig 2^(e - 23)
+  const int shift = 23 - keep;                                 // 20 .. 24 bits dropped
   uint32_t r = sig >> shift;
   const uint32_t rem = sig & ((1u << shift) - 1u), half = 1u << (shift - 1);
   if (rem > half || (rem == half && (r & 1u))) r += 1;

@@ -118,12 +118,13 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
                    with_fp8_kv_cache(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
                    run_fused, &self[0]});
   if (!cuda)
-    out.push_back({"fused-fp8",
-                   "fused attention forward, host twin, FlashAttention-3's FP8 contract: Q, K and V in e4m3fn "
-                   "(descales per tensor or per KV head), P in e4m3fn with the offset 2^8, natural LSE, empty "
-                   "-inf",
-                   with_fp8_forward(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
-                   run_fused, &g_fp8_self});
+    out.push_back(
+        {"fused-fp8",
+         "fused attention forward, host twin, FlashAttention-3's FP8 contract: Q, K and V in e4m3fn "
+         "(descales per tensor or per KV head), P in e4m3fn with the offset 2^8, natural LSE, empty "
+         "-inf",
+         with_fp8_forward(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr, run_fused,
+         &g_fp8_self});
 }
 
 }  // namespace attncheck::kern

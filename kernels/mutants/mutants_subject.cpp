@@ -304,8 +304,8 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     const ac_subject* twin = find_subject(correct, m.correct_subject);
     if (!twin) continue;  // cannot happen for the table above; tests/mutants checks every name
     if ((twin->caps.variants & bug_variant(r)) != bug_variant(r)) continue;
-    g_self[b][i] = MutantSelf{r.family, r.mutation, cuda, twin->attention, twin->self,
-                              (twin->caps.fp8 & AC_FP8_P_E4M3) != 0};
+    g_self[b][i] = MutantSelf{r.family,        r.mutation, cuda,
+                              twin->attention, twin->self, (twin->caps.fp8 & AC_FP8_P_E4M3) != 0};
     g_description[b][i] = std::string("MUTANT ") + std::to_string(m.number) + ": " + m.bug +
                           " (killer: " + m.expected_killer + ")" + (cuda ? "" : " (host twin)");
     ac_subject s{};

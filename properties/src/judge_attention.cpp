@@ -290,7 +290,8 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   // Q's values as the kernel was given them: times its descale where Q is in FP8 (AC_FP8_Q; a code
   // of at most 4 significant bits times a float, exact in double).
   const double q_descale = a.descale(a.q_descale, int32_t(kvh));
-  for (int64_t c = 0; c < D; ++c) q[size_t(c)] = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]) * q_descale;
+  for (int64_t c = 0; c < D; ++c)
+    q[size_t(c)] = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]) * q_descale;
   // Scores in double, for the allowance and the hazard prediction.
   std::vector<double> A, T;  // T: the uncapped scores of a capped row
   double kabs_max = 0;       // max_j sum_c |k_jc| (FTZ arithmetic's allowance only)

@@ -68,9 +68,8 @@ AttentionInput apply(const AttentionInput& a, const Keep& k) {
     for (int64_t h : heads) b.sinks.push_back(a.sinks[size_t(h)]);
   // An FP8 cache stays one (and an FP8 Q): its codes are kept, with their KV heads' descales.
   b.kv_dtype = a.kv_dtype;
-  for (const auto& [from, to] :
-       {std::pair{&a.k_descale, &b.k_descale}, std::pair{&a.v_descale, &b.v_descale},
-        std::pair{&a.q_descale, &b.q_descale}})
+  for (const auto& [from, to] : {std::pair{&a.k_descale, &b.k_descale}, std::pair{&a.v_descale, &b.v_descale},
+                                 std::pair{&a.q_descale, &b.q_descale}})
     if (from->size() == 1)
       *to = *from;
     else if (!from->empty())

@@ -16,8 +16,9 @@ inline AttentionProblem random_problem(int32_t tq, int32_t tk, int32_t h, int32_
                                        std::mt19937_64& rng) {
   std::normal_distribution<double> n01(0.0, 1.0);
   AttentionProblem pb{
-      Format::fp16, h, hkv,  d,  {tq}, {tk}, causal, {}, 1.0f / std::sqrt(static_cast<float>(d)), {}, {},
-      {},           0, 0.0f, -1, -1,   {},   {},     {},    {}};
+      Format::fp16, h,  hkv, d, {tq}, {tk}, causal, {}, 1.0f / std::sqrt(static_cast<float>(d)),
+      {},           {}, {},  0, 0.0f, -1,   -1,     {}, {},
+      {},           {}};
   auto fill = [&](std::vector<uint32_t>& t, size_t n) {
     t.resize(n);
     for (auto& b : t) b = round_to_format(Format::fp16, n01(rng));

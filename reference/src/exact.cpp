@@ -368,7 +368,7 @@ void validate(const AttentionProblem& pb) {
   for (size_t i = 0; i < pb.sinks.size(); ++i)
     if (!std::isfinite(pb.sinks[i])) fail("sinks[" + std::to_string(i) + "] is not finite");
   for (const auto& [scales, name] : {std::pair{&pb.k_scale, "k_scale"}, std::pair{&pb.v_scale, "v_scale"},
-                                std::pair{&pb.q_scale, "q_scale"}}) {
+                                     std::pair{&pb.q_scale, "q_scale"}}) {
     if (!scales->empty() && static_cast<int64_t>(scales->size()) != pb.num_kv_heads)
       fail(std::string(name) + " has " + std::to_string(scales->size()) + " values, num_kv_heads is " +
            std::to_string(pb.num_kv_heads) + " (one per KV head, or none)");

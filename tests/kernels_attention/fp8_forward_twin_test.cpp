@@ -30,7 +30,8 @@ float nearest_e4m3(float x) {
   static const std::vector<Entry> table = [] {
     std::vector<Entry> t;
     for (int code = 0; code < 128; ++code)  // the non-negative codes; 0x7f is NaN
-      if (const float v = kern::fp8_to_float(AC_DTYPE_E4M3, uint8_t(code)); std::isfinite(v)) t.push_back({v, code});
+      if (const float v = kern::fp8_to_float(AC_DTYPE_E4M3, uint8_t(code)); std::isfinite(v))
+        t.push_back({v, code});
     return t;
   }();
   const float a = std::fabs(x);
@@ -45,9 +46,9 @@ float nearest_e4m3(float x) {
 }  // namespace
 
 TEST_CASE("round_to_e4m3: the nearest e4m3fn value, ties to even, saturating at 448", "[fp8][p_e4m3]") {
-  std::vector<float> xs = {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 480.0f, 1e6f, -1e6f, 0x1p-9f, 0x1p-10f,
-                           0x1.0001p-10f, 0x0.ffffp-10f, 0x1p-11f, 0x1p-6f, 0x1.1p-6f, 0x1.08p0f, 0x1.18p0f,
-                           0x1.17ffffp0f, 1e-30f, 0x1p-149f};
+  std::vector<float> xs = {0.0f,      -0.0f,     448.0f,    449.0f,        464.0f,        480.0f,   1e6f,
+                           -1e6f,     0x1p-9f,   0x1p-10f,  0x1.0001p-10f, 0x0.ffffp-10f, 0x1p-11f, 0x1p-6f,
+                           0x1.1p-6f, 0x1.08p0f, 0x1.18p0f, 0x1.17ffffp0f, 1e-30f,        0x1p-149f};
   // Every midpoint between neighbouring finite values, and a step either side of it.
   for (int code = 0; code < 0x7e; ++code) {
     const float lo = kern::fp8_to_float(AC_DTYPE_E4M3, uint8_t(code)),
@@ -97,7 +98,8 @@ TEST_CASE("P in e4m3fn: without either term of its allowance a correct kernel's 
   // One row, 8 keys: key 0 at the max (p = 1, V = 0), keys 1..7 with weight p and V = 1; l is summed
   // from the unrounded weights (AC_FP8_P_E4M3). O = 7 p / l, and a kernel holding P in e4m3fn errs by
   // 7 (p~ - p) / l.
-  auto row = [](double p, double held, bool declared, double& err, double& allowed_with, double& allowed_without) {
+  auto row = [](double p, double held, bool declared, double& err, double& allowed_with,
+                double& allowed_without) {
     const double l = 1 + 7 * p, S = 7 * p / l;
     err = 7 * std::fabs(held - p) / l;
     Budget b;
@@ -154,14 +156,13 @@ TEST_CASE("fused-fp8 twin: Q in FP8 and P in e4m3fn on one hand-derived row", "[
     std::vector<float> lse(1, 12345.0f);
     std::vector<uint16_t> q16(d, 0);
     q16[0] = 0x4000;  // fp16 2.0: Q times its descale, for the call without an FP8 Q
-    const ac_attention_args a =
-        AttentionArgs(AC_DTYPE_F16, 1, 1, d)
-            .sequences(1, cu_q, cu_k)
-            .tensors(fp8_q ? static_cast<const void*>(q.data()) : q16.data(), k.data(), v.data(), out.data(),
-                     lse.data())
-            .scale(1.0f)
-            .fp8_kv(AC_DTYPE_E4M3, &k_descale, &v_descale, 0)
-            .fp8_q(fp8_q ? &q_descale : nullptr);
+    const ac_attention_args a = AttentionArgs(AC_DTYPE_F16, 1, 1, d)
+                                    .sequences(1, cu_q, cu_k)
+                                    .tensors(fp8_q ? static_cast<const void*>(q.data()) : q16.data(),
+                                             k.data(), v.data(), out.data(), lse.data())
+                                    .scale(1.0f)
+                                    .fp8_kv(AC_DTYPE_E4M3, &k_descale, &v_descale, 0)
+                                    .fp8_q(fp8_q ? &q_descale : nullptr);
     kern::FusedOptions o;
     o.p_e4m3 = p_e4m3;
     char err[256] = {};
@@ -184,7 +185,7 @@ TEST_CASE("fused-fp8 twin: Q in FP8 and P in e4m3fn on one hand-derived row", "[
                                   .fp8_kv(AC_DTYPE_E4M3, &k_descale, &v_descale, 0)
                                   .fp8_q(&q_descale);
   char err[256] = {};
-  CHECK(kern::fused_check_args(a, {}, kern::kNumFusedTilings, err, sizeof err, kern::ArgScope{nullptr, 0, true, false}) ==
-        AC_ERR_UNSUPPORTED);
+  CHECK(kern::fused_check_args(a, {}, kern::kNumFusedTilings, err, sizeof err,
+                               kern::ArgScope{nullptr, 0, true, false}) == AC_ERR_UNSUPPORTED);
   CHECK(std::string(err).find("Q in FP8") != std::string::npos);
 }

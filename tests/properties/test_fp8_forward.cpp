@@ -90,7 +90,11 @@ TEST_CASE("FP8 Q: case files carry q_descale and refuse a bad one in one line", 
   } bad[] = {
       {"a zero q_descale", [](AttentionInput& x) { x.q_descale = {0.0f}; }, "q_descale[0]"},
       {"a NaN q_descale", [](AttentionInput& x) { x.q_descale = {NAN}; }, "q_descale[0]"},
-      {"two q_descales for one KV head", [](AttentionInput& x) { x.q_descale = {1, 1}; }, "q_descale has 2"},
+      {"two q_descales for one KV head",
+       [](AttentionInput& x) {
+         x.q_descale = {1, 1};
+       },
+       "q_descale has 2"},
       {"q_descale without an FP8 cache",
        [](AttentionInput& x) {
          x.kv_dtype = AC_DTYPE_F32;
@@ -160,7 +164,8 @@ TEST_CASE("FP8 Q: the generators quantise Q only for a subject declaring it", "[
   for (int i = 0; i < 100; ++i) CHECK_FALSE(gen::attention_input(dom)(again.split(), i).value().fp8_q());
 }
 
-TEST_CASE("FP8 Q budget: q_descale's rounding adds abs_dot to a score, per 2^-24", "[properties][budgets][fp8]") {
+TEST_CASE("FP8 Q budget: q_descale's rounding adds abs_dot to a score, per 2^-24",
+          "[properties][budgets][fp8]") {
   // FlashAttention-3 folds q_descale and k_descale into the softmax scale, fl(fl(scale qd) kd): two
   // fp32 roundings, each moving the score t by up to |t| 2^-24 <= abs_dot 2^-24 (abs_dot = |scale
   // qd kd| sum |q k| >= |t|). The K one is fp8_kv_score_conditioning's; q_descale's is the new term.

@@ -27,8 +27,8 @@ std::vector<uint32_t> h16v(std::initializer_list<double> xs) {
 AttentionProblem problem(int32_t h, int32_t hkv, int32_t d, std::vector<int32_t> tq,
                          std::vector<int32_t> tk) {
   AttentionProblem pb{
-      Format::fp16, h,  hkv, d, std::move(tq), std::move(tk), false, {}, 1.0f, {}, {}, {}, 0, 0.0f, -1,
-      -1,           {}, {},  {}, {}};
+      Format::fp16, h,  hkv, d, std::move(tq), std::move(tk), false, {}, 1.0f, {}, {}, {}, 0, 0.0f, -1, -1,
+      {},           {}, {},  {}};
   int64_t nq = 0, nk = 0;
   for (auto t : pb.seqlens_q) nq += t;
   for (auto t : pb.seqlens_k) nk += t;

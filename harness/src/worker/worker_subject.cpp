@@ -166,7 +166,8 @@ class WorkerSubject final : public Subject {
     const bool fp8 = in.fp8_kv(), fp8_q = in.fp8_q();
     const std::string kv_dt = fp8 ? kv_dtype_name(in.kv_dtype) : dt;
     Layout L;
-    const TensorRef q = L.add(fp8_q ? kv_dt : dt, {TQ, H, D}), k = L.add(kv_dt, k_shape), v = L.add(kv_dt, v_shape);
+    const TensorRef q = L.add(fp8_q ? kv_dt : dt, {TQ, H, D}), k = L.add(kv_dt, k_shape),
+                    v = L.add(kv_dt, v_shape);
     const TensorRef k_descale = L.add("fp32", {fp8 ? int64_t(in.k_descale.size()) : 0});
     const TensorRef v_descale = L.add("fp32", {fp8 ? int64_t(in.v_descale.size()) : 0});
     const TensorRef q_descale = L.add("fp32", {fp8_q ? int64_t(in.q_descale.size()) : 0});

@@ -4,11 +4,11 @@
 // two checks catch each of them bit for bit, whatever the budget and whatever the descales' values:
 //
 // - Exchange: the codes of KV head g times 2^s_g and that head's descale times 2^-s_g hold the same
-//   real values (Q's too, where Q is in FP8: a query head's codes go with its KV head's q_descale). A kernel that multiplies each code by its descale once, or folds the descale into
-//   the softmax scale (K) or the output (V) as FlashAttention-3 does, rounds the same reals in the
-//   same order: O and LSE keep every bit. Per-KV-head descales get s = 1 and 2 on alternate heads,
-//   so that a descale read at another head's index no longer cancels even when the descales are
-//   equal; a per-tensor descale gets s = 1.
+//   real values (Q's too, where Q is in FP8: a query head's codes go with its KV head's q_descale). A kernel
+//   that multiplies each code by its descale once, or folds the descale into the softmax scale (K) or the
+//   output (V) as FlashAttention-3 does, rounds the same reals in the same order: O and LSE keep every bit.
+//   Per-KV-head descales get s = 1 and 2 on alternate heads, so that a descale read at another head's index
+//   no longer cancels even when the descales are equal; a per-tensor descale gets s = 1.
 // - Linearity: V's descale doubled doubles O exactly (every product, sum and quotient of O scales
 //   by two with no new rounding), and leaves the LSE alone. A descale applied twice quadruples O;
 //   one ignored leaves it.
@@ -181,12 +181,13 @@ class Fp8Descales final : public Property {
 
     AttentionInput ex = a;
     std::string k_exp, v_exp, q_exp;
-    const bool k_moved =
-        exchange(a, ex.k, ex.k_descale, [&](size_t i) { return a.kv_head_of_element(i, a.head_size); }, k_exp);
-    const bool v_moved =
-        exchange(a, ex.v, ex.v_descale, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); }, v_exp);
-    const bool q_moved =
-        a.fp8_q() && exchange(a, ex.q, ex.q_descale, [&](size_t i) { return gen::q_kv_head_of_element(a, i); }, q_exp);
+    const bool k_moved = exchange(
+        a, ex.k, ex.k_descale, [&](size_t i) { return a.kv_head_of_element(i, a.head_size); }, k_exp);
+    const bool v_moved = exchange(
+        a, ex.v, ex.v_descale, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); }, v_exp);
+    const bool q_moved = a.fp8_q() && exchange(
+                                          a, ex.q, ex.q_descale,
+                                          [&](size_t i) { return gen::q_kv_head_of_element(a, i); }, q_exp);
     if (k_moved || v_moved || q_moved) {
       before_launch(ctx, c, /*write=*/false);
       const std::string d = first_difference(a, base, ctx.subject.attention(ex, c.options));
