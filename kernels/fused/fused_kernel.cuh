@@ -15,13 +15,13 @@
 // the store; LSE fp32, base 2 or natural, [heads, tokens]; empty row O = 0, LSE = sentinel.
 // Variants (plugin_abi.h AC_VAR_*; instantiated with VAR = true, chosen per call by uses_variants, so
 // the plain instantiation's code is unchanged). Paged K / V: the tile loader gathers each key's row
-// from its page (load_kv_tiles_paged, kv_slot). Window: the key range starts at the tile's first
-// visible key and ends after its last (window_first_key, the right side like causal), and the
-// per-element test adds window_visible. Softcap: scaled_logit replaces the one product, rounding
-// after the scale, the division, tanhf, the cap and log2 e (__fmul_rn / __fdiv_rn, never contracted).
-// Sinks: the epilogue joins the sink to the finished (m, l) and rescales O~ (join_sink, fp32) before
-// the normalisation; a split partial leaves the sink to the combine (splitkv.cu).
-// Check: ctest --test-dir build -L gpu -R kernels_attention
+// from its page (load_kv_tiles_paged, kv_slot). Window: the key range starts at the key tile (of the
+// grid from key 0) holding the row tile's first visible key and ends after its last (window_walk,
+// the right side like causal), and the per-element test adds window_visible. Softcap: scaled_logit replaces
+// the one product, rounding after the scale, the division, tanhf, the cap and log2 e (__fmul_rn / __fdiv_rn,
+// never contracted). Sinks: the epilogue joins the sink to the finished (m, l) and rescales O~ (join_sink,
+// fp32) before the normalisation; a split partial leaves the sink to the combine (splitkv.cu). Check: ctest
+// --test-dir build -L gpu -R kernels_attention
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(BR / 16 * 32, fused_min_ctas<BR, BC, D>())
     k_end = lim < k_end ? lim : k_end;
   }
   if constexpr (VAR)  // fused_twin.h walks the same tiles
-    window_walk<M>(row0, (row0 + BR < tq ? row0 + BR : tq) - 1, tq, tk, p.window_left, p.window_right, k_lo,
-                   k_end);
+    window_walk<M>(row0, (row0 + BR < tq ? row0 + BR : tq) - 1, tq, tk, p.window_left, p.window_right, BC,
+                   k_lo, k_end);
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + BC - 1) / BC : 0;
 
   const uint16_t* gq = static_cast<const uint16_t*>(p.q) + ((q0 + row0) * p.num_heads + head) * D;

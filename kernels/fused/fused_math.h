@@ -84,19 +84,29 @@ AC_HD int64_t window_first_key(int64_t row0, int64_t tq, int64_t tk, int left) {
   return first > 0 ? first : 0;
 }
 
+// Where a walk of key tiles of `tile` keys from `k_lo` starts under a left window whose first
+// visible key is `first`: the start of the tile holding it. The tiles stay on the grid of the walk's
+// origin (k_lo: 0, or a split's first key), whichever rows share the row tile, so a row folds its
+// keys in the same tiles whether its prompt is computed whole or in chunks (chunked_prefill: a row
+// tile of a chunk starts at another row); the keys before `first` in that tile are masked by the
+// per-element window test. Starting at `first` itself (an edge anywhere in a tile) moved the tiles
+// with the row tile's first row, and with them the fold order.
+AC_HD int64_t window_walk_start(int64_t k_lo, int64_t first, int tile) {
+  return first > k_lo ? k_lo + (first - k_lo) / tile * tile : k_lo;
+}
+
 // A row tile's key walk [k_lo, k_end) cut by the window (AC_VAR_WINDOW): nothing past what its last
-// row sees under the right side, nothing before what its first row sees under the left side (the
-// walk starts there, so a left edge falls anywhere in a key tile). The kernels' walks (fused,
-// fused-hopper, splitkv-packed); fused_twin.h cuts its walk the same way in 64 bits.
+// row sees under the right side, nothing before the key tile holding what its first row sees under
+// the left side (window_walk_start). The kernels' walks (fused, fused-hopper, splitkv-packed), in
+// key tiles of `tile`; fused_twin.h cuts its walk the same way in 64 bits.
 template <Mutation M = Mutation::none>
-AC_HD void window_walk(int64_t row0, int64_t last_row, int64_t tq, int64_t tk, int left, int right, int& k_lo,
-                       int& k_end) {
+AC_HD void window_walk(int64_t row0, int64_t last_row, int64_t tq, int64_t tk, int left, int right, int tile,
+                       int& k_lo, int& k_end) {
   if (right >= 0) {
     const int64_t lim = last_row + tk - tq + right + 1;
     k_end = lim < k_end ? int(lim) : k_end;
   }
-  const int64_t first = window_first_key<M>(row0, tq, tk, left);
-  k_lo = first > k_lo ? int(first) : k_lo;
+  k_lo = int(window_walk_start(k_lo, window_first_key<M>(row0, tq, tk, left), tile));
 }
 
 // The base-2 logit of an fp32 dot product (log2 e folded in). Without a cap (cap = 0):

@@ -241,13 +241,13 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
   std::vector<TwinRowState> st(size_t(rows),
                                TwinRowState{neg_inf_f(), 0.0f, std::vector<float>(size_t(dv), 0.0f)});
   // The kernel stops at the last key the tile's last row can see under causal masking (and a right
-  // window), and starts at the first its first row can see under a left window.
+  // window), and starts at the key tile holding the first its first row can see under a left window.
   int64_t k_end = k_hi;
   const int64_t last_row = std::min<int64_t>(row0 + br, h.tq) - 1;
   if (h.causal)
     k_end = std::min<int64_t>(k_end, last_row + h.tk - h.tq + 1 + (M == Mutation::causal_off_by_one ? 1 : 0));
   if (h.window_right >= 0) k_end = std::min<int64_t>(k_end, last_row + h.tk - h.tq + h.window_right + 1);
-  k_lo = std::max<int64_t>(k_lo, window_first_key<M>(row0, h.tq, h.tk, h.window_left));
+  k_lo = window_walk_start(k_lo, window_first_key<M>(row0, h.tq, h.tk, h.window_left), bc);
   auto slot = [&h](int64_t j) { return h.table ? kv_slot<M>(h.table, h.page_size, j, h.last_page) : j; };
   std::vector<float> x(static_cast<size_t>(bc)), p(static_cast<size_t>(bc)), dots(static_cast<size_t>(bc));
   std::vector<char> vis(static_cast<size_t>(bc));

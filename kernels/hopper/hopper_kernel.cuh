@@ -244,7 +244,8 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     const int lim = last_row + tk - tq + 1;
     k_end = lim < k_end ? lim : k_end;
   }
-  if constexpr (VAR) fused::window_walk(row0, last_row, tq, tk, p.window_left, p.window_right, k_lo, k_end);
+  if constexpr (VAR)
+    fused::window_walk(row0, last_row, tq, tk, p.window_left, p.window_right, BC, k_lo, k_end);
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + BC - 1) / BC : 0;
 
   if (threadIdx.x == 0) {

@@ -159,7 +159,8 @@ __device__ __forceinline__ int64_t partial_index(const PackedParams& p, const Ct
 // The keys a CTA walks for the token tile [tok0, last_tok] and split `split` of a sequence of tq
 // queries and tk keys: [k_lo, k_end), within the split's range [k_lo, k_hi) as splitkv::split_range
 // cuts it, ended early by causality (the tile's last token) and, in VAR, by the window's right side,
-// started late by its left side (the first key the tile's first token sees): the twin's tiles.
+// started late by its left side (the tile of kBC keys holding the first key the tile's first token
+// sees: fused_math.h window_walk_start): the twin's tiles.
 template <bool VAR>
 __device__ __forceinline__ void key_range(const PackedParams& p, int tq, int tk, int tok0, int last_tok,
                                           int split, int& k_lo, int& k_hi, int& k_end) {
@@ -169,7 +170,8 @@ __device__ __forceinline__ void key_range(const PackedParams& p, int tq, int tk,
     const int lim = last_tok + tk - tq + 1;
     k_end = lim < k_end ? lim : k_end;
   }
-  if constexpr (VAR) fused::window_walk(tok0, last_tok, tq, tk, p.window_left, p.window_right, k_lo, k_end);
+  if constexpr (VAR)
+    fused::window_walk(tok0, last_tok, tq, tk, p.window_left, p.window_right, kBC, k_lo, k_end);
 }
 
 // The base-2 logit of key `col` for a row of token row_tok from its fp32 dot product: -inf past the

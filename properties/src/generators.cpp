@@ -1180,6 +1180,9 @@ rc::Gen<AttentionInput> attention_prefill_input(const Domain& dom) {
     a.seqlens_k = {T};
     a.causal = true;
     fill_unit_variance(a);
+    // The engines prefill through their caches, with their models' variants: each declared one in
+    // some cases (with_variants), paged K / V among them.
+    with_variants(dom, a);
     return a;
   });
 }

@@ -155,7 +155,9 @@ rc::Gen<AttentionInput> attention_streamed_input(const Domain&);
 // a changed fold order), causal or masked as a whole.
 rc::Gen<AttentionInput> attention_batch_input(const Domain&);
 // One causal sequence of T queries over its T keys (a prompt) for chunked_prefill, 2 <= T <= the
-// longest key row, GQA as the subject allows, values uniform of variance 1 from one drawn seed.
+// longest key row, GQA as the subject allows, values uniform of variance 1 from one drawn seed, and
+// the subject's declared variants in some cases (with_variants: paged K / V, softcap, window,
+// sinks, an FP8 cache).
 rc::Gen<AttentionInput> attention_prefill_input(const Domain&);
 
 // The largest inputs the generators above draw under a domain, as shapes (nothing allocated): what

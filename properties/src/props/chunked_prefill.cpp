@@ -6,8 +6,9 @@
 // T_k, a split count chosen from the call) folds a row's sums in another order per chunking, and
 // the row's last bits move with the chunk size the scheduler picked.
 //
-// Each case is one causal sequence (attention_prefill_input; shrunk, its queries may be the last of
-// more keys: a prompt after a cached prefix); the subject runs it whole, then in
+// Each case is one causal sequence (attention_prefill_input, with the subject's declared variants:
+// paged K / V, softcap, window, sinks, an FP8 cache; shrunk, its queries may be the last of more
+// keys: a prompt after a cached prefix); the subject runs it whole, then in
 // chunks of each size of chunk_sizes (every chunk a call of its own, with the case's options), and
 // the chunks' rows, assembled, are judged against the whole's exact reference and compared with the
 // whole's bits. Declared bit for bit: an attention subject declaring AC_CAP_BATCH_INVARIANT (it
@@ -34,9 +35,16 @@ std::vector<int64_t> chunk_sizes(int64_t T) {
   return sizes;
 }
 
-// Queries [q0, q1) of the one sequence of `a` over the keys they can see: causal, the keys up to
-// the last query's (bottom-right alignment: T_k - T_q + q1); else all of them. The chunk's call.
-AttentionInput chunk_of(const AttentionInput& a, int64_t q0, int64_t q1) {
+// Queries [q0, q1) of the one sequence of `given` over the keys they can see: causal, the keys up
+// to the last query's (bottom-right alignment: T_k - T_q + q1); else all of them. The chunk's call.
+// Its variants are the prompt's: a window is relative to the bottom-right diagonal, which puts each
+// query on the same keys in its chunk as in the whole (local row t - q0 over T_k - T_q + q1 keys);
+// the sinks join every row's denominator once, whichever call computes the row; the cap, V's head
+// size and an FP8 cache's codes and descales are per element. A paged prompt's chunk is paged
+// again in its pages' size (the cache an engine reads each chunk through).
+AttentionInput chunk_of(const AttentionInput& given, int64_t q0, int64_t q1) {
+  AttentionInput gathered;
+  const AttentionInput& a = contiguous_kv(given, gathered);
   AttentionInput c = a;
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
   const int64_t keys = a.causal ? a.seqlens_k.front() - a.seqlens_q.front() + q1 : a.seqlens_k.front();
@@ -46,7 +54,7 @@ AttentionInput chunk_of(const AttentionInput& a, int64_t q0, int64_t q1) {
   c.k.assign(a.k.begin(), a.k.begin() + std::ptrdiff_t(keys * Hkv * D));
   c.v.assign(a.v.begin(), a.v.begin() + std::ptrdiff_t(keys * Hkv * Dv));
   c.mask.clear();
-  return c;
+  return given.paged() ? gen::paged_copy(c, given.page_size) : c;
 }
 
 class ChunkedPrefill final : public Property {
