@@ -9,12 +9,12 @@
 // Variants, where the kernel (fused_kernel.cuh, its VAR instantiation) and the twin apply them:
 // paged K / V in the tile loads (each key's row gathered through the block table; nothing rounds);
 // the window in the key range (a row tile's walk starts at the key tile holding its first visible
-// key and stops after its last) and in the per-element visibility test; the softcap on each fp32 score,
-// rounded after the scale, the division by the cap, tanh, the product by the cap and the one by log2 e; a
-// sink in the epilogue, joined in fp32 to the finished row's (m, l) before O / l is rounded to the input type
-// (split-KV: once, in the combine after the fold). V's own head size is refused here; the host twin
-// computes it (kFusedTwinHeadPairs: V and O rows of head_size_v elements, nothing else rounds).
-// Outputs: O in the input type; LSE fp32 in layout [heads, tokens] (AC_LSE_HEADS_TOKENS), natural
+// key and stops after its last) and in the per-element visibility test; the softcap on each fp32
+// score, rounded after the scale, the division by the cap, tanh, the product by the cap and the one
+// by log2 e; a sink in the epilogue, joined in fp32 to the finished row's (m, l) before O / l is
+// rounded to the input type (split-KV: once, in the combine after the fold). V's own head size is refused
+// here; the host twin computes it (kFusedTwinHeadPairs: V and O rows of head_size_v elements, nothing else
+// rounds). Outputs: O in the input type; LSE fp32 in layout [heads, tokens] (AC_LSE_HEADS_TOKENS), natural
 // log by default or base 2 (FusedOptions::lse_base = 2); an empty row (no visible key, including a
 // zero-length key range) gets O = 0 exactly and LSE = -inf, or +inf with empty_lse_sign = +1
 // (FlashAttention-2's unsplit convention).

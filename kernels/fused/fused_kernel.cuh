@@ -17,11 +17,12 @@
 // the plain instantiation's code is unchanged). Paged K / V: the tile loader gathers each key's row
 // from its page (load_kv_tiles_paged, kv_slot). Window: the key range starts at the key tile (of the
 // grid from key 0) holding the row tile's first visible key and ends after its last (window_walk,
-// the right side like causal), and the per-element test adds window_visible. Softcap: scaled_logit replaces
-// the one product, rounding after the scale, the division, tanhf, the cap and log2 e (__fmul_rn / __fdiv_rn,
-// never contracted). Sinks: the epilogue joins the sink to the finished (m, l) and rescales O~ (join_sink,
-// fp32) before the normalisation; a split partial leaves the sink to the combine (splitkv.cu). Check: ctest
-// --test-dir build -L gpu -R kernels_attention
+// the right side like causal), and the per-element test adds window_visible. Softcap: scaled_logit
+// replaces the one product, rounding after the scale, the division, tanhf, the cap and log2 e
+// (__fmul_rn / __fdiv_rn, never contracted). Sinks: the epilogue joins the sink to the finished
+// (m, l) and rescales O~ (join_sink, fp32) before the normalisation; a split partial leaves the
+// sink to the combine (splitkv.cu).
+// Check: ctest --test-dir build -L gpu -R kernels_attention
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

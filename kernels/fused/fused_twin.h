@@ -7,12 +7,12 @@
 // into the softmax scale (one fp32 rounding), V's multiplied into each value (one fp32 rounding
 // each) or, for a kernel that applies it to the output, into O (VDescale). Q in FP8 (AC_FP8_Q): its
 // codes decoded exactly, its descale folded into the softmax scale before K's (one fp32 rounding
-// more); P in e4m3fn with the offset 2^8 where the subject declares it (AC_FP8_P_E4M3, p_e4m3). It does not
-// match the GPU bit for bit (the tensor core sums in another order, exp2 differs), it computes the same
-// function with the same hazards. V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K and Q
-// head_size; nothing else changes.
-// Mutation switch: decode_args<M>, head_view<M> and twin_row_tile<M> take the fused::Mutation of
-// fused_math.h; Mutation::none is the correct twin. Check: ctest --test-dir build -R kernels_attention_twin
+// more); P in e4m3fn with the offset 2^8 where the subject declares it (AC_FP8_P_E4M3, p_e4m3).
+// It does not match the GPU bit for bit (the tensor core sums in another order, exp2 differs), it
+// computes the same function with the same hazards. V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K
+// and Q head_size; nothing else changes. Mutation switch: decode_args<M>, head_view<M> and twin_row_tile<M>
+// take the fused::Mutation of fused_math.h; Mutation::none is the correct twin. Check: ctest --test-dir build
+// -R kernels_attention_twin
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -79,6 +79,14 @@ inline std::vector<float> decode_tensor(DType t, const void* data, int64_t n) {
   return out;
 }
 
+// n FP8 codes of format kv_dtype (AC_DTYPE_E4M3 / AC_DTYPE_E5M2) decoded to floats (exact).
+inline std::vector<float> decode_codes(int kv_dtype, const void* data, int64_t n) {
+  const auto* c = static_cast<const uint8_t*>(data);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = fp8_to_float(kv_dtype, c[i]);
+  return out;
+}
+
 // The tensors of one call, decoded once, and its head counts (group = h / h_kv query heads per
 // KV head).
 struct TwinArgs {
@@ -116,22 +124,15 @@ TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescal
   // Paged K / V: the whole pool is decoded (what the walk reads of it is its business).
   const int64_t kv_rows =
       a.page_size > 0 ? int64_t(a.num_pages) * a.page_size : a.cu_seqlens_k_host[a.num_seqs];
-  if (a.q_descale) {
-    // Q in FP8 (AC_FP8_Q): codes decoded exactly; the descale joins the softmax scale (head_view).
-    const auto* qc = static_cast<const uint8_t*>(a.q);
-    x.q.resize(size_t(x.total_q * x.h * x.d));
-    for (size_t i = 0; i < x.q.size(); ++i) x.q[i] = fp8_to_float(int(a.kv_dtype), qc[i]);
-  } else {
-    x.q = decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
-  }
+  // Q in FP8 (AC_FP8_Q): codes decoded exactly; the descale joins the softmax scale (head_view).
+  x.q = a.q_descale ? decode_codes(int(a.kv_dtype), a.q, x.total_q * x.h * x.d)
+                    : decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
   if (fp8_kv(a)) {
     // An FP8 cache: K's codes decoded exactly (its descale joins the softmax scale, head_view), V's
     // decoded and, under VDescale::values, multiplied by their KV head's descale in fp32 (one
     // rounding each); under VDescale::output left as codes (head_view carries the descale).
-    const auto* kc = static_cast<const uint8_t*>(a.k);
     const auto* vc = static_cast<const uint8_t*>(a.v);
-    x.k.resize(size_t(kv_rows * x.hkv * x.d));
-    for (size_t i = 0; i < x.k.size(); ++i) x.k[i] = fp8_to_float(int(a.kv_dtype), kc[i]);
+    x.k = decode_codes(int(a.kv_dtype), a.k, kv_rows * x.hkv * x.d);
     x.v.resize(size_t(kv_rows * x.hkv * x.dv));
     for (size_t i = 0; i < x.v.size(); ++i) {
       const int kvh = int((int64_t(i) / x.dv) % x.hkv);

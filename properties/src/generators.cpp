@@ -441,11 +441,6 @@ void page_kv(const Domain& dom, AttentionInput& a) {
 
 }  // namespace
 
-int32_t q_kv_head_of_element(const AttentionInput& a, size_t i) {
-  const int64_t head = (int64_t(i) / a.head_size) % a.num_heads;
-  return int32_t(head / (a.num_heads / a.num_kv_heads));
-}
-
 AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<float> k_descale,
                         std::vector<float> v_descale, std::vector<float> q_descale) {
   AttentionInput q = a;
@@ -462,7 +457,7 @@ AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<fl
   };
   quantise(q.k, q.k_descale, [&](size_t i) { return q.kv_head_of_element(i, q.head_size); });
   quantise(q.v, q.v_descale, [&](size_t i) { return q.kv_head_of_element(i, q.dv()); });
-  if (!q.q_descale.empty()) quantise(q.q, q.q_descale, [&](size_t i) { return q_kv_head_of_element(q, i); });
+  if (!q.q_descale.empty()) quantise(q.q, q.q_descale, [&](size_t i) { return q.q_kv_head_of_element(i); });
   return q;
 }
 
@@ -534,7 +529,7 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   std::vector<float> vd = descales(a.v, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); });
   std::vector<float> qd;
   if ((dom.fp8 & AC_FP8_Q) && pick_class(4) != 0)
-    qd = descales(a.q, [&](size_t i) { return q_kv_head_of_element(a, i); });
+    qd = descales(a.q, [&](size_t i) { return a.q_kv_head_of_element(i); });
   a = fp8_copy(a, format, std::move(kd), std::move(vd), std::move(qd));
 }
 

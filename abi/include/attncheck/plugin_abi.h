@@ -271,10 +271,11 @@ typedef struct {
  * the subject's memory): the values of the cache are decode(code) * descale, e4m3fn or e5m2 decoded
  * exactly. descale_granularity 0 gives one descale per tensor; 1 one per KV head (k_descale[h],
  * v_descale[h]), offered only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD. out stays in
- * dtype, and so does q unless AC_FP8_Q (q_descale NULL otherwise). attncheck judges O against the exact
- * attention of the values the kernel was given (decoded and descaled), so quantisation is never the kernel's
- * error; a kernel may form k * descale and v * descale in fp32 or fold the descales into the softmax scale
- * and the output (one fp32 rounding each, budgets.cpp). Each descale is positive and finite. */
+ * dtype, and so does q unless AC_FP8_Q (q_descale NULL otherwise). attncheck judges O against the
+ * exact attention of the values the kernel was given (decoded and descaled), so quantisation is
+ * never the kernel's error; a kernel may form k * descale and v * descale in fp32 or fold the
+ * descales into the softmax scale and the output (one fp32 rounding each, budgets.cpp). Each
+ * descale is positive and finite. */
 #define AC_FP8_DESCALE_PER_KV_HEAD 1u
 /* Q in FP8 too (FlashAttention-3's FP8 forward): q holds codes of kv_dtype, read times q_descale (as
  * many values as k_descale; query head i reads the one of its KV head), which a kernel applies in

@@ -81,6 +81,10 @@ struct AttentionInput {
   int32_t kv_head_of_element(size_t i, int64_t width) const {
     return int32_t((int64_t(i) / width) % num_kv_heads);
   }
+  // The KV head of element i of q ([tokens, num_heads, head_size]): its query head's.
+  int32_t q_kv_head_of_element(size_t i) const {
+    return int32_t((int64_t(i) / head_size) % num_heads / (num_heads / num_kv_heads));
+  }
   // KV head h's descale of k (v): 1 without an FP8 cache.
   float descale(const std::vector<float>& d, int32_t kv_head) const {
     return d.empty() ? 1.0f : d.size() == 1 ? d[0] : d[size_t(kv_head)];

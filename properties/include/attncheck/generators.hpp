@@ -78,8 +78,6 @@ AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size);
 // head with its KV head's descale.
 AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<float> k_descale,
                         std::vector<float> v_descale, std::vector<float> q_descale = {});
-// The KV head of element i of q ([tokens, num_heads, head_size]): its query head's.
-int32_t q_kv_head_of_element(const AttentionInput& a, size_t i);
 // The poison a paged pool's unused slots hold: NaN in the first element of a row, the format's
 // largest finite value in the others, so a read of such a slot shows in the output.
 void poison_row(ac_dtype d, uint32_t* row, int64_t n);

@@ -35,16 +35,15 @@ std::vector<int64_t> chunk_sizes(int64_t T) {
   return sizes;
 }
 
-// Queries [q0, q1) of the one sequence of `given` over the keys they can see: causal, the keys up
-// to the last query's (bottom-right alignment: T_k - T_q + q1); else all of them. The chunk's call.
+// Queries [q0, q1) of the one sequence of `a` (contiguous) over the keys they can see: causal, the
+// keys up to the last query's (bottom-right alignment: T_k - T_q + q1); else all of them. The
+// chunk's call.
 // Its variants are the prompt's: a window is relative to the bottom-right diagonal, which puts each
 // query on the same keys in its chunk as in the whole (local row t - q0 over T_k - T_q + q1 keys);
 // the sinks join every row's denominator once, whichever call computes the row; the cap, V's head
-// size and an FP8 cache's codes and descales are per element. A paged prompt's chunk is paged
-// again in its pages' size (the cache an engine reads each chunk through).
-AttentionInput chunk_of(const AttentionInput& given, int64_t q0, int64_t q1) {
-  AttentionInput gathered;
-  const AttentionInput& a = contiguous_kv(given, gathered);
+// size and an FP8 cache's codes and descales are per element. A page size > 0 pages the chunk in
+// it (a paged prompt, gathered once by the caller: the cache an engine reads each chunk through).
+AttentionInput chunk_of(const AttentionInput& a, int64_t q0, int64_t q1, int32_t page_size) {
   AttentionInput c = a;
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
   const int64_t keys = a.causal ? a.seqlens_k.front() - a.seqlens_q.front() + q1 : a.seqlens_k.front();
@@ -54,7 +53,7 @@ AttentionInput chunk_of(const AttentionInput& given, int64_t q0, int64_t q1) {
   c.k.assign(a.k.begin(), a.k.begin() + std::ptrdiff_t(keys * Hkv * D));
   c.v.assign(a.v.begin(), a.v.begin() + std::ptrdiff_t(keys * Hkv * Dv));
   c.mask.clear();
-  return given.paged() ? gen::paged_copy(c, given.page_size) : c;
+  return page_size > 0 ? gen::paged_copy(c, page_size) : c;
 }
 
 class ChunkedPrefill final : public Property {
@@ -97,6 +96,8 @@ class ChunkedPrefill final : public Property {
     // O's rows have V's head size.
     const int64_t T = a.seqlens_q.front(), H = a.num_heads, D = a.dv();
     const bool bitwise = ctx.cv.batch_invariant && c.op == op_name(AC_OP_ATTENTION);
+    AttentionInput gathered;
+    const AttentionInput& prompt = contiguous_kv(a, gathered);
     Spread spread;
     double max_budget = 0;
     std::string first_changed;
@@ -107,7 +108,7 @@ class ChunkedPrefill final : public Property {
       for (int64_t q0 = 0; q0 < T; q0 += size) {
         const int64_t q1 = std::min(T, q0 + size), n = q1 - q0;
         before_launch(ctx, c, /*write=*/false);  // the prompt is the case; its replay chunks it again
-        const AttentionOutput part = s.attention(chunk_of(a, q0, q1), c.options);
+        const AttentionOutput part = s.attention(chunk_of(prompt, q0, q1, a.page_size), c.options);
         if (part.out.size() != size_t(n * H * D) ||
             part.lse.size() != (whole.lse.empty() ? 0 : size_t(n * H))) {
           fail(o, "chunked_prefill",

@@ -185,9 +185,9 @@ class Fp8Descales final : public Property {
         a, ex.k, ex.k_descale, [&](size_t i) { return a.kv_head_of_element(i, a.head_size); }, k_exp);
     const bool v_moved = exchange(
         a, ex.v, ex.v_descale, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); }, v_exp);
-    const bool q_moved = a.fp8_q() && exchange(
-                                          a, ex.q, ex.q_descale,
-                                          [&](size_t i) { return gen::q_kv_head_of_element(a, i); }, q_exp);
+    const bool q_moved =
+        a.fp8_q() && exchange(
+                         a, ex.q, ex.q_descale, [&](size_t i) { return a.q_kv_head_of_element(i); }, q_exp);
     if (k_moved || v_moved || q_moved) {
       before_launch(ctx, c, /*write=*/false);
       const std::string d = first_difference(a, base, ctx.subject.attention(ex, c.options));
