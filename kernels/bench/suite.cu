@@ -98,6 +98,12 @@ void fill(void* p, int64_t n, uint32_t seed, bool bf16) {
   check(cudaGetLastError(), "fill_random");
 }
 
+// n e4m3fn codes of uniform values in [-1, 1] (bench_util.cuh fill_random_e4m3).
+void fill_codes(void* p, int64_t n, uint32_t seed) {
+  ::attncheck::bench::fill_random_e4m3<<<1024, 256>>>(static_cast<uint8_t*>(p), n, seed);
+  check(cudaGetLastError(), "fill_random_e4m3");
+}
+
 // Batch sequences of tq queries and tk keys, 32 query heads over 8 KV heads, d = 128.
 struct Problem {
   Problem(int batch, int tq, int tk, bool bf16, bool causal)
@@ -249,8 +255,8 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
   // splitkv-packed on an FP8 cache (e4m3fn codes, descales per KV head) at its own split count, the
   // codes in the first half of K's and V's buffers (the rows above are done with them): its GB/s
   // counts the bytes it reads, one per K and V element.
-  check(cudaMemset(p.k.p, 0x30, size_t(p.nk)), "cudaMemset (e4m3 codes 0.5)");
-  check(cudaMemset(p.v.p, 0x38, size_t(p.nk)), "cudaMemset (e4m3 codes 1.0)");
+  fill_codes(p.k.p, p.nk, 14);
+  fill_codes(p.v.p, p.nk, 15);
   const std::vector<float> descales = {0.5f, 1.0f, 2.0f, 0.25f, 1.5f, 0.75f, 3.0f, 1.25f};
   static_assert(Problem::kKvHeads == 8, "one descale per KV head");
   Device ds(descales.size() * 4, "cudaMalloc descales");
@@ -328,8 +334,8 @@ void mla_decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& o
   const ac_attention_args pa = paged(a, batch, tk, 64, tables);
   row("fp16", "auto paged=64", pa, 2 * kv + q_o);
   // e4m3fn codes in the first halves of K's and V's buffers, one descale per tensor.
-  check(cudaMemset(k.p, 0x30, size_t(nk)), "cudaMemset (e4m3 codes 0.5)");
-  check(cudaMemset(v.p, 0x38, size_t(nv)), "cudaMemset (e4m3 codes 1.0)");
+  fill_codes(k.p, nk, 16);
+  fill_codes(v.p, nv, 17);
   const float descale = 0.5f;
   Device ds(4, "cudaMalloc descale");
   check(cudaMemcpy(ds.p, &descale, 4, cudaMemcpyHostToDevice), "cudaMemcpy");

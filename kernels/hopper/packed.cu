@@ -25,12 +25,14 @@
 // (sums in another order).
 // An FP8 KV cache (kv_dtype e4m3fn or e5m2, descales per tensor or per KV head; FlashAttention-3's
 // contract): the codes are staged by cp.async as bytes (half the bytes of an fp16 cache), and each
-// warp converts its own 16 keys of a tile in shared memory to the input type, exactly (every e4m3fn
-// and e5m2 value is an fp16 and a bf16 value; NaN codes stay NaN), before its tensor-core reads; V's
-// rows while the other warps reach the row-max barrier. K's descale joins the logit scale, (scale
-// x k_descale) x log2 e with two fp32 roundings; V's multiplies each split's normalised partial O
-// (splitkv_math.h partial_o), one fp32 rounding; the twin (the split-KV twin with fused_twin.h
-// VDescale::output) rounds at the same points.
+// warp reads its own 16 keys of a tile into registers by ldmatrix as codes and converts them there
+// to the tensor cores' fragments, exactly (every e4m3fn and e5m2 value is an fp16 and a bf16 value;
+// NaN codes stay NaN): K's codes as B fragments with d permuted within each 16 (Q's fragments take
+// the same order), V's transposed with d split into even and odd columns (the epilogue puts them
+// back); no value of the input type is stored to shared memory. K's descale joins the logit
+// scale, (scale x k_descale) x log2 e with two fp32 roundings; V's multiplies each split's
+// normalised partial O (splitkv_math.h partial_o), one fp32 rounding; the twin (the split-KV twin
+// with fused_twin.h VDescale::output) rounds at the same points.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -54,7 +56,6 @@ namespace attncheck::kern {
 
 namespace {
 
-using packed::codes_to_input;
 using packed::kBC;
 using packed::kRows;
 using packed::PackedParams;
@@ -64,15 +65,14 @@ using packed::PackedParams;
 // share an SM, 6 when the grid gives each SM about one (decode at batch 1).
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 
-// FP8: the STAGES in flight are code stages of half the bytes, and one tile of the input type holds
-// the K tile being computed, then its V tile (each warp converts its own rows, V's once its share of
-// S is done), so that the code stages can be as many bytes as the 16-bit stages.
+// FP8: the STAGES in flight are code stages of half the bytes (the fragments are converted in
+// registers, so no tile of the input type is kept).
 template <int D, int STAGES, bool FP8 = false>
 struct PackedSmem {
   static constexpr int kTile = kBC * D * 2;  // one K or V tile, bytes (swizzled rows)
-  static constexpr int kKV = 0;              // [stage][K | V]; FP8: [K, then V]
+  static constexpr int kKV = 0;              // [stage][K | V]
   static constexpr int kCodeTile = kBC * D;  // FP8: one K or V tile of codes, bytes
-  static constexpr int kCodes = kKV + (FP8 ? 1 : STAGES * 2) * kTile;     // FP8: [stage][K | V] codes
+  static constexpr int kCodes = kKV + (FP8 ? 0 : STAGES * 2) * kTile;     // FP8: [stage][K | V] codes
   static constexpr int kQ = kCodes + (FP8 ? STAGES * 2 * kCodeTile : 0);  // [16 rows][D], input type
   static constexpr int kMax = kQ + kRows * D * 2;                 // [kWarps][16] fp32: each warp's row max,
   static constexpr int kBytes = kMax + (kWarps + 1) * kRows * 4;  // then [16] the final row max
@@ -81,9 +81,18 @@ struct PackedSmem {
   static_assert(kWarps * kRows * (D + 1) * 4 <= kQ - kKV, "the O reduction reuses the K/V stages");
 };
 
-// FP8: warp w stages, converts and reads only keys 16w..16w+15 of each tile (its share of S and
-// of P V), so a tile's conversion needs no barrier of the whole CTA. Its 16 rows of D codes of K and
-// of V (row stride in bytes) into rows 16w.. of the [kBC][D] code tiles sk and sv, unswizzled; rows
+// FP8: byte offset of 16-byte chunk c of row r in a [kBC][D] code tile: the chunks of a row are
+// permuted so that the 8 rows that one ldmatrix phase reads lie in distinct banks (D = 128: 8
+// chunks a row, c ^ (r % 8); D = 64: 4 chunks, two rows to 128 bytes, c ^ (r / 2 % 4)).
+template <int D>
+__device__ __forceinline__ int code_at(int r, int c) {
+  static_assert(D == 64 || D == 128, "the code tiles' swizzle");
+  return r * D + 16 * (D == 128 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3)));
+}
+
+// FP8: warp w stages and reads only keys 16w..16w+15 of each tile (its share of S and of P V).
+// Its 16 rows of D codes of K and of V (row stride in bytes) into rows 16w.. of the [kBC][D] code
+// tiles sk and sv (chunks at code_at); rows
 // at or past `valid` (counted from the tile's first row) are zero-filled (code 0 is +0: masked keys
 // meet V = 0) and read nothing (the first row of gk / gv, always in range, stands in as their
 // address). Paged (slots not null): gk and gv are the pools' first rows of this KV head, row r at
@@ -99,8 +108,8 @@ __device__ __forceinline__ void load_code_rows(uint8_t* sk, uint8_t* sv, const u
     const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
     const bool ok = r < valid;
     const int64_t off = (slots ? slots->slot(r) : r) * row_stride + c * 16;  // every lane: the shuffle
-    fused::dev::cp_async16(sk + r * D + c * 16, ok ? gk + off : gk, ok);
-    fused::dev::cp_async16(sv + r * D + c * 16, ok ? gv + off : gv, ok);
+    fused::dev::cp_async16(sk + code_at<D>(r, c), ok ? gk + off : gk, ok);
+    fused::dev::cp_async16(sv + code_at<D>(r, c), ok ? gv + off : gv, ok);
   }
 }
 
@@ -124,24 +133,59 @@ __device__ __forceinline__ void load_kv_paged(uint16_t* sk, uint16_t* sv, const 
   }
 }
 
-// Warp w's 16 rows of one code tile to the same rows of the swizzled tile of the input type that
-// the tensor cores read (the layout load_tile writes). Code chunk c becomes 16-byte chunks 2c and
-// 2c + 1; at d = 128 the lanes with c >= 4 store them in the other order, so that each group of 8
-// lanes (one row) stores to 8 chunks of distinct banks in each of the two stores (2c alone would
-// hit the 4 banks of chunks k and k + 8 twice). At d = 64 a group spans two rows, whose swizzles
-// already give even and odd chunks.
+// FP8: this warp's S = Q K^T for its 16 keys of a tile (s[0] keys 0-7, s[1] keys 8-15) from the
+// code tile kc (shared address; the warp's rows at code_at). An ldmatrix of 8 keys x 16 codes (b16,
+// not transposed) gives lane (g, t4) codes 4 t4 .. 4 t4 + 3 of key g: the first two are its B
+// register of k = 2 t4, 2 t4 + 1 and the last two of k = 2 t4 + 8, 2 t4 + 9, so step c of the mma
+// takes d = 16 c + 4 t4 + {0, 1, 2, 3} where the 16-bit kernel takes 16 c + 2 t4 + {0, 1, 8, 9}
+// (the kernel loads Q's fragments in that order): the same products, each exact in fp32.
 template <bool BF16, int D, __nv_fp8_interpretation_t KIND>
-__device__ __forceinline__ void convert_rows(uint16_t* tile, const uint8_t* codes, int warp, int lane) {
-  constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
+__device__ __forceinline__ void fp8_scores(float (&s)[2][4], const uint32_t (&qf)[D / 16][4], uint32_t kc,
+                                           int warp, int lane) {
+  namespace dev = fused::dev;
+  using packed::codes2_to_input;
+  const int row = warp * kRows + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) {
-    const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
-    uint4 lo, hi;
-    codes_to_input<BF16, KIND>(*reinterpret_cast<const uint4*>(codes + r * D + c * 16), lo, hi);
-    const bool swap = CH == 8 && c >= 4;
-    *reinterpret_cast<uint4*>(tile + fused::dev::swz<D>(r, 2 * c + (swap ? 1 : 0))) = swap ? hi : lo;
-    *reinterpret_cast<uint4*>(tile + fused::dev::swz<D>(r, 2 * c + (swap ? 0 : 1))) = swap ? lo : hi;
+  for (int c = 0; c < D / 16; c += 2) {
+    uint32_t r[4];  // keys 0-7 and 8-15 of step c, then of step c + 1
+    dev::ldsm_x4(r, kc + uint32_t(code_at<D>(row, c + (lane >> 4))));
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+      dev::mma16816<BF16>(s[m & 1], qf[c + (m >> 1)], codes2_to_input<BF16, KIND>(r[m]),
+                          codes2_to_input<BF16, KIND>(r[m] >> 16));
   }
+}
+
+// FP8: O += P V for this warp's 16 keys from the code tile vc. An ldmatrix.trans of 8 keys x 16
+// codes gives lane (g, t4) the codes 2 g, 2 g + 1 of keys 2 t4 and 2 t4 + 1, bytes (k0 d0, k0 d1,
+// k1 d0, k1 d1); one byte permutation makes them the B registers of column 2 g (low half) and of
+// column 2 g + 1 (high half). So accumulator 2 c + e of chunk c holds the columns 16 c + 2 n + e
+// (n the mma's column): o_column maps them back.
+template <bool BF16, int D, __nv_fp8_interpretation_t KIND>
+__device__ __forceinline__ void fp8_pv(float (&o)[D / 8][4], const uint32_t (&a)[4], uint32_t vc, int warp,
+                                       int lane) {
+  namespace dev = fused::dev;
+  using packed::codes2_to_input;
+  const int row = warp * kRows + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int c = 0; c < D / 16; c += 2) {
+    uint32_t r[4];  // keys 0-7 and 8-15 of chunk c, then of chunk c + 1
+    dev::ldsm_x4_trans(r, vc + uint32_t(code_at<D>(row, c + (lane >> 4))));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t k0 = __byte_perm(r[2 * h], 0, 0x3120), k8 = __byte_perm(r[2 * h + 1], 0, 0x3120);
+      dev::mma16816<BF16>(o[2 * (c + h)], a, codes2_to_input<BF16, KIND>(k0),
+                          codes2_to_input<BF16, KIND>(k8));
+      dev::mma16816<BF16>(o[2 * (c + h) + 1], a, codes2_to_input<BF16, KIND>(k0 >> 16),
+                          codes2_to_input<BF16, KIND>(k8 >> 16));
+    }
+  }
+}
+// The column of O that element e (0, 1) of accumulator i of lane quad position t4 holds: fp8_pv's
+// order under FP8, the 16-bit kernel's 8 i + 2 t4 + e otherwise.
+template <bool FP8>
+__device__ __forceinline__ int o_column(int i, int t4, int e) {
+  return FP8 ? 16 * (i >> 1) + 4 * t4 + 2 * e + (i & 1) : 8 * i + 2 * t4 + e;
 }
 
 // FP8: three CTAs per SM (registers and shared memory sized for it): a tile's work is a chain of
@@ -218,9 +262,21 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   __syncthreads();
   uint32_t qf[D / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks)
-    dev::ldsm_x4(qf[ks],
-                 dev::smem_addr(sq + dev::swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4))));
+  for (int ks = 0; ks < D / 16; ++ks) {
+    if constexpr (FP8) {  // fp8_scores' order of d: 16 ks + 4 t4 + {0, 1} and + {2, 3}
+      auto at = [&](int r, int d) {
+        return *reinterpret_cast<const uint32_t*>(sq + dev::swz<D>(r, d >> 3) + (d & 7));
+      };
+      const int d = 16 * ks + 4 * t4;
+      qf[ks][0] = at(g, d);
+      qf[ks][1] = at(g + 8, d);
+      qf[ks][2] = at(g, d + 2);
+      qf[ks][3] = at(g + 8, d + 2);
+    } else {
+      dev::ldsm_x4(
+          qf[ks], dev::smem_addr(sq + dev::swz<D>((lane & 7) + ((lane >> 3) & 1) * 8, 2 * ks + (lane >> 4))));
+    }
+  }
 
   // This thread's two rows (g and g + 8 of the CTA's 16) and their tokens.
   int row_tok[2];
@@ -255,45 +311,43 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     if (j + STAGES - 1 < n_tiles) load_tile(j + STAGES - 1);
     dev::cp_async_commit();
     const int n0 = k_lo + j * kBC;
-    const uint32_t sk = FP8 ? kv_base : kv_base + uint32_t((j % STAGES) * 2 * S::kTile);
-    const uint32_t sv = FP8 ? kv_base : sk + uint32_t(S::kTile);
-    // FP8: this warp's rows of tile j's codes (tensor 0 K, 1 V) to its rows of the one tile of the
-    // input type; only its own lanes read them. Warp barriers before (V overwrites the K rows its
-    // lanes read for S) and after (the lanes' stores before their loads).
-    auto convert = [&](int tensor) {
-      if constexpr (FP8) {
-        __syncwarp();
-        uint16_t* dst = reinterpret_cast<uint16_t*>(smem + S::kKV);
-        const uint8_t* codes = smem + S::kCodes + ((j % STAGES) * 2 + tensor) * S::kCodeTile;
-        if (p.e5m2)
-          convert_rows<BF16, D, __NV_E5M2>(dst, codes, warp, lane);
-        else
-          convert_rows<BF16, D, __NV_E4M3>(dst, codes, warp, lane);
-        __syncwarp();
-      }
-    };
-    convert(0);
+    const uint32_t sk = kv_base + uint32_t((j % STAGES) * 2 * S::kTile);
+    const uint32_t sv = sk + uint32_t(S::kTile);
+    // FP8: tile j's code tiles (K, then V).
+    const uint32_t kc = dev::smem_addr(smem + S::kCodes + (j % STAGES) * 2 * S::kCodeTile);
+    const uint32_t vc = kc + uint32_t(S::kCodeTile);
 
     // S = Q K^T for 16 rows and this warp's 16 keys: s[0] keys 0-7, s[1] keys 8-15.
     float s[2][4] = {};
+    if constexpr (FP8) {
+      if (p.e5m2)
+        fp8_scores<BF16, D, __NV_E5M2>(s, qf, kc, warp, lane);
+      else
+        fp8_scores<BF16, D, __NV_E4M3>(s, qf, kc, warp, lane);
+    } else {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t b[4];
-      dev::ldsm_x4(b, sk + k_off + (k_chunk ^ uint32_t(ks << 5)));
-      dev::mma16816<BF16>(s[0], qf[ks], b[0], b[1]);
-      dev::mma16816<BF16>(s[1], qf[ks], b[2], b[3]);
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t b[4];
+        dev::ldsm_x4(b, sk + k_off + (k_chunk ^ uint32_t(ks << 5)));
+        dev::mma16816<BF16>(s[0], qf[ks], b[0], b[1]);
+        dev::mma16816<BF16>(s[1], qf[ks], b[2], b[3]);
+      }
     }
     // Logits x = dot * (scale log2 e) in fp32, -inf past the split's range, the masked sentinel
-    // where causality or the mask hides a key of the range; this warp's row maxima.
+    // where causality or the mask hides a key of the range; this warp's row maxima. A tile wholly
+    // inside the range and the walk, without causality, mask or variants, takes the product alone
+    // (what logit returns there, without its tests).
     const int range_end = n0 + kBC < k_hi ? n0 + kBC : k_hi;
+    const bool open_tile = !VAR && !p.causal && !mask && n0 + kBC <= k_hi && n0 + kBC <= k_end;
     float mx[2] = {neg_inf_f(), neg_inf_f()};
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1, col = n0 + warp * 16 + i * 8 + 2 * t4 + (e & 1);
-        const float xv = packed::logit<VAR>(p, s[i][e], col, range_end, k_end, row_tok[h], row_ok[h], tq, tk,
-                                            mask, scale, scale_log2);
+        const float xv = open_tile ? __fmul_rn(s[i][e], scale_log2)
+                                   : packed::logit<VAR>(p, s[i][e], col, range_end, k_end, row_tok[h],
+                                                        row_ok[h], tq, tk, mask, scale, scale_log2);
         s[i][e] = xv;
         mx[h] = fmaxf(mx[h], xv);
       }
@@ -302,7 +356,6 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
       mx[h] = dev::quad_max(mx[h]);
       if (t4 == 0) smax[warp * kRows + g + 8 * h] = mx[h];
     }
-    convert(1);  // V's rows while the other warps reach the barrier
     __syncthreads();
     // The tile's row max over all 64 keys (the same in every warp), the online-softmax step, P.
     float alpha[2], off[2], tile_sum[2] = {0.0f, 0.0f};
@@ -316,23 +369,34 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * alpha[h] + tile_sum[h];
+    // alpha is 1 on a row whose max held (most tiles past the first): O x 1 keeps every bit, so
+    // the rescale is skipped where it is 1 on every row of the warp.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[0];
-      o[i][2] *= alpha[1];
-      o[i][3] *= alpha[1];
+      for (int i = 0; i < D / 8; ++i) {
+        o[i][0] *= alpha[0];
+        o[i][1] *= alpha[0];
+        o[i][2] *= alpha[1];
+        o[i][3] *= alpha[1];
+      }
     }
     // O += P V over this warp's 16 keys, P rounded to the input type (the A fragment is the S
     // accumulator layout, packed); keys past the range have P = 0 and zero-filled V.
     const uint32_t a[4] = {dev::pack2<BF16>(s[0][0], s[0][1]), dev::pack2<BF16>(s[0][2], s[0][3]),
                            dev::pack2<BF16>(s[1][0], s[1][1]), dev::pack2<BF16>(s[1][2], s[1][3])};
+    if constexpr (FP8) {
+      if (p.e5m2)
+        fp8_pv<BF16, D, __NV_E5M2>(o, a, vc, warp, lane);
+      else
+        fp8_pv<BF16, D, __NV_E4M3>(o, a, vc, warp, lane);
+    } else {
 #pragma unroll
-    for (int nb = 0; nb < D / 16; ++nb) {
-      uint32_t b[4];
-      dev::ldsm_x4_trans(b, sv + v_off + (v_chunk ^ uint32_t(nb << 5)));
-      dev::mma16816<BF16>(o[2 * nb], a, b[0], b[1]);
-      dev::mma16816<BF16>(o[2 * nb + 1], a, b[2], b[3]);
+      for (int nb = 0; nb < D / 16; ++nb) {
+        uint32_t b[4];
+        dev::ldsm_x4_trans(b, sv + v_off + (v_chunk ^ uint32_t(nb << 5)));
+        dev::mma16816<BF16>(o[2 * nb], a, b[0], b[1]);
+        dev::mma16816<BF16>(o[2 * nb + 1], a, b[2], b[3]);
+      }
     }
   }
 
@@ -348,9 +412,15 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     if (t4 == 0) sl[warp * kRows + g + 8 * h] = l;
     if (t4 == 0 && warp == 0) smax[kWarps * kRows + g + 8 * h] = m_run[h];  // the same in every warp
 #pragma unroll
-    for (int i = 0; i < D / 8; ++i)
-      *reinterpret_cast<float2*>(so + (warp * kRows + g + 8 * h) * D + i * 8 + 2 * t4) =
-          make_float2(o[i][2 * h], o[i][2 * h + 1]);
+    for (int i = 0; i < D / 8; ++i) {
+      float* const at = so + (warp * kRows + g + 8 * h) * D;
+      if constexpr (FP8) {
+        at[o_column<FP8>(i, t4, 0)] = o[i][2 * h];
+        at[o_column<FP8>(i, t4, 1)] = o[i][2 * h + 1];
+      } else {
+        *reinterpret_cast<float2*>(at + o_column<FP8>(i, t4, 0)) = make_float2(o[i][2 * h], o[i][2 * h + 1]);
+      }
+    }
   }
   __syncthreads();
   for (int idx = tid; idx < kRows * D; idx += kThreads) {

@@ -66,26 +66,30 @@ struct PackedParams {
   const int32_t* block_table;
 };
 
-// 16 FP8 codes to 16 values of the input type, exactly (cvt.rn.f16x2.e4m3x2 / e5m2x2 of sm_89 and
-// later; fp16 to bf16 through fp32 is exact for every FP8 value).
+// Two FP8 codes (the low 16 bits of `two`, the first in the low byte) to two values of the input
+// type packed low = first, exactly (cvt.rn.f16x2.e4m3x2 / e5m2x2 of sm_89 and later; fp16 to bf16
+// through fp32 is exact for every FP8 value; NaN codes stay NaN).
+template <bool BF16, __nv_fp8_interpretation_t KIND>
+__device__ __forceinline__ uint32_t codes2_to_input(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(two & 0xffffu), KIND);
+  if constexpr (BF16) {
+    __half2 hh;
+    hh.x = __half(__half_raw{h.x});
+    hh.y = __half(__half_raw{h.y});
+    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(hh));
+    return *reinterpret_cast<const uint32_t*>(&b);
+  } else {
+    return uint32_t(h.x) | (uint32_t(h.y) << 16);
+  }
+}
+
+// 16 FP8 codes to 16 values of the input type (codes2_to_input, pair by pair).
 template <bool BF16, __nv_fp8_interpretation_t KIND>
 __device__ __forceinline__ void codes_to_input(const uint4 c, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {c.x, c.y, c.z, c.w};
   uint32_t r[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const __half2_raw h =
-        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((w[i / 2] >> (16 * (i % 2))) & 0xffffu), KIND);
-    if constexpr (BF16) {
-      __half2 hh;
-      hh.x = __half(__half_raw{h.x});
-      hh.y = __half(__half_raw{h.y});
-      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(hh));
-      r[i] = *reinterpret_cast<const uint32_t*>(&b);
-    } else {
-      r[i] = uint32_t(h.x) | (uint32_t(h.y) << 16);
-    }
-  }
+  for (int i = 0; i < 8; ++i) r[i] = codes2_to_input<BF16, KIND>(w[i / 2] >> (16 * (i % 2)));
   lo = make_uint4(r[0], r[1], r[2], r[3]);
   hi = make_uint4(r[4], r[5], r[6], r[7]);
 }
