@@ -656,9 +656,11 @@ std::string attention_variant_problem(const AttentionInput& a) {
     for (const auto& [d, name] : {std::pair{&a.k_descale, "k_descale"}, std::pair{&a.v_descale, "v_descale"},
                                   std::pair{&a.q_descale, "q_descale"}}) {
       if (d == &a.q_descale && d->empty()) continue;  // q in dtype
-      if (d->size() != 1 && d->size() != size_t(a.num_kv_heads))
+      const size_t per_sequence = a.seqlens_q.size() * size_t(a.num_kv_heads);
+      if (d->size() != 1 && d->size() != size_t(a.num_kv_heads) && d->size() != per_sequence)
         return std::string(name) + " has " + std::to_string(d->size()) +
-               " values: one (per tensor) or one per KV head (" + std::to_string(a.num_kv_heads) + ") needed";
+               " values: one (per tensor), one per KV head (" + std::to_string(a.num_kv_heads) +
+               ") or one per (sequence, KV head) (" + std::to_string(per_sequence) + ") needed";
       for (size_t i = 0; i < d->size(); ++i)
         if (!std::isfinite((*d)[i]) || !((*d)[i] > 0.0f))
           return std::string(name) + "[" + std::to_string(i) + "] " +
@@ -744,8 +746,12 @@ std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
   if (!in.fp8_kv()) return "";
   if (!(caps.kv_dtypes & AC_DTYPE_BIT(in.kv_dtype)))
     return std::string("an FP8 KV cache in ") + kv_dtype_name(in.kv_dtype) + " (caps.kv_dtypes)";
-  if (in.k_descale.size() > 1 && !(caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
+  // One sequence's descales per KV head are its descales per (sequence, KV head) as well.
+  const bool one_sequence = in.seqlens_q.size() == 1 && (caps.fp8 & AC_FP8_DESCALE_PER_SEQUENCE);
+  if (in.descale_granularity() == 1 && !(caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) && !one_sequence)
     return "descales per KV head (AC_FP8_DESCALE_PER_KV_HEAD)";
+  if (in.descale_granularity() == 2 && !(caps.fp8 & AC_FP8_DESCALE_PER_SEQUENCE))
+    return "descales per (sequence, KV head) (AC_FP8_DESCALE_PER_SEQUENCE)";
   if (in.fp8_q() && !(caps.fp8 & AC_FP8_Q)) return "Q in FP8 (AC_FP8_Q)";
   return "";
 }

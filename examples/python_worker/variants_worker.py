@@ -12,7 +12,8 @@ attention-np-variants  attention forward built from attncheck.helpers: gather_pa
                        LSE = its sink (-inf without sinks).
 attention-np-fp8kv     the same attention with K and V from an FP8 KV cache (e4m3fn, e5m2; descales
                        per tensor or per KV head), decoded by helpers.dequantize_kv, and paged.
-attention-np-fp8       the same, Q in FP8 as well (fp8_q: helpers.dequantize_q).
+attention-np-fp8       the same, Q in FP8 as well (fp8_q: helpers.dequantize_q), descales per (sequence,
+                       KV head) too (FlashAttention-3's descale shape).
 Computed in float64 and rounded once to the output format, LSE natural, layout [heads, tokens].
 """
 import numpy as np
@@ -30,11 +31,11 @@ def attention(call):
     if call.page_size > 0:
         k, v = helpers.gather_pages(k, v, call.block_table_host, np.diff(call.cu_seqlens_k_host), call.page_size)
     if getattr(call, "q_descale", None) is not None:  # Q in FP8: codes times their KV head's descale
-        q = helpers.dequantize_q(call.q, call.kv_dtype, call.q_descale, call.num_kv_heads)
+        q = helpers.dequantize_q(call.q, call.kv_dtype, call.q_descale, call.num_kv_heads, call.cu_seqlens_q_host)
     else:
         q = ac.to_float32(call.q, d).astype(np.float64)
     if getattr(call, "kv_dtype", None):  # an FP8 KV cache: codes times their KV head's descale
-        k, v = helpers.dequantize_kv(k, v, call.kv_dtype, call.k_descale, call.v_descale)
+        k, v = helpers.dequantize_kv(k, v, call.kv_dtype, call.k_descale, call.v_descale, call.cu_seqlens_k_host)
     else:
         k, v = ac.to_float32(k, d).astype(np.float64), ac.to_float32(v, d).astype(np.float64)
     k = helpers.expand_kv_heads(k, h)
@@ -81,6 +82,6 @@ attention_np_fp8kv = ac.subject(
 attention_np_fp8 = ac.subject(
     name="attention-np-fp8", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
     features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)], variants=("paged_kv",),
-    page_sizes=[1, 16], kv_dtypes=("e4m3fn", "e5m2"), fp8=("descale_per_kv_head", "fp8_q"),
+    page_sizes=[1, 16], kv_dtypes=("e4m3fn", "e5m2"), fp8=("descale_per_kv_head", "fp8_q", "descale_per_sequence"),
     description="numpy attention with Q, K and V in FP8 (helpers.dequantize_q / dequantize_kv; float64, one "
                 "rounding)")(attention)

@@ -63,6 +63,13 @@ void call_plugin(const std::string& subject, const char* op, Call&& call) {
   throw_on_error(rc, subject, op, err);
 }
 
+// The descale_granularity a call passes: the input's, except one sequence's descales per KV head
+// go as its descales per (sequence, KV head) to a subject that declares only those (the same array).
+int32_t granularity_for(const AttentionInput& in, const ac_caps& caps) {
+  const int32_t g = in.descale_granularity();
+  return g == 1 && !(caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) ? 2 : g;
+}
+
 }  // namespace
 
 AbiSubject::AbiSubject(const ac_subject& s, std::string origin, std::shared_ptr<void> keep_alive)
@@ -201,7 +208,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
                  in.paged() ? in.block_table.data() : nullptr)
           .fp8_kv(in.k_dtype(), in.fp8_kv() ? static_cast<const float*>(st.get(k_descale)) : nullptr,
                   in.fp8_kv() ? static_cast<const float*>(st.get(v_descale)) : nullptr,
-                  in.k_descale.size() > 1 ? 1 : 0)
+                  granularity_for(in, subject_.caps))
           .fp8_q(in.fp8_q() ? static_cast<const float*>(st.get(q_descale)) : nullptr);
 
   if (before_call_) before_call_();

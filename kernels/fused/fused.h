@@ -93,6 +93,9 @@ struct ArgScope {
   int num_head_pairs = 0;
   bool fp8_kv = false;
   bool fp8_q = false;
+  // Descales per (sequence, KV head) (descale_granularity 2): read where V's descale multiplies
+  // the output (fused_twin.h VDescale::output), one factor per (sequence, head) view.
+  bool fp8_per_sequence = false;
 };
 inline constexpr ArgScope kTwinScope{kFusedTwinHeadPairs, kNumFusedTwinHeadPairs, true, true};
 

@@ -76,9 +76,12 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
     if (!scope.fp8_kv) AC_REFUSE("fused attention: an FP8 KV cache is not read by this kernel");
     if (!a.k_descale || !a.v_descale)
       AC_REFUSE("fused attention: an FP8 KV cache without k_descale / v_descale");
-    if (a.descale_granularity != 0 && a.descale_granularity != 1)
-      AC_REFUSE("fused attention: descale_granularity %d (0 per tensor, 1 per KV head)",
-                a.descale_granularity);
+    if (a.descale_granularity < 0 || a.descale_granularity > 2)
+      AC_REFUSE(
+          "fused attention: descale_granularity %d (0 per tensor, 1 per KV head, 2 per (sequence, KV head))",
+          a.descale_granularity);
+    if (a.descale_granularity == 2 && !scope.fp8_per_sequence)
+      AC_REFUSE("fused attention: descales per (sequence, KV head) are not read by this kernel");
   }
   if (a.q_descale) {
     if (!scope.fp8_q) AC_REFUSE("fused attention: Q in FP8 (q_descale) is not read by this kernel");

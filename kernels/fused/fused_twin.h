@@ -99,10 +99,12 @@ struct TwinArgs {
   VDescale v_descale_at = VDescale::values;
 };
 
-// KV head kvh's descale: one per tensor (granularity 0) or one per KV head (1); host memory (the
-// twins' calls).
-inline float descale_of(const ac_attention_args& a, const float* d, int kvh) {
-  return a.descale_granularity == 1 ? d[kvh] : d[0];
+// Sequence s's KV head kvh's descale: one per tensor (granularity 0), one per KV head (1) or one
+// per (sequence, KV head) (2); host memory (the twins' calls).
+inline float descale_of(const ac_attention_args& a, const float* d, int s, int kvh) {
+  return a.descale_granularity == 2   ? d[int64_t(s) * a.num_kv_heads + kvh]
+         : a.descale_granularity == 1 ? d[kvh]
+                                      : d[0];
 }
 
 // M: mutant 25 (fused_math.h v_row_elems) reads V rows of the QK head size; what lies past V's
@@ -137,7 +139,9 @@ TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescal
     for (size_t i = 0; i < x.v.size(); ++i) {
       const int kvh = int((int64_t(i) / x.dv) % x.hkv);
       const float code = fp8_to_float(int(a.kv_dtype), vc[i]);
-      const float d = v_descale_at == VDescale::output ? 1.0f : descale_of(a, a.v_descale, kvh);
+      // Under VDescale::values the granularity is 0 or 1 (per sequence needs ArgScope::fp8_per_sequence,
+      // which only VDescale::output kernels set).
+      const float d = v_descale_at == VDescale::output ? 1.0f : descale_of(a, a.v_descale, 0, kvh);
       x.v[i] = M == Mutation::fp8_v_descale_ignored ? code
                : M == Mutation::fp8_v_descale_twice ? code * d * d
                                                     : code * d;
@@ -183,13 +187,13 @@ TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int
                        : kvh;
     float scale = a.softmax_scale;
     if (a.q_descale) {
-      const float qd = descale_of(a, a.q_descale, kvh);
+      const float qd = descale_of(a, a.q_descale, s, kvh);
       scale = scale * qd;
       if constexpr (M == Mutation::fp8_q_descale_twice) scale = scale * qd;
     }
-    h.scale = scale * descale_of(a, a.k_descale, at);
+    h.scale = scale * descale_of(a, a.k_descale, s, at);
     h.scale_log2 = h.scale * kLog2e;
-    if (x.v_descale_at == VDescale::output) h.v_descale = descale_of(a, a.v_descale, kvh);
+    if (x.v_descale_at == VDescale::output) h.v_descale = descale_of(a, a.v_descale, s, kvh);
   }
   h.softcap = a.softcap;
   h.window_left = a.window_left;

@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     if (paged) slots.fetch(table, p.page_size, n0 + kBC, valid - kBC, lane);
   };
   float scale, scale_log2, v_descale;
-  packed::descaled<FP8>(p, kvh, scale, scale_log2, v_descale);
+  packed::descaled<FP8>(p, seq, kvh, scale, scale_log2, v_descale);
 
   // Prologue: the first STAGES - 1 tiles in flight (one commit group per tile, empty ones too),
   // then this CTA's 16 rows of Q (row r = (token, member) pair first_row + r; zero past the tile).
@@ -526,7 +526,7 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   if (fp8) {
     p.k_descale = a.k_descale;
     p.v_descale = a.v_descale;
-    p.descale_per_head = a.descale_granularity == 1;
+    p.descale_granularity = a.descale_granularity;
     p.e5m2 = a.kv_dtype == AC_DTYPE_E5M2;
   }
   const bool deep = int64_t(grid.x) * grid.y * grid.z <= int64_t(sms);

@@ -19,7 +19,8 @@ static_assert(kSplitKVMaxSplits == kPackedMaxSplits, "the packed kernel folds wi
 int packed_check_args(const ac_attention_args& a, char* err, size_t err_len) {
   // The variants of the fused walk (paged K / V, softcap, window, sinks), MLA's decode head sizes and
   // an FP8 cache.
-  return splitkv_check_args(a, err, err_len, ArgScope{kPackedHeadPairs, kNumPackedHeadPairs, true});
+  return splitkv_check_args(a, err, err_len,
+                            ArgScope{kPackedHeadPairs, kNumPackedHeadPairs, true, false, true});
 }
 
 int packed_machine_splits(const ac_attention_args& a, int sms) {

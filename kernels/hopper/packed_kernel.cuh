@@ -55,7 +55,7 @@ struct PackedParams {
   // or one per KV head) and the format.
   const float* k_descale;
   const float* v_descale;
-  int descale_per_head;
+  int descale_granularity;  // plugin_abi.h: 0 per tensor, 1 per KV head, 2 per (sequence, KV head)
   int e5m2;
   // The variants (plugin_abi.h AC_VAR_*; the VAR instantiation reads these): the cap (0: none), the
   // window's sides (-1: unbounded), the page pools' block table (page_size 0: contiguous). A sink
@@ -135,17 +135,19 @@ __device__ __forceinline__ void load_q(uint16_t* sq, const PackedParams& p, cons
   }
 }
 
-// An FP8 cache's descales for KV head kvh: K's joins the softmax scale, (scale x k_descale) and
-// that x log2 e, two fp32 roundings (as the twin's head_view); V's multiplies the partial O.
-// Without FP8 the scale is the call's and v_descale 1.
+// An FP8 cache's descales for sequence seq's KV head kvh: K's joins the softmax scale, (scale x k_descale)
+// and that x log2 e, two fp32 roundings (as the twin's head_view); V's multiplies the partial O. Without FP8
+// the scale is the call's and v_descale 1.
 template <bool FP8>
-__device__ __forceinline__ void descaled(const PackedParams& p, int kvh, float& scale, float& scale_log2,
-                                         float& v_descale) {
+__device__ __forceinline__ void descaled(const PackedParams& p, int seq, int kvh, float& scale,
+                                         float& scale_log2, float& v_descale) {
   scale = p.scale;
   scale_log2 = p.scale_log2;
   v_descale = 1.0f;
   if constexpr (FP8) {
-    const int at = p.descale_per_head ? kvh : 0;
+    const int at = p.descale_granularity == 2   ? seq * p.num_kv_heads + kvh
+                   : p.descale_granularity == 1 ? kvh
+                                                : 0;
     scale = __fmul_rn(p.scale, p.k_descale[at]);
     scale_log2 = __fmul_rn(scale, fused::kLog2e);
     v_descale = p.v_descale[at];

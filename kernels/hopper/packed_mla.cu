@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
   // Chunks issued ahead of the one computed.
   constexpr int kAhead = FP8 ? S::kCodeSlots : S::kSlots - 1;
   float scale, scale_log2, v_descale;
-  descaled<FP8>(p, cta.kvh, scale, scale_log2, v_descale);
+  descaled<FP8>(p, cta.seq, cta.kvh, scale, scale_log2, v_descale);
 
   // Prologue: chunks 0 .. kAhead - 1 (one commit group each, empty ones too); FP8: chunk 0's codes
   // converted once they landed. Then Q.

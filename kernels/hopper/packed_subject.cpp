@@ -90,6 +90,9 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
   // decode pair, on the host the twin's pairs) and an FP8 cache (FlashAttention-3's contract), on
   // both backends.
   c = with_fp8_kv_cache(with_fused_variants(c));
+  // Descales per (sequence, KV head) too (FlashAttention-3's descale shape): each CTA reads its
+  // sequence's (packed_kernel.cuh descaled), the twin each view's (fused_twin.h head_view).
+  c.fp8 |= AC_FP8_DESCALE_PER_SEQUENCE;
   if (cuda) {  // MLA's absorbed decode (packed_mla.cu); the twin declares kFusedTwinHeadPairs
     c.variants |= AC_VAR_HEAD_SIZE_V;
     c.head_pairs = kPackedHeadPairs;

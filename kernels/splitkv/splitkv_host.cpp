@@ -119,7 +119,9 @@ int splitkv_attention_host(const ac_attention_args& a, char* err, size_t err_len
 }
 
 int splitkv_attention_host(const ac_attention_args& a, const SplitKVOptions& o, char* err, size_t err_len) {
-  if (int rc = splitkv_check_args(a, err, err_len, kTwinScope)) return rc;
+  ArgScope scope = kTwinScope;
+  scope.fp8_per_sequence = true;  // V's descale multiplies each (sequence, head) view's partial O
+  if (int rc = splitkv_check_args(a, err, err_len, scope)) return rc;
   if (int rc = splitkv_check_fixed(a, o.keys_per_split, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
   using fused::Mutation;

@@ -449,15 +449,16 @@ AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<fl
   q.v_descale = std::move(v_descale);
   q.q_descale = std::move(q_descale);
   const ref::Fp8Format f = detail::fp8_format(format);
-  auto quantise = [&](Bits& t, const std::vector<float>& d, auto head_of) {
+  auto quantise = [&](Bits& t, const std::vector<float>& d, auto slot_of) {
     for (size_t i = 0; i < t.size(); ++i) {
-      const float ds = q.descale(d, head_of(i));
+      const float ds = d[slot_of(i)];
       t[i] = ref::encode_fp8(f, detail::decode(a.dtype, t[i]) / double(ds), ref::Fp8Overflow::saturate);
     }
   };
-  quantise(q.k, q.k_descale, [&](size_t i) { return q.kv_head_of_element(i, q.head_size); });
-  quantise(q.v, q.v_descale, [&](size_t i) { return q.kv_head_of_element(i, q.dv()); });
-  if (!q.q_descale.empty()) quantise(q.q, q.q_descale, [&](size_t i) { return q.q_kv_head_of_element(i); });
+  const std::vector<int32_t> rows = q.kv_row_sequences(), tokens = q.token_sequences();
+  quantise(q.k, q.k_descale, [&](size_t i) { return q.kv_descale_slot(rows, i, q.head_size); });
+  quantise(q.v, q.v_descale, [&](size_t i) { return q.kv_descale_slot(rows, i, q.dv()); });
+  if (!q.q_descale.empty()) quantise(q.q, q.q_descale, [&](size_t i) { return q.q_descale_slot(tokens, i); });
   return q;
 }
 
@@ -497,7 +498,7 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   return a;
 }
 
-// `a` quantised to a declared FP8 format (per KV head where declared, in half of those cases), each
+// `a` quantised to a declared FP8 format (descales per tensor, or at a declared finer granularity), each
 // descale amax / largest times a factor drawn from `factors` (0: the power of two above amax /
 // largest, times 2^`pow2_headroom`). Q too in three quarters of the cases where the subject
 // declares AC_FP8_Q, with descales drawn alike.
@@ -509,12 +510,18 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   const ac_dtype format = *g::elementOf(formats);
   const double largest = ref::fp8_spec(detail::fp8_format(format)).largest;
   const int32_t H = a.num_kv_heads;
-  const bool per_head = (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) && pick_class(2) == 0;
-  auto descales = [&](const Bits& t, auto head_of) {
-    std::vector<double> amax(per_head ? size_t(H) : 1, 0.0);
+  // The granularity: per tensor or a declared finer one, alike (per KV head: half the cases).
+  std::vector<size_t> groups = {1};
+  if (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) groups.push_back(size_t(H));
+  if (dom.fp8 & AC_FP8_DESCALE_PER_SEQUENCE) groups.push_back(a.seqlens_q.size() * size_t(H));
+  const size_t n_groups = groups.size() > 1 ? groups[size_t(pick_class(int(groups.size())))] : 1;
+  a.k_descale.assign(n_groups, 1.0f);  // the slots below read its size
+  const std::vector<int32_t> rows = a.kv_row_sequences(), tokens = a.token_sequences();
+  auto descales = [&](const Bits& t, auto slot_of) {
+    std::vector<double> amax(n_groups, 0.0);
     for (size_t i = 0; i < t.size(); ++i) {
       const double x = detail::decode(a.dtype, t[i]);
-      const size_t g = per_head ? size_t(head_of(i)) : 0;
+      const size_t g = slot_of(i);
       if (std::isfinite(x)) amax[g] = std::max(amax[g], std::fabs(x));
     }
     std::vector<float> d(amax.size());
@@ -525,11 +532,11 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
     }
     return d;
   };
-  std::vector<float> kd = descales(a.k, [&](size_t i) { return a.kv_head_of_element(i, a.head_size); });
-  std::vector<float> vd = descales(a.v, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); });
+  std::vector<float> kd = descales(a.k, [&](size_t i) { return a.kv_descale_slot(rows, i, a.head_size); });
+  std::vector<float> vd = descales(a.v, [&](size_t i) { return a.kv_descale_slot(rows, i, a.dv()); });
   std::vector<float> qd;
   if ((dom.fp8 & AC_FP8_Q) && pick_class(4) != 0)
-    qd = descales(a.q, [&](size_t i) { return a.q_kv_head_of_element(i); });
+    qd = descales(a.q, [&](size_t i) { return a.q_descale_slot(tokens, i); });
   a = fp8_copy(a, format, std::move(kd), std::move(vd), std::move(qd));
 }
 

@@ -25,9 +25,11 @@ using ref::Real;
 ref::Format fmt(ac_dtype);
 double decode(ac_dtype, uint32_t bits);  // fp32, fp16, bf16 and the FP8 KV formats, exactly
 ref::Fp8Format fp8_format(ac_dtype);     // AC_DTYPE_E4M3: e4m3fn; AC_DTYPE_E5M2: e5m2
-// Element i of K or V (t is a.k or a.v; row_width its head size) as the kernel was given it: the
-// stored value times its KV head's descale (exact in double: at most 24 bits times a float's 24).
-double kv_value(const AttentionInput& a, const Bits& t, int64_t row_width, size_t i);
+// Element i of K or V (t is a.k or a.v; row_width its head size; rows a.kv_row_sequences()) as the
+// kernel was given it: the stored value times its descale (exact in double: at most 24 bits times
+// a float's 24).
+double kv_value(const AttentionInput& a, const std::vector<int32_t>& rows, const Bits& t, int64_t row_width,
+                size_t i);
 uint32_t round_bits(ac_dtype, double x);  // correct single rounding
 bool finite_bits(ac_dtype, uint32_t bits);
 std::string hexfloat(ac_dtype, uint32_t bits);

@@ -76,16 +76,19 @@ ref::AttentionProblem problem_of(const AttentionInput& given) {
   p.v = a.v;
   if (a.fp8_kv()) {
     // One format for the reference: fp32 holds every fp16, bf16 and FP8 value exactly; the
-    // descales are the problem's per-KV-head factors, applied exactly there.
+    // descales are the problem's factors per KV head (or per (sequence, KV head)), applied exactly
+    // there.
     p.dtype = ref::Format::fp32;
     for (auto& b : p.q) b = round_bits(AC_DTYPE_F32, decode(a.q_dtype(), b));
     for (auto* t : {&p.k, &p.v})
       for (auto& b : *t) b = round_bits(AC_DTYPE_F32, decode(a.kv_dtype, b));
-    for (int32_t h = 0; h < a.num_kv_heads; ++h) {
-      p.k_scale.push_back(a.descale(a.k_descale, h));
-      p.v_scale.push_back(a.descale(a.v_descale, h));
-      if (a.fp8_q()) p.q_scale.push_back(a.descale(a.q_descale, h));
-    }
+    const size_t seqs = a.descale_granularity() == 2 ? a.seqlens_q.size() : 1;
+    for (size_t s = 0; s < seqs; ++s)
+      for (int32_t h = 0; h < a.num_kv_heads; ++h) {
+        p.k_scale.push_back(a.descale(a.k_descale, int32_t(s), h));
+        p.v_scale.push_back(a.descale(a.v_descale, int32_t(s), h));
+        if (a.fp8_q()) p.q_scale.push_back(a.descale(a.q_descale, int32_t(s), h));
+      }
   }
   p.head_size_v = a.head_size_v;
   p.softcap = a.softcap;
@@ -252,11 +255,13 @@ struct DecodedKV {
         vabs(a.v.size()),
         vmax_run(a.v.size()) {
     // An FP8 cache's values times their descales (the allowance's k may round to float).
-    for (size_t i = 0; i < a.k.size(); ++i) k[i] = float(kv_value(a, a.k, a.head_size, i));
+    const std::vector<int32_t> rows = a.kv_row_sequences();
+    for (size_t i = 0; i < a.k.size(); ++i) k[i] = float(kv_value(a, rows, a.k, a.head_size, i));
     for (int64_t key = 0; key < keys; ++key)
       for (int64_t h = 0; h < Hkv; ++h)
         for (int64_t c = 0; c < D; ++c)
-          vabs[col(h, c) + size_t(key)] = std::fabs(kv_value(a, a.v, D, size_t((key * Hkv + h) * D + c)));
+          vabs[col(h, c) + size_t(key)] =
+              std::fabs(kv_value(a, rows, a.v, D, size_t((key * Hkv + h) * D + c)));
     int64_t seq_begin = 0;
     for (const int32_t len : a.seqlens_k) {
       for (int64_t h = 0; h < Hkv; ++h)
@@ -289,7 +294,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   std::vector<double> q(static_cast<size_t>(D));
   // Q's values as the kernel was given them: times its descale where Q is in FP8 (AC_FP8_Q; a code
   // of at most 4 significant bits times a float, exact in double).
-  const double q_descale = a.descale(a.q_descale, int32_t(kvh));
+  const double q_descale = a.descale(a.q_descale, int32_t(rk.seq), int32_t(kvh));
   for (int64_t c = 0; c < D; ++c)
     q[size_t(c)] = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]) * q_descale;
   // Scores in double, for the allowance and the hazard prediction.

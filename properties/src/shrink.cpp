@@ -68,12 +68,12 @@ AttentionInput apply(const AttentionInput& a, const Keep& k) {
     for (int64_t h : heads) b.sinks.push_back(a.sinks[size_t(h)]);
   // An FP8 cache stays one (and an FP8 Q): its codes are kept, with their KV heads' descales.
   b.kv_dtype = a.kv_dtype;
-  for (const auto& [from, to] : {std::pair{&a.k_descale, &b.k_descale}, std::pair{&a.v_descale, &b.v_descale},
-                                 std::pair{&a.q_descale, &b.q_descale}})
-    if (from->size() == 1)
-      *to = *from;
-    else if (!from->empty())
-      for (int32_t kv : k.kv_heads) to->push_back((*from)[size_t(kv)]);
+  std::vector<size_t> kept_seqs;
+  for (size_t s = 0; s < a.seqlens_q.size(); ++s)
+    if (k.sequence[s]) kept_seqs.push_back(s);
+  b.k_descale = a.descales_for(a.k_descale, kept_seqs, k.kv_heads);
+  b.v_descale = a.descales_for(a.v_descale, kept_seqs, k.kv_heads);
+  b.q_descale = a.descales_for(a.q_descale, kept_seqs, k.kv_heads);
   int64_t q0 = 0, k0 = 0, m0 = 0;
   for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
     const int64_t tq = a.seqlens_q[s], tk = a.seqlens_k[s];

@@ -19,7 +19,7 @@ FOLDS = ("left", "right", "tree")
 VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
 KV_DTYPES = ("e4m3fn", "e5m2")
-FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3")
+FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence")
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -93,7 +93,7 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     kv_dtypes (protocol 4, attention / splitkv only): the FP8 KV cache formats the subject reads,
     "e4m3fn" and / or "e5m2": k and v then arrive as one-byte codes of kv_dtype with their fp32
     descales (AttentionCall: kv_dtype, k_descale, v_descale); fp8=("descale_per_kv_head",) adds one
-    descale per KV head to the one per tensor. out stays in dtypes, and q unless fp8 holds "fp8_q"
+    descale per KV head to the one per tensor, "descale_per_sequence" one per (sequence, KV head). out stays in dtypes, and q unless fp8 holds "fp8_q"
     (q then may arrive as codes of kv_dtype too, with q_descale). "p_e4m3" declares that in FP8 calls
     P is held in e4m3fn with the offset 2^8 before P V (FlashAttention-3; its budget is allowed)."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):

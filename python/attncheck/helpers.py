@@ -165,26 +165,39 @@ def softcap_scores(s: Any, cap: float) -> Any:
     return cap * (s / cap).tanh()  # torch
 
 
-def dequantize_kv(k: Any, v: Any, kv_dtype: str, k_descale: Any, v_descale: Any) -> Tuple[Any, Any]:
-    """An FP8 KV cache's values: each code decoded exactly and times its KV head's descale, in
-    float64 (numpy, host) -> (K, V) of the codes' shapes, [..., num_kv_heads, d]. k / v: the call's
-    uint8 codes (call.k, call.v: contiguous or page pools alike); k_descale / v_descale: one value
-    (per tensor) or one per KV head (call.k_descale, call.v_descale)."""
+def dequantize_kv(k: Any, v: Any, kv_dtype: str, k_descale: Any, v_descale: Any,
+                  cu_seqlens_k: Any = None) -> Tuple[Any, Any]:
+    """An FP8 KV cache's values: each code decoded exactly and times its descale, in float64
+    (numpy, host) -> (K, V) of the codes' shapes, [..., num_kv_heads, d]. k / v: the call's uint8
+    codes (call.k, call.v: contiguous or page pools alike); k_descale / v_descale: one value (per
+    tensor), one per KV head, or one per (sequence, KV head) (fp8 "descale_per_sequence",
+    [num_seqs * num_kv_heads]: then k / v contiguous [total_k, num_kv_heads, d], gathered first if
+    paged, and cu_seqlens_k (call.cu_seqlens_k_host) names each key's sequence)."""
     from .dtypes import fp8_to_float64
 
     def one(codes: Any, descale: Any) -> Any:
         x = fp8_to_float64(np.asarray(codes), kv_dtype)
         d = np.asarray(descale, dtype=np.float32).astype(np.float64)
-        return x * (d[:, None] if d.size > 1 else d[0])
+        heads = x.shape[-2]
+        if d.size == 1:
+            return x * d[0]
+        if d.size == heads:
+            return x * d[:, None]
+        if cu_seqlens_k is None or x.ndim != 3:
+            raise ValueError("descales per (sequence, KV head) need contiguous K / V and cu_seqlens_k")
+        cu = np.asarray(cu_seqlens_k, dtype=np.int64)
+        seq = np.searchsorted(cu, np.arange(x.shape[0]), side="right") - 1  # each key's sequence
+        return x * d.reshape(len(cu) - 1, heads)[seq][..., None]
 
     return one(k, k_descale), one(v, v_descale)
 
 
-def dequantize_q(q: Any, kv_dtype: str, q_descale: Any, num_kv_heads: int) -> Any:
-    """An FP8 Q's values (fp8 "fp8_q"): each code decoded exactly and times its KV head's descale,
-    in float64 (numpy, host) -> Q of the codes' shape [tokens, num_heads, d]. q: the call's uint8
-    codes; q_descale: one value (per tensor) or one per KV head (call.q_descale), query head i
-    reading the one of KV head i // (num_heads // num_kv_heads)."""
+def dequantize_q(q: Any, kv_dtype: str, q_descale: Any, num_kv_heads: int, cu_seqlens_q: Any = None) -> Any:
+    """An FP8 Q's values (fp8 "fp8_q"): each code decoded exactly and times its descale, in float64
+    (numpy, host) -> Q of the codes' shape [tokens, num_heads, d]. q: the call's uint8 codes;
+    q_descale: one value (per tensor), one per KV head (call.q_descale), query head i reading the
+    one of KV head i // (num_heads // num_kv_heads), or one per (sequence, KV head) with
+    cu_seqlens_q (call.cu_seqlens_q_host) naming each token's sequence."""
     from .dtypes import fp8_to_float64
 
     x = fp8_to_float64(np.asarray(q), kv_dtype)
@@ -192,4 +205,10 @@ def dequantize_q(q: Any, kv_dtype: str, q_descale: Any, num_kv_heads: int) -> An
     if d.size == 1:
         return x * d[0]
     group = x.shape[-2] // num_kv_heads
-    return x * np.repeat(d, group)[:, None]
+    if d.size == num_kv_heads:
+        return x * np.repeat(d, group)[:, None]
+    if cu_seqlens_q is None:
+        raise ValueError("descales per (sequence, KV head) need cu_seqlens_q")
+    cu = np.asarray(cu_seqlens_q, dtype=np.int64)
+    seq = np.searchsorted(cu, np.arange(x.shape[0]), side="right") - 1  # each token's sequence
+    return x * np.repeat(d.reshape(len(cu) - 1, num_kv_heads), group, axis=1)[seq][..., None]

@@ -274,8 +274,14 @@ def _fp8_with(bug):
                 call.k_descale = np.full_like(np.asarray(call.k_descale), np.asarray(call.k_descale)[0])
             elif bug == "q_descale_ignored" and call.q_descale is not None:
                 call.q_descale = np.ones_like(np.asarray(call.q_descale))
+            elif bug == "descale_of_sequence_0" and np.asarray(call.k_descale).size > call.num_kv_heads:
+                # descales per (sequence, KV head): every sequence reads the first one's
+                for name in ("k_descale", "v_descale"):
+                    d = np.asarray(getattr(call, name)).reshape(-1, call.num_kv_heads)
+                    setattr(call, name, np.tile(d[0], d.shape[0]))
         return variants_worker.attention(call)
-    fp8 = ("descale_per_kv_head", "fp8_q") if bug.startswith("q_") else ("descale_per_kv_head",)
+    fp8 = (("descale_per_kv_head", "fp8_q") if bug.startswith("q_") else
+           ("descale_per_kv_head", "descale_per_sequence") if bug.endswith("sequence_0") else ("descale_per_kv_head",))
     return ac.subject(name=f"attention-np-fp8kv-{bug.replace('_', '-')}", ops="attention",
                       dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
                       features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)],
@@ -285,6 +291,7 @@ def _fp8_with(bug):
 fp8_v_descale_ignored = _fp8_with("v_descale_ignored")
 fp8_descale_of_head_0 = _fp8_with("descale_of_head_0")
 fp8_q_descale_ignored = _fp8_with("q_descale_ignored")
+fp8_descale_of_sequence_0 = _fp8_with("descale_of_sequence_0")
 
 
 def test_dequantize_kv_applies_each_kv_heads_descale():
@@ -305,6 +312,22 @@ def test_dequantize_q_applies_its_kv_heads_descale():
         0.25, 0.75, 0.5, 0.125]
 
 
+def test_dequantize_applies_each_sequences_descales():
+    # Two sequences of 1 and 2 keys (tokens), one KV head, two query heads, d = 1, e4m3fn codes 0x38
+    # (1.0) everywhere: descales per (sequence, KV head) 0.5 and 4 give keys 0.5, 4, 4 and tokens
+    # alike; without cu_seqlens they are refused.
+    k = np.full((3, 1, 1), 0x38, np.uint8)
+    kk, vv = helpers.dequantize_kv(k, k, "e4m3fn", np.array([0.5, 4.0], np.float32),
+                                   np.array([2.0, 0.25], np.float32), [0, 1, 3])
+    assert kk[:, 0, 0].tolist() == [0.5, 4.0, 4.0]
+    assert vv[:, 0, 0].tolist() == [2.0, 0.25, 0.25]
+    q = np.full((3, 2, 1), 0x38, np.uint8)
+    assert helpers.dequantize_q(q, "e4m3fn", np.array([0.5, 4.0], np.float32), 1, [0, 1, 3])[:, :, 0].tolist() == [
+        [0.5, 0.5], [4.0, 4.0], [4.0, 4.0]]
+    with pytest.raises(ValueError):
+        helpers.dequantize_kv(k, k, "e4m3fn", np.array([0.5, 4.0], np.float32), np.array([2.0, 0.25], np.float32))
+
+
 def test_fp8_q_subject_agrees_with_the_exact_reference(binary, tmp_path):
     import variants_worker
     r = ac.check(variants_worker.attention_np_fp8, properties=["accuracy", "declared_variants", "fp8_descales"],
@@ -323,8 +346,9 @@ def test_fp8_kv_subject_agrees_with_the_exact_reference(binary, tmp_path):
                                                   "empty_row_contract"}
 
 
-@pytest.mark.parametrize("subject", [fp8_v_descale_ignored, fp8_descale_of_head_0, fp8_q_descale_ignored],
-                         ids=["v_descale_ignored", "descale_of_head_0", "q_descale_ignored"])
+@pytest.mark.parametrize("subject", [fp8_v_descale_ignored, fp8_descale_of_head_0, fp8_q_descale_ignored,
+                                     fp8_descale_of_sequence_0],
+                         ids=["v_descale_ignored", "descale_of_head_0", "q_descale_ignored", "descale_of_sequence_0"])
 def test_an_fp8_descale_bug_is_caught_by_fp8_descales(binary, tmp_path, subject):
     with pytest.raises(ac.AttncheckFailure) as e:
         ac.check(subject, properties=["fp8_descales"], cases=40, seed=1, report_dir=tmp_path / "r", binary=binary,

@@ -369,9 +369,10 @@ void validate(const AttentionProblem& pb) {
     if (!std::isfinite(pb.sinks[i])) fail("sinks[" + std::to_string(i) + "] is not finite");
   for (const auto& [scales, name] : {std::pair{&pb.k_scale, "k_scale"}, std::pair{&pb.v_scale, "v_scale"},
                                      std::pair{&pb.q_scale, "q_scale"}}) {
-    if (!scales->empty() && static_cast<int64_t>(scales->size()) != pb.num_kv_heads)
+    if (!scales->empty() && static_cast<int64_t>(scales->size()) != pb.num_kv_heads &&
+        scales->size() != pb.seqlens_q.size() * static_cast<size_t>(pb.num_kv_heads))
       fail(std::string(name) + " has " + std::to_string(scales->size()) + " values, num_kv_heads is " +
-           std::to_string(pb.num_kv_heads) + " (one per KV head, or none)");
+           std::to_string(pb.num_kv_heads) + " (one per KV head, one per (sequence, KV head), or none)");
     for (size_t i = 0; i < scales->size(); ++i)
       if (!std::isfinite((*scales)[i]) || !((*scales)[i] > 0))
         fail(std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string((*scales)[i]) +
@@ -418,7 +419,8 @@ struct KvSlice {
 
 constexpr int kFp16Shift = 24;  // fp16 values are integer multiples of 2^-24
 
-void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv_head, KvSlice& kv) {
+void load_kv(const AttentionProblem& pb, size_t seq, int64_t k_begin, int32_t tk, int32_t kv_head,
+             KvSlice& kv) {
   const int d = pb.head_size, dv = value_head_size(pb);
   kv.d = d;
   kv.dv = dv;
@@ -432,9 +434,9 @@ void load_kv(const AttentionProblem& pb, int64_t k_begin, int32_t tk, int32_t kv
   if (fp16) {
     kv.k_int.resize(n);
   }
-  kv.k_scale = k_scale_of(pb, kv_head);
-  kv.q_scale = q_scale_of(pb, kv_head);
-  const double v_scale = v_scale_of(pb, kv_head);
+  kv.k_scale = k_scale_of(pb, seq, kv_head);
+  kv.q_scale = q_scale_of(pb, seq, kv_head);
+  const double v_scale = v_scale_of(pb, seq, kv_head);
   int max_e = std::numeric_limits<int>::min(), min_lsb = std::numeric_limits<int>::max();
   for (int32_t j = 0; j < tk; ++j) {
     const size_t base = (static_cast<size_t>(k_begin + j) * pb.num_kv_heads + kv_head) * d;
@@ -604,7 +606,7 @@ ExactRow exact_attention_row(const AttentionProblem& pb, int64_t token, int32_t 
   // Thread-local buffers keep their capacity between calls: a long row then costs no fresh pages.
   thread_local KvSlice kv;
   thread_local Query qr;
-  load_kv(pb, off.k[s], tk, kv_head, kv);
+  load_kv(pb, s, off.k[s], tk, kv_head, kv);
   load_query(pb, token, head, qr);
   RowEngine eng(prec, pb.head_size, value_head_size(pb));
   const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + off.mask[s] + int64_t{t} * tk;
@@ -626,7 +628,7 @@ std::vector<ExactRow> exact_attention(const AttentionProblem& pb, LseBase base) 
     const int32_t tq = pb.seqlens_q[s], tk = pb.seqlens_k[s];
     if (tq == 0) continue;
     for (int32_t g = 0; g < pb.num_kv_heads; ++g) {
-      load_kv(pb, off.k[s], tk, g, kv);  // once per (sequence, KV head): shared by the GQA group
+      load_kv(pb, s, off.k[s], tk, g, kv);  // once per (sequence, KV head): shared by the GQA group
       for (int32_t t = 0; t < tq; ++t) {
         const int64_t token = off.q[s] + t;
         const uint8_t* mask_row = pb.mask.empty() ? nullptr : pb.mask.data() + off.mask[s] + int64_t{t} * tk;

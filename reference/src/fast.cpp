@@ -104,9 +104,9 @@ void load_slice(const AttentionProblem& pb, const SequenceOffsets& off, size_t s
   sl.tk = pb.seqlens_k[seq];
   sl.kv_head = kv_head;
   sl.dv = dv;
-  sl.k_scale = k_scale_of(pb, kv_head);
-  sl.q_scale = q_scale_of(pb, kv_head);
-  const double v_scale = v_scale_of(pb, kv_head);
+  sl.k_scale = k_scale_of(pb, seq, kv_head);
+  sl.q_scale = q_scale_of(pb, seq, kv_head);
+  const double v_scale = v_scale_of(pb, seq, kv_head);
   sl.k.resize(sl.tk, d);
   sl.vaug.resize(sl.tk, 2 * dv + 1);
   sl.kmax.assign(static_cast<size_t>(d), 0.0);

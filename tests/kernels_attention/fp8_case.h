@@ -18,14 +18,25 @@ namespace attncheck::test {
 inline size_t kv_head_of(const AttnCase& c, size_t i, int width) {
   return (i / size_t(width)) % size_t(c.kv_heads);
 }
+// The index of element i's descale in ds: one per tensor, per KV head, or per (sequence, KV head)
+// (ds.size() says which; the sequence from the element's key row and cu_k).
+inline size_t descale_at(const AttnCase& c, const std::vector<float>& ds, size_t i, int width) {
+  if (ds.size() == 1) return 0;
+  const size_t kvh = kv_head_of(c, i, width);
+  if (ds.size() == size_t(c.kv_heads)) return kvh;
+  const int64_t row = int64_t(i / size_t(width) / size_t(c.kv_heads));
+  size_t s = 0;
+  while (c.cu_k[s + 1] <= row) ++s;
+  return s * size_t(c.kv_heads) + kvh;
+}
 
 struct Fp8Cache {
   ac_dtype kv_dtype;
-  int granularity;  // 0: one descale per tensor, 1: one per KV head
+  int granularity;  // 0: one descale per tensor, 1: one per KV head, 2: one per (sequence, KV head)
   std::vector<uint8_t> k, v;
   std::vector<float> kd, vd;
   float descale(const std::vector<float>& ds, size_t element, const AttnCase& c, int width) const {
-    return ds[granularity ? kv_head_of(c, element, width) : 0];
+    return ds[descale_at(c, ds, element, width)];
   }
 };
 
@@ -40,8 +51,7 @@ inline std::vector<uint8_t> fp8_codes(const AttnCase& c, const std::vector<uint1
   std::sort(table.begin(), table.end());
   std::vector<uint8_t> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    const size_t at = ds.size() == 1 ? 0 : kv_head_of(c, i, width);
-    const float y = float(in_value(c.dtype, x[i])) / ds[at];
+    const float y = float(in_value(c.dtype, x[i])) / ds[descale_at(c, ds, i, width)];
     auto hi = std::lower_bound(table.begin(), table.end(), std::make_pair(y, -1));
     if (hi == table.end()) --hi;
     const auto lo = hi == table.begin() ? hi : hi - 1;
@@ -51,9 +61,8 @@ inline std::vector<uint8_t> fp8_codes(const AttnCase& c, const std::vector<uint1
 }
 
 inline Fp8Cache fp8_cache(const AttnCase& c, ac_dtype f, std::vector<float> kd, std::vector<float> vd) {
-  return {
-      f, kd.size() > 1 ? 1 : 0, fp8_codes(c, c.k, c.head_size, f, kd), fp8_codes(c, c.v, c.dv(), f, vd), kd,
-      vd};
+  const int granularity = kd.size() == 1 ? 0 : kd.size() == size_t(c.kv_heads) ? 1 : 2;
+  return {f, granularity, fp8_codes(c, c.k, c.head_size, f, kd), fp8_codes(c, c.v, c.dv(), f, vd), kd, vd};
 }
 
 // The case whose K and V are the cache's codes times their descales, rounded to the input type:

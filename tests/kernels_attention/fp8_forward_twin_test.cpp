@@ -188,4 +188,15 @@ TEST_CASE("fused-fp8 twin: Q in FP8 and P in e4m3fn on one hand-derived row", "[
   CHECK(kern::fused_check_args(a, {}, kern::kNumFusedTilings, err, sizeof err,
                                kern::ArgScope{nullptr, 0, true, false}) == AC_ERR_UNSUPPORTED);
   CHECK(std::string(err).find("Q in FP8") != std::string::npos);
+  // Descales per (sequence, KV head) where V's descale multiplies V (the fused twin) are refused by
+  // name; the split-KV twin's scope (V's descale on the output) takes them.
+  ac_attention_args g = a;
+  g.q_descale = nullptr;
+  g.descale_granularity = 2;
+  CHECK(kern::fused_check_args(g, {}, kern::kNumFusedTilings, err, sizeof err, kern::kTwinScope) ==
+        AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err) == "fused attention: descales per (sequence, KV head) are not read by this kernel");
+  kern::ArgScope output_scope = kern::kTwinScope;
+  output_scope.fp8_per_sequence = true;
+  CHECK(kern::fused_check_args(g, {}, kern::kNumFusedTilings, err, sizeof err, output_scope) == AC_OK);
 }

@@ -341,6 +341,15 @@ TEST_CASE("packed gpu: an FP8 KV cache against fp64 and against the split-KV twi
           REQUIRE(r.rc == AC_OK);
           CHECK(compare_with_exact(e, r.out, &r.lse, {}) == "");
         }
+        // Descales per (sequence, KV head), powers of two that differ by sequence and head.
+        const Fp8Cache per_seq =
+            fp8_cache(c, f, {0x1p-6f, 0x1p-4f, 0x1p-5f, 0x1p-7f, 0x1p-6f, 0x1p-3f, 0x1p-5f, 0x1p-6f},
+                      {0x1p2f, 0x1p-1f, 0x1p0f, 0x1p1f, 0x1p3f, 0x1p-2f, 0x1p1f, 0x1p0f});
+        REQUIRE(per_seq.granularity == 2);
+        const PackedResult rs = run_packed(c, 1, 7, AC_FOLD_TREE, &per_seq);
+        INFO(c.describe() << " kv " << int(f) << " per sequence " << rs.err);
+        REQUIRE(rs.rc == AC_OK);
+        CHECK(compare_with_exact(dequantised(c, per_seq), rs.out, &rs.lse, {}) == "");
         // Against the twin: descales per KV head, not powers of two; the twin rounds where the
         // kernel rounds (fused_twin.h VDescale::output), its sums in another order.
         const Fp8Cache heads = fp8_cache(c, f, {0.011f, 0.0057f}, {0.03f, 0.047f});

@@ -199,24 +199,30 @@ TEST_CASE("splitkv-packed engine modes: a sequence alone and beside a longer one
   }
 }
 
-TEST_CASE("splitkv-packed twin: an FP8 KV cache against fp64, per tensor and per KV head", "[packed][twin]") {
+TEST_CASE("splitkv-packed twin: an FP8 KV cache against fp64, per tensor, per KV head, per sequence",
+          "[packed][twin]") {
   // Descales that are powers of two (fp8_case.h dequantised): the codes times their descales are
   // values of the input type, and the fp64 attention of those values is what the twin must compute.
-  // Per KV head, the descales differ by head, so a descale read at another index fails.
+  // Per KV head (per (sequence, KV head)), the descales differ by head (and sequence), so a descale
+  // read at another index fails.
   uint64_t seed = 620;
   for (ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
     for (DType dt : {DType::f16, DType::bf16})
-      for (bool per_head : {false, true}) {
+      for (int granularity : {0, 1, 2}) {
         const AttnCase c = make_case(seed++, dt, 8, 2, 64, {1, 2, 1}, {500, 70, 0}, true, false);
-        const Fp8Cache fc = per_head ? fp8_cache(c, f, {0x1p-6f, 0x1p-3f}, {0x1p2f, 0x1p-1f})
-                                     : fp8_cache(c, f, {0x1p-5f}, {0x1p1f});
+        const Fp8Cache fc = granularity == 2
+                                ? fp8_cache(c, f, {0x1p-6f, 0x1p-3f, 0x1p-4f, 0x1p-7f, 0x1p-5f, 0x1p-5f},
+                                            {0x1p2f, 0x1p-1f, 0x1p0f, 0x1p3f, 0x1p1f, 0x1p1f})
+                            : granularity == 1 ? fp8_cache(c, f, {0x1p-6f, 0x1p-3f}, {0x1p2f, 0x1p-1f})
+                                               : fp8_cache(c, f, {0x1p-5f}, {0x1p1f});
+        REQUIRE(fc.granularity == granularity);
         std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.head_size), 0xbeef);
         std::vector<float> lse(size_t(c.total_q() * c.heads), 12345.0f);
         ac_attention_args a = host_args(c, out.data(), lse.data(), 1);
         point_at_fp8(a, fc, fc.k.data(), fc.v.data(), fc.kd.data(), fc.vd.data());
         a.num_splits = 3;
         char err[256] = {0};
-        INFO(c.describe() << " kv " << int(f) << " per head " << per_head << " " << err);
+        INFO(c.describe() << " kv " << int(f) << " granularity " << granularity << " " << err);
         REQUIRE(kern::packed_attention_host(a, err, sizeof err) == AC_OK);
         CHECK(compare_with_exact(dequantised(c, fc), out, &lse, {}) == "");
       }
@@ -235,9 +241,10 @@ TEST_CASE("splitkv-packed: an FP8 cache without its descales, or of a granularit
   CHECK(kern::packed_check_args(a, err, sizeof err) == AC_ERR_UNSUPPORTED);
   CHECK(std::string(err) == "fused attention: an FP8 KV cache without k_descale / v_descale");
   a.v_descale = fc.vd.data();
-  a.descale_granularity = 2;
+  a.descale_granularity = 3;
   CHECK(kern::packed_check_args(a, err, sizeof err) == AC_ERR_UNSUPPORTED);
-  CHECK(std::string(err) == "fused attention: descale_granularity 2 (0 per tensor, 1 per KV head)");
+  CHECK(std::string(err) ==
+        "fused attention: descale_granularity 3 (0 per tensor, 1 per KV head, 2 per (sequence, KV head))");
   a.descale_granularity = 0;
   CHECK(kern::packed_check_args(a, err, sizeof err) == AC_OK);
 }

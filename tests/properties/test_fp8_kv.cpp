@@ -223,9 +223,10 @@ namespace {
 
 // An FP8 KV cache subject built on fakes::Fake: each K / V value is its code times its descale
 // (kv_value), rounded once to fp32 like q, attended in fp32 by the fake, and O rounded to the call's
-// dtype. Declares e4m3fn and e5m2, descales per tensor and per KV head. The bugs: a descale read at
-// the next KV head's index, V's descale applied twice, V's descale ignored; `refuse` names a
-// format it declares and refuses.
+// dtype. Declares e4m3fn and e5m2, descales per tensor and per KV head (and per (sequence, KV head)
+// where asked). The bugs: a descale read at the next KV head's index, V's descale applied twice,
+// V's descale ignored, descales per sequence read at sequence 0's; `refuse` names a format it
+// declares and refuses.
 class Fp8Fake final : public fakes::Wrapping {
  public:
   // nan_saturated: a NaN code decoded as the format's largest value (a saturating decode);
@@ -236,12 +237,14 @@ class Fp8Fake final : public fakes::Wrapping {
     v_descale_twice,
     v_descale_ignored,
     nan_saturated,
-    nan_spread_heads
+    nan_spread_heads,
+    descale_of_sequence_0
   };
-  explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32)
+  // per_sequence: declares descales per (sequence, KV head) as well.
+  explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32, bool per_sequence = false)
       : Wrapping("attn-fp8"), bug_(bug), refuse_(refuse) {
     caps_.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
-    caps_.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
+    caps_.fp8 = AC_FP8_DESCALE_PER_KV_HEAD | (per_sequence ? AC_FP8_DESCALE_PER_SEQUENCE : 0u);
   }
   AttentionOutput attention(const AttentionInput& a, const AttentionOptions& o) override {
     if (!a.fp8_kv()) return inner_.attention(a, o);
@@ -253,12 +256,15 @@ class Fp8Fake final : public fakes::Wrapping {
     f.k_descale.clear();
     f.v_descale.clear();
     for (uint32_t& x : f.q) x = detail::round_bits(AC_DTYPE_F32, detail::decode(a.dtype, x));
+    const std::vector<int32_t> rows = a.kv_row_sequences();
     auto values = [&](Bits& t, const Bits& codes, const std::vector<float>& ds, int64_t width, bool is_v) {
       for (size_t i = 0; i < codes.size(); ++i) {
-        const int32_t head = a.kv_head_of_element(i, width);
+        const int32_t head = a.kv_head_of_element(i, width),
+                      seq = rows[size_t(int64_t(i) / (width * a.num_kv_heads))];
         const int32_t read = bug_ == Bug::descale_next_head ? (head + 1) % a.num_kv_heads : head;
-        double d = a.descale(ds, read);
-        if (is_v && bug_ == Bug::v_descale_twice) d *= a.descale(ds, read);
+        // descale_of_sequence_0: descales per (sequence, KV head) read at the first sequence's.
+        double d = a.descale(ds, bug_ == Bug::descale_of_sequence_0 ? 0 : seq, read);
+        if (is_v && bug_ == Bug::v_descale_twice) d *= a.descale(ds, seq, read);
         if (is_v && bug_ == Bug::v_descale_ignored) d = 1;
         double x = detail::decode(a.kv_dtype, codes[i]);
         if (bug_ == Bug::nan_saturated && std::isnan(x))
@@ -399,7 +405,8 @@ TEST_CASE("fp8_descales: V = 1 cases hold O = 1 exactly on every row that sees a
     const AttentionInput a = gen::attention_fp8_kv_input(dom)(r.split(), 10).value();
     REQUIRE(a.fp8_kv());
     bool all_one = !a.v.empty();
-    for (size_t j = 0; j < a.v.size(); ++j) all_one = all_one && detail::kv_value(a, a.v, a.dv(), j) == 1.0;
+    for (size_t j = 0; j < a.v.size(); ++j)
+      all_one = all_one && detail::kv_value(a, a.kv_row_sequences(), a.v, a.dv(), j) == 1.0;
     ones += all_one;
     // Every code of K and V within a quarter of the format's largest: the exchange stays exact.
     for (const Bits* t : {&a.k, &a.v})
@@ -427,4 +434,114 @@ TEST_CASE("declared_variants: a subject refusing an FP8 format it declares fails
         "compiled in");
   // Every other property takes the same refusal for a skipped case.
   CHECK(run_property("fp8_descales", refuses, cfg).status == PropertyResult::Status::passed);
+}
+
+TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchanged per sequence",
+          "[properties][fp8]") {
+  // fp8_case with sequence 1's descales of its own: K (1.0, 0.5), V (2.0, 4.0) per KV head.
+  // Sequence 1 has one key (key 2: K codes 2.0 and 0.5, V codes 1.0 and 3.0), so each of its rows
+  // is that key's: head 0 score 2.0 x 1.0 = 2, O = 1.0 x 2.0 = 2; head 1 score 0.5 x 0.5 = 0.25,
+  // O = 3.0 x 4.0 = 12; the LSE is the score. Sequence 0's rows are the first test's.
+  AttentionInput a = fp8_case();
+  a.k_descale = {0.25f, 2.0f, 1.0f, 0.5f};
+  a.v_descale = {1.5f, 0.125f, 2.0f, 4.0f};
+  REQUIRE(attention_variant_problem(a).empty());
+  CHECK(a.descale_granularity() == 2);
+  const ref::AttentionProblem p = detail::problem_of(a);
+  const long double e1 = std::exp(0.25L), e2 = std::exp(0.125L);
+  const ref::ExactRow s0 = ref::exact_attention_row(p, 0, 0);
+  CHECK(std::fabs(s0.o[0].convert_to<double>() - double((4.5L * e1 + 3.0L * e2) / (e1 + e2))) <= 1e-15);
+  for (int t : {1, 2}) {
+    const ref::ExactRow h0 = ref::exact_attention_row(p, t, 0), h1 = ref::exact_attention_row(p, t, 1);
+    CHECK(h0.o[0].convert_to<double>() == 2.0);
+    CHECK(h1.o[0].convert_to<double>() == 12.0);
+    CHECK(h0.lse.convert_to<double>() == 2.0);
+    CHECK(h1.lse.convert_to<double>() == 0.25);
+  }
+  // The case file keeps the four values; three are one line naming all three granularities.
+  Case c;
+  c.op = "attention";
+  c.property = "fp8_descales";
+  c.input = a;
+  CHECK(std::get<AttentionInput>(case_from_json(case_to_json(c)).input).k_descale == a.k_descale);
+  AttentionInput three = a;
+  three.k_descale.pop_back();
+  three.v_descale.pop_back();
+  CHECK(attention_variant_problem(three) ==
+        "k_descale has 3 values: one (per tensor), one per KV head (2) or one per (sequence, KV head) (4) "
+        "needed");
+  // Offered only where declared; one sequence's descales per KV head are its per-sequence ones.
+  auto undeclared_fp8 = [](const AttentionInput& in, const ac_caps& caps) -> std::string {
+    AttentionInput storage;
+    try {
+      input_for_subject(in, caps.variants, caps, "s", storage);
+    } catch (const SubjectError& e) {
+      return std::string(e.what()).substr(std::string("s does not declare ").size());
+    }
+    return "";
+  };
+  Fp8Fake heads_only, per_sequence(Fp8Fake::Bug::none, AC_DTYPE_F32, true);
+  CHECK(undeclared_fp8(a, heads_only.caps()) ==
+        "descales per (sequence, KV head) (AC_FP8_DESCALE_PER_SEQUENCE)");
+  CHECK(undeclared_fp8(a, per_sequence.caps()).empty());
+  ac_caps only_sequences = per_sequence.caps();
+  only_sequences.fp8 = AC_FP8_DESCALE_PER_SEQUENCE;
+  AttentionInput one = fp8_case();
+  one.seqlens_q = {1};
+  one.seqlens_k = {2};
+  one.q.resize(2);
+  one.k.resize(4);
+  one.v.resize(4);
+  REQUIRE(attention_variant_problem(one).empty());
+  CHECK(undeclared_fp8(one, only_sequences).empty());
+  CHECK_FALSE(undeclared_fp8(fp8_case(), only_sequences).empty());
+  // The correct subject passes; reading sequence 0's descales everywhere fails accuracy where the
+  // sequences' descales differ, and fails the exchange where they are equal (the exchange's
+  // exponents alternate over sequences too).
+  CHECK(replay_case(c, per_sequence).passed);
+  Fp8Fake seq0(Fp8Fake::Bug::descale_of_sequence_0, AC_DTYPE_F32, true);
+  const ReplayResult differ = replay_case(c, seq0);
+  INFO(differ.verdict);
+  CHECK_FALSE(differ.passed);
+  CHECK(differ.failure_class != "fp8_descale_exchange");
+  AttentionInput same = a;
+  same.k_descale = {0.25f, 2.0f, 0.25f, 2.0f};
+  same.v_descale = {1.5f, 0.125f, 1.5f, 0.125f};
+  c.input = same;
+  CHECK(replay_case(c, per_sequence).passed);
+  Case plain = c;
+  plain.property = "accuracy";
+  CHECK(replay_case(plain, seq0).passed);
+  const ReplayResult r = replay_case(c, seq0);
+  INFO(r.verdict);
+  CHECK(r.failure_class == "fp8_descale_exchange");
+  CHECK(r.verdict.find("per (sequence, KV head)") != std::string::npos);
+  // Over the generator's cases: some draw descales per sequence; the correct subject passes, the
+  // bug fails.
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_BF16};
+  dom.head_sizes = {16};
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  dom.fp8 = per_sequence.caps().fp8;
+  dom.features = AC_FEAT_VARLEN;  // batches of several sequences
+  rc::Random rnd(11);
+  int per_seq = 0;
+  for (int i = 0; i < 100; ++i)
+    per_seq += gen::attention_fp8_kv_input(dom)(rnd.split(), 100).value().descale_granularity() == 2;
+  CHECK(per_seq > 10);
+  RunConfig cfg;
+  cfg.shrink = false;
+  cfg.num_cases = 60;
+  const PropertyResult ok = run_property("fp8_descales", per_sequence, cfg);
+  INFO(ok.message);
+  CHECK(ok.status == PropertyResult::Status::passed);
+  const PropertyResult bad = run_property("fp8_descales", seq0, cfg);
+  INFO(bad.message);
+  CHECK(bad.status == PropertyResult::Status::failed);
+  // declared_variants' item of two sequences whose descales differ at the second one's last head.
+  CHECK(run_property("declared_variants", per_sequence, cfg).status == PropertyResult::Status::passed);
+  const PropertyResult item = run_property("declared_variants", seq0, cfg);
+  INFO(item.message);
+  CHECK(item.status == PropertyResult::Status::failed);
+  CHECK(item.message.find("descales per (sequence, KV head)") != std::string::npos);
 }

@@ -107,7 +107,7 @@ class AttentionArgs {
     return *this;
   }
   // An FP8 KV cache: k and v hold codes of kv_dtype, read times k_descale / v_descale (one value,
-  // granularity 0, or one per KV head, granularity 1; the subject's memory).
+  // granularity 0, one per KV head, 1, or one per (sequence, KV head), 2; the subject's memory).
   AttentionArgs& fp8_kv(ac_dtype kv_dtype, const float* k_descale, const float* v_descale,
                         int32_t granularity) {
     a_.kv_dtype = kv_dtype;

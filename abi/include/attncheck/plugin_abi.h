@@ -270,7 +270,8 @@ typedef struct {
  * unchanged), ac_attention_args.kv_dtype naming the format, with k_descale and v_descale (fp32, in
  * the subject's memory): the values of the cache are decode(code) * descale, e4m3fn or e5m2 decoded
  * exactly. descale_granularity 0 gives one descale per tensor; 1 one per KV head (k_descale[h],
- * v_descale[h]), offered only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD. out stays in
+ * v_descale[h]), offered only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD; 2 one per
+ * (sequence, KV head), AC_FP8_DESCALE_PER_SEQUENCE below. out stays in
  * dtype, and so does q unless AC_FP8_Q (q_descale NULL otherwise). attncheck judges O against the
  * exact attention of the values the kernel was given (decoded and descaled), so quantisation is
  * never the kernel's error; a kernel may form k * descale and v * descale in fp32 or fold the
@@ -289,7 +290,13 @@ typedef struct {
  * adds the weights before that rounding. A weight moves by up to 2^-4 p_j (three stored bits), or
  * 2^-18 absolutely where 256 p_j is subnormal (below 2^-6): budgets.cpp. Added within version 3. */
 #define AC_FP8_P_E4M3 4u
-#define AC_FP8_KNOWN (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3)
+/* Descales per (sequence, KV head), FlashAttention-3's descale shape: descale_granularity 2, each of
+ * k_descale, v_descale (and q_descale) [num_seqs, num_kv_heads] row-major, sequence s's KV head h
+ * at [s * num_kv_heads + h]. Offered only to a subject declaring it (with or without
+ * AC_FP8_DESCALE_PER_KV_HEAD). A page that two sequences share is read with each one's descales.
+ * Added within version 3. */
+#define AC_FP8_DESCALE_PER_SEQUENCE 8u
+#define AC_FP8_KNOWN (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE)
 
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {
@@ -430,9 +437,10 @@ typedef struct {
   /* An FP8 KV cache (caps.kv_dtypes): otherwise kv_dtype equals dtype and the descales are NULL. */
   ac_dtype kv_dtype;           /* the dtype of k and v: dtype, or AC_DTYPE_E4M3 / AC_DTYPE_E5M2 */
   const float* q_descale;      /* AC_FP8_Q: as k_descale, q then holds codes of kv_dtype; else NULL */
-  const float* k_descale;      /* FP8: 1 or num_kv_heads values, subject memory */
+  const float* k_descale;      /* FP8: 1, num_kv_heads or num_seqs x num_kv_heads values, subject memory */
   const float* v_descale;      /* FP8: as k_descale */
-  int32_t descale_granularity; /* FP8: 0 one descale per tensor, 1 one per KV head */
+  int32_t descale_granularity; /* FP8: 0 one descale per tensor, 1 one per KV head, 2 one per (sequence,
+                                * KV head) */
 } ac_attention_args;
 
 typedef int (*ac_merge_fn)(void* self, const ac_merge_args* args, char* err, size_t err_len);

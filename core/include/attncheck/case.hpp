@@ -99,8 +99,9 @@ std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const
 // finite in (0, AC_MAX_SOFTCAP]; each window side -1 .. AC_MAX_WINDOW; sinks empty or num_heads
 // finite values; paged: page_size 1 .. AC_MAX_PAGE_SIZE, num_pages 1 .. 2^24, max_blocks enough
 // for the longest sequence, block_table [num_seqs, max_blocks] with every entry inside the pool;
-// an FP8 KV cache's k_descale and v_descale one value or one per KV head each, alike, positive and
-// finite (none without an FP8 kv_dtype). The tensors' sizes are the reader's check.
+// an FP8 KV cache's k_descale and v_descale one value, one per KV head or one per (sequence, KV
+// head) each, alike, positive and finite (none without an FP8 kv_dtype). The tensors' sizes are the reader's
+// check.
 std::string attention_variant_problem(const AttentionInput&);
 // The same input with K and V gathered from their pages into the contiguous layout
 // [total_k, num_kv_heads, d] (what the reference and an unpaged subject read); an unpaged input is

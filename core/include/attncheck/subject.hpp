@@ -60,9 +60,10 @@ struct AttentionInput {
   std::vector<int32_t> block_table;
   // An FP8 KV cache (plugin_abi.h, AC_FP8_*): kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2 makes k and
   // v FP8 codes (one per element, the low 8 bits), read times k_descale / v_descale: one value
-  // (per tensor) or one per KV head. Any other kv_dtype: k and v are in dtype, no descales. q and O
-  // stay in dtype, q too unless q_descale is given (AC_FP8_Q: q then holds codes of kv_dtype, read
-  // times q_descale, one value or one per KV head as k_descale).
+  // (per tensor), one per KV head, or one per (sequence, KV head) ([num_seqs, num_kv_heads]). Any
+  // other kv_dtype: k and v are in dtype, no descales. q and O stay in dtype, q too unless
+  // q_descale is given (AC_FP8_Q: q then holds codes of kv_dtype, read times q_descale, as many
+  // values as k_descale).
   ac_dtype kv_dtype = AC_DTYPE_F32;
   std::vector<float> k_descale, v_descale, q_descale;
 
@@ -85,9 +86,54 @@ struct AttentionInput {
   int32_t q_kv_head_of_element(size_t i) const {
     return int32_t((int64_t(i) / head_size) % num_heads / (num_heads / num_kv_heads));
   }
-  // KV head h's descale of k (v): 1 without an FP8 cache.
-  float descale(const std::vector<float>& d, int32_t kv_head) const {
-    return d.empty() ? 1.0f : d.size() == 1 ? d[0] : d[size_t(kv_head)];
+  // The descales' granularity (plugin_abi.h descale_granularity), read off k_descale's size: 0 one
+  // value, 1 one per KV head, 2 one per (sequence, KV head). The sizes differ wherever the meanings
+  // do (one sequence's per-sequence descales are its per-KV-head ones).
+  int32_t descale_granularity() const {
+    const size_t n = k_descale.size();
+    return n <= 1 ? 0 : n == size_t(num_kv_heads) ? 1 : 2;
+  }
+  // The index in a descale array of d_size values (1, num_kv_heads or num_seqs x num_kv_heads) of
+  // sequence seq's KV head kv_head.
+  size_t descale_slot(size_t d_size, int32_t seq, int32_t kv_head) const {
+    return d_size <= 1                      ? 0
+           : d_size == size_t(num_kv_heads) ? size_t(kv_head)
+                                            : size_t(seq) * num_kv_heads + kv_head;
+  }
+  // Sequence seq's KV head kv_head's descale in d (k_descale, v_descale or q_descale): 1 where d
+  // is empty (no FP8 cache, or q in dtype).
+  float descale(const std::vector<float>& d, int32_t seq, int32_t kv_head) const {
+    return d.empty() ? 1.0f : d[descale_slot(d.size(), seq, kv_head)];
+  }
+  // The sequence of each storage row of k and v: by seqlens_k, or in a page pool the first sequence
+  // whose block table names the row's page (0 for a page no sequence names: its descales are any
+  // sequence's). And the sequence of each query token.
+  std::vector<int32_t> kv_row_sequences() const;
+  std::vector<int32_t> token_sequences() const;
+  // d (k_descale, v_descale or q_descale) for an input made of this one's sequences `seqs` (in
+  // that order, one per new sequence) and KV heads `kv_heads`, at d's granularity: what a piece,
+  // a shrunk case or a sub-batch holds.
+  std::vector<float> descales_for(const std::vector<float>& d, const std::vector<size_t>& seqs,
+                                  const std::vector<int32_t>& kv_heads) const {
+    if (d.size() <= 1) return d;
+    std::vector<float> out;
+    if (d.size() == size_t(num_kv_heads)) {
+      for (int32_t kv : kv_heads) out.push_back(d[size_t(kv)]);
+      return out;
+    }
+    for (size_t s : seqs)
+      for (int32_t kv : kv_heads) out.push_back(d[descale_slot(d.size(), int32_t(s), kv)]);
+    return out;
+  }
+  // The descale slot of element i of k or v (storage rows of num_kv_heads x width; rows from
+  // kv_row_sequences) and of q (tokens from token_sequences).
+  size_t kv_descale_slot(const std::vector<int32_t>& rows, size_t i, int64_t width) const {
+    return descale_slot(k_descale.size(), rows[size_t(int64_t(i) / (width * num_kv_heads))],
+                        kv_head_of_element(i, width));
+  }
+  size_t q_descale_slot(const std::vector<int32_t>& tokens, size_t i) const {
+    return descale_slot(k_descale.size(), tokens[size_t(int64_t(i) / (int64_t(head_size) * num_heads))],
+                        q_kv_head_of_element(i));
   }
   bool paged() const { return page_size > 0; }
   // Rows of K / V storage: total keys, or num_pages * page_size.
@@ -103,6 +149,24 @@ struct AttentionInput {
     return int64_t{block_table[s * size_t(max_blocks) + size_t(j / page_size)]} * page_size + j % page_size;
   }
 };
+inline std::vector<int32_t> AttentionInput::kv_row_sequences() const {
+  std::vector<int32_t> rows(size_t(kv_rows()), 0);
+  if (paged()) {
+    // Later sequences first, so the first sequence naming a page writes it last.
+    for (size_t s = seqlens_k.size(); s-- > 0;)
+      for (int64_t j = 0; j < seqlens_k[s]; ++j) rows[size_t(kv_row(s, j, 0))] = int32_t(s);
+    return rows;
+  }
+  size_t r = 0;
+  for (size_t s = 0; s < seqlens_k.size(); ++s)
+    for (int32_t j = 0; j < seqlens_k[s]; ++j) rows[r++] = int32_t(s);
+  return rows;
+}
+inline std::vector<int32_t> AttentionInput::token_sequences() const {
+  std::vector<int32_t> tokens;
+  for (size_t s = 0; s < seqlens_q.size(); ++s) tokens.insert(tokens.end(), size_t(seqlens_q[s]), int32_t(s));
+  return tokens;
+}
 inline AttentionInput AttentionInput::without_tensors() const {
   AttentionInput s;
   s.dtype = dtype;

@@ -74,8 +74,8 @@ std::string caps_string(const Subject& s) {
       o << "; FP8 KV cache";
       for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
         if (c.kv_dtypes & AC_DTYPE_BIT(f)) o << " " << kv_dtype_name(f);
-      o << (c.fp8 & AC_FP8_DESCALE_PER_KV_HEAD ? " (descales per tensor or per KV head)"
-                                               : " (descales per tensor)");
+      o << " (descales per tensor" << (c.fp8 & AC_FP8_DESCALE_PER_KV_HEAD ? ", per KV head" : "")
+        << (c.fp8 & AC_FP8_DESCALE_PER_SEQUENCE ? ", per (sequence, KV head)" : "") << ")";
       if (c.fp8 & AC_FP8_Q) o << "; Q in FP8";
       if (c.fp8 & AC_FP8_P_E4M3) o << "; P in e4m3fn (offset 2^8)";
     }

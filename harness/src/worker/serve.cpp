@@ -182,8 +182,8 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
       const auto t = in(r, "inputs", "block_table");
       a.block_table = get_int32s(arena, t, a.seqlens_k.size() * size_t(a.max_blocks));
     }
-    // An FP8 KV cache: the format, and one descale per tensor or per KV head (Q's too, where Q is
-    // in FP8).
+    // An FP8 KV cache: the format, and one descale per tensor, per KV head or per (sequence, KV
+    // head) (Q's too, where Q is in FP8).
     if (r.contains("kv_dtype")) {
       const std::string f = r["kv_dtype"].is_string() ? r["kv_dtype"].get<std::string>() : "";
       const auto kv = kv_dtype_from(f);
@@ -194,9 +194,11 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
         if (to == &a.q_descale && !r.at("inputs").contains(field)) continue;  // q in dtype
         const TensorRef t = in(r, "inputs", field);
         const size_t n = t.bytes / 4;
-        if (n != 1 && n != size_t(a.num_kv_heads))
+        const size_t per_sequence = a.seqlens_q.size() * size_t(a.num_kv_heads);
+        if (n != 1 && n != size_t(a.num_kv_heads) && n != per_sequence)
           throw ProtocolError(std::string("'") + field + "' holds " + std::to_string(n) +
-                              " values; one, or one per KV head (" + std::to_string(a.num_kv_heads) + ")");
+                              " values; one, one per KV head (" + std::to_string(a.num_kv_heads) +
+                              ") or one per (sequence, KV head) (" + std::to_string(per_sequence) + ")");
         *to = get_floats(arena, t, n);
       }
     }

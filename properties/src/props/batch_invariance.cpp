@@ -55,6 +55,18 @@ AttentionInput assemble(const AttentionInput& given, const std::vector<Piece>& p
     to.insert(to.end(), from.begin() + std::ptrdiff_t(row * width),
               from.begin() + std::ptrdiff_t((row + 1) * width));
   };
+  // Descales per (sequence, KV head): a piece reads K's and V's of the sequence its keys come from,
+  // Q's of the one its queries come from.
+  std::vector<size_t> k_from, q_from;
+  std::vector<int32_t> all_heads(size_t(a.num_kv_heads));
+  for (int32_t h = 0; h < a.num_kv_heads; ++h) all_heads[size_t(h)] = h;
+  for (const Piece& p : pieces) {
+    k_from.push_back(p.k_from);
+    q_from.push_back(p.q_from);
+  }
+  s.k_descale = a.descales_for(a.k_descale, k_from, all_heads);
+  s.v_descale = a.descales_for(a.v_descale, k_from, all_heads);
+  s.q_descale = a.descales_for(a.q_descale, q_from, all_heads);
   for (const Piece& p : pieces) {
     s.seqlens_q.push_back(int32_t(p.tq));
     s.seqlens_k.push_back(int32_t(p.tk));

@@ -99,6 +99,20 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
         items.push_back({std::string("Q, K and V in ") + kv_dtype_name(f) + " (descales per KV head)",
                          gen::fp8_copy(plain, f, d, d, d)});
     }
+    if (caps.fp8 & AC_FP8_DESCALE_PER_SEQUENCE) {
+      // Two sequences (the plain one twice), the second's last KV head with a descale of its own.
+      AttentionInput two = plain;
+      two.seqlens_q.push_back(plain.seqlens_q.front());
+      two.seqlens_k.push_back(plain.seqlens_k.front());
+      for (auto [to, from] :
+           {std::pair{&two.q, &plain.q}, std::pair{&two.k, &plain.k}, std::pair{&two.v, &plain.v}})
+        to->insert(to->end(), from->begin(), from->end());
+      std::vector<float> d(2 * size_t(plain.num_kv_heads), 0x1p-6f);
+      d.back() = 3 * 0x1p-7f;
+      items.push_back(
+          {std::string("FP8 KV cache ") + kv_dtype_name(f) + " (descales per (sequence, KV head))",
+           gen::fp8_copy(two, f, d, d)});
+    }
   }
   return items;
 }

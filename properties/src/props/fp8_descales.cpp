@@ -37,17 +37,19 @@
 namespace attncheck::detail {
 namespace {
 
-// Codes of tensor t scaled by 2^s per descale group (one per KV head, head_of(i) that of element i,
-// or one for the tensor) and the descales by 2^-s: s_g as preferred where every code of the group
-// stays an exact code and the descale an exact normal float, else 0. Returns whether any group moved.
-template <class HeadOf>
-bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, HeadOf head_of, std::string& what) {
+// Codes of tensor t scaled by 2^s per descale group (one per KV head or per (sequence, KV head),
+// slot_of(i) that of element i, or one for the tensor) and the descales by 2^-s: s_g as preferred
+// where every code of the group stays an exact code and the descale an exact normal float, else 0.
+// The preferred s alternates 1, 2 over KV heads and over sequences, so a kernel that reads another
+// head's or sequence's descale sees other values. Returns whether any group moved.
+template <class SlotOf>
+bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, SlotOf slot_of, std::string& what) {
   const ref::Fp8Format f = fp8_format(a.kv_dtype);
   const double largest = ref::fp8_spec(f).largest;
-  const size_t groups = ds.size();
+  const size_t groups = ds.size(), H = size_t(a.num_kv_heads);
   std::vector<int> s(groups);
-  for (size_t g = 0; g < groups; ++g) s[g] = groups == 1 ? 1 : 1 + int(g % 2);
-  auto group_of = [&](size_t i) { return groups == 1 ? 0 : size_t(head_of(i)); };
+  for (size_t g = 0; g < groups; ++g) s[g] = groups == 1 ? 1 : 1 + int((g % H + g / H) % 2);
+  auto group_of = [&](size_t i) { return groups == 1 ? 0 : slot_of(i); };
   auto scaled = [&](uint8_t code, int e, uint8_t& out) {
     const double x = ref::decode_fp8(f, code);
     if (std::isnan(x)) return false;
@@ -80,7 +82,7 @@ bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, HeadOf h
   }
   for (size_t i = 0; i < t.size(); ++i)
     if (s[group_of(i)] != 0) t[i] = moved[i];
-  if (groups > 1) what = "(" + what + ") per KV head";
+  if (groups > 1) what = "(" + what + (groups == H ? ") per KV head" : ") per (sequence, KV head)");
   return any;
 }
 
@@ -181,13 +183,14 @@ class Fp8Descales final : public Property {
 
     AttentionInput ex = a;
     std::string k_exp, v_exp, q_exp;
+    const std::vector<int32_t> rows = a.kv_row_sequences(), tokens = a.token_sequences();
     const bool k_moved = exchange(
-        a, ex.k, ex.k_descale, [&](size_t i) { return a.kv_head_of_element(i, a.head_size); }, k_exp);
+        a, ex.k, ex.k_descale, [&](size_t i) { return a.kv_descale_slot(rows, i, a.head_size); }, k_exp);
     const bool v_moved = exchange(
-        a, ex.v, ex.v_descale, [&](size_t i) { return a.kv_head_of_element(i, a.dv()); }, v_exp);
+        a, ex.v, ex.v_descale, [&](size_t i) { return a.kv_descale_slot(rows, i, a.dv()); }, v_exp);
     const bool q_moved =
         a.fp8_q() && exchange(
-                         a, ex.q, ex.q_descale, [&](size_t i) { return a.q_kv_head_of_element(i); }, q_exp);
+                         a, ex.q, ex.q_descale, [&](size_t i) { return a.q_descale_slot(tokens, i); }, q_exp);
     if (k_moved || v_moved || q_moved) {
       before_launch(ctx, c, /*write=*/false);
       const std::string d = first_difference(a, base, ctx.subject.attention(ex, c.options));

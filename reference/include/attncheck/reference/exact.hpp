@@ -69,13 +69,14 @@ struct AttentionProblem {
   //   sinks: empty, or one finite logit per query head, in the units of the scaled (and capped)
   //     scores: e^sink joins the softmax denominator only (a key whose value is 0). LSE =
   //     log(e^sink + sum_j e^s_j); a row with no visible key has O = 0 and LSE = sink.
-  //   k_scale / v_scale: empty, or one positive finite factor per KV head: the kernel was given
-  //     each stored K (V) element of that head times the factor, as an FP8 cache's descales give
-  //     it. K's factor multiplies the head's scores with the softmax scale (their product of two
-  //     floats is exact in double), V's each decoded element (a value of at most 24 significant
-  //     bits times a float: exact in double), so the reference is that of the scaled values,
-  //     exactly.
-  //   q_scale: empty, or one positive finite factor per KV head, for the query heads that read it:
+  //   k_scale / v_scale: empty, or one positive finite factor per KV head ([num_kv_heads]) or per
+  //     (sequence, KV head) ([num_seqs, num_kv_heads]): the kernel was given each stored K (V)
+  //     element of that head (and sequence) times the factor, as an FP8 cache's descales give it. K's factor
+  //     multiplies the head's scores with the softmax scale (their product of two floats is exact in double),
+  //     V's each decoded element (a value of at most 24 significant bits times a float: exact in double), so
+  //     the reference is that of the scaled values, exactly.
+  //   q_scale: empty, or one positive finite factor per KV head (or per (sequence, KV head), as
+  //     k_scale), for the query heads that read it:
   //     the kernel was given each stored Q element times its factor (an FP8 Q's descale). It
   //     multiplies the head's scores after the softmax scale and K's factor, rounded once in
   //     working precision (the fast path's bound counts that rounding of the scale).
@@ -86,15 +87,23 @@ struct AttentionProblem {
   std::vector<float> k_scale, v_scale, q_scale;
 };
 
-// KV head h's K (V) factor: 1 where the problem has none.
-inline double k_scale_of(const AttentionProblem& pb, int32_t kv_head) {
-  return pb.k_scale.empty() ? 1.0 : static_cast<double>(pb.k_scale[static_cast<size_t>(kv_head)]);
+// Sequence seq's KV head kv_head's factor in scales (k_scale, v_scale or q_scale): 1 where the
+// problem has none.
+inline double scale_of(const std::vector<float>& scales, int32_t num_kv_heads, size_t seq, int32_t kv_head) {
+  if (scales.empty()) return 1.0;
+  const size_t at = scales.size() == static_cast<size_t>(num_kv_heads)
+                        ? static_cast<size_t>(kv_head)
+                        : seq * static_cast<size_t>(num_kv_heads) + static_cast<size_t>(kv_head);
+  return static_cast<double>(scales[at]);
 }
-inline double q_scale_of(const AttentionProblem& pb, int32_t kv_head) {
-  return pb.q_scale.empty() ? 1.0 : static_cast<double>(pb.q_scale[static_cast<size_t>(kv_head)]);
+inline double k_scale_of(const AttentionProblem& pb, size_t seq, int32_t kv_head) {
+  return scale_of(pb.k_scale, pb.num_kv_heads, seq, kv_head);
 }
-inline double v_scale_of(const AttentionProblem& pb, int32_t kv_head) {
-  return pb.v_scale.empty() ? 1.0 : static_cast<double>(pb.v_scale[static_cast<size_t>(kv_head)]);
+inline double q_scale_of(const AttentionProblem& pb, size_t seq, int32_t kv_head) {
+  return scale_of(pb.q_scale, pb.num_kv_heads, seq, kv_head);
+}
+inline double v_scale_of(const AttentionProblem& pb, size_t seq, int32_t kv_head) {
+  return scale_of(pb.v_scale, pb.num_kv_heads, seq, kv_head);
 }
 
 // V's and O's head size: head_size_v, or head_size when head_size_v is 0.
