@@ -69,11 +69,28 @@ int packed_engine_attention(const ac_attention_args& args, int keys_per_split, b
   return splitkv_attention_host(a, o, err, err_len);
 }
 
+namespace {
+// The fused walk's variants (packed.cu's VAR instantiation; V's own head size: on the device MLA's
+// decode pair, on the host the twin's pairs) and an FP8 cache (FlashAttention-3's contract, with
+// descales per (sequence, KV head) too: each CTA reads its sequence's, packed_kernel.cuh descaled,
+// the twin each view's, fused_twin.h head_view), on both backends.
+ac_caps with_packed_variants(ac_caps c, bool cuda) {
+  c = with_fp8_kv_cache(with_fused_variants(c));
+  c.fp8 |= AC_FP8_DESCALE_PER_SEQUENCE;
+  if (cuda) {  // MLA's absorbed decode (packed_mla.cu); the twin declares kFusedTwinHeadPairs
+    c.variants |= AC_VAR_HEAD_SIZE_V;
+    c.head_pairs = kPackedHeadPairs;
+    c.num_head_pairs = kNumPackedHeadPairs;
+  }
+  return c;
+}
+}  // namespace
+
 ac_caps packed_engine_caps(bool cuda, bool invariant) {
   ac_caps c = fused_caps(cuda, 0, -1);  // splitkv-packed's contract, as attention
   c.tilings = kSplitKVTilings;
   c.num_tilings = kNumSplitKVTilings;
-  return engine_caps(c, invariant);
+  return engine_caps(with_packed_variants(c, cuda), invariant);
 }
 
 void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
@@ -86,18 +103,7 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
   c.num_tilings = kNumSplitKVTilings;
   c.max_splits = kPackedMaxSplits;
   c.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
-  // The fused walk's variants (packed.cu's VAR instantiation; V's own head size: on the device MLA's
-  // decode pair, on the host the twin's pairs) and an FP8 cache (FlashAttention-3's contract), on
-  // both backends.
-  c = with_fp8_kv_cache(with_fused_variants(c));
-  // Descales per (sequence, KV head) too (FlashAttention-3's descale shape): each CTA reads its
-  // sequence's (packed_kernel.cuh descaled), the twin each view's (fused_twin.h head_view).
-  c.fp8 |= AC_FP8_DESCALE_PER_SEQUENCE;
-  if (cuda) {  // MLA's absorbed decode (packed_mla.cu); the twin declares kFusedTwinHeadPairs
-    c.variants |= AC_VAR_HEAD_SIZE_V;
-    c.head_pairs = kPackedHeadPairs;
-    c.num_head_pairs = kNumPackedHeadPairs;
-  }
+  c = with_packed_variants(c, cuda);
   out.push_back(
       {"splitkv-packed",
        cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head), "
