@@ -2,6 +2,7 @@
 #include "staging_buffers.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -116,6 +117,7 @@ Blocks& blocks() {
   static Blocks* b = new Blocks;
   return *b;
 }
+std::atomic<int64_t> g_device_ns{0};  // staging_device_seconds
 bool separate() {
   static const bool s = [] {
     const char* v = std::getenv("ATTNCHECK_SEPARATE_BUFFERS");
@@ -127,11 +129,24 @@ bool separate() {
 
 }  // namespace
 
+double staging_device_seconds() {
+#if defined(ATTNCHECK_HAVE_CUDA)
+  return double(g_device_ns.load()) * 1e-9;
+#else
+  return 0.0;
+#endif
+}
+
 Staging::~Staging() {
 #if defined(ATTNCHECK_HAVE_CUDA)
   // A call that failed skipped the device sync: its kernels may still be writing into the block,
   // which the next call refills. Wait before handing the block on (a no-op after a good call).
-  if (lock_.owns_lock()) cudaDeviceSynchronize();
+  if (lock_.owns_lock()) {
+    cudaDeviceSynchronize();
+    g_device_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - locked_at_)
+            .count();
+  }
   for (void* p : separate_) cudaFree(p);
 #endif
 }
@@ -151,6 +166,7 @@ void Staging::upload() {
   // One call on the device at a time per process, separate buffers too: the device server calls
   // from a thread per client.
   lock_ = std::unique_lock<std::mutex>(blocks().m);
+  locked_at_ = std::chrono::steady_clock::now();
   if (separate()) {
     for (auto& sl : slots_) {
       void* p = nullptr;

@@ -3,6 +3,7 @@
 // are copied bit for bit; nothing is rounded. CUDA buffers exist only in a CUDA build
 // (ATTNCHECK_HAVE_CUDA); there a CUDA subject's upload refuses the call as unsupported.
 #pragma once
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,10 @@ std::vector<float> from_layout(const std::vector<float>& stored, ac_lse_layout l
 // only grow, and one call uses them at a time (the lock is held from the upload to the end).
 // With ATTNCHECK_SEPARATE_BUFFERS=1 each buffer is its own allocation of its exact size, so that
 // compute-sanitizer's memcheck sees each buffer's own bounds.
+// Seconds this process's calls have held the device (from a call's upload to its end): calls on
+// the device run one at a time per process, so in a device server this is its serialised time.
+double staging_device_seconds();
+
 class Staging {
  public:
   explicit Staging(ac_memory mem) : mem_(mem) {}
@@ -73,6 +78,7 @@ class Staging {
 #if defined(ATTNCHECK_HAVE_CUDA)
   std::vector<void*> separate_;
   std::unique_lock<std::mutex> lock_;
+  std::chrono::steady_clock::time_point locked_at_;
 #endif
   ac_memory mem_;
   std::vector<Slot> slots_;

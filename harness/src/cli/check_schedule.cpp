@@ -221,6 +221,12 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
   });
   worker_pairs.join();
   const nlohmann::json served = servers.shut_down();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (!o.quiet)
+    for (const auto& sv : served)
+      std::fprintf(stderr, "device server (%s): %lld calls, %.1f s holding the device of %.1f s wall\n",
+                   sv.value("device", std::string()).c_str(), (long long)sv.value("calls", int64_t(-1)),
+                   sv.value("device_seconds", -1.0), wall);
   fs::remove_all(scratch, scratch_ec);
   Report& report = plan.report;
   report.parallel = {

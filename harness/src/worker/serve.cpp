@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "../staging_buffers.hpp"
 #include "attncheck/case.hpp"
 #include "attncheck/json_fields.hpp"
 #include "process.hpp"
@@ -373,7 +374,9 @@ int run_device_server(const std::string& socket_path, const std::vector<std::uni
       reply(proto, with_seq(r, error.empty() ? hello_reply(subjects, worker)
                                              : json{{"status", "error"}, {"error", error}}));
     if (r.value("op", "") == "shutdown") {
-      reply(proto, with_seq(r, {{"status", "ok"}, {"served_calls", g_served.load()}}));
+      reply(proto, with_seq(r, {{"status", "ok"},
+                                {"served_calls", g_served.load()},
+                                {"device_seconds", staging_device_seconds()}}));
       break;
     }
   }
@@ -439,8 +442,11 @@ json DeviceServers::shut_down() {
   json served = json::array();
   for (auto& [device, server] : servers_) {
     const json bye = server->shutdown();
+    // device_seconds: the time the server's calls held the device, one at a time (staging_buffers.hpp);
+    // against the run's wall time, how much of it the device server serialised.
     served.push_back({{"device", device.empty() ? "inherited" : device},
-                      {"calls", bye.is_object() ? bye.value("served_calls", int64_t(-1)) : int64_t(-1)}});
+                      {"calls", bye.is_object() ? bye.value("served_calls", int64_t(-1)) : int64_t(-1)},
+                      {"device_seconds", bye.is_object() ? bye.value("device_seconds", -1.0) : -1.0}});
   }
   servers_.clear();
   std::error_code ec;
