@@ -133,6 +133,15 @@ __device__ __forceinline__ void load_kv_paged(uint16_t* sk, uint16_t* sv, const 
   }
 }
 
+// FP8: the ldmatrix address of lane `lane` of warp `warp` in the code tile at `tile` (shared) for
+// chunks c and c + 1 of its 16 keys: lanes 0-7 keys 0-7 and lanes 8-15 keys 8-15 of chunk c, lanes
+// 16-31 the same of chunk c + 1.
+template <int D>
+__device__ __forceinline__ uint32_t code_rows_at(uint32_t tile, int warp, int lane, int c) {
+  const int row = warp * kRows + (lane & 7) + ((lane >> 3) & 1) * 8;
+  return tile + uint32_t(code_at<D>(row, c + (lane >> 4)));
+}
+
 // FP8: this warp's S = Q K^T for its 16 keys of a tile (s[0] keys 0-7, s[1] keys 8-15) from the
 // code tile kc (shared address; the warp's rows at code_at). An ldmatrix of 8 keys x 16 codes (b16,
 // not transposed) gives lane (g, t4) codes 4 t4 .. 4 t4 + 3 of key g: the first two are its B
@@ -144,11 +153,10 @@ __device__ __forceinline__ void fp8_scores(float (&s)[2][4], const uint32_t (&qf
                                            int warp, int lane) {
   namespace dev = fused::dev;
   using packed::codes2_to_input;
-  const int row = warp * kRows + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
   for (int c = 0; c < D / 16; c += 2) {
     uint32_t r[4];  // keys 0-7 and 8-15 of step c, then of step c + 1
-    dev::ldsm_x4(r, kc + uint32_t(code_at<D>(row, c + (lane >> 4))));
+    dev::ldsm_x4(r, code_rows_at<D>(kc, warp, lane, c));
 #pragma unroll
     for (int m = 0; m < 4; ++m)
       dev::mma16816<BF16>(s[m & 1], qf[c + (m >> 1)], codes2_to_input<BF16, KIND>(r[m]),
@@ -166,11 +174,10 @@ __device__ __forceinline__ void fp8_pv(float (&o)[D / 8][4], const uint32_t (&a)
                                        int lane) {
   namespace dev = fused::dev;
   using packed::codes2_to_input;
-  const int row = warp * kRows + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
   for (int c = 0; c < D / 16; c += 2) {
     uint32_t r[4];  // keys 0-7 and 8-15 of chunk c, then of chunk c + 1
-    dev::ldsm_x4_trans(r, vc + uint32_t(code_at<D>(row, c + (lane >> 4))));
+    dev::ldsm_x4_trans(r, code_rows_at<D>(vc, warp, lane, c));
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t k0 = __byte_perm(r[2 * h], 0, 0x3120), k8 = __byte_perm(r[2 * h + 1], 0, 0x3120);

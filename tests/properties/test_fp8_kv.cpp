@@ -294,6 +294,14 @@ class Fp8Fake final : public fakes::Wrapping {
   ac_dtype refuse_;
 };
 
+// 60 of the generator's cases, unshrunk.
+RunConfig sixty_cases() {
+  RunConfig cfg;
+  cfg.shrink = false;
+  cfg.num_cases = 60;
+  return cfg;
+}
+
 Case fp8_descales_case(std::vector<float> k_descale, std::vector<float> v_descale) {
   Case c;
   c.op = "attention";
@@ -343,9 +351,7 @@ TEST_CASE("fp8_descales: each descale bug fails bit for bit where accuracy canno
     CHECK(r.failure_class == "fp8_v_descale_linear");
   }
   // Over the generator's cases: the correct subject passes every one, each bug fails.
-  RunConfig cfg;
-  cfg.shrink = false;
-  cfg.num_cases = 60;
+  const RunConfig cfg = sixty_cases();
   const PropertyResult run = run_property("fp8_descales", correct, cfg);
   INFO(run.message);
   CHECK(run.status == PropertyResult::Status::passed);
@@ -380,9 +386,7 @@ TEST_CASE("fp8_descales: a NaN V code shows in its column on the rows that see i
     CHECK(r.verdict.find(where) != std::string::npos);
   }
   // Over the generator's cases: the correct subject passes, each bug fails.
-  RunConfig cfg;
-  cfg.shrink = false;
-  cfg.num_cases = 60;
+  const RunConfig cfg = sixty_cases();
   CHECK(run_property("fp8_descales", correct, cfg).status == PropertyResult::Status::passed);
   for (const auto& [bug, where] : bugs) {
     Fp8Fake wrong(bug);
@@ -529,9 +533,7 @@ TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchang
   for (int i = 0; i < 100; ++i)
     per_seq += gen::attention_fp8_kv_input(dom)(rnd.split(), 100).value().descale_granularity() == 2;
   CHECK(per_seq > 10);
-  RunConfig cfg;
-  cfg.shrink = false;
-  cfg.num_cases = 60;
+  const RunConfig cfg = sixty_cases();
   const PropertyResult ok = run_property("fp8_descales", per_sequence, cfg);
   INFO(ok.message);
   CHECK(ok.status == PropertyResult::Status::passed);
