@@ -4,10 +4,12 @@
 // two budget increments. Expected values are derived in the comments, never read off the code
 // under test.
 #include <rapidcheck.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -540,6 +542,25 @@ TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchang
   const PropertyResult bad = run_property("fp8_descales", seq0, cfg);
   INFO(bad.message);
   CHECK(bad.status == PropertyResult::Status::failed);
+  // Shrunk, the failure keeps a case whose descales match its sequences and KV heads: it reads back,
+  // holds the contract, and replays as the same failure.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ac_fp8_seq_corpus_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  RunConfig shrinking = cfg;
+  shrinking.shrink = true;
+  shrinking.corpus_dir = dir.string();
+  const PropertyResult shrunk = run_property("fp8_descales", seq0, shrinking);
+  REQUIRE_FALSE(shrunk.corpus_files.empty());
+  for (const std::string& file : shrunk.corpus_files) {  // one per distinct failure
+    const Case back = read_case_file(file);
+    const auto& in = std::get<AttentionInput>(back.input);
+    INFO(file << ": " << shrunk.message);
+    CHECK(attention_variant_problem(in).empty());
+    CHECK_FALSE(replay_case(back, seq0).passed);
+    CHECK(replay_case(back, per_sequence).passed);
+  }
+  std::filesystem::remove_all(dir);
   // declared_variants' item of two sequences whose descales differ at the second one's last head.
   CHECK(run_property("declared_variants", per_sequence, cfg).status == PropertyResult::Status::passed);
   const PropertyResult item = run_property("declared_variants", seq0, cfg);
