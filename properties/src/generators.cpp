@@ -456,9 +456,11 @@ AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<fl
     }
   };
   const std::vector<int32_t> rows = q.kv_row_sequences(), tokens = q.token_sequences();
-  quantise(q.k, q.k_descale, [&](size_t i) { return q.kv_descale_slot(rows, i, q.head_size); });
-  quantise(q.v, q.v_descale, [&](size_t i) { return q.kv_descale_slot(rows, i, q.dv()); });
-  if (!q.q_descale.empty()) quantise(q.q, q.q_descale, [&](size_t i) { return q.q_descale_slot(tokens, i); });
+  const size_t n = q.k_descale.size();
+  quantise(q.k, q.k_descale, [&](size_t i) { return q.kv_descale_slot(n, rows, i, q.head_size); });
+  quantise(q.v, q.v_descale, [&](size_t i) { return q.kv_descale_slot(n, rows, i, q.dv()); });
+  if (!q.q_descale.empty())
+    quantise(q.q, q.q_descale, [&](size_t i) { return q.q_descale_slot(n, tokens, i); });
   return q;
 }
 
@@ -515,7 +517,6 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   if (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) groups.push_back(size_t(H));
   if (dom.fp8 & AC_FP8_DESCALE_PER_SEQUENCE) groups.push_back(a.seqlens_q.size() * size_t(H));
   const size_t n_groups = groups.size() > 1 ? groups[size_t(pick_class(int(groups.size())))] : 1;
-  a.k_descale.assign(n_groups, 1.0f);  // the slots below read its size
   const std::vector<int32_t> rows = a.kv_row_sequences(), tokens = a.token_sequences();
   auto descales = [&](const Bits& t, auto slot_of) {
     std::vector<double> amax(n_groups, 0.0);
@@ -532,11 +533,13 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
     }
     return d;
   };
-  std::vector<float> kd = descales(a.k, [&](size_t i) { return a.kv_descale_slot(rows, i, a.head_size); });
-  std::vector<float> vd = descales(a.v, [&](size_t i) { return a.kv_descale_slot(rows, i, a.dv()); });
+  std::vector<float> kd =
+      descales(a.k, [&](size_t i) { return a.kv_descale_slot(n_groups, rows, i, a.head_size); });
+  std::vector<float> vd =
+      descales(a.v, [&](size_t i) { return a.kv_descale_slot(n_groups, rows, i, a.dv()); });
   std::vector<float> qd;
   if ((dom.fp8 & AC_FP8_Q) && pick_class(4) != 0)
-    qd = descales(a.q, [&](size_t i) { return a.q_descale_slot(tokens, i); });
+    qd = descales(a.q, [&](size_t i) { return a.q_descale_slot(n_groups, tokens, i); });
   a = fp8_copy(a, format, std::move(kd), std::move(vd), std::move(qd));
 }
 

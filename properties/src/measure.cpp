@@ -52,7 +52,8 @@ ref::Fp8Format fp8_format(ac_dtype d) {
 double kv_value(const AttentionInput& a, const std::vector<int32_t>& rows, const Bits& t, int64_t row_width,
                 size_t i) {
   const std::vector<float>& ds = &t == &a.k ? a.k_descale : a.v_descale;
-  return decode(a.k_dtype(), t[i]) * (ds.empty() ? 1.0 : double(ds[a.kv_descale_slot(rows, i, row_width)]));
+  return decode(a.k_dtype(), t[i]) *
+         (ds.empty() ? 1.0 : double(ds[a.kv_descale_slot(ds.size(), rows, i, row_width)]));
 }
 uint32_t round_bits(ac_dtype d, double x) { return ref::round_to_format(fmt(d), x); }
 bool finite_bits(ac_dtype d, uint32_t bits) { return std::isfinite(decode(d, bits)); }

@@ -125,14 +125,14 @@ struct AttentionInput {
       for (int32_t kv : kv_heads) out.push_back(d[descale_slot(d.size(), int32_t(s), kv)]);
     return out;
   }
-  // The descale slot of element i of k or v (storage rows of num_kv_heads x width; rows from
-  // kv_row_sequences) and of q (tokens from token_sequences).
-  size_t kv_descale_slot(const std::vector<int32_t>& rows, size_t i, int64_t width) const {
-    return descale_slot(k_descale.size(), rows[size_t(int64_t(i) / (width * num_kv_heads))],
+  // The slot, in a descale array of d_size values, of element i of k or v (storage rows of
+  // num_kv_heads x width; rows from kv_row_sequences) and of q (tokens from token_sequences).
+  size_t kv_descale_slot(size_t d_size, const std::vector<int32_t>& rows, size_t i, int64_t width) const {
+    return descale_slot(d_size, rows[size_t(int64_t(i) / (width * num_kv_heads))],
                         kv_head_of_element(i, width));
   }
-  size_t q_descale_slot(const std::vector<int32_t>& tokens, size_t i) const {
-    return descale_slot(k_descale.size(), tokens[size_t(int64_t(i) / (int64_t(head_size) * num_heads))],
+  size_t q_descale_slot(size_t d_size, const std::vector<int32_t>& tokens, size_t i) const {
+    return descale_slot(d_size, tokens[size_t(int64_t(i) / (int64_t(head_size) * num_heads))],
                         q_kv_head_of_element(i));
   }
   bool paged() const { return page_size > 0; }

@@ -229,11 +229,10 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
                    sv.value("device_seconds", -1.0), wall);
   fs::remove_all(scratch, scratch_ec);
   Report& report = plan.report;
-  report.parallel = {
-      {"jobs", pool.jobs},
-      {"wall_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count()},
-      {"devices", nlohmann::json::array()},
-      {"device_servers", served}};
+  report.parallel = {{"jobs", pool.jobs},
+                     {"wall_seconds", wall},
+                     {"devices", nlohmann::json::array()},
+                     {"device_servers", served}};
   for (const auto& [dev, use] : device_use)
     report.parallel["devices"].push_back(
         {{"device", dev}, {"pairs", use.first}, {"busy_seconds", use.second}});

@@ -185,12 +185,15 @@ class Fp8Descales final : public Property {
     std::string k_exp, v_exp, q_exp;
     const std::vector<int32_t> rows = a.kv_row_sequences(), tokens = a.token_sequences();
     const bool k_moved = exchange(
-        a, ex.k, ex.k_descale, [&](size_t i) { return a.kv_descale_slot(rows, i, a.head_size); }, k_exp);
+        a, ex.k, ex.k_descale,
+        [&](size_t i) { return a.kv_descale_slot(ex.k_descale.size(), rows, i, a.head_size); }, k_exp);
     const bool v_moved = exchange(
-        a, ex.v, ex.v_descale, [&](size_t i) { return a.kv_descale_slot(rows, i, a.dv()); }, v_exp);
+        a, ex.v, ex.v_descale,
+        [&](size_t i) { return a.kv_descale_slot(ex.v_descale.size(), rows, i, a.dv()); }, v_exp);
     const bool q_moved =
         a.fp8_q() && exchange(
-                         a, ex.q, ex.q_descale, [&](size_t i) { return a.q_descale_slot(tokens, i); }, q_exp);
+                         a, ex.q, ex.q_descale,
+                         [&](size_t i) { return a.q_descale_slot(ex.q_descale.size(), tokens, i); }, q_exp);
     if (k_moved || v_moved || q_moved) {
       before_launch(ctx, c, /*write=*/false);
       const std::string d = first_difference(a, base, ctx.subject.attention(ex, c.options));
