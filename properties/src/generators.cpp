@@ -513,8 +513,10 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   const double largest = ref::fp8_spec(detail::fp8_format(format)).largest;
   const int32_t H = a.num_kv_heads;
   // The granularity: per tensor or a declared finer one, alike (per KV head: half the cases).
-  std::vector<size_t> groups = {1};
+  // Per KV head first: a subject declaring it alone draws as before per sequence existed.
+  std::vector<size_t> groups;
   if (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) groups.push_back(size_t(H));
+  groups.push_back(1);
   if (dom.fp8 & AC_FP8_DESCALE_PER_SEQUENCE) groups.push_back(a.seqlens_q.size() * size_t(H));
   const size_t n_groups = groups.size() > 1 ? groups[size_t(pick_class(int(groups.size())))] : 1;
   const std::vector<int32_t> rows = a.kv_row_sequences(), tokens = a.token_sequences();
