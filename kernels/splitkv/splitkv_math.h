@@ -5,7 +5,7 @@
 // part) and its base-2 LSE_s = m_s + log2 l_s (-inf for an empty part). Two states merge as in
 // the LSE merge of two attention states, in base 2, scale first and multiply afterwards (a convex
 // combination, no unbounded intermediate), with the both-empty guard:
-//   M = max(LSE_a, LSE_b);  M = -inf: O = 0, LSE = -inf (never -inf - -inf = NaN)
+//   M = max(LSE_a, LSE_b);  both -inf: O = 0, LSE = -inf (never -inf - -inf = NaN)
 //   w_a = 2^(LSE_a - M), w_b = 2^(LSE_b - M), s = w_a + w_b
 //   O = O_a (w_a / s) + O_b (w_b / s),  LSE = M + log2 s
 // The fold order is selectable: left to right ((p0 p1) p2) ..., right to left p0 (p1 (p2 ...)),
@@ -41,10 +41,12 @@ AC_HD float partial_o(float pv, float l, float v_descale) {
 // 0; in fp32 o + 0 * o_b would turn a -0 into +0): so parts past a row's own last part, which a
 // launch over a longer neighbour gives it (fixed split size, splitkv::split_range), change no bit
 // of the row in any fold order.
+// Both empty is tested on each side, not on m: a NaN LSE_a (a part whose only key had a NaN logit,
+// from a NaN code in K) gives m = LSE_b, and m = -inf would drop the NaN as if both were empty.
 template <Mutation M = Mutation::none>
 AC_HD void merge_partial(float& o_a, float& lse_a, float o_b, float lse_b) {
   const float m = lse_a > lse_b ? lse_a : lse_b;
-  if (m == neg_inf_f()) {  // both empty
+  if (lse_a == neg_inf_f() && lse_b == neg_inf_f()) {  // both empty
     o_a = 0.0f;
     lse_a = neg_inf_f();
     return;

@@ -178,6 +178,9 @@ class PreparedAttention {
   PreparedAttention(const PreparedAttention&) = delete;
   PreparedAttention& operator=(const PreparedAttention&) = delete;
   Judgement judge(const AttentionOutput&, JudgePath = default_judge_path()) const;
+  // The exact path's judgement of the given rows (token * heads + head) alone: their elements, every
+  // row's flags; the exact rows computed here are kept for the next judgement.
+  Judgement judge_exact_rows(const AttentionOutput&, const std::vector<int64_t>& rows) const;
 
  private:
   struct State;

@@ -777,7 +777,9 @@ struct PreparedAttention::State {
     return it->second;
   }
 
-  Judgement judge_rows(const AttentionOutput& out, bool use_fast) {
+  // `only` (when given: a flag per row of the input) limits the rows judged; the others have no
+  // elements in the judgement.
+  Judgement judge_rows(const AttentionOutput& out, bool use_fast, const std::vector<char>* only = nullptr) {
     if (use_fast) prepare_fast();
     Judgement J;
     J.num_rows = T * H;
@@ -789,9 +791,10 @@ struct PreparedAttention::State {
                      b,
                      cv.base == ref::LseBase::two ? 1.0 / kLn2 : 1.0,
                      cv.has_lse && out.lse.size() == size_t(T * H)};
-    J.counts.rows = int64_t(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
       const int64_t row = rows[i], t = row / H, h = row % H;
+      if (only && !(*only)[size_t(row)]) continue;
+      ++J.counts.rows;
       RowInfo& info = J.rows[size_t(row)];
       const RowBasis& r = bases[i];
       if (r.keys.empty()) {  // the empty row: nothing to compute, judged exactly
@@ -812,6 +815,16 @@ struct PreparedAttention::State {
     return J;
   }
 };
+
+Judgement PreparedAttention::judge_exact_rows(const AttentionOutput& out,
+                                              const std::vector<int64_t>& rows) const {
+  const AddSeconds timed(thread_time_split().judge);
+  std::vector<char> only(size_t(s_->T * s_->H), 0);
+  for (int64_t r : rows) only.at(size_t(r)) = 1;
+  Judgement J = s_->judge_rows(out, false, &only);
+  thread_judge_counts() += J.counts;
+  return J;
+}
 
 PreparedAttention::PreparedAttention(const AttentionInput& a, const Conventions& cv, const Budget& b) {
   const AddSeconds timed(thread_time_split().judge);

@@ -112,6 +112,18 @@ TEST_CASE("split-KV combine: fold orders agree on exact cases, all-empty folds t
       fold_arrays(eo, el, n, f, oo, ll);
       CHECK(oo == 0.0f);
       CHECK(ll == -INFINITY);
+      // One part's state NaN (its only key's logit NaN, from a NaN code in K), every other part
+      // empty: the NaN is kept, in O and in the LSE, wherever the part sits. A both-empty guard
+      // tested on max(LSE_a, LSE_b) took NaN beside -inf for two empty parts and dropped it.
+      for (int at = 0; at < n; ++at) {
+        std::vector<float> no(size_t(n), 0.0f), nl(size_t(n), -INFINITY);
+        no[size_t(at)] = NAN;
+        nl[size_t(at)] = NAN;
+        fold_arrays(no, nl, n, f, oo, ll);
+        INFO("NaN part " << at);
+        CHECK(std::isnan(oo));
+        CHECK(std::isnan(ll));
+      }
     }
   }
 }

@@ -193,22 +193,23 @@ class Fake : public Subject {
               sc[size_t(j)] = -1e4;
           }
           // Split-KV: partial states over num_splits key ranges, combined in double (fold order is
-          // irrelevant at this precision); the partials' empty sentinel is -inf.
+          // irrelevant at this precision); the partials' empty sentinel is -inf. A NaN logit (a NaN
+          // K value) makes M NaN, and with it the row: never an empty row.
           const int nsplit = split ? std::max(1, opt.num_splits) : 1;
           double M = -kInf, L = 0;
           std::vector<double> acc(size_t(D), 0);
           for (int p = 0; p < nsplit; ++p) {
             const int64_t j0 = tk * p / nsplit, j1 = tk * (p + 1) / nsplit;
-            for (int64_t j = j0; j < j1; ++j) M = std::max(M, sc[size_t(j)]);
+            for (int64_t j = j0; j < j1; ++j) M = std::isnan(M) ? M : std::max(sc[size_t(j)], M);
           }
-          for (int64_t j = 0; j < tk && M > -kInf; ++j) {
+          for (int64_t j = 0; j < tk && M != -kInf; ++j) {
             const double w = std::exp(sc[size_t(j)] - M);
             L += w;
             for (int64_t c = 0; c < D; ++c)
               acc[size_t(c)] += w * dec(a.dtype, a.v[size_t(((k0 + j) * Hkv + kvh) * D + c)]);
           }
           const int64_t row = (q0 + t) * H + h;
-          const bool empty = !(M > -kInf);
+          const bool empty = M == -kInf;
           for (int64_t c = 0; c < D; ++c) {
             double o = empty ? 0.0 : acc[size_t(c)] / L;
             if (bug_ == Bug::attention_off_by_one_o && c == 1) o *= 1 + 0x1p-7;

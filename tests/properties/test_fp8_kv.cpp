@@ -232,13 +232,15 @@ namespace {
 class Fp8Fake final : public fakes::Wrapping {
  public:
   // nan_saturated: a NaN code decoded as the format's largest value (a saturating decode);
-  // nan_spread_heads: a NaN in one query head's O spread to every head of that token.
+  // nan_spread_heads: a NaN in one query head's O spread to every head of that token;
+  // nan_k_saturated: K's NaN codes alone decoded as the largest value.
   enum class Bug {
     none,
     descale_next_head,
     v_descale_twice,
     v_descale_ignored,
     nan_saturated,
+    nan_k_saturated,
     nan_spread_heads,
     descale_of_sequence_0
   };
@@ -269,7 +271,7 @@ class Fp8Fake final : public fakes::Wrapping {
         if (is_v && bug_ == Bug::v_descale_twice) d *= a.descale(ds, seq, read);
         if (is_v && bug_ == Bug::v_descale_ignored) d = 1;
         double x = detail::decode(a.kv_dtype, codes[i]);
-        if (bug_ == Bug::nan_saturated && std::isnan(x))
+        if ((bug_ == Bug::nan_saturated || (bug_ == Bug::nan_k_saturated && !is_v)) && std::isnan(x))
           x = ref::fp8_spec(detail::fp8_format(a.kv_dtype)).largest;
         t[i] = detail::round_bits(AC_DTYPE_F32, x * d);
       }
@@ -397,6 +399,32 @@ TEST_CASE("fp8_descales: a NaN V code shows in its column on the rows that see i
     CHECK(r.status == PropertyResult::Status::failed);
     CHECK(r.failure_class == "fp8_nan_code");
   }
+}
+
+TEST_CASE("fp8_descales: a NaN K code makes O and the LSE NaN on the rows that see it, and nothing else",
+          "[properties][fp8]") {
+  // The same site, K's code at key 0, KV head 0, column 0 set to 0x7f: query head 0's logit on key 0
+  // is NaN, so its weight e^(NaN - m) is, and with it every column of its O and its LSE. Query head
+  // 1 (KV head 1) and sequence 1 see no NaN.
+  const Case c = fp8_descales_case({0.5f, 0.5f}, {1.0f, 1.0f});
+  Fp8Fake correct;
+  const ReplayResult ok = replay_case(c, correct);
+  INFO(ok.verdict);
+  CHECK(ok.passed);
+  Fp8Fake wrong(Fp8Fake::Bug::nan_k_saturated);
+  Case plain = c;
+  plain.property = "accuracy";
+  CHECK(replay_case(plain, wrong).passed);
+  const ReplayResult r = replay_case(c, wrong);
+  INFO(r.verdict);
+  CHECK(r.failure_class == "fp8_nan_k_code");
+  CHECK(r.verdict.find("K's code at key 0 of sequence 0, KV head 0, column 0 set to NaN (0x7f): O[token "
+                       "0][head 0][0] is not NaN where it must be NaN") != std::string::npos);
+  // Over the generator's cases: the correct subject passes (above), the bug fails on K's check.
+  const PropertyResult run = run_property("fp8_descales", wrong, sixty_cases());
+  INFO(run.message);
+  CHECK(run.status == PropertyResult::Status::failed);
+  CHECK(run.failure_class == "fp8_nan_k_code");
 }
 
 TEST_CASE("fp8_descales: V = 1 cases hold O = 1 exactly on every row that sees a key", "[properties][fp8]") {
@@ -558,7 +586,9 @@ TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchang
     INFO(file << ": " << shrunk.message);
     CHECK(attention_variant_problem(in).empty());
     CHECK_FALSE(replay_case(back, seq0).passed);
-    CHECK(replay_case(back, per_sequence).passed);
+    const ReplayResult good = replay_case(back, per_sequence);
+    INFO(good.verdict);
+    CHECK(good.passed);
   }
   std::filesystem::remove_all(dir);
   // declared_variants' item of two sequences whose descales differ at the second one's last head.

@@ -17,9 +17,12 @@
 //   that column of O NaN on every row of the KV head's query heads, and nothing else NaN: a decode
 //   that saturates or zeroes NaN codes hides it, a kernel that spreads it to other columns, heads
 //   or sequences leaks it. Every kernel that reads the key multiplies the NaN by its weight (0 or
-//   not), so this holds whatever the kernel's tiles and splits. K's NaN codes are not judged: a row
-//   maximum that skips NaN (fmaxf) finds a part of the key range holding only that key empty, and
-//   there the NaN logit drops out of the result; whether it should is the contract's to state.
+//   not), so this holds whatever the kernel's tiles and splits.
+// - A NaN K code at the same key: the key's logit is NaN on those rows, and the exact attention of
+//   the values given is NaN there in every column of O and in the LSE (a sink's term too is summed
+//   with it); nothing else is NaN. A row maximum that skips NaN (fmaxf) still lets it through the
+//   weight e^(NaN - m); a kernel that hides it (a decode that saturates NaN codes, or a part of the
+//   key range holding only that key taken as empty because its maximum stayed -inf) fails here.
 //
 // The exchange and linearity hold for any kernel whose products stay within the normal ranges (the
 // generator keeps every code within a quarter of the format's largest: both exponents stay exact);
@@ -128,8 +131,10 @@ bool nan_site(const AttentionInput& a, NanSite& site) {
   return false;
 }
 
-// The outputs against the NaN site's pattern: "" or the first element out of it.
-std::string nan_pattern(const AttentionInput& a, const NanSite& site, const AttentionOutput& got) {
+// The outputs against the NaN site's pattern, the NaN in V's code at the site's column or (in_k) in
+// K's: "" or the first element out of it. A NaN V code makes that column of O NaN on the rows that
+// see it and leaves the LSE; a NaN K code makes every column and the LSE NaN on those rows.
+std::string nan_pattern(const AttentionInput& a, const NanSite& site, bool in_k, const AttentionOutput& got) {
   const int64_t H = a.num_heads, Dv = a.dv(), group = a.num_heads / a.num_kv_heads;
   const int64_t tq = a.seqlens_q[site.seq];
   for (int64_t t = 0; t * H * Dv < int64_t(got.out.size()); ++t)
@@ -137,15 +142,16 @@ std::string nan_pattern(const AttentionInput& a, const NanSite& site, const Atte
       const bool hit = t >= site.first_q && t < site.first_q + tq && h / group == site.kv_head;
       for (int64_t c = 0; c < Dv; ++c) {
         const bool nan = std::isnan(decode(a.dtype, got.out[size_t((t * H + h) * Dv + c)]));
-        const bool want = hit && c == site.column;
+        const bool want = hit && (in_k || c == site.column);
         if (nan != want)
           return "O[token " + std::to_string(t) + "][head " + std::to_string(h) + "][" + std::to_string(c) +
                  "] is " + (nan ? "NaN" : "not NaN") + " where it must " + (want ? "be NaN" : "not be");
       }
       const size_t l = size_t(t * H + h);
-      if (l < got.lse.size() && std::isnan(got.lse[l]))
-        return "LSE[token " + std::to_string(t) + "][head " + std::to_string(h) +
-               "] is NaN (a NaN V code leaves every LSE alone)";
+      if (l < got.lse.size() && std::isnan(got.lse[l]) != (in_k && hit))
+        return "LSE[token " + std::to_string(t) + "][head " + std::to_string(h) + "] is " +
+               (in_k && hit ? "not NaN where it must be NaN" : "NaN where it must not be") +
+               (in_k ? "" : " (a NaN V code leaves every LSE alone)");
     }
   return "";
 }
@@ -156,12 +162,12 @@ class Fp8Descales final : public Property {
       : Property({"fp8_descales",
                   "An FP8 KV cache's descales act exactly: codes times 2^s per KV head with descales times "
                   "2^-s keep every bit of O and LSE, V's descale doubled doubles O exactly; V = 1 gives O "
-                  "= 1 within budget; a NaN V code makes its column of O NaN on the rows that see it, and "
-                  "nothing else.",
+                  "= 1 within budget; a NaN V code makes its column of O NaN on the rows that see it, a NaN "
+                  "K code their every column and LSE, and nothing else.",
                   "\"FP8 attention and FP8 KV caches, judged exactly\"", AC_OP_ATTENTION | AC_OP_SPLITKV,
                   true, kCost}) {}
-  // The base launch judged, two launches compared bit for bit, one read for its NaNs.
-  static constexpr double kCost = 2.5;
+  // The base launch judged, two launches compared bit for bit, two read for their NaNs.
+  static constexpr double kCost = 3;
 
   bool applies_to(const Subject& s, uint32_t) const override {
     return (s.caps().kv_dtypes & (AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2))) != 0;
@@ -222,16 +228,24 @@ class Fp8Descales final : public Property {
 
     NanSite site;
     if (!nan_site(a, site)) return o;
-    AttentionInput nan = a;
     const int64_t row = a.kv_row(site.seq, 0, site.first_k);
     const uint32_t code = site.seq % 2 ? 0xffu : 0x7fu;
-    nan.v[size_t((row * a.num_kv_heads + site.kv_head) * a.dv() + site.column)] = code;
-    before_launch(ctx, c, /*write=*/false);
-    if (const std::string p = nan_pattern(a, site, ctx.subject.attention(nan, c.options)); !p.empty())
-      fail(o, "fp8_nan_code",
-           "V's code at key 0 of sequence " + std::to_string(site.seq) + ", KV head " +
-               std::to_string(site.kv_head) + ", column " + std::to_string(site.column) + " set to NaN (" +
-               (code == 0xffu ? "0xff" : "0x7f") + "): " + p);
+    for (const bool in_k : {false, true}) {
+      AttentionInput nan = a;
+      const int64_t width = in_k ? a.head_size : a.dv();
+      (in_k ? nan.k : nan.v)[size_t((row * a.num_kv_heads + site.kv_head) * width + site.column % width)] =
+          code;
+      before_launch(ctx, c, /*write=*/false);
+      if (const std::string p = nan_pattern(a, site, in_k, ctx.subject.attention(nan, c.options));
+          !p.empty()) {
+        fail(o, in_k ? "fp8_nan_k_code" : "fp8_nan_code",
+             std::string(in_k ? "K" : "V") + "'s code at key 0 of sequence " + std::to_string(site.seq) +
+                 ", KV head " + std::to_string(site.kv_head) + ", column " +
+                 std::to_string(site.column % width) + " set to NaN (" + (code == 0xffu ? "0xff" : "0x7f") +
+                 "): " + p);
+        return o;
+      }
+    }
     return o;
   }
 };

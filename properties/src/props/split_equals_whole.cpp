@@ -4,6 +4,7 @@
 // parts' own budgets (budgets.cpp, split_merge_allowance).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "../property.hpp"
 #include "attncheck/reference/fast.hpp"
@@ -110,6 +111,7 @@ class SplitEqualsWhole final : public Property {
         return given.paged() ? gen::paged_copy(p, given.page_size) : p;
       };
       const AttentionInput part[2] = {paged_like(part_of(a, cut, 0)), paged_like(part_of(a, cut, 1))};
+      std::optional<PreparedAttention> prep[2];
       AttentionOutput po[2];
       Judgement pj[2];
       for (int i = 0; i < 2; ++i) {
@@ -117,26 +119,29 @@ class SplitEqualsWhole final : public Property {
         pc.input = part[i];
         before_launch(ctx, pc);
         po[i] = s.attention(part[i], c.options);
-        pj[i] = judge_attention(part[i], po[i], ctx.cv, ctx.budget);
+        prep[i].emplace(part[i], ctx.cv, ctx.budget);
+        pj[i] = prep[i]->judge(po[i]);
       }
-      // The parts judged exactly, made only when a row escalates.
-      Judgement exact_pj[2];
-      bool have_exact = false;
+      // Rows the fast path leaves undecided are checked on the parts' exact judgements of those
+      // rows alone (an escalated row of a decode case is one of its heads; the parts' other rows
+      // are not recomputed in MPFR), in row order, after the fast rows (which record nothing).
+      std::vector<int64_t> escalated;
       for (int64_t t = 0; t < TQ; ++t)
         for (int64_t h = 0; h < H; ++h) {
           ++counts.rows;
-          if (fast && check_row_fast(ctx, a, po, pj, whole_fast[size_t(t * H + h)], t, h, D)) continue;
-          if (fast) {
-            ++counts.rows_escalated;
-            if (!whole_fast[size_t(t * H + h)].certified) ++counts.rows_uncertified;
+          if (!fast) {
+            check_row(o, ctx, a, whole_p, po, pj, cut, t, h, D);
+            continue;
           }
-          if (fast && !have_exact) {
-            for (int i = 0; i < 2; ++i)
-              exact_pj[i] = judge_attention(part[i], po[i], ctx.cv, ctx.budget, JudgePath::exact);
-            have_exact = true;
-          }
-          check_row(o, ctx, a, whole_p, po, fast ? exact_pj : pj, cut, t, h, D);
+          if (check_row_fast(ctx, a, po, pj, whole_fast[size_t(t * H + h)], t, h, D)) continue;
+          ++counts.rows_escalated;
+          if (!whole_fast[size_t(t * H + h)].certified) ++counts.rows_uncertified;
+          escalated.push_back(t * H + h);
         }
+      if (escalated.empty()) continue;
+      const Judgement exact_pj[2] = {prep[0]->judge_exact_rows(po[0], escalated),
+                                     prep[1]->judge_exact_rows(po[1], escalated)};
+      for (int64_t row : escalated) check_row(o, ctx, a, whole_p, po, exact_pj, cut, row / H, row % H, D);
     }
     return o;
   }
