@@ -31,7 +31,8 @@ constexpr std::array<Spelling<uint32_t>, 4> kOps{{{AC_OP_MERGE, "merge"},
 constexpr std::array<Spelling<ac_dtype>, 3> kDtypes{
     {{AC_DTYPE_F32, "fp32"}, {AC_DTYPE_F16, "fp16"}, {AC_DTYPE_BF16, "bf16"}}};
 // FP8 KV cache formats (kv_dtype), never Q's or O's dtype: their own table.
-constexpr std::array<Spelling<ac_dtype>, 2> kKvDtypes{{{AC_DTYPE_E4M3, "e4m3fn"}, {AC_DTYPE_E5M2, "e5m2"}}};
+constexpr std::array<Spelling<ac_dtype>, 3> kKvDtypes{
+    {{AC_DTYPE_E4M3, "e4m3fn"}, {AC_DTYPE_E5M2, "e5m2"}, {AC_DTYPE_E4M3FNUZ, "e4m3fnuz"}}};
 constexpr std::array<Spelling<ac_fold>, 3> kFolds{
     {{AC_FOLD_LEFT, "left"}, {AC_FOLD_RIGHT, "right"}, {AC_FOLD_TREE, "tree"}}};
 constexpr std::array<Spelling<uint32_t>, 8> kFeatures{{{AC_FEAT_CAUSAL, "causal"},
@@ -80,9 +81,7 @@ std::span<const Spelling<uint32_t>> flag_field_spellings() { return kFlagFields;
 const char* op_name(uint32_t op) { return name_of<uint32_t>(kOps, op, "unknown"); }
 std::optional<uint32_t> op_from(std::string_view name) { return value_of<uint32_t>(kOps, name); }
 const char* dtype_name(ac_dtype d) { return name_of<ac_dtype>(kDtypes, d, "unknown"); }
-int dtype_bytes(ac_dtype d) {
-  return d == AC_DTYPE_F32 ? 4 : d == AC_DTYPE_E4M3 || d == AC_DTYPE_E5M2 ? 1 : 2;
-}
+int dtype_bytes(ac_dtype d) { return d == AC_DTYPE_F32 ? 4 : is_fp8(d) ? 1 : 2; }
 std::optional<ac_dtype> dtype_from(std::string_view name) { return value_of<ac_dtype>(kDtypes, name); }
 const char* kv_dtype_name(ac_dtype d) { return name_of<ac_dtype>(kKvDtypes, d, "unknown"); }
 std::optional<ac_dtype> kv_dtype_from(std::string_view name) { return value_of<ac_dtype>(kKvDtypes, name); }

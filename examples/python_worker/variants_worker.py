@@ -10,8 +10,9 @@ attention-np-variants  attention forward built from attncheck.helpers: gather_pa
                        each row's denominator only: O = sum e^s v / (e^sink + sum e^s),
                        LSE = log(e^sink + sum e^s); a row with no visible key has O = 0 and
                        LSE = its sink (-inf without sinks).
-attention-np-fp8kv     the same attention with K and V from an FP8 KV cache (e4m3fn, e5m2; descales
-                       per tensor or per KV head), decoded by helpers.dequantize_kv, and paged.
+attention-np-fp8kv     the same attention with K and V from an FP8 KV cache (e4m3fn, e5m2, and AMD's
+                       e4m3fnuz; descales per tensor or per KV head), decoded by
+                       helpers.dequantize_kv, and paged.
 attention-np-fp8       the same, Q in FP8 as well (fp8_q: helpers.dequantize_q), descales per (sequence,
                        KV head) too (FlashAttention-3's descale shape).
 Computed in float64 and rounded once to the output format, LSE natural, layout [heads, tokens].
@@ -75,7 +76,7 @@ attention_np_variants = ac.subject(
 attention_np_fp8kv = ac.subject(
     name="attention-np-fp8kv", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
     features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)], variants=("paged_kv",),
-    page_sizes=[1, 16], kv_dtypes=("e4m3fn", "e5m2"), fp8=("descale_per_kv_head",),
+    page_sizes=[1, 16], kv_dtypes=("e4m3fn", "e5m2", "e4m3fnuz"), fp8=("descale_per_kv_head",),
     description="numpy attention over an FP8 KV cache (helpers.dequantize_kv; float64, one rounding)")(attention)
 
 

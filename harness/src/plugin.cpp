@@ -118,7 +118,7 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   if (c.ops & ~known_ops) bad("unknown bits in caps.ops");
   const uint32_t known_dtypes =
       AC_DTYPE_BIT(AC_DTYPE_F32) | AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
-  const uint32_t fp8_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  const uint32_t fp8_dtypes = kFp8DtypeBits;
   if (c.dtypes == 0) bad("declares no dtype (caps.dtypes = 0)");
   if (c.dtypes & fp8_dtypes)
     bad("declares an FP8 dtype in caps.dtypes (Q's and O's); an FP8 KV cache is caps.kv_dtypes");
@@ -164,7 +164,8 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   if (c.variants & ~uint32_t(AC_VAR_KNOWN_V3)) bad("unknown bits in caps.variants");
   if (c.variants && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
     bad("caps.variants declared by a subject without attention or split-KV");
-  if (c.kv_dtypes & ~fp8_dtypes) bad("caps.kv_dtypes holds a bit other than AC_DTYPE_E4M3 and AC_DTYPE_E5M2");
+  if (c.kv_dtypes & ~fp8_dtypes)
+    bad("caps.kv_dtypes holds a bit other than AC_DTYPE_E4M3, AC_DTYPE_E5M2 and AC_DTYPE_E4M3FNUZ");
   if (c.fp8 & ~uint32_t(AC_FP8_KNOWN)) bad("unknown bits in caps.fp8");
   if (c.fp8 && !c.kv_dtypes) bad("caps.fp8 declared without an FP8 KV dtype in caps.kv_dtypes");
   if (c.kv_dtypes && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))

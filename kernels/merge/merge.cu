@@ -239,6 +239,7 @@ int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t 
       break;
     case AC_DTYPE_E4M3:  // FP8 is refused by the argument checks before this point
     case AC_DTYPE_E5M2:
+    case AC_DTYPE_E4M3FNUZ:
       break;
   }
   AC_CUDA_TRY_LAUNCH();

@@ -39,6 +39,7 @@ void launch_variant(const ac_softmax_args& a, cudaStream_t stream) {
       break;
     case AC_DTYPE_E4M3:  // FP8 is refused by the argument checks before this point
     case AC_DTYPE_E5M2:
+    case AC_DTYPE_E4M3FNUZ:
       break;
   }
 }

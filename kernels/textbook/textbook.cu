@@ -192,6 +192,7 @@ int textbook_attention_cuda(const ac_attention_args& a, const TextbookOptions& o
       break;
     case AC_DTYPE_E4M3:  // FP8 is refused by the argument checks before this point
     case AC_DTYPE_E5M2:
+    case AC_DTYPE_E4M3FNUZ:
       break;
   }
   // Free even after a failed launch (the buffers are stream-ordered); the first error wins.

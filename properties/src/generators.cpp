@@ -361,14 +361,19 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
 }
 
 void poison_row(ac_dtype d, uint32_t* row, int64_t n) {
-  // FP8 (e4m3fn / e5m2): NaN 0x7f, the largest finite 0x7e (448) and 0x7b (57344).
-  const bool fp8 = d == AC_DTYPE_E4M3 || d == AC_DTYPE_E5M2;
-  const uint32_t nan = fp8 ? 0x7fu : d == AC_DTYPE_F32 ? 0x7fc00000u : d == AC_DTYPE_F16 ? 0x7e00u : 0x7fc0u;
-  const uint32_t huge = d == AC_DTYPE_E4M3   ? 0x7eu
-                        : d == AC_DTYPE_E5M2 ? 0x7bu
-                        : d == AC_DTYPE_F32  ? 0x7f7fffffu
-                        : d == AC_DTYPE_F16  ? 0x7bffu
-                                             : 0x7f7fu;
+  // FP8: NaN 0x7f (e4m3fn, e5m2) or 0x80 (e4m3fnuz), the largest finite 0x7e (448), 0x7b (57344)
+  // or 0x7f (240).
+  const uint32_t nan = d == AC_DTYPE_E4M3FNUZ ? 0x80u
+                       : is_fp8(d)            ? 0x7fu
+                       : d == AC_DTYPE_F32    ? 0x7fc00000u
+                       : d == AC_DTYPE_F16    ? 0x7e00u
+                                              : 0x7fc0u;
+  const uint32_t huge = d == AC_DTYPE_E4M3       ? 0x7eu
+                        : d == AC_DTYPE_E5M2     ? 0x7bu
+                        : d == AC_DTYPE_E4M3FNUZ ? 0x7fu
+                        : d == AC_DTYPE_F32      ? 0x7f7fffffu
+                        : d == AC_DTYPE_F16      ? 0x7bffu
+                                                 : 0x7f7fu;
   for (int64_t c = 0; c < n; ++c) row[c] = c == 0 ? nan : huge;
 }
 
@@ -507,7 +512,7 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
 void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<double>& factors,
                      int pow2_headroom) {
   std::vector<ac_dtype> formats;
-  for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
+  for (const auto& [f, name] : kv_dtype_spellings())
     if (dom.kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
   const ac_dtype format = *g::elementOf(formats);
   const double largest = ref::fp8_spec(detail::fp8_format(format)).largest;
@@ -552,8 +557,7 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
 // two times the amax's own scale (descales of 2^k). The reference judges the codes times the
 // descales the kernel is given, so the quantisation error is never the kernel's.
 void with_fp8_kv(const Domain& dom, AttentionInput& a) {
-  if (!(dom.kv_dtypes & (AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2))) || pick_class(3) != 0)
-    return;
+  if (!(dom.kv_dtypes & kFp8DtypeBits) || pick_class(3) != 0) return;
   quantise_fp8_kv(dom, a, {1.0, 0.5, 0.25, 4.0, 0.0}, 0);
 }
 

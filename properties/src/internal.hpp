@@ -24,7 +24,7 @@ using ref::Real;
 
 ref::Format fmt(ac_dtype);
 double decode(ac_dtype, uint32_t bits);  // fp32, fp16, bf16 and the FP8 KV formats, exactly
-ref::Fp8Format fp8_format(ac_dtype);     // AC_DTYPE_E4M3: e4m3fn; AC_DTYPE_E5M2: e5m2
+ref::Fp8Format fp8_format(ac_dtype);     // AC_DTYPE_E4M3: e4m3fn; E5M2: e5m2; E4M3FNUZ: e4m3fnuz
 // Element i of K or V (t is a.k or a.v; row_width its head size; rows a.kv_row_sequences()) as the
 // kernel was given it: the stored value times its descale (exact in double: at most 24 bits times
 // a float's 24).

@@ -43,11 +43,13 @@ double decode(ac_dtype d, uint32_t bits) {
   }();
   if (d == AC_DTYPE_F16 && bits < 65536) return fp16[bits];
   if (d == AC_DTYPE_BF16 && bits < 65536) return bf16[bits];
-  if (d == AC_DTYPE_E4M3 || d == AC_DTYPE_E5M2) return ref::decode_fp8(fp8_format(d), uint8_t(bits));
+  if (is_fp8(d)) return ref::decode_fp8(fp8_format(d), uint8_t(bits));
   return ref::decode(fmt(d), bits);
 }
 ref::Fp8Format fp8_format(ac_dtype d) {
-  return d == AC_DTYPE_E5M2 ? ref::Fp8Format::e5m2 : ref::Fp8Format::e4m3fn;
+  return d == AC_DTYPE_E5M2       ? ref::Fp8Format::e5m2
+         : d == AC_DTYPE_E4M3FNUZ ? ref::Fp8Format::e4m3fnuz
+                                  : ref::Fp8Format::e4m3fn;
 }
 double kv_value(const AttentionInput& a, const std::vector<int32_t>& rows, const Bits& t, int64_t row_width,
                 size_t i) {

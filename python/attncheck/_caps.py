@@ -18,7 +18,7 @@ FOLDS = ("left", "right", "tree")
 # Protocol 4: the engines' variants an attention / split-KV subject accepts (the C ABI's AC_VAR_*).
 VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
-KV_DTYPES = ("e4m3fn", "e5m2")
+KV_DTYPES = ("e4m3fn", "e5m2", "e4m3fnuz")
 FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence")
 
 
@@ -91,7 +91,7 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     in sequences, query tokens and keys (all sequences), 0 for no limit; attncheck's cases stay
     within them, and one past them is skipped with its reason, never sent.
     kv_dtypes (protocol 4, attention / splitkv only): the FP8 KV cache formats the subject reads,
-    "e4m3fn" and / or "e5m2": k and v then arrive as one-byte codes of kv_dtype with their fp32
+    "e4m3fn", "e5m2" and / or "e4m3fnuz": k and v then arrive as one-byte codes of kv_dtype with their fp32
     descales (AttentionCall: kv_dtype, k_descale, v_descale); fp8=("descale_per_kv_head",) adds one
     descale per KV head to the one per tensor, "descale_per_sequence" one per (sequence, KV head). out stays in dtypes, and q unless fp8 holds "fp8_q"
     (q then may arrive as codes of kv_dtype too, with q_descale). "p_e4m3" declares that in FP8 calls

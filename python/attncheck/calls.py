@@ -95,9 +95,9 @@ class AttentionCall(_Call):
                     the pools' pages and the block table's entries per sequence (0 when contiguous).
       block_table   None, or the int32 table [num_seqs, max_blocks] (block_table_host: the same as a
                     numpy array on the host, for any subject).
-      kv_dtype      None, or the FP8 KV cache's format ("e4m3fn" or "e5m2", for a subject declaring
+      kv_dtype      None, or the FP8 KV cache's format ("e4m3fn", "e5m2" or "e4m3fnuz", for a subject declaring
                     it in kv_dtypes): k and v are then its one-byte codes (uint8 on the host,
-                    torch.float8_e4m3fn / float8_e5m2 under torch), and a key's value is
+                    torch.float8_e4m3fn / float8_e5m2 / float8_e4m3fnuz under torch), and a key's value is
                     decode(code) * k_descale[h] (v alike) for its KV head h, the descales fp32
                     arrays of one value (per tensor) or num_kv_heads (fp8 "descale_per_kv_head");
                     helpers.dequantize_kv applies them. out stays in dtype, and so does q unless

@@ -55,14 +55,17 @@ def from_float(x: Any, dtype: str) -> NDArray[Any]:
 
 def _fp8_table(fmt: str) -> NDArray[Any]:
     """The 256 values of an FP8 format's codes, exactly (float64): e4m3fn (bias 7, no infinity,
-    0x7f / 0xff NaN, largest 448) or e5m2 (bias 15, IEEE-like: infinities and NaNs at exponent 31)."""
-    mant_bits, bias = (3, 7) if fmt == "e4m3fn" else (2, 15)
+    0x7f / 0xff NaN, largest 448), e5m2 (bias 15, IEEE-like: infinities and NaNs at exponent 31) or
+    e4m3fnuz (bias 8, no infinity and no negative zero: 0x80 is its only NaN, 0x7f is 240)."""
+    mant_bits, bias = {"e4m3fn": (3, 7), "e5m2": (2, 15), "e4m3fnuz": (3, 8)}[fmt]
     t = np.empty(256, np.float64)
     for c in range(256):
         sign = -1.0 if c & 0x80 else 1.0
         e = (c >> mant_bits) & ((1 << (7 - mant_bits)) - 1)
         m = c & ((1 << mant_bits) - 1)
-        if fmt == "e4m3fn" and e == 15 and m == 7:
+        if fmt == "e4m3fnuz" and c == 0x80:
+            t[c] = np.nan
+        elif fmt == "e4m3fn" and e == 15 and m == 7:
             t[c] = np.nan
         elif fmt == "e5m2" and e == 31:
             t[c] = sign * np.inf if m == 0 else np.nan
@@ -77,9 +80,9 @@ _FP8_TABLES: Dict[str, NDArray[Any]] = {}
 
 
 def fp8_to_float64(codes: Any, fmt: str) -> NDArray[Any]:
-    """FP8 codes (uint8) of "e4m3fn" or "e5m2" -> their exact values as float64."""
-    if fmt not in ("e4m3fn", "e5m2"):
-        raise ValueError(f"unknown FP8 format {fmt!r} (e4m3fn, e5m2)")
+    """FP8 codes (uint8) of "e4m3fn", "e5m2" or "e4m3fnuz" -> their exact values as float64."""
+    if fmt not in ("e4m3fn", "e5m2", "e4m3fnuz"):
+        raise ValueError(f"unknown FP8 format {fmt!r} (e4m3fn, e5m2, e4m3fnuz)")
     if fmt not in _FP8_TABLES:
         _FP8_TABLES[fmt] = _fp8_table(fmt)
     return _FP8_TABLES[fmt][np.asarray(codes, dtype=np.uint8)]

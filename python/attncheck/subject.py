@@ -86,7 +86,7 @@ class Subject:
     max_call_seqs: int = 0  # sequences per call
     max_call_tokens: int = 0  # query tokens per call, all sequences
     max_call_keys: int = 0  # keys per call, all sequences
-    # Protocol 4: an FP8 KV cache, "e4m3fn" / "e5m2" (attention / splitkv); fp8=("descale_per_kv_head",)
+    # Protocol 4: an FP8 KV cache, "e4m3fn" / "e5m2" / "e4m3fnuz" (attention / splitkv); fp8=("descale_per_kv_head",)
     # adds descales per KV head to the one per tensor.
     kv_dtypes: Sequence[str] = ()
     fp8: Sequence[str] = ()

@@ -34,7 +34,8 @@ PROTOCOL_VERSION = 4
 ARENA_FD = 3
 
 _ELEM: Dict[str, Any] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "u8": np.uint8,
-                         "i32": np.int32, "e4m3fn": np.uint8, "e5m2": np.uint8}
+                         "i32": np.int32, "e4m3fn": np.uint8, "e5m2": np.uint8,
+                         "e4m3fnuz": np.uint8}
 
 
 class _Arena:
@@ -125,8 +126,8 @@ def _to_device(a: Any, dtype: Optional[str], framework: str) -> Any:
         import torch
         if dtype == "bf16":
             return torch.from_numpy(a.view(np.int16).copy()).cuda().view(torch.bfloat16)
-        if dtype in ("e4m3fn", "e5m2"):  # FP8 codes as PyTorch's own FP8 dtypes
-            fp8 = torch.float8_e4m3fn if dtype == "e4m3fn" else torch.float8_e5m2
+        if dtype in ("e4m3fn", "e5m2", "e4m3fnuz"):  # FP8 codes as PyTorch's own FP8 dtypes
+            fp8 = getattr(torch, "float8_" + dtype)
             return torch.from_numpy(a.copy()).cuda().view(fp8)
         return torch.from_numpy(a.copy()).cuda()
     import cupy

@@ -268,7 +268,7 @@ def test_fp8_kv_cache_is_declared_in_protocol_4_and_left_out_before():
 
 @pytest.mark.parametrize("caps, message", [
     (dict(ops="merge", kv_dtypes="e4m3fn"), "declares kv_dtypes without attention or splitkv"),
-    (dict(ops="attention", kv_dtypes="e4m3"), "unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2)"),
+    (dict(ops="attention", kv_dtypes="e4m3"), "unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2, e4m3fnuz)"),
     (dict(ops="attention", fp8="descale_per_kv_head"), "fp8 given without kv_dtypes"),
     (dict(ops="attention", kv_dtypes="e5m2", fp8="per_head"),
      "unknown word 'per_head' in 'fp8' (known: descale_per_kv_head, fp8_q, p_e4m3, descale_per_sequence)"),

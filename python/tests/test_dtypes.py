@@ -27,3 +27,7 @@ def test_fp8_codes_decode_exactly():
     e5 = ac.fp8_to_float64(np.array([0x01, 0x3C, 0x7B, 0x7C, 0xFC], np.uint8), "e5m2")
     assert e5.tolist() == [2.0 ** -16, 1.0, 57344.0, np.inf, -np.inf]
     assert np.isnan(ac.fp8_to_float64(np.array([0x7D, 0x7F], np.uint8), "e5m2")).all()
+    # e4m3fnuz: (1 + m/8) 2^(e-8), subnormals m/8 2^-7, 0x80 its only NaN (no -0), 0x7f = 240.
+    fnuz = ac.fp8_to_float64(np.array([0x00, 0x01, 0x38, 0x40, 0x44, 0x7F, 0xFF, 0xB8], np.uint8), "e4m3fnuz")
+    assert fnuz.tolist() == [0.0, 2.0 ** -10, 0.5, 1.0, 1.5, 240.0, -240.0, -0.5]
+    assert np.isnan(ac.fp8_to_float64(np.array([0x80], np.uint8), "e4m3fnuz")).all()

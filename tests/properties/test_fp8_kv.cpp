@@ -233,7 +233,8 @@ class Fp8Fake final : public fakes::Wrapping {
  public:
   // nan_saturated: a NaN code decoded as the format's largest value (a saturating decode);
   // nan_spread_heads: a NaN in one query head's O spread to every head of that token;
-  // nan_k_saturated: K's NaN codes alone decoded as the largest value.
+  // nan_k_saturated: K's NaN codes alone decoded as the largest value; fnuz_as_fn: e4m3fnuz codes
+  // decoded as e4m3fn (twice their value, 0x80 as -0, 0x7f and 0xff as NaN).
   enum class Bug {
     none,
     descale_next_head,
@@ -241,13 +242,15 @@ class Fp8Fake final : public fakes::Wrapping {
     v_descale_ignored,
     nan_saturated,
     nan_k_saturated,
+    fnuz_as_fn,
     nan_spread_heads,
     descale_of_sequence_0
   };
-  // per_sequence: declares descales per (sequence, KV head) as well.
-  explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32, bool per_sequence = false)
+  // per_sequence: declares descales per (sequence, KV head) as well; kv_dtypes: the formats declared.
+  explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32, bool per_sequence = false,
+                   uint32_t kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2))
       : Wrapping("attn-fp8"), bug_(bug), refuse_(refuse) {
-    caps_.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+    caps_.kv_dtypes = kv_dtypes;
     caps_.fp8 = AC_FP8_DESCALE_PER_KV_HEAD | (per_sequence ? AC_FP8_DESCALE_PER_SEQUENCE : 0u);
   }
   AttentionOutput attention(const AttentionInput& a, const AttentionOptions& o) override {
@@ -270,7 +273,8 @@ class Fp8Fake final : public fakes::Wrapping {
         double d = a.descale(ds, bug_ == Bug::descale_of_sequence_0 ? 0 : seq, read);
         if (is_v && bug_ == Bug::v_descale_twice) d *= a.descale(ds, seq, read);
         if (is_v && bug_ == Bug::v_descale_ignored) d = 1;
-        double x = detail::decode(a.kv_dtype, codes[i]);
+        const bool as_fn = bug_ == Bug::fnuz_as_fn && a.kv_dtype == AC_DTYPE_E4M3FNUZ;
+        double x = detail::decode(as_fn ? AC_DTYPE_E4M3 : a.kv_dtype, codes[i]);
         if ((bug_ == Bug::nan_saturated || (bug_ == Bug::nan_k_saturated && !is_v)) && std::isnan(x))
           x = ref::fp8_spec(detail::fp8_format(a.kv_dtype)).largest;
         t[i] = detail::round_bits(AC_DTYPE_F32, x * d);
@@ -425,6 +429,64 @@ TEST_CASE("fp8_descales: a NaN K code makes O and the LSE NaN on the rows that s
   INFO(run.message);
   CHECK(run.status == PropertyResult::Status::failed);
   CHECK(run.failure_class == "fp8_nan_k_code");
+}
+
+TEST_CASE("e4m3fnuz: decoded at bias 8, 0x80 its only NaN, 240 its largest; judged, generated and refused",
+          "[properties][fp8]") {
+  // fp8_case's codes in e4m3fnuz are half their e4m3fn values: 0x38 = 0.5, 0x40 = 1.0, 0x30 = 0.25,
+  // 0x44 = 1.5 ((1 + m / 8) 2^(e - 8)). Sequence 0, query head 0: keys 0.5 and 0.25 times 0.25 ->
+  // scores 0.125 and 0.0625; values 1.5 and 1.0 times 1.5 -> 2.25 and 1.5.
+  AttentionInput a = fp8_case();
+  a.kv_dtype = AC_DTYPE_E4M3FNUZ;
+  REQUIRE(attention_variant_problem(a).empty());
+  const ref::ExactRow r0 = ref::exact_attention_row(detail::problem_of(a), 0, 0);
+  const long double e1 = std::exp(0.125L), e2 = std::exp(0.0625L);
+  const double o0 = double((2.25L * e1 + 1.5L * e2) / (e1 + e2));
+  CHECK(std::fabs(r0.o[0].convert_to<double>() - o0) <= 1e-15 * o0);
+  CHECK(detail::decode(AC_DTYPE_E4M3FNUZ, 0x7f) == 240.0);
+  CHECK(detail::decode(AC_DTYPE_E4M3FNUZ, 0xff) == -240.0);
+  CHECK(std::isnan(detail::decode(AC_DTYPE_E4M3FNUZ, 0x80)));
+  CHECK(detail::decode(AC_DTYPE_E4M3FNUZ, 0x01) == 0x1p-10);
+  // The case file names it, and reads it back.
+  Case c;
+  c.op = "attention";
+  c.input = a;
+  CHECK(case_to_json(c).find("\"kv_dtype\": \"e4m3fnuz\"") != std::string::npos);
+  CHECK(std::get<AttentionInput>(case_from_json(case_to_json(c)).input).kv_dtype == AC_DTYPE_E4M3FNUZ);
+  // A subject declaring e4m3fn alone is never given it.
+  Fp8Fake fn_only(Fp8Fake::Bug::none, AC_DTYPE_F32, false, AC_DTYPE_BIT(AC_DTYPE_E4M3));
+  AttentionInput storage;
+  CHECK_THROWS_WITH(input_for_subject(a, 0, fn_only.caps(), "s", storage),
+                    "s does not declare an FP8 KV cache in e4m3fnuz (caps.kv_dtypes)");
+  // The NaN check sets 0x80 (0x7f is 240 here): a decode that saturates NaN codes hides it.
+  Case nan = fp8_descales_case({0.5f, 0.5f}, {1.0f, 1.0f});
+  std::get<AttentionInput>(nan.input).kv_dtype = AC_DTYPE_E4M3FNUZ;
+  const uint32_t fnuz = AC_DTYPE_BIT(AC_DTYPE_E4M3FNUZ);
+  Fp8Fake correct(Fp8Fake::Bug::none, AC_DTYPE_F32, false, fnuz);
+  const ReplayResult ok = replay_case(nan, correct);
+  INFO(ok.verdict);
+  CHECK(ok.passed);
+  Fp8Fake saturating(Fp8Fake::Bug::nan_saturated, AC_DTYPE_F32, false, fnuz);
+  const ReplayResult r = replay_case(nan, saturating);
+  INFO(r.verdict);
+  CHECK(r.failure_class == "fp8_nan_code");
+  CHECK(r.verdict.find("set to NaN (0x80)") != std::string::npos);
+  // Over the generator's cases, all in e4m3fnuz: the correct subject passes, one that decodes the
+  // codes as e4m3fn fails.
+  const RunConfig cfg = sixty_cases();
+  const PropertyResult good = run_property("fp8_descales", correct, cfg);
+  INFO(good.message);
+  CHECK(good.status == PropertyResult::Status::passed);
+  CHECK(good.cases_run == 60);
+  Fp8Fake as_fn(Fp8Fake::Bug::fnuz_as_fn, AC_DTYPE_F32, false, fnuz);
+  const PropertyResult bad = run_property("fp8_descales", as_fn, cfg);
+  INFO(bad.message);
+  CHECK(bad.status == PropertyResult::Status::failed);
+  CHECK(run_property("declared_variants", correct, cfg).status == PropertyResult::Status::passed);
+  const PropertyResult item = run_property("declared_variants", as_fn, cfg);
+  INFO(item.message);
+  CHECK(item.status == PropertyResult::Status::failed);
+  CHECK(item.message.find("e4m3fnuz") != std::string::npos);
 }
 
 TEST_CASE("fp8_descales: V = 1 cases hold O = 1 exactly on every row that sees a key", "[properties][fp8]") {

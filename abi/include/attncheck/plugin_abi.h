@@ -85,13 +85,17 @@ extern "C" {
 
 /* Version 3 names the FP8 formats (e4m3fn: no infinity, NaN 0x7F / 0xFF, max 448; e5m2: IEEE-like
  * with infinity, max 57344), for an FP8 KV cache (ac_caps.kv_dtypes, AC_FP8_*, the descale fields of
- * ac_attention_args). They are K / V dtypes only: caps.dtypes (Q's and O's) never holds them. */
+ * ac_attention_args). They are K / V dtypes only: caps.dtypes (Q's and O's) never holds them.
+ * e4m3fnuz (added within version 3): exponent bias 8, no infinity and no negative zero, 0x80 its
+ * only NaN, max 240 (0x7F / 0xFF are +-240, finite): each code of e4m3fn's finite range other than
+ * 0x80 decodes to half its e4m3fn value. */
 typedef enum {
   AC_DTYPE_F32 = 0,
   AC_DTYPE_F16 = 1,
   AC_DTYPE_BF16 = 2,
   AC_DTYPE_E4M3 = 3,
-  AC_DTYPE_E5M2 = 4
+  AC_DTYPE_E5M2 = 4,
+  AC_DTYPE_E4M3FNUZ = 5
 } ac_dtype;
 #define AC_DTYPE_BIT(d) (1u << (unsigned)(d))
 
@@ -265,17 +269,16 @@ typedef struct {
 #define AC_VAR_SINKS 16u
 #define AC_VAR_KNOWN_V3 (AC_VAR_PAGED_KV | AC_VAR_HEAD_SIZE_V | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS)
 
-/* Version 3: an FP8 KV cache. A subject declaring kv_dtypes (AC_DTYPE_BIT of AC_DTYPE_E4M3 and / or
- * AC_DTYPE_E5M2) takes calls whose k and v hold FP8 codes (one byte per element, the layouts
- * unchanged), ac_attention_args.kv_dtype naming the format, with k_descale and v_descale (fp32, in
- * the subject's memory): the values of the cache are decode(code) * descale, e4m3fn or e5m2 decoded
- * exactly. descale_granularity 0 gives one descale per tensor; 1 one per KV head (k_descale[h],
- * v_descale[h]), offered only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD; 2 one per
- * (sequence, KV head), AC_FP8_DESCALE_PER_SEQUENCE below. out stays in
- * dtype, and so does q unless AC_FP8_Q (q_descale NULL otherwise). attncheck judges O against the
- * exact attention of the values the kernel was given (decoded and descaled), so quantisation is
- * never the kernel's error; a kernel may form k * descale and v * descale in fp32 or fold the
- * descales into the softmax scale and the output (one fp32 rounding each, budgets.cpp). Each
+/* Version 3: an FP8 KV cache. A subject declaring kv_dtypes (AC_DTYPE_BIT of AC_DTYPE_E4M3,
+ * AC_DTYPE_E5M2 and / or AC_DTYPE_E4M3FNUZ) takes calls whose k and v hold FP8 codes (one byte per element,
+ * the layouts unchanged), ac_attention_args.kv_dtype naming the format, with k_descale and v_descale (fp32,
+ * in the subject's memory): the values of the cache are decode(code) * descale, each format decoded exactly.
+ * descale_granularity 0 gives one descale per tensor; 1 one per KV head (k_descale[h], v_descale[h]), offered
+ * only to a subject declaring AC_FP8_DESCALE_PER_KV_HEAD; 2 one per (sequence, KV head),
+ * AC_FP8_DESCALE_PER_SEQUENCE below. out stays in dtype, and so does q unless AC_FP8_Q (q_descale NULL
+ * otherwise). attncheck judges O against the exact attention of the values the kernel was given (decoded and
+ * descaled), so quantisation is never the kernel's error; a kernel may form k * descale and v * descale in
+ * fp32 or fold the descales into the softmax scale and the output (one fp32 rounding each, budgets.cpp). Each
  * descale is positive and finite. */
 #define AC_FP8_DESCALE_PER_KV_HEAD 1u
 /* Q in FP8 too (FlashAttention-3's FP8 forward): q holds codes of kv_dtype, read times q_descale (as
@@ -352,7 +355,7 @@ typedef struct {
   int32_t num_page_sizes;
   const ac_head_pair* head_pairs; /* AC_VAR_HEAD_SIZE_V: the (qk, v) head sizes accepted */
   int32_t num_head_pairs;
-  uint32_t kv_dtypes; /* AC_DTYPE_BIT(AC_DTYPE_E4M3 / AC_DTYPE_E5M2): FP8 KV caches accepted */
+  uint32_t kv_dtypes; /* AC_DTYPE_BIT(AC_DTYPE_E4M3 / E5M2 / E4M3FNUZ): FP8 KV caches accepted */
   uint32_t fp8;       /* AC_FP8_* bits: the FP8 KV cache's contract */
   /* The largest attention / split-KV call the subject takes, each 0 for no limit: sequences,
    * query tokens (all sequences) and keys (all sequences). The generators stay within them (a
@@ -435,7 +438,7 @@ typedef struct {
   const int32_t* block_table;      /* [num_seqs, max_blocks], subject memory */
   const int32_t* block_table_host; /* the same, host memory */
   /* An FP8 KV cache (caps.kv_dtypes): otherwise kv_dtype equals dtype and the descales are NULL. */
-  ac_dtype kv_dtype;           /* the dtype of k and v: dtype, or AC_DTYPE_E4M3 / AC_DTYPE_E5M2 */
+  ac_dtype kv_dtype;           /* the dtype of k and v: dtype, or AC_DTYPE_E4M3 / E5M2 / E4M3FNUZ */
   const float* q_descale;      /* AC_FP8_Q: as k_descale, q then holds codes of kv_dtype; else NULL */
   const float* k_descale;      /* FP8: 1, num_kv_heads or num_seqs x num_kv_heads values, subject memory */
   const float* v_descale;      /* FP8: as k_descale */

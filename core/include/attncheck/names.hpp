@@ -31,11 +31,16 @@ std::span<const Spelling<uint32_t>> fp8_spellings();       // AC_FP8_* bits
 // The AC_CAP_* bits the worker protocol spells as boolean fields ("flushes_subnormals": true).
 std::span<const Spelling<uint32_t>> flag_field_spellings();
 
+// The FP8 formats (an FP8 KV cache's kv_dtype), as ac_caps.kv_dtypes bits, and membership.
+inline constexpr uint32_t kFp8DtypeBits =
+    AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2) | AC_DTYPE_BIT(AC_DTYPE_E4M3FNUZ);
+constexpr bool is_fp8(ac_dtype d) { return d >= 0 && d < 32 && ((kFp8DtypeBits >> unsigned(d)) & 1u) != 0; }
+
 const char* op_name(uint32_t op);  // AC_OP_MERGE -> "merge"; "unknown" for other bits
 std::optional<uint32_t> op_from(std::string_view name);
 const char* dtype_name(ac_dtype);     // "fp32" | "fp16" | "bf16"
 int dtype_bytes(ac_dtype);            // storage bytes of one element: 4 (fp32), 2 (fp16, bf16), 1 (FP8)
-const char* kv_dtype_name(ac_dtype);  // an FP8 KV cache's format: "e4m3fn" | "e5m2"
+const char* kv_dtype_name(ac_dtype);  // an FP8 KV cache's format: "e4m3fn" | "e5m2" | "e4m3fnuz"
 std::optional<ac_dtype> dtype_from(std::string_view name);
 std::optional<ac_dtype> kv_dtype_from(std::string_view name);
 const char* fold_name(ac_fold);  // "left" | "right" | "tree"

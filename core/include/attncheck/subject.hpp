@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/names.hpp"
 #include "attncheck/plugin_abi.h"
 
 namespace attncheck {
@@ -58,7 +59,7 @@ struct AttentionInput {
   // generators point them at poisoned pages).
   int32_t page_size = 0, num_pages = 0, max_blocks = 0;
   std::vector<int32_t> block_table;
-  // An FP8 KV cache (plugin_abi.h, AC_FP8_*): kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2 makes k and
+  // An FP8 KV cache (plugin_abi.h, AC_FP8_*): kv_dtype an FP8 format (names.hpp is_fp8) makes k and
   // v FP8 codes (one per element, the low 8 bits), read times k_descale / v_descale: one value
   // (per tensor), one per KV head, or one per (sequence, KV head) ([num_seqs, num_kv_heads]). Any
   // other kv_dtype: k and v are in dtype, no descales. q and O stay in dtype, q too unless
@@ -72,7 +73,7 @@ struct AttentionInput {
   // of the same kind (batch_invariance's pieces of a batch), copying a batch's tensors only to
   // clear them cost more than the pieces themselves.
   AttentionInput without_tensors() const;
-  bool fp8_kv() const { return kv_dtype == AC_DTYPE_E4M3 || kv_dtype == AC_DTYPE_E5M2; }
+  bool fp8_kv() const { return is_fp8(kv_dtype); }
   bool fp8_q() const { return fp8_kv() && !q_descale.empty(); }
   // The dtype k and v are stored in, and q's.
   ac_dtype k_dtype() const { return fp8_kv() ? kv_dtype : dtype; }

@@ -72,8 +72,8 @@ std::string caps_string(const Subject& s) {
     if (c.variants & AC_VAR_SINKS) o << "; sinks";
     if (c.kv_dtypes) {
       o << "; FP8 KV cache";
-      for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2})
-        if (c.kv_dtypes & AC_DTYPE_BIT(f)) o << " " << kv_dtype_name(f);
+      for (const auto& [f, name] : kv_dtype_spellings())
+        if (c.kv_dtypes & AC_DTYPE_BIT(f)) o << " " << name;
       o << " (descales per tensor" << (c.fp8 & AC_FP8_DESCALE_PER_KV_HEAD ? ", per KV head" : "")
         << (c.fp8 & AC_FP8_DESCALE_PER_SEQUENCE ? ", per (sequence, KV head)" : "") << ")";
       if (c.fp8 & AC_FP8_Q) o << "; Q in FP8";

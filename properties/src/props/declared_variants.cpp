@@ -83,7 +83,7 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
   // An FP8 KV cache: each declared format, descales per tensor (2^-6, so that values up to 1 use
   // the upper codes), and per KV head (2^-6 and 3 2^-7) where declared; Q in FP8 as well, with the
   // same descales, where declared (AC_FP8_Q).
-  for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2}) {
+  for (const auto& [f, name] : kv_dtype_spellings()) {
     if (!(caps.kv_dtypes & AC_DTYPE_BIT(f))) continue;
     items.push_back(
         {std::string("FP8 KV cache ") + kv_dtype_name(f), gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});

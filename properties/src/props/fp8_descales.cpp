@@ -12,7 +12,7 @@
 // - Linearity: V's descale doubled doubles O exactly (every product, sum and quotient of O scales
 //   by two with no new rounding), and leaves the LSE alone. A descale applied twice quadruples O;
 //   one ignored leaves it.
-// - A NaN code: one V code set to NaN (0x7f or 0xff, NaN in e4m3fn and in e5m2) at key 0 of a
+// - A NaN code: one V code set to NaN (0x7f or 0xff in e4m3fn and in e5m2, 0x80 in e4m3fnuz) at key 0 of a
 //   sequence whose every row sees key 0 (no mask, no window; causal only where Tq <= Tk) must make
 //   that column of O NaN on every row of the KV head's query heads, and nothing else NaN: a decode
 //   that saturates or zeroes NaN codes hides it, a kernel that spreads it to other columns, heads
@@ -33,6 +33,7 @@
 // and V = 1, the first V = 0, so O is made of weights below e4m3fn's smallest normal: what a P
 // held in e4m3fn without FlashAttention-3's offset loses (AC_FP8_P_E4M3, mutant 29).
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "../property.hpp"
@@ -105,6 +106,12 @@ AttentionOutput doubled(const AttentionInput& a, const AttentionOutput& base, co
   return want;
 }
 
+std::string hex_code(uint32_t code) {
+  char b[8];
+  std::snprintf(b, sizeof b, "0x%02x", code);
+  return b;
+}
+
 // The V code the NaN check sets: key 0 of the first sequence whose every row sees it, at a KV head
 // and column that vary with the case. Returns false where no sequence qualifies.
 struct NanSite {
@@ -170,7 +177,7 @@ class Fp8Descales final : public Property {
   static constexpr double kCost = 3;
 
   bool applies_to(const Subject& s, uint32_t) const override {
-    return (s.caps().kv_dtypes & (AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2))) != 0;
+    return (s.caps().kv_dtypes & kFp8DtypeBits) != 0;
   }
   void draw_input(Case& c, const gen::Domain& dom, uint32_t) const override {
     c.input = *gen::attention_fp8_kv_input(dom);
@@ -229,7 +236,8 @@ class Fp8Descales final : public Property {
     NanSite site;
     if (!nan_site(a, site)) return o;
     const int64_t row = a.kv_row(site.seq, 0, site.first_k);
-    const uint32_t code = site.seq % 2 ? 0xffu : 0x7fu;
+    // e4m3fnuz's only NaN is 0x80 (its 0x7f and 0xff are +-240).
+    const uint32_t code = a.kv_dtype == AC_DTYPE_E4M3FNUZ ? 0x80u : site.seq % 2 ? 0xffu : 0x7fu;
     for (const bool in_k : {false, true}) {
       AttentionInput nan = a;
       const int64_t width = in_k ? a.head_size : a.dv();
@@ -241,8 +249,7 @@ class Fp8Descales final : public Property {
         fail(o, in_k ? "fp8_nan_k_code" : "fp8_nan_code",
              std::string(in_k ? "K" : "V") + "'s code at key 0 of sequence " + std::to_string(site.seq) +
                  ", KV head " + std::to_string(site.kv_head) + ", column " +
-                 std::to_string(site.column % width) + " set to NaN (" + (code == 0xffu ? "0xff" : "0x7f") +
-                 "): " + p);
+                 std::to_string(site.column % width) + " set to NaN (" + hex_code(code) + "): " + p);
         return o;
       }
     }
