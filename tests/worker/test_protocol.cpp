@@ -797,12 +797,12 @@ TEST_CASE("protocol 4 call limits: written where declared, read back, refused wh
 TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and descales bit for bit",
           "[worker]") {
   ac_caps c = variant_caps(0);
-  const uint32_t both = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  const uint32_t both = ac::kFp8DtypeBits;  // e4m3fn, e5m2 and e4m3fnuz
   c.kv_dtypes = both;
   c.fp8 = AC_FP8_DESCALE_PER_KV_HEAD;
   const auto j = w::caps_to_json("f", "", c);
   using L = std::vector<std::string>;
-  CHECK(j["kv_dtypes"].get<L>() == L{"e4m3fn", "e5m2"});
+  CHECK(j["kv_dtypes"].get<L>() == L{"e4m3fn", "e5m2", "e4m3fnuz"});
   CHECK(j["fp8"].get<L>() == L{"descale_per_kv_head"});
   const w::DeclaredSubject d = w::caps_from_json(j, 4);
   CHECK(d.caps.kv_dtypes == both);
@@ -816,7 +816,7 @@ TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and d
   auto bad = j;
   bad["kv_dtypes"] = {"e4m3"};
   CHECK_THROWS_WITH(w::caps_from_json(bad, 4),
-                    Catch::Contains("unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2)"));
+                    Catch::Contains("unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2, e4m3fnuz)"));
 
   // A call: the one-byte codes of each format, with their descales.
   std::vector<std::unique_ptr<ac::Subject>> remote;
@@ -835,12 +835,12 @@ TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and d
   in.seqlens_k = {5, 3};
   in.softmax_scale = 0.35355339f;
   in.q = pattern(5 * 4 * 8, 1);
-  for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2}) {
+  for (const ac_dtype f : {AC_DTYPE_E4M3, AC_DTYPE_E5M2, AC_DTYPE_E4M3FNUZ}) {
     in.kv_dtype = f;
     in.k.clear();
     in.v.clear();
     for (uint32_t i = 0; i < 8 * 2 * 8; ++i) {
-      in.k.push_back((i * 37u + 11u) % 0x7fu);  // every code below 0x7f: finite in both formats
+      in.k.push_back((i * 37u + 11u) % 0x7fu);  // every code below 0x7f: finite in each format
       in.v.push_back((i * 53u + 3u) % 0x7bu | (i % 2 ? 0x80u : 0u));
     }
     // Per KV head for e4m3fn, per tensor for e5m2 (K's and V's granularity is one).
@@ -853,7 +853,7 @@ TEST_CASE("protocol 4 carries an FP8 KV cache: its formats declared, codes and d
     REQUIRE(!fp8.seen.empty());
     require_same_input(fp8.seen.back(), in);
   }
-  CHECK(fp8.seen.size() == 2);
+  CHECK(fp8.seen.size() == 3);
   // A worker that does not declare an FP8 cache is never sent one (refused before the request; the
   // local subject, declaring it, answers).
   subjects[1]->attention(in, ac::AttentionOptions{});
