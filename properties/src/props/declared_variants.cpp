@@ -85,18 +85,17 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
   // same descales, where declared (AC_FP8_Q).
   for (const auto& [f, name] : kv_dtype_spellings()) {
     if (!(caps.kv_dtypes & AC_DTYPE_BIT(f))) continue;
-    items.push_back(
-        {std::string("FP8 KV cache ") + kv_dtype_name(f), gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
+    items.push_back({std::string("FP8 KV cache ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
     if (caps.fp8 & AC_FP8_Q)
-      items.push_back({std::string("Q, K and V in ") + kv_dtype_name(f),
-                       gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+      items.push_back(
+          {std::string("Q, K and V in ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
       std::vector<float> d(size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
-      items.push_back({std::string("FP8 KV cache ") + kv_dtype_name(f) + " (descales per KV head)",
-                       gen::fp8_copy(plain, f, d, d)});
+      items.push_back(
+          {std::string("FP8 KV cache ") + name + " (descales per KV head)", gen::fp8_copy(plain, f, d, d)});
       if (caps.fp8 & AC_FP8_Q)
-        items.push_back({std::string("Q, K and V in ") + kv_dtype_name(f) + " (descales per KV head)",
+        items.push_back({std::string("Q, K and V in ") + name + " (descales per KV head)",
                          gen::fp8_copy(plain, f, d, d, d)});
     }
     if (caps.fp8 & AC_FP8_DESCALE_PER_SEQUENCE) {
@@ -109,9 +108,8 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
         to->insert(to->end(), from->begin(), from->end());
       std::vector<float> d(2 * size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
-      items.push_back(
-          {std::string("FP8 KV cache ") + kv_dtype_name(f) + " (descales per (sequence, KV head))",
-           gen::fp8_copy(two, f, d, d)});
+      items.push_back({std::string("FP8 KV cache ") + name + " (descales per (sequence, KV head))",
+                       gen::fp8_copy(two, f, d, d)});
     }
   }
   return items;
