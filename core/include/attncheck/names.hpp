@@ -34,7 +34,11 @@ std::span<const Spelling<uint32_t>> flag_field_spellings();
 // The FP8 formats (an FP8 KV cache's kv_dtype), as ac_caps.kv_dtypes bits, and membership.
 inline constexpr uint32_t kFp8DtypeBits =
     AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2) | AC_DTYPE_BIT(AC_DTYPE_E4M3FNUZ);
-constexpr bool is_fp8(ac_dtype d) { return d >= 0 && d < 32 && ((kFp8DtypeBits >> unsigned(d)) & 1u) != 0; }
+// Through unsigned: a value outside the enum (a plugin's bad dtype) is a shift of 32 or more, refused first.
+constexpr bool is_fp8(ac_dtype d) {
+  const auto bit = static_cast<uint32_t>(d);
+  return bit < 32u && ((kFp8DtypeBits >> bit) & 1u) != 0;
+}
 
 const char* op_name(uint32_t op);  // AC_OP_MERGE -> "merge"; "unknown" for other bits
 std::optional<uint32_t> op_from(std::string_view name);
