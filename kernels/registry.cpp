@@ -18,6 +18,7 @@ std::vector<ac_subject> builtin_subjects(bool cuda) {
   append_fused_subjects(out, cuda);
   append_splitkv_subjects(out, cuda);
   append_hopper_subjects(out, cuda);
+  append_quantize_subjects(out, cuda);
   return out;
 }
 

@@ -324,6 +324,14 @@ std::string case_text(const Case& c, bool splice) {
           {"rows", s->rows},
           {"cols", s->cols},
           {"x", encode_elements(s->x, dtype_bytes(s->dtype))}};
+  } else if (const auto* qz = std::get_if<QuantizeInput>(&c.input)) {
+    in = {{"dtype", dtype_name(qz->dtype)},
+          {"out_dtype", kv_dtype_name(qz->out_dtype)},
+          {"num_tokens", qz->num_tokens},
+          {"num_heads", qz->num_heads},
+          {"head_size", qz->head_size},
+          {"scales", encode_floats(qz->scales)},
+          {"x", encode_elements(qz->x, dtype_bytes(qz->dtype))}};
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
     in = {{"dtype", dtype_name(a.dtype)},
@@ -448,6 +456,28 @@ Case case_from_json(const std::string& text) {
     expect_size(s.x.size(), checked_product({s.rows, s.cols}, w), "input.x");
     check_half_bits(s.x, dtype, "input.x");
     c.input = std::move(s);
+  } else if (op == AC_OP_QUANTIZE) {
+    QuantizeInput q;
+    q.dtype = dtype;
+    const std::string name = get_string(in, "out_dtype", w);
+    const auto out = kv_dtype_from(name);
+    if (!out)
+      throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
+    q.out_dtype = *out;
+    q.num_tokens = int32_t(get_int(in, "num_tokens", w, 0, kMaxDim));
+    q.num_heads = int32_t(get_int(in, "num_heads", w, 1, kMaxDim));
+    q.head_size = int32_t(get_int(in, "head_size", w, 0, kMaxDim));
+    q.scales = decode_floats(get_string(in, "scales", w), "input.scales");
+    if (q.scales.size() != 1 && q.scales.size() != size_t(q.num_heads))
+      throw CaseError("input.scales holds " + std::to_string(q.scales.size()) +
+                      " values, not 1 or num_heads (" + std::to_string(q.num_heads) + ")");
+    for (float v : q.scales)
+      if (!(v > 0.0f) || !std::isfinite(v))
+        throw CaseError("input.scales holds " + std::to_string(v) + ": each scale is positive and finite");
+    q.x = decode_elements(get_string(in, "x", w), eb, "input.x");
+    expect_size(q.x.size(), checked_product({q.num_tokens, q.num_heads, q.head_size}, w), "input.x");
+    check_half_bits(q.x, dtype, "input.x");
+    c.input = std::move(q);
   } else {
     AttentionInput a;
     a.dtype = dtype;
@@ -615,6 +645,8 @@ CaseSize case_size(const Case& c) {
     s = {m->num_tokens, 2, m->num_heads, m->head_size};
   } else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) {
     s = {x->rows, x->cols, 1, 0};
+  } else if (const auto* q = std::get_if<QuantizeInput>(&c.input)) {
+    s = {q->num_tokens, 0, q->num_heads, q->head_size};
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
     int64_t tq = 0, tk = 0;

@@ -194,6 +194,17 @@ std::vector<std::string> row_kinds(const Case& c) {
 std::string case_context(const Case& c, const ac_caps* caps, int64_t row) {
   if (const auto* a = std::get_if<AttentionInput>(&c.input)) return attention_context(c, *a, caps, row);
   if (const auto* m = std::get_if<MergeInput>(&c.input)) return merge_context(*m, row);
+  if (const auto* q = std::get_if<QuantizeInput>(&c.input)) {
+    std::string s = std::string(dtype_name(q->dtype)) + " to " + kv_dtype_name(q->out_dtype) + ", " +
+                    plural(q->num_tokens, "token") + " x " + plural(q->num_heads, "head") + " x " +
+                    std::to_string(q->head_size) + ", " +
+                    (q->scales.size() > 1 ? "a scale per head" : "one scale");
+    if (caps) s += (caps->fp8 & AC_FP8_SATURATE) ? ", saturating" : ", overflow to NaN / inf";
+    if (row >= 0 && q->num_heads > 0 && row < int64_t(q->num_tokens) * q->num_heads)
+      s += ", token " + std::to_string(row / q->num_heads) + " head " + std::to_string(row % q->num_heads) +
+           " (scale " + std::to_string(q->scale_of_head(row % q->num_heads)) + ")";
+    return s;
+  }
   const auto& x = std::get<SoftmaxInput>(c.input);
   std::string s =
       std::string(dtype_name(x.dtype)) + ", " + plural(x.rows, "row") + " x " + plural(x.cols, "col");

@@ -24,10 +24,11 @@ std::string joined(std::span<const Spelling<T>> table) {
   return out;
 }
 
-constexpr std::array<Spelling<uint32_t>, 4> kOps{{{AC_OP_MERGE, "merge"},
+constexpr std::array<Spelling<uint32_t>, 5> kOps{{{AC_OP_MERGE, "merge"},
                                                   {AC_OP_SOFTMAX, "softmax"},
                                                   {AC_OP_ATTENTION, "attention"},
-                                                  {AC_OP_SPLITKV, "splitkv"}}};
+                                                  {AC_OP_SPLITKV, "splitkv"},
+                                                  {AC_OP_QUANTIZE, "quantize"}}};
 constexpr std::array<Spelling<ac_dtype>, 3> kDtypes{
     {{AC_DTYPE_F32, "fp32"}, {AC_DTYPE_F16, "fp16"}, {AC_DTYPE_BF16, "bf16"}}};
 // FP8 KV cache formats (kv_dtype), never Q's or O's dtype: their own table.
@@ -48,10 +49,11 @@ constexpr std::array<Spelling<uint32_t>, 5> kVariants{{{AC_VAR_PAGED_KV, "paged_
                                                        {AC_VAR_SOFTCAP, "softcap"},
                                                        {AC_VAR_WINDOW, "window"},
                                                        {AC_VAR_SINKS, "sinks"}}};
-constexpr std::array<Spelling<uint32_t>, 4> kFp8{{{AC_FP8_DESCALE_PER_KV_HEAD, "descale_per_kv_head"},
+constexpr std::array<Spelling<uint32_t>, 5> kFp8{{{AC_FP8_DESCALE_PER_KV_HEAD, "descale_per_kv_head"},
                                                   {AC_FP8_Q, "fp8_q"},
                                                   {AC_FP8_P_E4M3, "p_e4m3"},
-                                                  {AC_FP8_DESCALE_PER_SEQUENCE, "descale_per_sequence"}}};
+                                                  {AC_FP8_DESCALE_PER_SEQUENCE, "descale_per_sequence"},
+                                                  {AC_FP8_SATURATE, "saturate"}}};
 // The contract bits the worker protocol writes as boolean fields (AC_CAP_EMPTY_LSE_UNDEFINED is
 // spelled as empty_lse "undefined" instead).
 constexpr std::array<Spelling<uint32_t>, 6> kFlagFields{

@@ -59,7 +59,7 @@ ac_caps caps() {
 }
 
 const ac_subject g_subjects[] = {{"dying-merge", "merge host twin that dies on a chosen call", caps(),
-                                  merge_entry, nullptr, nullptr, nullptr}};
+                                  merge_entry, nullptr, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "dying plugin", 1, g_subjects};
 
 }  // namespace

@@ -21,7 +21,7 @@ ac_caps caps() {
   return c;
 }
 const ac_subject g_subjects[] = {{"faulting-merge", "reports a device fault on every call", caps(),
-                                  faulting_merge, nullptr, nullptr, nullptr}};
+                                  faulting_merge, nullptr, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "faulting", 1, g_subjects};
 }  // namespace
 

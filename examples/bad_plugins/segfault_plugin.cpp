@@ -26,7 +26,7 @@ ac_caps caps() {
   return c;
 }
 const ac_subject g_subjects[] = {{"segfault-merge", "dies of SIGSEGV on every call", caps(),
-                                  segfaulting_merge, nullptr, nullptr, nullptr}};
+                                  segfaulting_merge, nullptr, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "segfault", 1, g_subjects};
 }  // namespace
 

@@ -40,10 +40,10 @@ ac_caps caps() {
   return c;
 }
 
-const ac_subject g_subjects[] = {
-    {"wrong-merge", "merge host twin with its first output moved by 2^-10", caps(), wrong_merge, nullptr,
-     nullptr, nullptr},
-    {"refusing-merge", "merge that refuses every call", caps(), refusing_merge, nullptr, nullptr, nullptr}};
+const ac_subject g_subjects[] = {{"wrong-merge", "merge host twin with its first output moved by 2^-10",
+                                  caps(), wrong_merge, nullptr, nullptr, nullptr, nullptr},
+                                 {"refusing-merge", "merge that refuses every call", caps(), refusing_merge,
+                                  nullptr, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "wrong and refusing merges", 2, g_subjects};
 
 }  // namespace

@@ -45,7 +45,7 @@ ac_caps attention_caps() {
 
 const ac_subject g_subjects[] = {
     {"example-paged-attention", "fused attention (host twin) over a paged KV cache, softcap, window, sinks",
-     attention_caps(), nullptr, nullptr, attention_entry, nullptr},
+     attention_caps(), nullptr, nullptr, attention_entry, nullptr, nullptr},
 };
 
 const ac_plugin g_plugin = {AC_ABI_VERSION, "attncheck example plugin, ABI version 3", 1, g_subjects};

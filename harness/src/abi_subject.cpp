@@ -159,6 +159,41 @@ SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
   return SoftmaxOutput{unpack(in.dtype, st.read(y))};
 }
 
+QuantizeOutput AbiSubject::quantize(const QuantizeInput& in) {
+  if (!has_op(AC_OP_QUANTIZE) || !subject_.quantize)
+    throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no quantize");
+  if (!(subject_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
+    throw SubjectError(SubjectError::Kind::unsupported,
+                       name_ + " does not write " + kv_dtype_name(in.out_dtype) + " (caps.kv_dtypes)");
+  if (in.scales.size() > 1 && !(subject_.caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
+    throw SubjectError(SubjectError::Kind::unsupported,
+                       name_ + " takes one scale per tensor (no AC_FP8_DESCALE_PER_KV_HEAD)");
+  const ac_memory mem = subject_.caps.memory;
+  const size_t n = size_t(int64_t(in.num_tokens) * in.num_heads * in.head_size);
+  require_tensor_size("x", in.x.size(), n);
+  Staging st(mem);
+  const size_t x = st.add(pack(in.dtype, in.x)), y = st.add(poisoned(in.out_dtype, n)),
+               scale = st.add(as_bytes(in.scales));
+  st.upload();
+  ac_quantize_args a{};
+  a.dtype = in.dtype;
+  a.out_dtype = in.out_dtype;
+  a.num_tokens = in.num_tokens;
+  a.num_heads = in.num_heads;
+  a.head_size = in.head_size;
+  a.x = st.get(x);
+  a.y = static_cast<uint8_t*>(st.get(y));
+  a.scale = static_cast<const float*>(st.get(scale));
+  a.num_scales = int32_t(in.scales.size());
+  a.stream = nullptr;
+  if (before_call_) before_call_();
+  call_plugin(name_, "quantize",
+              [&](char* err, size_t len) { return subject_.quantize(subject_.self, &a, err, len); });
+  sync_device(mem);
+  st.download(y);
+  return QuantizeOutput{unpack(in.out_dtype, st.read(y))};
+}
+
 AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const AttentionOptions& opt) {
   if (!(has_op(AC_OP_ATTENTION) || has_op(AC_OP_SPLITKV)) || !subject_.attention)
     throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no attention");

@@ -113,7 +113,7 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     bad("name is " + std::to_string(std::strlen(s.name)) + " characters long, more than " +
         std::to_string(AC_MAX_NAME_CHARS));
   if (!s.description) bad("description is NULL");
-  const uint32_t known_ops = AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV;
+  const uint32_t known_ops = AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV | AC_OP_QUANTIZE;
   if (c.ops == 0) bad("declares no operation (caps.ops = 0)");
   if (c.ops & ~known_ops) bad("unknown bits in caps.ops");
   const uint32_t known_dtypes =
@@ -168,8 +168,14 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     bad("caps.kv_dtypes holds a bit other than AC_DTYPE_E4M3, AC_DTYPE_E5M2 and AC_DTYPE_E4M3FNUZ");
   if (c.fp8 & ~uint32_t(AC_FP8_KNOWN)) bad("unknown bits in caps.fp8");
   if (c.fp8 && !c.kv_dtypes) bad("caps.fp8 declared without an FP8 KV dtype in caps.kv_dtypes");
-  if (c.kv_dtypes && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
-    bad("caps.kv_dtypes declared by a subject without attention or split-KV");
+  if (c.kv_dtypes && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV | AC_OP_QUANTIZE)))
+    bad("caps.kv_dtypes declared by a subject without attention, split-KV or quantize");
+  if (abi_version < 3 && (c.ops & AC_OP_QUANTIZE)) bad("declares quantize, a version-3 operation");
+  if ((c.ops & AC_OP_QUANTIZE) && !c.kv_dtypes)
+    bad("declares quantize but no FP8 format to write (caps.kv_dtypes)");
+  if ((c.ops & AC_OP_QUANTIZE) && !s.quantize) bad("declares quantize but the quantize function is NULL");
+  if ((c.fp8 & AC_FP8_SATURATE) && !(c.ops & AC_OP_QUANTIZE))
+    bad("caps.fp8 declares AC_FP8_SATURATE (a quantiser's casts) without AC_OP_QUANTIZE");
   if (c.max_call_seqs < 0)
     bad("caps.max_call_seqs " + std::to_string(c.max_call_seqs) + " is negative (0: no limit)");
   if (c.max_call_tokens < 0)

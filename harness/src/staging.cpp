@@ -12,6 +12,9 @@
 namespace attncheck {
 
 uint32_t poison_bits(ac_dtype d) {
+  // An FP8 output (a quantiser's) is poisoned with its format's NaN: the one code a quantiser
+  // writes only for a NaN or, unsaturated, an overflow, so an element it never wrote is seen.
+  if (is_fp8(d)) return d == AC_DTYPE_E4M3FNUZ ? 0x80u : 0x7fu;
   return d == AC_DTYPE_F32 ? kPoisonF32 : d == AC_DTYPE_F16 ? kPoisonF16 : kPoisonBf16;
 }
 

@@ -16,7 +16,8 @@ void append_softmax_subjects(std::vector<ac_subject>& out, bool cuda);
 void append_textbook_subjects(std::vector<ac_subject>& out, bool cuda);
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda);
 void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda);
-void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda);  // fused-hopper, splitkv-packed
+void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda);    // fused-hopper, splitkv-packed
+void append_quantize_subjects(std::vector<ac_subject>& out, bool cuda);  // the KV-cache quantiser
 // Deliberately broken variants (kernels/mutants/), never part of the default subject list.
 void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda);
 

@@ -102,21 +102,24 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
   out.push_back({"fused",
                  cuda ? "fused attention forward (mma.sync, online softmax), natural LSE, empty -inf"
                       : "fused attention forward, host twin, natural LSE, empty -inf",
-                 with_fused_variants(fused_caps(cuda, 0, -1)), nullptr, nullptr, run_fused, &self[0]});
+                 with_fused_variants(fused_caps(cuda, 0, -1)), nullptr, nullptr, run_fused, &self[0],
+                 nullptr});
   out.push_back({"fused-fa2",
                  cuda ? "fused attention forward, FlashAttention-2 empty-row LSE +inf"
                       : "fused attention forward, host twin, FlashAttention-2 empty-row LSE +inf",
-                 with_fused_variants(fused_caps(cuda, 0, 1)), nullptr, nullptr, run_fused, &self[1]});
+                 with_fused_variants(fused_caps(cuda, 0, 1)), nullptr, nullptr, run_fused, &self[1],
+                 nullptr});
   out.push_back({"fused-log2",
                  cuda ? "fused attention forward, base-2 LSE, empty -inf"
                       : "fused attention forward, host twin, base-2 LSE, empty -inf",
-                 with_fused_variants(fused_caps(cuda, 2, -1)), nullptr, nullptr, run_fused, &self[2]});
+                 with_fused_variants(fused_caps(cuda, 2, -1)), nullptr, nullptr, run_fused, &self[2],
+                 nullptr});
   if (!cuda)
     out.push_back({"fused-fp8kv",
                    "fused attention forward, host twin, K and V from an FP8 cache (e4m3fn or e5m2, descales "
                    "per tensor or per KV head), natural LSE, empty -inf",
                    with_fp8_kv_cache(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
-                   run_fused, &self[0]});
+                   run_fused, &self[0], nullptr});
   if (!cuda)
     out.push_back(
         {"fused-fp8",
@@ -124,7 +127,7 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
          "(descales per tensor or per KV head), P in e4m3fn with the offset 2^8, natural LSE, empty "
          "-inf",
          with_fp8_forward(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr, run_fused,
-         &g_fp8_self});
+         &g_fp8_self, nullptr});
 }
 
 }  // namespace attncheck::kern

@@ -64,7 +64,8 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
        cuda
            ? "Hopper attention forward (TMA ring, mbarriers, warp-specialized wgmma), natural LSE, empty -inf"
            : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
-       with_hopper_variants(hopper_caps(cuda)), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0]});
+       with_hopper_variants(hopper_caps(cuda)), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0],
+       nullptr});
   append_packed_subjects(out, cuda);
 }
 
@@ -75,20 +76,20 @@ void append_hopper_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
       {"mutant-hopper-no-full-wait",
        "MUTANT: fused-hopper consumers read K/V stages without waiting on their full mbarriers "
        "(killers: split_equals_whole and accuracy, nondeterministic output; synccheck: missing wait)",
-       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[0]});
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[0], nullptr});
   out.push_back(
       {"mutant-hopper-stale-phase",
        "MUTANT: fused-hopper consumers wait on a fixed mbarrier parity (wrong pipeline phase after the "
        "ring wraps): on odd passes they read a stage before its tile lands, or run ahead until the "
        "pipeline deadlocks and the wait's guard traps (killers: streamed_kv and kernels_hopper_gpu, with K/V "
        "past L2; memcheck; small cases mostly pass with 4 ring stages)",
-       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[1]});
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[1], nullptr});
   out.push_back(
       {"mutant-hopper-no-proxy-fence",
        "MUTANT: fused-hopper's partial V tile, written by ordinary stores, misses fence.proxy.async "
        "before wgmma reads it (killer: none at run time on the H200, within the exact bound, memcheck, "
        "racecheck and synccheck silent; statically, ptx_proxy_lint on its PTX)",
-       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[2]});
+       hopper_caps(true), nullptr, nullptr, run_hopper_subject, &g_mutants[2], nullptr});
 #else
   (void)out;
   (void)cuda;

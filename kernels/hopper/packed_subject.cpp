@@ -109,15 +109,15 @@ void append_packed_subjects(std::vector<ac_subject>& out, bool cuda) {
        cuda ? "split-KV decode, query heads of one KV head packed in one CTA (K/V read once per KV head), "
               "K/V in Q's dtype or an FP8 cache"
             : "split-KV decode with packed GQA heads, K/V in Q's dtype or an FP8 cache, host twin",
-       c, nullptr, nullptr, run_packed, &g_packed_cuda[cuda ? 1 : 0]});
+       c, nullptr, nullptr, run_packed, &g_packed_cuda[cuda ? 1 : 0], nullptr});
   const int b = cuda ? 1 : 0;
   out.push_back(
       {"splitkv-packed-adaptive",
        "splitkv-packed choosing num_splits from the batch, heads and SMs as engines do (batch variant)",
-       packed_engine_caps(cuda, false), nullptr, nullptr, run_engine, &g_engine[b][0]});
+       packed_engine_caps(cuda, false), nullptr, nullptr, run_engine, &g_engine[b][0], nullptr});
   out.push_back({"splitkv-packed-fixed",
                  "splitkv-packed at a fixed split size of 64 keys (batch invariant, declared)",
-                 packed_engine_caps(cuda, true), nullptr, nullptr, run_engine, &g_engine[b][1]});
+                 packed_engine_caps(cuda, true), nullptr, nullptr, run_engine, &g_engine[b][1], nullptr});
 }
 
 }  // namespace attncheck::kern

@@ -43,20 +43,21 @@ MergeSubjectSelf g_cuda_natural{{0, true}, true}, g_cuda_log2{{2, true}, true};
 void append_merge_subjects(std::vector<ac_subject>& out, bool cuda) {
   MergeSubjectSelf* natural = cuda ? &g_cuda_natural : &g_host_natural;
   MergeSubjectSelf* log2 = cuda ? &g_cuda_log2 : &g_host_log2;
-  out.push_back(ac_subject{"merge",
-                           cuda
-                               ? "merge of two attention states, natural-log LSE [heads, tokens] (CUDA)"
-                               : "merge of two attention states, natural-log LSE [heads, tokens] (host twin)",
-                           merge_caps(cuda, 0, AC_LSE_HEADS_TOKENS), merge_entry, nullptr, nullptr, natural});
-  out.push_back(ac_subject{"merge-th",
-                           cuda
-                               ? "merge of two attention states, natural-log LSE [tokens, heads] (CUDA)"
-                               : "merge of two attention states, natural-log LSE [tokens, heads] (host twin)",
-                           merge_caps(cuda, 0, AC_LSE_TOKENS_HEADS), merge_entry, nullptr, nullptr, natural});
+  out.push_back(
+      ac_subject{"merge",
+                 cuda ? "merge of two attention states, natural-log LSE [heads, tokens] (CUDA)"
+                      : "merge of two attention states, natural-log LSE [heads, tokens] (host twin)",
+                 merge_caps(cuda, 0, AC_LSE_HEADS_TOKENS), merge_entry, nullptr, nullptr, natural, nullptr});
+  out.push_back(
+      ac_subject{"merge-th",
+                 cuda ? "merge of two attention states, natural-log LSE [tokens, heads] (CUDA)"
+                      : "merge of two attention states, natural-log LSE [tokens, heads] (host twin)",
+                 merge_caps(cuda, 0, AC_LSE_TOKENS_HEADS), merge_entry, nullptr, nullptr, natural, nullptr});
   out.push_back(ac_subject{"merge-log2",
                            cuda ? "merge of two attention states, base-2 LSE [heads, tokens] (CUDA)"
                                 : "merge of two attention states, base-2 LSE [heads, tokens] (host twin)",
-                           merge_caps(cuda, 2, AC_LSE_HEADS_TOKENS), merge_entry, nullptr, nullptr, log2});
+                           merge_caps(cuda, 2, AC_LSE_HEADS_TOKENS), merge_entry, nullptr, nullptr, log2,
+                           nullptr});
 }
 
 }  // namespace attncheck::kern

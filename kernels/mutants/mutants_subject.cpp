@@ -20,6 +20,7 @@
 #include "merge/merge.h"
 #include "merge/merge_math.h"
 #include "mutants/mutants.h"
+#include "quantize/quantize.h"
 #include "softmax/softmax.h"
 #include "splitkv/splitkv.h"
 
@@ -129,12 +130,15 @@ constexpr MutantInfo kMutants[] = {
      "fused attention in FlashAttention-3's FP8 contract folds q_descale into the softmax scale twice (host "
      "twin only)",
      "fused-fp8", "fp8_descales", false},
+    {31, "mutant-quantize-nan-cast",
+     "KV-cache quantiser declaring saturating casts (AC_FP8_SATURATE) whose casts overflow to NaN / inf",
+     "quantize-fp8", "quantize_exact", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
 // adaptive_declared: a correct engine-style adaptive subject (its twin, called as registered), its
 // caps claiming AC_CAP_BATCH_INVARIANT (mutants 18 and 24).
-enum class Family { merge, softmax, fused, splitkv, hopper, batch_tile, adaptive_declared };
+enum class Family { merge, softmax, fused, splitkv, hopper, batch_tile, adaptive_declared, quantize };
 
 // The tiling mutant 17 switches to, (64, 32) in kFusedTilings, and where: a longest query range
 // times the GQA group past 64 (the switch point of a tile-shape heuristic).
@@ -142,7 +146,7 @@ constexpr int kBatchTileTiling = 3, kBatchTileSwitch = 64;
 
 struct MutantSelf {
   Family family;
-  int mutation;  // MergeMutation, SoftmaxVariant or fused::Mutation value
+  int mutation;  // MergeMutation, SoftmaxVariant, fused::Mutation or QuantizeMutation value
   bool cuda;
   // adaptive_declared: the twin's own attention entry and its self.
   ac_attention_fn twin_attention = nullptr;
@@ -166,6 +170,17 @@ int softmax_mutant(void* self, const ac_softmax_args* args, char* err, size_t er
   if (s->cuda) return softmax_cuda(*args, SoftmaxVariant(s->mutation), err, err_len);
 #endif
   return softmax_host(*args, SoftmaxVariant(s->mutation), err, err_len);
+}
+
+int quantize_mutant(void* self, const ac_quantize_args* args, char* err, size_t err_len) {
+  const auto* s = static_cast<const MutantSelf*>(self);
+  QuantizeOptions o;
+  o.saturate = true;  // what the twin declares; the mutation breaks it
+  o.mutation = QuantizeMutation(s->mutation);
+#if defined(ATTNCHECK_HAVE_CUDA)
+  if (s->cuda) return quantize_cuda(*args, o, err, err_len);
+#endif
+  return quantize_host(*args, o, err, err_len);
 }
 
 int attention_mutant(void* self, const ac_attention_args* args, char* err, size_t err_len) {
@@ -263,6 +278,7 @@ constexpr Registration kRegistrations[] = {
     {28, Family::fused, int(fused::Mutation::fp8_v_descale_twice)},
     {29, Family::fused, int(fused::Mutation::fp8_p_no_offset)},
     {30, Family::fused, int(fused::Mutation::fp8_q_descale_twice)},
+    {31, Family::quantize, int(QuantizeMutation::nan_cast)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -319,6 +335,9 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
         break;
       case Family::softmax:
         s.softmax = softmax_mutant;
+        break;
+      case Family::quantize:
+        s.quantize = quantize_mutant;
         break;
       case Family::fused:
       case Family::splitkv:

@@ -48,15 +48,16 @@ void append_softmax_subjects(std::vector<ac_subject>& out, bool cuda) {
   out.push_back(ac_subject{"softmax-naive",
                            cuda ? "row softmax without the max shift, exp rounded to storage (CUDA)"
                                 : "row softmax without the max shift, exp rounded to storage (host twin)",
-                           softmax_caps(cuda, AC_FEAT_NAIVE_EXP), nullptr, softmax_entry, nullptr, &self[0]});
+                           softmax_caps(cuda, AC_FEAT_NAIVE_EXP), nullptr, softmax_entry, nullptr, &self[0],
+                           nullptr});
   out.push_back(ac_subject{
       "softmax-safe",
       cuda ? "row softmax, safe three passes (CUDA)" : "row softmax, safe three passes (host twin)",
-      softmax_caps(cuda, 0), nullptr, softmax_entry, nullptr, &self[1]});
+      softmax_caps(cuda, 0), nullptr, softmax_entry, nullptr, &self[1], nullptr});
   out.push_back(ac_subject{"softmax-online",
                            cuda ? "row softmax, online two passes (Milakov-Gimelshein) (CUDA)"
                                 : "row softmax, online two passes (Milakov-Gimelshein) (host twin)",
-                           softmax_caps(cuda, 0), nullptr, softmax_entry, nullptr, &self[2]});
+                           softmax_caps(cuda, 0), nullptr, softmax_entry, nullptr, &self[2], nullptr});
 }
 
 }  // namespace attncheck::kern

@@ -90,7 +90,7 @@ void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
   out.push_back({"splitkv",
                  cuda ? "split-KV attention (flash-decoding): fp32 partials, fold left / right / tree"
                       : "split-KV attention, host twin: fp32 partials, fold left / right / tree",
-                 c, nullptr, nullptr, run_splitkv, &g_cuda_flag[cuda ? 1 : 0]});
+                 c, nullptr, nullptr, run_splitkv, &g_cuda_flag[cuda ? 1 : 0], nullptr});
   // The engine-style modes.
   const int b = cuda ? 1 : 0;
   out.push_back({"splitkv-adaptive",
@@ -98,13 +98,14 @@ void append_splitkv_subjects(std::vector<ac_subject>& out, bool cuda) {
                         "(batch variant)"
                       : "split-KV attention choosing num_splits from the batch, heads and SMs as engines do "
                         "(batch variant), host twin",
-                 engine_caps(c, false), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[b][0]});
+                 engine_caps(c, false), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[b][0],
+                 nullptr});
   out.push_back(
       {"splitkv-fixed",
        cuda ? "split-KV attention at a fixed split size of 64 keys (batch invariant, declared)"
             : "split-KV attention at a fixed split size of 64 keys (batch invariant, declared), host "
               "twin",
-       engine_caps(c, true), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[b][1]});
+       engine_caps(c, true), nullptr, nullptr, run_splitkv_engine, &g_engine_modes[b][1], nullptr});
 }
 
 }  // namespace attncheck::kern

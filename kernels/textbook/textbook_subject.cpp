@@ -52,11 +52,11 @@ void append_textbook_subjects(std::vector<ac_subject>& out, bool cuda) {
   out.push_back(ac_subject{"textbook",
                            cuda ? "textbook attention: S fp32, safe softmax, P in input type (CUDA)"
                                 : "textbook attention: S fp32, safe softmax, P in input type (host twin)",
-                           textbook_caps(cuda, false), nullptr, nullptr, textbook_entry, &self[0]});
+                           textbook_caps(cuda, false), nullptr, nullptr, textbook_entry, &self[0], nullptr});
   out.push_back(ac_subject{"textbook-naive",
                            cuda ? "textbook attention: S in input type, naive softmax (CUDA)"
                                 : "textbook attention: S in input type, naive softmax (host twin)",
-                           textbook_caps(cuda, true), nullptr, nullptr, textbook_entry, &self[1]});
+                           textbook_caps(cuda, true), nullptr, nullptr, textbook_entry, &self[1], nullptr});
 }
 
 }  // namespace attncheck::kern

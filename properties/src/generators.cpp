@@ -1224,4 +1224,95 @@ rc::Gen<AttentionInput> attention_split_input(const Domain& dom) {
   });
 }
 
+// ---- the KV-cache quantiser (AC_OP_QUANTIZE) ---------------------------------------------------
+
+namespace {
+
+// One scale: 1, a power of two (2^-10 .. 2^10: the quotient is x shifted, ties stay ties), or any
+// fp32 value in 2^-12 .. 2^7 with a full mantissa (the fp32 quotient then rounds, next to ties too).
+float quantize_scale() {
+  switch (pick_class(3)) {
+    case 0:
+      return 1.0f;
+    case 1:
+      return std::ldexp(1.0f, draw(-10, 11));
+    default:
+      return std::ldexp(1.0f + float(draw(0, 1 << 23)) * 0x1p-23f, draw(-12, 8));
+  }
+}
+
+// One element of x for scale s: the quotient x / s it aims at, by the contract's hazards, stored
+// in dtype d (one rounding of target * s, which may overflow d: an infinite x is a hazard too).
+uint32_t quantize_element(ac_dtype d, ref::Fp8Format f, double s) {
+  const ref::Fp8Spec& sp = ref::fp8_spec(f);
+  const double L = sp.largest;
+  const double step_at_largest = std::ldexp(1.0, std::ilogb(L) - sp.mantissa_bits);
+  const double tiny = std::ldexp(1.0, sp.quantum_min);
+  const double sign = draw_bool() ? -1.0 : 1.0;
+  // The value of positive code c of the format, the code past the largest being L + one step (where
+  // a wider exponent would put it): the ties are halfway between neighbours.
+  auto code_value = [&](int c) {
+    return c > sp.largest_code ? L + step_at_largest : ref::decode_fp8(f, uint8_t(c));
+  };
+  double target = 0;
+  switch (pick_class(6)) {
+    case 0: {  // anywhere in the format's range and a little past both ends
+      const int e = draw(sp.quantum_min - 2, std::ilogb(L) + 3);
+      target = std::ldexp(1.0 + draw(0, 4096) / 4096.0, e);
+      break;
+    }
+    case 1:    // a tie between two neighbouring codes (the last one: the overflow threshold)
+    case 2: {  // or next to one, by 2^-k relatively
+      const int c = draw(0, sp.largest_code + 1);
+      target = (code_value(c) + code_value(c + 1)) / 2;
+      if (pick_class(2) == 1) target *= 1.0 + (draw_bool() ? 1 : -1) * std::ldexp(1.0, -draw(8, 13));
+      break;
+    }
+    case 3:  // around the largest value: saturated or overflowing, or the largest itself
+      target = L * (1.0 + draw(-2, 9) / 32.0);
+      break;
+    case 4:  // around the smallest subnormal: the ties to zero and to it
+      target = tiny * (*g::element(0.25, 0.5, 0.75, 1.0, 1.5, 2.5));
+      break;
+    default: {  // x itself special: infinities, NaN, zeros, the largest and the smallest of d
+      const double dmax = detail::decode(d, d == AC_DTYPE_F32   ? 0x7f7fffffu
+                                            : d == AC_DTYPE_F16 ? 0x7bffu
+                                                                : 0x7f7fu);
+      const double x = *g::element(INFINITY, -INFINITY, NAN, 0.0, -0.0, dmax, -dmax, 1.0);
+      if (std::isnan(x)) return d == AC_DTYPE_F32 ? 0x7fc00000u : d == AC_DTYPE_F16 ? 0x7e00u : 0x7fc0u;
+      return round_bits(d, x);
+    }
+  }
+  return round_bits(d, sign * target * s);
+}
+
+}  // namespace
+
+rc::Gen<QuantizeInput> quantize_input(const Domain& dom) {
+  return g::exec([dom] {
+    QuantizeInput q;
+    q.dtype = *g::elementOf(dom.dtypes);
+    std::vector<ac_dtype> formats;
+    for (const auto& [f, name] : kv_dtype_spellings())
+      if (dom.kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
+    q.out_dtype = *g::elementOf(formats);
+    q.num_tokens = pick_in(1, 5);
+    q.num_heads = pick_in(1, 5);
+    q.head_size = *g::elementOf(dom.head_sizes);
+    const bool per_head = (dom.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) && q.num_heads > 1 && pick_class(2) == 1;
+    for (int32_t h = 0; h < (per_head ? q.num_heads : 1); ++h) q.scales.push_back(quantize_scale());
+    const ref::Fp8Format f = detail::fp8_format(q.out_dtype);
+    q.x.resize(size_t(q.num_tokens) * size_t(q.num_heads) * size_t(q.head_size));
+    for (size_t i = 0; i < q.x.size(); ++i)
+      q.x[i] = quantize_element(q.dtype, f,
+                                double(q.scale_of_head(int64_t(i / size_t(q.head_size)) % q.num_heads)));
+    return q;
+  });
+}
+
+std::pair<int64_t, int64_t> largest_quantize_shape(const Domain& dom) {
+  // quantize_input: up to 4 tokens of up to 4 heads, of the widest head size.
+  return {16, *std::max_element(dom.head_sizes.begin(), dom.head_sizes.end())};
+}
+
 }  // namespace attncheck::gen

@@ -46,6 +46,7 @@ struct Conventions {
   bool scores_rounded = false;  // AC_FEAT_SCORES_IN_INPUT_TYPE: S stored in the input format
   bool flushed_exp = false;     // AC_FEAT_FLUSHED_EXP: attention weights below 2^-126 may be 0
   bool p_e4m3 = false;          // AC_FP8_P_E4M3: an FP8 call's P held in e4m3fn (budgets.cpp)
+  bool saturate = false;        // AC_FP8_SATURATE: a quantiser's casts saturate
   bool has_lse = false;         // attention: writes LSE (AC_FEAT_LSE); merge always has one
   ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
   // Contract bits of ac_caps.flags (version 2).
@@ -200,6 +201,14 @@ constexpr int64_t kJudgeEveryRowUpTo = 4096, kSampledRows = 512;
 std::vector<int64_t> sampled_rows(int64_t T, int64_t H);
 Judgement judge_merge(const MergeInput&, const MergeOutput&, const Conventions&, const Budget&);
 Judgement judge_softmax(const SoftmaxInput&, const SoftmaxOutput&, const Conventions&, const Budget&);
+// A quantiser's codes, element by element, against the codes plugin_abi.h's AC_OP_QUANTIZE
+// contract allows (judge_quantize.cpp): each element's `within` says whether its code is one of
+// them, `inputs` names x, the scale and the codes allowed, and its row is (token, head).
+Judgement judge_quantize(const QuantizeInput&, const QuantizeOutput&, const Conventions&);
+// The failure class of a quantiser's element outside the contract: "nan_hidden" (x is NaN, the code
+// is not), "overflow" (|x / scale| past the format's largest value, or infinite: what the saturation
+// declaration governs) or "rounding".
+const char* quantize_failure_class(const QuantizeInput&, const Elem&, const Conventions&);
 
 // Visible keys of query `token` (global index) per the attention conventions: [seq key begin, end)
 // and the visibility of each key of its sequence.

@@ -59,7 +59,11 @@ double kv_value(const AttentionInput& a, const std::vector<int32_t>& rows, const
 }
 uint32_t round_bits(ac_dtype d, double x) { return ref::round_to_format(fmt(d), x); }
 bool finite_bits(ac_dtype d, uint32_t bits) { return std::isfinite(decode(d, bits)); }
-std::string hexfloat(ac_dtype d, uint32_t bits) { return ref::to_hexfloat(fmt(d), bits); }
+std::string hexfloat(ac_dtype d, uint32_t bits) {
+  // Every FP8 value is a double (an FP8 output is a quantiser's).
+  if (is_fp8(d)) return ref::to_hexfloat(decode(d, bits));
+  return ref::to_hexfloat(fmt(d), bits);
+}
 std::string hexfloat(double x) { return ref::to_hexfloat(x); }
 
 double overflow_log_threshold(ac_dtype d) {
@@ -84,6 +88,7 @@ Conventions conventions_of(const Subject& s) {
   v.scores_rounded = (c.features & AC_FEAT_SCORES_IN_INPUT_TYPE) != 0;
   v.flushed_exp = (c.features & AC_FEAT_FLUSHED_EXP) != 0;
   v.p_e4m3 = (c.fp8 & AC_FP8_P_E4M3) != 0;
+  v.saturate = (c.fp8 & AC_FP8_SATURATE) != 0;
   v.has_lse = (c.features & AC_FEAT_LSE) != 0;
   v.layout = c.lse_layout;
   v.empty_lse_undefined = (c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) != 0;
@@ -206,10 +211,16 @@ WorstElement to_worst(const Elem& e) {
   w.where = e.where;
   w.input_bits = e.inputs;
   w.exact = ref::to_decimal(e.exact, 36);
-  const uint32_t rb = ref::round_to_format(fmt(e.dtype), e.exact);
+  const uint32_t rb = is_fp8(e.dtype)
+                          ? ref::encode_fp8(fp8_format(e.dtype), e.exact, ref::Fp8Overflow::nonfinite)
+                          : ref::round_to_format(fmt(e.dtype), e.exact);
   w.rounded_exact = hexfloat(e.dtype, rb);
   char b[24];
-  std::snprintf(b, sizeof b, e.dtype == AC_DTYPE_F32 ? "0x%08x" : "0x%04x", e.out_bits);
+  std::snprintf(b, sizeof b,
+                e.dtype == AC_DTYPE_F32 ? "0x%08x"
+                : is_fp8(e.dtype)       ? "0x%02x"
+                                        : "0x%04x",
+                e.out_bits);
   w.output_bits = std::string(b) + " (" + hexfloat(e.dtype, e.out_bits) + ")";
   w.ulp = e.ulp;
   w.cancel_ulp = e.cancel;

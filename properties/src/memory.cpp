@@ -153,6 +153,7 @@ double case_resident_bytes(const Case& c) {
     return 4.0 *
            double(m->prefix_out.size() + m->suffix_out.size() + m->prefix_lse.size() + m->suffix_lse.size());
   if (const auto* s = std::get_if<SoftmaxInput>(&c.input)) return 4.0 * double(s->x.size());
+  if (const auto* q = std::get_if<QuantizeInput>(&c.input)) return 4.0 * double(q->x.size());
   return attention_resident_bytes(shape_of(std::get<AttentionInput>(c.input)));
 }
 
@@ -171,6 +172,8 @@ double case_replay_bytes(const Case& c) {
     return table_replay_bytes(double(m->num_tokens) * m->num_heads, double(m->head_size) + 1, 2, held);
   if (const auto* s = std::get_if<SoftmaxInput>(&c.input))
     return table_replay_bytes(s->rows, s->cols, 1, held) + double(s->cols) * kExactKeyBytes;
+  if (const auto* q = std::get_if<QuantizeInput>(&c.input))
+    return table_replay_bytes(double(q->num_tokens) * q->num_heads, q->head_size, 1, held);
   return attention_replay_bytes(shape_of(std::get<AttentionInput>(c.input)), held);
 }
 
@@ -231,6 +234,11 @@ double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& propert
     largest = std::max(largest, 3 * 4 * double(rows) * double(cols) +
                                     table_replay_bytes(double(rows), double(cols), 1, held) +
                                     double(cols) * kExactKeyBytes);
+  }
+  if (ops & AC_OP_QUANTIZE) {
+    const auto [rows, d] = gen::largest_quantize_shape(dom);
+    largest = std::max(
+        largest, 3 * 4 * double(rows) * double(d) + table_replay_bytes(double(rows), double(d), 1, held));
   }
   // Three sketches (ulp, cancellation, ratio) per dtype and output (O and LSE; Y).
   const double sketches = 3.0 * double(dom.dtypes.size()) * 2 * detail::QuantileSketch::peak_bytes();

@@ -129,6 +129,8 @@ void Property::draw_input(Case& c, const gen::Domain& dom, uint32_t op) const {
     c.input = *gen::merge_input(dom);
   else if (op == AC_OP_SOFTMAX)
     c.input = *gen::softmax_input(dom);
+  else if (op == AC_OP_QUANTIZE)
+    c.input = *gen::quantize_input(dom);
   else
     c.input = *gen::attention_input(dom);
 }
@@ -190,6 +192,10 @@ class TimedSubject final : public Subject {
     const AddSeconds timed(to_);
     return s_.attention(in, opt);
   }
+  QuantizeOutput quantize(const QuantizeInput& in) override {
+    const AddSeconds timed(to_);
+    return s_.quantize(in);
+  }
 
  private:
   Subject& s_;
@@ -198,7 +204,7 @@ class TimedSubject final : public Subject {
 
 // The op a property exercises on this subject (first match in a fixed order).
 uint32_t op_for(const PropertyInfo& p, const Subject& s) {
-  for (uint32_t op : {AC_OP_MERGE, AC_OP_SOFTMAX, AC_OP_SPLITKV, AC_OP_ATTENTION})
+  for (uint32_t op : {AC_OP_MERGE, AC_OP_SOFTMAX, AC_OP_SPLITKV, AC_OP_ATTENTION, AC_OP_QUANTIZE})
     if ((p.ops & op) && s.has_op(op)) return op;
   return 0;
 }
@@ -228,7 +234,7 @@ rc::Gen<Case> case_gen(const Ctx& ctx, const gen::Domain& dom, const Property& p
     const AddSeconds timed(thread_time_split().generate);
     Case c = base;
     prop.draw_input(c, dom, op);
-    if (op != AC_OP_MERGE && op != AC_OP_SOFTMAX) {
+    if (op == AC_OP_ATTENTION || op == AC_OP_SPLITKV) {
       if (caps.num_tilings > 1) c.options.tiling = *rc::gen::inRange(0, caps.num_tilings);
       if (op == AC_OP_SPLITKV && prop.draws_split_options()) {
         c.options.num_splits =
@@ -662,6 +668,12 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
     dtype = m->dtype, head_size = m->head_size;
   } else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) {
     dtype = x->dtype;
+  } else if (const auto* q = std::get_if<QuantizeInput>(&c.input)) {
+    dtype = q->dtype, head_size = q->head_size;
+    if (!(subject.caps().kv_dtypes & AC_DTYPE_BIT(q->out_dtype)))
+      return not_applicable(std::string("subject does not write ") + kv_dtype_name(q->out_dtype));
+    if (q->scales.size() > 1 && !(subject.caps().fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
+      return not_applicable("subject takes one scale per tensor (no AC_FP8_DESCALE_PER_KV_HEAD)");
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
     dtype = a.dtype, head_size = a.head_size, head_size_v = a.head_size_v;
@@ -685,7 +697,8 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
                             " (AC_CAP_EMPTY_STATES_ZERO_O): it relies on O = 0 there");
   }
   // The case's property judges it where it applies; accuracy otherwise.
-  const Property* accuracy = find_property_object("accuracy");
+  // A quantiser's one rule is quantize_exact's.
+  const Property* accuracy = find_property_object(op == AC_OP_QUANTIZE ? "quantize_exact" : "accuracy");
   const Property* prop = find_property_object(c.property);
   if (!prop || !applies(*prop, subject) || !(prop->info().ops & op)) prop = accuracy;
   std::string judged_by = prop->info().name;

@@ -103,6 +103,14 @@ std::string elem_line(const Elem& e) {
   };
   // cancel-ulp is left out where the element has no cancellation scale (split_equals_whole's
   // merged value, which no single output's sum S belongs to).
+  // A quantiser's code (judge_quantize.cpp): steps between codes, no budget; its inputs name the
+  // codes allowed.
+  if (is_fp8(e.dtype)) {
+    char code[8];
+    std::snprintf(code, sizeof code, "0x%02x", e.out_bits);
+    return e.where + ": x / scale = " + ref::to_decimal(e.exact, 12) + ", got " + code + " (" +
+           hexfloat(e.dtype, e.out_bits) + "), " + g(e.ulp) + " codes from the nearest allowed one";
+  }
   const bool has_cancel = e.cancel_unit > 0 || e.cancel != 0;
   std::string line = e.where + ": exact " + ref::to_decimal(e.exact, 12) + ", got " + hexfloat(e.out_value) +
                      " (ulp " + g(e.ulp) + (has_cancel ? ", cancel-ulp " + g(e.cancel) : "") +
@@ -195,6 +203,11 @@ Judgement run_once(Ctx& ctx, const Case& c, Outcome& o) {
     const SoftmaxOutput out = s.softmax(*x);
     o.digest = digest_bits(out.y, {});
     J = judge_softmax(*x, out, ctx.cv, ctx.budget);
+  } else if (const auto* q = std::get_if<QuantizeInput>(&c.input)) {
+    before_launch(ctx, c);
+    const QuantizeOutput out = s.quantize(*q);
+    o.digest = digest_bits(out.y, {});
+    J = judge_quantize(*q, out, ctx.cv);
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
     before_launch(ctx, c);

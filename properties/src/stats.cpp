@@ -13,7 +13,8 @@ void accumulate_stats(std::vector<OutputStats>& stats, const Judgement& J, StatS
   const auto& edges = ulp_histogram_edges();
   for (const Elem& e : J.elems) {
     if (J.row_skipped(e.row) || !e.exact_finite) continue;
-    const std::string dt = dtype_name(e.dtype), on = out_name(e.out);
+    const std::string dt = is_fp8(e.dtype) ? kv_dtype_name(e.dtype) : dtype_name(e.dtype),
+                      on = out_name(e.out);
     size_t i = 0;
     for (; i < stats.size(); ++i)
       if (stats[i].dtype == dt && stats[i].output == on) break;

@@ -29,7 +29,8 @@ std::unique_ptr<Subject> twin_subject(const char* name, kern::FusedOptions& opti
                nullptr,
                nullptr,
                run_twin,
-               &options};
+               &options,
+               nullptr};
   s.caps.flags = flags;
   return std::make_unique<AbiSubject>(s, "test");
 }

@@ -241,3 +241,35 @@ TEST_CASE("validate_subject: version-2 flags, undefined empty LSE, optional tili
   zero_sign.caps.empty_lse_sign = 0;  // 0 without the flag
   CHECK(attncheck::validate_subject(zero_sign, 2).size() == 1);
 }
+
+TEST_CASE("validate_subject: a quantiser declares its function, its formats and nothing of attention's",
+          "[plugin][quantize]") {
+  ac_subject q{};
+  q.name = "q";
+  q.description = "d";
+  q.caps.ops = AC_OP_QUANTIZE;
+  q.caps.dtypes = AC_DTYPE_BIT(AC_DTYPE_F16);
+  q.caps.head_size_min = 1;
+  q.caps.head_size_max = 256;
+  q.caps.empty_lse_sign = -1;
+  q.caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  q.caps.fp8 = AC_FP8_SATURATE | AC_FP8_DESCALE_PER_KV_HEAD;
+  q.quantize = [](void*, const ac_quantize_args*, char*, size_t) { return 0; };
+  CHECK(attncheck::validate_subject(q, 3).empty());
+  ac_subject no_fn = q;
+  no_fn.quantize = nullptr;
+  CHECK(attncheck::validate_subject(no_fn, 3) ==
+        std::vector<std::string>{"declares quantize but the quantize function is NULL"});
+  ac_subject no_format = q;
+  no_format.caps.kv_dtypes = 0;
+  no_format.caps.fp8 = 0;
+  CHECK(attncheck::validate_subject(no_format, 3) ==
+        std::vector<std::string>{"declares quantize but no FP8 format to write (caps.kv_dtypes)"});
+  // Saturation is a quantiser's declaration: an attention subject may not make it.
+  ac_subject attention = valid_splitkv_subject();
+  attention.caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  attention.caps.fp8 = AC_FP8_SATURATE;
+  CHECK(attncheck::validate_subject(attention, 3) ==
+        std::vector<std::string>{
+            "caps.fp8 declares AC_FP8_SATURATE (a quantiser's casts) without AC_OP_QUANTIZE"});
+}

@@ -17,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 30);
+  REQUIRE(table.size() == 31);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -449,4 +449,26 @@ TEST_CASE("a row without keys under a sink: O = 0 and LSE = the sink, split or n
     CHECK(a.o(1, 0) == Approx(0.18243).epsilon(2e-3));
     CHECK(a.lse_of(1, 0) == Approx(1.70141).epsilon(1e-5));
   }
+}
+
+TEST_CASE("mutant 31: a saturating quantiser whose cast overflows to NaN", "[mutants][quantize]") {
+  // x = 465 (fp32), scale 1, e4m3fn: past the tie 464 between 448 (0x7e) and the 480 a wider
+  // exponent would give, so it overflows. Declared saturating: 0x7e. The mutant writes NaN, 0x7f.
+  const float x = 465.0f, scale = 1.0f;
+  auto run = [&](const ac_subject& s) {
+    uint8_t y = 0;
+    ac_quantize_args a{};
+    a.dtype = AC_DTYPE_F32;
+    a.out_dtype = AC_DTYPE_E4M3;
+    a.num_tokens = a.num_heads = a.head_size = 1;
+    a.x = &x;
+    a.y = &y;
+    a.scale = &scale;
+    a.num_scales = 1;
+    char err[256] = {0};
+    REQUIRE(s.quantize(s.self, &a, err, sizeof err) == AC_OK);
+    return y;
+  };
+  CHECK(run(subject("quantize-fp8", false)) == 0x7e);
+  CHECK(run(subject("mutant-quantize-nan-cast", true)) == 0x7f);
 }

@@ -72,6 +72,6 @@ TEST_CASE("names: every table reads back what it writes", "[properties][names]")
   for (const auto& s : dtype_spellings()) CHECK(dtype_from(dtype_name(s.value)) == s.value);
   for (const auto& s : fold_spellings()) CHECK(fold_from(fold_name(s.value)) == s.value);
   for (const auto& s : feature_spellings()) CHECK(feature_from(feature_name(s.value)) == s.value);
-  CHECK(op_names() == "merge, softmax, attention, splitkv");
+  CHECK(op_names() == "merge, softmax, attention, splitkv, quantize");
   CHECK(dtype_names() == "fp32, fp16, bf16");
 }

@@ -103,7 +103,9 @@ typedef enum {
   AC_OP_MERGE = 1u,     /* merge two attention states (O, LSE) */
   AC_OP_SOFTMAX = 2u,   /* row softmax */
   AC_OP_ATTENTION = 4u, /* attention forward, O and LSE */
-  AC_OP_SPLITKV = 8u    /* attention forward with num_splits partials and a combine */
+  AC_OP_SPLITKV = 8u,   /* attention forward with num_splits partials and a combine */
+  AC_OP_QUANTIZE = 16u  /* a KV-cache quantiser: fp32 / fp16 / bf16 to FP8 codes with a scale
+                         * (ac_quantize_args; added within version 3) */
 } ac_op;
 
 typedef enum { AC_MEMORY_HOST = 0, AC_MEMORY_CUDA = 1 } ac_memory;
@@ -299,7 +301,13 @@ typedef struct {
  * AC_FP8_DESCALE_PER_KV_HEAD). A page that two sequences share is read with each one's descales.
  * Added within version 3. */
 #define AC_FP8_DESCALE_PER_SEQUENCE 8u
-#define AC_FP8_KNOWN (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE)
+/* A quantiser's casts saturate (AC_OP_QUANTIZE): a value past the format's largest finite one, and an
+ * infinity, give that largest value with its sign (vLLM's cache writer clamps, then casts). Without
+ * it they give the format's overflow code: NaN for e4m3fn and e4m3fnuz, the signed infinity for e5m2.
+ * Declared only with AC_OP_QUANTIZE. Added within version 3. */
+#define AC_FP8_SATURATE 16u
+#define AC_FP8_KNOWN \
+  (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE)
 
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {
@@ -355,7 +363,8 @@ typedef struct {
   int32_t num_page_sizes;
   const ac_head_pair* head_pairs; /* AC_VAR_HEAD_SIZE_V: the (qk, v) head sizes accepted */
   int32_t num_head_pairs;
-  uint32_t kv_dtypes; /* AC_DTYPE_BIT(AC_DTYPE_E4M3 / E5M2 / E4M3FNUZ): FP8 KV caches accepted */
+  uint32_t kv_dtypes; /* AC_DTYPE_BIT(AC_DTYPE_E4M3 / E5M2 / E4M3FNUZ): FP8 KV caches accepted (a
+                       * quantiser: the formats it writes) */
   uint32_t fp8;       /* AC_FP8_* bits: the FP8 KV cache's contract */
   /* The largest attention / split-KV call the subject takes, each 0 for no limit: sequences,
    * query tokens (all sequences) and keys (all sequences). The generators stay within them (a
@@ -446,9 +455,34 @@ typedef struct {
                                 * KV head) */
 } ac_attention_args;
 
+/* The KV-cache quantiser (AC_OP_QUANTIZE, added within version 3): y = the out_dtype code of
+ * x / scale, x and y [num_tokens, num_heads, head_size] contiguous, one byte per code of y. The
+ * subject declares x's dtypes in caps.dtypes, the formats it writes in caps.kv_dtypes, one scale per
+ * head with AC_FP8_DESCALE_PER_KV_HEAD (else one per tensor), and AC_FP8_SATURATE where its casts
+ * saturate. Each element's code must be the quotient x / scale, the real one or its fp32 rounding
+ * (a kernel dividing in fp32; the two differ only next to a tie of the format), rounded to nearest
+ * with ties to even in the format extended past its largest finite value; then
+ *   - a result past the largest finite value, or x infinite: AC_FP8_SATURATE's signed largest value,
+ *     else NaN (e4m3fn, e4m3fnuz) or the signed infinity (e5m2);
+ *   - x NaN: any NaN code of the format;
+ *   - a zero: either sign's zero (e4m3fnuz has one, 0x00).
+ * Each scale is positive and finite. This is the step before an FP8 cache is read: the attention
+ * subjects are judged on the codes they are given, the quantiser on the codes it writes. */
+typedef struct {
+  ac_dtype dtype;     /* x's: AC_DTYPE_F32, F16 or BF16 */
+  ac_dtype out_dtype; /* y's: AC_DTYPE_E4M3, E5M2 or E4M3FNUZ */
+  int32_t num_tokens, num_heads, head_size;
+  const void* x;
+  uint8_t* y;
+  const float* scale; /* num_scales values, subject memory: head h divides by scale[h] (or scale[0]) */
+  int32_t num_scales; /* 1, or num_heads (AC_FP8_DESCALE_PER_KV_HEAD) */
+  void* stream;
+} ac_quantize_args;
+
 typedef int (*ac_merge_fn)(void* self, const ac_merge_args* args, char* err, size_t err_len);
 typedef int (*ac_softmax_fn)(void* self, const ac_softmax_args* args, char* err, size_t err_len);
 typedef int (*ac_attention_fn)(void* self, const ac_attention_args* args, char* err, size_t err_len);
+typedef int (*ac_quantize_fn)(void* self, const ac_quantize_args* args, char* err, size_t err_len);
 
 /* The version-1 layout of ac_subject, frozen (see the versions note at the top). */
 typedef struct {
@@ -486,6 +520,10 @@ typedef struct {
   ac_softmax_fn softmax;     /* NULL unless caps.ops has AC_OP_SOFTMAX */
   ac_attention_fn attention; /* NULL unless caps.ops has AC_OP_ATTENTION or AC_OP_SPLITKV */
   void* self;                /* passed back as the first argument */
+  ac_quantize_fn quantize;   /* NULL unless caps.ops has AC_OP_QUANTIZE. Added within version 3 before
+                              * its release, after `self`: the fields before it keep their offsets,
+                              * the array's stride grows (a plugin built against an earlier
+                              * version-3 header is rebuilt) */
 } ac_subject;
 #endif
 

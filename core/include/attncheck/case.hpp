@@ -26,13 +26,13 @@ struct CaseError : std::runtime_error {
 };
 
 struct Case {
-  std::string op;            // "merge" | "softmax" | "attention" | "splitkv"
+  std::string op;            // "merge" | "softmax" | "attention" | "splitkv" | "quantize"
   std::string subject;       // the subject it was generated for (replay may target any other)
   std::string property;      // the property that produced it ("" for hand-written cases)
   AttentionOptions options;  // tiling, num_splits, fold order (attention / splitkv)
   int lse_base = 0;          // informational: 0 natural, 2 base two
   int empty_lse_sign = -1;   // informational: the producing subject's empty-row sentinel
-  std::variant<MergeInput, SoftmaxInput, AttentionInput> input;
+  std::variant<MergeInput, SoftmaxInput, AttentionInput, QuantizeInput> input;
   uint64_t seed = 0;         // the run's seed (0 for hand-written cases)
   std::string rc_reproduce;  // RapidCheck reproduce string of the failure, "" if none
   std::string note;          // free text: what the case exercises, why it failed

@@ -38,6 +38,19 @@ struct SoftmaxOutput {
   Bits y;  // [rows, cols]
 };
 
+// The KV-cache quantiser (plugin_abi.h, AC_OP_QUANTIZE): y = the out_dtype code of x / scale.
+struct QuantizeInput {
+  ac_dtype dtype = AC_DTYPE_F16;       // x's
+  ac_dtype out_dtype = AC_DTYPE_E4M3;  // an FP8 format (names.hpp is_fp8)
+  int32_t num_tokens = 0, num_heads = 0, head_size = 0;
+  Bits x;                     // [num_tokens, num_heads, head_size], contiguous
+  std::vector<float> scales;  // one (per tensor) or num_heads (per head), each positive and finite
+  float scale_of_head(int64_t h) const { return scales.size() == 1 ? scales[0] : scales[size_t(h)]; }
+};
+struct QuantizeOutput {
+  Bits y;  // one code per element, the low 8 bits
+};
+
 struct AttentionInput {
   ac_dtype dtype = AC_DTYPE_F16;
   int32_t num_heads = 1, num_kv_heads = 1, head_size = 0;
@@ -238,6 +251,10 @@ class Subject {
   virtual MergeOutput merge(const MergeInput& in) = 0;
   virtual SoftmaxOutput softmax(const SoftmaxInput& in) = 0;
   virtual AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) = 0;
+  // Only a subject declaring AC_OP_QUANTIZE is given one; the others keep this refusal.
+  virtual QuantizeOutput quantize(const QuantizeInput&) {
+    throw SubjectError(SubjectError::Kind::unsupported, name() + " has no quantize");
+  }
 
   bool has_op(uint32_t op) const { return (caps().ops & op) != 0; }
   bool has_dtype(ac_dtype d) const { return (caps().dtypes & AC_DTYPE_BIT(d)) != 0; }

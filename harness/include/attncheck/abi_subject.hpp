@@ -37,6 +37,7 @@ class AbiSubject final : public Subject {
   MergeOutput merge(const MergeInput& in) override;
   SoftmaxOutput softmax(const SoftmaxInput& in) override;
   AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override;
+  QuantizeOutput quantize(const QuantizeInput& in) override;
 
   // Called just before each call into the subject (after staging, before launch). The harness
   // uses it to persist the case first, so a launch that kills the process leaves a reproducer.

@@ -199,6 +199,10 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
       j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
   ac_caps& c = s.caps;
   c.ops = bits_of(need(j, "ops"), "ops", kOps);
+  // The C ABI's quantiser has no message in the worker protocol yet: refused by name.
+  if (c.ops & AC_OP_QUANTIZE)
+    throw ProtocolError(
+        "'ops' holds \"quantize\", which the worker protocol does not carry (a C-ABI plugin does)");
   c.dtypes = bits_of(need(j, "dtypes"), "dtypes", kDtypes);
   const std::string mem = need_string(j, "memory");
   if (mem != "host" && mem != "cuda")

@@ -126,6 +126,14 @@ int64_t first_empty_state_with_o(const MergeInput&);
 
 // Whole inputs. The merge inputs' empty states hold arbitrary finite O unless the domain says
 // empty_states_zero_o.
+// The KV-cache quantiser's inputs (AC_OP_QUANTIZE): a declared input dtype and FP8 format, scales per
+// tensor or per head (where declared) of 1, 2^k or any fp32 value, and elements aimed at the
+// contract's hazards: ties between neighbouring codes (the overflow threshold among them) and
+// values next to them, values around the largest code and the smallest subnormal, infinities,
+// NaN and zeros.
+rc::Gen<QuantizeInput> quantize_input(const Domain&);
+std::pair<int64_t, int64_t> largest_quantize_shape(const Domain&);  // (tokens x heads, head size)
+
 rc::Gen<MergeInput> merge_input(const Domain&);
 rc::Gen<MergeInput> merge_sentinel_input(const Domain&);  // at least one empty side per row
 rc::Gen<SoftmaxInput> softmax_input(const Domain&);

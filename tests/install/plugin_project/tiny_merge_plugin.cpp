@@ -61,7 +61,7 @@ ac_caps caps() {
 }
 
 const ac_subject g_subjects[] = {{"tiny-merge", "fp32 attention-state merge, host, out of tree", caps(),
-                                  tiny_merge, nullptr, nullptr, nullptr}};
+                                  tiny_merge, nullptr, nullptr, nullptr, nullptr}};
 const ac_plugin g_plugin = {AC_ABI_VERSION, "tiny merge plugin", 1, g_subjects};
 
 }  // namespace
