@@ -319,6 +319,11 @@ std::string case_text(const Case& c, bool splice) {
           {"suffix_out", encode_elements(m->suffix_out, w)},
           {"prefix_lse", encode_floats(m->prefix_lse)},
           {"suffix_lse", encode_floats(m->suffix_lse)}};
+    if (m->fp8_out()) {
+      in["out_dtype"] = kv_dtype_name(m->out_dtype);
+      in["output_scale_bits"] = bits_hex(float_bits(m->output_scale));
+      in["output_scale"] = double(m->output_scale);  // for the reader; the bits are authoritative
+    }
   } else if (const auto* s = std::get_if<SoftmaxInput>(&c.input)) {
     in = {{"dtype", dtype_name(s->dtype)},
           {"rows", s->rows},
@@ -446,6 +451,17 @@ Case case_from_json(const std::string& text) {
     expect_size(m.suffix_lse.size(), n_lse, "input.suffix_lse");
     check_half_bits(m.prefix_out, dtype, "input.prefix_out");
     check_half_bits(m.suffix_out, dtype, "input.suffix_out");
+    if (in.contains("out_dtype")) {
+      const std::string name = get_string(in, "out_dtype", w);
+      const auto out = kv_dtype_from(name);
+      if (!out)
+        throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
+      m.out_dtype = *out;
+      m.output_scale = get_float_bits(in, "output_scale_bits", w);
+      if (!(m.output_scale > 0.0f) || !std::isfinite(m.output_scale))
+        throw CaseError("input.output_scale " + std::to_string(m.output_scale) +
+                        " is not positive and finite");
+    }
     c.input = std::move(m);
   } else if (op == AC_OP_SOFTMAX) {
     SoftmaxInput s;

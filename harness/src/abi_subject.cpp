@@ -89,12 +89,17 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   const size_t n_out = size_t(tokens * heads * in.head_size), n_lse = size_t(tokens * heads);
   require_merge_sizes(in);
   const ac_lse_layout layout = subject_.caps.lse_layout;
+  if (in.fp8_out() && !(subject_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
+    throw SubjectError(
+        SubjectError::Kind::unsupported,
+        name_ + " does not write " + kv_dtype_name(in.out_dtype) + " outputs (caps.kv_dtypes)");
 
   Staging st(mem);
   const size_t prefix = st.add(pack(in.dtype, in.prefix_out)), suffix = st.add(pack(in.dtype, in.suffix_out));
   const size_t prefix_lse = st.add(as_bytes(to_layout(in.prefix_lse, layout, tokens, heads)));
   const size_t suffix_lse = st.add(as_bytes(to_layout(in.suffix_lse, layout, tokens, heads)));
-  const size_t out = st.add(poisoned(in.dtype, n_out)), out_lse = st.add(as_bytes(poisoned_lse(n_lse)));
+  const size_t out = st.add(poisoned(in.o_dtype(), n_out)), out_lse = st.add(as_bytes(poisoned_lse(n_lse)));
+  const size_t scale = st.add(as_bytes(std::vector<float>{in.output_scale}));
   st.upload();
 
   const LseStrides ls = lse_strides(layout, tokens, heads);
@@ -118,6 +123,8 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   a.lse_stride_token = ls.token;
   a.lse_stride_head = ls.head;
   a.stream = nullptr;
+  a.out_dtype = in.o_dtype();
+  a.output_scale = in.fp8_out() ? static_cast<const float*>(st.get(scale)) : nullptr;
 
   if (before_call_) before_call_();
   call_plugin(name_, "merge",
@@ -126,7 +133,7 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
 
   st.download(out);
   MergeOutput result;
-  result.out = unpack(in.dtype, st.read(out));
+  result.out = unpack(in.o_dtype(), st.read(out));
   const auto lse_bytes = st.read(out_lse);
   std::vector<float> stored(n_lse);
   if (n_lse) std::memcpy(stored.data(), lse_bytes.data(), n_lse * 4);

@@ -168,14 +168,17 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     bad("caps.kv_dtypes holds a bit other than AC_DTYPE_E4M3, AC_DTYPE_E5M2 and AC_DTYPE_E4M3FNUZ");
   if (c.fp8 & ~uint32_t(AC_FP8_KNOWN)) bad("unknown bits in caps.fp8");
   if (c.fp8 && !c.kv_dtypes) bad("caps.fp8 declared without an FP8 KV dtype in caps.kv_dtypes");
-  if (c.kv_dtypes && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV | AC_OP_QUANTIZE)))
-    bad("caps.kv_dtypes declared by a subject without attention, split-KV or quantize");
+  if (c.kv_dtypes && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV | AC_OP_QUANTIZE | AC_OP_MERGE)))
+    bad("caps.kv_dtypes declared by a subject without attention, split-KV, quantize or merge");
+  if ((c.ops & AC_OP_MERGE) && c.kv_dtypes && !(c.fp8 & AC_FP8_SATURATE))
+    bad("a merge writing FP8 outputs (caps.kv_dtypes) declares their saturating cast (AC_FP8_SATURATE)");
   if (abi_version < 3 && (c.ops & AC_OP_QUANTIZE)) bad("declares quantize, a version-3 operation");
   if ((c.ops & AC_OP_QUANTIZE) && !c.kv_dtypes)
     bad("declares quantize but no FP8 format to write (caps.kv_dtypes)");
   if ((c.ops & AC_OP_QUANTIZE) && !s.quantize) bad("declares quantize but the quantize function is NULL");
-  if ((c.fp8 & AC_FP8_SATURATE) && !(c.ops & AC_OP_QUANTIZE))
-    bad("caps.fp8 declares AC_FP8_SATURATE (a quantiser's casts) without AC_OP_QUANTIZE");
+  if ((c.fp8 & AC_FP8_SATURATE) && !(c.ops & (AC_OP_QUANTIZE | AC_OP_MERGE)))
+    bad("caps.fp8 declares AC_FP8_SATURATE (a quantiser's or a merge's casts) without AC_OP_QUANTIZE or "
+        "AC_OP_MERGE");
   if (c.max_call_seqs < 0)
     bad("caps.max_call_seqs " + std::to_string(c.max_call_seqs) + " is negative (0: no limit)");
   if (c.max_call_tokens < 0)

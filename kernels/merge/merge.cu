@@ -20,6 +20,8 @@
 // or the pointers and strides do not allow 16-byte packs, the scalar path runs one thread per
 // element (every head size 1..512). Indices are 32-bit when the whole problem fits in 2^31 work
 // items, 64-bit otherwise; element offsets are always 64-bit.
+// An FP8 output (ac_merge_args.out_dtype) takes its own path, one element per thread: the fp32
+// element divided by output_scale, then cast to the format, saturating (merge_math.h).
 // Check: ctest -R kernels_basic_merge_gpu   (bandwidth: build/tests/kernels_basic/merge_bench)
 #include <cstdint>
 
@@ -128,6 +130,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// An FP8 output (merge_fp8_out): one thread per element, 64-bit indices, the fp32 element divided by
+// output_scale and cast (merge_fp8_store, shared with the twin). A path for correctness, not speed.
+template <int DT, MergeMutation M>
+__global__ void __launch_bounds__(kThreads)
+    merge_fp8_kernel(const ac_merge_args a, const int lse_base, const int kv_dtype, const int64_t total) {
+  using E = Elem<DT>;
+  using T = typename E::T;
+  const float scale = __ldg(a.output_scale);
+  for (int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * kThreads) {
+    const RowIndex<int64_t> r = split_index(idx, int64_t(a.head_size), int64_t(a.num_heads));
+    const int64_t tok = r.tok, h = r.head, e = r.sub;
+    const int64_t li = tok * a.lse_stride_token + h * a.lse_stride_head;
+    const MergeWeights w = merge_weights<M>(__ldg(a.prefix_lse + li), __ldg(a.suffix_lse + li), lse_base);
+    const T p =
+        static_cast<const T*>(a.prefix_out)[tok * a.prefix_stride_token + h * a.prefix_stride_head + e];
+    const T s =
+        static_cast<const T*>(a.suffix_out)[tok * a.suffix_stride_token + h * a.suffix_stride_head + e];
+    static_cast<uint8_t*>(a.out)[tok * a.out_stride_token + h * a.out_stride_head + e] =
+        merge_fp8_store<M>(kv_dtype, merge_element<M>(E::load(p), E::load(s), w), scale);
+    if (a.out_lse != nullptr && r.sub == 0) a.out_lse[li] = w.out_lse;
+  }
+}
+
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 bool stride16(int64_t stride_elems, int64_t elem) { return ((stride_elems * elem) % 16) == 0; }
 
@@ -135,6 +161,17 @@ unsigned grid_for(int64_t total) {
   const int64_t blocks = (total + kThreads - 1) / kThreads;
   constexpr int64_t kMaxBlocks = int64_t(1) << 22;  // grid-stride beyond this
   return unsigned(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+template <int DT>
+void launch_fp8(const ac_merge_args& a, const MergeOptions& o, int64_t total, cudaStream_t stream) {
+  const int kv = int(a.out_dtype);
+  if (o.mutation == MergeMutation::fp8_scale_ignored)
+    merge_fp8_kernel<DT, MergeMutation::fp8_scale_ignored>
+        <<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, kv, total);
+  else
+    merge_fp8_kernel<DT, MergeMutation::none>
+        <<<grid_for(total), kThreads, 0, stream>>>(a, o.lse_base, kv, total);
 }
 
 // The shift that finds a pack's row, when the dense path applies; -1 otherwise.
@@ -178,6 +215,8 @@ void launch_dtype(const ac_merge_args& a, const MergeOptions& o, bool vector, in
                                                                       stream);
     case MergeMutation::base_swap:
       return launch<DT, int64_t, MergeMutation::base_swap>(a, o, vector, total, packs_per_row, stream);
+    case MergeMutation::fp8_scale_ignored:  // an FP8 output's mutant: launch_fp8 only
+      return;
   }
   if (const int shift = dense_row_shift(a, vector, total, packs_per_row); shift >= 0) {
     const unsigned blocks = unsigned((total + kThreads - 1) / kThreads);
@@ -198,7 +237,7 @@ void launch_dtype(const ac_merge_args& a, const MergeOptions& o, bool vector, in
 }  // namespace
 
 bool merge_cuda_uses_vector_path(const ac_merge_args& a, const MergeOptions& o) {
-  if (!o.allow_vector) return false;
+  if (!o.allow_vector || merge_fp8_out(a)) return false;
   const int64_t elem = a.dtype == AC_DTYPE_F32 ? 4 : 2;
   return (int64_t(a.head_size) * elem) % 16 == 0 && aligned16(a.out) && aligned16(a.prefix_out) &&
          aligned16(a.suffix_out) && stride16(a.out_stride_token, elem) && stride16(a.out_stride_head, elem) &&
@@ -224,6 +263,15 @@ int merge_cuda(const ac_merge_args& a, const MergeOptions& o, char* err, size_t 
   if (const int rc = merge_check_args(a, o, err, err_len); rc != AC_OK) return rc;
   if (a.num_tokens == 0 || a.num_heads == 0) return AC_OK;
   const auto stream = static_cast<cudaStream_t>(a.stream);
+  if (merge_fp8_out(a)) {
+    const int64_t total = int64_t(a.num_tokens) * a.num_heads * a.head_size;
+    if (a.dtype == AC_DTYPE_F32) launch_fp8<AC_DTYPE_F32>(a, o, total, stream);
+    if (a.dtype == AC_DTYPE_F16) launch_fp8<AC_DTYPE_F16>(a, o, total, stream);
+    if (a.dtype == AC_DTYPE_BF16) launch_fp8<AC_DTYPE_BF16>(a, o, total, stream);
+    AC_CUDA_TRY_LAUNCH();
+    if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
+    return AC_OK;
+  }
   const bool vector = merge_cuda_uses_vector_path(a, o);
   const int64_t per_row = packs_per_row(a, vector);
   const int64_t total = int64_t(a.num_tokens) * a.num_heads * per_row;

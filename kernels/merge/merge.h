@@ -10,6 +10,7 @@
 // Return AC_OK, AC_ERR_UNSUPPORTED (refused before launch, reason in err) or AC_ERR_DEVICE.
 #pragma once
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
@@ -26,6 +27,14 @@ struct MergeOptions {
   MergeMutation mutation{};  // none (0); another value runs a deliberately broken variant
                              // (kernels/mutants/) compiled from the same math
 };
+
+// True when out holds FP8 codes (ac_merge_args.out_dtype an FP8 format: kv_dtype 3, 4 or 5; any other
+// value is the plain merge, out in dtype).
+inline bool merge_fp8_out(const ac_merge_args& a) {
+  int od;  // read as an int: a caller may store any value in the enum field
+  std::memcpy(&od, &a.out_dtype, sizeof od);
+  return od == AC_DTYPE_E4M3 || od == AC_DTYPE_E5M2 || od == AC_DTYPE_E4M3FNUZ;
+}
 
 // The checks both launchers run before touching memory: dtype, lse_base, head size (1..512),
 // negative counts, null or element-misaligned pointers. AC_OK or AC_ERR_UNSUPPORTED with the

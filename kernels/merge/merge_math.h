@@ -10,6 +10,8 @@
 // and the combination are fp32 and the only rounding to the storage type is the final store.
 // The combination is written as an explicit fma (hd.h's fma_f) so host and device round it
 // identically (nvcc would contract p * p_scale + s * s_scale into this fma anyway; g++ would not).
+// An FP8 output (merge_fp8_store): the fp32 element divided by output_scale (one fp32 rounding),
+// then cast to the format, saturating (one more rounding, the last).
 // Base: lse_base 0 uses exp_f/log_f (natural log, vLLM, FlashAttention); 2 uses exp2_f/log2_f
 // (FlashInfer, TensorRT-LLM); hd.h picks expf / std::exp and so on per side.
 // Guards, both from production incidents:
@@ -24,6 +26,7 @@
 // Check: ctest -R kernels_basic_merge
 #pragma once
 #include "common/hd.h"
+#include "quantize/quantize_math.h"
 
 namespace attncheck::kern {
 
@@ -42,6 +45,7 @@ enum class MergeMutation : int {
   no_both_empty_guard = 2,   // two empty states: (-inf) - (-inf) = NaN
   multiply_then_divide = 3,  // out = (p e^(p_lse-M) + s e^(s_lse-M)) / out_se: unbounded intermediate
   base_swap = 4,             // LSEs read in the other base than the one declared (e <-> 2)
+  fp8_scale_ignored = 5,     // an FP8 output written without dividing by output_scale
 };
 
 // The LSE base is a declared convention: 0 is natural (e), 2 is base 2 (hd.h's functions).
@@ -88,6 +92,15 @@ AC_HD float merge_element(float p, float s, const MergeWeights& w) {
   if constexpr (M == MergeMutation::multiply_then_divide)
     return fma_f(p, w.p_scale, s * w.s_scale) / w.divisor;
   return fma_f(p, w.p_scale, s * w.s_scale);
+}
+
+// An FP8 output (ac_merge_args.out_dtype, kv_dtype 3, 4 or 5): the fp32 element divided by
+// output_scale in fp32, then one saturating rounding to the format (quantize_math.h), vLLM's
+// merge with an output scale.
+template <MergeMutation M = MergeMutation::none>
+AC_HD uint8_t merge_fp8_store(int kv_dtype, float v, float output_scale) {
+  if constexpr (M == MergeMutation::fp8_scale_ignored) return float_to_fp8(kv_dtype, v, true);
+  return quantize_element(kv_dtype, v, output_scale, true);
 }
 
 }  // namespace attncheck::kern

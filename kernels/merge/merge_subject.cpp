@@ -3,6 +3,7 @@
 // for the host twin and, in a CUDA build, the CUDA kernel. The kernel reads either LSE layout
 // through the strides of ac_merge_args; the declared layout only tells the harness which strides
 // to pass. All: fp32 / fp16 / bf16, head sizes 1..512, empty sentinel -inf (+inf accepted).
+// `merge-fp8` is `merge` declaring FP8 outputs (ac_merge_args.out_dtype, output_scale).
 #include "merge/merge.h"
 
 namespace attncheck::kern {
@@ -58,6 +59,18 @@ void append_merge_subjects(std::vector<ac_subject>& out, bool cuda) {
                                 : "merge of two attention states, base-2 LSE [heads, tokens] (host twin)",
                            merge_caps(cuda, 2, AC_LSE_HEADS_TOKENS), merge_entry, nullptr, nullptr, log2,
                            nullptr});
+  // The same kernel declaring FP8 outputs: with an output_scale, out holds the saturating e4m3fn /
+  // e5m2 / e4m3fnuz codes of the merged value divided by it (vLLM's merge_attn_states with
+  // output_scale); otherwise the plain merge.
+  ac_caps fp8 = merge_caps(cuda, 0, AC_LSE_HEADS_TOKENS);
+  fp8.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2) | AC_DTYPE_BIT(AC_DTYPE_E4M3FNUZ);
+  fp8.fp8 = AC_FP8_SATURATE;
+  out.push_back(
+      ac_subject{"merge-fp8",
+                 cuda ? "merge of two attention states, FP8 output with output_scale, saturating (CUDA)"
+                      : "merge of two attention states, FP8 output with output_scale, saturating (host "
+                        "twin)",
+                 fp8, merge_entry, nullptr, nullptr, natural, nullptr});
 }
 
 }  // namespace attncheck::kern

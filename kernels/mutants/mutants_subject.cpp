@@ -133,6 +133,9 @@ constexpr MutantInfo kMutants[] = {
     {31, "mutant-quantize-nan-cast",
      "KV-cache quantiser declaring saturating casts (AC_FP8_SATURATE) whose casts overflow to NaN / inf",
      "quantize-fp8", "quantize_exact", false},
+    {32, "mutant-merge-fp8-scale-ignored",
+     "merge with an FP8 output writes the merged value cast without dividing by output_scale", "merge-fp8",
+     "accuracy", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -279,6 +282,7 @@ constexpr Registration kRegistrations[] = {
     {29, Family::fused, int(fused::Mutation::fp8_p_no_offset)},
     {30, Family::fused, int(fused::Mutation::fp8_q_descale_twice)},
     {31, Family::quantize, int(QuantizeMutation::nan_cast)},
+    {32, Family::merge, int(MergeMutation::fp8_scale_ignored)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));

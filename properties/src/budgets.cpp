@@ -228,6 +228,17 @@ double merge_o_allowance(const Budget& b, double ulp_S, double S, double max_lse
                          double subnormal_weighted) {
   return b.o_ulp * ulp_S + 0x1p-23 * (max_lse_abs + 8) * S + 0x1p-149 * subnormal_weighted;
 }
+// An FP8 output (a merge's, ac_merge_args.out_dtype): the kernel's fp32 value v lies within
+// `allowance` of the exact x (the fp32 output's budget, its last rounding included), and v / scale
+// is rounded once in fp32: off by half an fp32 ulp, at most 2^-24 |v / scale| (2^-150 absolutely
+// in fp32's subnormal range), taken outward with a margin for this double arithmetic. The cast to
+// the format is judged exactly: measure_fp8 passes every code between those of the interval's ends.
+Fp8Interval fp8_output_interval(double exact, double allowance, double scale) {
+  const double lo = (exact - allowance) / scale, hi = (exact + allowance) / scale;
+  constexpr double kDivision = 0x1.0001p-24;
+  return {lo - kDivision * std::fabs(lo) - 0x1p-150, hi + kDivision * std::fabs(hi) + 0x1p-150};
+}
+
 // Merge LSE: as attention's with N = 2 and no score conditioning: 2^-24 (lse_ulp max(1, |M|) + 4).
 double merge_lse_allowance(const Budget& b, double lse_scale) {
   return 0x1p-24 * (b.lse_ulp * lse_scale + 4);

@@ -77,6 +77,14 @@ int pick_in(int lo, int hi) { return lo + pick_class(std::max(1, hi - lo)); }
 
 double pick_sigma() { return *g::element(1.0, 0.5, 3.0, 10.0); }
 
+// The FP8 formats of caps.kv_dtypes, in the names table's order (the draw order of every stream).
+std::vector<ac_dtype> declared_fp8_formats(uint32_t kv_dtypes) {
+  std::vector<ac_dtype> formats;
+  for (const auto& [f, name] : kv_dtype_spellings())
+    if (kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
+  return formats;
+}
+
 int64_t scaled_count(int max_n) { return *g::inRange(0, std::max(1, max_n) + 1); }
 
 }  // namespace
@@ -511,10 +519,7 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
 // declares AC_FP8_Q, with descales drawn alike.
 void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<double>& factors,
                      int pow2_headroom) {
-  std::vector<ac_dtype> formats;
-  for (const auto& [f, name] : kv_dtype_spellings())
-    if (dom.kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
-  const ac_dtype format = *g::elementOf(formats);
+  const ac_dtype format = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
   const double largest = ref::fp8_spec(detail::fp8_format(format)).largest;
   const int32_t H = a.num_kv_heads;
   // The granularity: per tensor or a declared finer one, alike (per KV head: half the cases).
@@ -634,6 +639,13 @@ rc::Gen<MergeInput> merge_input(const Domain& dom) {
     m.suffix_out = near_max ? *near_max_values(m.dtype, rows * m.head_size)
                             : *any_values(m.dtype, int(rows), m.head_size);
     if (dom.empty_states_zero_o) zero_empty_states(m);
+    // A merge declaring FP8 outputs (caps.kv_dtypes) writes one in three cases of four, divided by
+    // a scale of 1, a power of two, any value, or one small enough that most outputs saturate.
+    // Drawn last, so the streams of the other merges are unchanged.
+    if (dom.kv_dtypes && pick_class(4) != 0) {
+      m.out_dtype = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
+      m.output_scale = *g::element(1.0f, 0.0625f, 4.0f, 0.3f, 1e-3f, 37.5f);
+    }
     return m;
   });
 }
@@ -1292,10 +1304,7 @@ rc::Gen<QuantizeInput> quantize_input(const Domain& dom) {
   return g::exec([dom] {
     QuantizeInput q;
     q.dtype = *g::elementOf(dom.dtypes);
-    std::vector<ac_dtype> formats;
-    for (const auto& [f, name] : kv_dtype_spellings())
-      if (dom.kv_dtypes & AC_DTYPE_BIT(f)) formats.push_back(f);
-    q.out_dtype = *g::elementOf(formats);
+    q.out_dtype = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
     q.num_tokens = pick_in(1, 5);
     q.num_heads = pick_in(1, 5);
     q.head_size = *g::elementOf(dom.head_sizes);

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attncheck/budgets.hpp"
@@ -100,6 +101,15 @@ inline double to_d(const Real& x) { return x.convert_to<double>(); }
 // Fills the measured fields of an element whose stored output is `bits` in `d`: its error against
 // e.exact in ulps of the format, in ulps of `scale_ulp_of` (cancel), and against `allowed`.
 void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, double allowed);
+// The same for an FP8 output `code` of format d (a quantiser's, a merge's) whose value before the
+// cast may be anywhere in [lo, hi] (NaN for a NaN), the cast's overflow as `ov`: within when the
+// code's value lies between those of the codes of lo and of hi (the rounding is monotone, so those
+// are every code a value of the interval rounds to; a NaN end's side open), or both are NaN; ulp the
+// codes between it and the nearer end's. Returns the codes of lo and of hi.
+std::pair<uint32_t, uint32_t> measure_fp8(Elem& e, ac_dtype d, uint32_t code, double lo, double hi,
+                                          ref::Fp8Overflow ov);
+// "0x39 (0x1.2p+0)": an FP8 code and its value.
+std::string fp8_code_text(ac_dtype d, uint32_t code);
 // The same for an LSE output `y` (fp32), its cancel unit the fp32 ulp scaled to max(1, |exact|).
 void measure_lse(Elem& e, float y, double allowed);
 // "O[token=t,head=h,d=c]"; without ",d=" when c < 0 (an LSE).

@@ -61,11 +61,26 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
         const double tiny = 0x1p-126 * ws;  // a normalised weight below fp32's normal range
         const double sub_weighted =
             (wa > 0 && wa < tiny ? std::fabs(oa) : 0) + (wb > 0 && wb < tiny ? std::fabs(ob) : 0);
-        const double allowed =
-            merge_o_allowance(b, to_d(ref::ulp_at(fmt(m.dtype), Real(S))), S, Mabs, sub_weighted);
-        measure_bits(e, m.dtype, out.out[size_t(row * D + c)], S, allowed);
+        // An FP8 output is the fp32 merge's value cast (budgets.cpp fp8_output_interval): its budget
+        // is the fp32 output's.
+        const double allowed = merge_o_allowance(
+            b, to_d(ref::ulp_at(fmt(m.fp8_out() ? AC_DTYPE_F32 : m.dtype), Real(S))), S, Mabs, sub_weighted);
         e.inputs = in_lse + " prefix_out=" + hexfloat(m.dtype, m.prefix_out[size_t(row * D + c)]) +
                    " suffix_out=" + hexfloat(m.dtype, m.suffix_out[size_t(row * D + c)]);
+        if (m.fp8_out()) {
+          const double x = to_d(e.exact);
+          const Fp8Interval iv = fp8_output_interval(x, allowed, double(m.output_scale));
+          e.exact = e.exact / Real(double(m.output_scale));
+          const auto [c_lo, c_hi] = std::isnan(x) ? measure_fp8(e, m.out_dtype, out.out[size_t(row * D + c)],
+                                                                NAN, NAN, ref::Fp8Overflow::saturate)
+                                                  : measure_fp8(e, m.out_dtype, out.out[size_t(row * D + c)],
+                                                                iv.lo, iv.hi, ref::Fp8Overflow::saturate);
+          e.inputs += " output_scale=" + hexfloat(double(m.output_scale)) + ": allowed " +
+                      fp8_code_text(m.out_dtype, c_lo) +
+                      (c_lo == c_hi ? "" : " to " + fp8_code_text(m.out_dtype, c_hi));
+        } else {
+          measure_bits(e, m.dtype, out.out[size_t(row * D + c)], S, allowed);
+        }
         J.elems.push_back(std::move(e));
       }
       if (out.lse.size() == size_t(T * H)) {

@@ -23,30 +23,6 @@
 
 namespace attncheck::detail {
 
-namespace {
-
-// Two codes of one FP8 format stand for the same value (NaN for NaN, either zero for zero).
-bool same_value(ac_dtype d, uint32_t a, uint32_t b) {
-  const double va = decode(d, a), vb = decode(d, b);
-  return (std::isnan(va) && std::isnan(vb)) || va == vb;
-}
-
-// The count of FP8 values between two codes (sign-magnitude on a line of integers, both zeros at 0,
-// an infinity one step past the largest); +inf when either is NaN.
-double fp8_steps(ac_dtype d, uint32_t a, uint32_t b) {
-  if (std::isnan(decode(d, a)) || std::isnan(decode(d, b))) return std::numeric_limits<double>::infinity();
-  auto line = [](uint32_t x) { return (x & 0x80u) ? -int64_t(x & 0x7fu) : int64_t(x & 0x7fu); };
-  return double(std::llabs(line(a) - line(b)));
-}
-
-std::string code_text(ac_dtype d, uint32_t code) {
-  char b[16];
-  std::snprintf(b, sizeof b, "0x%02x", code);
-  return std::string(b) + " (" + hexfloat(d, code) + ")";
-}
-
-}  // namespace
-
 Judgement judge_quantize(const QuantizeInput& q, const QuantizeOutput& out, const Conventions& cv) {
   const AddSeconds timed(thread_time_split().judge);
   Judgement J;
@@ -54,7 +30,6 @@ Judgement judge_quantize(const QuantizeInput& q, const QuantizeOutput& out, cons
   J.num_rows = T * H;
   J.num_heads = H;
   J.rows.resize(size_t(T * H));
-  const ref::Fp8Format f = fp8_format(q.out_dtype);
   const ref::Fp8Overflow ov = cv.saturate ? ref::Fp8Overflow::saturate : ref::Fp8Overflow::nonfinite;
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < H; ++h) {
@@ -64,37 +39,30 @@ Judgement judge_quantize(const QuantizeInput& q, const QuantizeOutput& out, cons
       for (int64_t c = 0; c < D; ++c) {
         const size_t i = size_t(row * D + c);
         const double x = decode(q.dtype, q.x[i]);
-        const uint32_t want = ref::encode_fp8(f, x / double(s), ov);
-        const uint32_t want32 = ref::encode_fp8(f, double(float(x) / s), ov);
+        // The two quotients (the fp64 one standing for the real one, as argued above).
+        const double q_real = x / double(s), q_fp32 = double(float(x) / s);
         // A missing code (a short output) is judged as no value at all.
         const bool returned = i < out.y.size();
-        const uint32_t got = returned ? (out.y[i] & 0xffu) : 0u;
         Elem e;
         e.out = Out::Y;
-        e.dtype = q.out_dtype;
         e.row = row;
         e.where = where_th("Y", t, h, c);
         e.exact = Real(x) / Real(double(s));
         e.exact_finite = std::isfinite(x);
-        e.out_bits = got;
-        e.out_value = decode(q.out_dtype, got);
-        e.out_finite = std::isfinite(e.out_value);
-        e.within = returned && (same_value(q.out_dtype, got, want) || same_value(q.out_dtype, got, want32));
-        e.ulp =
-            e.within ? 0 : std::min(fp8_steps(q.out_dtype, got, want), fp8_steps(q.out_dtype, got, want32));
-        e.cancel = e.ulp;
-        e.ratio = e.within ? 0 : e.ulp;
+        const auto [c_lo, c_hi] = measure_fp8(e, q.out_dtype, returned ? (out.y[i] & 0xffu) : 0u,
+                                              std::min(q_real, q_fp32), std::max(q_real, q_fp32), ov);
+        e.within = e.within && returned;
         char sb[16];
         uint32_t sbits;
         std::memcpy(&sbits, &s, 4);
         std::snprintf(sb, sizeof sb, "0x%08x", sbits);
-        e.inputs = "x=" + hexfloat(q.dtype, q.x[i]) + " scale=" + sb + " (" + hexfloat(double(s)) +
-                   "): allowed " + code_text(q.out_dtype, want) +
-                   (same_value(q.out_dtype, want, want32)
-                        ? ""
-                        : " or, from the fp32 quotient, " + code_text(q.out_dtype, want32)) +
-                   (cv.saturate ? " (saturating)" : " (overflow to NaN / inf)") +
-                   (returned ? "" : "; no code returned");
+        e.inputs =
+            "x=" + hexfloat(q.dtype, q.x[i]) + " scale=" + sb + " (" + hexfloat(double(s)) + "): allowed " +
+            fp8_code_text(q.out_dtype, c_lo) +
+            (c_hi == c_lo ? ""
+                          : " or " + fp8_code_text(q.out_dtype, c_hi) + " (the real and the fp32 quotient)") +
+            (cv.saturate ? " (saturating)" : " (overflow to NaN / inf)") +
+            (returned ? "" : "; no code returned");
         J.elems.push_back(std::move(e));
       }
     }

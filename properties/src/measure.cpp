@@ -161,6 +161,46 @@ void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, doubl
   e.within = err <= allowed;
 }
 
+std::pair<uint32_t, uint32_t> measure_fp8(Elem& e, ac_dtype d, uint32_t code, double lo, double hi,
+                                          ref::Fp8Overflow ov) {
+  const ref::Fp8Format f = fp8_format(d);
+  const uint32_t c_lo = ref::encode_fp8(f, lo, ov), c_hi = ref::encode_fp8(f, hi, ov);
+  const double v_lo = decode(d, c_lo), v_hi = decode(d, c_hi), v = decode(d, code);
+  e.dtype = d;
+  e.out_bits = code;
+  e.out_value = v;
+  e.out_finite = std::isfinite(v);
+  e.allowed = 0;
+  // A NaN code at an end of a finite interval is an overflow to NaN (e4m3fn, e4m3fnuz): that side
+  // of the interval is open, or, where the whole interval lies past the largest value on one side,
+  // NaN is all it allows. A NaN value (x NaN) allows NaN alone.
+  const bool lo_over = std::isnan(v_lo) && !std::isnan(lo), hi_over = std::isnan(v_hi) && !std::isnan(hi);
+  if (std::isnan(lo) || std::isnan(hi) || (lo_over && lo > 0) || (hi_over && hi < 0)) {
+    e.within = std::isnan(v);
+  } else if (std::isnan(v)) {
+    e.within = lo_over || hi_over;
+  } else {
+    e.within = v >= (lo_over ? -INFINITY : v_lo) && v <= (hi_over ? INFINITY : v_hi);
+  }
+  // Codes as a line of integers (sign-magnitude, both zeros at 0, an infinity one step past the
+  // largest): the distance to the nearer end.
+  auto line = [](uint32_t x) { return (x & 0x80u) ? -int64_t(x & 0x7fu) : int64_t(x & 0x7fu); };
+  auto steps = [&](uint32_t other) {
+    return std::isnan(v) || std::isnan(decode(d, other)) ? std::numeric_limits<double>::infinity()
+                                                         : double(std::llabs(line(code) - line(other)));
+  };
+  e.ulp = e.within ? 0 : std::min(steps(c_lo), steps(c_hi));
+  e.cancel = e.ulp;
+  e.ratio = e.ulp;
+  return {c_lo, c_hi};
+}
+
+std::string fp8_code_text(ac_dtype d, uint32_t code) {
+  char b[8];
+  std::snprintf(b, sizeof b, "0x%02x", code);
+  return std::string(b) + " (" + hexfloat(d, code) + ")";
+}
+
 // LSE outputs are fp32 values.
 void measure_lse(Elem& e, float y, double allowed) {
   e.out = Out::LSE;

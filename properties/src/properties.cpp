@@ -666,6 +666,9 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
   int32_t head_size = 0, head_size_v = 0;
   if (const auto* m = std::get_if<MergeInput>(&c.input)) {
     dtype = m->dtype, head_size = m->head_size;
+    if (m->fp8_out() && !(subject.caps().kv_dtypes & AC_DTYPE_BIT(m->out_dtype)))
+      return not_applicable(std::string("subject does not write ") + kv_dtype_name(m->out_dtype) +
+                            " merge outputs (caps.kv_dtypes)");
   } else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) {
     dtype = x->dtype;
   } else if (const auto* q = std::get_if<QuantizeInput>(&c.input)) {

@@ -103,12 +103,12 @@ std::string elem_line(const Elem& e) {
   };
   // cancel-ulp is left out where the element has no cancellation scale (split_equals_whole's
   // merged value, which no single output's sum S belongs to).
-  // A quantiser's code (judge_quantize.cpp): steps between codes, no budget; its inputs name the
+  // An FP8 code (a quantiser's, a merge's: measure_fp8): steps between codes; its inputs name the
   // codes allowed.
   if (is_fp8(e.dtype)) {
     char code[8];
     std::snprintf(code, sizeof code, "0x%02x", e.out_bits);
-    return e.where + ": x / scale = " + ref::to_decimal(e.exact, 12) + ", got " + code + " (" +
+    return e.where + ": exact " + ref::to_decimal(e.exact, 12) + " before the FP8 cast, got " + code + " (" +
            hexfloat(e.dtype, e.out_bits) + "), " + g(e.ulp) + " codes from the nearest allowed one";
   }
   const bool has_cancel = e.cancel_unit > 0 || e.cancel != 0;

@@ -265,11 +265,22 @@ TEST_CASE("validate_subject: a quantiser declares its function, its formats and 
   no_format.caps.fp8 = 0;
   CHECK(attncheck::validate_subject(no_format, 3) ==
         std::vector<std::string>{"declares quantize but no FP8 format to write (caps.kv_dtypes)"});
-  // Saturation is a quantiser's declaration: an attention subject may not make it.
+  // Saturation is a quantiser's (or a merge's) declaration: an attention subject may not make it.
   ac_subject attention = valid_splitkv_subject();
   attention.caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
   attention.caps.fp8 = AC_FP8_SATURATE;
-  CHECK(attncheck::validate_subject(attention, 3) ==
+  CHECK(
+      attncheck::validate_subject(attention, 3) ==
+      std::vector<std::string>{"caps.fp8 declares AC_FP8_SATURATE (a quantiser's or a merge's casts) without "
+                               "AC_OP_QUANTIZE or AC_OP_MERGE"});
+  // A merge writing FP8 outputs declares their saturating cast.
+  ac_subject merge = q;
+  merge.caps.ops = AC_OP_MERGE;
+  merge.quantize = nullptr;
+  merge.merge = [](void*, const ac_merge_args*, char*, size_t) { return 0; };
+  CHECK(attncheck::validate_subject(merge, 3).empty());
+  merge.caps.fp8 = 0;
+  CHECK(attncheck::validate_subject(merge, 3) ==
         std::vector<std::string>{
-            "caps.fp8 declares AC_FP8_SATURATE (a quantiser's casts) without AC_OP_QUANTIZE"});
+            "a merge writing FP8 outputs (caps.kv_dtypes) declares their saturating cast (AC_FP8_SATURATE)"});
 }

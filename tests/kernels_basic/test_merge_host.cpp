@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
+#include "merge/merge_math.h"
 #include "merge_cases.hpp"
 
 using namespace attncheck::kern;
@@ -127,10 +128,13 @@ TEST_CASE("merge twin: NULL out_lse, zero tokens, and refusals naming the proble
   REQUIRE(std::strstr(err, "aligned") != nullptr);
 }
 
-TEST_CASE("merge subjects: three per backend with the declared conventions") {
+TEST_CASE("merge subjects: four per backend with the declared conventions") {
   std::vector<ac_subject> subjects;
   append_merge_subjects(subjects, false);
-  REQUIRE(subjects.size() == 3);
+  REQUIRE(subjects.size() == 4);
+  REQUIRE(std::string(subjects[3].name) == "merge-fp8");
+  REQUIRE(subjects[3].caps.fp8 == AC_FP8_SATURATE);
+  REQUIRE(subjects[3].caps.kv_dtypes != 0);
   REQUIRE(std::string(subjects[0].name) == "merge");
   REQUIRE(subjects[0].caps.lse_layout == AC_LSE_HEADS_TOKENS);
   REQUIRE(std::string(subjects[1].name) == "merge-th");
@@ -156,4 +160,49 @@ TEST_CASE("merge subjects: three per backend with the declared conventions") {
   REQUIRE(c.out_lse[0] == 4.0f);
   REQUIRE(subjects[0].merge(subjects[0].self, &a, err, sizeof err) == AC_OK);
   REQUIRE(c.out_lse[0] == Approx(3.0 + std::log(2.0)).epsilon(1e-6));
+}
+
+TEST_CASE("merge twin: an FP8 output, the merged value divided by output_scale and cast, saturating") {
+  // Two tokens, one head, d = 2, fp32 states. Token 0: the prefix (LSE 0, O = (3, -1000)) beside an
+  // empty suffix (LSE -inf): the merge is the prefix itself, exactly. Divided by 2: 1.5 = 1.5 2^0,
+  // e4m3fn exponent field 7, mantissa 4: 0x3c; -500 saturates to -448: 0xfe. Token 1: both states
+  // empty: O = 0 exactly, code 0x00.
+  const std::vector<float> prefix = {3.0f, -1000.0f, 7.0f, 7.0f}, suffix = {0.0f, 0.0f, 7.0f, 7.0f};
+  const std::vector<float> p_lse = {0.0f, -INFINITY}, s_lse = {-INFINITY, -INFINITY};
+  std::vector<uint8_t> out(4, 0xaa);
+  std::vector<float> out_lse(2);
+  const float scale = 2.0f;
+  ac_merge_args a{};
+  a.dtype = AC_DTYPE_F32;
+  a.num_tokens = 2;
+  a.num_heads = 1;
+  a.head_size = 2;
+  a.out = out.data();
+  a.out_stride_token = 2;
+  a.out_stride_head = 2;
+  a.out_lse = out_lse.data();
+  a.prefix_out = prefix.data();
+  a.prefix_stride_token = a.suffix_stride_token = 2;
+  a.prefix_stride_head = a.suffix_stride_head = 2;
+  a.prefix_lse = p_lse.data();
+  a.suffix_out = suffix.data();
+  a.suffix_lse = s_lse.data();
+  a.lse_stride_token = 1;
+  a.lse_stride_head = 2;
+  a.out_dtype = AC_DTYPE_E4M3;
+  a.output_scale = &scale;
+  char err[256] = {0};
+  REQUIRE(merge_host(a, MergeOptions{}, err, sizeof err) == AC_OK);
+  CHECK(out == std::vector<uint8_t>{0x3c, 0xfe, 0x00, 0x00});
+  CHECK(out_lse[0] == 0.0f);
+  CHECK(out_lse[1] == -INFINITY);
+  // The mutant's store: 3 itself (1.5 2^1: 0x44), the scale never applied.
+  MergeOptions m;
+  m.mutation = MergeMutation::fp8_scale_ignored;
+  REQUIRE(merge_host(a, m, err, sizeof err) == AC_OK);
+  CHECK(out[0] == 0x44);
+  // An FP8 output without its scale is refused before any work.
+  a.output_scale = nullptr;
+  CHECK(merge_host(a, MergeOptions{}, err, sizeof err) == AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err).find("without output_scale") != std::string::npos);
 }

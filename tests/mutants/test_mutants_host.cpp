@@ -17,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 31);
+  REQUIRE(table.size() == 32);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -471,4 +471,32 @@ TEST_CASE("mutant 31: a saturating quantiser whose cast overflows to NaN", "[mut
   };
   CHECK(run(subject("quantize-fp8", false)) == 0x7e);
   CHECK(run(subject("mutant-quantize-nan-cast", true)) == 0x7f);
+}
+
+TEST_CASE("mutant 32: a merge's FP8 output cast without dividing by output_scale", "[mutants][merge]") {
+  // Prefix O = 3 at LSE 0 beside an empty suffix: the merge is 3. Divided by output_scale 2: 1.5, the
+  // e4m3fn code 0x3c (exponent field 7, mantissa 4); without the division 3 = 1.5 2^1, 0x44.
+  const float prefix = 3.0f, suffix = 0.0f, p_lse = 0.0f, s_lse = -INFINITY, scale = 2.0f;
+  auto run = [&](const ac_subject& s) {
+    uint8_t out = 0;
+    float out_lse = 0;
+    ac_merge_args a{};
+    a.dtype = AC_DTYPE_F32;
+    a.num_tokens = a.num_heads = a.head_size = 1;
+    a.out = &out;
+    a.out_stride_token = a.out_stride_head = a.prefix_stride_token = a.prefix_stride_head = 1;
+    a.suffix_stride_token = a.suffix_stride_head = a.lse_stride_token = a.lse_stride_head = 1;
+    a.out_lse = &out_lse;
+    a.prefix_out = &prefix;
+    a.prefix_lse = &p_lse;
+    a.suffix_out = &suffix;
+    a.suffix_lse = &s_lse;
+    a.out_dtype = AC_DTYPE_E4M3;
+    a.output_scale = &scale;
+    char err[256] = {0};
+    REQUIRE(s.merge(s.self, &a, err, sizeof err) == AC_OK);
+    return out;
+  };
+  CHECK(run(subject("merge-fp8", false)) == 0x3c);
+  CHECK(run(subject("mutant-merge-fp8-scale-ignored", true)) == 0x44);
 }

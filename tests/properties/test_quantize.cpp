@@ -1,9 +1,10 @@
-// The KV-cache quantiser's contract (plugin_abi.h AC_OP_QUANTIZE) outside the kernels: the judge's
-// allowed codes on hand-derived elements, the argument that rounding the fp64 quotient gives the
-// real quotient's code (checked against MPFR's quotient), quantize_exact against a correct fake and
-// one broken fake per failure class, and the case file's fields and refusals. Expected codes are
-// derived in the comments from the formats' definitions (reference/fp8.hpp), never read off the
-// code under test.
+// FP8 outputs outside the kernels. The KV-cache quantiser's contract (plugin_abi.h AC_OP_QUANTIZE):
+// the judge's allowed codes on hand-derived elements, the argument that rounding the fp64 quotient
+// gives the real quotient's code (checked against MPFR's quotient), quantize_exact against a correct
+// fake and one broken fake per failure class, and the case file's fields and refusals. A merge's FP8
+// output (ac_merge_args.out_dtype): its interval's division term, the judge's codes, the case fields.
+// Expected codes are derived in the comments from the formats' definitions (reference/fp8.hpp), never read
+// off the code under test.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -283,4 +284,92 @@ TEST_CASE("quantize cases: the file's fields round-trip and bad ones are refused
   QuantizeInput short_x = q;
   short_x.x.pop_back();
   refused(short_x, "input.x");
+}
+
+// ---- FP8 outputs of a merge (ac_merge_args.out_dtype) ----------------------------------------------
+
+TEST_CASE("fp8_output_interval: the division's fp32 rounding widens the interval",
+          "[properties][quantize][budget]") {
+  // exact 1, no merge error, scale 1: the kernel's fp32 value is 1 and 1 / 1 is exact, but the
+  // allowance must still hold the division's half ulp (2^-24 relatively) for any quotient, so both
+  // ends move by at least 2^-24.
+  const Fp8Interval iv = fp8_output_interval(1.0, 0.0, 1.0);
+  CHECK(iv.lo <= 1.0 - 0x1p-24);
+  CHECK(iv.hi >= 1.0 + 0x1p-24);
+  // And by no more than a few parts in 2^24 beside the merge's allowance, divided by the scale.
+  const Fp8Interval w = fp8_output_interval(3.0, 0.5, 2.0);
+  CHECK(w.lo == Approx(1.25).epsilon(1e-6));
+  CHECK(w.hi == Approx(1.75).epsilon(1e-6));
+  CHECK(w.lo < 1.25);
+  CHECK(w.hi > 1.75);
+}
+
+namespace {
+
+// A one-token, one-head merge of fp32 states of head size 1: prefix (o, LSE 0) and an empty suffix
+// (the merge is o exactly), or both empty; output in `out` divided by `scale`.
+MergeInput fp8_merge(float o, bool both_empty, float scale, ac_dtype out = AC_DTYPE_E4M3) {
+  MergeInput m;
+  m.dtype = AC_DTYPE_F32;
+  m.num_tokens = m.num_heads = m.head_size = 1;
+  m.prefix_out = {f32(o)};
+  m.suffix_out = {f32(0.0f)};
+  m.prefix_lse = {both_empty ? -INFINITY : 0.0f};
+  m.suffix_lse = {-INFINITY};
+  m.out_dtype = out;
+  m.output_scale = scale;
+  return m;
+}
+
+bool merge_passes(const MergeInput& m, uint32_t code) {
+  const detail::Judgement J = detail::judge_merge(m, MergeOutput{{code}, {m.prefix_lse[0]}}, conv(true),
+                                                  default_budget(AC_OP_MERGE, m.dtype));
+  return J.elems.at(0).within;
+}
+
+}  // namespace
+
+TEST_CASE("judge_merge: an FP8 output passes the codes of the merged value over the scale",
+          "[properties][quantize]") {
+  // 3 / 2 = 1.5 = 1.5 2^0: e4m3fn exponent field 7, mantissa 4, 0x3c. Its neighbours 0x3b and 0x3d
+  // (1.375, 1.625) are farther than the merge's budget; 0x44 (3.0) is the scale ignored.
+  CHECK(merge_passes(fp8_merge(3.0f, false, 2.0f), 0x3c));
+  CHECK_FALSE(merge_passes(fp8_merge(3.0f, false, 2.0f), 0x3b));
+  CHECK_FALSE(merge_passes(fp8_merge(3.0f, false, 2.0f), 0x3d));
+  CHECK_FALSE(merge_passes(fp8_merge(3.0f, false, 2.0f), 0x44));
+  // 1000 past 448: the saturating cast's 0x7e; NaN (0x7f) is a non-finite output.
+  CHECK(merge_passes(fp8_merge(1000.0f, false, 1.0f), 0x7e));
+  CHECK_FALSE(merge_passes(fp8_merge(1000.0f, false, 1.0f), 0x7f));
+  // Two empty states: O = 0 exactly, either zero's code.
+  CHECK(merge_passes(fp8_merge(5.0f, true, 1.0f), 0x00));
+  CHECK(merge_passes(fp8_merge(5.0f, true, 1.0f), 0x80));
+  CHECK_FALSE(merge_passes(fp8_merge(5.0f, true, 1.0f), 0x01));
+  // The tie 1.1875 between 0x39 and 0x3a: the merge's fp32 error may put the value on either side,
+  // so both pass (the budget, not a rounding rule, decides here); 0x3b does not.
+  CHECK(merge_passes(fp8_merge(1.1875f, false, 1.0f), 0x39));
+  CHECK(merge_passes(fp8_merge(1.1875f, false, 1.0f), 0x3a));
+  CHECK_FALSE(merge_passes(fp8_merge(1.1875f, false, 1.0f), 0x3b));
+}
+
+TEST_CASE("merge cases: an FP8 output's fields round-trip and a bad scale is refused",
+          "[properties][quantize]") {
+  Case c;
+  c.op = "merge";
+  c.input = fp8_merge(3.0f, false, 0.375f, AC_DTYPE_E5M2);
+  const Case back = case_from_json(case_to_json(c));
+  const auto& m = std::get<MergeInput>(back.input);
+  CHECK(m.out_dtype == AC_DTYPE_E5M2);
+  CHECK(m.output_scale == 0.375f);
+  c.input = fp8_merge(3.0f, false, -1.0f);
+  try {
+    case_from_json(case_to_json(c));
+    FAIL("a negative output_scale was accepted");
+  } catch (const CaseError& e) {
+    CHECK(std::string(e.what()).find("output_scale") != std::string::npos);
+  }
+  // A merge without the field is the plain one.
+  MergeInput plain = fp8_merge(3.0f, false, 1.0f);
+  plain.out_dtype = AC_DTYPE_F32;
+  c.input = plain;
+  CHECK_FALSE(std::get<MergeInput>(case_from_json(case_to_json(c)).input).fp8_out());
 }

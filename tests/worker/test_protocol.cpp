@@ -36,8 +36,9 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
   for (const auto& s : subjects) {
     INFO(s->name());
     const ac_caps& c = s->caps();
-    // The quantiser is not carried by the protocol: refused by name (the next test case).
-    if (c.ops & AC_OP_QUANTIZE) continue;
+    // The quantiser and FP8 outputs are not carried by the protocol: refused by name (the next test
+    // case).
+    if ((c.ops & AC_OP_QUANTIZE) || (c.fp8 & AC_FP8_SATURATE)) continue;
     const w::DeclaredSubject d = w::caps_from_json(w::caps_to_json(s->name(), s->description(), c));
     CHECK(d.name == s->name());
     CHECK(d.caps.ops == c.ops);
@@ -108,6 +109,11 @@ TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
   bad["ops"] = {"quantize"};
   CHECK_THROWS_WITH(w::caps_from_json(bad),
                     Catch::Contains("'ops' holds \"quantize\", which the worker protocol does not carry"));
+  // And FP8 outputs, declared by "saturate".
+  bad = j;
+  bad["kv_dtypes"] = {"e4m3fn"};
+  bad["fp8"] = {"saturate"};
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 4), Catch::Contains("'fp8' holds \"saturate\""));
 }
 
 // The words every set field is written with, in order, as harness/WORKER_PROTOCOL.md lists them and

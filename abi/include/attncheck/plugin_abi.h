@@ -304,7 +304,8 @@ typedef struct {
 /* A quantiser's casts saturate (AC_OP_QUANTIZE): a value past the format's largest finite one, and an
  * infinity, give that largest value with its sign (vLLM's cache writer clamps, then casts). Without
  * it they give the format's overflow code: NaN for e4m3fn and e4m3fnuz, the signed infinity for e5m2.
- * Declared only with AC_OP_QUANTIZE. Added within version 3. */
+ * A merge's FP8 outputs (AC_OP_MERGE with caps.kv_dtypes) saturate, and declare it. Declared only
+ * with AC_OP_QUANTIZE or AC_OP_MERGE. Added within version 3. */
 #define AC_FP8_SATURATE 16u
 #define AC_FP8_KNOWN \
   (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE)
@@ -364,7 +365,7 @@ typedef struct {
   const ac_head_pair* head_pairs; /* AC_VAR_HEAD_SIZE_V: the (qk, v) head sizes accepted */
   int32_t num_head_pairs;
   uint32_t kv_dtypes; /* AC_DTYPE_BIT(AC_DTYPE_E4M3 / E5M2 / E4M3FNUZ): FP8 KV caches accepted (a
-                       * quantiser: the formats it writes) */
+                       * quantiser, a merge: the formats it writes) */
   uint32_t fp8;       /* AC_FP8_* bits: the FP8 KV cache's contract */
   /* The largest attention / split-KV call the subject takes, each 0 for no limit: sequences,
    * query tokens (all sequences) and keys (all sequences). The generators stay within them (a
@@ -394,6 +395,16 @@ typedef struct {
   const float* suffix_lse;
   int64_t lse_stride_token, lse_stride_head;
   void* stream; /* cudaStream_t for AC_MEMORY_CUDA subjects */
+  /* Added within version 3: the output's dtype. `dtype` (any value other than an FP8 format means
+   * out in dtype: a caller that zero-fills the struct gets the plain merge) unless the subject
+   * declares FP8 outputs (an FP8 format in caps.kv_dtypes beside AC_OP_MERGE, with
+   * AC_FP8_SATURATE): out then holds one byte per element (its strides still in elements), the code
+   * of the merged value divided by
+   * *output_scale, saturating (vLLM's merge with output_scale). The merged value is judged as the
+   * fp32 merge's (its budget), the division as one fp32 rounding, the cast exactly: every code
+   * between the roundings of the ends of that interval passes. out_lse stays fp32. */
+  ac_dtype out_dtype;
+  const float* output_scale; /* FP8 outputs: one positive finite value, subject memory; else NULL */
 } ac_merge_args;
 
 /* y[r, :] = softmax(x[r, :]) for each of rows rows; x and y of the same dtype. */

@@ -23,9 +23,15 @@ struct MergeInput {
   Bits prefix_out, suffix_out;    // [num_tokens, num_heads, head_size], contiguous
   std::vector<float> prefix_lse;  // logical [num_tokens, num_heads], in the subject's base
   std::vector<float> suffix_lse;
+  // An FP8 output (plugin_abi.h ac_merge_args.out_dtype): out_dtype an FP8 format (names.hpp is_fp8)
+  // makes out the codes of the merged value / output_scale; any other value: out in dtype.
+  ac_dtype out_dtype = AC_DTYPE_F32;
+  float output_scale = 1.0f;
+  bool fp8_out() const { return is_fp8(out_dtype); }
+  ac_dtype o_dtype() const { return fp8_out() ? out_dtype : dtype; }  // out's storage format
 };
 struct MergeOutput {
-  Bits out;                // [num_tokens, num_heads, head_size]
+  Bits out;                // [num_tokens, num_heads, head_size], in o_dtype()
   std::vector<float> lse;  // logical [num_tokens, num_heads]
 };
 

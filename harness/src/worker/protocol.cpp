@@ -199,7 +199,8 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
       j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
   ac_caps& c = s.caps;
   c.ops = bits_of(need(j, "ops"), "ops", kOps);
-  // The C ABI's quantiser has no message in the worker protocol yet: refused by name.
+  // The C ABI's quantiser has no message in the worker protocol yet: refused by name (and with it
+  // AC_FP8_SATURATE, the declaration of FP8 outputs, below).
   if (c.ops & AC_OP_QUANTIZE)
     throw ProtocolError(
         "'ops' holds \"quantize\", which the worker protocol does not carry (a C-ABI plugin does)");
@@ -300,6 +301,11 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
   // is validate_subject's check, as for a plugin.
   if (has_v4_field(j, "kv_dtypes", protocol)) c.kv_dtypes = bits_of(j["kv_dtypes"], "kv_dtypes", kKvDtypes);
   if (has_v4_field(j, "fp8", protocol)) c.fp8 = bits_of(j["fp8"], "fp8", kFp8);
+  if (c.fp8 & AC_FP8_SATURATE)
+    throw ProtocolError(
+        "'fp8' holds \"saturate\", FP8 outputs (a quantiser's, a merge's), which the worker protocol does "
+        "not "
+        "carry (a C-ABI plugin does)");
   s = DeclaredSubject(s);  // points caps at the own arrays
   return s;
 }

@@ -381,6 +381,8 @@ class ServedSubject final : public Subject {
   AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
     return either(in.q.size() + in.k.size() + in.v.size(), [&](Subject& s) { return s.attention(in, opt); });
   }
+  // The protocol carries no quantiser (its handshake refuses one, so none is served): made here.
+  QuantizeOutput quantize(const QuantizeInput& in) override { return local_->quantize(in); }
 
  private:
   // Inputs of more elements than this are staged here: the server would copy them twice more

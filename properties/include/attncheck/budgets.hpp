@@ -79,6 +79,12 @@ double attention_lse_allowance(const Budget&, const AttentionRow&, double lse_sc
 double merge_o_allowance(const Budget&, double ulp_S, double S, double max_lse_abs,
                          double subnormal_weighted);
 double merge_lse_allowance(const Budget&, double lse_scale);
+// A merge's FP8 output (plugin_abi.h ac_merge_args.out_dtype): the values before the cast that a
+// kernel within `allowance` of `exact` may divide by `scale` into (one fp32 rounding of the division).
+struct Fp8Interval {
+  double lo, hi;
+};
+Fp8Interval fp8_output_interval(double exact, double allowance, double scale);
 // Softmax element y of x in a row of N visible entries; sum_exp = sum e^x (naive exp only).
 double softmax_allowance(const Budget&, ac_dtype, double ulp_exact, double keys, double dist_to_max,
                          double y_abs, bool naive_exp, double sum_exp);
