@@ -17,6 +17,12 @@ from attncheck import helpers
 
 
 def merge_states(call):
+    out, lse = merged(call)
+    return ac.from_float(out, call.dtype), lse
+
+
+def merged(call):
+    """The merge in float64, before any rounding of out: (out [tokens, heads, d], lse in the layout)."""
     d = call.dtype
     with np.errstate(all="ignore"):
         po = ac.to_float32(call.prefix_out, d).astype(np.float64)
@@ -35,7 +41,7 @@ def merge_states(call):
         out = po * (wp / total_safe)[..., None] + so * (ws / total_safe)[..., None]
         out = np.where(both_empty[..., None], 0.0, out)
         lse = np.where(both_empty, -np.inf, m_safe + np.log(total_safe))
-    return ac.from_float(out, d), helpers.lse_to_layout(lse.astype(np.float32), call.lse_layout)
+    return out, helpers.lse_to_layout(lse.astype(np.float32), call.lse_layout)
 
 
 merge_np = ac.subject(name="merge-np", ops="merge", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 512),

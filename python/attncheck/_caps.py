@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
-OPS = ("merge", "softmax", "attention", "splitkv")
+OPS = ("merge", "softmax", "attention", "splitkv", "quantize")
 DTYPES = ("fp32", "fp16", "bf16")
 MEMORY = ("host", "cuda")
 LSE_BASES = ("e", "2")
@@ -19,7 +19,7 @@ FOLDS = ("left", "right", "tree")
 VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
 KV_DTYPES = ("e4m3fn", "e5m2", "e4m3fnuz")
-FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence")
+FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate")
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -90,12 +90,16 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     max_call_seqs, max_call_tokens, max_call_keys (protocol 4): the largest call the subject takes,
     in sequences, query tokens and keys (all sequences), 0 for no limit; attncheck's cases stay
     within them, and one past them is skipped with its reason, never sent.
-    kv_dtypes (protocol 4, attention / splitkv only): the FP8 KV cache formats the subject reads,
+    kv_dtypes (protocol 4; attention / splitkv, or quantize / merge below): the FP8 KV cache formats the subject reads,
     "e4m3fn", "e5m2" and / or "e4m3fnuz": k and v then arrive as one-byte codes of kv_dtype with their fp32
     descales (AttentionCall: kv_dtype, k_descale, v_descale); fp8=("descale_per_kv_head",) adds one
     descale per KV head to the one per tensor, "descale_per_sequence" one per (sequence, KV head). out stays in dtypes, and q unless fp8 holds "fp8_q"
     (q then may arrive as codes of kv_dtype too, with q_descale). "p_e4m3" declares that in FP8 calls
-    P is held in e4m3fn with the offset 2^8 before P V (FlashAttention-3; its budget is allowed)."""
+    P is held in e4m3fn with the offset 2^8 before P V (FlashAttention-3; its budget is allowed).
+    ops "quantize" (protocol 4): a KV-cache quantiser writing the kv_dtypes formats (QuantizeCall);
+    fp8 "saturate" says its casts saturate (else overflow gives NaN, or e5m2's infinity), and
+    "descale_per_kv_head" that it takes one scale per head. A merge declaring kv_dtypes (with
+    "saturate") may be asked for FP8 outputs (MergeCall.out_dtype, output_scale)."""
     if not isinstance(name, str) or not name or any(not (c.isascii() and (c.isalnum() or c in "-_.")) for c in name):
         raise CapsError(f"subject name {name!r} must be non-empty letters, digits, '-', '_', '.'")
     if len(name) > MAX_NAME_CHARS:
@@ -207,10 +211,16 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
             limits[limit] = count
     kv = _words(name, "kv_dtypes", kv_dtypes, KV_DTYPES)
     fp8_words = _words(name, "fp8", fp8, FP8)
-    if kv and "attention" not in ops and "splitkv" not in ops:
-        raise CapsError(f"subject {name!r} declares kv_dtypes without attention or splitkv")
+    if kv and not {"attention", "splitkv", "quantize", "merge"} & set(ops):
+        raise CapsError(f"subject {name!r} declares kv_dtypes without attention, splitkv, quantize or merge")
     if fp8_words and not kv:
         raise CapsError(f"subject {name!r}: fp8 given without kv_dtypes")
+    if "quantize" in ops and not kv:
+        raise CapsError(f"subject {name!r} declares quantize but no FP8 format to write (kv_dtypes)")
+    if "merge" in ops and kv and "saturate" not in fp8_words:
+        raise CapsError(f"subject {name!r}: a merge writing FP8 outputs (kv_dtypes) declares fp8=(\"saturate\",)")
+    if "saturate" in fp8_words and not {"quantize", "merge"} & set(ops):
+        raise CapsError(f"subject {name!r}: fp8 \"saturate\" is a quantiser's or a merge's declaration")
     # Written only where declared, as attncheck writes its own subjects: a subject without variants
     # is declared as in protocol 3.
     if variants:

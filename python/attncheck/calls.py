@@ -53,6 +53,26 @@ class MergeCall(_Call):
     prefix_lse: Array
     suffix_out: Array
     suffix_lse: Array
+    # Protocol 4, a subject declaring kv_dtypes: out_dtype an FP8 format ("e4m3fn", ...) asks for out
+    # as its codes (uint8 on the host, torch's float8 dtype under torch) of the merged value divided
+    # by output_scale (a one-element fp32 array), saturating; None for the plain merge.
+    out_dtype: Optional[str] = None
+    output_scale: Optional[Array] = None
+
+
+class QuantizeCall(_Call):
+    """A KV-cache quantiser (protocol 4): y = the out_dtype code of x / scale, x: [num_tokens,
+    num_heads, head_size] in dtype, scale: fp32 of 1 or num_heads values (head h divides by
+    scale[h]). Return y of x's shape as codes: uint8 (numpy, CuPy) or torch's float8 dtype of
+    out_dtype. The contract (the rounding, saturation as declared by fp8 "saturate"):
+    plugin_abi.h, AC_OP_QUANTIZE."""
+    op = "quantize"
+    out_dtype: str
+    num_tokens: int
+    num_heads: int
+    head_size: int
+    x: Array
+    scale: Array
 
 
 class SoftmaxCall(_Call):

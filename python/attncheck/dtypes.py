@@ -86,3 +86,42 @@ def fp8_to_float64(codes: Any, fmt: str) -> NDArray[Any]:
     if fmt not in _FP8_TABLES:
         _FP8_TABLES[fmt] = _fp8_table(fmt)
     return _FP8_TABLES[fmt][np.asarray(codes, dtype=np.uint8)]
+
+
+# The positive codes of each format in value order, its largest finite code, and the overflow codes.
+_FP8_LARGEST = {"e4m3fn": 0x7E, "e5m2": 0x7B, "e4m3fnuz": 0x7F}
+
+
+def float_to_fp8(values: Any, fmt: str, saturate: bool) -> NDArray[Any]:
+    """Values (float32 or float64) -> their FP8 codes (uint8) of "e4m3fn", "e5m2" or "e4m3fnuz", each
+    rounded once to nearest with ties to even, with gradual underflow. Past the largest finite value
+    (448, 57344, 240) and for infinities: the signed largest when saturate, else NaN (e4m3fn: 0x7f
+    / 0xff, e4m3fnuz: 0x80) or the signed infinity (e5m2). NaN gives the format's NaN; a zero keeps
+    its sign but in e4m3fnuz (no -0). What plugin_abi.h's quantiser contract asks of one rounding."""
+    table = fp8_to_float64(np.arange(256), fmt)
+    largest_code = _FP8_LARGEST[fmt]
+    # The positive codes in value order, and one past the largest where a wider exponent would put
+    # it: a value halfway to it is a tie like any other (the even code wins; past it, overflow).
+    vals = np.append(table[: largest_code + 1], 2 * table[largest_code] - table[largest_code - 1])
+    x = np.asarray(values, dtype=np.float64)
+    a = np.abs(x)
+    hi = np.clip(np.searchsorted(vals, np.nan_to_num(a, posinf=np.inf), side="left"), 0, len(vals) - 1)
+    lo = np.clip(hi - 1, 0, len(vals) - 1)
+    d_lo, d_hi = np.abs(a - vals[lo]), np.abs(vals[hi] - a)
+    code = np.where(d_lo < d_hi, lo, np.where(d_hi < d_lo, hi, np.where(lo % 2 == 0, lo, hi)))
+    code = np.where(a >= vals[-1], len(vals) - 1, code)  # at or past the code past the largest
+    neg = np.signbit(x)
+    over = code > largest_code
+    if saturate:
+        over_code = np.full(x.shape, largest_code)
+    elif fmt == "e5m2":
+        over_code = np.full(x.shape, 0x7C)
+    else:
+        over_code = np.full(x.shape, 0x7F if fmt == "e4m3fn" else 0x80)
+    code = np.where(over, over_code, code)
+    # e4m3fnuz has one zero and one NaN (0x80), both unsigned.
+    unsigned = (fmt == "e4m3fnuz") & ((code == 0) | (over & (not saturate)))
+    sign = np.where(neg & ~unsigned, 0x80, 0)
+    out = (code | sign).astype(np.uint8)
+    nan_code = 0x80 if fmt == "e4m3fnuz" else 0x7F
+    return cast("NDArray[Any]", np.where(np.isnan(x), nan_code, out).astype(np.uint8))

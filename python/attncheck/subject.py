@@ -104,7 +104,8 @@ class Subject:
                 raise TypeError(f"unknown capability {k!r} (known: name, framework, {', '.join(_CAP_FIELDS)})")
             setattr(self, k, v)
         self.declaration = validate_caps(self.name, **{k: getattr(self, k) for k in _CAP_FIELDS})
-        for op, method in (("merge", "merge"), ("softmax", "softmax"), ("attention", "attention"), ("splitkv", "attention")):
+        for op, method in (("merge", "merge"), ("softmax", "softmax"), ("attention", "attention"), ("splitkv", "attention"),
+                           ("quantize", "quantize")):
             if op in self.declaration["ops"] and not callable(getattr(self, method, None)):
                 from ._caps import CapsError
                 raise CapsError(f"subject {self.name!r} declares {op} but has no {method}(call) method")
@@ -114,11 +115,11 @@ class Subject:
 
 
 def subject(name: str, **caps: Any) -> Callable[[Callable[..., Any]], Subject]:
-    """Decorator: the function serves every op the subject declares (merge, softmax, attention or
-    splitkv: the call object says which)."""
+    """Decorator: the function serves every op the subject declares (merge, softmax, attention,
+    splitkv or quantize: the call object says which)."""
     def wrap(fn: Callable[..., Any]) -> Subject:
         s = Subject.__new__(Subject)
-        for op in ("merge", "softmax", "attention"):
+        for op in ("merge", "softmax", "attention", "quantize"):
             setattr(s, op, fn)
         Subject.__init__(s, name=name, **caps)
         s.function = fn

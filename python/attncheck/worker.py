@@ -142,6 +142,8 @@ def _to_host(x: Any, dtype: str) -> Any:
         import torch
         if x.dtype == torch.bfloat16:
             return x.detach().view(torch.int16).cpu().numpy().view(np.uint16)
+        if x.dtype.itemsize == 1 and x.dtype.is_floating_point:  # torch's float8 dtypes: the codes
+            return x.detach().view(torch.uint8).cpu().numpy()
         return x.detach().cpu().numpy()
     if mod.startswith("cupy"):
         import cupy
@@ -197,12 +199,22 @@ class _Server:
             call = _calls.MergeCall(req, s)
             for k in ("num_tokens", "num_heads", "head_size"):
                 setattr(call, k, req[k])
-            for k, v in self.inputs(req, s, ("prefix_out", "prefix_lse", "suffix_out", "suffix_lse")).items():
+            for k, v in self.inputs(req, s, ("prefix_out", "prefix_lse", "suffix_out", "suffix_lse",
+                                             "output_scale")).items():
                 setattr(call, k, v)
+            call.out_dtype = req.get("out_dtype")
             res = s.merge(call)
             if not isinstance(res, tuple) or len(res) != 2:
                 raise _Wrong(f"{s.name} merge returned {type(res).__name__}, expected (out, lse)")
-            written = {"out": self.write(req, s, "out", res[0], call.dtype), "out_lse": self.write(req, s, "out_lse", res[1], "fp32")}
+            written = {"out": self.write(req, s, "out", res[0], call.out_dtype or call.dtype),
+                       "out_lse": self.write(req, s, "out_lse", res[1], "fp32")}
+        elif op == "quantize":
+            call = _calls.QuantizeCall(req, s)
+            for k in ("out_dtype", "num_tokens", "num_heads", "head_size"):
+                setattr(call, k, req[k])
+            for k, v in self.inputs(req, s, ("x", "scale")).items():
+                setattr(call, k, v)
+            written = {"y": self.write(req, s, "y", s.quantize(call), call.out_dtype)}
         elif op == "softmax":
             call = _calls.SoftmaxCall(req, s)
             call.rows, call.cols = req["rows"], req["cols"]

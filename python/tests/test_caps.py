@@ -267,11 +267,14 @@ def test_fp8_kv_cache_is_declared_in_protocol_4_and_left_out_before():
 
 
 @pytest.mark.parametrize("caps, message", [
-    (dict(ops="merge", kv_dtypes="e4m3fn"), "declares kv_dtypes without attention or splitkv"),
+    (dict(ops="softmax", kv_dtypes="e4m3fn"), "declares kv_dtypes without attention, splitkv, quantize or merge"),
+    (dict(ops="merge", kv_dtypes="e4m3fn"), 'a merge writing FP8 outputs (kv_dtypes) declares fp8=("saturate",)'),
+    (dict(ops="quantize"), "declares quantize but no FP8 format to write (kv_dtypes)"),
+    (dict(ops="attention", kv_dtypes="e4m3fn", fp8="saturate"), "fp8 \"saturate\" is a quantiser's or a merge's"),
     (dict(ops="attention", kv_dtypes="e4m3"), "unknown word 'e4m3' in 'kv_dtypes' (known: e4m3fn, e5m2, e4m3fnuz)"),
     (dict(ops="attention", fp8="descale_per_kv_head"), "fp8 given without kv_dtypes"),
     (dict(ops="attention", kv_dtypes="e5m2", fp8="per_head"),
-     "unknown word 'per_head' in 'fp8' (known: descale_per_kv_head, fp8_q, p_e4m3, descale_per_sequence)"),
+     "unknown word 'per_head' in 'fp8' (known: descale_per_kv_head, fp8_q, p_e4m3, descale_per_sequence, saturate)"),
 ])
 def test_bad_fp8_declarations_are_refused(caps, message):
     with pytest.raises(ac.CapsError) as e:

@@ -11,7 +11,7 @@ S=$2
 rm -rf "$S"
 mkdir -p "$S"
 cd "$S"
-ARGS="--backend host --subject merge,softmax-online,fused,splitkv --cases 12 --jobs 3 --no-plots --quiet"
+ARGS="--backend host --subject merge,softmax-online,fused,splitkv,quantize-fp8,merge-fp8 --cases 12 --jobs 3 --no-plots --quiet"
 ATTNCHECK_DEVICE_SERVER=off "$AC" check $ARGS --report-dir own >/dev/null
 ATTNCHECK_DEVICE_SERVER=on "$AC" check $ARGS --report-dir served >/dev/null
 ATTNCHECK_DEVICE_SERVER=on ATTNCHECK_DEVICE_SERVER_DIES_AFTER=40 "$AC" check $ARGS --report-dir died >/dev/null

@@ -36,9 +36,6 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
   for (const auto& s : subjects) {
     INFO(s->name());
     const ac_caps& c = s->caps();
-    // The quantiser and FP8 outputs are not carried by the protocol: refused by name (the next test
-    // case).
-    if ((c.ops & AC_OP_QUANTIZE) || (c.fp8 & AC_FP8_SATURATE)) continue;
     const w::DeclaredSubject d = w::caps_from_json(w::caps_to_json(s->name(), s->description(), c));
     CHECK(d.name == s->name());
     CHECK(d.caps.ops == c.ops);
@@ -104,23 +101,18 @@ TEST_CASE("unknown handshake words are refused, naming the field", "[worker]") {
   bad = j;
   bad.erase("ops");
   CHECK_THROWS_WITH(w::caps_from_json(bad), Catch::Contains("missing field 'ops'"));
-  // The C ABI's quantiser is a known word, but one the protocol does not carry: refused by name.
+  // The quantiser is a protocol-4 operation: refused by name in a version-3 reply.
   bad = j;
   bad["ops"] = {"quantize"};
-  CHECK_THROWS_WITH(w::caps_from_json(bad),
-                    Catch::Contains("'ops' holds \"quantize\", which the worker protocol does not carry"));
-  // And FP8 outputs, declared by "saturate".
-  bad = j;
-  bad["kv_dtypes"] = {"e4m3fn"};
-  bad["fp8"] = {"saturate"};
-  CHECK_THROWS_WITH(w::caps_from_json(bad, 4), Catch::Contains("'fp8' holds \"saturate\""));
+  CHECK_THROWS_WITH(w::caps_from_json(bad, 3),
+                    Catch::Contains("'ops' holds \"quantize\", which needs protocol 4"));
 }
 
 // The words every set field is written with, in order, as harness/WORKER_PROTOCOL.md lists them and
 // the Python SDK declares them (python/attncheck/_caps.py): a subject with every bit set.
 TEST_CASE("the handshake's words are the protocol document's, in its order", "[worker]") {
   ac_caps c{};
-  c.ops = AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV;
+  c.ops = AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV | AC_OP_QUANTIZE;
   c.dtypes = AC_DTYPE_BIT(AC_DTYPE_F32) | AC_DTYPE_BIT(AC_DTYPE_F16) | AC_DTYPE_BIT(AC_DTYPE_BF16);
   c.head_size_min = 1;
   c.head_size_max = 8;
@@ -130,7 +122,7 @@ TEST_CASE("the handshake's words are the protocol document's, in its order", "[w
   c.fold_orders = AC_FOLD_BIT(AC_FOLD_LEFT) | AC_FOLD_BIT(AC_FOLD_RIGHT) | AC_FOLD_BIT(AC_FOLD_TREE);
   const auto j = w::caps_to_json("x", "", c);
   using L = std::vector<std::string>;
-  CHECK(j["ops"].get<L>() == L{"merge", "softmax", "attention", "splitkv"});
+  CHECK(j["ops"].get<L>() == L{"merge", "softmax", "attention", "splitkv", "quantize"});
   CHECK(j["dtypes"].get<L>() == L{"fp32", "fp16", "bf16"});
   CHECK(j["features"].get<L>() ==
         L{"causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type", "flushed_exp"});

@@ -199,11 +199,9 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
       j.contains("description") && j["description"].is_string() ? j["description"].get<std::string>() : "";
   ac_caps& c = s.caps;
   c.ops = bits_of(need(j, "ops"), "ops", kOps);
-  // The C ABI's quantiser has no message in the worker protocol yet: refused by name (and with it
-  // AC_FP8_SATURATE, the declaration of FP8 outputs, below).
-  if (c.ops & AC_OP_QUANTIZE)
-    throw ProtocolError(
-        "'ops' holds \"quantize\", which the worker protocol does not carry (a C-ABI plugin does)");
+  if ((c.ops & AC_OP_QUANTIZE) && protocol < 4)
+    throw ProtocolError("'ops' holds \"quantize\", which needs protocol 4 (the worker answered protocol " +
+                        std::to_string(protocol) + ")");
   c.dtypes = bits_of(need(j, "dtypes"), "dtypes", kDtypes);
   const std::string mem = need_string(j, "memory");
   if (mem != "host" && mem != "cuda")
@@ -301,11 +299,6 @@ DeclaredSubject caps_from_json(const json& j, int protocol) {
   // is validate_subject's check, as for a plugin.
   if (has_v4_field(j, "kv_dtypes", protocol)) c.kv_dtypes = bits_of(j["kv_dtypes"], "kv_dtypes", kKvDtypes);
   if (has_v4_field(j, "fp8", protocol)) c.fp8 = bits_of(j["fp8"], "fp8", kFp8);
-  if (c.fp8 & AC_FP8_SATURATE)
-    throw ProtocolError(
-        "'fp8' holds \"saturate\", FP8 outputs (a quantiser's, a merge's), which the worker protocol does "
-        "not "
-        "carry (a C-ABI plugin does)");
   s = DeclaredSubject(s);  // points caps at the own arrays
   return s;
 }
@@ -378,6 +371,10 @@ void fill_bits(unsigned char* base, const TensorRef& t, ac_dtype d, uint32_t pat
   unsigned char* p = base + t.offset;
   if (d == AC_DTYPE_F32) {
     for (size_t i = 0; i < n; ++i) std::memcpy(p + 4 * i, &pattern, 4);
+    return;
+  }
+  if (dtype_bytes(d) == 1) {  // FP8 codes (a quantiser's, a merge's output)
+    std::memset(p, int(pattern & 0xffu), n);
     return;
   }
   const uint16_t h = uint16_t(pattern);

@@ -116,6 +116,14 @@ float float_from_hex(const json& v, const char* field) {
   return f;
 }
 
+// An FP8 format's word ("e4m3fn"), for `field`.
+ac_dtype fp8_word(const json& r, const char* field) {
+  const std::string f = r.contains(field) && r[field].is_string() ? r[field].get<std::string>() : "";
+  const auto kv = kv_dtype_from(f);
+  if (!kv) throw ProtocolError(std::string("'") + field + "' must be one of " + kv_dtype_names());
+  return *kv;
+}
+
 json serve_call(const json& r, Subject& s, unsigned char* arena) {
   const std::string op = r.at("op");
   const ac_dtype d = dtype_from_word(r.at("dtype"));
@@ -133,9 +141,13 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
     m.suffix_out = get_bits(arena, in(r, "inputs", "suffix_out"), d, n);
     m.prefix_lse = get_lse(arena, in(r, "inputs", "prefix_lse"), lay, T, H);
     m.suffix_lse = get_lse(arena, in(r, "inputs", "suffix_lse"), lay, T, H);
+    if (r.contains("out_dtype")) {  // an FP8 output, divided by its scale
+      m.out_dtype = fp8_word(r, "out_dtype");
+      m.output_scale = get_floats(arena, in(r, "inputs", "output_scale"), 1).at(0);
+    }
     const MergeOutput o = s.merge(m);
     const auto out = in(r, "outputs", "out"), out_lse = in(r, "outputs", "out_lse");
-    put_bits(arena, out, d, o.out);
+    put_bits(arena, out, m.o_dtype(), o.out);
     put_lse(arena, out_lse, lay, o.lse, T, H);
     written = {{"out", out.bytes}, {"out_lse", out_lse.bytes}};
   } else if (op == "softmax") {
@@ -228,6 +240,21 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
       put_lse(arena, lse, lay, o.lse, tq, a.num_heads);
       written["lse"] = lse.bytes;
     }
+  } else if (op == "quantize") {
+    QuantizeInput q;
+    q.dtype = d;
+    q.out_dtype = fp8_word(r, "out_dtype");
+    q.num_tokens = r.at("num_tokens");
+    q.num_heads = r.at("num_heads");
+    q.head_size = r.at("head_size");
+    const size_t n = size_t(int64_t(q.num_tokens) * q.num_heads * q.head_size);
+    const auto scale = in(r, "inputs", "scale");
+    q.scales = get_floats(arena, scale, scale.bytes / sizeof(float));
+    q.x = get_bits(arena, in(r, "inputs", "x"), d, n);
+    const QuantizeOutput o = s.quantize(q);
+    const auto y = in(r, "outputs", "y");
+    put_bits(arena, y, q.out_dtype, o.y);
+    written = {{"y", y.bytes}};
   } else {
     throw ProtocolError("unknown op '" + op + "'");
   }

@@ -92,16 +92,23 @@ class WorkerSubject final : public Subject {
     require_merge_sizes(in);
     const ac_lse_layout lay = d_.caps.lse_layout;
     const std::string dt = dtype_name(in.dtype);
+    // An FP8 output (protocol 4, only to a worker declaring its format): out in one-byte codes of
+    // out_dtype, the scale an fp32 input.
+    if (in.fp8_out() && !(d_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
+      throw SubjectError(SubjectError::Kind::unsupported,
+                         d_.name + " does not write " + kv_dtype_name(in.out_dtype) + " outputs (kv_dtypes)");
+    const std::string od = in.fp8_out() ? kv_dtype_name(in.out_dtype) : dt;
     Layout L;
     const TensorRef po = L.add(dt, {T, H, D}), so = L.add(dt, {T, H, D});
     const TensorRef pl = L.add("fp32", lse_shape(lay, T, H)), sl = L.add("fp32", lse_shape(lay, T, H));
-    const TensorRef out = L.add(dt, {T, H, D}), out_lse = L.add("fp32", lse_shape(lay, T, H));
+    const TensorRef out = L.add(od, {T, H, D}), out_lse = L.add("fp32", lse_shape(lay, T, H));
+    const TensorRef scale = L.add("fp32", {in.fp8_out() ? 1 : 0});
     unsigned char* a = arena(L.size());
     put_bits(a, po, in.dtype, in.prefix_out);
     put_bits(a, so, in.dtype, in.suffix_out);
     put_lse(a, pl, lay, in.prefix_lse, T, H);
     put_lse(a, sl, lay, in.suffix_lse, T, H);
-    fill_bits(a, out, in.dtype, poison_bits(in.dtype), n_out);
+    fill_bits(a, out, in.o_dtype(), poison_bits(in.o_dtype()), n_out);
     fill_bits(a, out_lse, AC_DTYPE_F32, kPoisonF32, n_lse);
     json r = request("merge", dt, L.size());
     r["num_tokens"] = T;
@@ -111,12 +118,48 @@ class WorkerSubject final : public Subject {
                    {"prefix_lse", tensor_json(pl)},
                    {"suffix_out", tensor_json(so)},
                    {"suffix_lse", tensor_json(sl)}};
+    if (in.fp8_out()) {
+      std::memcpy(a + scale.offset, &in.output_scale, sizeof(float));
+      r["out_dtype"] = od;
+      r["inputs"]["output_scale"] = tensor_json(scale);
+    }
     r["outputs"] = {{"out", tensor_json(out)}, {"out_lse", tensor_json(out_lse)}};
     a = call(r, {{"out", out}, {"out_lse", out_lse}});
     MergeOutput m;
-    m.out = get_bits(a, out, in.dtype, n_out);
+    m.out = get_bits(a, out, in.o_dtype(), n_out);
     m.lse = get_lse(a, out_lse, lay, T, H);
     return m;
+  }
+
+  QuantizeOutput quantize(const QuantizeInput& in) override {
+    if (!has_op(AC_OP_QUANTIZE))
+      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no quantize");
+    if (!(d_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
+      throw SubjectError(SubjectError::Kind::unsupported,
+                         d_.name + " does not write " + kv_dtype_name(in.out_dtype) + " (kv_dtypes)");
+    if (in.scales.size() > 1 && !(d_.caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
+      throw SubjectError(SubjectError::Kind::unsupported,
+                         d_.name + " takes one scale per tensor (no descale_per_kv_head)");
+    const int64_t T = in.num_tokens, H = in.num_heads, D = in.head_size;
+    const size_t n = size_t(T * H * D);
+    require_tensor_size("x", in.x.size(), n);
+    const std::string dt = dtype_name(in.dtype), od = kv_dtype_name(in.out_dtype);
+    Layout L;
+    const TensorRef x = L.add(dt, {T, H, D}), scale = L.add("fp32", {int64_t(in.scales.size())}),
+                    y = L.add(od, {T, H, D});
+    unsigned char* a = arena(L.size());
+    put_bits(a, x, in.dtype, in.x);
+    std::memcpy(a + scale.offset, in.scales.data(), in.scales.size() * sizeof(float));
+    fill_bits(a, y, in.out_dtype, poison_bits(in.out_dtype), n);
+    json r = request("quantize", dt, L.size());
+    r["out_dtype"] = od;
+    r["num_tokens"] = T;
+    r["num_heads"] = H;
+    r["head_size"] = D;
+    r["inputs"] = {{"x", tensor_json(x)}, {"scale", tensor_json(scale)}};
+    r["outputs"] = {{"y", tensor_json(y)}};
+    a = call(r, {{"y", y}});
+    return QuantizeOutput{get_bits(a, y, in.out_dtype, n)};
   }
 
   SoftmaxOutput softmax(const SoftmaxInput& in) override {
@@ -381,8 +424,9 @@ class ServedSubject final : public Subject {
   AttentionOutput attention(const AttentionInput& in, const AttentionOptions& opt) override {
     return either(in.q.size() + in.k.size() + in.v.size(), [&](Subject& s) { return s.attention(in, opt); });
   }
-  // The protocol carries no quantiser (its handshake refuses one, so none is served): made here.
-  QuantizeOutput quantize(const QuantizeInput& in) override { return local_->quantize(in); }
+  QuantizeOutput quantize(const QuantizeInput& in) override {
+    return either(in.x.size(), [&](Subject& s) { return s.quantize(in); });
+  }
 
  private:
   // Inputs of more elements than this are staged here: the server would copy them twice more
@@ -510,6 +554,7 @@ std::vector<std::unique_ptr<Subject>> load_worker_subjects(const std::string& co
     s.merge = [](void*, const ac_merge_args*, char*, size_t) { return AC_OK; };
     s.softmax = [](void*, const ac_softmax_args*, char*, size_t) { return AC_OK; };
     s.attention = [](void*, const ac_attention_args*, char*, size_t) { return AC_OK; };
+    s.quantize = [](void*, const ac_quantize_args*, char*, size_t) { return AC_OK; };
     const auto problems = validate_subject(s, abi_version_of_protocol(host->protocol));
     if (!problems.empty()) throw HandshakeError(where + "subject " + label + ": " + problems.front());
     if (!names.insert(d.name).second)
