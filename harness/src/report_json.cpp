@@ -210,6 +210,7 @@ json report_to_json(const Report& r) {
                         {{"generate", num(e.time_split.generate)},
                          {"subject", num(e.time_split.subject)},
                          {"judge", num(e.time_split.judge)},
+                         {"judge_exact", num(e.time_split.judge_exact)},
                          {"write_ahead", num(e.time_split.write_ahead)}}},
                        {"message", e.message},
                        {"counterexample", e.counterexample},
@@ -367,6 +368,7 @@ Report report_from_json(const json& j) {
         e.time_split.subject = get_num(ts.value("subject", json(0.0)));
         e.time_split.judge = get_num(ts.value("judge", json(0.0)));
         e.time_split.write_ahead = get_num(ts.value("write_ahead", json(0.0)));
+        e.time_split.judge_exact = get_num(ts.value("judge_exact", json(0.0)));
       }
       e.message = x.value("message", "");
       e.counterexample = x.value("counterexample", "");

@@ -809,6 +809,7 @@ struct PreparedAttention::State {
         if (!fr.certified) ++J.counts.rows_uncertified;
       }
       ++J.counts.rows_escalated;
+      const AddSeconds exact_time(thread_time_split().judge_exact);
       judge_row_exact(job, exact_row(row), r, t, h, info, J.elems);
     }
     apply_declared_contracts(J, cv);

@@ -75,7 +75,7 @@ Report sample_report(int shard = 0, int shard_count = 1) {
   a.cases_run = 50;
   a.stats = {stats("fp16", "O", 1000, 0.75, 0.5), stats("fp16", "LSE", 100, 1.0, 0.5)};
   a.seconds = 1.5;
-  a.time_split = {0.25, 0.5, 0.375, 0.125};  // generate, subject, judge, write_ahead
+  a.time_split = {0.25, 0.5, 0.375, 0.125, 0.0625};  // generate, subject, judge, write_ahead, judge_exact
   a.shards = {shard};
   a.corpus_files = {"corpus/a-" + std::to_string(shard) + ".json"};
   ReportEntry b = a;
@@ -149,7 +149,9 @@ TEST_CASE("report.json round trips every field", "[report]") {
   CHECK(ts.at("subject") == 0.5);
   CHECK(ts.at("judge") == 0.375);
   CHECK(ts.at("write_ahead") == 0.125);
+  CHECK(ts.at("judge_exact") == 0.0625);
   CHECK(back.entries[0].time_split.judge == 0.375);
+  CHECK(back.entries[0].time_split.judge_exact == 0.0625);
 }
 
 TEST_CASE("report.json without the newer fields reads them as 0", "[report]") {

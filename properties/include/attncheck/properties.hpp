@@ -185,11 +185,15 @@ DriftCounts drift_total(const std::vector<DriftCounts>&);
 // cases. The rest is rules and bookkeeping.
 struct TimeSplit {
   double generate = 0, subject = 0, judge = 0, write_ahead = 0;
+  // Of judge: the seconds in the exact (MPFR) path's attention rows that the fast path escalated,
+  // their reference computed or reused, and measured (empty rows, always exact, are left out).
+  double judge_exact = 0;
   TimeSplit& operator+=(const TimeSplit& o) {
     generate += o.generate;
     subject += o.subject;
     judge += o.judge;
     write_ahead += o.write_ahead;
+    judge_exact += o.judge_exact;
     return *this;
   }
 };
