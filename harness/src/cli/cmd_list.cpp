@@ -10,8 +10,8 @@ namespace {
 
 std::string ops_string(uint32_t ops) {
   std::string s;
-  for (uint32_t bit : {AC_OP_MERGE, AC_OP_SOFTMAX, AC_OP_ATTENTION, AC_OP_SPLITKV})
-    if (ops & bit) s += (s.empty() ? "" : ",") + std::string(op_name(bit));
+  for (const auto& [bit, name] : op_spellings())
+    if (ops & bit) s += (s.empty() ? "" : ",") + std::string(name);
   return s;
 }
 
@@ -35,7 +35,7 @@ std::string caps_string(const Subject& s) {
   if (has_lse)
     o << "; LSE base " << (c.lse_base == 2 ? "2" : "e") << " "
       << (c.lse_layout == AC_LSE_HEADS_TOKENS ? "[heads,tokens]" : "[tokens,heads]");
-  if (c.ops != AC_OP_SOFTMAX)
+  if (c.ops & (AC_OP_MERGE | AC_OP_ATTENTION | AC_OP_SPLITKV))
     o << "; empty row LSE "
       << ((c.flags & AC_CAP_EMPTY_LSE_UNDEFINED) ? "undefined"
           : c.empty_lse_sign > 0                 ? "+inf"
@@ -82,6 +82,16 @@ std::string caps_string(const Subject& s) {
     if (c.max_call_seqs > 0) o << "; at most " << c.max_call_seqs << " sequences a call";
     if (c.max_call_tokens > 0) o << "; at most " << c.max_call_tokens << " query tokens a call";
     if (c.max_call_keys > 0) o << "; at most " << c.max_call_keys << " keys a call";
+  }
+  // FP8 outputs: a quantiser's codes, or a merge's.
+  if ((c.ops & (AC_OP_QUANTIZE | AC_OP_MERGE)) && c.kv_dtypes) {
+    o << (c.ops & AC_OP_QUANTIZE ? "; writes" : "; FP8 outputs");
+    for (const auto& [f, name] : kv_dtype_spellings())
+      if (c.kv_dtypes & AC_DTYPE_BIT(f)) o << " " << name;
+    o << (c.fp8 & AC_FP8_SATURATE ? " (saturating" : " (overflow to NaN / inf")
+      << (c.ops & AC_OP_QUANTIZE
+              ? (c.fp8 & AC_FP8_DESCALE_PER_KV_HEAD ? ", a scale per tensor or head)" : ", one scale)")
+              : ", output_scale)");
   }
   if (c.ops & AC_OP_SPLITKV) {
     o << "; splits 1.." << c.max_splits << " folds";
