@@ -13,8 +13,8 @@
 // infinities, largest 57344), e4m3fnuz (5: bias 8, 0x80 its only NaN and no -0, largest 240).
 // Overflow (a rounded magnitude past the largest) and infinite x give the signed largest value when
 // saturating (vLLM's cache writer: clamp, then cast), else NaN (e4m3fn, e4m3fnuz) or the signed
-// infinity (e5m2). NaN gives the format's NaN (0x7f, 0x7e with the sign for e5m2, 0x80 fnuz). A zero
-// keeps its sign, but in e4m3fnuz.
+// infinity (e5m2). NaN gives a NaN of the format, with x's sign (e4m3fn 0x7f / 0xff, e5m2 0x7e /
+// 0xfe), or 0x80 (e4m3fnuz). A zero keeps its sign, but in e4m3fnuz.
 // Mutation switch (kernels/mutants/): QuantizeMutation::nan_cast makes a saturating cast produce the
 // overflow code instead (a NaN-producing cast behind a saturating declaration).
 #pragma once
