@@ -451,6 +451,8 @@ Case case_from_json(const std::string& text) {
     expect_size(m.suffix_lse.size(), n_lse, "input.suffix_lse");
     check_half_bits(m.prefix_out, dtype, "input.prefix_out");
     check_half_bits(m.suffix_out, dtype, "input.suffix_out");
+    if (!in.contains("out_dtype") && in.contains("output_scale_bits"))
+      throw CaseError("input.output_scale_bits without out_dtype (an FP8 output's format)");
     if (in.contains("out_dtype")) {
       const std::string name = get_string(in, "out_dtype", w);
       const auto out = kv_dtype_from(name);
@@ -480,9 +482,10 @@ Case case_from_json(const std::string& text) {
     if (!out)
       throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
     q.out_dtype = *out;
-    q.num_tokens = int32_t(get_int(in, "num_tokens", w, 0, kMaxDim));
+    // A quantiser's case holds at least one element: one of nothing judges nothing.
+    q.num_tokens = int32_t(get_int(in, "num_tokens", w, 1, kMaxDim));
     q.num_heads = int32_t(get_int(in, "num_heads", w, 1, kMaxDim));
-    q.head_size = int32_t(get_int(in, "head_size", w, 0, kMaxDim));
+    q.head_size = int32_t(get_int(in, "head_size", w, 1, kMaxDim));
     q.scales = decode_floats(get_string(in, "scales", w), "input.scales");
     if (q.scales.size() != 1 && q.scales.size() != size_t(q.num_heads))
       throw CaseError("input.scales holds " + std::to_string(q.scales.size()) +

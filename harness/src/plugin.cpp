@@ -176,6 +176,10 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   if ((c.ops & AC_OP_QUANTIZE) && !c.kv_dtypes)
     bad("declares quantize but no FP8 format to write (caps.kv_dtypes)");
   if ((c.ops & AC_OP_QUANTIZE) && !s.quantize) bad("declares quantize but the quantize function is NULL");
+  if ((c.fp8 & (AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE)) &&
+      !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
+    bad("caps.fp8 declares AC_FP8_Q, AC_FP8_P_E4M3 or AC_FP8_DESCALE_PER_SEQUENCE (an attention's FP8 cache) "
+        "without attention or split-KV");
   if ((c.fp8 & AC_FP8_SATURATE) && !(c.ops & (AC_OP_QUANTIZE | AC_OP_MERGE)))
     bad("caps.fp8 declares AC_FP8_SATURATE (a quantiser's or a merge's casts) without AC_OP_QUANTIZE or "
         "AC_OP_MERGE");

@@ -1240,16 +1240,21 @@ rc::Gen<AttentionInput> attention_split_input(const Domain& dom) {
 
 namespace {
 
-// One scale: 1, a power of two (2^-10 .. 2^10: the quotient is x shifted, ties stay ties), or any
-// fp32 value in 2^-12 .. 2^7 with a full mantissa (the fp32 quotient then rounds, next to ties too).
+// One scale: 1, a power of two (2^-10 .. 2^10: the quotient is x shifted, ties stay ties), any fp32
+// value in 2^-12 .. 2^7 with a full mantissa (the fp32 quotient then rounds, next to ties too), or a
+// power of two a few fp32 ulps off: a tie times it is stored as the tie shifted, in any input dtype,
+// so its quotient lies a few fp32 ulps from the tie, where only a quotient of one correctly rounded
+// division lands on the contract's side (x times a rounded 1 / scale, for one, may not).
 float quantize_scale() {
-  switch (pick_class(3)) {
+  switch (pick_class(4)) {
     case 0:
       return 1.0f;
     case 1:
       return std::ldexp(1.0f, draw(-10, 11));
-    default:
+    case 2:
       return std::ldexp(1.0f + float(draw(0, 1 << 23)) * 0x1p-23f, draw(-12, 8));
+    default:
+      return std::ldexp(1.0f + float(draw(-3, 4)) * 0x1p-23f, draw(-10, 11));
   }
 }
 

@@ -69,7 +69,15 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
                    " suffix_out=" + hexfloat(m.dtype, m.suffix_out[size_t(row * D + c)]);
         if (m.fp8_out()) {
           const double x = to_d(e.exact);
-          const Fp8Interval iv = fp8_output_interval(x, allowed, double(m.output_scale));
+          Fp8Interval iv = fp8_output_interval(x, allowed, double(m.output_scale));
+          if (info.visible == 1 && !nan_in) {
+            // One state empty: a merge returns the other's O itself (weights 1 and 0, exact in fp32),
+            // so the only rounding before the cast is the division's: the quantiser's two quotients
+            // (judge_quantize.cpp), the real one and the fp32 one, and nothing between ties.
+            const double o = ea > -INFINITY ? oa : ob, s = double(m.output_scale);
+            const double q_real = o / s, q_fp32 = double(float(o) / float(s));
+            iv = {std::min(q_real, q_fp32), std::max(q_real, q_fp32)};
+          }
           e.exact = e.exact / Real(double(m.output_scale));
           const auto [c_lo, c_hi] = std::isnan(x) ? measure_fp8(e, m.out_dtype, out.out[size_t(row * D + c)],
                                                                 NAN, NAN, ref::Fp8Overflow::saturate)

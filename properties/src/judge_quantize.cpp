@@ -58,7 +58,7 @@ Judgement judge_quantize(const QuantizeInput& q, const QuantizeOutput& out, cons
         std::snprintf(sb, sizeof sb, "0x%08x", sbits);
         e.inputs =
             "x=" + hexfloat(q.dtype, q.x[i]) + " scale=" + sb + " (" + hexfloat(double(s)) + "): allowed " +
-            fp8_code_text(q.out_dtype, c_lo) +
+            (std::isnan(x) ? std::string("any NaN code") : fp8_code_text(q.out_dtype, c_lo)) +
             (c_hi == c_lo ? ""
                           : " or " + fp8_code_text(q.out_dtype, c_hi) + " (the real and the fp32 quotient)") +
             (cv.saturate ? " (saturating)" : " (overflow to NaN / inf)") +

@@ -256,6 +256,10 @@ TEST_CASE("validate_subject: a quantiser declares its function, its formats and 
   q.caps.fp8 = AC_FP8_SATURATE | AC_FP8_DESCALE_PER_KV_HEAD;
   q.quantize = [](void*, const ac_quantize_args*, char*, size_t) { return 0; };
   CHECK(attncheck::validate_subject(q, 3).empty());
+  // The FP8 cache's attention-only declarations mean nothing to a quantiser.
+  ac_subject fp8_q = q;
+  fp8_q.caps.fp8 |= AC_FP8_Q;
+  CHECK(attncheck::validate_subject(fp8_q, 3).size() == 1);
   ac_subject no_fn = q;
   no_fn.quantize = nullptr;
   CHECK(attncheck::validate_subject(no_fn, 3) ==

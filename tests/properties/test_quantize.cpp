@@ -55,7 +55,7 @@ std::string failure_class(float x, float scale, uint32_t y, bool saturate, ac_dt
 }
 
 // A quantiser in plain code: the fp32 quotient, then the reference's rounding; or one bug.
-enum class QBug { none, nan_cast, truncate, first_scale, ties_away };
+enum class QBug { none, nan_cast, truncate, first_scale, ties_away, reciprocal };
 
 class FakeQuantizer final : public Subject {
  public:
@@ -90,7 +90,9 @@ class FakeQuantizer final : public Subject {
     for (size_t i = 0; i < in.x.size(); ++i) {
       const int64_t h = int64_t(i / size_t(in.head_size)) % in.num_heads;
       const float s = bug_ == QBug::first_scale ? in.scales[0] : in.scale_of_head(h);
-      const float q = float(detail::decode(in.dtype, in.x[i])) / s;
+      // The reciprocal bug multiplies by fl32(1 / s): two roundings, off next to ties.
+      const float q = bug_ == QBug::reciprocal ? float(detail::decode(in.dtype, in.x[i])) * (1.0f / s)
+                                               : float(detail::decode(in.dtype, in.x[i])) / s;
       const double v = double(q);
       const uint8_t rn = ref::encode_fp8(f, v, ov);
       const double r = ref::decode_fp8(f, rn);
@@ -233,7 +235,8 @@ TEST_CASE("quantize_exact: a correct quantiser passes, each broken one fails wit
   };
   for (const Expect& e :
        {Expect{QBug::nan_cast, true, "overflow"}, Expect{QBug::truncate, false, "rounding"},
-        Expect{QBug::first_scale, false, "rounding"}, Expect{QBug::ties_away, false, "rounding"}}) {
+        Expect{QBug::first_scale, false, "rounding"}, Expect{QBug::ties_away, false, "rounding"},
+        Expect{QBug::reciprocal, false, "rounding"}}) {
     FakeQuantizer bad(e.bug, e.saturate);
     const PropertyResult r = run_property("quantize_exact", bad, cases(60));
     INFO("bug " << int(e.bug) << ": " << r.message);
@@ -284,6 +287,10 @@ TEST_CASE("quantize cases: the file's fields round-trip and bad ones are refused
   QuantizeInput short_x = q;
   short_x.x.pop_back();
   refused(short_x, "input.x");
+  QuantizeInput nothing = q;  // a quantise of no element judges nothing
+  nothing.head_size = 0;
+  nothing.x.clear();
+  refused(nothing, "head_size");
 }
 
 // ---- FP8 outputs of a merge (ac_merge_args.out_dtype) ----------------------------------------------
@@ -344,11 +351,20 @@ TEST_CASE("judge_merge: an FP8 output passes the codes of the merged value over 
   CHECK(merge_passes(fp8_merge(5.0f, true, 1.0f), 0x00));
   CHECK(merge_passes(fp8_merge(5.0f, true, 1.0f), 0x80));
   CHECK_FALSE(merge_passes(fp8_merge(5.0f, true, 1.0f), 0x01));
-  // The tie 1.1875 between 0x39 and 0x3a: the merge's fp32 error may put the value on either side,
-  // so both pass (the budget, not a rounding rule, decides here); 0x3b does not.
-  CHECK(merge_passes(fp8_merge(1.1875f, false, 1.0f), 0x39));
+  // The tie 1.1875 between 0x39 (odd) and 0x3a (even). Beside an empty suffix the merge returns
+  // the prefix's O itself (weights 1 and 0, exact in fp32) and 1.1875 / 1 is exact: only the even
+  // 0x3a passes, ties away from it fail.
   CHECK(merge_passes(fp8_merge(1.1875f, false, 1.0f), 0x3a));
+  CHECK_FALSE(merge_passes(fp8_merge(1.1875f, false, 1.0f), 0x39));
   CHECK_FALSE(merge_passes(fp8_merge(1.1875f, false, 1.0f), 0x3b));
+  // Two visible states of 1.1875 at equal LSEs: the same merged value, but reached through weights of
+  // 1/2 whose fp32 error may put it on either side; the budget, not a rounding rule, decides: both.
+  MergeInput two = fp8_merge(1.1875f, false, 1.0f);
+  two.suffix_out = two.prefix_out;
+  two.suffix_lse = {0.0f};
+  CHECK(merge_passes(two, 0x39));
+  CHECK(merge_passes(two, 0x3a));
+  CHECK_FALSE(merge_passes(two, 0x3b));
 }
 
 TEST_CASE("merge cases: an FP8 output's fields round-trip and a bad scale is refused",
@@ -366,6 +382,21 @@ TEST_CASE("merge cases: an FP8 output's fields round-trip and a bad scale is ref
     FAIL("a negative output_scale was accepted");
   } catch (const CaseError& e) {
     CHECK(std::string(e.what()).find("output_scale") != std::string::npos);
+  }
+  // A scale without its format is refused, not read as the plain merge.
+  {
+    Case stale = c;
+    stale.input = fp8_merge(3.0f, false, 0.5f);
+    std::string text = case_to_json(stale);
+    const size_t at = text.find("\"out_dtype\"");
+    REQUIRE(at != std::string::npos);
+    text.replace(at, std::string("\"out_dtype\"").size(), "\"out_dtype_x\"");
+    try {
+      case_from_json(text);
+      FAIL("output_scale_bits without out_dtype was accepted");
+    } catch (const CaseError& e) {
+      CHECK(std::string(e.what()).find("output_scale_bits without out_dtype") != std::string::npos);
+    }
   }
   // A merge without the field is the plain one.
   MergeInput plain = fp8_merge(3.0f, false, 1.0f);
