@@ -94,6 +94,9 @@ struct Elem {
   // ulp_F(exact) is known: always for the exact path; for a fast element unless the interval holds
   // a power of two (the error is then near zero in either binade's ulp, and `ulp` is right).
   bool binade_known = true;
+  // An FP8 output (measure_fp8): the code of `exact` under the subject's overflow declaration
+  // (saturating or not), what a report prints as the exact value rounded; -1 for other outputs.
+  int32_t fp8_rounded = -1;
 };
 
 // The measuring the judges share (measure.cpp).

@@ -171,6 +171,7 @@ std::pair<uint32_t, uint32_t> measure_fp8(Elem& e, ac_dtype d, uint32_t code, do
   e.out_value = v;
   e.out_finite = std::isfinite(v);
   e.allowed = 0;
+  e.fp8_rounded = int32_t(ref::encode_fp8(f, e.exact, ov));
   // A NaN code at an end of a finite interval is an overflow to NaN (e4m3fn, e4m3fnuz): that side
   // of the interval is open, or, where the whole interval lies past the largest value on one side,
   // NaN is all it allows. A NaN value (x NaN) allows NaN alone.
@@ -251,9 +252,11 @@ WorstElement to_worst(const Elem& e) {
   w.where = e.where;
   w.input_bits = e.inputs;
   w.exact = ref::to_decimal(e.exact, 36);
-  const uint32_t rb = is_fp8(e.dtype)
-                          ? ref::encode_fp8(fp8_format(e.dtype), e.exact, ref::Fp8Overflow::nonfinite)
-                          : ref::round_to_format(fmt(e.dtype), e.exact);
+  // An FP8 element's rounding follows its subject's overflow declaration (measure_fp8).
+  const uint32_t rb = !is_fp8(e.dtype) ? ref::round_to_format(fmt(e.dtype), e.exact)
+                      : e.fp8_rounded >= 0
+                          ? uint32_t(e.fp8_rounded)
+                          : ref::encode_fp8(fp8_format(e.dtype), e.exact, ref::Fp8Overflow::nonfinite);
   w.rounded_exact = hexfloat(e.dtype, rb);
   char b[24];
   std::snprintf(b, sizeof b,

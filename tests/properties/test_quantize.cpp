@@ -164,6 +164,15 @@ TEST_CASE("judge_quantize: hand-derived codes at the contract's edges", "[proper
   // e4m3fnuz: no -0 (0x80 is its NaN): -2^-12 rounds to zero, 0x00 only.
   CHECK(passes(-0x1p-12f, 1.0f, 0x00, false, AC_DTYPE_E4M3FNUZ));
   CHECK_FALSE(passes(-0x1p-12f, 1.0f, 0x80, false, AC_DTYPE_E4M3FNUZ));
+  // A report's "rounded" value follows the declaration: 465 saturates to 448 (0x1.cp+8), and without
+  // saturation it is NaN.
+  {
+    const QuantizeInput q = one(465.0f, 1.0f);
+    CHECK(detail::to_worst(detail::judge_quantize(q, QuantizeOutput{{0x7f}}, conv(true)).elems.at(0))
+              .rounded_exact == "0x1.cp+8");
+    CHECK(detail::to_worst(detail::judge_quantize(q, QuantizeOutput{{0x7e}}, conv(false)).elems.at(0))
+              .rounded_exact == "nan");
+  }
   // The scale divides: 6 / 2 = 3 = 1.5 2^1, exponent field 8, mantissa 4: 0x44.
   CHECK(passes(6.0f, 2.0f, 0x44, false));
   CHECK_FALSE(passes(6.0f, 2.0f, 0x4c, false));  // 6 itself: a scale ignored
