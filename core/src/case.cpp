@@ -753,6 +753,19 @@ std::string attention_variant_problem(const AttentionInput& a) {
   return "";
 }
 
+std::string undeclared_fp8_output(const QuantizeInput& in, const ac_caps& caps) {
+  if (!(caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
+    return std::string("does not write ") + kv_dtype_name(in.out_dtype) + " (caps.kv_dtypes)";
+  if (in.scales.size() > 1 && !(caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
+    return "takes one scale per tensor (no AC_FP8_DESCALE_PER_KV_HEAD)";
+  return "";
+}
+std::string undeclared_fp8_output(const MergeInput& in, const ac_caps& caps) {
+  if (in.fp8_out() && !(caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
+    return std::string("does not write ") + kv_dtype_name(in.out_dtype) + " merge outputs (caps.kv_dtypes)";
+  return "";
+}
+
 std::string undeclared_variant(const AttentionInput& in, uint32_t variants) {
   const struct {
     bool used;

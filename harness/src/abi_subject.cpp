@@ -89,10 +89,8 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   const size_t n_out = size_t(tokens * heads * in.head_size), n_lse = size_t(tokens * heads);
   require_merge_sizes(in);
   const ac_lse_layout layout = subject_.caps.lse_layout;
-  if (in.fp8_out() && !(subject_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
-    throw SubjectError(
-        SubjectError::Kind::unsupported,
-        name_ + " does not write " + kv_dtype_name(in.out_dtype) + " outputs (caps.kv_dtypes)");
+  if (const std::string why = undeclared_fp8_output(in, subject_.caps); !why.empty())
+    throw SubjectError(SubjectError::Kind::unsupported, name_ + " " + why);
 
   Staging st(mem);
   const size_t prefix = st.add(pack(in.dtype, in.prefix_out)), suffix = st.add(pack(in.dtype, in.suffix_out));
@@ -169,12 +167,8 @@ SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
 QuantizeOutput AbiSubject::quantize(const QuantizeInput& in) {
   if (!has_op(AC_OP_QUANTIZE) || !subject_.quantize)
     throw SubjectError(SubjectError::Kind::unsupported, name_ + " has no quantize");
-  if (!(subject_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
-    throw SubjectError(SubjectError::Kind::unsupported,
-                       name_ + " does not write " + kv_dtype_name(in.out_dtype) + " (caps.kv_dtypes)");
-  if (in.scales.size() > 1 && !(subject_.caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
-    throw SubjectError(SubjectError::Kind::unsupported,
-                       name_ + " takes one scale per tensor (no AC_FP8_DESCALE_PER_KV_HEAD)");
+  if (const std::string why = undeclared_fp8_output(in, subject_.caps); !why.empty())
+    throw SubjectError(SubjectError::Kind::unsupported, name_ + " " + why);
   const ac_memory mem = subject_.caps.memory;
   const size_t n = size_t(int64_t(in.num_tokens) * in.num_heads * in.head_size);
   require_tensor_size("x", in.x.size(), n);

@@ -221,7 +221,7 @@ Judgement judge_quantize(const QuantizeInput&, const QuantizeOutput&, const Conv
 // The failure class of a quantiser's element outside the contract: "nan_hidden" (x is NaN, the code
 // is not), "overflow" (|x / scale| past the format's largest value, or infinite: what the saturation
 // declaration governs) or "rounding".
-const char* quantize_failure_class(const QuantizeInput&, const Elem&, const Conventions&);
+const char* quantize_failure_class(const QuantizeInput&, const Elem&);
 
 // Visible keys of query `token` (global index) per the attention conventions: [seq key begin, end)
 // and the visibility of each key of its sequence.

@@ -69,8 +69,10 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
                    " suffix_out=" + hexfloat(m.dtype, m.suffix_out[size_t(row * D + c)]);
         if (m.fp8_out()) {
           const double x = to_d(e.exact);
-          Fp8Interval iv = fp8_output_interval(x, allowed, double(m.output_scale));
-          if (info.visible == 1 && !nan_in) {
+          Fp8Interval iv;
+          if (info.visible != 1 || nan_in) {
+            iv = fp8_output_interval(x, allowed, double(m.output_scale));
+          } else {
             // One state empty: a merge returns the other's O itself (weights 1 and 0, exact in fp32),
             // so the only rounding before the cast is the division's: the quantiser's two quotients
             // (judge_quantize.cpp), the real one and the fp32 one, and nothing between ties.

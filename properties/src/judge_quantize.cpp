@@ -69,7 +69,7 @@ Judgement judge_quantize(const QuantizeInput& q, const QuantizeOutput& out, cons
   return J;
 }
 
-const char* quantize_failure_class(const QuantizeInput& q, const Elem& e, const Conventions&) {
+const char* quantize_failure_class(const QuantizeInput& q, const Elem& e) {
   if (isnan(e.exact)) return "nan_hidden";
   // Past the largest finite value (the rounding there decides between it and the overflow code) or
   // infinite: what the saturation declaration governs.

@@ -666,17 +666,14 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
   int32_t head_size = 0, head_size_v = 0;
   if (const auto* m = std::get_if<MergeInput>(&c.input)) {
     dtype = m->dtype, head_size = m->head_size;
-    if (m->fp8_out() && !(subject.caps().kv_dtypes & AC_DTYPE_BIT(m->out_dtype)))
-      return not_applicable(std::string("subject does not write ") + kv_dtype_name(m->out_dtype) +
-                            " merge outputs (caps.kv_dtypes)");
+    if (const std::string why = undeclared_fp8_output(*m, subject.caps()); !why.empty())
+      return not_applicable("subject " + why);
   } else if (const auto* x = std::get_if<SoftmaxInput>(&c.input)) {
     dtype = x->dtype;
   } else if (const auto* q = std::get_if<QuantizeInput>(&c.input)) {
     dtype = q->dtype, head_size = q->head_size;
-    if (!(subject.caps().kv_dtypes & AC_DTYPE_BIT(q->out_dtype)))
-      return not_applicable(std::string("subject does not write ") + kv_dtype_name(q->out_dtype));
-    if (q->scales.size() > 1 && !(subject.caps().fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
-      return not_applicable("subject takes one scale per tensor (no AC_FP8_DESCALE_PER_KV_HEAD)");
+    if (const std::string why = undeclared_fp8_output(*q, subject.caps()); !why.empty())
+      return not_applicable("subject " + why);
   } else {
     const auto& a = std::get<AttentionInput>(c.input);
     dtype = a.dtype, head_size = a.head_size, head_size_v = a.head_size_v;

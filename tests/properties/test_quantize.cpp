@@ -51,7 +51,7 @@ bool passes(float x, float scale, uint32_t y, bool saturate, ac_dtype out = AC_D
 std::string failure_class(float x, float scale, uint32_t y, bool saturate, ac_dtype out = AC_DTYPE_E4M3) {
   const QuantizeInput q = one(x, scale, out);
   const detail::Judgement J = detail::judge_quantize(q, QuantizeOutput{{y}}, conv(saturate));
-  return detail::quantize_failure_class(q, J.elems.at(0), conv(saturate));
+  return detail::quantize_failure_class(q, J.elems.at(0));
 }
 
 // A quantiser in plain code: the fp32 quotient, then the reference's rounding; or one bug.

@@ -129,6 +129,12 @@ std::string past_call_limits(const AttentionInput& in, const ac_caps& caps);
 // declare it is called on the gathered input.
 std::string undeclared_variant(const AttentionInput& in, uint32_t variants);
 
+// The first FP8 output `in` asks for that a subject declaring `caps` does not write (caps.kv_dtypes,
+// and per-head scales only with AC_FP8_DESCALE_PER_KV_HEAD), as "does not write e5m2 (caps.kv_dtypes)",
+// or "" when it writes them: what a call refuses (unsupported) and replay reports not applicable.
+std::string undeclared_fp8_output(const QuantizeInput& in, const ac_caps& caps);
+std::string undeclared_fp8_output(const MergeInput& in, const ac_caps& caps);
+
 // Shape summary of a case, for the shrunk-counterexample size the mutation self-test reports:
 // tokens = query rows (merge: tokens, softmax: rows), keys = keys per row (max over sequences;
 // softmax: cols; merge: 2 states), heads = query heads.

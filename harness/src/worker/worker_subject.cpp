@@ -94,9 +94,8 @@ class WorkerSubject final : public Subject {
     const std::string dt = dtype_name(in.dtype);
     // An FP8 output (protocol 4, only to a worker declaring its format): out in one-byte codes of
     // out_dtype, the scale an fp32 input.
-    if (in.fp8_out() && !(d_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
-      throw SubjectError(SubjectError::Kind::unsupported,
-                         d_.name + " does not write " + kv_dtype_name(in.out_dtype) + " outputs (kv_dtypes)");
+    if (const std::string why = undeclared_fp8_output(in, d_.caps); !why.empty())
+      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " " + why);
     const std::string od = in.fp8_out() ? kv_dtype_name(in.out_dtype) : dt;
     Layout L;
     const TensorRef po = L.add(dt, {T, H, D}), so = L.add(dt, {T, H, D});
@@ -134,12 +133,8 @@ class WorkerSubject final : public Subject {
   QuantizeOutput quantize(const QuantizeInput& in) override {
     if (!has_op(AC_OP_QUANTIZE))
       throw SubjectError(SubjectError::Kind::unsupported, d_.name + " has no quantize");
-    if (!(d_.caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
-      throw SubjectError(SubjectError::Kind::unsupported,
-                         d_.name + " does not write " + kv_dtype_name(in.out_dtype) + " (kv_dtypes)");
-    if (in.scales.size() > 1 && !(d_.caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD))
-      throw SubjectError(SubjectError::Kind::unsupported,
-                         d_.name + " takes one scale per tensor (no descale_per_kv_head)");
+    if (const std::string why = undeclared_fp8_output(in, d_.caps); !why.empty())
+      throw SubjectError(SubjectError::Kind::unsupported, d_.name + " " + why);
     const int64_t T = in.num_tokens, H = in.num_heads, D = in.head_size;
     const size_t n = size_t(T * H * D);
     require_tensor_size("x", in.x.size(), n);

@@ -32,7 +32,7 @@ class QuantizeExact final : public Property {
     const Judgement J = run_once(ctx, c, o);
     const auto& q = std::get<QuantizeInput>(c.input);
     for (const Elem& e : J.elems)
-      if (!e.within) fail_at(o, quantize_failure_class(q, e, ctx.cv), "code outside the contract: ", e);
+      if (!e.within) fail_at(o, quantize_failure_class(q, e), "code outside the contract: ", e);
     return o;
   }
 };
