@@ -817,6 +817,8 @@ std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
   if (in.descale_granularity() == 2 && !(caps.fp8 & AC_FP8_DESCALE_PER_SEQUENCE))
     return "descales per (sequence, KV head) (AC_FP8_DESCALE_PER_SEQUENCE)";
   if (in.fp8_q() && !(caps.fp8 & AC_FP8_Q)) return "Q in FP8 (AC_FP8_Q)";
+  if (!in.fp8_q() && (caps.fp8 & AC_FP8_Q_REQUIRED))
+    return "an FP8 cache beside Q in its input type (it declares AC_FP8_Q_REQUIRED)";
   return "";
 }
 

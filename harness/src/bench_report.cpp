@@ -61,15 +61,17 @@ std::string bench_to_json_text(const BenchRun& r) {
                     {"of_ceiling", x.of_ceiling},
                     {"peers", peers}});
   }
-  const json j = {{"schema", "attncheck-bench"},
-                  {"schema_version", r.schema_version},
-                  {"tool_version", r.tool_version},
-                  {"timestamp", r.timestamp},
-                  {"device", r.device},
-                  {"repeats", r.repeats},
-                  {"ceilings", {{"copy_gbps", r.copy_gbps}, {"gemm_tflops", r.gemm_tflops}}},
-                  {"peers_note", r.peers_note},
-                  {"rows", rows}};
+  const json j = {
+      {"schema", "attncheck-bench"},
+      {"schema_version", r.schema_version},
+      {"tool_version", r.tool_version},
+      {"timestamp", r.timestamp},
+      {"device", r.device},
+      {"repeats", r.repeats},
+      {"ceilings",
+       {{"copy_gbps", r.copy_gbps}, {"gemm_tflops", r.gemm_tflops}, {"fp8_gemm_tflops", r.fp8_gemm_tflops}}},
+      {"peers_note", r.peers_note},
+      {"rows", rows}};
   return j.dump(1) + "\n";
 }
 
@@ -99,6 +101,7 @@ BenchRun bench_from_json_text(const std::string& text, const std::string& where)
   if (!c.is_object()) throw BenchError(where + ".ceilings must be an object");
   r.copy_gbps = non_negative_or_zero(c, "copy_gbps", where + ".ceilings");
   r.gemm_tflops = non_negative_or_zero(c, "gemm_tflops", where + ".ceilings");
+  r.fp8_gemm_tflops = non_negative_or_zero(c, "fp8_gemm_tflops", where + ".ceilings");
   const json& rows = jf::field<BenchError>(j, "rows", where);
   if (!rows.is_array()) throw BenchError(where + ".rows must be a list");
   std::set<std::string> ids;

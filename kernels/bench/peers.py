@@ -12,6 +12,9 @@ the flop count does not include. Needs torch with CUDA; a script beside the benc
 part of the Python SDK.
 With --json, each measurement is one JSON object per line instead (what `attncheck bench` reads):
 {"peer", "T", "dtype", "causal", "ms", "tflops"}, or {"peer", "T", "dtype", "causal", "error"}.
+Last, the FP8 GEMM ceiling that fused-hopper-fp8's rows are judged against: torch._scaled_mm on
+8192^3 e4m3fn operands (A row-major, B column-major, as it requires; scales of 1, bf16 out), timed
+the same way: {"ceiling": "fp8_gemm", "ms", "tflops"} or {"ceiling": "fp8_gemm", "error"}.
 """
 
 import json
@@ -77,6 +80,33 @@ def main(argv):
                     else:
                         print(f"peer-{name} T={t} h=32/8 d=128 {dtype_name} causal={int(causal)} {ms:.4f} ms "
                               f"{flops / ms / 1e9:.1f} TFLOP/s")
+    n = 8192
+    try:
+        fp8 = torch.float8_e4m3fn
+        a = (torch.rand(n, n, device=dev) * 2 - 1).to(fp8)
+        b = (torch.rand(n, n, device=dev) * 2 - 1).to(fp8).t()
+        one = torch.ones((), device=dev)
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(repeats):
+            flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        ms = statistics.median(times)
+        tflops = 2.0 * n ** 3 / ms / 1e9
+        if as_json:
+            print(json.dumps({"ceiling": "fp8_gemm", "ms": ms, "tflops": tflops}), flush=True)
+        else:
+            print(f"ceiling-fp8-gemm torch._scaled_mm {n}^3 e4m3fn {ms:.4f} ms {tflops:.1f} TFLOP/s")
+    except (RuntimeError, AttributeError, TypeError) as e:
+        why = (str(e).splitlines() or ["error"])[0]
+        print(json.dumps({"ceiling": "fp8_gemm", "error": why}) if as_json else f"ceiling-fp8-gemm: not run ({why})")
     return 0
 
 

@@ -4,7 +4,10 @@
 // Shapes are the Llama-3-8B layer's:
 //   attention  T in {2048, 8192}, 32 query heads over 8 KV heads, d = 128, fp16 and bf16, causal
 //              and not; fused (every tiling) and fused-hopper (every tiling, sm_90a builds).
-//              TFLOP/s of 4 T^2 h d flops (half when causal), against the GEMM ceiling.
+//              TFLOP/s of 4 T^2 h d flops (half when causal), against the GEMM ceiling. Beside the
+//              bf16 rows, fused-hopper-fp8 (dtype "e4m3": Q, K and V e4m3fn codes, one descale
+//              each, O in bf16; the call includes its copy of V transposed), against the FP8 GEMM
+//              ceiling ("fp8_gemm": torch._scaled_mm, which kernels/bench/peers.py measures).
 //   decode     1 query, T_k in {8192, 32768, 131072}, batch 1, 8 and 64, the same heads, fp16;
 //              splitkv-packed (its own split count) and splitkv (splits filling the machine);
 //              splitkv-packed on an e4m3fn cache (dtype "fp16 e4m3-kv", one byte per K / V element);
@@ -33,7 +36,7 @@ struct Measurement {
   bool causal = false;
   std::string tiling;  // "BRxBC", "auto" or ""
   double ms = 0, value = 0;
-  std::string unit, ceiling;  // "TFLOP/s" with "gemm", "GB/s" with "copy"
+  std::string unit, ceiling;  // "TFLOP/s" with "gemm" or "fp8_gemm", "GB/s" with "copy"
 };
 
 struct Ceilings {

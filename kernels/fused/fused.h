@@ -39,6 +39,9 @@ struct FusedOptions {
   fused::ExpForm exp_form{};   // host twin: how p is formed (fused_math.h); fused-hopper's twin sets it
   fused::TwinArithmetic arithmetic{};  // host twin: IEEE, or FTZ / DAZ (fused_math.h)
   bool p_e4m3 = false;  // host twin: in FP8 calls P held in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3)
+  // host twin: an FP8 cache's V descale multiplies the output, not each V value (fused_twin.h
+  // VDescale::output; fused-hopper-fp8's twin)
+  bool v_descale_output = false;
 };
 
 // The compiled (Br, Bc) tilings, one list that both the kernel instantiations and the subjects'

@@ -123,13 +123,15 @@ namespace {
 // through the twin's arithmetic, fused_twin.h).
 // The sink (sink2 = sink log2 e, -inf without one) joins the denominator first (fused_math.h
 // join_sink).
-void store_row(const fused::TwinRowState& s, float sink2, DType t, void* out, int64_t out_index, float* lse,
-               int64_t lse_index, const FusedOptions& o) {
+// V's descale (1 unless it multiplies the output, VDescale::output) after the normalisation.
+void store_row(const fused::TwinRowState& s, float sink2, float v_descale, DType t, void* out,
+               int64_t out_index, float* lse, int64_t lse_index, const FusedOptions& o) {
   float m = s.m, l = s.l;
   const float alpha = fused::join_sink(m, l, sink2);
   const float inv = fused::twin_round(fused::inverse_row_sum(l), o.arithmetic);
   for (size_t c = 0; c < s.o.size(); ++c) {
-    const uint32_t bits = store_from_float(t, fused::twin_round(s.o[c] * alpha * inv, o.arithmetic));
+    const uint32_t bits =
+        store_from_float(t, fused::twin_round(s.o[c] * alpha * inv * v_descale, o.arithmetic));
     static_cast<uint16_t*>(out)[out_index + int64_t(c)] = uint16_t(bits);
   }
   if (lse) {
@@ -142,7 +144,8 @@ void store_row(const fused::TwinRowState& s, float sink2, DType t, void* out, in
 // finished row stored. M is fused::Mutation::none for the twin, another value for a mutant.
 template <fused::Mutation M>
 void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, int bc) {
-  const fused::TwinArgs x = fused::decode_args<M>(a);
+  const fused::TwinArgs x =
+      fused::decode_args<M>(a, o.v_descale_output ? fused::VDescale::output : fused::VDescale::values);
   for (int s = 0; s < a.num_seqs; ++s) {
     const int64_t q0 = a.cu_seqlens_q_host[s];
     for (int head = 0; head < x.h; ++head) {
@@ -156,7 +159,7 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
                 : fused::twin_row_tile<M, true>(view, row0, br, bc, 0, k_hi, o.exp_form, o.arithmetic);
         for (size_t r = 0; r < states.size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
-          store_row(states[r], view.sink2, x.dtype, a.out, (tok * x.h + head) * x.dv, a.lse,
+          store_row(states[r], view.sink2, view.v_descale, x.dtype, a.out, (tok * x.h + head) * x.dv, a.lse,
                     int64_t(head) * x.total_q + tok, o);
         }
       }

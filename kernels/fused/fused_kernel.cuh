@@ -72,6 +72,14 @@ struct KernelParams {
   const int32_t* block_table;  // [num_seqs, max_blocks] when page_size > 0
   int page_size;               // > 0: k and v are page pools read through block_table
   int max_blocks;
+  // FlashAttention-3's FP8 forward (fused-hopper-fp8 alone reads these): the descales, device memory,
+  // per descale_granularity (plugin_abi.h), and the first key column of each sequence in V's
+  // transposed copy (kernels/hopper/hopper_fp8.cu).
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  int descale_granularity;
+  const int32_t* vt_col;
 };
 
 template <int BR, int BC, int D>

@@ -47,7 +47,18 @@ int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* e
 // Host twin: fused's twin (fused_twin.h) with the tile (BR, BC) of kHopperTilings[a.tiling].
 int hopper_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
 
+// fused-hopper-fp8 (hopper_fp8.cu): FlashAttention-3's FP8 forward (Q, K and V in e4m3fn, P in
+// e4m3fn with the offset 2^8, V's descale on the output) on the Hopper kernel, tiling (128, 128) and
+// head size 128 alone; a call without an FP8 cache is fused-hopper's. The checks (fused's, an FP8
+// call in e4m3fn with Q in FP8) and the twin: fused's twin with that tile, fused-hopper's exponent,
+// P in e4m3fn and V's descale on the output.
+inline constexpr int kNumHopperFp8Tilings = 1;  // kHopperTilings[0], (128, 128)
+inline constexpr int32_t kHopperFp8HeadSizes[] = {128};
+int hopper_fp8_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
+int hopper_fp8_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
+
 #if defined(ATTNCHECK_HAVE_CUDA)
+int hopper_fp8_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
 int hopper_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len,
                           HopperMutation m = HopperMutation::none);
 // The mutants' instantiations (hopper_mutants.cu); m != none.

@@ -5,6 +5,7 @@
 // rounds where fused rounds (dot in fp32, P to the input type, m / l / O fp32, the cap and the sink
 // as fused, O to the input type at the store) but for p: its exponent argument in one fma (not under
 // a cap, as the twin's walk knows) and a p below 2^-126 flushed to 0 (fused::ExpForm{true, true}).
+// fused-hopper-fp8's checks and twin too (hopper.h).
 // Check: ctest --test-dir build -R kernels_hopper
 #include "common/cuda_check.h"
 #include "hopper/hopper.h"
@@ -25,6 +26,34 @@ int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* e
   // its scope).
   if (a.page_size != 0) AC_REFUSE("fused-hopper: paged K / V is not built (its copies are tensor-map tiles)");
   return fused_check_args(a, o, kNumHopperTilings, err, err_len);
+}
+
+int hopper_fp8_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
+  static_assert(kHopperTilings[0].br == 128 && kHopperTilings[0].bc == 128, "the FP8 kernel's tiling");
+  if (a.page_size != 0) AC_REFUSE("fused-hopper-fp8: paged K / V is not built");
+  if (a.softcap != 0.0f || a.window_left != -1 || a.window_right != -1 || a.sinks)
+    AC_REFUSE("fused-hopper-fp8: softcap, window and sinks are not built");
+  if (a.head_size != kHopperFp8HeadSizes[0])
+    AC_REFUSE("fused-hopper-fp8: head size %d (the kernel is built for %d)", a.head_size,
+              kHopperFp8HeadSizes[0]);
+  if (fused::fp8_kv(a)) {
+    if (a.kv_dtype != AC_DTYPE_E4M3)
+      AC_REFUSE("fused-hopper-fp8: FP8 in e4m3fn only (kv_dtype %d)", int(a.kv_dtype));
+    if (!a.q_descale)
+      AC_REFUSE(
+          "fused-hopper-fp8: an FP8 call with Q in its input type (AC_FP8_Q_REQUIRED: Q, K and V in e4m3fn)");
+  }
+  // V's descale multiplies the output, so descales per (sequence, KV head) are read as well.
+  return fused_check_args(a, o, kNumHopperFp8Tilings, err, err_len, ArgScope{nullptr, 0, true, true, true});
+}
+
+int hopper_fp8_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
+  if (int rc = hopper_fp8_check_args(a, o, err, err_len)) return rc;
+  FusedOptions twin = o;
+  twin.exp_form = fused::ExpForm{true, true};
+  twin.p_e4m3 = true;
+  twin.v_descale_output = true;
+  return fused_twin_tiles(a, twin, kHopperTilings[0].br, kHopperTilings[0].bc, err, err_len);
 }
 
 int hopper_attention_host(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {

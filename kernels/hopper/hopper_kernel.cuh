@@ -43,11 +43,20 @@
 // p of that tile is 2^(-inf) = 0, where fused's are NaN; a later tile's alpha = 2^(inf - inf) is
 // NaN, so the row comes out NaN as in fused, or empty (O = 0, the empty LSE) where that tile is the
 // row's last. Both are far outside the exact budget, and the gate fails either.
+// FP8 (fused-hopper-fp8, hopper_fp8.cu; FlashAttention-3's contract): Q and K tiles are e4m3fn codes,
+// one 128-byte column block at d = 128; S by m64n128k32 e4m3 wgmma (a k32 step is the same 32 bytes
+// of the row); V arrives transposed ([d x keys], K-major, since 8-bit wgmma has no transpose) with
+// its keys in the order the register A words hold P, and zeros past the key range (every V tile is a
+// bulk copy); P is held as the e4m3fn code of 256 p (cvt.rn), O accumulates the codes' products in
+// fp32 and the epilogue multiplies by 2^-8 (exact), 1 / l and V's descale, in that order. The
+// descales of the (sequence, KV head) join the softmax scale in the consumer. Softcap, window,
+// sinks and the mutants are not built in FP8.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -60,11 +69,14 @@
 
 namespace attncheck::kern::hopper {
 
-template <int BR, int BC, int D>
+// E: bytes per element, 2 (fp16, bf16) or 1 (the FP8 kernel's e4m3 codes). A row of D elements is
+// D E / 128 column blocks of 128 bytes.
+template <int BR, int BC, int D, int E = 2>
 struct Layout {
   static constexpr int kConsumers = BR / 64;
   static constexpr int kThreads = (kConsumers + 1) * 128;
-  static constexpr int kQBytes = BR * D * 2, kTileBytes = BC * D * 2;
+  static constexpr int kQBytes = BR * D * E, kTileBytes = BC * D * E;
+  static constexpr int kColBlocks = D * E / 128;
   // Ring stages: as many K and V tiles as fit beside Q in the 227 KB an SM gives one CTA, at most
   // kMaxStages (3 at (128, 128), d = 128). A consumer holds two stages (tiles j - 1 and j), so
   // with 3 only one copy is in flight.
@@ -79,6 +91,8 @@ struct Layout {
   static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
   static_assert(BR % 64 == 0 && (BC == 64 || BC == 128) && (D == 64 || D == 128), "tile shape");
+  // FP8: V's transposed tile is D rows of BC one-byte keys, one 128-byte swizzle row each.
+  static_assert(E == 2 || (E == 1 && BC == 128 && D == 128), "the FP8 kernel's tile shape");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
   static_assert(kBytes <= 227 * 1024, "shared memory");
 };
@@ -201,6 +215,16 @@ __device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo) {
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t lo, uint32_t sbo) {
   return (uint64_t((sbo >> 4) | (1u << 30)) << 32) | lo;
 }
+// Four weights as one register A word of the FP8 P V (hopper_wgmma.cuh): each 256 p rounded once to
+// e4m3fn, to nearest even (fused_math.h p_e4m3; a p <= 1 gives at most 256 < 448, so the satfinite
+// mode never bites, and a NaN stays NaN), the first in the low byte.
+__device__ __forceinline__ uint32_t pack4_e4m3_offset(float a, float b, float c, float d) {
+  const uint32_t lo =
+      __nv_cvt_float2_to_fp8x2(make_float2(a * 256.0f, b * 256.0f), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi =
+      __nv_cvt_float2_to_fp8x2(make_float2(c * 256.0f, d * 256.0f), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
 
 }  // namespace dev
 
@@ -210,13 +234,18 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t lo, uint32_t sbo) {
 // scaled_logit, and then p = 2^fl(x - m), fused's form, since a capped logit has no fma form). A
 // sink is joined in the epilogue of either instantiation (fused_math.h join_sink), before the
 // normalisation.
-template <bool BF16, int D, int BR, int BC, HopperMutation HM = HopperMutation::none, bool VAR = false>
-__global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
+// FP8 (fused-hopper-fp8; no VAR, no mutants): Q and K are e4m3fn codes, tm_v maps V's transposed
+// copy (hopper_fp8.cu), BF16 is the output's type; see the FP8 notes at the top of this file.
+template <bool BF16, int D, int BR, int BC, HopperMutation HM = HopperMutation::none, bool VAR = false,
+          bool FP8 = false>
+__global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     hopper_attention_kernel(const __grid_constant__ CUtensorMap tm_q,
                             const __grid_constant__ CUtensorMap tm_k,
                             const __grid_constant__ CUtensorMap tm_v, const fused::KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Layout<BR, BC, D>;
+  static_assert(!FP8 || (!VAR && HM == HopperMutation::none), "the FP8 kernel has no variants or mutants");
+  constexpr int E = FP8 ? 1 : 2;
+  using L = Layout<BR, BC, D, E>;
   constexpr bool kGuard = HM != HopperMutation::none;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = dev::smem_u32(smem_raw);
@@ -266,13 +295,15 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     if (wtid == 0) {
       dev::mbar_expect_tx(bar_q, L::kQBytes);
 #pragma unroll
-      for (int cb = 0; cb < D / 64; ++cb)
-        dev::tma_load3(sQ + uint32_t(cb * BR * 128), &tm_q, cb * 64, head, int(q0) + row0, bar_q);
+      for (int cb = 0; cb < L::kColBlocks; ++cb)
+        dev::tma_load3(sQ + uint32_t(cb * BR * 128), &tm_q, cb * (128 / E), head, int(q0) + row0, bar_q);
     }
     // Tiles 0 .. n_full - 1 lie inside the key range; a last tile n_full (when k_end % BC != 0) runs
     // past it, and its V is written after the loop (so the loop's state is dead there: the producer
     // has 32 or 40 registers).
-    const int n_full = (k_end - k_lo) / BC;
+    // FP8: V's transposed copy holds each sequence's keys in whole tiles, zeros past the range, so
+    // every tile is a copy.
+    const int n_full = FP8 ? n_tiles : (k_end - k_lo) / BC;
     for (int j = 0; j < n_tiles; ++j) {
       const int s = j % L::kStages;
       const uint32_t phase = uint32_t(j / L::kStages) & 1u;
@@ -281,10 +312,14 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
         const uint32_t dk = sK + uint32_t(s * L::kTileBytes), dv = sV + uint32_t(s * L::kTileBytes);
         dev::mbar_expect_tx(bar_k(s), L::kTileBytes);
 #pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb)
-          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * 64, kvh, int(k0) + k_lo + j * BC,
+        for (int cb = 0; cb < L::kColBlocks; ++cb)
+          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * (128 / E), kvh, int(k0) + k_lo + j * BC,
                          bar_k(s));
-        if (j < n_full) {
+        if constexpr (FP8) {
+          // The transposed tile: D rows (d) of BC keys, box (keys, d, KV head).
+          dev::mbar_expect_tx(bar_v(s), L::kTileBytes);
+          dev::tma_load3(dv, &tm_v, p.vt_col[seq] + j * BC, 0, kvh, bar_v(s));
+        } else if (j < n_full) {
           dev::mbar_expect_tx(bar_v(s), L::kTileBytes);
 #pragma unroll
           for (int cb = 0; cb < D / 64; ++cb)
@@ -293,7 +328,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
         }
       }
     }
-    if (n_full < n_tiles) {
+    if (!FP8 && n_full < n_tiles) {
       // The last tile runs past the key range: rows past it must be zero (P = 0 there, and
       // 0 x V must stay 0), which the copy engine cannot do inside the tensor, so the
       // warp writes the tile itself, swizzled as the copy engine would. Every thread of the warp
@@ -321,8 +356,18 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   const int warp = wtid >> 5, lane = wtid & 31, g = lane >> 2, t4 = lane & 3;
   const int warp_row0 = row0 + c * 64 + warp * 16;
   const int row_a = warp_row0 + g, row_b = row_a + 8;
+  // FP8: the descales of this (sequence, KV head) folded into the softmax scale, as the twin's
+  // head_view: fl(fl(fl(scale q_descale) k_descale) log2 e); V's multiplies the output.
+  float scale_log2 = p.scale_log2, v_descale = 1.0f;
+  if constexpr (FP8) {
+    const int at = p.descale_granularity == 2   ? seq * p.num_kv_heads + kvh
+                   : p.descale_granularity == 1 ? kvh
+                                                : 0;
+    scale_log2 = __fmul_rn(__fmul_rn(__fmul_rn(p.scale, p.q_descale[at]), p.k_descale[at]), fused::kLog2e);
+    v_descale = p.v_descale[at];
+  }
   // See scale_and_max; a capped logit (VAR) takes the general path.
-  const bool raw_s = p.scale_log2 > 0.0f && (!VAR || p.softcap == 0.0f);
+  const bool raw_s = scale_log2 > 0.0f && (!VAR || p.softcap == 0.0f);
   const uint8_t* mask = p.mask ? p.mask + p.cu_mask[seq] : nullptr;
   const int diag = tk - tq;
 
@@ -334,7 +379,9 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   // One S buffer: S_j is issued into it only after P_(j-1) has been packed out of it into pa, and
   // pa is rewritten only after the P V wgmma that reads it has retired.
   float sacc[BC / 2];
-  uint32_t pa[BC / 16][4];
+  // P as register A words: four per k step of P V (k16 for fp16 / bf16, k32 for e4m3).
+  constexpr int kPSteps = BC * E / 32;
+  uint32_t pa[kPSteps][4];
   float alpha[2];
 
   auto stage_of = [](int j) { return j % L::kStages; };
@@ -353,10 +400,13 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
     dev::fence_regs(sacc);
     dev::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
+    for (int ks = 0; ks < D * E / 32; ++ks) {  // a k step is 32 bytes of the row, k16 or (FP8) k32
       const uint32_t qa = q_lo + uint32_t(((ks / 4) * BR * 128 + (ks % 4) * 32) >> 4);
       const uint32_t kb = k_lo + uint32_t(((ks / 4) * BC * 128 + (ks % 4) * 32) >> 4);
-      dev::wgmma_ss<BC, BF16>(sacc, dev::desc_sw128(qa, 1024), dev::desc_sw128(kb, 1024), ks > 0);
+      if constexpr (FP8)
+        dev::wgmma_ss_n128_e4m3(sacc, dev::desc_sw128(qa, 1024), dev::desc_sw128(kb, 1024), ks > 0);
+      else
+        dev::wgmma_ss<BC, BF16>(sacc, dev::desc_sw128(qa, 1024), dev::desc_sw128(kb, 1024), ks > 0);
     }
     dev::wgmma_commit();
   };
@@ -365,14 +415,22 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
   auto issue_pv = [&](int j) {
     const int s = stage_of(j);
     if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_v(s), phase_of(j));
-    const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), uint32_t(BC * 128));
     dev::fence_regs(o);
 #pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk) dev::fence_regs(pa[kk]);
+    for (int kk = 0; kk < kPSteps; ++kk) dev::fence_regs(pa[kk]);
     dev::wgmma_fence();
+    if constexpr (FP8) {
+      // B = V^T [d x keys], K-major like K in issue_s: a k32 step moves 32 bytes along the row.
+      const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), 16);
 #pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk)
-      dev::wgmma_rs<D, BF16>(o, pa[kk], dev::desc_sw128(v_lo + uint32_t(kk * 2048 / 16), 1024));
+      for (int kk = 0; kk < kPSteps; ++kk)
+        dev::wgmma_rs_n128_e4m3(o, pa[kk], dev::desc_sw128(v_lo + uint32_t((kk * 32) >> 4), 1024));
+    } else {
+      const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), uint32_t(BC * 128));
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk)
+        dev::wgmma_rs<D, BF16>(o, pa[kk], dev::desc_sw128(v_lo + uint32_t(kk * 2048 / 16), 1024));
+    }
     dev::wgmma_commit();
   };
   // The online softmax of tile j on sacc (S_j retired): scale, mask, row max, alpha, P (fp32, in
@@ -417,8 +475,8 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = kRaw  ? sacc[4 * i + e]
-                  : VAR ? fused::scaled_logit(sacc[4 * i + e], p.scale, p.scale_log2, p.softcap)
-                        : __fmul_rn(sacc[4 * i + e], p.scale_log2);
+                  : VAR ? fused::scaled_logit(sacc[4 * i + e], p.scale, scale_log2, p.softcap)
+                        : __fmul_rn(sacc[4 * i + e], scale_log2);
         [[maybe_unused]] const int col = n0 + i * 8 + 2 * t4 + (e & 1);
         if constexpr (kVis == kBounds) {
           if (col >= end_vis[e >> 1]) x = col < end_range[e >> 1] ? fused::masked_logit() : neg_inf_f();
@@ -455,13 +513,13 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = fused::dev::quad_max(mx[r]);
-      if (raw_s) mx[r] = __fmul_rn(mx[r], p.scale_log2);
+      if (raw_s) mx[r] = __fmul_rn(mx[r], scale_log2);
     }
     float off[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) fused::advance_max(m_run[r], mx[r], alpha[r], off[r]);
     float tile_sum[2] = {0.0f, 0.0f};
-    const float mul = raw_s ? p.scale_log2 : 1.0f;  // fl(x * 1 - m) = fl(x - m)
+    const float mul = raw_s ? scale_log2 : 1.0f;  // fl(x * 1 - m) = fl(x - m)
 #pragma unroll
     for (int i = 0; i < BC / 2; ++i) {
       sacc[i] = dev::exp2_ftz(fmaf(sacc[i], mul, -off[(i & 3) >> 1]));
@@ -483,12 +541,27 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
     }
+    if constexpr (FP8) {
+      // Keys 32 kk .. + 31 are accumulator groups 4 kk .. 4 kk + 3; this thread holds columns
+      // 8 i + 2 t4 + {0, 1} of each, which word w's bytes take as columns 16 (w >> 1) + 4 t4 .. + 3.
+      // V's transposed copy stores its keys in that order (hopper_fp8.cu vt_position), so each
+      // weight meets its own key without a shuffle.
 #pragma unroll
-    for (int kk = 0; kk < BC / 16; ++kk) {
-      pa[kk][0] = fused::dev::pack2<BF16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
-      pa[kk][1] = fused::dev::pack2<BF16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
-      pa[kk][2] = fused::dev::pack2<BF16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
-      pa[kk][3] = fused::dev::pack2<BF16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        const float* a = sacc + 16 * kk;
+        pa[kk][0] = dev::pack4_e4m3_offset(a[0], a[1], a[4], a[5]);
+        pa[kk][1] = dev::pack4_e4m3_offset(a[2], a[3], a[6], a[7]);
+        pa[kk][2] = dev::pack4_e4m3_offset(a[8], a[9], a[12], a[13]);
+        pa[kk][3] = dev::pack4_e4m3_offset(a[10], a[11], a[14], a[15]);
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        pa[kk][0] = fused::dev::pack2<BF16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
+        pa[kk][1] = fused::dev::pack2<BF16>(sacc[8 * kk + 2], sacc[8 * kk + 3]);
+        pa[kk][2] = fused::dev::pack2<BF16>(sacc[8 * kk + 4], sacc[8 * kk + 5]);
+        pa[kk][3] = fused::dev::pack2<BF16>(sacc[8 * kk + 6], sacc[8 * kk + 7]);
+      }
     }
   };
 
@@ -512,7 +585,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       dev::wgmma_wait<0>();  // P_(j-1) V_(j-1) retired: O and pa are free, stage j - 1 is read
       dev::fence_regs(o);
 #pragma unroll
-      for (int kk = 0; kk < BC / 16; ++kk) dev::fence_regs(pa[kk]);
+      for (int kk = 0; kk < kPSteps; ++kk) dev::fence_regs(pa[kk]);
       dev::mbar_arrive(bar_e(stage_of(j - 1)));
       rescale_and_pack();
     }
@@ -538,7 +611,14 @@ __global__ void __launch_bounds__(Layout<BR, BC, D>::kThreads, 1)
       }
     }
   }
-  const float inv[2] = {fused::inverse_row_sum(l_row[0]), fused::inverse_row_sum(l_row[1])};
+  float inv[2] = {fused::inverse_row_sum(l_row[0]), fused::inverse_row_sum(l_row[1])};
+  if constexpr (FP8) {
+    // O holds the sum of the codes of 256 p times V's codes: over 256 (exact), times 1 / l, then
+    // times V's descale (store_row's product), the twin's fl(fl(O / l) v_descale).
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = (o[i] * 0x1p-8f) * inv[(i & 3) >> 1];
+    inv[0] = inv[1] = v_descale;
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = r == 0 ? row_a : row_b;

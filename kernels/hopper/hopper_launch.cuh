@@ -21,11 +21,11 @@ namespace attncheck::kern::hopper {
 using LaunchFn = cudaError_t (*)(const CUtensorMap&, const CUtensorMap&, const CUtensorMap&,
                                  const fused::KernelParams&, int, int, cudaStream_t);
 
-template <bool BF16, int D, int BR, int BC, HopperMutation HM, bool VAR>
+template <bool BF16, int D, int BR, int BC, HopperMutation HM, bool VAR, bool FP8 = false>
 cudaError_t launch(const CUtensorMap& mq, const CUtensorMap& mk, const CUtensorMap& mv,
                    const fused::KernelParams& p, int max_tq, int num_seqs, cudaStream_t stream) {
-  using L = Layout<BR, BC, D>;
-  auto kernel = hopper_attention_kernel<BF16, D, BR, BC, HM, VAR>;
+  using L = Layout<BR, BC, D, FP8 ? 1 : 2>;
+  auto kernel = hopper_attention_kernel<BF16, D, BR, BC, HM, VAR, FP8>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes);
   if (e != cudaSuccess) return e;
   const dim3 grid(unsigned((max_tq + BR - 1) / BR), unsigned(p.num_heads), unsigned(num_seqs));
@@ -63,39 +63,59 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-// A [tokens, heads, d] tensor as a 3-D map (d, head, token); one box is 64 d x 1 head x rows
-// tokens, 128-byte swizzled; reads past the last token are zero-filled.
-inline bool make_map(CUtensorMap* m, const void* base, bool bf16, int d, int heads, int64_t tokens,
-                     int rows) {
+// A 3-D map of elements of `type` (`bytes` each): dims innermost first, the outer two dimensions'
+// strides in bytes, one box of box[0] x box[1] x box[2] elements (box[0] bytes <= 128), 128-byte
+// swizzled; reads past the tensor are zero-filled.
+inline bool encode_map3(CUtensorMap* m, const void* base, CUtensorMapDataType type,
+                        const cuuint64_t (&dims)[3], const cuuint64_t (&strides)[2],
+                        const cuuint32_t (&box)[3]) {
   auto fn = encode_fn();
   if (!fn) return false;
-  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(tokens > 0 ? tokens : 1)};
-  const cuuint64_t strides[2] = {cuuint64_t(d) * 2, cuuint64_t(heads) * cuuint64_t(d) * 2};
-  const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)};
   const cuuint32_t estr[3] = {1, 1, 1};
-  return fn(m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-            const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+  return fn(m, type, 3, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// A [tokens, heads, d] tensor as a 3-D map (d, head, token); one box is 128 bytes of d x 1 head x
+// rows tokens (64 fp16 / bf16 values, or 128 FP8 codes: `bytes` per element).
+inline bool make_map(CUtensorMap* m, const void* base, CUtensorMapDataType type, int bytes, int d, int heads,
+                     int64_t tokens, int rows) {
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(heads), cuuint64_t(tokens > 0 ? tokens : 1)};
+  const cuuint64_t strides[2] = {cuuint64_t(d) * bytes, cuuint64_t(heads) * cuuint64_t(d) * bytes};
+  const cuuint32_t box[3] = {cuuint32_t(128 / bytes), 1, cuuint32_t(rows)};
+  return encode_map3(m, base, type, dims, strides, box);
+}
+inline bool make_map(CUtensorMap* m, const void* base, bool bf16, int d, int heads, int64_t tokens,
+                     int rows) {
+  return make_map(m, base, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, d,
+                  heads, tokens, rows);
+}
+
+// The device-side refusals of a call that passed its argument checks and has a sequence: tensor-map
+// alignment, device cu_seqlens, the grid, an sm_90 device, 32-bit coordinates. `name`: the
+// subject's, for the messages.
+inline int device_checks(const ac_attention_args& a, const char* name, char* err, size_t err_len) {
+  if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
+    AC_REFUSE("%s: q, k and v must be 16-byte aligned (tensor maps)", name);
+  if (!aligned_to(a.out, 4)) AC_REFUSE("%s: out must be 4-byte aligned", name);
+  if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("%s: device cu_seqlens missing", name);
+  if (a.num_seqs > 65535) AC_REFUSE("%s: %d sequences exceed the grid (65535)", name, a.num_seqs);
+  int dev = 0, major = 0;
+  AC_CUDA_TRY(cudaGetDevice(&dev));
+  AC_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major != 9) AC_REFUSE("%s: needs a compute capability 9.0 GPU (sm_90a code), found %d.x", name, major);
+  const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs], total_k = a.cu_seqlens_k_host[a.num_seqs];
+  if (total_q >= (int64_t(1) << 31) || total_k >= (int64_t(1) << 31))
+    AC_REFUSE("%s: more than 2^31 tokens (tensor-map coordinates are 32-bit)", name);
+  return AC_OK;
 }
 
 template <HopperMutation HM>
 int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
   if (int rc = hopper_check_args(a, o, err, err_len)) return rc;
   if (a.num_seqs == 0) return AC_OK;
-  if (!aligned_to(a.q, 16) || !aligned_to(a.k, 16) || !aligned_to(a.v, 16))
-    AC_REFUSE("fused-hopper: q, k and v must be 16-byte aligned (tensor maps)");
-  if (!aligned_to(a.out, 4)) AC_REFUSE("fused-hopper: out must be 4-byte aligned");
-  if (!a.cu_seqlens_q || !a.cu_seqlens_k) AC_REFUSE("fused-hopper: device cu_seqlens missing");
-  if (a.num_seqs > 65535) AC_REFUSE("fused-hopper: %d sequences exceed the grid (65535)", a.num_seqs);
-  int dev = 0, major = 0;
-  AC_CUDA_TRY(cudaGetDevice(&dev));
-  AC_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (major != 9)
-    AC_REFUSE("fused-hopper: needs a compute capability 9.0 GPU (sm_90a code), found %d.x", major);
+  if (int rc = device_checks(a, "fused-hopper", err, err_len)) return rc;
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs], total_k = a.cu_seqlens_k_host[a.num_seqs];
-  if (total_q >= (int64_t(1) << 31) || total_k >= (int64_t(1) << 31))
-    AC_REFUSE("fused-hopper: more than 2^31 tokens (tensor-map coordinates are 32-bit)");
   const int max_tq = fused::max_seqlen_q_host(a);
   if (max_tq == 0) return AC_OK;
   const bool bf16 = a.dtype == AC_DTYPE_BF16;

@@ -2,6 +2,9 @@
 //   fused-hopper            the sm_90a attention forward, fused's caps with the Hopper tilings,
 //                           softcap, window and sinks (CUDA only where the build targets sm_90a;
 //                           the host twin always)
+//   fused-hopper-fp8        its FP8 instantiation, FlashAttention-3's contract (hopper_fp8.cu): Q, K
+//                           and V in e4m3fn, P in e4m3fn with the offset 2^8, head size 128, tiling
+//                           (128, 128); calls without an FP8 cache run fused-hopper's kernel
 //   mutant-hopper-*         its compile-time broken variants (CUDA only: each is a
 //                           synchronisation bug with no host analogue), never default subjects
 // Check: ctest --test-dir build -R kernels_hopper
@@ -17,6 +20,15 @@ struct HopperSelf {
   HopperMutation mutation;
   bool cuda;
 };
+
+int run_hopper_fp8_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
+  if (static_cast<const HopperSelf*>(self)->cuda)
+    return hopper_fp8_attention_cuda(*args, FusedOptions{}, err, err_len);
+#endif
+  (void)self;
+  return hopper_fp8_attention_host(*args, FusedOptions{}, err, err_len);
+}
 
 int run_hopper_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
 #if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
@@ -43,6 +55,20 @@ ac_caps with_hopper_variants(ac_caps c) {
   return c;
 }
 
+// fused-hopper-fp8: fused-hopper's contract at head size 128 and its first tiling, FlashAttention-3's
+// FP8 (fused.h with_fp8_forward: e4m3fn, Q in FP8, P in e4m3fn with the offset) with Q in FP8 in
+// every FP8 call (its tensor cores multiply e4m3 by e4m3) and descales per (sequence, KV head) (V's
+// on the output); no variants.
+ac_caps hopper_fp8_caps(bool cuda) {
+  ac_caps c = with_fp8_forward(hopper_caps(cuda));
+  c.head_size_min = c.head_size_max = kHopperFp8HeadSizes[0];
+  c.head_sizes = kHopperFp8HeadSizes;
+  c.num_head_sizes = 1;
+  c.num_tilings = kNumHopperFp8Tilings;
+  c.fp8 |= AC_FP8_Q_REQUIRED | AC_FP8_DESCALE_PER_SEQUENCE;
+  return c;
+}
+
 HopperSelf g_self[2] = {{HopperMutation::none, false}, {HopperMutation::none, true}};
 #if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
 HopperSelf g_mutants[3] = {{HopperMutation::no_full_wait, true},
@@ -66,6 +92,13 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
            : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
        with_hopper_variants(hopper_caps(cuda)), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0],
        nullptr});
+  out.push_back(
+      {"fused-hopper-fp8",
+       cuda ? "Hopper attention forward in FP8 (e4m3fn Q, K, V and P through wgmma, FlashAttention-3's "
+              "contract), natural LSE, empty -inf"
+            : "Hopper attention forward in FP8, host twin (fused's twin, tile (128, 128), P in e4m3fn, "
+              "V's descale on the output)",
+       hopper_fp8_caps(cuda), nullptr, nullptr, run_hopper_fp8_subject, &g_self[cuda ? 1 : 0], nullptr});
   append_packed_subjects(out, cuda);
 }
 

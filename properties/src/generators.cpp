@@ -516,7 +516,7 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
 // `a` quantised to a declared FP8 format (descales per tensor, or at a declared finer granularity), each
 // descale amax / largest times a factor drawn from `factors` (0: the power of two above amax /
 // largest, times 2^`pow2_headroom`). Q too in three quarters of the cases where the subject
-// declares AC_FP8_Q, with descales drawn alike.
+// declares AC_FP8_Q (in every case under AC_FP8_Q_REQUIRED), with descales drawn alike.
 void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<double>& factors,
                      int pow2_headroom) {
   const ac_dtype format = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
@@ -550,7 +550,7 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   std::vector<float> vd =
       descales(a.v, [&](size_t i) { return a.kv_descale_slot(n_groups, rows, i, a.dv()); });
   std::vector<float> qd;
-  if ((dom.fp8 & AC_FP8_Q) && pick_class(4) != 0)
+  if ((dom.fp8 & AC_FP8_Q) && ((dom.fp8 & AC_FP8_Q_REQUIRED) || pick_class(4) != 0))
     qd = descales(a.q, [&](size_t i) { return a.q_descale_slot(n_groups, tokens, i); });
   a = fp8_copy(a, format, std::move(kd), std::move(vd), std::move(qd));
 }

@@ -19,7 +19,7 @@ FOLDS = ("left", "right", "tree")
 VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
 KV_DTYPES = ("e4m3fn", "e5m2", "e4m3fnuz")
-FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate")
+FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate", "fp8_q_required")
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -94,7 +94,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     "e4m3fn", "e5m2" and / or "e4m3fnuz": k and v then arrive as one-byte codes of kv_dtype with their fp32
     descales (AttentionCall: kv_dtype, k_descale, v_descale); fp8=("descale_per_kv_head",) adds one
     descale per KV head to the one per tensor, "descale_per_sequence" one per (sequence, KV head). out stays in dtypes, and q unless fp8 holds "fp8_q"
-    (q then may arrive as codes of kv_dtype too, with q_descale). "p_e4m3" declares that in FP8 calls
+    (q then may arrive as codes of kv_dtype too, with q_descale; with "fp8_q_required" it always does
+    in FP8 calls, never beside an FP8 cache in dtypes). "p_e4m3" declares that in FP8 calls
     P is held in e4m3fn with the offset 2^8 before P V (FlashAttention-3; its budget is allowed).
     ops "quantize" (protocol 4): a KV-cache quantiser writing the kv_dtypes formats (QuantizeCall);
     fp8 "saturate" says its casts saturate (else overflow gives NaN, or e5m2's infinity), and
@@ -219,6 +220,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r} declares quantize but no FP8 format to write (kv_dtypes)")
     if "merge" in ops and kv and "saturate" not in fp8_words:
         raise CapsError(f"subject {name!r}: a merge writing FP8 outputs (kv_dtypes) declares fp8=(\"saturate\",)")
+    if "fp8_q_required" in fp8_words and "fp8_q" not in fp8_words:
+        raise CapsError(f"subject {name!r}: fp8 \"fp8_q_required\" needs \"fp8_q\"")
     if "saturate" in fp8_words and not {"quantize", "merge"} & set(ops):
         raise CapsError(f"subject {name!r}: fp8 \"saturate\" is a quantiser's or a merge's declaration")
     # Written only where declared, as attncheck writes its own subjects: a subject without variants

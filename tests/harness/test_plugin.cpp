@@ -277,6 +277,10 @@ TEST_CASE("validate_subject: a quantiser declares its function, its formats and 
       attncheck::validate_subject(attention, 3) ==
       std::vector<std::string>{"caps.fp8 declares AC_FP8_SATURATE (a quantiser's or a merge's casts) without "
                                "AC_OP_QUANTIZE or AC_OP_MERGE"});
+  attention.caps.fp8 = AC_FP8_Q_REQUIRED;
+  CHECK(attncheck::validate_subject(attention, 3) ==
+        std::vector<std::string>{
+            "caps.fp8 declares AC_FP8_Q_REQUIRED (every FP8 call with Q in FP8) without AC_FP8_Q"});
   // A merge writing FP8 outputs declares their saturating cast.
   ac_subject merge = q;
   merge.caps.ops = AC_OP_MERGE;

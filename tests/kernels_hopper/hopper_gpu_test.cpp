@@ -576,3 +576,135 @@ TEST_CASE("packed gpu: engine modes, a sequence alone and beside longer ones", "
     if (device_sms() == 132) CHECK_FALSE(run(batch, 0) == run(alone, 0));
   }
 }
+
+// fused-hopper-fp8 (kernels/hopper/hopper_fp8.cu): FlashAttention-3's FP8 forward against its twin,
+// which rounds where the kernel rounds (S and P V on the codes, the descales folded into the scale,
+// P held as e4m3fn(256 p), V's descale on the output) and sums in another order, and whose exp2
+// differs from ex2.approx by ulps: a weight whose 256 p sits that close to an e4m3fn tie may take the
+// other code, 2^-4 of that weight, far under 2 ulps of the output type at its largest value.
+namespace {
+
+struct Fp8Forward {
+  Fp8Cache kv;
+  std::vector<uint8_t> q;
+  std::vector<float> qd;
+};
+
+// Q quantised over qd[0] (the codes are the kernel's input whatever descales it is then given), K
+// and V over theirs; qd as many values as kd.
+Fp8Forward fp8_forward(const AttnCase& c, std::vector<float> qd, std::vector<float> kd,
+                       std::vector<float> vd) {
+  Fp8Forward f{fp8_cache(c, AC_DTYPE_E4M3, std::move(kd), std::move(vd)), {}, std::move(qd)};
+  f.q = fp8_codes(c, c.q, c.head_size, AC_DTYPE_E4M3, {f.qd.front()});
+  return f;
+}
+
+GpuResult run_fp8_gpu(const AttnCase& c, const Fp8Forward& f) {
+  DeviceCase dc(c);
+  DeviceArray<uint8_t> q(f.q), k(f.kv.k), v(f.kv.v);
+  DeviceArray<float> qd(f.qd), kd(f.kv.kd), vd(f.kv.vd);
+  ac_attention_args a = dc.args(c, 0);
+  point_at_fp8(a, f.kv, k.ptr, v.ptr, kd.ptr, vd.ptr);
+  a.q = q.ptr;
+  a.q_descale = qd.ptr;
+  char err[256] = {0};
+  GpuResult r;
+#if defined(ATTNCHECK_HAVE_SM90A)
+  r.rc = kern::hopper_fp8_attention_cuda(a, {}, err, sizeof err);
+#else
+  r.rc = AC_ERR_UNSUPPORTED;
+  std::snprintf(err, sizeof err, "built without sm_90a");
+#endif
+  r.err = err;
+  r.out = dc.out.to_host();
+  r.lse = dc.lse.to_host();
+  return r;
+}
+
+GpuResult run_fp8_twin(const AttnCase& c, const Fp8Forward& f) {
+  GpuResult r{0, "", std::vector<uint16_t>(size_t(c.total_q() * c.heads * c.dv())),
+              std::vector<float>(size_t(c.total_q() * c.heads))};
+  ac_attention_args a = host_args(c, r.out.data(), r.lse.data(), 0);
+  point_at_fp8(a, f.kv, f.kv.k.data(), f.kv.v.data(), f.kv.kd.data(), f.kv.vd.data());
+  a.q = f.q.data();
+  a.q_descale = f.qd.data();
+  char err[256] = {0};
+  r.rc = kern::hopper_fp8_attention_host(a, {}, err, sizeof err);
+  r.err = err;
+  return r;
+}
+
+// The descales of one granularity for a case of 2 KV heads and `seqs` sequences (not powers of two).
+std::vector<float> descales(int granularity, int seqs, float base) {
+  const size_t n = granularity == 0 ? 1 : granularity == 1 ? 2 : size_t(2 * seqs);
+  std::vector<float> d(n);
+  for (size_t i = 0; i < n; ++i) d[i] = base * (1.0f + 0.37f * float(i));
+  return d;
+}
+
+// "" or the first LSE that differs from the twin's by more than 2^-16 relative (or in kind).
+std::string lse_apart(const std::vector<float>& want, const std::vector<float>& got) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const bool same = std::isinf(want[i]) || std::isnan(want[i])
+                          ? (std::isnan(want[i]) ? std::isnan(got[i]) : want[i] == got[i])
+                          : std::fabs(got[i] - want[i]) <= 0x1p-16f * std::max(1.0f, std::fabs(want[i]));
+    if (!same)
+      return "lse[" + std::to_string(i) + "]: twin " + std::to_string(want[i]) + ", CUDA " +
+             std::to_string(got[i]);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("hopper-fp8 gpu: CUDA against its twin over causal, masks, GQA, varlen and every granularity",
+          "[hopper][gpu][fp8]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 9900;
+  for (DType dt : {DType::f16, DType::bf16})
+    for (int shape = 0; shape < 3; ++shape)
+      for (int granularity : {0, 1, 2}) {
+        // Key ranges past one tile and ragged (1000 = 7 tiles + 104), one tile exactly, one short of
+        // it, a query range past one row tile, an empty query range, an empty key range.
+        const AttnCase c = make_case(seed++, dt, 8, 2, 128, {1, 200, 128, 0, 3}, {1000, 300, 127, 7, 0},
+                                     shape == 1, shape == 2);
+        const Fp8Forward f = fp8_forward(c, descales(granularity, 5, 0.011f),
+                                         descales(granularity, 5, 0.013f), descales(granularity, 5, 0.02f));
+        const GpuResult g = run_fp8_gpu(c, f), t = run_fp8_twin(c, f);
+        INFO(c.describe() << " granularity " << granularity << " " << g.err << t.err);
+        REQUIRE(g.rc == AC_OK);
+        REQUIRE(t.rc == AC_OK);
+        CHECK(beyond_scale(c.dtype, t.out, g.out, 2) == 0);
+        CHECK(lse_apart(t.lse, g.lse) == "");
+      }
+}
+
+TEST_CASE("hopper-fp8 gpu: bitwise reproducible, and a call without an FP8 cache is fused-hopper's",
+          "[hopper][gpu][fp8]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9950, DType::bf16, 8, 1, 128, {300, 1}, {2000, 513}, true, false);
+  const Fp8Forward f = fp8_forward(c, {0.01f}, {0.012f}, {0.03f});
+  const GpuResult a = run_fp8_gpu(c, f), b = run_fp8_gpu(c, f);
+  REQUIRE(a.rc == AC_OK);
+  CHECK(a.out == b.out);
+  CHECK(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0);
+  // The same case in bf16 through the FP8 subject's entry point: fused-hopper's kernel, bit for bit.
+  DeviceCase dc(c);
+  ac_attention_args args = dc.args(c, 0);
+  char err[256] = {0};
+#if defined(ATTNCHECK_HAVE_SM90A)
+  REQUIRE(kern::hopper_fp8_attention_cuda(args, {}, err, sizeof err) == AC_OK);
+#endif
+  const GpuResult h = run_gpu(c, 0);
+  REQUIRE(h.rc == AC_OK);
+  CHECK(dc.out.to_host() == h.out);
+}
+
+TEST_CASE("hopper-fp8 gpu: small shapes for the sanitizers", "[sanitize-fp8]") {
+  if (!kern::hopper_built()) return;
+  const AttnCase c = make_case(9960, DType::f16, 4, 2, 128, {70, 1, 0}, {300, 129, 5}, true, false);
+  const Fp8Forward f = fp8_forward(c, {0.02f, 0.03f}, {0.011f, 0.017f}, {0.02f, 0.05f});
+  const GpuResult g = run_fp8_gpu(c, f), t = run_fp8_twin(c, f);
+  REQUIRE(g.rc == AC_OK);
+  CHECK(beyond_scale(c.dtype, t.out, g.out, 2) == 0);
+}

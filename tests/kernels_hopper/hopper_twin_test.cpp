@@ -248,3 +248,88 @@ TEST_CASE("splitkv-packed: an FP8 cache without its descales, or of a granularit
   a.descale_granularity = 0;
   CHECK(kern::packed_check_args(a, err, sizeof err) == AC_OK);
 }
+
+TEST_CASE("fused-hopper-fp8 twin: one hand-derived row, V's descale on the output", "[hopper][twin][fp8]") {
+  // One query, two keys, d = 128, all codes e4m3fn, softmax scale 1. Q one-hot on coordinate 0 with
+  // code 0x38 (1.0), q_descale 2; K: key 0 all 0x00, key 1's coordinate 0 0xB8 (-1.0), k_descale
+  // 2.5; V: key 0 all 0x00, key 1 all 0x38 (1.0), v_descale 2. Scores 0 and 1 * 2 * -1 * 2.5 = -5:
+  // weights 1 and p = e^-5 = 6.7379e-3, l = 1 + p (unrounded), LSE = ln(1 + e^-5). 256 p = 1.72492
+  // is held as the nearest e4m3fn value, 1.75 (values in [1, 2) are 0.125 apart), so P V reads
+  // 1.75 / 256 = 6.8359e-3; O = 6.8359e-3 / 1.0067379 = 6.7902e-3, then times v_descale 2 =
+  // 1.35804e-2 (fp16 spacing there 2^-17, relative 5.6e-4).
+  const int d = 128;
+  std::vector<uint8_t> q(d, 0), k(2 * d, 0), v(2 * d, 0);
+  q[0] = 0x38;
+  k[d] = 0xB8;
+  for (int c = 0; c < d; ++c) v[d + c] = 0x38;
+  const float q_descale = 2.0f, k_descale = 2.5f, v_descale = 2.0f;
+  int32_t cu_q[2] = {0, 1}, cu_k[2] = {0, 2};
+  std::vector<uint16_t> out(d, 0x7e00);
+  std::vector<float> lse(1, 12345.0f);
+  ac_attention_args a = AttentionArgs(AC_DTYPE_F16, 1, 1, d)
+                            .sequences(1, cu_q, cu_k)
+                            .tensors(q.data(), k.data(), v.data(), out.data(), lse.data())
+                            .scale(1.0f)
+                            .fp8_kv(AC_DTYPE_E4M3, &k_descale, &v_descale, 0)
+                            .fp8_q(&q_descale);
+  char err[256] = {};
+  REQUIRE(kern::hopper_fp8_attention_host(a, {}, err, sizeof err) == AC_OK);
+  for (int c = 0; c < d; ++c) CHECK(kern::f16_to_float(out[size_t(c)]) == Approx(1.35804e-2).epsilon(6e-4));
+  CHECK(lse[0] == Approx(std::log1p(std::exp(-5.0))).epsilon(1e-5));
+  // V's descale is applied once: the same row with v_descale 1 is half of it, bit for bit (a
+  // product by 2 is exact).
+  const float one = 1.0f;
+  std::vector<uint16_t> half(d);
+  ac_attention_args b = a;
+  b.v_descale = &one;
+  b.out = half.data();
+  REQUIRE(kern::hopper_fp8_attention_host(b, {}, err, sizeof err) == AC_OK);
+  CHECK(kern::f16_to_float(half[0]) * 2 == kern::f16_to_float(out[0]));
+}
+
+TEST_CASE("fused-hopper-fp8: the calls its kernel does not compute are refused by name",
+          "[hopper][twin][fp8]") {
+  const int d = 128;
+  std::vector<uint8_t> q(d, 0x38), k(2 * d, 0x38), v(2 * d, 0x38);
+  std::vector<uint16_t> q16(d, 0x3c00), out(d);
+  const float ds[2] = {1.0f, 1.0f};
+  int32_t cu_q[2] = {0, 1}, cu_k[2] = {0, 2};
+  auto check = [&](ac_attention_args a, const char* want) {
+    char err[256] = {};
+    const int rc = kern::hopper_fp8_check_args(a, {}, err, sizeof err);
+    INFO(err);
+    if (!want) {
+      CHECK(rc == AC_OK);
+      return;
+    }
+    CHECK(rc == AC_ERR_UNSUPPORTED);
+    CHECK(std::string(err).find(want) != std::string::npos);
+  };
+  const ac_attention_args a = AttentionArgs(AC_DTYPE_BF16, 1, 1, d)
+                                  .sequences(1, cu_q, cu_k)
+                                  .tensors(q.data(), k.data(), v.data(), out.data(), nullptr)
+                                  .fp8_kv(AC_DTYPE_E4M3, ds, ds, 0)
+                                  .fp8_q(ds);
+  check(a, nullptr);
+  ac_attention_args b = a;
+  b.q = q16.data();
+  b.q_descale = nullptr;  // Q in bf16 beside the FP8 cache: its tensor cores take e4m3 only
+  check(b, "AC_FP8_Q_REQUIRED");
+  b = a;
+  b.kv_dtype = AC_DTYPE_E5M2;
+  check(b, "e4m3fn only");
+  b = a;
+  b.head_size = 64;
+  check(b, "head size 64");
+  b = a;
+  b.descale_granularity = 2;  // one sequence, one KV head: [1, 1] per (sequence, KV head)
+  check(b, nullptr);
+  b = a;
+  b.tiling = 1;
+  check(b, "tiling");
+  // Without an FP8 cache the call is fused-hopper's (bf16 Q, K and V).
+  b = AttentionArgs(AC_DTYPE_BF16, 1, 1, d)
+          .sequences(1, cu_q, cu_k)
+          .tensors(q16.data(), q16.data(), q16.data(), out.data(), nullptr);
+  check(b, nullptr);
+}

@@ -591,6 +591,12 @@ TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchang
   REQUIRE(attention_variant_problem(one).empty());
   CHECK(undeclared_fp8(one, only_sequences).empty());
   CHECK_FALSE(undeclared_fp8(fp8_case(), only_sequences).empty());
+  // AC_FP8_Q_REQUIRED: an FP8 cache beside Q in its input type is never offered (a case with Q in
+  // FP8 would be).
+  ac_caps q_required = per_sequence.caps();
+  q_required.fp8 |= AC_FP8_Q | AC_FP8_Q_REQUIRED;
+  REQUIRE(!a.fp8_q());
+  CHECK(undeclared_fp8(a, q_required) == "an FP8 cache beside Q in its input type (it declares AC_FP8_Q_REQUIRED)");
   // The correct subject passes; reading sequence 0's descales everywhere fails accuracy where the
   // sequences' descales differ, and fails the exchange where they are equal (the exchange's
   // exponents alternate over sequences too).

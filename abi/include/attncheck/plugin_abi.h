@@ -307,8 +307,14 @@ typedef struct {
  * A merge's FP8 outputs (AC_OP_MERGE with caps.kv_dtypes) saturate, and declare it. Declared only
  * with AC_OP_QUANTIZE or AC_OP_MERGE. Added within version 3. */
 #define AC_FP8_SATURATE 16u
-#define AC_FP8_KNOWN \
-  (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE)
+/* With AC_FP8_Q: every FP8 call carries Q in FP8 too (q_descale non-NULL), never Q in dtype beside an
+ * FP8 cache. FlashAttention-3's FP8 path multiplies e4m3 by e4m3 on the tensor cores and has no mixed
+ * call; a subject declaring this is never offered one (the case is skipped with the reason). Added
+ * within version 3. */
+#define AC_FP8_Q_REQUIRED 32u
+#define AC_FP8_KNOWN                                                                                       \
+  (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE | \
+   AC_FP8_Q_REQUIRED)
 
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {

@@ -33,7 +33,7 @@ struct BenchRow {
   double ms = 0;                        // median over the repeats
   double value = 0;                     // the rate of the compulsory work
   std::string unit;                     // "TFLOP/s" | "GB/s"
-  std::string ceiling;                  // "gemm" | "copy"
+  std::string ceiling;                  // "gemm" | "fp8_gemm" | "copy"
   double of_ceiling = 0;                // value / the ceiling's rate; 0 when the ceiling is unknown
   std::map<std::string, double> peers;  // peer name ("fa2", "cudnn") -> its rate, same unit
   // The row's identity across runs: family, kernel, shape, dtype, causal and tiling.
@@ -44,8 +44,9 @@ struct BenchRun {
   int schema_version = kBenchSchemaVersion;
   std::string tool_version, timestamp, device, peers_note;
   int repeats = 0;
-  double copy_gbps = 0;    // the copy ceiling: bytes read + written per second
-  double gemm_tflops = 0;  // the GEMM ceiling; 0: cuBLAS not loaded
+  double copy_gbps = 0;        // the copy ceiling: bytes read + written per second
+  double gemm_tflops = 0;      // the GEMM ceiling; 0: cuBLAS not loaded
+  double fp8_gemm_tflops = 0;  // the e4m3 GEMM ceiling (torch._scaled_mm, peers.py); 0: not measured
   std::vector<BenchRow> rows;
 };
 

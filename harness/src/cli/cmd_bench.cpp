@@ -62,6 +62,14 @@ std::string add_peers(BenchRun& run, int repeats) {
     while (std::getline(lines, line)) {
       std::string error;
       const auto j = json_fields::try_parse_strict(line, error);
+      if (j && j->is_object() && j->value("ceiling", "") == "fp8_gemm") {
+        // The FP8 GEMM ceiling: the rows judged against it get their fraction now.
+        run.fp8_gemm_tflops = j->value("tflops", 0.0);
+        for (BenchRow& row : run.rows)
+          if (row.ceiling == "fp8_gemm" && run.fp8_gemm_tflops > 0)
+            row.of_ceiling = row.value / run.fp8_gemm_tflops;
+        continue;
+      }
       if (!j || !j->is_object() || !j->contains("tflops")) continue;  // a note, or a peer that did not run
       const std::string shape = "T=" + std::to_string(j->value("T", 0)) + " h=32/8 d=128";
       for (BenchRow& row : run.rows)
@@ -100,7 +108,8 @@ BenchRun measure(const Options& o) {
   for (const auto& m : ms) {
     BenchRow r{m.family, m.kernel, m.shape, m.dtype,   m.causal, m.tiling,
                m.ms,     m.value,  m.unit,  m.ceiling, 0,        {}};
-    const double ceiling = m.ceiling == "gemm" ? c.gemm_tflops : c.copy_gbps;
+    // The FP8 GEMM ceiling comes with the peers (add_peers), after this.
+    const double ceiling = m.ceiling == "gemm" ? c.gemm_tflops : m.ceiling == "copy" ? c.copy_gbps : 0;
     r.of_ceiling = ceiling > 0 ? m.value / ceiling : 0;
     run.rows.push_back(std::move(r));
   }
@@ -138,10 +147,36 @@ void print_invariance_price(const BenchRun& r) {
   }
 }
 
+// FP8 attention against its goals: per shape, fused-hopper-fp8's rate over the best bf16
+// fused-hopper tiling's (goal 1.5x) and its fraction of the e4m3 GEMM ceiling (goal 65%).
+void print_fp8_goals(const BenchRun& r) {
+  bool header = false;
+  for (const BenchRow& f : r.rows) {
+    if (f.family != "attention" || f.kernel != "fused-hopper-fp8" || f.value <= 0) continue;
+    double bf16 = 0;
+    for (const BenchRow& b : r.rows)
+      if (b.family == f.family && b.kernel == "fused-hopper" && b.dtype == "bf16" && b.shape == f.shape &&
+          b.causal == f.causal)
+        bf16 = std::max(bf16, b.value);
+    if (!header)
+      std::printf(
+          "FP8 attention (fused-hopper-fp8; goals: 1.5x the best bf16 fused-hopper tiling, 65%% of the e4m3 "
+          "GEMM ceiling):\n");
+    header = true;
+    std::printf("  %-24s %-6s %7.1f TFLOP/s: %s bf16, %s of the e4m3 GEMM\n", f.shape.c_str(),
+                f.causal ? "causal" : "", f.value,
+                bf16 > 0 ? (std::to_string(f.value / bf16).substr(0, 4) + "x").c_str() : "-",
+                f.of_ceiling > 0 ? (std::to_string(int(100 * f.of_ceiling)) + "%").c_str() : "-");
+  }
+}
+
 void print_table(const BenchRun& r) {
-  std::printf("device %s, median of %d; ceilings: copy %.0f GB/s, fp16 GEMM %s\n", r.device.c_str(),
-              r.repeats, r.copy_gbps,
-              r.gemm_tflops > 0 ? (std::to_string(int(r.gemm_tflops)) + " TFLOP/s").c_str() : "-");
+  std::printf("device %s, median of %d; ceilings: copy %.0f GB/s, fp16 GEMM %s, e4m3 GEMM %s\n",
+              r.device.c_str(), r.repeats, r.copy_gbps,
+              r.gemm_tflops > 0 ? (std::to_string(int(r.gemm_tflops)) + " TFLOP/s").c_str() : "-",
+              r.fp8_gemm_tflops > 0
+                  ? (std::to_string(int(r.fp8_gemm_tflops)) + " TFLOP/s (torch._scaled_mm)").c_str()
+                  : "-");
   std::printf("%-9s %-15s %-32s %-5s %-6s %-20s %10s %10s %-7s %8s %8s %8s\n", "family", "kernel", "shape",
               "dtype", "causal", "tiling", "ms", "rate", "unit", "of ceil", "vs fa2", "vs cudnn");
   for (const BenchRow& x : r.rows) {
@@ -156,6 +191,7 @@ void print_table(const BenchRun& r) {
                 x.ms, x.value, x.unit.c_str(), 100 * x.of_ceiling, vs("fa2").c_str(), vs("cudnn").c_str());
   }
   print_invariance_price(r);
+  print_fp8_goals(r);
 }
 
 int run_bench(const Options& o) {

@@ -82,18 +82,21 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
   }
   // An FP8 KV cache: each declared format, descales per tensor (2^-6, so that values up to 1 use
   // the upper codes), and per KV head (2^-6 and 3 2^-7) where declared; Q in FP8 as well, with the
-  // same descales, where declared (AC_FP8_Q).
+  // same descales, where declared (AC_FP8_Q); under AC_FP8_Q_REQUIRED Q is in FP8 in every item.
+  const bool kv_alone = !(caps.fp8 & AC_FP8_Q_REQUIRED);
   for (const auto& [f, name] : kv_dtype_spellings()) {
     if (!(caps.kv_dtypes & AC_DTYPE_BIT(f))) continue;
-    items.push_back({std::string("FP8 KV cache ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
+    if (kv_alone)
+      items.push_back({std::string("FP8 KV cache ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})});
     if (caps.fp8 & AC_FP8_Q)
       items.push_back(
           {std::string("Q, K and V in ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
       std::vector<float> d(size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
-      items.push_back(
-          {std::string("FP8 KV cache ") + name + " (descales per KV head)", gen::fp8_copy(plain, f, d, d)});
+      if (kv_alone)
+        items.push_back(
+            {std::string("FP8 KV cache ") + name + " (descales per KV head)", gen::fp8_copy(plain, f, d, d)});
       if (caps.fp8 & AC_FP8_Q)
         items.push_back({std::string("Q, K and V in ") + name + " (descales per KV head)",
                          gen::fp8_copy(plain, f, d, d, d)});
@@ -108,8 +111,9 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
         to->insert(to->end(), from->begin(), from->end());
       std::vector<float> d(2 * size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
-      items.push_back({std::string("FP8 KV cache ") + name + " (descales per (sequence, KV head))",
-                       gen::fp8_copy(two, f, d, d)});
+      items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name +
+                           " (descales per (sequence, KV head))",
+                       kv_alone ? gen::fp8_copy(two, f, d, d) : gen::fp8_copy(two, f, d, d, d)});
     }
   }
   return items;
