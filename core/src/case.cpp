@@ -361,6 +361,7 @@ std::string case_text(const Case& c, bool splice) {
       in["window_right"] = a.window_right;
     }
     if (!a.sinks.empty()) in["sinks"] = encode_floats(a.sinks);
+    if (a.v_in_k) in["v_in_k"] = true;
     if (a.paged()) {
       in["page_size"] = a.page_size;
       in["num_pages"] = a.num_pages;
@@ -517,6 +518,7 @@ Case case_from_json(const std::string& text) {
     a.window_left = int32_t(get_int_or(in, "window_left", w, -1, kMaxDim, -1));
     a.window_right = int32_t(get_int_or(in, "window_right", w, -1, kMaxDim, -1));
     if (in.contains("sinks")) a.sinks = decode_floats(get_string(in, "sinks", w), "input.sinks");
+    a.v_in_k = json_fields::get_bool_or<CaseError>(in, "v_in_k", w, false);
     if (in.contains("kv_dtype")) {
       const std::string name = get_string(in, "kv_dtype", w);
       const auto kv = kv_dtype_from(name);
@@ -726,6 +728,7 @@ std::string attention_variant_problem(const AttentionInput& a) {
   } else if (!a.k_descale.empty() || !a.v_descale.empty() || !a.q_descale.empty()) {
     return "k_descale, v_descale and q_descale need an FP8 kv_dtype";
   }
+  if (!(why = v_in_k_problem(a)).empty()) return why;
   if (!a.paged()) {
     if (a.num_pages || a.max_blocks || !a.block_table.empty())
       return "num_pages, max_blocks and block_table need page_size > 0";
@@ -750,6 +753,25 @@ std::string attention_variant_problem(const AttentionInput& a) {
       return "block_table[" + std::to_string(i / size_t(a.max_blocks)) + "][" +
              std::to_string(i % size_t(a.max_blocks)) + "] = " + std::to_string(a.block_table[i]) +
              " is outside the pool of " + std::to_string(a.num_pages) + " pages";
+  return "";
+}
+
+std::string v_in_k_problem(const AttentionInput& a) {
+  if (!a.v_in_k) return "";
+  const int64_t d = a.head_size, dv = a.dv();
+  if (dv > d || d <= 0)
+    return "v_in_k needs head_size_v (" + std::to_string(dv) + ") at most head_size (" + std::to_string(d) +
+           ")";
+  const size_t rows = a.k.size() / size_t(d);
+  if (a.k.size() % size_t(d) != 0 || a.v.size() != rows * size_t(dv))
+    return "v_in_k: v has " + std::to_string(a.v.size()) + " elements, the first " + std::to_string(dv) +
+           " columns of K's " + std::to_string(rows) + " rows " + std::to_string(rows * size_t(dv));
+  for (size_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dv; ++c)
+      if (a.v[r * size_t(dv) + size_t(c)] != a.k[r * size_t(d) + size_t(c)])
+        return "v_in_k: v[" + std::to_string(r * size_t(dv) + size_t(c)) + "] is not K's row " +
+               std::to_string(r) + " column " + std::to_string(c) +
+               " (V inside K is the first head_size_v columns of K's rows)";
   return "";
 }
 
@@ -822,8 +844,17 @@ std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
   return "";
 }
 
-const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants, const ac_caps& caps,
-                                        const std::string& subject, AttentionInput& storage) {
+const AttentionInput& input_for_subject(const AttentionInput& in_given, uint32_t variants,
+                                        const ac_caps& caps, const std::string& subject,
+                                        AttentionInput& storage) {
+  // V inside K to a subject that does not declare it, or whose K a property changed since (so that
+  // v no longer is K's columns): V as its own tensor, the same values.
+  const bool share = in_given.v_in_k && (variants & AC_VAR_V_IN_K) && v_in_k_problem(in_given).empty();
+  if (in_given.v_in_k && !share) {
+    storage = in_given;
+    storage.v_in_k = false;
+  }
+  const AttentionInput& in = in_given.v_in_k && !share ? storage : in_given;
   if (const std::string what = undeclared_variant(in, variants); !what.empty())
     throw SubjectError(SubjectError::Kind::unsupported, subject + " does not declare " + what);
   if (const std::string what = undeclared_fp8(in, caps); !what.empty())
@@ -831,7 +862,10 @@ const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t varia
   if (const std::string past = past_call_limits(in, caps); !past.empty())
     throw SubjectError(SubjectError::Kind::unsupported,
                        "past " + subject + "'s declared call limits: " + past);
-  return variants & AC_VAR_PAGED_KV ? in : contiguous_kv(in, storage);
+  if (variants & AC_VAR_PAGED_KV || !in.paged()) return in;
+  AttentionInput gathered = gather_pages(in);
+  storage = std::move(gathered);
+  return storage;
 }
 
 AttentionInput gather_pages(const AttentionInput& a) {

@@ -44,11 +44,12 @@ constexpr std::array<Spelling<uint32_t>, 8> kFeatures{{{AC_FEAT_CAUSAL, "causal"
                                                        {AC_FEAT_NAIVE_EXP, "naive_exp"},
                                                        {AC_FEAT_SCORES_IN_INPUT_TYPE, "scores_in_input_type"},
                                                        {AC_FEAT_FLUSHED_EXP, "flushed_exp"}}};
-constexpr std::array<Spelling<uint32_t>, 5> kVariants{{{AC_VAR_PAGED_KV, "paged_kv"},
+constexpr std::array<Spelling<uint32_t>, 6> kVariants{{{AC_VAR_PAGED_KV, "paged_kv"},
                                                        {AC_VAR_HEAD_SIZE_V, "head_size_v"},
                                                        {AC_VAR_SOFTCAP, "softcap"},
                                                        {AC_VAR_WINDOW, "window"},
-                                                       {AC_VAR_SINKS, "sinks"}}};
+                                                       {AC_VAR_SINKS, "sinks"},
+                                                       {AC_VAR_V_IN_K, "v_in_k"}}};
 constexpr std::array<Spelling<uint32_t>, 6> kFp8{{{AC_FP8_DESCALE_PER_KV_HEAD, "descale_per_kv_head"},
                                                   {AC_FP8_Q, "fp8_q"},
                                                   {AC_FP8_P_E4M3, "p_e4m3"},

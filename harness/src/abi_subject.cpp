@@ -213,8 +213,9 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
   const ac_lse_layout layout = subject_.caps.lse_layout;
 
   Staging st(mem);
+  // V inside K: no V tensor of its own, v points at k.
   const size_t q = st.add(pack(in.q_dtype(), in.q)), k = st.add(pack(in.k_dtype(), in.k)),
-               v = st.add(pack(in.k_dtype(), in.v));
+               v = in.v_in_k ? k : st.add(pack(in.k_dtype(), in.v));
   const size_t k_descale = st.add(as_bytes(in.k_descale)), v_descale = st.add(as_bytes(in.v_descale)),
                q_descale = st.add(as_bytes(in.q_descale));
   const size_t cu_q_s = st.add(as_bytes(seqs.cu_q)), cu_k_s = st.add(as_bytes(seqs.cu_k));
@@ -245,7 +246,8 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
           .fp8_kv(in.k_dtype(), in.fp8_kv() ? static_cast<const float*>(st.get(k_descale)) : nullptr,
                   in.fp8_kv() ? static_cast<const float*>(st.get(v_descale)) : nullptr,
                   granularity_for(in, subject_.caps))
-          .fp8_q(in.fp8_q() ? static_cast<const float*>(st.get(q_descale)) : nullptr);
+          .fp8_q(in.fp8_q() ? static_cast<const float*>(st.get(q_descale)) : nullptr)
+          .v_in_k(in.v_in_k);
 
   if (before_call_) before_call_();
   call_plugin(name_, "attention",

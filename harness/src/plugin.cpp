@@ -216,6 +216,8 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   } else if (c.head_pairs || c.num_head_pairs) {
     bad("caps.head_pairs given without AC_VAR_HEAD_SIZE_V");
   }
+  if ((c.variants & AC_VAR_V_IN_K) && !(c.variants & AC_VAR_HEAD_SIZE_V))
+    bad("declares AC_VAR_V_IN_K (V inside K) without AC_VAR_HEAD_SIZE_V (a V head size below K's)");
   if ((c.ops & AC_OP_MERGE) && !s.merge) bad("declares merge but the merge function is NULL");
   if ((c.ops & AC_OP_SOFTMAX) && !s.softmax) bad("declares softmax but the softmax function is NULL");
   const bool attention_like = (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) != 0;

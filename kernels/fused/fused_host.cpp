@@ -94,6 +94,9 @@ int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, 
   if (a.head_size_v != 0 && a.head_size_v != a.head_size && !scope_head_pair(a, scope))
     AC_REFUSE("fused attention: V head size %d differs from the QK head size %d%s", a.head_size_v,
               a.head_size, scope.num_head_pairs > 0 ? " and the pair is not declared" : "");
+  if (a.v_in_k && (a.v != a.k || head_size_v_of(a) > a.head_size))
+    AC_REFUSE("fused attention: V inside K needs v == k and a V head size (%d) at most the QK head size (%d)",
+              head_size_v_of(a), a.head_size);
   if (!(a.softcap >= 0.0f && a.softcap <= AC_MAX_SOFTCAP))
     AC_REFUSE("fused attention: softcap %g outside 0 .. %g", double(a.softcap), double(AC_MAX_SOFTCAP));
   if (a.window_left < -1 || a.window_right < -1)
@@ -217,6 +220,9 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::v_head_from_qk:
       fused_host_rows<Mutation::v_head_from_qk>(a, o, br, bc);
+      break;
+    case Mutation::v_in_k_own_stride:
+      fused_host_rows<Mutation::v_in_k_own_stride>(a, o, br, bc);
       break;
     case Mutation::fp8_p_no_offset:
       fused_host_rows<Mutation::fp8_p_no_offset>(a, o, br, bc);

@@ -47,6 +47,7 @@ enum class Mutation : int {
   softcap_before_scale = 22,    // the cap applied to the raw dot product, the scale after it
   sink_every_split = 23,        // split-KV: every partial counts the sink, not the combine once
   v_head_from_qk = 24,          // V's rows read at the QK head size instead of head_size_v
+  v_in_k_own_stride = 31,       // V inside K (AC_VAR_V_IN_K) read at V's own row stride, not K's
   // An FP8 KV cache (plugin_abi.h AC_FP8_*), host twins only:
   fp8_v_descale_ignored = 26,      // V's codes read without v_descale
   fp8_descale_by_query_head = 27,  // k_descale indexed by the query head, not its KV head

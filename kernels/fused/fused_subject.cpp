@@ -73,8 +73,8 @@ ac_caps with_fused_variants(ac_caps c) {
   c.variants = kFusedVariants;
   c.page_sizes = kFusedPageSizes;
   c.num_page_sizes = kNumFusedPageSizes;
-  if (c.memory == AC_MEMORY_HOST) {  // the CUDA kernels compute one head size (fused.h)
-    c.variants |= AC_VAR_HEAD_SIZE_V;
+  if (c.memory == AC_MEMORY_HOST) {                    // the CUDA kernels compute one head size (fused.h)
+    c.variants |= AC_VAR_HEAD_SIZE_V | AC_VAR_V_IN_K;  // fused_twin.h decode_args reads V inside K
     c.head_pairs = kFusedTwinHeadPairs;
     c.num_head_pairs = kNumFusedTwinHeadPairs;
   }

@@ -129,6 +129,9 @@ TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescal
   // Q in FP8 (AC_FP8_Q): codes decoded exactly; the descale joins the softmax scale (head_view).
   x.q = a.q_descale ? decode_codes(int(a.kv_dtype), a.q, x.total_q * x.h * x.d)
                     : decode_tensor(x.dtype, a.q, x.total_q * x.h * x.d);
+  // V inside K (AC_VAR_V_IN_K): V's (row, KV head) is the first dv values of K's, v == k. Mutant 33
+  // reads it at V's own stride (row r's V from element r dv of K's storage).
+  const int64_t v_width = a.v_in_k && M != Mutation::v_in_k_own_stride ? x.d : x.dv;
   if (fp8_kv(a)) {
     // An FP8 cache: K's codes decoded exactly (its descale joins the softmax scale, head_view), V's
     // decoded and, under VDescale::values, multiplied by their KV head's descale in fp32 (one
@@ -137,8 +140,9 @@ TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescal
     x.k = decode_codes(int(a.kv_dtype), a.k, kv_rows * x.hkv * x.d);
     x.v.resize(size_t(kv_rows * x.hkv * x.dv));
     for (size_t i = 0; i < x.v.size(); ++i) {
-      const int kvh = int((int64_t(i) / x.dv) % x.hkv);
-      const float code = fp8_to_float(int(a.kv_dtype), vc[i]);
+      const int64_t rh = int64_t(i) / x.dv;  // (row, KV head)
+      const int kvh = int(rh % x.hkv);
+      const float code = fp8_to_float(int(a.kv_dtype), vc[rh * v_width + int64_t(i) % x.dv]);
       // Under VDescale::values the granularity is 0 or 1 (per sequence needs ArgScope::fp8_per_sequence,
       // which only VDescale::output kernels set).
       const float d = v_descale_at == VDescale::output ? 1.0f : descale_of(a, a.v_descale, 0, kvh);
@@ -148,7 +152,13 @@ TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescal
     }
   } else {
     x.k = decode_tensor(x.dtype, a.k, kv_rows * x.hkv * x.d);
-    x.v = decode_tensor(x.dtype, a.v, kv_rows * x.hkv * x.dv);
+    if (a.v_in_k) {
+      x.v.resize(size_t(kv_rows * x.hkv * x.dv));
+      for (size_t i = 0; i < x.v.size(); ++i)
+        x.v[i] = x.k[size_t(int64_t(i) / x.dv * v_width + int64_t(i) % x.dv)];
+    } else {
+      x.v = decode_tensor(x.dtype, a.v, kv_rows * x.hkv * x.dv);
+    }
   }
   if (const int vw = v_row_elems<M>(x.d, x.dv); vw > x.dv)
     x.v.resize(size_t(kv_rows * x.hkv * vw), std::numeric_limits<float>::quiet_NaN());

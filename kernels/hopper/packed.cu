@@ -530,6 +530,7 @@ int packed_attention_cuda(const ac_attention_args& args, char* err, size_t err_l
   const bool bf16 = a.dtype == AC_DTYPE_BF16, fp8 = fused::fp8_kv(a);
   const packed::Walk walk = packed::walk_of(a);
   fused::read_variant_args(p, a);
+  p.v_in_k = a.v_in_k;
   if (fp8) {
     p.k_descale = a.k_descale;
     p.v_descale = a.v_descale;

@@ -64,6 +64,8 @@ struct PackedParams {
   int window_left, window_right;
   int page_size, max_blocks;
   const int32_t* block_table;
+  // V inside K (AC_VAR_V_IN_K; the MLA kernel reads it): v is k, V's rows at K's stride.
+  int v_in_k;
 };
 
 // Two FP8 codes (the low 16 bits of `two`, the first in the low byte) to two values of the input

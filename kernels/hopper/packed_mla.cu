@@ -137,9 +137,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
   int k_lo, k_hi, k_end;
   key_range<VAR>(p, tq, tk, tok0, tok0 + cta.tile_tokens - 1, cta.split, k_lo, k_hi, k_end);
   const int n_tiles = k_end > k_lo ? (k_end - k_lo + kBC - 1) / kBC : 0, n_chunks = 4 * n_tiles;
-  const int64_t k_stride = int64_t(p.num_kv_heads) * kQK, v_stride = int64_t(p.num_kv_heads) * kV;
+  // V inside K (AC_VAR_V_IN_K): p.v is p.k and V's rows have K's width; its chunks are still copied
+  // on their own (the first 512 columns of the same rows).
+  const int v_width = p.v_in_k ? kQK : kV;
+  const int64_t k_stride = int64_t(p.num_kv_heads) * kQK, v_stride = int64_t(p.num_kv_heads) * v_width;
   const int64_t row0 = paged ? 0 : cta.k0;  // the pools' rows are slots
-  const int64_t k_at = (row0 * p.num_kv_heads + cta.kvh) * kQK, v_at = (row0 * p.num_kv_heads + cta.kvh) * kV;
+  const int64_t k_at = (row0 * p.num_kv_heads + cta.kvh) * kQK,
+                v_at = (row0 * p.num_kv_heads + cta.kvh) * v_width;
 
   // Chunk c's first key, the keys of it the walk reads, and this lane's key's row: its slot (paged:
   // packed_kernel.cuh PagedSlots, the next tile's entries read as a tile's first chunk is issued,

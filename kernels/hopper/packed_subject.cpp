@@ -77,8 +77,8 @@ namespace {
 ac_caps with_packed_variants(ac_caps c, bool cuda) {
   c = with_fp8_kv_cache(with_fused_variants(c));
   c.fp8 |= AC_FP8_DESCALE_PER_SEQUENCE;
-  if (cuda) {  // MLA's absorbed decode (packed_mla.cu); the twin declares kFusedTwinHeadPairs
-    c.variants |= AC_VAR_HEAD_SIZE_V;
+  if (cuda) {  // MLA's absorbed decode (packed_mla.cu, V inside K too); the twin declares kFusedTwinHeadPairs
+    c.variants |= AC_VAR_HEAD_SIZE_V | AC_VAR_V_IN_K;
     c.head_pairs = kPackedHeadPairs;
     c.num_head_pairs = kNumPackedHeadPairs;
   }

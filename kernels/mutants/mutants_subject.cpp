@@ -136,6 +136,9 @@ constexpr MutantInfo kMutants[] = {
     {32, "mutant-merge-fp8-scale-ignored",
      "merge with an FP8 output writes the merged value cast without dividing by output_scale", "merge-fp8",
      "accuracy", false},
+    {33, "mutant-fused-v-in-k-own-stride",
+     "fused attention, V inside K: V's rows read at V's own head size, not K's row stride (host twin only)",
+     "fused", "accuracy", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -283,6 +286,7 @@ constexpr Registration kRegistrations[] = {
     {30, Family::fused, int(fused::Mutation::fp8_q_descale_twice)},
     {31, Family::quantize, int(QuantizeMutation::nan_cast)},
     {32, Family::merge, int(MergeMutation::fp8_scale_ignored)},
+    {33, Family::fused, int(fused::Mutation::v_in_k_own_stride)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -291,8 +295,10 @@ static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMuta
 // backend, else 0. A mutant is registered only where its twin declares that variant: elsewhere no
 // case reaches the bug (25 on the GPU, whose kernels compute one head size).
 uint32_t bug_variant(const Registration& r) {
-  return r.family == Family::fused && r.mutation == int(fused::Mutation::v_head_from_qk) ? AC_VAR_HEAD_SIZE_V
-                                                                                         : 0;
+  if (r.family != Family::fused) return 0;
+  return r.mutation == int(fused::Mutation::v_head_from_qk)      ? AC_VAR_HEAD_SIZE_V
+         : r.mutation == int(fused::Mutation::v_in_k_own_stride) ? AC_VAR_V_IN_K
+                                                                 : 0;
 }
 
 // Static storage: subjects hand out `self` pointers and description strings that must outlive

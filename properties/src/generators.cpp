@@ -477,6 +477,14 @@ AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<fl
   return q;
 }
 
+// Codes, poison and all, so that case.cpp v_in_k_problem holds.
+void share_v_with_k(AttentionInput& a) {
+  const size_t D = size_t(a.head_size), Dv = size_t(a.dv()), rows = a.k.size() / D;
+  a.v.resize(rows * Dv);
+  for (size_t r = 0; r < rows; ++r) std::copy_n(a.k.begin() + long(r * D), Dv, a.v.begin() + long(r * Dv));
+  a.v_in_k = true;
+}
+
 AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   AttentionInput a = c;
   const size_t seqs = c.seqlens_k.size();
@@ -510,6 +518,7 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   a.page_size = P;
   a.num_pages = pages;
   a.max_blocks = max_blocks;
+  if (c.v_in_k) share_v_with_k(a);
   return a;
 }
 
@@ -553,6 +562,10 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   if ((dom.fp8 & AC_FP8_Q) && ((dom.fp8 & AC_FP8_Q_REQUIRED) || pick_class(4) != 0))
     qd = descales(a.q, [&](size_t i) { return a.q_descale_slot(n_groups, tokens, i); });
   a = fp8_copy(a, format, std::move(kd), std::move(vd), std::move(qd));
+  if (a.v_in_k) {  // V's codes are K's, read times V's own descale (here K's)
+    share_v_with_k(a);
+    a.v_descale = a.k_descale;
+  }
 }
 
 // An FP8 KV cache in a third of the cases, quantised as the engines store one: code = encode(x /
@@ -803,6 +816,9 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
     for (uint32_t& x : a.k) x = round_bits(a.dtype, draw(-1024, 1025) / 1024.0 * std::sqrt(3.0) * sigma);
   }
   a.v = *any_values(a.dtype, int(TK * Hkv), int(a.dv()));
+  // V inside K in half of a declaring subject's cases with a V head size of its own (MLA's absorbed
+  // decode as FlashMLA stores its cache).
+  if ((dom.variants & AC_VAR_V_IN_K) && a.dv() < a.head_size && pick_class(2) == 0) share_v_with_k(a);
   // A split case's window becomes a mask on one of its pieces (split_equals_whole): only for a
   // subject that takes masks.
   gen::Domain vdom = dom;

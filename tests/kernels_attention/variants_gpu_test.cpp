@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "device_case.h"
@@ -254,6 +255,40 @@ TEST_CASE("splitkv-packed gpu: MLA's decode head sizes (576 / 512) against fp64 
                 kv == 1 ? fp8_cache(vc.c, f, {0.011f}, {0.03f})
                         : fp8_cache(vc.c, f, {0.011f, 0.0057f}, {0.03f, 0.047f}));
     }
+}
+
+TEST_CASE("splitkv-packed gpu: MLA's V inside K equals V as its own tensor, bit for bit",
+          "[packed][gpu][variants][mla]") {
+  // V := K's first 512 columns; then the same call with v pointing at k (AC_VAR_V_IN_K, packed_mla.cu
+  // reading V's rows at K's stride), contiguous and paged: the same bits.
+  const Kernel packed{true, Mutation::none, true};
+  for (VariantCase vc : mla_cases()) {
+    AttnCase& c = vc.c;
+    const size_t d = size_t(c.head_size), dv = size_t(c.dv()), rows = c.k.size() / d;
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t col = 0; col < dv; ++col) c.v[r * dv + col] = c.k[r * d + col];
+    INFO(vc.describe());
+    const Run own = run_gpu(vc, packed);
+    REQUIRE(own.rc == AC_OK);
+    DeviceCase dc(c);
+    PagedKV pk;
+    if (vc.var.page_size > 0) pk = page_case(c, vc.var.page_size, 77);
+    DeviceArray<uint16_t> pool_k(pk.k);
+    DeviceArray<int32_t> table(pk.table);
+    DeviceArray<float> sinks(vc.var.sinks);
+    ac_attention_args a =
+        variant_args(dc.args(c, vc.split_tiling), vc.var, vc.var.page_size > 0 ? &pk : nullptr, pool_k.ptr,
+                     pool_k.ptr, table.ptr, sinks.ptr);
+    a.v = a.k;
+    a.v_in_k = 1;
+    a.num_splits = vc.splits;
+    a.fold_order = vc.fold;
+    char err[256] = {0};
+    REQUIRE(kern::packed_attention_cuda(a, err, sizeof err) == AC_OK);
+    CHECK(dc.out.to_host() == own.out);
+    const std::vector<float> lse = dc.lse.to_host();
+    CHECK(std::memcmp(lse.data(), own.lse.data(), lse.size() * 4) == 0);
+  }
 }
 
 TEST_CASE("splitkv-packed gpu: an FP8 cache read through pages (GQA and MLA) against fp64 and the twin",

@@ -8,6 +8,7 @@
 // The GPU test (variants_gpu_test.cpp) runs the same cases on the CUDA kernels.
 // Run: ctest --test-dir build -R kernels_attention_twin
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <vector>
 
 #include "fused/fused.h"
@@ -28,8 +29,9 @@ struct TwinRun {
 };
 
 // The fused twin (split = false) or the split-KV twin on a case with its variants, in host memory.
+// v_in_k: V inside K (AC_VAR_V_IN_K), v pointing at k (or K's pool).
 TwinRun run_twin(const VariantCase& vc, bool split,
-                 kern::fused::Mutation mutation = kern::fused::Mutation::none) {
+                 kern::fused::Mutation mutation = kern::fused::Mutation::none, bool v_in_k = false) {
   const AttnCase& c = vc.c;
   TwinRun r;
   r.out.assign(size_t(c.total_q() * c.heads * c.dv()), 0x7f7f);
@@ -39,6 +41,10 @@ TwinRun run_twin(const VariantCase& vc, bool split,
   ac_attention_args a = variant_args(
       host_args(c, r.out.data(), r.lse.data(), split ? vc.split_tiling : vc.tiling), vc.var,
       vc.var.page_size > 0 ? &pk : nullptr, pk.k.data(), pk.v.data(), pk.table.data(), vc.var.sinks.data());
+  if (v_in_k) {
+    a.v = a.k;
+    a.v_in_k = 1;
+  }
   char err[256] = {0};
   if (split) {
     a.num_splits = vc.splits;
@@ -146,4 +152,45 @@ TEST_CASE("fused-hopper twin: softcap, window and sinks against fp64, paged K / 
   char err[256] = {0};
   CHECK(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
   CHECK(std::string(err).find("paged K / V is not built") != std::string::npos);
+}
+
+// V inside K (AC_VAR_V_IN_K): a case whose V is K's first head_size_v columns, called with v == k,
+// computes what the same case with V as its own tensor computes, bit for bit, in both twins, paged
+// or not; mutant 33 (V read at V's own row stride from K's storage) computes something else; a call
+// with v != k, or with V wider than K, is refused by name.
+TEST_CASE("twins: V inside K equals V as its own tensor; mutant 33 does not", "[twin][variants]") {
+  for (VariantCase vc : head_pair_cases()) {
+    AttnCase& c = vc.c;
+    const size_t d = size_t(c.head_size), dv = size_t(c.dv()), rows = c.k.size() / d;
+    REQUIRE(dv < d);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t col = 0; col < dv; ++col) c.v[r * dv + col] = c.k[r * d + col];
+    INFO(vc.describe());
+    TwinRun fused_own;
+    for (bool split : {false, true}) {
+      const TwinRun own = run_twin(vc, split),
+                    inside = run_twin(vc, split, kern::fused::Mutation::none, true);
+      INFO("split " << split << " " << own.err << inside.err);
+      REQUIRE(own.rc == AC_OK);
+      REQUIRE(inside.rc == AC_OK);
+      CHECK(inside.out == own.out);
+      CHECK(std::memcmp(inside.lse.data(), own.lse.data(), own.lse.size() * 4) == 0);
+      if (!split) fused_own = own;
+    }
+    const TwinRun bad = run_twin(vc, false, kern::fused::Mutation::v_in_k_own_stride, true);
+    REQUIRE(bad.rc == AC_OK);
+    CHECK(bad.out != fused_own.out);
+  }
+  // Refused: v elsewhere than k, and a V head size past K's.
+  VariantCase vc = head_pair_cases().front();
+  std::vector<uint16_t> out(size_t(vc.c.total_q() * vc.c.heads * vc.c.dv()));
+  ac_attention_args a = host_args(vc.c, out.data(), nullptr, vc.tiling);
+  a.v_in_k = 1;
+  char err[256] = {0};
+  CHECK(kern::fused_check_variants(a, err, sizeof err, kern::kTwinScope) == AC_ERR_UNSUPPORTED);
+  CHECK(std::string(err).find("V inside K needs v == k") != std::string::npos);
+  a.v = a.k;
+  CHECK(kern::fused_check_variants(a, err, sizeof err, kern::kTwinScope) == AC_OK);
+  a.head_size_v = a.head_size + 1;
+  CHECK(kern::fused_check_variants(a, err, sizeof err, kern::kTwinScope) == AC_ERR_UNSUPPORTED);
 }

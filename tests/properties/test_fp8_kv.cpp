@@ -596,7 +596,8 @@ TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchang
   ac_caps q_required = per_sequence.caps();
   q_required.fp8 |= AC_FP8_Q | AC_FP8_Q_REQUIRED;
   REQUIRE(!a.fp8_q());
-  CHECK(undeclared_fp8(a, q_required) == "an FP8 cache beside Q in its input type (it declares AC_FP8_Q_REQUIRED)");
+  CHECK(undeclared_fp8(a, q_required) ==
+        "an FP8 cache beside Q in its input type (it declares AC_FP8_Q_REQUIRED)");
   // The correct subject passes; reading sequence 0's descales everywhere fails accuracy where the
   // sequences' descales differ, and fails the exchange where they are equal (the exchange's
   // exponents alternate over sequences too).

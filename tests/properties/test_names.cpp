@@ -47,7 +47,7 @@ TEST_CASE("names: variants by bit, as worker protocol 4 spells them", "[properti
   CHECK(std::string(variant_name(3u)) == "unknown");  // two bits are no one variant
   CHECK(variant_from("sinks") == uint32_t(AC_VAR_SINKS));
   CHECK_FALSE(variant_from("sliding_window"));
-  CHECK(variant_names() == "paged_kv, head_size_v, softcap, window, sinks");
+  CHECK(variant_names() == "paged_kv, head_size_v, softcap, window, sinks, v_in_k");
   uint32_t all = 0;
   for (const auto& s : variant_spellings()) {
     CHECK(variant_from(variant_name(s.value)) == s.value);

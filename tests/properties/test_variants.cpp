@@ -297,6 +297,65 @@ TEST_CASE("generators draw a declared V head size, V sized by it", "[properties]
   CHECK(pairs > 10);
 }
 
+TEST_CASE("V inside K: drawn where declared, carried by case files, checked, and un-shared for others",
+          "[properties][generators][variants]") {
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_F16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.variants = AC_VAR_HEAD_SIZE_V | AC_VAR_PAGED_KV | AC_VAR_V_IN_K;
+  dom.page_sizes = {16};
+  dom.head_pairs = {{192, 128}};
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  rc::Random random(5);
+  int inside = 0, paged = 0, fp8 = 0;
+  AttentionInput drawn;
+  for (int i = 0; i < 120; ++i) {
+    const AttentionInput a = gen::attention_input(dom)(random.split(), i).value();
+    REQUIRE(attention_variant_problem(a).empty());
+    if (!a.v_in_k) continue;
+    ++inside;
+    paged += a.paged();
+    fp8 += a.fp8_kv();
+    CHECK(a.dv() < a.head_size);
+    if (a.fp8_kv()) CHECK(a.v_descale == a.k_descale);
+    if (drawn.k.empty() && !a.paged()) drawn = a;
+  }
+  INFO(inside << " inside, " << paged << " paged, " << fp8 << " FP8");
+  CHECK(inside > 5);
+  CHECK(paged > 0);
+  CHECK(fp8 > 0);
+  REQUIRE(!drawn.k.empty());
+  // Round trip, then each way of breaking it named in one line.
+  Case c;
+  c.op = "attention";
+  c.input = drawn;
+  CHECK(std::get<AttentionInput>(case_from_json(case_to_json(c)).input).v_in_k);
+  CHECK(case_to_json(c).find("\"v_in_k\": true") != std::string::npos);
+  AttentionInput x = drawn;
+  x.v[3] ^= 1u;
+  CHECK(v_in_k_problem(x) ==
+        "v_in_k: v[3] is not K's row 0 column 3 (V inside K is the first head_size_v "
+        "columns of K's rows)");
+  x = drawn;
+  x.v.pop_back();
+  CHECK(v_in_k_problem(x).find("v_in_k: v has") == 0);
+  x = drawn;
+  x.head_size_v = x.head_size + 1;
+  CHECK(v_in_k_problem(x).find("v_in_k needs head_size_v") == 0);
+  // A subject without AC_VAR_V_IN_K gets the same values with V as its own tensor; so does one
+  // declaring it when a property changed K since (v no longer K's columns).
+  ac_caps caps{};
+  AttentionInput storage;
+  const AttentionInput& own = input_for_subject(drawn, AC_VAR_HEAD_SIZE_V, caps, "s", storage);
+  CHECK(!own.v_in_k);
+  CHECK(own.v == drawn.v);
+  CHECK(&input_for_subject(drawn, AC_VAR_HEAD_SIZE_V | AC_VAR_V_IN_K, caps, "s", storage) == &drawn);
+  x = drawn;
+  x.k[0] ^= 1u;
+  CHECK(!input_for_subject(x, AC_VAR_HEAD_SIZE_V | AC_VAR_V_IN_K, caps, "s", storage).v_in_k);
+}
+
 namespace {
 
 // A correct attention fake (fakes.hpp, over the gathered keys) declaring paged K / V at page sizes 16

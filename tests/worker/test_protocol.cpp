@@ -61,7 +61,8 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
       CHECK(d.caps.head_size_min == c.head_size_min);
       CHECK(d.caps.head_size_max == c.head_size_max);
     }
-    CHECK(d.caps.variants == c.variants);
+    // Protocol 4 has no V inside K: a served subject's calls carry V as its own tensor.
+    CHECK(d.caps.variants == (c.variants & ~uint32_t(AC_VAR_V_IN_K)));
     REQUIRE(d.caps.num_page_sizes == (c.page_sizes ? c.num_page_sizes : 0));
     for (int32_t i = 0; i < d.caps.num_page_sizes; ++i) CHECK(d.caps.page_sizes[i] == c.page_sizes[i]);
     REQUIRE(d.caps.num_head_pairs == (c.head_pairs ? c.num_head_pairs : 0));
@@ -271,7 +272,10 @@ bool one_line(const std::string& s) { return s.find('\n') == std::string::npos; 
 }  // namespace
 
 TEST_CASE("protocol 4 subject fields: variants, page sizes and head pairs round-trip", "[worker]") {
-  const uint32_t all = AC_VAR_KNOWN_V3;
+  // V inside K is not carried (a worker's V is its own tensor): never written, refused when read.
+  const uint32_t all = AC_VAR_KNOWN_V3 & ~uint32_t(AC_VAR_V_IN_K);
+  CHECK(w::caps_to_json("v", "", variant_caps(AC_VAR_KNOWN_V3))["variants"] ==
+        w::caps_to_json("v", "", variant_caps(all))["variants"]);
   const auto j = w::caps_to_json("v", "", variant_caps(all));
   using L = std::vector<std::string>;
   CHECK(j["variants"].get<L>() == L{"paged_kv", "head_size_v", "softcap", "window", "sinks"});

@@ -116,6 +116,11 @@ class AttentionArgs {
     a_.descale_granularity = granularity;
     return *this;
   }
+  // V inside K (AC_VAR_V_IN_K): v is k, read as the first head_size_v columns of K's rows.
+  AttentionArgs& v_in_k(bool inside) {
+    a_.v_in_k = inside ? 1 : 0;
+    return *this;
+  }
   // Q in FP8 as well (AC_FP8_Q): q holds codes of the cache's kv_dtype, read times q_descale (as
   // many values as k_descale).
   AttentionArgs& fp8_q(const float* q_descale) {

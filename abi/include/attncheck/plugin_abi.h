@@ -269,7 +269,15 @@ typedef struct {
  * counts the sink once in its combine; a merge combines states of which at most one counted it
  * (attention over a prefix with the sinks, over the rest without, merges to the whole). */
 #define AC_VAR_SINKS 16u
-#define AC_VAR_KNOWN_V3 (AC_VAR_PAGED_KV | AC_VAR_HEAD_SIZE_V | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS)
+/* V inside K (with AC_VAR_HEAD_SIZE_V; MLA's absorbed decode as FlashMLA stores its cache): a call
+ * with v_in_k = 1 has no V tensor of its own; v equals k, and V's value at (key j, KV head h, column
+ * c) is K's at (j, h, c), c < head_size_v <= head_size, so V's rows have K's stride (num_kv_heads x
+ * head_size elements; paged, the same pages). An FP8 cache's V codes are then K's codes, read times
+ * v_descale. Offered only to a subject declaring it; any other is given V as its own tensor.
+ * Added within version 3. */
+#define AC_VAR_V_IN_K 32u
+#define AC_VAR_KNOWN_V3 \
+  (AC_VAR_PAGED_KV | AC_VAR_HEAD_SIZE_V | AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS | AC_VAR_V_IN_K)
 
 /* Version 3: an FP8 KV cache. A subject declaring kv_dtypes (AC_DTYPE_BIT of AC_DTYPE_E4M3,
  * AC_DTYPE_E5M2 and / or AC_DTYPE_E4M3FNUZ) takes calls whose k and v hold FP8 codes (one byte per element,
@@ -470,6 +478,7 @@ typedef struct {
   const float* v_descale;      /* FP8: as k_descale */
   int32_t descale_granularity; /* FP8: 0 one descale per tensor, 1 one per KV head, 2 one per (sequence,
                                 * KV head) */
+  int32_t v_in_k;              /* AC_VAR_V_IN_K: 1 when v is k's first head_size_v columns; else 0 */
 } ac_attention_args;
 
 /* The KV-cache quantiser (AC_OP_QUANTIZE, added within version 3): y = the out_dtype code of

@@ -103,6 +103,9 @@ std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const
 // head) each, alike, positive and finite (none without an FP8 kv_dtype). The tensors' sizes are the reader's
 // check.
 std::string attention_variant_problem(const AttentionInput&);
+// "" or why `a` is not V inside K as it says (AC_VAR_V_IN_K: v equals the first head_size_v columns
+// of K's rows, head_size_v at most head_size); "" where it does not say so.
+std::string v_in_k_problem(const AttentionInput& a);
 // The same input with K and V gathered from their pages into the contiguous layout
 // [total_k, num_kv_heads, d] (what the reference and an unpaged subject read); an unpaged input is
 // returned unchanged. Assumes attention_variant_problem holds.

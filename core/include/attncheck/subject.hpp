@@ -78,6 +78,12 @@ struct AttentionInput {
   // generators point them at poisoned pages).
   int32_t page_size = 0, num_pages = 0, max_blocks = 0;
   std::vector<int32_t> block_table;
+  // V inside K (AC_VAR_V_IN_K, MLA's absorbed decode as FlashMLA stores it): V is the first
+  // head_size_v columns of K's rows, not a tensor of its own. v still holds those columns (equal
+  // to them: case.cpp v_in_k_problem), so every reader of v is unchanged; a subject declaring it is
+  // given v pointing at k, read at K's row stride; any other is given v as its own tensor
+  // (input_for_subject), the same attention.
+  bool v_in_k = false;
   // An FP8 KV cache (plugin_abi.h, AC_FP8_*): kv_dtype an FP8 format (names.hpp is_fp8) makes k and
   // v FP8 codes (one per element, the low 8 bits), read times k_descale / v_descale: one value
   // (per tensor), one per KV head, or one per (sequence, KV head) ([num_seqs, num_kv_heads]). Any

@@ -67,6 +67,7 @@ std::string caps_string(const Subject& s) {
       for (int32_t i = 0; i < c.num_head_pairs; ++i)
         o << " " << c.head_pairs[i].qk << "/" << c.head_pairs[i].v;
     }
+    if (c.variants & AC_VAR_V_IN_K) o << "; V inside K";
     if (c.variants & AC_VAR_SOFTCAP) o << "; softcap";
     if (c.variants & AC_VAR_WINDOW) o << "; sliding window";
     if (c.variants & AC_VAR_SINKS) o << "; sinks";

@@ -67,6 +67,14 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
       items.push_back({"head sizes (QK " + std::to_string(p.qk) + ", V " + std::to_string(p.v) + ")",
                        plain_case(plain.dtype, p.qk, p.v, plain.num_kv_heads < plain.num_heads)});
     }
+  if (caps.variants & AC_VAR_V_IN_K)
+    for (int32_t i = 0; caps.head_pairs && i < caps.num_head_pairs; ++i) {
+      const ac_head_pair p = caps.head_pairs[i];
+      if (p.v >= p.qk) continue;
+      items.push_back({"V inside K (QK " + std::to_string(p.qk) + ", V " + std::to_string(p.v) + ")",
+                       plain_case(plain.dtype, p.qk, p.v, plain.num_kv_heads < plain.num_heads)});
+      gen::share_v_with_k(items.back().input);
+    }
   if (caps.variants & AC_VAR_SOFTCAP) {
     items.push_back({"softcap (1)", plain});
     items.back().input.softcap = 1.0f;
