@@ -52,7 +52,9 @@ __global__ void __launch_bounds__(256)
     transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt,
                        const int2* __restrict__ tiles, const int32_t* __restrict__ cu_k,
                        const int32_t* __restrict__ vt_col, int kv_heads, int64_t cols) {
-  __shared__ uint32_t words[kTile][kTile / 4 + 1];  // [key][d / 4], padded against bank conflicts
+  // [key][d / 4], padded, word column XOR 8 (key / 32): a warp's reads below take keys of four
+  // 32-key chunks at one d, which the padding alone puts on 8 banks.
+  __shared__ uint32_t words[kTile][kTile / 4 + 1];
   const int2 tile = tiles[blockIdx.x];
   const int kvh = int(blockIdx.y);
   const int64_t k0 = cu_k[tile.x];
@@ -61,10 +63,11 @@ __global__ void __launch_bounds__(256)
     const int r = idx >> 3, ch = idx & 7, key = tile.y + r;
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
     if (key < tk) val = *reinterpret_cast<const uint4*>(v + ((k0 + key) * kv_heads + kvh) * kTile + ch * 16);
-    words[r][ch * 4 + 0] = val.x;
-    words[r][ch * 4 + 1] = val.y;
-    words[r][ch * 4 + 2] = val.z;
-    words[r][ch * 4 + 3] = val.w;
+    const int sw = 8 * (r >> 5);
+    words[r][(ch * 4 + 0) ^ sw] = val.x;
+    words[r][(ch * 4 + 1) ^ sw] = val.y;
+    words[r][(ch * 4 + 2) ^ sw] = val.z;
+    words[r][(ch * 4 + 3) ^ sw] = val.w;
   }
   __syncthreads();
   uint8_t* const dst = vt + int64_t(kvh) * kTile * cols + vt_col[tile.x] + tile.y;
@@ -74,7 +77,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
       const int c = 4 * w + b, key = (c & ~31) + vt_key(c & 31);
-      word |= ((words[key][d >> 2] >> (8 * (d & 3))) & 0xffu) << (8 * b);
+      word |= ((words[key][(d >> 2) ^ (8 * (key >> 5))] >> (8 * (d & 3))) & 0xffu) << (8 * b);
     }
     *reinterpret_cast<uint32_t*>(dst + int64_t(d) * cols + 4 * w) = word;
   }

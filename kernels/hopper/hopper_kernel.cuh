@@ -412,6 +412,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   };
   // O += P_j V_j, one commit group: B = V [keys x d] with d contiguous (MN-major); a k16 step is
   // 16 rows = 2048 bytes; leading offset = the next 64-column block, stride offset = the next 8 keys.
+  // FP8: B = V^T [d x keys], K-major, as K's tile in issue_s.
   auto issue_pv = [&](int j) {
     const int s = stage_of(j);
     if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_v(s), phase_of(j));
