@@ -22,6 +22,24 @@ import statistics
 import sys
 
 
+def median_ms(torch, flush, repeats, launch):
+    """The median of `repeats` launches, each alone between CUDA events after the L2 flush, after one
+    warm-up launch."""
+    launch()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        flush.zero_()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def main(argv):
     try:
         import torch
@@ -53,18 +71,8 @@ def main(argv):
                 for name, backend in backends:
                     try:
                         with sdpa_kernel(backend):
-                            F.scaled_dot_product_attention(q, k32, v32, is_causal=causal)
-                            torch.cuda.synchronize()
-                            times = []
-                            for _ in range(repeats):
-                                flush.zero_()
-                                start = torch.cuda.Event(enable_timing=True)
-                                end = torch.cuda.Event(enable_timing=True)
-                                start.record()
-                                F.scaled_dot_product_attention(q, k32, v32, is_causal=causal)
-                                end.record()
-                                torch.cuda.synchronize()
-                                times.append(start.elapsed_time(end))
+                            ms = median_ms(torch, flush, repeats,
+                                           lambda: F.scaled_dot_product_attention(q, k32, v32, is_causal=causal))
                     except RuntimeError as e:
                         why = (str(e).splitlines() or ["error"])[0]
                         if as_json:
@@ -73,7 +81,6 @@ def main(argv):
                         else:
                             print(f"peer-{name} T={t} {dtype_name} causal={int(causal)}: not run ({why})")
                         continue
-                    ms = statistics.median(times)
                     if as_json:
                         print(json.dumps({"peer": name, "T": t, "dtype": dtype_name, "causal": causal, "ms": ms,
                                           "tflops": flops / ms / 1e9}), flush=True)
@@ -86,19 +93,8 @@ def main(argv):
         a = (torch.rand(n, n, device=dev) * 2 - 1).to(fp8)
         b = (torch.rand(n, n, device=dev) * 2 - 1).to(fp8).t()
         one = torch.ones((), device=dev)
-        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            flush.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        ms = statistics.median(times)
+        ms = median_ms(torch, flush, repeats,
+                       lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
         tflops = 2.0 * n ** 3 / ms / 1e9
         if as_json:
             print(json.dumps({"ceiling": "fp8_gemm", "ms": ms, "tflops": tflops}), flush=True)
