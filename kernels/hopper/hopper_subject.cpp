@@ -2,9 +2,9 @@
 //   fused-hopper            the sm_90a attention forward, fused's caps with the Hopper tilings,
 //                           softcap, window and sinks (CUDA only where the build targets sm_90a;
 //                           the host twin always)
-//   fused-hopper-fp8        its FP8 instantiation, FlashAttention-3's contract (hopper_fp8.cu): Q, K
-//                           and V in e4m3fn, P in e4m3fn with the offset 2^8, head size 128, tiling
-//                           (128, 128); calls without an FP8 cache run fused-hopper's kernel
+//   fused-hopper-fp8        the host twin of its FP8 instantiation, FlashAttention-3's contract
+//                           (hopper_fp8.cu): Q, K and V in e4m3fn, P in e4m3fn with the offset 2^8,
+//                           head size 128, tiling (128, 128); the CUDA kernel is not a subject yet
 //   mutant-hopper-*         its compile-time broken variants (CUDA only: each is a
 //                           synchronisation bug with no host analogue), never default subjects
 // Check: ctest --test-dir build -R kernels_hopper
@@ -21,12 +21,7 @@ struct HopperSelf {
   bool cuda;
 };
 
-int run_hopper_fp8_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
-#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
-  if (static_cast<const HopperSelf*>(self)->cuda)
-    return hopper_fp8_attention_cuda(*args, FusedOptions{}, err, err_len);
-#endif
-  (void)self;
+int run_hopper_fp8_subject(void*, const ac_attention_args* args, char* err, size_t err_len) {
   return hopper_fp8_attention_host(*args, FusedOptions{}, err, err_len);
 }
 
@@ -92,13 +87,16 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
            : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
        with_hopper_variants(hopper_caps(cuda)), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0],
        nullptr});
-  out.push_back(
-      {"fused-hopper-fp8",
-       cuda ? "Hopper attention forward in FP8 (e4m3fn Q, K, V and P through wgmma, FlashAttention-3's "
-              "contract), natural LSE, empty -inf"
-            : "Hopper attention forward in FP8, host twin (fused's twin, tile (128, 128), P in e4m3fn, "
-              "V's descale on the output)",
-       hopper_fp8_caps(cuda), nullptr, nullptr, run_hopper_fp8_subject, &g_self[cuda ? 1 : 0], nullptr});
+  // The CUDA kernel (hopper_fp8.cu) is not a subject yet: on the H200 its e4m3 wgmma sums are not
+  // fp32 sums (one key's LSE 712 ulps from the exact one, 5.7 budgets; kernels_hopper_gpu
+  // "[.fp8-accumulation]"), so it fails the contract it would declare, and one batch_invariance call
+  // hung. Its twin, the contract's reference walk, is.
+  if (!cuda)
+    out.push_back(
+        {"fused-hopper-fp8",
+         "Hopper attention forward in FP8, host twin (fused's twin, tile (128, 128), P in e4m3fn, V's "
+         "descale on the output)",
+         hopper_fp8_caps(false), nullptr, nullptr, run_hopper_fp8_subject, &g_self[0], nullptr});
   append_packed_subjects(out, cuda);
 }
 

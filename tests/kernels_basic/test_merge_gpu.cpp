@@ -175,7 +175,7 @@ TEST_CASE("merge gpu: refusals before launch; CUDA subjects") {
   REQUIRE(std::strstr(err, "head_size") != nullptr);
   std::vector<ac_subject> s;
   append_merge_subjects(s, true);
-  REQUIRE(s.size() == 3);
+  REQUIRE(s.size() == 4);  // merge, merge-th, merge-log2, merge-fp8
   for (const ac_subject& x : s) REQUIRE(x.caps.memory == AC_MEMORY_CUDA);
 }
 TEST_CASE("merge gpu: an FP8 output equals the twin's bit for bit") {
