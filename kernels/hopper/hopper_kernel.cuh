@@ -48,7 +48,8 @@
 // of the row); V arrives transposed ([d x keys], K-major, since 8-bit wgmma has no transpose) with
 // its keys in the order the register A words hold P, and zeros past the key range (every V tile is a
 // bulk copy); P is held as the e4m3fn code of 256 p (cvt.rn), O accumulates the codes' products in
-// fp32 and the epilogue multiplies by 2^-8 (exact), 1 / l and V's descale, in that order. The
+// the wgmma accumulator (whose e4m3 sums are not fp32 sums on the H200: hopper_fp8.cu) and the
+// epilogue multiplies by 2^-8 (exact), 1 / l and V's descale, in that order. The
 // descales of the (sequence, KV head) join the softmax scale in the consumer. Softcap, window,
 // sinks and the mutants are not built in FP8.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
