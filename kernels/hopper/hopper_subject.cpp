@@ -54,8 +54,8 @@ ac_caps with_hopper_variants(ac_caps c) {
 // FP8 (fused.h with_fp8_forward: e4m3fn, Q in FP8, P in e4m3fn with the offset) with Q in FP8 in
 // every FP8 call (its tensor cores multiply e4m3 by e4m3) and descales per (sequence, KV head) (V's
 // on the output); no variants.
-ac_caps hopper_fp8_caps(bool cuda) {
-  ac_caps c = with_fp8_forward(hopper_caps(cuda));
+ac_caps hopper_fp8_caps() {  // the host twin's: the CUDA kernel is not a subject (below)
+  ac_caps c = with_fp8_forward(hopper_caps(false));
   c.head_size_min = c.head_size_max = kHopperFp8HeadSizes[0];
   c.head_sizes = kHopperFp8HeadSizes;
   c.num_head_sizes = 1;
@@ -96,7 +96,7 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
         {"fused-hopper-fp8",
          "Hopper attention forward in FP8, host twin (fused's twin, tile (128, 128), P in e4m3fn, V's "
          "descale on the output)",
-         hopper_fp8_caps(false), nullptr, nullptr, run_hopper_fp8_subject, &g_self[0], nullptr});
+         hopper_fp8_caps(), nullptr, nullptr, run_hopper_fp8_subject, &g_self[0], nullptr});
   append_packed_subjects(out, cuda);
 }
 
