@@ -1,32 +1,36 @@
 // CUDA launcher of fused-hopper-fp8 (sm_90a): FlashAttention-3's FP8 forward on the Hopper kernel's
 // FP8 instantiation (hopper_kernel.cuh, FP8 = true), tiling (128, 128), head size 128.
 //
-// Contract (plugin_abi.h AC_FP8_Q, AC_FP8_Q_REQUIRED, AC_FP8_P_E4M3): Q, K and V are e4m3fn codes with
-// descales per tensor, per KV head or per (sequence, KV head); O in the call's dtype (fp16 or bf16).
+// Contract (plugin_abi.h AC_FP8_Q, AC_FP8_Q_REQUIRED, AC_FP8_P_E4M3, AC_FP8_TRUNCATED_SUMS): Q, K and V
+// are e4m3fn codes with descales per tensor, per KV head or per (sequence, KV head); O in the
+// call's dtype (fp16 or bf16).
 // Rounding points, in order:
-//   - S = Q K^T on the codes by wgmma m64n128k32 e4m3 (exact products; the sum is meant to be fp32,
-//     and on the H200 it is not: one key's LSE came out 712 ulps from the exact one, see below);
+//   - S = Q K^T on the codes by wgmma m64n128k32 e4m3: exact products, summed by the tensor cores'
+//     accumulator, which keeps 13 bits and truncates (AC_FP8_TRUNCATED_SUMS): one chain of the four
+//     k32 steps of d = 128, then fp32;
 //   - the descales folded into the softmax scale: fl(fl(fl(scale q_descale) k_descale) log2 e),
 //     the twin's head_view order (three fp32 roundings, budgets.cpp fp8_q_score_conditioning);
 //   - p = 2^fl(S scale_log2 - m) by ex2.approx.ftz as in fused-hopper; l sums the unrounded p;
 //   - P held as the e4m3fn code of 256 p (cvt.rn.satfinite: nearest even; 256 p <= 256 never
-//     saturates), P V on the codes by the same wgmma (its sums likewise not fp32);
+//     saturates), P V on the codes by the same wgmma, one chain of four k32 steps per 128-key tile in
+//     a fresh accumulator, added to O in fp32 registers: O = fl(fl(O + P_j V_j) alpha_(j+1));
 //   - at the end O / 256 (exact), times 1 / l (one rounding), times v_descale (one rounding), then to
 //     the output type (one rounding); the LSE from m and l as fused's.
 // The host twin (hopper_host.cpp) is fused's twin with tile (128, 128), ExpForm{fma, flush}, P in
 // e4m3fn and V's descale on the output (fused_twin.h VDescale::output): the same roundings with fp32
-// sums. The kernel fails that contract until its partial sums are added in fp32 registers, so it is
-// not a subject (hopper_subject.cpp); kernels_hopper_gpu "[.fp8-accumulation]" shows it.
+// sums, so the two differ by the tensor cores' truncation, which the declared budget allows
+// (budgets.cpp truncated_sum_error): kernels_hopper_gpu "[fp8]" compares them within it.
 //
 // V's transposed copy: 8-bit wgmma reads B K-major only, so before the kernel V [keys, kv_heads, 128]
-// is copied to vt [kv_heads, 128, cols], each sequence's keys from column vt_col[s] in whole tiles
+// is copied to vt [kv_heads, 128, cols], each sequence's keys from column vt_col[s] (a scan of the
+// key counts on the device: the launcher copies nothing from host memory) in whole tiles
 // of 128 (zeros past its last key, so the kernel's last tile needs no masking of V, and a NaN code
 // of another sequence is never multiplied by a zero weight), the keys of each 32-key chunk in
 // vt_key order: the order in which the kernel's register A words hold the weights, so P V needs no
 // shuffle of P. One pass over V (read once, written once) per call.
 // FP8 calls only: a call without an FP8 cache runs fused-hopper's kernel (the same contract).
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
-#include <vector>
+#include <algorithm>
 
 #include "hopper/hopper_launch.cuh"
 
@@ -49,18 +53,48 @@ static_assert(vt_key(0) == 0 && vt_key(1) == 1 && vt_key(2) == 8 && vt_key(3) ==
                   vt_key(15) == 15 && vt_key(18) == 24 && vt_key(31) == 31,
               "vt_key");
 
-// One block per (tile of 128 keys of one sequence, KV head): tiles[b] = (sequence, first key).
+// Keys of a sequence's columns in V's copy: whole tiles.
+__host__ __device__ constexpr int64_t vt_cols_of(int64_t tk) { return (tk + kTile - 1) / kTile * kTile; }
+
+// vt_col[s] = the columns of sequences 0 .. s - 1, s = 0 .. seqs (one block of 1024 threads: each
+// thread sums a run of sequences, the runs' sums are scanned in shared memory, then each run is
+// written). On the device, so that the launcher copies nothing from host memory.
+__global__ void __launch_bounds__(1024)
+    vt_columns_kernel(const int32_t* __restrict__ cu_k, int seqs, int32_t* __restrict__ vt_col) {
+  __shared__ int64_t run_sum[1024];
+  const int t = int(threadIdx.x), per = (seqs + 1023) / 1024;
+  const int s0 = t * per < seqs ? t * per : seqs, s1 = s0 + per < seqs ? s0 + per : seqs;
+  int64_t sum = 0;
+  for (int s = s0; s < s1; ++s) sum += vt_cols_of(cu_k[s + 1] - cu_k[s]);
+  run_sum[t] = sum;
+  __syncthreads();
+  for (int step = 1; step < 1024; step *= 2) {  // inclusive scan (Hillis-Steele)
+    const int64_t add = t >= step ? run_sum[t - step] : 0;
+    __syncthreads();
+    run_sum[t] += add;
+    __syncthreads();
+  }
+  int64_t col = run_sum[t] - sum;
+  for (int s = s0; s < s1; ++s) {
+    vt_col[s] = int32_t(col);
+    col += vt_cols_of(cu_k[s + 1] - cu_k[s]);
+  }
+  if (t == 1023) vt_col[seqs] = int32_t(run_sum[t]);
+}
+
+// One block per (tile of 128 keys, KV head, sequence); blocks past a sequence's tiles leave.
 __global__ void __launch_bounds__(256)
     transpose_v_kernel(const uint8_t* __restrict__ v, uint8_t* __restrict__ vt,
-                       const int2* __restrict__ tiles, const int32_t* __restrict__ cu_k,
-                       const int32_t* __restrict__ vt_col, int kv_heads, int64_t cols) {
+                       const int32_t* __restrict__ cu_k, const int32_t* __restrict__ vt_col, int kv_heads,
+                       int64_t cols) {
   // [key][d / 4], padded, word column XOR 8 (key / 32): a warp's reads below take keys of four
   // 32-key chunks at one d, which the padding alone puts on 8 banks.
   __shared__ uint32_t words[kTile][kTile / 4 + 1];
-  const int2 tile = tiles[blockIdx.x];
-  const int kvh = int(blockIdx.y);
-  const int64_t k0 = cu_k[tile.x];
-  const int tk = cu_k[tile.x + 1] - int(k0);
+  const int seq = int(blockIdx.z), kvh = int(blockIdx.y);
+  const int64_t k0 = cu_k[seq];
+  const int tk = cu_k[seq + 1] - int(k0);
+  const int2 tile = make_int2(seq, int(blockIdx.x) * kTile);
+  if (tile.y >= tk) return;
   for (int idx = int(threadIdx.x); idx < kTile * 8; idx += int(blockDim.x)) {
     const int r = idx >> 3, ch = idx & 7, key = tile.y + r;
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
@@ -93,37 +127,34 @@ int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t
   const int max_tq = fused::max_seqlen_q_host(a);
   if (max_tq == 0) return AC_OK;
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs], total_k = a.cu_seqlens_k_host[a.num_seqs];
-  // V's copy: sequence s from column col[s], in whole tiles.
-  std::vector<int32_t> col(size_t(a.num_seqs) + 1);
-  std::vector<int2> tiles;
-  int64_t cols = 0;
+  // V's copy: sequence s from column vt_col[s] (computed on the device), in whole tiles.
+  int64_t cols = 0, max_tk = 0;
   for (int s = 0; s < a.num_seqs; ++s) {
-    col[size_t(s)] = int32_t(cols);
-    const int tk = a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s];
-    for (int k = 0; k < tk; k += kTile) tiles.push_back(make_int2(s, k));
-    cols += (int64_t(tk) + kTile - 1) / kTile * kTile;
-    if (cols >= (int64_t(1) << 31))
-      AC_REFUSE("fused-hopper-fp8: more than 2^31 keys in V's tiled copy (tensor-map coordinates)");
+    const int64_t tk = a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s];
+    cols += vt_cols_of(tk);
+    max_tk = std::max(max_tk, tk);
   }
-  col.back() = int32_t(cols);
+  if (cols >= (int64_t(1) << 31))
+    AC_REFUSE("fused-hopper-fp8: more than 2^31 keys in V's tiled copy (tensor-map coordinates)");
+  if (a.num_seqs > 65535) AC_REFUSE("fused-hopper-fp8: more than 65535 sequences in a call (grid z)");
   const int64_t map_cols = cols > 0 ? cols : kTile;  // a map needs a column; no tile reads it then
   const size_t vt_bytes = size_t(a.num_kv_heads) * kTile * size_t(map_cols);
-  const size_t col_at = (vt_bytes + 255) / 256 * 256, tiles_at = col_at + (col.size() * 4 + 255) / 256 * 256;
-  const size_t need = tiles_at + tiles.size() * sizeof(int2);
+  const size_t col_at = (vt_bytes + 255) / 256 * 256;
+  const size_t need = col_at + (size_t(a.num_seqs) + 1) * sizeof(int32_t);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   void* ws = nullptr;
   AC_CUDA_TRY(cudaMallocAsync(&ws, need, stream));
   auto* base = static_cast<unsigned char*>(ws);
   auto* vt = base;
   auto* d_col = reinterpret_cast<int32_t*>(base + col_at);
-  auto* d_tiles = reinterpret_cast<int2*>(base + tiles_at);
   // Every step below runs; the first failure is reported after the workspace is released.
-  cudaError_t e = cudaMemcpyAsync(d_col, col.data(), col.size() * 4, cudaMemcpyHostToDevice, stream);
-  if (e == cudaSuccess && !tiles.empty())
-    e = cudaMemcpyAsync(d_tiles, tiles.data(), tiles.size() * sizeof(int2), cudaMemcpyHostToDevice, stream);
-  if (e == cudaSuccess && !tiles.empty()) {
-    transpose_v_kernel<<<dim3(unsigned(tiles.size()), unsigned(a.num_kv_heads)), 256, 0, stream>>>(
-        static_cast<const uint8_t*>(a.v), vt, d_tiles, a.cu_seqlens_k, d_col, a.num_kv_heads, map_cols);
+  vt_columns_kernel<<<1, 1024, 0, stream>>>(a.cu_seqlens_k, a.num_seqs, d_col);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess && max_tk > 0) {
+    transpose_v_kernel<<<dim3(unsigned(vt_cols_of(max_tk) / kTile), unsigned(a.num_kv_heads),
+                              unsigned(a.num_seqs)),
+                         256, 0, stream>>>(static_cast<const uint8_t*>(a.v), vt, a.cu_seqlens_k, d_col,
+                                           a.num_kv_heads, map_cols);
     e = cudaGetLastError();
   }
   CUtensorMap mq{}, mk{}, mv{};

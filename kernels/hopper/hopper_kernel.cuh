@@ -47,8 +47,10 @@
 // one 128-byte column block at d = 128; S by m64n128k32 e4m3 wgmma (a k32 step is the same 32 bytes
 // of the row); V arrives transposed ([d x keys], K-major, since 8-bit wgmma has no transpose) with
 // its keys in the order the register A words hold P, and zeros past the key range (every V tile is a
-// bulk copy); P is held as the e4m3fn code of 256 p (cvt.rn), O accumulates the codes' products in
-// the wgmma accumulator (whose e4m3 sums are not fp32 sums on the H200: hopper_fp8.cu) and the
+// bulk copy); P is held as the e4m3fn code of 256 p (cvt.rn). The e4m3 wgmma's accumulator is not
+// fp32 (13 bits, truncating: plugin_abi.h AC_FP8_TRUNCATED_SUMS), so no sum stays in it past 128
+// products: S is one chain of four k32 steps, and each tile's P V goes to a fresh accumulator that
+// is added to O in fp32 registers, O = fl(fl(O + P_j V_j) alpha_(j+1)) (two roundings a tile). The
 // epilogue multiplies by 2^-8 (exact), 1 / l and V's descale, in that order. The
 // descales of the (sequence, KV head) join the softmax scale in the consumer. Softcap, window,
 // sinks and the mutants are not built in FP8.
@@ -373,8 +375,19 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   const int diag = tk - tq;
 
   float o[D / 2];
+  // FP8: tile j's P V, in a fresh accumulator (the header: the e4m3 accumulator's 13 bits).
+  float ot[FP8 ? D / 2 : 1];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < (FP8 ? D / 2 : 1); ++i) ot[i] = 0.0f;
+  // The registers the P V wgmma writes.
+  auto fence_pv_acc = [&]() {
+    if constexpr (FP8)
+      dev::fence_regs(ot);
+    else
+      dev::fence_regs(o);
+  };
   float m_run[2] = {neg_inf_f(), neg_inf_f()};
   float l_run[2] = {0.0f, 0.0f};
   // One S buffer: S_j is issued into it only after P_(j-1) has been packed out of it into pa, and
@@ -417,16 +430,17 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   auto issue_pv = [&](int j) {
     const int s = stage_of(j);
     if constexpr (HM != HopperMutation::no_full_wait) dev::mbar_wait<kGuard>(bar_v(s), phase_of(j));
-    dev::fence_regs(o);
+    fence_pv_acc();
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk) dev::fence_regs(pa[kk]);
     dev::wgmma_fence();
     if constexpr (FP8) {
       // B = V^T [d x keys], K-major like K in issue_s: a k32 step moves 32 bytes along the row.
+      // The first step overwrites ot (scale-d 0): a chain of four steps, 128 keys.
       const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), 16);
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk)
-        dev::wgmma_rs_n128_e4m3(o, pa[kk], dev::desc_sw128(v_lo + uint32_t((kk * 32) >> 4), 1024));
+        dev::wgmma_rs_n128_e4m3(ot, pa[kk], dev::desc_sw128(v_lo + uint32_t((kk * 32) >> 4), 1024), kk > 0);
     } else {
       const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), uint32_t(BC * 128));
 #pragma unroll
@@ -539,7 +553,10 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   // consumers (232 registers, BR = 128) the branch made the kernel slower (386 -> 373), so they
   // always multiply.
   auto rescale_and_pack = [&]() {
-    if (L::kConsumers == 2 || alpha[0] != 1.0f || alpha[1] != 1.0f) {
+    if constexpr (FP8) {  // the previous tile's P V joins O in fp32 (ot is 0 before the first)
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] = (o[i] + ot[i]) * alpha[(i & 3) >> 1];
+    } else if (L::kConsumers == 2 || alpha[0] != 1.0f || alpha[1] != 1.0f) {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
     }
@@ -585,7 +602,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
       dev::fence_regs(sacc);
       softmax(j);
       dev::wgmma_wait<0>();  // P_(j-1) V_(j-1) retired: O and pa are free, stage j - 1 is read
-      dev::fence_regs(o);
+      fence_pv_acc();
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) dev::fence_regs(pa[kk]);
       dev::mbar_arrive(bar_e(stage_of(j - 1)));
@@ -594,8 +611,12 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     // The last tile's P V.
     issue_pv(n_tiles - 1);
     dev::wgmma_wait<0>();
-    dev::fence_regs(o);
+    fence_pv_acc();
     dev::mbar_arrive(bar_e(stage_of(n_tiles - 1)));
+    if constexpr (FP8) {
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] += ot[i];
+    }
   }
 
   // Epilogue, fused's: reduce l over the quad, normalise, store O and LSE (accumulator element

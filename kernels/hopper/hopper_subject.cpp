@@ -2,9 +2,10 @@
 //   fused-hopper            the sm_90a attention forward, fused's caps with the Hopper tilings,
 //                           softcap, window and sinks (CUDA only where the build targets sm_90a;
 //                           the host twin always)
-//   fused-hopper-fp8        the host twin of its FP8 instantiation, FlashAttention-3's contract
-//                           (hopper_fp8.cu): Q, K and V in e4m3fn, P in e4m3fn with the offset 2^8,
-//                           head size 128, tiling (128, 128); the CUDA kernel is not a subject yet
+//   fused-hopper-fp8        its FP8 instantiation, FlashAttention-3's contract (hopper_fp8.cu): Q, K
+//                           and V in e4m3fn, P in e4m3fn with the offset 2^8, sums on the e4m3
+//                           tensor cores, head size 128, tiling (128, 128) (CUDA where the build
+//                           targets sm_90a; the host twin always)
 //   mutant-hopper-*         its compile-time broken variants (CUDA only: each is a
 //                           synchronisation bug with no host analogue), never default subjects
 // Check: ctest --test-dir build -R kernels_hopper
@@ -21,7 +22,12 @@ struct HopperSelf {
   bool cuda;
 };
 
-int run_hopper_fp8_subject(void*, const ac_attention_args* args, char* err, size_t err_len) {
+int run_hopper_fp8_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
+  if (static_cast<const HopperSelf*>(self)->cuda) return hopper_fp8_attention_cuda(*args, {}, err, err_len);
+#else
+  (void)self;
+#endif
   return hopper_fp8_attention_host(*args, FusedOptions{}, err, err_len);
 }
 
@@ -54,13 +60,16 @@ ac_caps with_hopper_variants(ac_caps c) {
 // FP8 (fused.h with_fp8_forward: e4m3fn, Q in FP8, P in e4m3fn with the offset) with Q in FP8 in
 // every FP8 call (its tensor cores multiply e4m3 by e4m3) and descales per (sequence, KV head) (V's
 // on the output); no variants.
-ac_caps hopper_fp8_caps() {  // the host twin's: the CUDA kernel is not a subject (below)
-  ac_caps c = with_fp8_forward(hopper_caps(false));
+ac_caps hopper_fp8_caps(bool cuda) {
+  ac_caps c = with_fp8_forward(hopper_caps(cuda));
   c.head_size_min = c.head_size_max = kHopperFp8HeadSizes[0];
   c.head_sizes = kHopperFp8HeadSizes;
   c.num_head_sizes = 1;
   c.num_tilings = kNumHopperFp8Tilings;
-  c.fp8 |= AC_FP8_Q_REQUIRED | AC_FP8_DESCALE_PER_SEQUENCE;
+  // Its e4m3 wgmma sums with the tensor cores' truncating accumulator (AC_FP8_TRUNCATED_SUMS): S in
+  // one chain of four k32 steps (d = 128), P V in a fresh accumulator per 128-key tile added to fp32
+  // registers (hopper_kernel.cuh). The twin sums in fp32, inside that budget.
+  c.fp8 |= AC_FP8_Q_REQUIRED | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_TRUNCATED_SUMS;
   return c;
 }
 
@@ -87,16 +96,13 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
            : "Hopper attention forward, host twin (fused's twin with the Hopper tilings)",
        with_hopper_variants(hopper_caps(cuda)), nullptr, nullptr, run_hopper_subject, &g_self[cuda ? 1 : 0],
        nullptr});
-  // The CUDA kernel (hopper_fp8.cu) is not a subject yet: on the H200 its e4m3 wgmma sums are not
-  // fp32 sums (one key's LSE 712 ulps from the exact one, 5.7 budgets; kernels_hopper_gpu
-  // "[.fp8-accumulation]"), so it fails the contract it would declare, and one batch_invariance call
-  // hung. Its twin, the contract's reference walk, is.
-  if (!cuda)
-    out.push_back(
-        {"fused-hopper-fp8",
-         "Hopper attention forward in FP8, host twin (fused's twin, tile (128, 128), P in e4m3fn, V's "
-         "descale on the output)",
-         hopper_fp8_caps(), nullptr, nullptr, run_hopper_fp8_subject, &g_self[0], nullptr});
+  out.push_back(
+      {"fused-hopper-fp8",
+       cuda ? "Hopper attention forward in FP8 (e4m3 wgmma, FlashAttention-3's contract: descales folded, "
+              "P in e4m3fn with the offset 2^8, V's descale on the output)"
+            : "Hopper attention forward in FP8, host twin (fused's twin, tile (128, 128), P in e4m3fn, V's "
+              "descale on the output)",
+       hopper_fp8_caps(cuda), nullptr, nullptr, run_hopper_fp8_subject, &g_self[cuda ? 1 : 0], nullptr});
   append_packed_subjects(out, cuda);
 }
 

@@ -88,6 +88,68 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
   return 0x1p-4 * S + keys * 0x1p-18 * vmax / std::max(sum_exp_scaled, 1.0);
 }
 
+// Sums on the FP8 tensor cores (AC_FP8_TRUNCATED_SUMS): an instruction adds 32 exact products t
+// to its accumulator c. Each of the 33 addends is aligned to the largest exponent L among them and
+// truncated below 2^(L - 13), so with u = 2^-12 (one bit of margin) and M = max(|c|, |t_i|) each
+// moves by less than min(u M, |addend|) (truncation toward zero never passes zero); the result is
+// truncated once more, by less than u |result|. A product of two e4m3 or e5m2 values is m 2^e with
+// an integer m < 2^8 (4-bit significands: 15 * 15 = 225), so one with |t| >= M / 16 >= 2^(L - 4)
+// has 2^e > 2^(L - 12): it lies on the grid and moves not at all (whatever the descales, which
+// scale t and M alike). A chain of instructions shares one accumulator; let C_i be the exact
+// partial sum after instruction i and E_i a bound on the accumulator's distance from it: then M <=
+// max(|C_(i-1)| + E_(i-1), max |t|), the addends move by at most D_i = min(u M, |C_(i-1)| +
+// E_(i-1)) + sum over |t| < M / 16 of min(u M, |t|), |result| <= |C_i| + E_(i-1) + D_i, and E_i =
+// E_(i-1) + D_i + u (|C_i| + E_(i-1) + D_i). A chain ends after at most 128 products, where the
+// kernel adds it to fp32 registers (one fp32 rounding, inside the fp32 terms): the chains' bounds
+// add.
+//   - A score: t_c = q_c k_c in column order (32 columns an instruction, 128 a chain), E in the
+//     dot's units; the score moves by delta = |scale| E, its weight by a factor within e^(+-delta),
+//     and O = sum p v / sum p, with numerator and denominator moved alike, by at most
+//     expm1(2 delta) relative per key: c_j gains expm1(2 delta) / 2^-24 (the 2 covers the
+//     denominator's move, which a first-order term would miss for large delta). Past delta = 300
+//     the weight says nothing (c_j stays finite, so that a zero weight times it is still 0).
+//   - P V (P in e4m3, a fresh accumulator per 128 keys): in no known order, so M and |C_i| are
+//     bounded by the chain's sum of |t|, A, and every addend may move by u M; four instructions
+//     then give F A (F = 4 * 34 u to first order, computed below). Summed over the chains and divided by 256
+//     l as the kernel does, the terms are 256 p_j |v_j| held in e4m3 (at most 2^-4 more) with the kernel's
+//     weights, whose relative error is c_j 2^-24: O moves by at most F (1 + 2^-4) (S + 2^-24 cond).
+// Without these terms a kernel with the H200's e4m3 wgmma fails a single key's LSE by 800 ulps
+// (tests/kernels_attention/fp8_forward_twin_test.cpp: the emulated accumulator against each term).
+double truncated_sum_error(const double* t, size_t n) {
+  constexpr double u = kTruncatedSumUnit;
+  double total = 0;
+  for (size_t chain = 0; chain < n; chain += kTruncatedChain) {
+    const size_t chain_end = std::min(n, chain + kTruncatedChain);
+    double C = 0, E = 0;
+    for (size_t i = chain; i < chain_end; i += kTruncatedStep) {
+      const size_t end = std::min(chain_end, i + kTruncatedStep);
+      double M = std::fabs(C) + E;
+      for (size_t k = i; k < end; ++k) M = std::max(M, std::fabs(t[k]));
+      double D = std::min(u * M, std::fabs(C) + E);
+      for (size_t k = i; k < end; ++k) {
+        if (std::fabs(t[k]) < M / 16) D += std::min(u * M, std::fabs(t[k]));
+        C += t[k];
+      }
+      E += D + u * (std::fabs(C) + E + D);
+    }
+    total += E;
+  }
+  return total;
+}
+double truncated_sum_score_conditioning(double scale_abs, double dot_error) {
+  return std::expm1(std::min(2 * scale_abs * dot_error, 600.0)) / kFp32Unit;
+}
+double truncated_pv_o_allowance(double S, double cond) {
+  // F: E after the chain's instructions with |C_i| at its bound A = 1 and M at A + E.
+  constexpr double u = kTruncatedSumUnit;
+  double E = 0;
+  for (int i = 0; i < kTruncatedChain / kTruncatedStep; ++i) {
+    const double M = 1 + E;
+    E += u * ((kTruncatedStep + 1) * M + 1 + E + (kTruncatedStep + 1) * u * M);
+  }
+  return E * (1 + 0x1p-4) * (S + kFp32Unit * cond);
+}
+
 // Softcap (AC_VAR_SOFTCAP): the kernel forms c = fl(cap fl(tanh(fl(t~ / cap)))) from its fp32
 // t~ = scale q.k, then the exponent as for any score. Against the exact c = cap tanh(t / cap):
 //   - t~ is off by (d abs_dot + |t|) 2^-24 (the d products and sum, and the scale's rounding), the
@@ -145,6 +207,7 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
   const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
   if (r.p_e4m3) allowed += p_e4m3_o_allowance(S, N, vmax, r.sum_exp_scaled);
+  if (r.truncated_sums && r.p_e4m3) allowed += truncated_pv_o_allowance(S, cond);  // e4m3 P times e4m3 V
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
     allowed += 3 * unit_roundoff(r.dtype) * S + N * min_subnormal(r.dtype) * vmax / std::max(sum_exp, 1e-300);

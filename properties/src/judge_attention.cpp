@@ -300,6 +300,10 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   // Scores in double, for the allowance and the hazard prediction.
   std::vector<double> A, T;  // T: the uncapped scores of a capped row
   double kabs_max = 0;       // max_j sum_c |k_jc| (FTZ arithmetic's allowance only)
+  // AC_FP8_TRUNCATED_SUMS with Q in FP8: each score's products in column order, and the bound on
+  // their tensor-core sum (budgets.cpp truncated_sum_error).
+  const bool truncated = cv.truncated_sums && a.fp8_q();
+  std::vector<double> prods(truncated ? size_t(D) : 0), trunc_err;
   for (int64_t j = 0; j < rk.num_keys; ++j) {
     if (!rk.visible[size_t(j)]) continue;
     const int64_t key = rk.key_begin + j;
@@ -307,6 +311,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
     double dot = 0, adot = 0, kabs = 0;
     for (int64_t c = 0; c < D; ++c) {
       const double prod = q[size_t(c)] * double(krow[c]);
+      if (truncated) prods[size_t(c)] = prod;
       dot += prod;
       adot += std::fabs(prod);
       if (cv.ftz_arithmetic) kabs += std::fabs(double(krow[c]));
@@ -317,6 +322,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
     r.s.push_back(a.softcap > 0 ? double(a.softcap) * std::tanh(t_score / double(a.softcap)) : t_score);
     if (a.softcap > 0) T.push_back(t_score);
     A.push_back(std::fabs(double(a.softmax_scale)) * adot);
+    if (truncated) trunc_err.push_back(truncated_sum_error(prods.data(), prods.size()));
     r.keys.push_back(key);
     r.smax = std::max(r.smax, r.s.back());
   }
@@ -337,6 +343,8 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
                                                  cv.scores_rounded);
     if (a.fp8_kv()) r.cj[i] += fp8_kv_score_conditioning(A[i]);
     if (a.fp8_q()) r.cj[i] += fp8_q_score_conditioning(A[i]);
+    if (truncated)
+      r.cj[i] += truncated_sum_score_conditioning(std::fabs(double(a.softmax_scale)), trunc_err[i]);
     sum_exp_scaled += std::exp(r.s[i] - r.smax);
     if (cv.naive_exp) {
       const double slack_total =
@@ -357,6 +365,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.flushed_exp = cv.flushed_exp;
   r.ar.fp8_kv = a.fp8_kv();
   r.ar.p_e4m3 = a.fp8_kv() && cv.p_e4m3;
+  r.ar.truncated_sums = truncated;
   if (cv.ftz_arithmetic) {
     double qabs = 0;
     for (const double x : q) qabs += std::fabs(x);

@@ -88,6 +88,7 @@ Conventions conventions_of(const Subject& s) {
   v.scores_rounded = (c.features & AC_FEAT_SCORES_IN_INPUT_TYPE) != 0;
   v.flushed_exp = (c.features & AC_FEAT_FLUSHED_EXP) != 0;
   v.p_e4m3 = (c.fp8 & AC_FP8_P_E4M3) != 0;
+  v.truncated_sums = (c.fp8 & AC_FP8_TRUNCATED_SUMS) != 0;
   v.saturate = (c.fp8 & AC_FP8_SATURATE) != 0;
   v.has_lse = (c.features & AC_FEAT_LSE) != 0;
   v.layout = c.lse_layout;

@@ -19,7 +19,8 @@ FOLDS = ("left", "right", "tree")
 VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
 KV_DTYPES = ("e4m3fn", "e5m2", "e4m3fnuz")
-FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate", "fp8_q_required")
+FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate", "fp8_q_required",
+       "truncated_sums")
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -97,6 +98,9 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     (q then may arrive as codes of kv_dtype too, with q_descale; with "fp8_q_required" it always does
     in FP8 calls, never beside an FP8 cache in dtypes). "p_e4m3" declares that in FP8 calls
     P is held in e4m3fn with the offset 2^8 before P V (FlashAttention-3; its budget is allowed).
+    "truncated_sums" (with "fp8_q") declares that the e4m3 products are summed by Hopper's FP8 tensor
+    cores, whose accumulator truncates to 13 bits, with partial sums moved to fp32 at least every 128
+    products (AC_FP8_TRUNCATED_SUMS; its budget is allowed).
     ops "quantize" (protocol 4): a KV-cache quantiser writing the kv_dtypes formats (QuantizeCall);
     fp8 "saturate" says its casts saturate (else overflow gives NaN, or e5m2's infinity), and
     "descale_per_kv_head" that it takes one scale per head. A merge declaring kv_dtypes (with
@@ -222,6 +226,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r}: a merge writing FP8 outputs (kv_dtypes) declares fp8=(\"saturate\",)")
     if "fp8_q_required" in fp8_words and "fp8_q" not in fp8_words:
         raise CapsError(f"subject {name!r}: fp8 \"fp8_q_required\" needs \"fp8_q\"")
+    if "truncated_sums" in fp8_words and "fp8_q" not in fp8_words:
+        raise CapsError(f"subject {name!r}: fp8 \"truncated_sums\" needs \"fp8_q\"")
     if "saturate" in fp8_words and not {"quantize", "merge"} & set(ops):
         raise CapsError(f"subject {name!r}: fp8 \"saturate\" is a quantiser's or a merge's declaration")
     # Written only where declared, as attncheck writes its own subjects: a subject without variants

@@ -320,9 +320,18 @@ typedef struct {
  * call; a subject declaring this is never offered one (the case is skipped with the reason). Added
  * within version 3. */
 #define AC_FP8_Q_REQUIRED 32u
+/* Declared arithmetic, calls with Q in FP8: the products of e4m3 codes (Q K^T, and P V with P in e4m3)
+ * are summed by Hopper's FP8 tensor cores, whose accumulator is not fp32: each instruction adds 32
+ * products to its accumulator after aligning every addend to the largest exponent among them (the
+ * accumulator included) and truncating the bits below that exponent's 2^-13, and truncates its result
+ * to 13 bits after the leading one. The partial sums move to fp32 registers at least every 128
+ * products: a score's head dimension up to 128 in one accumulator, P V a fresh accumulator per 128
+ * keys. Each instruction then errs by at most u ((32 + 1) M + |result|) with M the largest addend in
+ * magnitude and u = 2^-12 (one bit wider than measured); budgets.cpp. Added within version 3. */
+#define AC_FP8_TRUNCATED_SUMS 64u
 #define AC_FP8_KNOWN                                                                                       \
   (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE | \
-   AC_FP8_Q_REQUIRED)
+   AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS)
 
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {

@@ -6,6 +6,8 @@
 // ulp_F(x) the ulp of x in F, N the visible keys of a row, d the head size, S the scale an output is
 // computed at (attention: sum_j p_j |v_j|), c_j the fp32 conditioning of score j.
 #pragma once
+#include <cstddef>
+
 #include "attncheck/plugin_abi.h"
 
 namespace attncheck {
@@ -32,6 +34,17 @@ double fp8_q_score_conditioning(double abs_dot);
 // P held in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3): what it adds to O's allowance, S and vmax as
 // for attention_o_allowance, keys N and l = sum_exp_scaled.
 double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled);
+// FP8 products summed on the tensor cores (AC_FP8_TRUNCATED_SUMS): instructions of kTruncatedStep
+// products, chains of at most kTruncatedChain in one accumulator, each addend and result truncated
+// within kTruncatedSumUnit of the largest. truncated_sum_error bounds the error of the sum of t[0, n)
+// in that order; the score's conditioning c_j from that bound (dot units) and |scale|; O's
+// allowance for P V in chains of kTruncatedChain keys (S and cond as for attention_o_allowance).
+constexpr double kTruncatedSumUnit = 0x1p-12;
+constexpr int kTruncatedStep = 32;
+constexpr int kTruncatedChain = 128;
+double truncated_sum_error(const double* t, size_t n);
+double truncated_sum_score_conditioning(double scale_abs, double dot_error);
+double truncated_pv_o_allowance(double S, double cond);
 double score_conditioning(ac_dtype, double head_size, double abs_dot, double dist, double score,
                           bool scores_rounded);
 // Where a declared naive exp decides overflow: a score above threshold + slack overflows, one
@@ -50,15 +63,16 @@ double softmax_overflow_slack(double x);
 // One row of attention: what its O and LSE allowances share.
 struct AttentionRow {
   ac_dtype dtype = AC_DTYPE_F32;
-  double keys = 0;            // N
-  double head_size = 0;       // d
-  double max_score = 0;       // max_j s_j
-  double sum_exp_scaled = 0;  // l = sum_j e^(s_j - max), >= 1 when N > 0
-  bool naive_exp = false;     // AC_FEAT_NAIVE_EXP
-  bool flushed_exp = false;   // AC_FEAT_FLUSHED_EXP: a weight e^(s - max) below 2^-126 may be 0
-  bool ftz = false;           // AC_CAP_FTZ_ARITHMETIC: FTZ / DAZ fp32 arithmetic (attention_ftz_*)
-  bool fp8_kv = false;        // K and V read from an FP8 cache times their descales (fp8_kv_*)
-  bool p_e4m3 = false;        // AC_FP8_P_E4M3 in an FP8 call: P held in e4m3fn (p_e4m3_o_allowance)
+  double keys = 0;              // N
+  double head_size = 0;         // d
+  double max_score = 0;         // max_j s_j
+  double sum_exp_scaled = 0;    // l = sum_j e^(s_j - max), >= 1 when N > 0
+  bool naive_exp = false;       // AC_FEAT_NAIVE_EXP
+  bool flushed_exp = false;     // AC_FEAT_FLUSHED_EXP: a weight e^(s - max) below 2^-126 may be 0
+  bool ftz = false;             // AC_CAP_FTZ_ARITHMETIC: FTZ / DAZ fp32 arithmetic (attention_ftz_*)
+  bool fp8_kv = false;          // K and V read from an FP8 cache times their descales (fp8_kv_*)
+  bool p_e4m3 = false;          // AC_FP8_P_E4M3 in an FP8 call: P held in e4m3fn (p_e4m3_o_allowance)
+  bool truncated_sums = false;  // AC_FP8_TRUNCATED_SUMS in a call with Q in FP8 (truncated_pv_o_allowance)
   // |scale| (sum_c |q_c| + max_j sum_c |k_jc|): what inputs read as 0 can move a score by, per 2^-126.
   double qk_abs = 0;
   double scale_abs = 0;  // |softmax_scale|
