@@ -61,6 +61,11 @@ int hopper_fp8_attention_host(const ac_attention_args& a, const FusedOptions& o,
 int hopper_fp8_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len);
 int hopper_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len,
                           HopperMutation m = HopperMutation::none);
+// The FP8 tensor cores' sum, one instruction per trial (hopper_probe.cu): d[t] = c[t] + sum_k
+// a[32 t + k] b[32 t + k] as mma.sync m16n8k32 e4m3 computes it (a NaN when the instruction's
+// elements disagree). Host arrays; synchronous.
+int fp8_mma_probe(const uint8_t* a, const uint8_t* b, const float* c, float* d, int trials, char* err,
+                  size_t err_len);
 // The mutants' instantiations (hopper_mutants.cu); m != none.
 int hopper_mutant_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len,
                        HopperMutation m);

@@ -25,6 +25,7 @@
 #include "attncheck/budgets.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 namespace attncheck {
@@ -88,47 +89,63 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
   return 0x1p-4 * S + keys * 0x1p-18 * vmax / std::max(sum_exp_scaled, 1.0);
 }
 
-// Sums on the FP8 tensor cores (AC_FP8_TRUNCATED_SUMS): an instruction adds 32 exact products t
-// to its accumulator c. Each of the 33 addends is aligned to the largest exponent L among them and
-// truncated below 2^(L - 13), so with u = 2^-12 (one bit of margin) and M = max(|c|, |t_i|) each
-// moves by less than min(u M, |addend|) (truncation toward zero never passes zero); the result is
-// truncated once more, by less than u |result|. A product of two e4m3 or e5m2 values is m 2^e with
-// an integer m < 2^8 (4-bit significands: 15 * 15 = 225), so one with |t| >= M / 16 >= 2^(L - 4)
-// has 2^e > 2^(L - 12): it lies on the grid and moves not at all (whatever the descales, which
-// scale t and M alike). A chain of instructions shares one accumulator; let C_i be the exact
-// partial sum after instruction i and E_i a bound on the accumulator's distance from it: then M <=
-// max(|C_(i-1)| + E_(i-1), max |t|), the addends move by at most D_i = min(u M, |C_(i-1)| +
-// E_(i-1)) + sum over |t| < M / 16 of min(u M, |t|), |result| <= |C_i| + E_(i-1) + D_i, and E_i =
-// E_(i-1) + D_i + u (|C_i| + E_(i-1) + D_i). A chain ends after at most 128 products, where the
-// kernel adds it to fp32 registers (one fp32 rounding, inside the fp32 terms): the chains' bounds
-// add.
-//   - A score: t_c = q_c k_c in column order (32 columns an instruction, 128 a chain), E in the
-//     dot's units; the score moves by delta = |scale| E, its weight by a factor within e^(+-delta),
-//     and O = sum p v / sum p, with numerator and denominator moved alike, by at most
+// Sums on the FP8 tensor cores (AC_FP8_TRUNCATED_SUMS). An instruction adds 32 products t = a b of
+// FP8 codes' values to its accumulator c. Measured on the kernel's wgmma (kernels_hopper_gpu
+// "[truncated_sums]"): L is the largest exponent field among the addends, E_a + E_b for a product of
+// nonzero codes (a subnormal at the format's smallest normal exponent, so a subnormal's product may
+// lie 2^3 below its field; a zero code's product takes no part) and ilogb(c) for c != 0; each
+// addend is truncated toward zero to a multiple of 2^(L - 13), and the result keeps 13 bits.
+// The bound allows one bit more: a grid of g = 2^(L - 12), u = 2^-12 on the result. An addend on
+// that grid does not move: a product's last bit is 2^(E_a + E_b - 2 f), f the format's fraction
+// bits (e4m3 3, e5m2 2), so one with E_a + E_b - 2 f >= L - 12 is exact; any other moves by less
+// than min(g, |t|) (toward zero never passes zero). c moves by less than min(g, |c|). With C_i the
+// exact partial sum after instruction i and E_i a bound on the accumulator's distance from it:
+// |c| <= |C_(i-1)| + E_(i-1), the addends move by at most D_i, and E_i = E_(i-1) + D_i + u
+// (|C_i| + E_(i-1) + D_i). A chain ends after at most 128 products, where the kernel adds it to
+// fp32 registers (one fp32 rounding, inside the fp32 terms): the chains' bounds add. The fields
+// are the codes' (their descales scale t, C and E alike: the caller multiplies by them).
+//   - A score: q's and k's code values in column order (32 columns an instruction, 128 a chain);
+//     the score moves by delta = |scale| q_descale k_descale E, its weight by a factor within
+//     e^(+-delta), and O = sum p v / sum p, with numerator and denominator moved alike, by at most
 //     expm1(2 delta) relative per key: c_j gains expm1(2 delta) / 2^-24 (the 2 covers the
 //     denominator's move, which a first-order term would miss for large delta). Past delta = 300
 //     the weight says nothing (c_j stays finite, so that a zero weight times it is still 0).
-//   - P V (P in e4m3, a fresh accumulator per 128 keys): in no known order, so M and |C_i| are
-//     bounded by the chain's sum of |t|, A, and every addend may move by u M; four instructions
-//     then give F A (F = 4 * 34 u to first order, computed below). Summed over the chains and divided by 256
-//     l as the kernel does, the terms are 256 p_j |v_j| held in e4m3 (at most 2^-4 more) with the kernel's
-//     weights, whose relative error is c_j 2^-24: O moves by at most F (1 + 2^-4) (S + 2^-24 cond).
-// Without these terms a kernel with the H200's e4m3 wgmma fails a single key's LSE by 800 ulps
+//   - P V (P in e4m3, a fresh accumulator per 128 keys): in no known order and with P's codes the
+//     kernel's own, so every addend may move by g and |C_i| is bounded by A, the chain's sum of
+//     the fields 2^(E_P + E_v) (each at least |t|). A field is at most max(P, 2^-6) max(|v|, v_min)
+//     in code units, P = 256 p held within 2^-4 and v_min the format's smallest normal: per key, in
+//     O's units, (1 + 2^-4) p (|v| + v_min) + 2^-14 max(|v|, v_min), v_min now times V's descale.
+//     Summed over the keys and divided by l: S_f = S + v_min + N 2^-14 max(vmax, v_min) / l
+//     (sum p / l = 1), the caller's. Four instructions then give F A (F = 4 * 34 u to first order,
+//     computed below): O moves by at most F (1 + 2^-4) (S_f + 2^-24 cond), cond for the kernel's
+//     weights' own relative error c_j 2^-24.
+// Without these terms a kernel with the H100's e4m3 wgmma fails a single key's LSE by 800 ulps
 // (tests/kernels_attention/fp8_forward_twin_test.cpp: the emulated accumulator against each term).
-double truncated_sum_error(const double* t, size_t n) {
+int fp8_min_exponent(ac_dtype format) {
+  return format == AC_DTYPE_E5M2 ? -14 : format == AC_DTYPE_E4M3FNUZ ? -7 : -6;
+}
+double truncated_sum_error(const double* a, const double* b, size_t n, ac_dtype format) {
   constexpr double u = kTruncatedSumUnit;
+  const int e_min = fp8_min_exponent(format);
+  const int frac = format == AC_DTYPE_E5M2 ? 2 : 3;
+  auto field = [&](double x) { return std::max(std::ilogb(x), e_min); };
   double total = 0;
   for (size_t chain = 0; chain < n; chain += kTruncatedChain) {
     const size_t chain_end = std::min(n, chain + kTruncatedChain);
     double C = 0, E = 0;
     for (size_t i = chain; i < chain_end; i += kTruncatedStep) {
       const size_t end = std::min(chain_end, i + kTruncatedStep);
-      double M = std::fabs(C) + E;
-      for (size_t k = i; k < end; ++k) M = std::max(M, std::fabs(t[k]));
-      double D = std::min(u * M, std::fabs(C) + E);
+      const double c_abs = std::fabs(C) + E;
+      int L = c_abs > 0 ? std::ilogb(c_abs) : INT_MIN;
+      for (size_t k = i; k < end; ++k)
+        if (a[k] != 0 && b[k] != 0) L = std::max(L, field(a[k]) + field(b[k]));
+      if (L == INT_MIN) continue;  // every product 0 and no accumulator: 0 exactly
+      const double g = std::ldexp(1.0, L - 12);
+      double D = std::min(g, c_abs);
       for (size_t k = i; k < end; ++k) {
-        if (std::fabs(t[k]) < M / 16) D += std::min(u * M, std::fabs(t[k]));
-        C += t[k];
+        const double t = a[k] * b[k];
+        if (t != 0 && field(a[k]) + field(b[k]) - 2 * frac < L - 12) D += std::min(g, std::fabs(t));
+        C += t;
       }
       E += D + u * (std::fabs(C) + E + D);
     }
@@ -139,15 +156,16 @@ double truncated_sum_error(const double* t, size_t n) {
 double truncated_sum_score_conditioning(double scale_abs, double dot_error) {
   return std::expm1(std::min(2 * scale_abs * dot_error, 600.0)) / kFp32Unit;
 }
-double truncated_pv_o_allowance(double S, double cond) {
-  // F: E after the chain's instructions with |C_i| at its bound A = 1 and M at A + E.
+double truncated_pv_o_allowance(double S_fields, double cond) {
+  // F: E after the chain's instructions with |C_i| at its bound A = 1 and every addend moving by g
+  // <= u A.
   constexpr double u = kTruncatedSumUnit;
   double E = 0;
   for (int i = 0; i < kTruncatedChain / kTruncatedStep; ++i) {
-    const double M = 1 + E;
-    E += u * ((kTruncatedStep + 1) * M + 1 + E + (kTruncatedStep + 1) * u * M);
+    const double D = (kTruncatedStep + 1) * u * (1 + E);
+    E += D + u * (1 + E + D);
   }
-  return E * (1 + 0x1p-4) * (S + kFp32Unit * cond);
+  return E * (1 + 0x1p-4) * (S_fields + kFp32Unit * cond);
 }
 
 // Softcap (AC_VAR_SOFTCAP): the kernel forms c = fl(cap fl(tanh(fl(t~ / cap)))) from its fp32
@@ -207,7 +225,11 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
   const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
   if (r.p_e4m3) allowed += p_e4m3_o_allowance(S, N, vmax, r.sum_exp_scaled);
-  if (r.truncated_sums && r.p_e4m3) allowed += truncated_pv_o_allowance(S, cond);  // e4m3 P times e4m3 V
+  if (r.truncated_sums && r.p_e4m3 && N > 0) {  // P V on e4m3 codes
+    const double S_fields =
+        S + r.v_min + N * 0x1p-14 * std::max(vmax, r.v_min) / std::max(r.sum_exp_scaled, 1.0);
+    allowed += truncated_pv_o_allowance(S_fields, cond);
+  }
   if (r.naive_exp && N > 0) {
     const double sum_exp = std::exp(r.max_score) * r.sum_exp_scaled;
     allowed += 3 * unit_roundoff(r.dtype) * S + N * min_subnormal(r.dtype) * vmax / std::max(sum_exp, 1e-300);

@@ -303,7 +303,12 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   // AC_FP8_TRUNCATED_SUMS with Q in FP8: each score's products in column order, and the bound on
   // their tensor-core sum (budgets.cpp truncated_sum_error).
   const bool truncated = cv.truncated_sums && a.fp8_q();
-  std::vector<double> prods(truncated ? size_t(D) : 0), trunc_err;
+  std::vector<double> q_codes(truncated ? size_t(D) : 0), k_codes(q_codes.size()), trunc_err;
+  const double qk_descale =
+      truncated ? std::fabs(q_descale * a.descale(a.k_descale, int32_t(rk.seq), int32_t(kvh))) : 0;
+  if (truncated)
+    for (int64_t c = 0; c < D; ++c)
+      q_codes[size_t(c)] = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]);
   for (int64_t j = 0; j < rk.num_keys; ++j) {
     if (!rk.visible[size_t(j)]) continue;
     const int64_t key = rk.key_begin + j;
@@ -311,7 +316,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
     double dot = 0, adot = 0, kabs = 0;
     for (int64_t c = 0; c < D; ++c) {
       const double prod = q[size_t(c)] * double(krow[c]);
-      if (truncated) prods[size_t(c)] = prod;
+      if (truncated) k_codes[size_t(c)] = decode(a.k_dtype(), a.k[size_t((key * Hkv + kvh) * D + c)]);
       dot += prod;
       adot += std::fabs(prod);
       if (cv.ftz_arithmetic) kabs += std::fabs(double(krow[c]));
@@ -322,7 +327,9 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
     r.s.push_back(a.softcap > 0 ? double(a.softcap) * std::tanh(t_score / double(a.softcap)) : t_score);
     if (a.softcap > 0) T.push_back(t_score);
     A.push_back(std::fabs(double(a.softmax_scale)) * adot);
-    if (truncated) trunc_err.push_back(truncated_sum_error(prods.data(), prods.size()));
+    if (truncated)
+      trunc_err.push_back(qk_descale *
+                          truncated_sum_error(q_codes.data(), k_codes.data(), size_t(D), a.kv_dtype));
     r.keys.push_back(key);
     r.smax = std::max(r.smax, r.s.back());
   }
@@ -366,6 +373,9 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.fp8_kv = a.fp8_kv();
   r.ar.p_e4m3 = a.fp8_kv() && cv.p_e4m3;
   r.ar.truncated_sums = truncated;
+  if (truncated)
+    r.ar.v_min = std::ldexp(std::fabs(a.descale(a.v_descale, int32_t(rk.seq), int32_t(kvh))),
+                            fp8_min_exponent(a.kv_dtype));
   if (cv.ftz_arithmetic) {
     double qabs = 0;
     for (const double x : q) qabs += std::fabs(x);

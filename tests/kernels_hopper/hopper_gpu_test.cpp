@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -646,12 +647,14 @@ std::vector<float> descales(int granularity, int seqs, float base) {
 // "" or the first output where the kernel and its twin are further apart than the budgets allow, for
 // rows (token, head) of the case's [tokens, heads] layout:
 //   - the LSE: the twin's fp32 rounding differences (2^-16 relative, as for fused-hopper) plus
-//     delta = |scale| max_j truncated_sum_error(q_c k_jc) over the row's keys (budgets.cpp): the
+//     delta = |scale| q_descale k_descale max_j truncated_sum_error(q's codes, k_j's) over the row's
+//     keys (budgets.cpp): the
 //     kernel's scores are within delta, which moves log sum e^s by at most delta;
 //   - O: 2 ulps of the largest output (the other roundings), plus, per the row's vmax (max |v|
 //     times its descale, which bounds S = sum p |v| / l): the weights' move expm1(2 delta), P V's
-//     truncated_pv_o_allowance, and the e4m3 codes of P: the kernel's p and the twin's differ by
-//     delta, so 256 p may round to neighbouring codes, each within 2^-4 p of its own p: 2^-3 p.
+//     truncated_pv_o_allowance (at S_fields), and the e4m3 codes of P: the kernel's p and the
+//     twin's differ by delta, so 256 p may round to neighbouring codes, each within 2^-4 p of its
+//     own p: 2^-3 p.
 std::string fp8_apart(const AttnCase& c, const Fp8Forward& f, const GpuResult& twin, const GpuResult& cuda) {
   const int dv = c.dv(), d = c.head_size, group = c.heads / c.kv_heads;
   const size_t nseq = c.seqlens_q.size();
@@ -660,13 +663,13 @@ std::string fp8_apart(const AttnCase& c, const Fp8Forward& f, const GpuResult& t
            : f.qd.size() == size_t(c.kv_heads) ? size_t(kvh)
                                                : seq * c.kv_heads + kvh;
   };
-  const double p_codes = 0x1p-3;  // neighbouring e4m3 codes of 256 p
-  const double pv = truncated_pv_o_allowance(1.0, 0.0);
+  const double p_codes = 0x1p-3;                         // neighbouring e4m3 codes of 256 p
+  const double pv = truncated_pv_o_allowance(1.0, 0.0);  // per unit of S_fields, below
   const int mantissa = c.dtype == DType::bf16 ? 7 : 10;
   double largest = 0;
   for (uint16_t b : twin.out) largest = std::max(largest, std::fabs(in_value(c.dtype, b)));
   const double ulps2 = 2 * std::ldexp(1.0, std::ilogb(std::max(largest, 1e-30)) - mantissa);
-  std::vector<double> prods(static_cast<size_t>(d));
+  std::vector<double> qc(static_cast<size_t>(d)), kc(static_cast<size_t>(d));
   for (size_t s = 0; s < nseq; ++s)
     for (int h = 0; h < c.heads; ++h) {
       const int kvh = h / group;
@@ -681,23 +684,28 @@ std::string fp8_apart(const AttnCase& c, const Fp8Forward& f, const GpuResult& t
       for (int64_t t = c.cu_q[s]; t < c.cu_q[s + 1]; ++t) {
         double delta = 0;
         for (int64_t key = c.cu_k[s]; key < c.cu_k[s + 1]; ++key) {
-          for (int e = 0; e < d; ++e)
-            prods[size_t(e)] =
-                kern::fp8_to_float(AC_DTYPE_E4M3, f.q[size_t((t * c.heads + h) * d + e)]) * qd *
-                kern::fp8_to_float(AC_DTYPE_E4M3, f.kv.k[size_t((key * c.kv_heads + kvh) * d + e)]) * kd;
-          delta =
-              std::max(delta, std::fabs(double(c.scale)) * truncated_sum_error(prods.data(), prods.size()));
+          for (int e = 0; e < d; ++e) {
+            qc[size_t(e)] = kern::fp8_to_float(AC_DTYPE_E4M3, f.q[size_t((t * c.heads + h) * d + e)]);
+            kc[size_t(e)] =
+                kern::fp8_to_float(AC_DTYPE_E4M3, f.kv.k[size_t((key * c.kv_heads + kvh) * d + e)]);
+          }
+          delta = std::max(delta, std::fabs(double(c.scale)) * qd * kd *
+                                      truncated_sum_error(qc.data(), kc.data(), qc.size(), AC_DTYPE_E4M3));
         }
-        const size_t row = size_t(t * c.heads + h);
-        const float lt = twin.lse[row], lc = cuda.lse[row];
+        const size_t row = size_t(t * c.heads + h);  // O's [tokens, heads]; the LSE is [heads, tokens]
+        const size_t lse_at = size_t(h) * size_t(c.total_q()) + size_t(t);
+        const float lt = twin.lse[lse_at], lc = cuda.lse[lse_at];
         const bool lse_ok =
             std::isinf(lt) || std::isnan(lt)
                 ? (std::isnan(lt) ? std::isnan(lc) : lt == lc)
                 : std::fabs(double(lc) - lt) <= 0x1p-16 * std::max(1.0, std::fabs(double(lt))) + delta;
         if (!lse_ok)
-          return "lse[" + std::to_string(row) + "]: twin " + std::to_string(lt) + ", CUDA " +
-                 std::to_string(lc) + ", delta " + std::to_string(delta);
-        const double o_allowed = ulps2 + (std::expm1(2 * delta) + pv + p_codes) * vmax;
+          return "lse[" + std::to_string(lse_at) + "]: twin " + std::to_string(lt) + ", CUDA " +
+                 std::to_string(lc) + ", delta " + std::to_string(delta * 1e6) + "e-6";
+        // budgets.cpp attention_o_allowance's S_fields at S <= vmax, l >= 1.
+        const double vmin = std::ldexp(vd, -6), keys = double(c.cu_k[s + 1] - c.cu_k[s]);
+        const double s_fields = vmax + vmin + keys * 0x1p-14 * std::max(vmax, vmin);
+        const double o_allowed = ulps2 + (std::expm1(2 * delta) + p_codes) * vmax + pv * s_fields;
         for (int e = 0; e < dv; ++e) {
           const size_t i = row * size_t(dv) + size_t(e);
           const double ot = in_value(c.dtype, twin.out[i]), oc = in_value(c.dtype, cuda.out[i]);
@@ -762,4 +770,183 @@ TEST_CASE("hopper-fp8 gpu: small shapes for the sanitizers", "[.sanitize-fp8]") 
   const GpuResult g = run_fp8_gpu(c, f), t = run_fp8_twin(c, f);
   REQUIRE(g.rc == AC_OK);
   CHECK(fp8_apart(c, f, t, g) == "");
+}
+
+// The FP8 tensor cores' accumulator against AC_FP8_TRUNCATED_SUMS's model (plugin_abi.h,
+// budgets.cpp): each addend of an instruction moves by less than min(2^-12 M, |addend|), M the
+// largest, a product of at least M / 16 not at all, and the result by less than 2^-12 of itself.
+// One mma.sync m16n8k32 e4m3 instruction per trial (kern::fp8_mma_probe): the accumulator's kept
+// bits (A = B = 0, C with 23 bits after the leading one), random codes and accumulators, and one
+// product beside 31 under 2^-13 of it. A device with a narrower accumulator than declared fails.
+TEST_CASE("FP8 tensor cores: every sum within the declared truncation",
+          "[hopper][gpu][fp8][truncated_sums]") {
+#if defined(ATTNCHECK_HAVE_SM90A)
+  if (!kern::hopper_built()) return;
+  std::vector<uint8_t> a, b;
+  std::vector<float> c;
+  auto trial = [&](const std::vector<uint8_t>& ta, const std::vector<uint8_t>& tb, float tc) {
+    a.insert(a.end(), ta.begin(), ta.end());
+    b.insert(b.end(), tb.begin(), tb.end());
+    c.push_back(tc);
+  };
+  const std::vector<uint8_t> zeros(32, 0);
+  trial(zeros, zeros, 0x1.fffffep0f);
+  trial(zeros, zeros, -0x1.fffffep0f);
+  trial(zeros, zeros, 0x1.555556p+3f);
+  // 0x38 is e4m3fn 1.0, 0x08 is 2^-7, 0x0f is 1.875 2^-7: products 1 and 31 x 1.875 2^-14.
+  std::vector<uint8_t> big_a(32, 0x08), big_b(32, 0x0f);
+  big_a[0] = big_b[0] = 0x38;
+  trial(big_a, big_b, 0.0f);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  auto next = [&]() {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return state;
+  };
+  auto code = [&]() {
+    uint8_t x = uint8_t(next());
+    return (x & 0x7f) == 0x7f ? uint8_t(x & 0xf0) : x;  // no NaN codes
+  };
+  for (int t = 0; t < 20000; ++t) {
+    std::vector<uint8_t> ta(32), tb(32);
+    const int spread = int(next() % 3);  // 0: all codes, 1: exponents near one another, 2: a few zeros
+    for (int k = 0; k < 32; ++k) {
+      ta[size_t(k)] = spread == 1 ? uint8_t((code() & 0x87) | 0x30) : code();
+      tb[size_t(k)] = spread == 2 && next() % 4 == 0 ? uint8_t(0) : code();
+    }
+    const double mag = std::ldexp(double(next() % 1000) / 1000.0, int(next() % 24) - 8);
+    trial(ta, tb, float(next() % 2 ? mag : -mag) * float(next() % 5 != 0));
+  }
+  // Subnormal inputs (codes 0x01..0x07: 2^-9 .. 7 2^-9) and zeros beside large products.
+  for (int t = 0; t < 4000; ++t) {
+    std::vector<uint8_t> ta(32), tb(32);
+    for (int k = 0; k < 32; ++k) {
+      const uint64_t r = next();
+      ta[size_t(k)] = r % 3 == 0 ? uint8_t(1 + next() % 7) | uint8_t(next() % 2 << 7) : code();
+      tb[size_t(k)] = r % 5 == 0 ? uint8_t(0) : r % 7 == 0 ? uint8_t(1 + next() % 7) : code();
+    }
+    trial(ta, tb,
+          t % 3 == 0 ? 0.0f : float(std::ldexp(double(next() % 1000) / 1000.0 - 0.5, int(next() % 24) - 8)));
+  }
+  const int trials = int(c.size());
+  std::vector<float> d(static_cast<size_t>(trials));
+  char err[256] = {0};
+  REQUIRE(kern::fp8_mma_probe(a.data(), b.data(), c.data(), d.data(), trials, err, sizeof err) == AC_OK);
+  // Per class (0: every input normal or zero-free, 1: a subnormal input, 2: a zero input and no
+  // subnormal): trials, trials past the bound, the largest error / bound and its trial.
+  struct Class {
+    int n = 0, past = 0, worst_trial = -1;
+    double worst = 0, worst_field = 0;
+  } cls[3];
+  auto e_of = [](double v) { return std::max(std::ilogb(v), -6); };  // e4m3fn's exponent field
+  for (int t = 0; t < trials; ++t) {
+    std::vector<double> prods(32);
+    double exact = c[size_t(t)], M = std::fabs(double(c[size_t(t)]));
+    int field = c[size_t(t)] != 0 ? std::ilogb(double(c[size_t(t)])) : INT_MIN;
+    bool sub = false, zero = false;
+    for (int k = 0; k < 32; ++k) {
+      const double x = kern::fp8_to_float(AC_DTYPE_E4M3, a[size_t(32 * t + k)]),
+                   y = kern::fp8_to_float(AC_DTYPE_E4M3, b[size_t(32 * t + k)]);
+      prods[size_t(k)] = x * y;
+      exact += x * y;
+      M = std::max(M, std::fabs(x * y));
+      zero = zero || x == 0 || y == 0;
+      sub = sub || (x != 0 && std::fabs(x) < 0x1p-6) || (y != 0 && std::fabs(y) < 0x1p-6);
+      if (x != 0 && y != 0) field = std::max(field, e_of(std::fabs(x)) + e_of(std::fabs(y)) + 1);
+    }
+    constexpr double u = kTruncatedSumUnit;
+    double moved = std::min(u * M, std::fabs(double(c[size_t(t)])));
+    for (const double p : prods)
+      if (std::fabs(p) < M / 16) moved += std::min(u * M, std::fabs(p));
+    const double bound = moved + u * (std::fabs(exact) + moved);
+    const double e = std::fabs(double(d[size_t(t)]) - exact);
+    REQUIRE(std::isfinite(d[size_t(t)]));
+    Class& k = cls[sub ? 1 : zero ? 2 : 0];
+    ++k.n;
+    if (e > bound) ++k.past;
+    const double ratio = bound > 0 ? e / bound : (e > 0 ? INFINITY : 0);
+    if (ratio > k.worst) k.worst = ratio, k.worst_trial = t;
+    // The same error against 33 units of 2^-13 at the largest exponent field (subnormals at 2^-6),
+    // the measured model's worst case.
+    if (field != INT_MIN)
+      k.worst_field =
+          std::max(k.worst_field, e / (33 * std::ldexp(1.0, field - 13) + 0x1p-13 * std::fabs(exact)));
+  }
+  auto kept = [](double x, double y) { return x == y ? 23 : -std::ilogb(std::fabs(x - y) / std::fabs(x)); };
+  WARN("C alone: " << kept(0x1.fffffep0, d[0]) << " bits kept (" << d[0] << ", " << d[1] << ", " << d[2]
+                   << "); one product 1 beside 31 of 1.875 2^-14: device " << d[3] << " exact "
+                   << 1 + 31 * 1.875 * 0x1p-14);
+  for (int k = 0; k < 3; ++k) {
+    const int w = cls[k].worst_trial;
+    std::ostringstream trial_text;
+    if (w >= 0) {
+      trial_text << "c " << c[size_t(w)] << " device " << d[size_t(w)] << " codes";
+      for (int j = 0; j < 32; ++j)
+        trial_text << " " << int(a[size_t(32 * w + j)]) << "x" << int(b[size_t(32 * w + j)]);
+    }
+    INFO((k == 0   ? "normal inputs"
+          : k == 1 ? "a subnormal input"
+                   : "a zero input")
+         << ": " << cls[k].n << " trials, " << cls[k].past << " past the bound, worst " << cls[k].worst
+         << " (trial " << w << ": " << trial_text.str() << "); against the fields' model "
+         << cls[k].worst_field);
+    CHECK(cls[k].past == 0);
+    WARN("class " << k << ": " << cls[k].n << " trials, " << cls[k].past << " past, worst " << cls[k].worst
+                  << ", fields' model " << cls[k].worst_field);
+  }
+#endif
+}
+
+// The same question asked of the kernel's own wgmma (m64n128k32 e4m3, which mma.sync above need not
+// share): one query, one key, scale 1, descales 1, so the LSE is the score S = q.k itself (up to
+// fp32's log2 e and ln 2 roundings, 2^-22 relative). Each row puts a few products beside zeros and
+// reads which bits survive; each S must lie within the declared bound (budgets.cpp
+// truncated_sum_error on the row's products), and what the device did is printed.
+TEST_CASE("FP8 tensor cores: the kernel's wgmma sums within the declared truncation",
+          "[hopper][gpu][fp8][truncated_sums]") {
+  if (!kern::hopper_built()) return;
+  struct Row {
+    const char* what;
+    std::vector<std::pair<int, std::pair<uint8_t, uint8_t>>> codes;  // (column, (q code, k code))
+    uint8_t k_rest;  // K's code at every other column (Q's: 0)
+  };
+  // e4m3fn: 0x38 = 1, 0x08 = 2^-6, 0x09 = 1.125 2^-6, 0x0f = 1.875 2^-6, 0x01 = 2^-9 (subnormal),
+  // 0x7e = 448, 0x8f = -1.875 2^-6.
+  const std::vector<Row> rows = {
+      {"1 + 1.875 2^-12 (kept bits)", {{0, {0x38, 0x38}}, {1, {0x0f, 0x08}}}, 0},
+      {"1 - 1.875 2^-12 (rounding direction)", {{0, {0x38, 0x38}}, {1, {0x8f, 0x08}}}, 0},
+      {"1, then 1.875 2^-12 in the next k step", {{0, {0x38, 0x38}}, {32, {0x0f, 0x08}}}, 0},
+      {"2^-9 x 448 + 1.875 2^-12 (a subnormal's product largest)", {{0, {0x01, 0x7e}}, {1, {0x0f, 0x08}}}, 0},
+      {"1.265625 2^-12 beside zeros times 448", {{0, {0x09, 0x09}}}, 0x7e},
+      {"1 + 31 x 1.875 2^-12", {{0, {0x38, 0x38}}}, 0},
+  };
+  for (const Row& row : rows) {
+    AttnCase c = make_case(9970, DType::bf16, 1, 1, 128, {1}, {1}, false, false);
+    c.scale = 1.0f;
+    Fp8Forward f = fp8_forward(c, {1.0f}, {1.0f}, {1.0f});
+    std::fill(f.q.begin(), f.q.end(), uint8_t(0));
+    std::fill(f.kv.k.begin(), f.kv.k.end(), row.k_rest);
+    std::fill(f.kv.v.begin(), f.kv.v.end(), uint8_t(0x38));
+    if (std::string(row.what).rfind("1 + 31", 0) == 0)
+      for (int col = 1; col < 32; ++col) f.q[size_t(col)] = 0x0f, f.kv.k[size_t(col)] = 0x08;
+    for (const auto& [col, qk] : row.codes) f.q[size_t(col)] = qk.first, f.kv.k[size_t(col)] = qk.second;
+    std::vector<double> qv(128), kv(128);
+    double exact = 0;
+    for (int col = 0; col < 128; ++col) {
+      qv[size_t(col)] = kern::fp8_to_float(AC_DTYPE_E4M3, f.q[size_t(col)]);
+      kv[size_t(col)] = kern::fp8_to_float(AC_DTYPE_E4M3, f.kv.k[size_t(col)]);
+      exact += qv[size_t(col)] * kv[size_t(col)];
+    }
+    const GpuResult g = run_fp8_gpu(c, f);
+    REQUIRE(g.rc == AC_OK);
+    const double s = double(g.lse[0]);
+    const double bound =
+        truncated_sum_error(qv.data(), kv.data(), 128, AC_DTYPE_E4M3) + 0x1p-21 * std::fabs(exact);
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "%s: exact %a, kernel %a, off by %.4g units of 2^-13 |exact|, bound %.4g", row.what, exact,
+                  s, std::fabs(s - exact) / (0x1p-13 * std::fabs(exact)),
+                  bound / (0x1p-13 * std::fabs(exact)));
+    WARN(text);
+    CHECK(std::fabs(s - exact) <= bound);
+  }
 }

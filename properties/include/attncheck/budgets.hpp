@@ -35,16 +35,20 @@ double fp8_q_score_conditioning(double abs_dot);
 // for attention_o_allowance, keys N and l = sum_exp_scaled.
 double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled);
 // FP8 products summed on the tensor cores (AC_FP8_TRUNCATED_SUMS): instructions of kTruncatedStep
-// products, chains of at most kTruncatedChain in one accumulator, each addend and result truncated
-// within kTruncatedSumUnit of the largest. truncated_sum_error bounds the error of the sum of t[0, n)
-// in that order; the score's conditioning c_j from that bound (dot units) and |scale|; O's
-// allowance for P V in chains of kTruncatedChain keys (S and cond as for attention_o_allowance).
+// products, chains of at most kTruncatedChain in one accumulator, each addend truncated on a grid of
+// kTruncatedSumUnit times 2 to the largest exponent field, the result within kTruncatedSumUnit of
+// itself. truncated_sum_error bounds the error of sum_k a[k] b[k], k in [0, n) in that order, a and
+// b the codes' values (before their descales) of the FP8 format; the score's conditioning c_j from
+// that bound (times the descales: dot units) and |scale|; O's allowance for P V in chains of
+// kTruncatedChain keys (cond as for attention_o_allowance; S_fields: S plus what the codes' exponent
+// fields add, attention_o_allowance's).
 constexpr double kTruncatedSumUnit = 0x1p-12;
 constexpr int kTruncatedStep = 32;
 constexpr int kTruncatedChain = 128;
-double truncated_sum_error(const double* t, size_t n);
+int fp8_min_exponent(ac_dtype format);  // of the smallest normal: e4m3fn -6, e5m2 -14, e4m3fnuz -7
+double truncated_sum_error(const double* a, const double* b, size_t n, ac_dtype format);
 double truncated_sum_score_conditioning(double scale_abs, double dot_error);
-double truncated_pv_o_allowance(double S, double cond);
+double truncated_pv_o_allowance(double S_fields, double cond);
 double score_conditioning(ac_dtype, double head_size, double abs_dot, double dist, double score,
                           bool scores_rounded);
 // Where a declared naive exp decides overflow: a score above threshold + slack overflows, one
@@ -73,6 +77,7 @@ struct AttentionRow {
   bool fp8_kv = false;          // K and V read from an FP8 cache times their descales (fp8_kv_*)
   bool p_e4m3 = false;          // AC_FP8_P_E4M3 in an FP8 call: P held in e4m3fn (p_e4m3_o_allowance)
   bool truncated_sums = false;  // AC_FP8_TRUNCATED_SUMS in a call with Q in FP8 (truncated_pv_o_allowance)
+  double v_min = 0;             // with it: the FP8 format's smallest normal times V's largest descale
   // |scale| (sum_c |q_c| + max_j sum_c |k_jc|): what inputs read as 0 can move a score by, per 2^-126.
   double qk_abs = 0;
   double scale_abs = 0;  // |softmax_scale|

@@ -45,18 +45,23 @@ namespace {
 // slot_of(i) that of element i, or one for the tensor) and the descales by 2^-s: s_g as preferred
 // where every code of the group stays an exact code and the descale an exact normal float, else 0.
 // The preferred s alternates 1, 2 over KV heads and over sequences, so a kernel that reads another
-// head's or sequence's descale sees other values. Returns whether any group moved.
+// head's or sequence's descale sees other values. Returns whether any group moved. normal_only
+// (AC_FP8_TRUNCATED_SUMS): a group holding a subnormal code stays, since the tensor cores align a
+// subnormal's product at the smallest normal exponent, which does not move with it (budgets.cpp):
+// the same reals may then be truncated on another grid.
 template <class SlotOf>
-bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, SlotOf slot_of, std::string& what) {
+bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, SlotOf slot_of, bool normal_only,
+              std::string& what) {
   const ref::Fp8Format f = fp8_format(a.kv_dtype);
   const double largest = ref::fp8_spec(f).largest;
+  const double smallest_normal = std::ldexp(1.0, fp8_min_exponent(a.kv_dtype));
   const size_t groups = ds.size(), H = size_t(a.num_kv_heads);
   std::vector<int> s(groups);
   for (size_t g = 0; g < groups; ++g) s[g] = groups == 1 ? 1 : 1 + int((g % H + g / H) % 2);
   auto group_of = [&](size_t i) { return groups == 1 ? 0 : slot_of(i); };
   auto scaled = [&](uint8_t code, int e, uint8_t& out) {
     const double x = ref::decode_fp8(f, code);
-    if (std::isnan(x)) return false;
+    if (std::isnan(x) || (normal_only && x != 0 && std::fabs(x) < smallest_normal)) return false;
     const double y = std::ldexp(x, e);
     if (std::fabs(y) > largest) return false;
     out = ref::encode_fp8(f, y, ref::Fp8Overflow::saturate);
@@ -197,16 +202,20 @@ class Fp8Descales final : public Property {
     AttentionInput ex = a;
     std::string k_exp, v_exp, q_exp;
     const std::vector<int32_t> rows = a.kv_row_sequences(), tokens = a.token_sequences();
+    const bool normal_only = ctx.cv.truncated_sums && a.fp8_q();
     const bool k_moved = exchange(
         a, ex.k, ex.k_descale,
-        [&](size_t i) { return a.kv_descale_slot(ex.k_descale.size(), rows, i, a.head_size); }, k_exp);
+        [&](size_t i) { return a.kv_descale_slot(ex.k_descale.size(), rows, i, a.head_size); }, normal_only,
+        k_exp);
     const bool v_moved = exchange(
         a, ex.v, ex.v_descale,
-        [&](size_t i) { return a.kv_descale_slot(ex.v_descale.size(), rows, i, a.dv()); }, v_exp);
+        [&](size_t i) { return a.kv_descale_slot(ex.v_descale.size(), rows, i, a.dv()); }, normal_only,
+        v_exp);
     const bool q_moved =
-        a.fp8_q() && exchange(
-                         a, ex.q, ex.q_descale,
-                         [&](size_t i) { return a.q_descale_slot(ex.q_descale.size(), tokens, i); }, q_exp);
+        a.fp8_q() &&
+        exchange(
+            a, ex.q, ex.q_descale, [&](size_t i) { return a.q_descale_slot(ex.q_descale.size(), tokens, i); },
+            normal_only, q_exp);
     if (k_moved || v_moved || q_moved) {
       before_launch(ctx, c, /*write=*/false);
       const std::string d = first_difference(a, base, ctx.subject.attention(ex, c.options));
