@@ -90,9 +90,11 @@ struct Layout {
   static constexpr int kQ = 0, kK = kQBytes, kV = kK + kStages * kTileBytes;
   static constexpr int kBar = kV + kStages * kTileBytes;  // q_full, k_full[S], v_full[S], kv_empty[S]
   static constexpr int kBytes = kBar + 8 * (1 + 3 * kStages) + 1024;  // + slack for the alignment
-  // Registers per thread after setmaxnreg: 128 x producer + 128 NC x consumer <= 64 K.
-  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 32;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
+  // Registers per thread after setmaxnreg: 128 x producer + 128 NC x consumer <= 64 K. The FP8
+  // consumer holds O and a tile's P V (two 64-float accumulators) beside S and P: 240 (ptxas: 28
+  // bytes of spills, 68 at 232), its producer the 24 left.
+  static constexpr int kProducerRegs = kConsumers == 2 ? (E == 1 ? 24 : 40) : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? (E == 1 ? 240 : 232) : 160;
   static_assert(BR % 64 == 0 && (BC == 64 || BC == 128) && (D == 64 || D == 128), "tile shape");
   // FP8: V's transposed tile is D rows of BC one-byte keys, one 128-byte swizzle row each.
   static_assert(E == 2 || (E == 1 && BC == 128 && D == 128), "the FP8 kernel's tile shape");

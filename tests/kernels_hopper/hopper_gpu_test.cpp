@@ -772,12 +772,13 @@ TEST_CASE("hopper-fp8 gpu: small shapes for the sanitizers", "[.sanitize-fp8]") 
   CHECK(fp8_apart(c, f, t, g) == "");
 }
 
-// The FP8 tensor cores' accumulator against AC_FP8_TRUNCATED_SUMS's model (plugin_abi.h,
-// budgets.cpp): each addend of an instruction moves by less than min(2^-12 M, |addend|), M the
-// largest, a product of at least M / 16 not at all, and the result by less than 2^-12 of itself.
-// One mma.sync m16n8k32 e4m3 instruction per trial (kern::fp8_mma_probe): the accumulator's kept
-// bits (A = B = 0, C with 23 bits after the leading one), random codes and accumulators, and one
-// product beside 31 under 2^-13 of it. A device with a narrower accumulator than declared fails.
+// mma.sync's FP8 sums (kern::fp8_mma_probe: one m16n8k32 e4m3 instruction per trial), against
+// the value form of AC_FP8_TRUNCATED_SUMS's bound: each addend moves by less than min(2^-12 M,
+// |addend|), M the largest, a product of at least M / 16 not at all, the result by less than 2^-12
+// of itself. Trials: C alone with 23 bits after its leading one, random codes and accumulators
+// (normal, with subnormal codes, with zeros), and one product beside 31 under 2^-13 of it. On the
+// H100 (2026-12-05) this instruction kept every bit, where the kernel's wgmma (next test) truncates:
+// the two are not the same datapath, and only wgmma's is declared.
 TEST_CASE("FP8 tensor cores: every sum within the declared truncation",
           "[hopper][gpu][fp8][truncated_sums]") {
 #if defined(ATTNCHECK_HAVE_SM90A)
@@ -793,7 +794,7 @@ TEST_CASE("FP8 tensor cores: every sum within the declared truncation",
   trial(zeros, zeros, 0x1.fffffep0f);
   trial(zeros, zeros, -0x1.fffffep0f);
   trial(zeros, zeros, 0x1.555556p+3f);
-  // 0x38 is e4m3fn 1.0, 0x08 is 2^-7, 0x0f is 1.875 2^-7: products 1 and 31 x 1.875 2^-14.
+  // 0x38 is e4m3fn 1.0, 0x08 is 2^-6, 0x0f is 1.875 2^-6: products 1 and 31 x 1.875 2^-12.
   std::vector<uint8_t> big_a(32, 0x08), big_b(32, 0x0f);
   big_a[0] = big_b[0] = 0x38;
   trial(big_a, big_b, 0.0f);
@@ -873,8 +874,8 @@ TEST_CASE("FP8 tensor cores: every sum within the declared truncation",
   }
   auto kept = [](double x, double y) { return x == y ? 23 : -std::ilogb(std::fabs(x - y) / std::fabs(x)); };
   WARN("C alone: " << kept(0x1.fffffep0, d[0]) << " bits kept (" << d[0] << ", " << d[1] << ", " << d[2]
-                   << "); one product 1 beside 31 of 1.875 2^-14: device " << d[3] << " exact "
-                   << 1 + 31 * 1.875 * 0x1p-14);
+                   << "); one product 1 beside 31 of 1.875 2^-12: device " << d[3] << " exact "
+                   << 1 + 31 * 1.875 * 0x1p-12);
   for (int k = 0; k < 3; ++k) {
     const int w = cls[k].worst_trial;
     std::ostringstream trial_text;
