@@ -49,6 +49,17 @@ float nearest_e4m3(float x) {
 // the largest exponent field among the addends (E_a + E_b for a product of nonzero e4m3fn codes,
 // a subnormal at -6; ilogb(c) for the accumulator), each addend truncated toward zero to a
 // multiple of 2^(L - 13), the result kept to 13 bits after its leading one, toward zero.
+// One row's budget inputs in an FP8 call: N keys, head size d, l = sum e^(s - max).
+AttentionRow fp8_row(ac_dtype dtype, double keys, double head_size, double l) {
+  AttentionRow r;
+  r.dtype = dtype;
+  r.keys = keys;
+  r.head_size = head_size;
+  r.sum_exp_scaled = l;
+  r.fp8_kv = true;
+  return r;
+}
+
 double truncate_to(double x, double grid) { return std::trunc(x / grid) * grid; }
 int field(double x) { return std::max(std::ilogb(x), -6); }
 double tc_instruction(double c, const double* a, const double* b, size_t n) {
@@ -123,12 +134,8 @@ TEST_CASE("FP8 tensor-core sums: without their terms a kernel with the measured 
   S /= l;  // V = 1: S = sum p |v| / l = O
   const double o_err = std::fabs(tc_sum(held, ones) / 256 / l - S);
   Budget b;
-  AttentionRow r;
-  r.dtype = AC_DTYPE_F16;
-  r.keys = 128;
-  r.head_size = 128;
-  r.sum_exp_scaled = l;
-  r.fp8_kv = r.p_e4m3 = true;
+  AttentionRow r = fp8_row(AC_DTYPE_F16, 128, 128, l);
+  r.p_e4m3 = true;
   r.v_min = 0x1p-6;  // e4m3fn's smallest normal, V's descale 1
   const double ulp_S = std::ldexp(1.0, std::ilogb(S) - 10);
   const double without = attention_o_allowance(b, r, ulp_S, S, 0, 1);
@@ -197,12 +204,7 @@ TEST_CASE("P in e4m3fn: without either term of its allowance a correct kernel's 
     const double l = 1 + 7 * p, S = 7 * p / l;
     err = 7 * std::fabs(held - p) / l;
     Budget b;
-    AttentionRow r;
-    r.dtype = AC_DTYPE_BF16;
-    r.keys = 8;
-    r.head_size = 64;
-    r.sum_exp_scaled = l;
-    r.fp8_kv = true;
+    AttentionRow r = fp8_row(AC_DTYPE_BF16, 8, 64, l);
     const double ulp_S = std::ldexp(1.0, std::ilogb(S) - 7);  // bf16: 8 significant bits
     r.p_e4m3 = false;
     allowed_without = attention_o_allowance(b, r, ulp_S, S, 0, 1);
