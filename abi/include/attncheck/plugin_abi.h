@@ -320,14 +320,15 @@ typedef struct {
  * call; a subject declaring this is never offered one (the case is skipped with the reason). Added
  * within version 3. */
 #define AC_FP8_Q_REQUIRED 32u
-/* Declared arithmetic, calls with Q in FP8: the products of e4m3 codes (Q K^T, and P V with P in e4m3)
- * are summed by Hopper's FP8 tensor cores, whose accumulator is not fp32: each instruction adds 32
- * products to its accumulator after aligning every addend to the largest exponent among them (the
- * accumulator included) and truncating the bits below that exponent's 2^-13, and truncates its result
- * to 13 bits after the leading one. The partial sums move to fp32 registers at least every 128
- * products: a score's head dimension up to 128 in one accumulator, P V a fresh accumulator per 128
- * keys. Each instruction then errs by at most u ((32 + 1) M + |result|) with M the largest addend in
- * magnitude and u = 2^-12 (one bit wider than measured); budgets.cpp. Added within version 3. */
+/* Declared arithmetic, calls with Q in FP8: the products of FP8 codes (Q K^T, and P V with P in e4m3)
+ * are summed by Hopper's FP8 tensor cores (wgmma), whose accumulator is not fp32: each instruction
+ * adds 32 products to its accumulator after aligning the addends at the largest exponent field among
+ * them (a product's E_a + E_b, a subnormal code at the format's smallest normal exponent, a zero
+ * code's product left out; the accumulator's own exponent) and cutting each toward zero to a multiple
+ * of 2^-13 of it, and keeps 13 bits of its result. The partial sums move to fp32 registers at least
+ * every 128 products: a score's head dimension up to 128 in one accumulator, P V a fresh accumulator
+ * per 128 keys. The budget allows one bit more than measured (budgets.cpp truncated_sum_error);
+ * kernels_hopper_gpu "[truncated_sums]" asks the device. Added within version 3. */
 #define AC_FP8_TRUNCATED_SUMS 64u
 #define AC_FP8_KNOWN                                                                                       \
   (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE | \
