@@ -115,11 +115,11 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
 //     the fields 2^(E_P + E_v) (each at least |t|). A field is at most max(P, 2^-6) max(|v|, v_min)
 //     in code units, P = 256 p held within 2^-4 and v_min the format's smallest normal: per key, in
 //     O's units, (1 + 2^-4) p (|v| + v_min) + 2^-14 max(|v|, v_min), v_min now times V's descale.
-//     Summed over the keys and divided by l: S_f = S + v_min + N 2^-14 max(vmax, v_min) / l
+//     Summed over the keys and divided by l: S_fields = S + v_min + N 2^-14 max(vmax, v_min) / l
 //     (sum p / l = 1), the caller's. Four instructions then give F A (F = 4 * 34 u to first order,
-//     computed below): O moves by at most F (1 + 2^-4) (S_f + 2^-24 cond), cond for the kernel's
+//     computed below): O moves by at most F (1 + 2^-4) (S_fields + 2^-24 cond), cond for the kernel's
 //     weights' own relative error c_j 2^-24.
-// Without these terms a kernel with the H100's e4m3 wgmma fails a single key's LSE by 800 ulps
+// Without these terms a kernel with Hopper's e4m3 wgmma fails a single key's LSE by 800 ulps
 // (tests/kernels_attention/fp8_forward_twin_test.cpp: the emulated accumulator against each term).
 int fp8_min_exponent(ac_dtype format) {
   return format == AC_DTYPE_E5M2 ? -14 : format == AC_DTYPE_E4M3FNUZ ? -7 : -6;
