@@ -121,13 +121,8 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
 //     weights' own relative error c_j 2^-24.
 // Without these terms a kernel with Hopper's e4m3 wgmma fails a single key's LSE by 800 ulps
 // (tests/kernels_attention/fp8_forward_twin_test.cpp: the emulated accumulator against each term).
-int fp8_min_exponent(ac_dtype format) {
-  return format == AC_DTYPE_E5M2 ? -14 : format == AC_DTYPE_E4M3FNUZ ? -7 : -6;
-}
-double truncated_sum_error(const double* a, const double* b, size_t n, ac_dtype format) {
+double truncated_sum_error(const double* a, const double* b, size_t n, int e_min, int frac) {
   constexpr double u = kTruncatedSumUnit;
-  const int e_min = fp8_min_exponent(format);
-  const int frac = format == AC_DTYPE_E5M2 ? 2 : 3;
   auto field = [&](double x) { return std::max(std::ilogb(x), e_min); };
   double total = 0;
   for (size_t chain = 0; chain < n; chain += kTruncatedChain) {
@@ -158,14 +153,17 @@ double truncated_sum_score_conditioning(double scale_abs, double dot_error) {
 }
 double truncated_pv_o_allowance(double S_fields, double cond) {
   // F: E after the chain's instructions with |C_i| at its bound A = 1 and every addend moving by g
-  // <= u A.
-  constexpr double u = kTruncatedSumUnit;
-  double E = 0;
-  for (int i = 0; i < kTruncatedChain / kTruncatedStep; ++i) {
-    const double D = (kTruncatedStep + 1) * u * (1 + E);
-    E += D + u * (1 + E + D);
-  }
-  return E * (1 + 0x1p-4) * (S_fields + kFp32Unit * cond);
+  // <= u A; once, as every O element's allowance asks for it.
+  static const double F = [] {
+    constexpr double u = kTruncatedSumUnit;
+    double E = 0;
+    for (int i = 0; i < kTruncatedChain / kTruncatedStep; ++i) {
+      const double D = (kTruncatedStep + 1) * u * (1 + E);
+      E += D + u * (1 + E + D);
+    }
+    return E;
+  }();
+  return F * (1 + 0x1p-4) * (S_fields + kFp32Unit * cond);
 }
 
 // Softcap (AC_VAR_SOFTCAP): the kernel forms c = fl(cap fl(tanh(fl(t~ / cap)))) from its fp32

@@ -291,24 +291,25 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   const int64_t kvh = h / (H / Hkv);
   const double thr = overflow_log_threshold(a.dtype);
   const double under = min_normal_log(a.dtype);
-  std::vector<double> q(static_cast<size_t>(D));
+  // AC_FP8_TRUNCATED_SUMS with Q in FP8: each score's codes in column order, for the bound on their
+  // tensor-core sum (budgets.cpp truncated_sum_error), on the format's exponent fields.
+  const bool truncated = cv.truncated_sums && a.fp8_q();
+  const ref::Fp8Spec* fp8 = truncated ? &ref::fp8_spec(fp8_format(a.kv_dtype)) : nullptr;
+  std::vector<double> q(static_cast<size_t>(D)), q_codes(truncated ? size_t(D) : 0), k_codes(q_codes.size());
   // Q's values as the kernel was given them: times its descale where Q is in FP8 (AC_FP8_Q; a code
   // of at most 4 significant bits times a float, exact in double).
   const double q_descale = a.descale(a.q_descale, int32_t(rk.seq), int32_t(kvh));
-  for (int64_t c = 0; c < D; ++c)
-    q[size_t(c)] = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]) * q_descale;
+  for (int64_t c = 0; c < D; ++c) {
+    const double code = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]);
+    q[size_t(c)] = code * q_descale;
+    if (truncated) q_codes[size_t(c)] = code;
+  }
   // Scores in double, for the allowance and the hazard prediction.
   std::vector<double> A, T;  // T: the uncapped scores of a capped row
   double kabs_max = 0;       // max_j sum_c |k_jc| (FTZ arithmetic's allowance only)
-  // AC_FP8_TRUNCATED_SUMS with Q in FP8: each score's products in column order, and the bound on
-  // their tensor-core sum (budgets.cpp truncated_sum_error).
-  const bool truncated = cv.truncated_sums && a.fp8_q();
-  std::vector<double> q_codes(truncated ? size_t(D) : 0), k_codes(q_codes.size()), trunc_err;
+  std::vector<double> trunc_err;
   const double qk_descale =
       truncated ? std::fabs(q_descale * a.descale(a.k_descale, int32_t(rk.seq), int32_t(kvh))) : 0;
-  if (truncated)
-    for (int64_t c = 0; c < D; ++c)
-      q_codes[size_t(c)] = decode(a.q_dtype(), a.q[size_t((t * H + h) * D + c)]);
   for (int64_t j = 0; j < rk.num_keys; ++j) {
     if (!rk.visible[size_t(j)]) continue;
     const int64_t key = rk.key_begin + j;
@@ -328,8 +329,8 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
     if (a.softcap > 0) T.push_back(t_score);
     A.push_back(std::fabs(double(a.softmax_scale)) * adot);
     if (truncated)
-      trunc_err.push_back(qk_descale *
-                          truncated_sum_error(q_codes.data(), k_codes.data(), size_t(D), a.kv_dtype));
+      trunc_err.push_back(qk_descale * truncated_sum_error(q_codes.data(), k_codes.data(), size_t(D),
+                                                           1 - fp8->bias, fp8->mantissa_bits));
     r.keys.push_back(key);
     r.smax = std::max(r.smax, r.s.back());
   }
@@ -374,8 +375,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.p_e4m3 = a.fp8_kv() && cv.p_e4m3;
   r.ar.truncated_sums = truncated;
   if (truncated)
-    r.ar.v_min = std::ldexp(std::fabs(a.descale(a.v_descale, int32_t(rk.seq), int32_t(kvh))),
-                            fp8_min_exponent(a.kv_dtype));
+    r.ar.v_min = std::ldexp(std::fabs(a.descale(a.v_descale, int32_t(rk.seq), int32_t(kvh))), 1 - fp8->bias);
   if (cv.ftz_arithmetic) {
     double qabs = 0;
     for (const double x : q) qabs += std::fabs(x);

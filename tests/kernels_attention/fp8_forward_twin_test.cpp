@@ -61,7 +61,8 @@ AttentionRow fp8_row(ac_dtype dtype, double keys, double head_size, double l) {
 }
 
 double truncate_to(double x, double grid) { return std::trunc(x / grid) * grid; }
-int field(double x) { return std::max(std::ilogb(x), -6); }
+constexpr int kE4m3MinExp = -6, kE4m3Frac = 3;  // e4m3fn: smallest normal 2^-6, 3 fraction bits
+int field(double x) { return std::max(std::ilogb(x), kE4m3MinExp); }
 double tc_instruction(double c, const double* a, const double* b, size_t n) {
   int L = c != 0 ? std::ilogb(c) : INT_MIN;
   for (size_t i = 0; i < n; ++i)
@@ -100,7 +101,7 @@ TEST_CASE("FP8 tensor-core sums: without their terms a kernel with the measured 
   const double err = std::fabs(tc_sum(q, k) - exact);
   const double fp32_only = 0x1p-24 * (score_conditioning(AC_DTYPE_F16, 128, abs_dot, 0, exact, false) +
                                       fp8_kv_score_conditioning(abs_dot) + fp8_q_score_conditioning(abs_dot));
-  const double bound = truncated_sum_error(q.data(), k.data(), q.size(), AC_DTYPE_E4M3);
+  const double bound = truncated_sum_error(q.data(), k.data(), q.size(), kE4m3MinExp, kE4m3Frac);
   INFO("score: err " << err << " fp32 terms " << fp32_only << " truncated_sum_error " << bound);
   CHECK(err == Approx(127 * 0.75 * 0x1p-13).epsilon(1e-6));
   CHECK(err > fp32_only);
@@ -111,14 +112,14 @@ TEST_CASE("FP8 tensor-core sums: without their terms a kernel with the measured 
   std::swap(q.front(), q.back());
   std::swap(k.front(), k.back());
   CHECK(std::fabs(tc_sum(q, k) - exact) < err / 4);
-  CHECK(truncated_sum_error(nullptr, nullptr, 0, AC_DTYPE_E4M3) == 0);
+  CHECK(truncated_sum_error(nullptr, nullptr, 0, kE4m3MinExp, kE4m3Frac) == 0);
   // A subnormal code's product aligns at its field: 2^-9 x 448 = 0.875 has field -6 + 8 = 2, so
   // 1.875 2^-12 beside it is under the grid 2^-11 and dropped (as on the H100), 2^3 more than a
   // grid taken from 0.875's own exponent would drop; the bound holds.
   const std::vector<double> sa = {0x1p-9, 1.875 * 0x1p-6}, sb = {448, 0x1p-6};
   const double s_exact = 0.875 + 1.875 * 0x1p-12;
   CHECK(tc_sum(sa, sb) == 0.875);
-  CHECK(s_exact - 0.875 <= truncated_sum_error(sa.data(), sb.data(), 2, AC_DTYPE_E4M3));
+  CHECK(s_exact - 0.875 <= truncated_sum_error(sa.data(), sb.data(), 2, kE4m3MinExp, kE4m3Frac));
 
   // P V (one chain of 128 keys, V = 1 but key 0's, which is 0): key 0 at the max (256 p = 256), key 1
   // with 256 p = 136, held as 128 (the tie between e4m3fn's 128 and 144 goes to even: 5.9% low),

@@ -586,6 +586,8 @@ TEST_CASE("packed gpu: engine modes, a sequence alone and beside longer ones", "
 // are apart by at most the two budgets' difference terms (fp8_apart below).
 namespace {
 
+constexpr int kE4m3MinExp = -6, kE4m3Frac = 3;  // e4m3fn: smallest normal 2^-6, 3 fraction bits
+
 struct Fp8Forward {
   Fp8Cache kv;
   std::vector<uint8_t> q;
@@ -689,8 +691,9 @@ std::string fp8_apart(const AttnCase& c, const Fp8Forward& f, const GpuResult& t
             kc[size_t(e)] =
                 kern::fp8_to_float(AC_DTYPE_E4M3, f.kv.k[size_t((key * c.kv_heads + kvh) * d + e)]);
           }
-          delta = std::max(delta, std::fabs(double(c.scale)) * qd * kd *
-                                      truncated_sum_error(qc.data(), kc.data(), qc.size(), AC_DTYPE_E4M3));
+          delta = std::max(delta,
+                           std::fabs(double(c.scale)) * qd * kd *
+                               truncated_sum_error(qc.data(), kc.data(), qc.size(), kE4m3MinExp, kE4m3Frac));
         }
         const size_t row = size_t(t * c.heads + h);  // O's [tokens, heads]; the LSE is [heads, tokens]
         const size_t lse_at = size_t(h) * size_t(c.total_q()) + size_t(t);
@@ -703,7 +706,7 @@ std::string fp8_apart(const AttnCase& c, const Fp8Forward& f, const GpuResult& t
           return "lse[" + std::to_string(lse_at) + "]: twin " + std::to_string(lt) + ", CUDA " +
                  std::to_string(lc) + ", delta " + std::to_string(delta * 1e6) + "e-6";
         // budgets.cpp attention_o_allowance's S_fields at S <= vmax, l >= 1.
-        const double vmin = std::ldexp(vd, -6), keys = double(c.cu_k[s + 1] - c.cu_k[s]);
+        const double vmin = std::ldexp(vd, kE4m3MinExp), keys = double(c.cu_k[s + 1] - c.cu_k[s]);
         const double s_fields = vmax + vmin + keys * 0x1p-14 * std::max(vmax, vmin);
         const double o_allowed = ulps2 + (std::expm1(2 * delta) + p_codes) * vmax + pv * s_fields;
         for (int e = 0; e < dv; ++e) {
@@ -838,7 +841,7 @@ TEST_CASE("FP8 tensor cores: every sum within the declared truncation",
     int n = 0, past = 0, worst_trial = -1;
     double worst = 0, worst_field = 0;
   } cls[3];
-  auto e_of = [](double v) { return std::max(std::ilogb(v), -6); };  // e4m3fn's exponent field
+  auto e_of = [](double v) { return std::max(std::ilogb(v), kE4m3MinExp); };  // e4m3fn's exponent field
   for (int t = 0; t < trials; ++t) {
     std::vector<double> prods(32);
     double exact = c[size_t(t)], M = std::fabs(double(c[size_t(t)]));
@@ -941,7 +944,7 @@ TEST_CASE("FP8 tensor cores: the kernel's wgmma sums within the declared truncat
     REQUIRE(g.rc == AC_OK);
     const double s = double(g.lse[0]);
     const double bound =
-        truncated_sum_error(qv.data(), kv.data(), 128, AC_DTYPE_E4M3) + 0x1p-21 * std::fabs(exact);
+        truncated_sum_error(qv.data(), kv.data(), 128, kE4m3MinExp, kE4m3Frac) + 0x1p-21 * std::fabs(exact);
     char text[256];
     std::snprintf(text, sizeof text,
                   "%s: exact %a, kernel %a, off by %.4g units of 2^-13 |exact|, bound %.4g", row.what, exact,

@@ -45,8 +45,8 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
 constexpr double kTruncatedSumUnit = 0x1p-12;
 constexpr int kTruncatedStep = 32;
 constexpr int kTruncatedChain = 128;
-int fp8_min_exponent(ac_dtype format);  // of the smallest normal: e4m3fn -6, e5m2 -14, e4m3fnuz -7
-double truncated_sum_error(const double* a, const double* b, size_t n, ac_dtype format);
+// e_min: the format's smallest normal exponent (a subnormal's field); frac: its fraction bits.
+double truncated_sum_error(const double* a, const double* b, size_t n, int e_min, int frac);
 double truncated_sum_score_conditioning(double scale_abs, double dot_error);
 double truncated_pv_o_allowance(double S_fields, double cond);
 double score_conditioning(ac_dtype, double head_size, double abs_dot, double dist, double score,

@@ -54,7 +54,7 @@ bool exchange(const AttentionInput& a, Bits& t, std::vector<float>& ds, SlotOf s
               std::string& what) {
   const ref::Fp8Format f = fp8_format(a.kv_dtype);
   const double largest = ref::fp8_spec(f).largest;
-  const double smallest_normal = std::ldexp(1.0, fp8_min_exponent(a.kv_dtype));
+  const double smallest_normal = std::ldexp(1.0, 1 - ref::fp8_spec(f).bias);
   const size_t groups = ds.size(), H = size_t(a.num_kv_heads);
   std::vector<int> s(groups);
   for (size_t g = 0; g < groups; ++g) s[g] = groups == 1 ? 1 : 1 + int((g % H + g / H) % 2);
