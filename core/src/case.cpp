@@ -373,6 +373,10 @@ std::string case_text(const Case& c, bool splice) {
       in["k_descale"] = encode_floats(a.k_descale);
       in["v_descale"] = encode_floats(a.v_descale);
       if (a.fp8_q()) in["q_descale"] = encode_floats(a.q_descale);
+      if (a.p_scale != 0.0f) {
+        in["p_scale_bits"] = bits_hex(float_bits(a.p_scale));
+        in["p_scale"] = double(a.p_scale);  // for the reader; the bits are authoritative
+      }
     }
     const int wkv = dtype_bytes(a.k_dtype());
     in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
@@ -530,6 +534,7 @@ Case case_from_json(const std::string& text) {
     }
     if (in.contains("q_descale"))
       a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
+    if (in.contains("p_scale_bits")) a.p_scale = get_float_bits(in, "p_scale_bits", w);
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));
@@ -728,6 +733,12 @@ std::string attention_variant_problem(const AttentionInput& a) {
   } else if (!a.k_descale.empty() || !a.v_descale.empty() || !a.q_descale.empty()) {
     return "k_descale, v_descale and q_descale need an FP8 kv_dtype";
   }
+  if (a.p_scale != 0.0f) {
+    if (!a.fp8_kv()) return "p_scale needs an FP8 kv_dtype";
+    if (!(a.p_scale > 0.0f) || !(a.p_scale <= AC_MAX_P_SCALE))
+      return "p_scale " + json_fields::printable(std::to_string(a.p_scale)) + " is not in (0, " +
+             std::to_string(int(AC_MAX_P_SCALE)) + "]";
+  }
   if (!(why = v_in_k_problem(a)).empty()) return why;
   if (!a.paged()) {
     if (a.num_pages || a.max_blocks || !a.block_table.empty())
@@ -839,6 +850,7 @@ std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
   if (in.descale_granularity() == 2 && !(caps.fp8 & AC_FP8_DESCALE_PER_SEQUENCE))
     return "descales per (sequence, KV head) (AC_FP8_DESCALE_PER_SEQUENCE)";
   if (in.fp8_q() && !(caps.fp8 & AC_FP8_Q)) return "Q in FP8 (AC_FP8_Q)";
+  if (in.p_scale > 0.0f && !(caps.fp8 & AC_FP8_P_SCALE)) return "P's scale per call (AC_FP8_P_SCALE)";
   if (!in.fp8_q() && (caps.fp8 & AC_FP8_Q_REQUIRED))
     return "an FP8 cache beside Q in its input type (it declares AC_FP8_Q_REQUIRED)";
   return "";

@@ -15,15 +15,19 @@ attention-np-fp8kv     the same attention with K and V from an FP8 KV cache (e4m
                        helpers.dequantize_kv, and paged.
 attention-np-fp8       the same, Q in FP8 as well (fp8_q: helpers.dequantize_q), descales per (sequence,
                        KV head) too (FlashAttention-3's descale shape).
+attention-np-fp8-scaled
+                       attention-np-fp8 with P held in e4m3fn times the call's p_scale (cuDNN's scale_s,
+                       fp8 "p_e4m3" and "p_scale"; 2^8 without one) and read over it; the row sum
+                       adds the weights before that rounding.
 Computed in float64 and rounded once to the output format, LSE natural, layout [heads, tokens].
 """
 import numpy as np
 
 import attncheck as ac
-from attncheck import helpers
+from attncheck import dtypes, helpers
 
 
-def attention(call):
+def attention(call, p_e4m3=False):
     d = call.dtype
     tq_total, h = call.q.shape[0], call.num_heads
     out = np.zeros((tq_total, h, call.head_size_v), np.float64)
@@ -59,6 +63,9 @@ def attention(call):
             total = p.sum(axis=-1)
             if sink is not None:
                 total = total + np.exp(sink - m)
+            if p_e4m3 and call.kv_dtype:  # FP8 calls: P V reads e4m3fn(p s) / s; total the unrounded weights
+                ps = 256.0 if call.p_scale is None else float(np.asarray(call.p_scale).reshape(-1)[0])
+                p = dtypes.fp8_to_float64(dtypes.float_to_fp8(p * ps, "e4m3fn", saturate=True), "e4m3fn") / ps
             o = np.einsum("htk,khd->thd", p, vi) / np.where(empty, 1.0, total).T[..., None]
             out[qs] = np.where(empty.T[..., None], 0.0, o)
             lse[qs] = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, total))).T
@@ -86,3 +93,11 @@ attention_np_fp8 = ac.subject(
     page_sizes=[1, 16], kv_dtypes=("e4m3fn", "e5m2"), fp8=("descale_per_kv_head", "fp8_q", "descale_per_sequence"),
     description="numpy attention with Q, K and V in FP8 (helpers.dequantize_q / dequantize_kv; float64, one "
                 "rounding)")(attention)
+
+
+attention_np_fp8_scaled = ac.subject(
+    name="attention-np-fp8-scaled", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
+    features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)], variants=("paged_kv",),
+    page_sizes=[1, 16], kv_dtypes=("e4m3fn",), fp8=("descale_per_kv_head", "fp8_q", "p_e4m3", "p_scale"),
+    description="numpy attention in FP8 with P in e4m3fn times the call's p_scale (cuDNN's scale_s; float64 "
+                "otherwise, one rounding)")(lambda call: attention(call, p_e4m3=True))

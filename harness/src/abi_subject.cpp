@@ -217,7 +217,8 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
   const size_t q = st.add(pack(in.q_dtype(), in.q)), k = st.add(pack(in.k_dtype(), in.k)),
                v = in.v_in_k ? k : st.add(pack(in.k_dtype(), in.v));
   const size_t k_descale = st.add(as_bytes(in.k_descale)), v_descale = st.add(as_bytes(in.v_descale)),
-               q_descale = st.add(as_bytes(in.q_descale));
+               q_descale = st.add(as_bytes(in.q_descale)),
+               p_scale = st.add(as_bytes(std::vector<float>{in.p_scale}));
   const size_t cu_q_s = st.add(as_bytes(seqs.cu_q)), cu_k_s = st.add(as_bytes(seqs.cu_k));
   const size_t mask = st.add(as_bytes(in.mask)), cu_mask_s = st.add(as_bytes(seqs.cu_mask));
   const size_t out = st.add(poisoned(in.dtype, n_q)),
@@ -247,6 +248,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
                   in.fp8_kv() ? static_cast<const float*>(st.get(v_descale)) : nullptr,
                   granularity_for(in, subject_.caps))
           .fp8_q(in.fp8_q() ? static_cast<const float*>(st.get(q_descale)) : nullptr)
+          .p_scale(in.p_scale > 0.0f ? static_cast<const float*>(st.get(p_scale)) : nullptr)
           .v_in_k(in.v_in_k);
 
   if (before_call_) before_call_();

@@ -184,6 +184,8 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     bad("caps.fp8 declares AC_FP8_Q_REQUIRED (every FP8 call with Q in FP8) without AC_FP8_Q");
   if ((c.fp8 & AC_FP8_TRUNCATED_SUMS) && !(c.fp8 & AC_FP8_Q))
     bad("caps.fp8 declares AC_FP8_TRUNCATED_SUMS (e4m3 products on the tensor cores) without AC_FP8_Q");
+  if ((c.fp8 & AC_FP8_P_SCALE) && !(c.fp8 & AC_FP8_P_E4M3))
+    bad("caps.fp8 declares AC_FP8_P_SCALE (P's scale per call) without AC_FP8_P_E4M3");
   if ((c.fp8 & AC_FP8_SATURATE) && !(c.ops & (AC_OP_QUANTIZE | AC_OP_MERGE)))
     bad("caps.fp8 declares AC_FP8_SATURATE (a quantiser's or a merge's casts) without AC_OP_QUANTIZE or "
         "AC_OP_MERGE");

@@ -87,6 +87,12 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
     if (!scope.fp8_q) AC_REFUSE("fused attention: Q in FP8 (q_descale) is not read by this kernel");
     if (!fused::fp8_kv(a)) AC_REFUSE("fused attention: q_descale without an FP8 kv_dtype");
   }
+  if (a.p_scale) {
+    if (!o.p_e4m3 || !fused::fp8_kv(a))
+      AC_REFUSE("fused attention: p_scale given, but P is not held in e4m3fn in this call");
+    if (!(*a.p_scale > 0.0f && *a.p_scale <= AC_MAX_P_SCALE))
+      AC_REFUSE("fused attention: p_scale %g is not in (0, %g]", double(*a.p_scale), double(AC_MAX_P_SCALE));
+  }
   return fused_check_variants(a, err, err_len, scope);
 }
 
@@ -154,6 +160,10 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
     for (int head = 0; head < x.h; ++head) {
       fused::TwinHeadView view = fused::head_view<M>(a, x, s, head);
       view.p_e4m3 = o.p_e4m3 && fused::fp8_kv(a);
+      if (view.p_e4m3 && a.p_scale) {
+        view.p_scale = *a.p_scale;
+        view.p_inv = 1.0f / view.p_scale;
+      }
       const int64_t k_hi = fused::walked_keys<M>(view.tk, view.table != nullptr);
       for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
         const auto states =
@@ -226,6 +236,9 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::fp8_p_no_offset:
       fused_host_rows<Mutation::fp8_p_no_offset>(a, o, br, bc);
+      break;
+    case Mutation::fp8_p_scale_ignored:
+      fused_host_rows<Mutation::fp8_p_scale_ignored>(a, o, br, bc);
       break;
     case Mutation::fp8_q_descale_twice:
       fused_host_rows<Mutation::fp8_q_descale_twice>(a, o, br, bc);

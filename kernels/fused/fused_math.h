@@ -55,6 +55,8 @@ enum class Mutation : int {
   // FlashAttention-3's FP8 contract (AC_FP8_Q, AC_FP8_P_E4M3), host twins only:
   fp8_p_no_offset = 29,      // P cast to e4m3fn as p itself, without the 2^8 offset
   fp8_q_descale_twice = 30,  // q_descale folded into the softmax scale twice
+  // cuDNN's P scale (AC_FP8_P_SCALE), host twins only:
+  fp8_p_scale_ignored = 34,  // P stored times the call's p_scale, read over the fixed 2^8
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -129,10 +131,15 @@ AC_HD float scaled_logit(float dot, float scale, float scale_log2, float cap) {
 // over 256, both scalings exact (powers of two, p <= 1 far from fp32's limits), so the one rounding
 // is the cast's. Mutant 29 casts p itself: every weight below 2^-6 lands on e4m3fn's subnormal grid
 // and every one below 2^-10 on zero.
+// With a call's p_scale s (AC_FP8_P_SCALE): s p rounded to fp32, then to e4m3fn, read back times
+// the fp32 reciprocal `inv` of s: three roundings besides the cast's (budgets.cpp
+// p_e4m3_o_allowance); s = 256 and inv = 2^-8 are the fixed offset, exact both ways.
 template <Mutation M = Mutation::none>
-AC_HD float p_e4m3(float p) {
+AC_HD float p_e4m3(float p, float scale = 256.0f, float inv = 0x1p-8f) {
   if constexpr (M == Mutation::fp8_p_no_offset) return round_to_e4m3(p);
-  return mul_rn_f(round_to_e4m3(mul_rn_f(p, 256.0f)), 0x1p-8f);
+  if constexpr (M == Mutation::fp8_p_scale_ignored)
+    return mul_rn_f(round_to_e4m3(mul_rn_f(p, scale)), 0x1p-8f);
+  return mul_rn_f(round_to_e4m3(mul_rn_f(p, scale)), inv);
 }
 
 // The storage row of key `key` of a sequence (AC_VAR_PAGED_KV): slot key % page_size of page

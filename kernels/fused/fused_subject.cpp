@@ -9,6 +9,8 @@
 //   fused-fp8kv (host twin only) fused's contract with K and V from an FP8 cache (fused_twin.h)
 //   fused-fp8   (host twin only) FlashAttention-3's FP8 forward: Q, K and V in e4m3fn with their
 //               descales, P in e4m3fn with the offset 2^8, O in the input type (fused_twin.h)
+//   fused-fp8-scaled (host twin only) fused-fp8 with P's scale the call's p_scale, cuDNN's scale_s
+//               (AC_FP8_P_SCALE)
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>
 
@@ -94,6 +96,15 @@ ac_caps with_fp8_forward(ac_caps c) {
   return c;
 }
 
+namespace {
+// fused-fp8-scaled: fused-fp8's contract with P's scale per call (cuDNN's scale_s).
+ac_caps with_fp8_p_scale(ac_caps c) {
+  c = with_fp8_forward(c);
+  c.fp8 |= AC_FP8_P_SCALE;
+  return c;
+}
+}  // namespace
+
 void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
 #if !defined(ATTNCHECK_HAVE_CUDA)
   if (cuda) return;
@@ -128,6 +139,12 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
          "-inf",
          with_fp8_forward(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr, run_fused,
          &g_fp8_self, nullptr});
+  if (!cuda)
+    out.push_back({"fused-fp8-scaled",
+                   "fused attention forward, host twin, cuDNN's P scale: Q, K and V in e4m3fn, P in e4m3fn "
+                   "times the call's p_scale (scale_s) and read over it, natural LSE, empty -inf",
+                   with_fp8_p_scale(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
+                   run_fused, &g_fp8_self, nullptr});
 }
 
 }  // namespace attncheck::kern

@@ -55,8 +55,9 @@ struct TwinHeadView {
   // descale; 1 otherwise (a product by 1 is exact).
   float v_descale = 1.0f;
   // AC_FP8_P_E4M3 in an FP8 call: P held in e4m3fn with the offset 2^8 (fused_math.h p_e4m3), not
-  // rounded to the input type.
+  // rounded to the input type; or with the call's p_scale (AC_FP8_P_SCALE) and its fp32 reciprocal.
   bool p_e4m3 = false;
+  float p_scale = 256.0f, p_inv = 0x1p-8f;
 };
 
 // Where a kernel applies an FP8 cache's V descale. values: to each decoded V value before P V, one
@@ -309,8 +310,8 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       for (int64_t j = n0; j < n1; ++j) {
         // Masked keys inside the range are multiplied by p = 0 as on the GPU (same hazard: an
         // infinite value there gives NaN on both).
-        const float pj =
-            fl(h.p_e4m3 ? p_e4m3<M>(p[size_t(j - n0)]) : round_through(h.dtype, p[size_t(j - n0)]));
+        const float pj = fl(h.p_e4m3 ? p_e4m3<M>(p[size_t(j - n0)], h.p_scale, h.p_inv)
+                                     : round_through(h.dtype, p[size_t(j - n0)]));
         const float* vj = h.v + slot(j) * h.v_stride;
         for (int c = 0; c < dv; ++c) s.o[size_t(c)] = fl(s.o[size_t(c)] + fl(pj * fl(vj[c])));
       }

@@ -139,6 +139,10 @@ constexpr MutantInfo kMutants[] = {
     {33, "mutant-fused-v-in-k-own-stride",
      "fused attention, V inside K: V's rows read at V's own head size, not K's row stride (host twin only)",
      "fused", "accuracy", false},
+    {34, "mutant-fused-fp8-p-scale-ignored",
+     "fused attention in cuDNN's FP8 contract stores P times the call's p_scale but reads it over the fixed "
+     "2^8 (host twin only)",
+     "fused-fp8-scaled", "split_equals_whole", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -287,6 +291,7 @@ constexpr Registration kRegistrations[] = {
     {31, Family::quantize, int(QuantizeMutation::nan_cast)},
     {32, Family::merge, int(MergeMutation::fp8_scale_ignored)},
     {33, Family::fused, int(fused::Mutation::v_in_k_own_stride)},
+    {34, Family::fused, int(fused::Mutation::fp8_p_scale_ignored)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));

@@ -84,9 +84,18 @@ double fp8_q_score_conditioning(double abs_dot) { return abs_dot; }
 // every weight below 2^-6 would be subnormal in e4m3fn and every one below 2^-10 zero: a row of
 // comparable scores would lose most of its mass, which this term does not allow
 // (tests/properties/test_fp8_kv.cpp: the term, and mutant 29).
-double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled) {
+// A call's p_scale s in (0, 448] (AC_FP8_P_SCALE, cuDNN's scale_s) in place of 256: s p_j <= 448
+// never saturates either. The subnormal step is 2^-10 / s in p_j: 2^-18 at s = 256, 2^-10 at s = 1,
+// where every weight below 2^-10 may be lost (a contract that declares it). The product s p_j may be
+// rounded to fp32 first and the stored value read back by a division, or by the fp32 reciprocal and
+// a product: three roundings of 2^-24 more, which need no term of their own: a normal value's cast
+// moves it by at most 2^-4 / (1 + 2^-4) relative (the nearest of 2^k and (1 + 2^-3) 2^k to a value
+// below (1 + 2^-4) 2^k), so (1 + 2^-24)^3 (1 + 2^-4 / (1 + 2^-4)) - 1 < 2^-4, and a subnormal one's
+// 2^-10 / s leaves the 2^-4 p_j term free for them (tests/kernels_attention/fp8_forward_twin_test.cpp:
+// the scale's terms swept, and mutant 34).
+double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled, double p_scale) {
   if (keys <= 0) return 0;
-  return 0x1p-4 * S + keys * 0x1p-18 * vmax / std::max(sum_exp_scaled, 1.0);
+  return 0x1p-4 * S + keys * 0x1p-10 / p_scale * vmax / std::max(sum_exp_scaled, 1.0);
 }
 
 // Sums on the FP8 tensor cores (AC_FP8_TRUNCATED_SUMS). An instruction adds 32 products t = a b of
@@ -222,10 +231,11 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
                    attention_ftz_o_allowance(r, S, vmax);
   const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
-  if (r.p_e4m3) allowed += p_e4m3_o_allowance(S, N, vmax, r.sum_exp_scaled);
+  if (r.p_e4m3) allowed += p_e4m3_o_allowance(S, N, vmax, r.sum_exp_scaled, r.p_scale);
   if (r.truncated_sums && r.p_e4m3 && N > 0) {  // P V on e4m3 codes
+    // A subnormal P code's field is e4m3fn's smallest normal 2^-6, 2^-6 / p_scale in p_j.
     const double S_fields =
-        S + r.v_min + N * 0x1p-14 * std::max(vmax, r.v_min) / std::max(r.sum_exp_scaled, 1.0);
+        S + r.v_min + N * 0x1p-6 / r.p_scale * std::max(vmax, r.v_min) / std::max(r.sum_exp_scaled, 1.0);
     allowed += truncated_pv_o_allowance(S_fields, cond);
   }
   if (r.naive_exp && N > 0) {

@@ -562,6 +562,10 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   if ((dom.fp8 & AC_FP8_Q) && ((dom.fp8 & AC_FP8_Q_REQUIRED) || pick_class(4) != 0))
     qd = descales(a.q, [&](size_t i) { return a.q_descale_slot(n_groups, tokens, i); });
   a = fp8_copy(a, format, std::move(kd), std::move(vd), std::move(qd));
+  // P's scale per call (AC_FP8_P_SCALE, cuDNN's scale_s): 448 (a weight of 1 on the largest code),
+  // the fixed 2^8, scales whose reciprocal is not an fp32 power of two (300.5, 96, 57.375), and small
+  // ones under which most weights are e4m3fn subnormals (16) or zero (1: weights below 2^-10).
+  if (dom.fp8 & AC_FP8_P_SCALE) a.p_scale = *g::element(448.0f, 256.0f, 300.5f, 96.0f, 57.375f, 16.0f, 1.0f);
   if (a.v_in_k) {  // V's codes are K's, read times V's own descale (here K's)
     share_v_with_k(a);
     a.v_descale = a.k_descale;

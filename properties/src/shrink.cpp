@@ -74,6 +74,7 @@ AttentionInput apply(const AttentionInput& a, const Keep& k) {
   b.k_descale = a.descales_for(a.k_descale, kept_seqs, k.kv_heads);
   b.v_descale = a.descales_for(a.v_descale, kept_seqs, k.kv_heads);
   b.q_descale = a.descales_for(a.q_descale, kept_seqs, k.kv_heads);
+  b.p_scale = a.p_scale;
   int64_t q0 = 0, k0 = 0, m0 = 0;
   for (size_t s = 0; s < a.seqlens_q.size(); ++s) {
     const int64_t tq = a.seqlens_q[s], tk = a.seqlens_k[s];

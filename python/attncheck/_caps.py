@@ -20,7 +20,7 @@ VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
 KV_DTYPES = ("e4m3fn", "e5m2", "e4m3fnuz")
 FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate", "fp8_q_required",
-       "truncated_sums")
+       "truncated_sums", "p_scale")
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -100,7 +100,9 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     P is held in e4m3fn with the offset 2^8 before P V (FlashAttention-3; its budget is allowed).
     "truncated_sums" (with "fp8_q") declares that the e4m3 products are summed by Hopper's FP8 tensor
     cores, whose accumulator truncates to 13 bits, with partial sums moved to fp32 at least every 128
-    products (AC_FP8_TRUNCATED_SUMS; its budget is allowed).
+    products (AC_FP8_TRUNCATED_SUMS; its budget is allowed). "p_scale" (with "p_e4m3") declares
+    that P's scale is the call's AttentionCall.p_scale (cuDNN's scale_s, a one-element fp32 array,
+    at most 448; None for the fixed 2^8): P stored as e4m3fn(p * p_scale), read over p_scale.
     ops "quantize" (protocol 4): a KV-cache quantiser writing the kv_dtypes formats (QuantizeCall);
     fp8 "saturate" says its casts saturate (else overflow gives NaN, or e5m2's infinity), and
     "descale_per_kv_head" that it takes one scale per head. A merge declaring kv_dtypes (with
@@ -228,6 +230,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r}: fp8 \"fp8_q_required\" needs \"fp8_q\"")
     if "truncated_sums" in fp8_words and "fp8_q" not in fp8_words:
         raise CapsError(f"subject {name!r}: fp8 \"truncated_sums\" needs \"fp8_q\"")
+    if "p_scale" in fp8_words and "p_e4m3" not in fp8_words:
+        raise CapsError(f"subject {name!r}: fp8 \"p_scale\" needs \"p_e4m3\"")
     if "saturate" in fp8_words and not {"quantize", "merge"} & set(ops):
         raise CapsError(f"subject {name!r}: fp8 \"saturate\" is a quantiser's or a merge's declaration")
     # Written only where declared, as attncheck writes its own subjects: a subject without variants

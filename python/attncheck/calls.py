@@ -125,7 +125,10 @@ class AttentionCall(_Call):
       k_descale, v_descale
                     None without an FP8 cache.
       q_descale     None, or (fp8 "fp8_q") q's descales, as many as k_descale: q is then codes of
-                    kv_dtype too, query head i reading its KV head's value (helpers.dequantize_q)."""
+                    kv_dtype too, query head i reading its KV head's value (helpers.dequantize_q).
+      p_scale       None (P's scale is the fixed 2^8 of fp8 "p_e4m3"), or (fp8 "p_scale", cuDNN's
+                    scale_s) a one-element fp32 array in (0, 448]: P is stored as the e4m3fn code of
+                    p * p_scale and read over p_scale."""
     op = "attention"  # or "splitkv"
     num_seqs: int
     num_heads: int
@@ -162,3 +165,4 @@ class AttentionCall(_Call):
     k_descale: Optional[Array]
     v_descale: Optional[Array]
     q_descale: Optional[Array]
+    p_scale: Optional[Array]

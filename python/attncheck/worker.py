@@ -253,7 +253,7 @@ class _Server:
             # An FP8 KV cache (protocol 4): k and v are codes of kv_dtype, read times their descales.
             call.kv_dtype = req.get("kv_dtype")
             for k, v in self.inputs(req, s, ("q", "k", "v", "mask", "sinks", "block_table", "k_descale",
-                                             "v_descale", "q_descale")).items():
+                                             "v_descale", "q_descale", "p_scale")).items():
                 setattr(call, k, v)
             res = s.attention(call)
             wants_lse = "lse" in req["outputs"]

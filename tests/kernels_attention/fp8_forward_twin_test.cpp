@@ -228,7 +228,48 @@ TEST_CASE("P in e4m3fn: without either term of its allowance a correct kernel's 
   CHECK(err > without);
   CHECK(err > without + 0x1p-4 * (7 * p2 / (1 + 7 * p2)));  // the relative term alone is not enough
   CHECK(err <= with);
-  CHECK(p_e4m3_o_allowance(1.0, 0, 1.0, 1.0) == 0);  // a row without keys holds no weight
+  CHECK(p_e4m3_o_allowance(1.0, 0, 1.0, 1.0, 256) == 0);  // a row without keys holds no weight
+}
+
+TEST_CASE(
+    "P in e4m3fn with a call's p_scale: each weight within 2^-4 p + 2^-10 / p_scale, the scale's "
+    "term reached",
+    "[fp8][p_e4m3][p_scale][budgets]") {
+  // budgets.cpp p_e4m3_o_allowance with p_scale s (AC_FP8_P_SCALE): s p rounded to fp32, cast to
+  // e4m3fn, read back times the fp32 reciprocal of s (fused_math.h p_e4m3, three roundings more than
+  // at s = 256). Swept over (0, 1] at scales whose reciprocal is inexact (300.5, 96, 57.375), at the
+  // largest (448) and at 1: each weight within 2^-4 p + 2^-10 / s, the subnormal half-step 2^-10 / s
+  // reached at every scale (so the fixed offset's 2^-18 is too small below s = 256: at 96 the
+  // error reaches 2.6 times it), and the relative term within its 0.94 without an allowance for the
+  // extra roundings.
+  for (const float s : {300.5f, 96.0f, 57.375f, 448.0f, 1.0f}) {
+    const float inv = 1.0f / s;
+    double worst = 0, worst_rel = 0, worst_abs = 0;
+    for (int e = -40; e <= 0; ++e)
+      for (int m = 0; m < 4096; m += 3) {
+        const float p = std::ldexp(1.0f + float(m) / 4096, e - 1);
+        if (!(p <= 1.0f)) continue;
+        const double err = std::fabs(double(kern::fused::p_e4m3(p, s, inv)) - double(p));
+        worst = std::max(worst, err / (0x1p-4 * p + 0x1p-10 / double(s)));
+        if (double(s) * p >= 0x1p-6 * (1 + 0x1p-20)) worst_rel = std::max(worst_rel, err / (0x1p-4 * p));
+        if (double(s) * p < 0x1p-6) worst_abs = std::max(worst_abs, err / (0x1p-10 / double(s)));
+      }
+    INFO("p_scale " << s << ": worst " << worst << " relative " << worst_rel << " absolute " << worst_abs);
+    CHECK(worst <= 1.0);
+    CHECK(worst_rel <= 0.95);
+    CHECK(worst_abs > 0.99);
+    CHECK(worst_abs <= 1.0 + 1e-5);
+    if (s < 256.0f) CHECK(worst_abs * (0x1p-10 / double(s)) > 2 * 0x1p-18);  // past the fixed offset's
+  }
+  // On O: a row of 8 keys, key 0 at the max with V = 0, keys 1..7 of weight p = 0.3 2^-10 with V = 1
+  // at p_scale 1: each weight is a quarter of e4m3fn's smallest subnormal and rounds to 0, so O =
+  // 7 p / l is lost whole. The allowance at s = 1 covers it; the fixed offset's does not.
+  const double p = 0.3 * 0x1p-10, l = 1 + 7 * p, S = 7 * p / l;
+  CHECK(kern::fused::p_e4m3(float(p), 1.0f, 1.0f) == 0.0f);
+  CHECK(S <= p_e4m3_o_allowance(S, 8, 1.0, l, 1.0));
+  CHECK(S > 2 * p_e4m3_o_allowance(S, 8, 1.0, l, 256.0));
+  // Mutant 34 reads s p over 2^8: at s = 448 a weight of 1 comes back as 1.75.
+  CHECK(kern::fused::p_e4m3<kern::fused::Mutation::fp8_p_scale_ignored>(1.0f, 448.0f, 1.0f / 448) == 1.75f);
 }
 
 TEST_CASE("fused-fp8 twin: Q in FP8 and P in e4m3fn on one hand-derived row", "[fp8][p_e4m3][twin]") {

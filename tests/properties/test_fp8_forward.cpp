@@ -207,3 +207,81 @@ TEST_CASE("FP8 P: the subject's declaration reaches the judge's conventions", "[
   s.c.fp8 = AC_FP8_P_E4M3;
   CHECK(detail::conventions_of(s).p_e4m3);
 }
+
+TEST_CASE("FP8 P scale: case files carry p_scale bit-exactly and refuse a bad one in one line",
+          "[properties][fp8][p_scale]") {
+  Case c;
+  c.op = "attention";
+  c.input = fp8_q_case();
+  std::get<AttentionInput>(c.input).p_scale = 300.5f;
+  const Case back = case_from_json(case_to_json(c));
+  const auto& b = std::get<AttentionInput>(back.input);
+  CHECK(b.p_scale == 300.5f);
+  CHECK(b.p_scale_or_fixed() == 300.5);
+  // Without one, the fixed 2^8 (and no field in the file).
+  Case plain;
+  plain.op = "attention";
+  plain.input = fp8_q_case();
+  CHECK(case_to_json(plain).find("p_scale") == std::string::npos);
+  CHECK(std::get<AttentionInput>(case_from_json(case_to_json(plain)).input).p_scale_or_fixed() == 256.0);
+  for (const float bad : {-1.0f, 448.5f, float(INFINITY), float(NAN)}) {
+    AttentionInput x = fp8_q_case();
+    x.p_scale = bad;
+    INFO("p_scale " << bad);
+    const std::string why = attention_variant_problem(x);
+    CHECK(why.find("p_scale") != std::string::npos);
+    CHECK(why.find('\n') == std::string::npos);
+  }
+  AttentionInput largest = fp8_q_case();
+  largest.p_scale = 448.0f;  // a weight of 1 on e4m3fn's largest code: in range
+  CHECK(attention_variant_problem(largest).empty());
+  AttentionInput no_cache = fp8_q_case();
+  no_cache.kv_dtype = AC_DTYPE_F32;
+  no_cache.k_descale.clear();
+  no_cache.v_descale.clear();
+  no_cache.q_descale.clear();
+  no_cache.p_scale = 2.0f;
+  CHECK(attention_variant_problem(no_cache) == "p_scale needs an FP8 kv_dtype");
+}
+
+TEST_CASE("FP8 P scale: only a subject declaring it is given one, and only it is drawn one",
+          "[properties][fp8][p_scale]") {
+  AttentionInput a = fp8_q_case();
+  a.p_scale = 96.0f;
+  AttentionInput storage;
+  ac_caps caps{};
+  caps.ops = AC_OP_ATTENTION;
+  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  caps.fp8 = AC_FP8_Q | AC_FP8_P_E4M3;
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
+                    Catch::Contains("s does not declare P's scale per call (AC_FP8_P_SCALE)"));
+  caps.fp8 |= AC_FP8_P_SCALE;
+  CHECK(&input_for_subject(a, 0, caps, "s", storage) == &a);
+
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_BF16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_CAUSAL | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.tile_keys = 64;
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  dom.fp8 = AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_P_SCALE;
+  int fp8 = 0, scaled = 0, small = 0;
+  rc::Random random(7);
+  for (int i = 0; i < 300; ++i) {
+    const AttentionInput x = gen::attention_input(dom)(random.split(), i).value();
+    REQUIRE(attention_variant_problem(x).empty());
+    if (!x.fp8_kv()) {
+      CHECK(x.p_scale == 0.0f);
+      continue;
+    }
+    ++fp8;
+    scaled += x.p_scale > 0.0f && x.p_scale != 256.0f;
+    small += x.p_scale > 0.0f && x.p_scale <= 16.0f;
+  }
+  CHECK(fp8 > 50);
+  CHECK(scaled > fp8 / 2);  // six of the seven scales differ from 2^8
+  CHECK(small > 0);         // the scales under which P underflows are drawn too
+  dom.fp8 = AC_FP8_Q | AC_FP8_P_E4M3;
+  rc::Random again(7);
+  for (int i = 0; i < 100; ++i) CHECK(gen::attention_input(dom)(again.split(), i).value().p_scale == 0.0f);
+}

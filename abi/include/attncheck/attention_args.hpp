@@ -127,6 +127,11 @@ class AttentionArgs {
     a_.q_descale = q_descale;
     return *this;
   }
+  // P's scale (AC_FP8_P_SCALE): one value in the subject's memory, or NULL for the fixed 2^8.
+  AttentionArgs& p_scale(const float* scale) {
+    a_.p_scale = scale;
+    return *this;
+  }
   AttentionArgs& stream(void* stream) {
     a_.stream = stream;
     return *this;

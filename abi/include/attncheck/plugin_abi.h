@@ -330,9 +330,19 @@ typedef struct {
  * per 128 keys. The budget allows one bit more than measured (budgets.cpp truncated_sum_error);
  * kernels_hopper_gpu "[truncated_sums]" asks the device. Added within version 3. */
 #define AC_FP8_TRUNCATED_SUMS 64u
+/* With AC_FP8_P_E4M3: P's scale is the call's (cuDNN's scale_s), not the fixed 2^8. A call's
+ * ac_attention_args.p_scale points at one positive value of at most 448 (subject memory), or is NULL
+ * for the fixed 2^8: each weight p_j <= 1 is stored as the e4m3fn code of p_j * p_scale (the product
+ * in fp32 or exact, then rounded to nearest even; at most 448, so it never saturates) and P V reads
+ * those values over p_scale (a division, or a product with the fp32 reciprocal, in fp32). l adds the
+ * weights before the rounding. A weight moves by up to 2^-4 p_j, or 2^-10 / p_scale absolutely where
+ * p_j p_scale is subnormal (below 2^-6): budgets.cpp. Added within version 3. */
+#define AC_FP8_P_SCALE 128u
 #define AC_FP8_KNOWN                                                                                       \
   (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE | \
-   AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS)
+   AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS | AC_FP8_P_SCALE)
+/* The largest p_scale (AC_FP8_P_SCALE): a weight of 1 lands on e4m3fn's largest finite value. */
+#define AC_MAX_P_SCALE 448.0f
 
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {
@@ -489,6 +499,9 @@ typedef struct {
   int32_t descale_granularity; /* FP8: 0 one descale per tensor, 1 one per KV head, 2 one per (sequence,
                                 * KV head) */
   int32_t v_in_k;              /* AC_VAR_V_IN_K: 1 when v is k's first head_size_v columns; else 0 */
+  /* Added within version 3 (a caller that zero-fills the struct gets the fixed 2^8): */
+  const float* p_scale; /* AC_FP8_P_SCALE: P's scale, one value in (0, AC_MAX_P_SCALE], subject
+                         * memory; NULL: 2^8. Always NULL for a subject not declaring it */
 } ac_attention_args;
 
 /* The KV-cache quantiser (AC_OP_QUANTIZE, added within version 3): y = the out_dtype code of

@@ -92,6 +92,10 @@ struct AttentionInput {
   // values as k_descale).
   ac_dtype kv_dtype = AC_DTYPE_F32;
   std::vector<float> k_descale, v_descale, q_descale;
+  // P's scale (AC_FP8_P_SCALE, cuDNN's scale_s), an FP8 call's: in (0, AC_MAX_P_SCALE]; 0 gives the
+  // fixed 2^8 of AC_FP8_P_E4M3 (p_scale_or_fixed).
+  float p_scale = 0.0f;
+  double p_scale_or_fixed() const { return p_scale > 0.0f ? double(p_scale) : 256.0; }
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
   // A copy with q, k, v and mask empty and everything else kept: where a caller builds new tensors
@@ -216,9 +220,10 @@ inline AttentionInput AttentionInput::without_tensors() const {
   s.k_descale = k_descale;
   s.v_descale = v_descale;
   s.q_descale = q_descale;
+  s.p_scale = p_scale;
   // A member added to AttentionInput changes its size (on 64-bit targets): copy it above too, then
   // update the size.
-  static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 336,
+  static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 344,
                 "AttentionInput gained a member: copy it in without_tensors");
   return s;
 }

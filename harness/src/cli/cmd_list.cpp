@@ -78,7 +78,9 @@ std::string caps_string(const Subject& s) {
       o << " (descales per tensor" << (c.fp8 & AC_FP8_DESCALE_PER_KV_HEAD ? ", per KV head" : "")
         << (c.fp8 & AC_FP8_DESCALE_PER_SEQUENCE ? ", per (sequence, KV head)" : "") << ")";
       if (c.fp8 & AC_FP8_Q) o << (c.fp8 & AC_FP8_Q_REQUIRED ? "; Q in FP8 in every FP8 call" : "; Q in FP8");
-      if (c.fp8 & AC_FP8_P_E4M3) o << "; P in e4m3fn (offset 2^8)";
+      if (c.fp8 & AC_FP8_P_E4M3)
+        o << (c.fp8 & AC_FP8_P_SCALE ? "; P in e4m3fn (the call's p_scale, 2^8 without one)"
+                                     : "; P in e4m3fn (offset 2^8)");
       if (c.fp8 & AC_FP8_TRUNCATED_SUMS) o << "; e4m3 sums on the tensor cores (13-bit, fp32 every 128)";
     }
     if (c.max_call_seqs > 0) o << "; at most " << c.max_call_seqs << " sequences a call";

@@ -214,6 +214,8 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
                               ") or one per (sequence, KV head) (" + std::to_string(per_sequence) + ")");
         *to = get_floats(arena, t, n);
       }
+      if (r.at("inputs").contains("p_scale"))
+        a.p_scale = get_floats(arena, in(r, "inputs", "p_scale"), 1).at(0);
     }
     // Checked before K and V are read: their sizes come from the page numbers.
     if (const std::string why = attention_variant_problem(a); !why.empty()) throw ProtocolError(why);

@@ -209,6 +209,8 @@ class WorkerSubject final : public Subject {
     const TensorRef k_descale = L.add("fp32", {fp8 ? int64_t(in.k_descale.size()) : 0});
     const TensorRef v_descale = L.add("fp32", {fp8 ? int64_t(in.v_descale.size()) : 0});
     const TensorRef q_descale = L.add("fp32", {fp8_q ? int64_t(in.q_descale.size()) : 0});
+    const bool has_p_scale = in.p_scale > 0.0f;
+    const TensorRef p_scale = L.add("fp32", {has_p_scale ? 1 : 0});
     const TensorRef mask = L.add("u8", {has_mask ? seqs.cu_mask.back() : 0});
     const TensorRef sinks = L.add("fp32", {has_sinks ? H : 0});
     const TensorRef table = L.add("i32", {in.paged() ? int64_t(S) : 0, in.paged() ? in.max_blocks : 0});
@@ -223,6 +225,7 @@ class WorkerSubject final : public Subject {
       std::memcpy(a + v_descale.offset, in.v_descale.data(), in.v_descale.size() * sizeof(float));
     }
     if (fp8_q) std::memcpy(a + q_descale.offset, in.q_descale.data(), in.q_descale.size() * sizeof(float));
+    if (has_p_scale) std::memcpy(a + p_scale.offset, &in.p_scale, sizeof(float));
     if (has_mask) std::memcpy(a + mask.offset, in.mask.data(), in.mask.size());
     if (has_sinks) std::memcpy(a + sinks.offset, in.sinks.data(), in.sinks.size() * sizeof(float));
     if (in.paged())
@@ -285,6 +288,7 @@ class WorkerSubject final : public Subject {
       r["inputs"]["k_descale"] = tensor_json(k_descale);
       r["inputs"]["v_descale"] = tensor_json(v_descale);
       if (fp8_q) r["inputs"]["q_descale"] = tensor_json(q_descale);
+      if (has_p_scale) r["inputs"]["p_scale"] = tensor_json(p_scale);
     }
     if (in.paged()) r["inputs"]["block_table"] = tensor_json(table);
     r["outputs"] = {{"out", tensor_json(out)}};

@@ -31,9 +31,10 @@ double fp8_kv_score_conditioning(double abs_dot);
 double fp8_kv_o_terms();
 // Q in FP8 (AC_FP8_Q): what q_descale adds to c_j (abs_dot as there).
 double fp8_q_score_conditioning(double abs_dot);
-// P held in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3): what it adds to O's allowance, S and vmax as
-// for attention_o_allowance, keys N and l = sum_exp_scaled.
-double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled);
+// P held in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3), or a call's p_scale (AC_FP8_P_SCALE): what it
+// adds to O's allowance, S and vmax as for attention_o_allowance, keys N, l = sum_exp_scaled, and
+// p_scale 256 for the fixed offset.
+double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_scaled, double p_scale);
 // FP8 products summed on the tensor cores (AC_FP8_TRUNCATED_SUMS): instructions of kTruncatedStep
 // products, chains of at most kTruncatedChain in one accumulator, each addend truncated on a grid of
 // kTruncatedSumUnit times 2 to the largest exponent field, the result within kTruncatedSumUnit of
@@ -76,6 +77,7 @@ struct AttentionRow {
   bool ftz = false;             // AC_CAP_FTZ_ARITHMETIC: FTZ / DAZ fp32 arithmetic (attention_ftz_*)
   bool fp8_kv = false;          // K and V read from an FP8 cache times their descales (fp8_kv_*)
   bool p_e4m3 = false;          // AC_FP8_P_E4M3 in an FP8 call: P held in e4m3fn (p_e4m3_o_allowance)
+  double p_scale = 256;         // with it: P's scale, the fixed 2^8 or the call's (AC_FP8_P_SCALE)
   bool truncated_sums = false;  // AC_FP8_TRUNCATED_SUMS in a call with Q in FP8 (truncated_pv_o_allowance)
   double v_min = 0;             // with it: the FP8 format's smallest normal times V's largest descale
   // |scale| (sum_c |q_c| + max_j sum_c |k_jc|): what inputs read as 0 can move a score by, per 2^-126.

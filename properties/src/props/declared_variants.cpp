@@ -99,6 +99,12 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
     if (caps.fp8 & AC_FP8_Q)
       items.push_back(
           {std::string("Q, K and V in ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+    if (caps.fp8 & AC_FP8_P_SCALE) {  // P's scale per call, one whose reciprocal is inexact
+      items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name + " (p_scale 300.5)",
+                       kv_alone ? gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})
+                                : gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+      items.back().input.p_scale = 300.5f;
+    }
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
       std::vector<float> d(size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
