@@ -378,6 +378,11 @@ std::string case_text(const Case& c, bool splice) {
         in["p_scale"] = double(a.p_scale);  // for the reader; the bits are authoritative
       }
     }
+    if (a.fp8_out()) {
+      in["out_dtype"] = kv_dtype_name(a.out_dtype);
+      in["output_scale_bits"] = bits_hex(float_bits(a.output_scale));
+      in["output_scale"] = double(a.output_scale);  // for the reader; the bits are authoritative
+    }
     const int wkv = dtype_bytes(a.k_dtype());
     in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
     in["q"] = tensor("q", encode_elements(a.q, dtype_bytes(a.q_dtype())));
@@ -535,6 +540,16 @@ Case case_from_json(const std::string& text) {
     if (in.contains("q_descale"))
       a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
     if (in.contains("p_scale_bits")) a.p_scale = get_float_bits(in, "p_scale_bits", w);
+    if (!in.contains("out_dtype") && in.contains("output_scale_bits"))
+      throw CaseError("input.output_scale_bits without out_dtype (an FP8 output's format)");
+    if (in.contains("out_dtype")) {
+      const std::string name = get_string(in, "out_dtype", w);
+      const auto out = kv_dtype_from(name);
+      if (!out)
+        throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
+      a.out_dtype = *out;
+      a.output_scale = get_float_bits(in, "output_scale_bits", w);
+    }
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));
@@ -733,6 +748,11 @@ std::string attention_variant_problem(const AttentionInput& a) {
   } else if (!a.k_descale.empty() || !a.v_descale.empty() || !a.q_descale.empty()) {
     return "k_descale, v_descale and q_descale need an FP8 kv_dtype";
   }
+  if (a.fp8_out() && !a.fp8_kv())
+    return "out_dtype " + std::string(kv_dtype_name(a.out_dtype)) + " needs an FP8 kv_dtype";
+  if (a.fp8_out() && (!(a.output_scale > 0.0f) || !std::isfinite(a.output_scale)))
+    return "output_scale " + json_fields::printable(std::to_string(a.output_scale)) +
+           " is not positive and finite";
   if (a.p_scale != 0.0f) {
     if (!a.fp8_kv()) return "p_scale needs an FP8 kv_dtype";
     if (!(a.p_scale > 0.0f) || !(a.p_scale <= AC_MAX_P_SCALE))
@@ -851,6 +871,9 @@ std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
     return "descales per (sequence, KV head) (AC_FP8_DESCALE_PER_SEQUENCE)";
   if (in.fp8_q() && !(caps.fp8 & AC_FP8_Q)) return "Q in FP8 (AC_FP8_Q)";
   if (in.p_scale > 0.0f && !(caps.fp8 & AC_FP8_P_SCALE)) return "P's scale per call (AC_FP8_P_SCALE)";
+  if (in.fp8_out() && !(caps.fp8 & AC_FP8_OUT)) return "O in FP8 (AC_FP8_OUT)";
+  if (in.fp8_out() && !(caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
+    return std::string("O in ") + kv_dtype_name(in.out_dtype) + " (caps.kv_dtypes)";
   if (!in.fp8_q() && (caps.fp8 & AC_FP8_Q_REQUIRED))
     return "an FP8 cache beside Q in its input type (it declares AC_FP8_Q_REQUIRED)";
   return "";

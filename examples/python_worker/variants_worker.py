@@ -18,7 +18,8 @@ attention-np-fp8       the same, Q in FP8 as well (fp8_q: helpers.dequantize_q),
 attention-np-fp8-scaled
                        attention-np-fp8 with P held in e4m3fn times the call's p_scale (cuDNN's scale_s,
                        fp8 "p_e4m3" and "p_scale"; 2^8 without one) and read over it; the row sum
-                       adds the weights before that rounding.
+                       adds the weights before that rounding. O in e4m3fn when a call asks for it
+                       (fp8 "fp8_out", cuDNN's scale_o): the codes of O / output_scale, saturating.
 Computed in float64 and rounded once to the output format, LSE natural, layout [heads, tokens].
 """
 import numpy as np
@@ -69,7 +70,11 @@ def attention(call, p_e4m3=False):
             o = np.einsum("htk,khd->thd", p, vi) / np.where(empty, 1.0, total).T[..., None]
             out[qs] = np.where(empty.T[..., None], 0.0, o)
             lse[qs] = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, total))).T
-    return ac.from_float(out, d), helpers.lse_to_layout(lse.astype(np.float32), call.lse_layout)
+    lse = helpers.lse_to_layout(lse.astype(np.float32), call.lse_layout)
+    if getattr(call, "out_dtype", None):  # O in FP8 (fp8 "fp8_out"): the codes of O / output_scale, saturating
+        scale = float(np.asarray(call.output_scale).reshape(-1)[0])
+        return dtypes.float_to_fp8(out / scale, call.out_dtype, saturate=True), lse
+    return ac.from_float(out, d), lse
 
 
 attention_np_variants = ac.subject(
@@ -98,6 +103,8 @@ attention_np_fp8 = ac.subject(
 attention_np_fp8_scaled = ac.subject(
     name="attention-np-fp8-scaled", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
     features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)], variants=("paged_kv",),
-    page_sizes=[1, 16], kv_dtypes=("e4m3fn",), fp8=("descale_per_kv_head", "fp8_q", "p_e4m3", "p_scale"),
-    description="numpy attention in FP8 with P in e4m3fn times the call's p_scale (cuDNN's scale_s; float64 "
-                "otherwise, one rounding)")(lambda call: attention(call, p_e4m3=True))
+    page_sizes=[1, 16], kv_dtypes=("e4m3fn",),
+    fp8=("descale_per_kv_head", "fp8_q", "p_e4m3", "p_scale", "fp8_out", "saturate"),
+    description="numpy attention in FP8 with P in e4m3fn times the call's p_scale (cuDNN's scale_s) and O in "
+                "e4m3fn over output_scale where asked (scale_o, saturating); float64 otherwise, one rounding")(
+    lambda call: attention(call, p_e4m3=True))

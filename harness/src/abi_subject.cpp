@@ -221,8 +221,9 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
                p_scale = st.add(as_bytes(std::vector<float>{in.p_scale}));
   const size_t cu_q_s = st.add(as_bytes(seqs.cu_q)), cu_k_s = st.add(as_bytes(seqs.cu_k));
   const size_t mask = st.add(as_bytes(in.mask)), cu_mask_s = st.add(as_bytes(seqs.cu_mask));
-  const size_t out = st.add(poisoned(in.dtype, n_q)),
+  const size_t out = st.add(poisoned(in.o_dtype(), n_q)),
                lse = st.add(as_bytes(poisoned_lse(wants_lse ? n_lse : 0)));
+  const size_t output_scale = st.add(as_bytes(std::vector<float>{in.output_scale}));
   const size_t sinks = st.add(as_bytes(in.sinks)), table = st.add(as_bytes(in.block_table));
   st.upload();
 
@@ -249,6 +250,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
                   granularity_for(in, subject_.caps))
           .fp8_q(in.fp8_q() ? static_cast<const float*>(st.get(q_descale)) : nullptr)
           .p_scale(in.p_scale > 0.0f ? static_cast<const float*>(st.get(p_scale)) : nullptr)
+          .fp8_out(in.o_dtype(), in.fp8_out() ? static_cast<const float*>(st.get(output_scale)) : nullptr)
           .v_in_k(in.v_in_k);
 
   if (before_call_) before_call_();
@@ -258,7 +260,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
 
   st.download(out);
   AttentionOutput result;
-  result.out = unpack(in.dtype, st.read(out));
+  result.out = unpack(in.o_dtype(), st.read(out));
   if (wants_lse) {
     const auto bytes = st.read(lse);
     std::vector<float> stored(n_lse);

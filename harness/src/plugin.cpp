@@ -186,9 +186,11 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
     bad("caps.fp8 declares AC_FP8_TRUNCATED_SUMS (e4m3 products on the tensor cores) without AC_FP8_Q");
   if ((c.fp8 & AC_FP8_P_SCALE) && !(c.fp8 & AC_FP8_P_E4M3))
     bad("caps.fp8 declares AC_FP8_P_SCALE (P's scale per call) without AC_FP8_P_E4M3");
-  if ((c.fp8 & AC_FP8_SATURATE) && !(c.ops & (AC_OP_QUANTIZE | AC_OP_MERGE)))
-    bad("caps.fp8 declares AC_FP8_SATURATE (a quantiser's or a merge's casts) without AC_OP_QUANTIZE or "
-        "AC_OP_MERGE");
+  if ((c.fp8 & AC_FP8_SATURATE) && !(c.ops & (AC_OP_QUANTIZE | AC_OP_MERGE)) && !(c.fp8 & AC_FP8_OUT))
+    bad("caps.fp8 declares AC_FP8_SATURATE (a quantiser's, a merge's or an FP8 output's casts) without "
+        "AC_OP_QUANTIZE, AC_OP_MERGE or AC_FP8_OUT");
+  if ((c.fp8 & AC_FP8_OUT) && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
+    bad("caps.fp8 declares AC_FP8_OUT (an attention's FP8 output) without attention or split-KV");
   if (c.max_call_seqs < 0)
     bad("caps.max_call_seqs " + std::to_string(c.max_call_seqs) + " is negative (0: no limit)");
   if (c.max_call_tokens < 0)

@@ -23,6 +23,7 @@
 // Check: ctest --test-dir build -R kernels_attention
 #pragma once
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "attncheck/plugin_abi.h"
@@ -39,6 +40,9 @@ struct FusedOptions {
   fused::ExpForm exp_form{};   // host twin: how p is formed (fused_math.h); fused-hopper's twin sets it
   fused::TwinArithmetic arithmetic{};  // host twin: IEEE, or FTZ / DAZ (fused_math.h)
   bool p_e4m3 = false;  // host twin: in FP8 calls P held in e4m3fn with the offset 2^8 (AC_FP8_P_E4M3)
+  // host twin: O may be written in FP8 (AC_FP8_OUT with AC_FP8_SATURATE): the fp32 element divided
+  // by output_scale, then one saturating cast (quantize_math.h quantize_element)
+  bool fp8_out = false;
   // host twin: an FP8 cache's V descale multiplies the output, not each V value (fused_twin.h
   // VDescale::output; fused-hopper-fp8's twin)
   bool v_descale_output = false;
@@ -66,6 +70,13 @@ namespace fused {
 // Whether a call's K and V are an FP8 cache (kv_dtype AC_DTYPE_E4M3 or AC_DTYPE_E5M2).
 inline bool fp8_kv(const ac_attention_args& a) {
   return a.kv_dtype == AC_DTYPE_E4M3 || a.kv_dtype == AC_DTYPE_E5M2;
+}
+// A call's FP8 output format (AC_FP8_OUT: out_dtype 3, 4 or 5), read as an int (a caller may store
+// any value in the enum field); 0 for out in dtype.
+inline int fp8_out(const ac_attention_args& a) {
+  int od;
+  std::memcpy(&od, &a.out_dtype, sizeof od);
+  return od == AC_DTYPE_E4M3 || od == AC_DTYPE_E5M2 || od == AC_DTYPE_E4M3FNUZ ? od : 0;
 }
 }  // namespace fused
 

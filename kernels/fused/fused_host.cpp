@@ -17,6 +17,7 @@
 #include "fused/fused.h"
 #include "fused/fused_math.h"
 #include "fused/fused_twin.h"
+#include "quantize/quantize_math.h"
 
 namespace attncheck::kern {
 
@@ -87,6 +88,11 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
     if (!scope.fp8_q) AC_REFUSE("fused attention: Q in FP8 (q_descale) is not read by this kernel");
     if (!fused::fp8_kv(a)) AC_REFUSE("fused attention: q_descale without an FP8 kv_dtype");
   }
+  if (const int od = fused::fp8_out(a)) {
+    if (!o.fp8_out) AC_REFUSE("fused attention: O in FP8 (out_dtype %d) is not written by this kernel", od);
+    if (!a.output_scale || !(*a.output_scale > 0.0f) || !(*a.output_scale < INFINITY))
+      AC_REFUSE("fused attention: an FP8 output without a positive finite output_scale");
+  }
   if (a.p_scale) {
     if (!o.p_e4m3 || !fused::fp8_kv(a))
       AC_REFUSE("fused attention: p_scale given, but P is not held in e4m3fn in this call");
@@ -133,15 +139,20 @@ namespace {
 // The sink (sink2 = sink log2 e, -inf without one) joins the denominator first (fused_math.h
 // join_sink).
 // V's descale (1 unless it multiplies the output, VDescale::output) after the normalisation.
+// An FP8 output (fp8_kv 3 or 4, AC_FP8_OUT): each fp32 element divided by output_scale and cast,
+// saturating, one byte per element; else the element stored in t.
 void store_row(const fused::TwinRowState& s, float sink2, float v_descale, DType t, void* out,
-               int64_t out_index, float* lse, int64_t lse_index, const FusedOptions& o) {
+               int64_t out_index, float* lse, int64_t lse_index, const FusedOptions& o, int fp8_out = 0,
+               float output_scale = 1.0f) {
   float m = s.m, l = s.l;
   const float alpha = fused::join_sink(m, l, sink2);
   const float inv = fused::twin_round(fused::inverse_row_sum(l), o.arithmetic);
   for (size_t c = 0; c < s.o.size(); ++c) {
-    const uint32_t bits =
-        store_from_float(t, fused::twin_round(s.o[c] * alpha * inv * v_descale, o.arithmetic));
-    static_cast<uint16_t*>(out)[out_index + int64_t(c)] = uint16_t(bits);
+    const float x = fused::twin_round(s.o[c] * alpha * inv * v_descale, o.arithmetic);
+    if (fp8_out)
+      static_cast<uint8_t*>(out)[out_index + int64_t(c)] = quantize_element(fp8_out, x, output_scale, true);
+    else
+      static_cast<uint16_t*>(out)[out_index + int64_t(c)] = uint16_t(store_from_float(t, x));
   }
   if (lse) {
     const float sentinel = o.empty_lse_sign > 0 ? pos_inf_f() : neg_inf_f();
@@ -155,6 +166,9 @@ template <fused::Mutation M>
 void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, int bc) {
   const fused::TwinArgs x =
       fused::decode_args<M>(a, o.v_descale_output ? fused::VDescale::output : fused::VDescale::values);
+  // Mutant 35 casts O to FP8 without dividing by output_scale.
+  const int fp8_out = fused::fp8_out(a);
+  const float output_scale = fp8_out && M != fused::Mutation::fp8_out_scale_ignored ? *a.output_scale : 1.0f;
   for (int s = 0; s < a.num_seqs; ++s) {
     const int64_t q0 = a.cu_seqlens_q_host[s];
     for (int head = 0; head < x.h; ++head) {
@@ -173,7 +187,7 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
         for (size_t r = 0; r < states.size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
           store_row(states[r], view.sink2, view.v_descale, x.dtype, a.out, (tok * x.h + head) * x.dv, a.lse,
-                    int64_t(head) * x.total_q + tok, o);
+                    int64_t(head) * x.total_q + tok, o, fp8_out, output_scale);
         }
       }
     }
@@ -239,6 +253,9 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::fp8_p_scale_ignored:
       fused_host_rows<Mutation::fp8_p_scale_ignored>(a, o, br, bc);
+      break;
+    case Mutation::fp8_out_scale_ignored:
+      fused_host_rows<Mutation::fp8_out_scale_ignored>(a, o, br, bc);
       break;
     case Mutation::fp8_q_descale_twice:
       fused_host_rows<Mutation::fp8_q_descale_twice>(a, o, br, bc);

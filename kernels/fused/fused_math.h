@@ -57,6 +57,8 @@ enum class Mutation : int {
   fp8_q_descale_twice = 30,  // q_descale folded into the softmax scale twice
   // cuDNN's P scale (AC_FP8_P_SCALE), host twins only:
   fp8_p_scale_ignored = 34,  // P stored times the call's p_scale, read over the fixed 2^8
+  // cuDNN's FP8 output (AC_FP8_OUT), host twins only:
+  fp8_out_scale_ignored = 35,  // O cast to FP8 without dividing by output_scale
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

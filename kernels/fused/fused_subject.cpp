@@ -9,8 +9,9 @@
 //   fused-fp8kv (host twin only) fused's contract with K and V from an FP8 cache (fused_twin.h)
 //   fused-fp8   (host twin only) FlashAttention-3's FP8 forward: Q, K and V in e4m3fn with their
 //               descales, P in e4m3fn with the offset 2^8, O in the input type (fused_twin.h)
-//   fused-fp8-scaled (host twin only) fused-fp8 with P's scale the call's p_scale, cuDNN's scale_s
-//               (AC_FP8_P_SCALE)
+//   fused-fp8-scaled (host twin only) fused-fp8 with cuDNN's scales: P's the call's p_scale
+//               (scale_s, AC_FP8_P_SCALE), O in e4m3fn over output_scale where asked (scale_o,
+//               AC_FP8_OUT, saturating)
 // Check: ctest --test-dir build -R kernels_attention
 #include <vector>
 
@@ -40,6 +41,12 @@ FusedSubjectSelf g_self[2][3] = {{{{0, -1, true}, false}, {{0, 1, true}, false},
 FusedSubjectSelf g_fp8_self = [] {
   FusedSubjectSelf s{{0, -1, true}, false};
   s.options.p_e4m3 = true;
+  return s;
+}();
+// fused-fp8-scaled: P in e4m3fn too, and O in FP8 where a call asks for it.
+FusedSubjectSelf g_fp8_scaled_self = [] {
+  FusedSubjectSelf s = g_fp8_self;
+  s.options.fp8_out = true;
   return s;
 }();
 
@@ -100,7 +107,7 @@ namespace {
 // fused-fp8-scaled: fused-fp8's contract with P's scale per call (cuDNN's scale_s).
 ac_caps with_fp8_p_scale(ac_caps c) {
   c = with_fp8_forward(c);
-  c.fp8 |= AC_FP8_P_SCALE;
+  c.fp8 |= AC_FP8_P_SCALE | AC_FP8_OUT | AC_FP8_SATURATE;
   return c;
 }
 }  // namespace
@@ -140,11 +147,13 @@ void append_fused_subjects(std::vector<ac_subject>& out, bool cuda) {
          with_fp8_forward(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr, run_fused,
          &g_fp8_self, nullptr});
   if (!cuda)
-    out.push_back({"fused-fp8-scaled",
-                   "fused attention forward, host twin, cuDNN's P scale: Q, K and V in e4m3fn, P in e4m3fn "
-                   "times the call's p_scale (scale_s) and read over it, natural LSE, empty -inf",
-                   with_fp8_p_scale(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr,
-                   run_fused, &g_fp8_self, nullptr});
+    out.push_back(
+        {"fused-fp8-scaled",
+         "fused attention forward, host twin, cuDNN's FP8 scales: Q, K and V in e4m3fn, P in e4m3fn "
+         "times the call's p_scale (scale_s) and read over it, O in e4m3fn over output_scale "
+         "(scale_o, saturating) where asked, natural LSE, empty -inf",
+         with_fp8_p_scale(with_fused_variants(fused_caps(false, 0, -1))), nullptr, nullptr, run_fused,
+         &g_fp8_scaled_self, nullptr});
 }
 
 }  // namespace attncheck::kern

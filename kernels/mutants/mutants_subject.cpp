@@ -143,6 +143,11 @@ constexpr MutantInfo kMutants[] = {
      "fused attention in cuDNN's FP8 contract stores P times the call's p_scale but reads it over the fixed "
      "2^8 (host twin only)",
      "fused-fp8-scaled", "split_equals_whole", false},
+    {35, "mutant-fused-fp8-out-scale-ignored",
+     "fused attention in cuDNN's FP8 contract writes O in FP8 cast without dividing by output_scale (host "
+     "twin "
+     "only)",
+     "fused-fp8-scaled", "fp8_output", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -161,7 +166,8 @@ struct MutantSelf {
   // adaptive_declared: the twin's own attention entry and its self.
   ac_attention_fn twin_attention = nullptr;
   void* twin_self = nullptr;
-  bool p_e4m3 = false;  // the twin declares AC_FP8_P_E4M3: the fused walk holds P in e4m3fn too
+  bool p_e4m3 = false;   // the twin declares AC_FP8_P_E4M3: the fused walk holds P in e4m3fn too
+  bool fp8_out = false;  // the twin declares AC_FP8_OUT: the fused walk writes O in FP8 where asked
 };
 
 int merge_mutant(void* self, const ac_merge_args* args, char* err, size_t err_len) {
@@ -221,6 +227,7 @@ int attention_mutant(void* self, const ac_attention_args* args, char* err, size_
   FusedOptions o;
   o.mutation = fused::Mutation(s->mutation);
   o.p_e4m3 = s->p_e4m3;
+  o.fp8_out = s->fp8_out;
   return fused_attention_host(*args, o, err, err_len);
 }
 
@@ -292,6 +299,7 @@ constexpr Registration kRegistrations[] = {
     {32, Family::merge, int(MergeMutation::fp8_scale_ignored)},
     {33, Family::fused, int(fused::Mutation::v_in_k_own_stride)},
     {34, Family::fused, int(fused::Mutation::fp8_p_scale_ignored)},
+    {35, Family::fused, int(fused::Mutation::fp8_out_scale_ignored)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -335,8 +343,13 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     const ac_subject* twin = find_subject(correct, m.correct_subject);
     if (!twin) continue;  // cannot happen for the table above; tests/mutants checks every name
     if ((twin->caps.variants & bug_variant(r)) != bug_variant(r)) continue;
-    g_self[b][i] = MutantSelf{r.family,        r.mutation, cuda,
-                              twin->attention, twin->self, (twin->caps.fp8 & AC_FP8_P_E4M3) != 0};
+    g_self[b][i] = MutantSelf{r.family,
+                              r.mutation,
+                              cuda,
+                              twin->attention,
+                              twin->self,
+                              (twin->caps.fp8 & AC_FP8_P_E4M3) != 0,
+                              (twin->caps.fp8 & AC_FP8_OUT) != 0};
     g_description[b][i] = std::string("MUTANT ") + std::to_string(m.number) + ": " + m.bug +
                           " (killer: " + m.expected_killer + ")" + (cuda ? "" : " (host twin)");
     ac_subject s{};

@@ -1079,6 +1079,31 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
     return a;
   });
 }
+rc::Gen<AttentionInput> attention_fp8_output_input(const Domain& dom) {
+  return g::exec([dom] {
+    // Unpaged (a poisoned slot's huge values would set the descales) and quantised in every case.
+    gen::Domain plain = dom;
+    plain.kv_dtypes = 0;
+    plain.variants &= ~uint32_t(AC_VAR_PAGED_KV);
+    AttentionInput a = attention_with(plain, ShapeChoice{});
+    // |O| <= max |V| (each row a convex combination of V's rows): the scale's unit.
+    double vmax = 0;
+    for (const uint32_t b : a.v) {
+      const double x = std::fabs(detail::decode(a.dtype, b));
+      if (std::isfinite(x)) vmax = std::max(vmax, x);
+    }
+    quantise_fp8_kv(dom, a, {1.0, 0.5, 4.0, 0.0}, 0);
+    a.out_dtype = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
+    const double largest = ref::fp8_spec(detail::fp8_format(a.out_dtype)).largest;
+    const double unit = vmax > 0 ? vmax / largest : 1.0;
+    // 1: the largest |O| lands at most on the largest code; 1/4: rows past it (saturated, or the
+    // format's NaN / infinity where the subject does not saturate); 4 and 1024: the lower codes and
+    // the subnormals; 0: a power of two (the division exact).
+    const double factor = *g::element(1.0, 0.25, 4.0, 1024.0, 0.0);
+    a.output_scale = float(factor > 0 ? unit * factor : std::ldexp(1.0, std::ilogb(unit) + 1));
+    return a;
+  });
+}
 rc::Gen<AttentionInput> attention_overflow_band_input(const Domain& dom) {
   return g::exec([dom] {
     ShapeChoice c;

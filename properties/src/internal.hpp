@@ -48,7 +48,7 @@ struct Conventions {
   bool flushed_exp = false;     // AC_FEAT_FLUSHED_EXP: attention weights below 2^-126 may be 0
   bool p_e4m3 = false;          // AC_FP8_P_E4M3: an FP8 call's P held in e4m3fn (budgets.cpp)
   bool truncated_sums = false;  // AC_FP8_TRUNCATED_SUMS: e4m3 products on the tensor cores (budgets.cpp)
-  bool saturate = false;        // AC_FP8_SATURATE: a quantiser's casts saturate
+  bool saturate = false;        // AC_FP8_SATURATE: a quantiser's, an FP8 merge's or FP8 O's casts saturate
   bool has_lse = false;         // attention: writes LSE (AC_FEAT_LSE); merge always has one
   ac_lse_layout layout = AC_LSE_TOKENS_HEADS;
   // Contract bits of ac_caps.flags (version 2).

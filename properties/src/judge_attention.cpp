@@ -441,12 +441,27 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
     double S = 0, cond = 0;
     column_sums(pj, r.vcol(c, scratch), r.cj, S, cond);
     if (std::isfinite(lse_e)) r.add_sink(lse_e, S, cond);
-    const double allowed = attention_o_allowance(job.b, r.ar, to_d(ref::ulp_at(fmt(a.dtype), Real(S))), S,
-                                                 cond, r.vmax[size_t(c)]);
-    measure_bits(e, a.dtype, job.out.out[size_t(row * D + c)], S, allowed);
-    if (e.exact_finite && e.out_finite && S == 0) e.within = e.out_value == 0;
-    e.allowed_lo = e.allowed_hi = allowed;
+    // O in FP8 (AC_FP8_OUT): the fp32 output's budget, then the division and the cast
+    // (budgets.cpp fp8_output_interval), as a merge's FP8 output is judged.
+    const double allowed = attention_o_allowance(
+        job.b, r.ar, to_d(ref::ulp_at(fmt(a.fp8_out() ? AC_DTYPE_F32 : a.dtype), Real(S))), S, cond,
+        r.vmax[size_t(c)]);
     e.inputs = o_inputs(r, S);
+    const uint32_t got = job.out.out[size_t(row * D + c)];
+    if (a.fp8_out()) {
+      const double x = to_d(e.exact), scale = double(a.output_scale);
+      const Fp8Interval iv = fp8_output_interval(x, allowed, scale);
+      e.exact = e.exact / Real(scale);
+      const auto [c_lo, c_hi] =
+          measure_fp8(e, a.out_dtype, got, std::isnan(x) ? NAN : iv.lo, std::isnan(x) ? NAN : iv.hi,
+                      job.cv.saturate ? ref::Fp8Overflow::saturate : ref::Fp8Overflow::nonfinite);
+      e.inputs += " output_scale=" + hexfloat(scale) + ": allowed " + fp8_code_text(a.out_dtype, c_lo) +
+                  (c_lo == c_hi ? "" : " to " + fp8_code_text(a.out_dtype, c_hi));
+    } else {
+      measure_bits(e, a.dtype, got, S, allowed);
+      if (e.exact_finite && e.out_finite && S == 0) e.within = e.out_value == 0;
+    }
+    e.allowed_lo = e.allowed_hi = allowed;
     elems.push_back(std::move(e));
   }
   if (job.want_lse) {
@@ -855,6 +870,7 @@ PreparedAttention::~PreparedAttention() = default;
 
 Judgement PreparedAttention::judge(const AttentionOutput& out, JudgePath path) const {
   const AddSeconds timed(thread_time_split().judge);
+  if (s_->a.fp8_out()) path = JudgePath::exact;  // FP8 codes: the exact path's interval (judge_row_exact)
   Judgement J = s_->judge_rows(out, path == JudgePath::fast);
   if (path == JudgePath::fast) {
     // Step 7: a failing LSE makes rule_lse read every row; redo the judgement exactly.

@@ -128,7 +128,11 @@ class AttentionCall(_Call):
                     kv_dtype too, query head i reading its KV head's value (helpers.dequantize_q).
       p_scale       None (P's scale is the fixed 2^8 of fp8 "p_e4m3"), or (fp8 "p_scale", cuDNN's
                     scale_s) a one-element fp32 array in (0, 448]: P is stored as the e4m3fn code of
-                    p * p_scale and read over p_scale."""
+                    p * p_scale and read over p_scale.
+      out_dtype     None (out in dtype), or (fp8 "fp8_out", cuDNN's FP8 output) one of kv_dtypes: out is
+                    then returned as that format's codes (uint8, or the torch float8 dtype) of
+                    O / output_scale, saturating with fp8 "saturate".
+      output_scale  None, or with out_dtype a one-element fp32 array, positive and finite."""
     op = "attention"  # or "splitkv"
     num_seqs: int
     num_heads: int
@@ -166,3 +170,5 @@ class AttentionCall(_Call):
     v_descale: Optional[Array]
     q_descale: Optional[Array]
     p_scale: Optional[Array]
+    out_dtype: Optional[str] = None
+    output_scale: Optional[Array] = None

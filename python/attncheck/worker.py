@@ -253,8 +253,9 @@ class _Server:
             # An FP8 KV cache (protocol 4): k and v are codes of kv_dtype, read times their descales.
             call.kv_dtype = req.get("kv_dtype")
             for k, v in self.inputs(req, s, ("q", "k", "v", "mask", "sinks", "block_table", "k_descale",
-                                             "v_descale", "q_descale", "p_scale")).items():
+                                             "v_descale", "q_descale", "p_scale", "output_scale")).items():
                 setattr(call, k, v)
+            call.out_dtype = req.get("out_dtype")  # an FP8 output (protocol 4, fp8 "fp8_out")
             res = s.attention(call)
             wants_lse = "lse" in req["outputs"]
             if wants_lse:
@@ -263,7 +264,7 @@ class _Server:
                 out, lse = res
             else:
                 out = res[0] if isinstance(res, tuple) else res
-            written = {"out": self.write(req, s, "out", out, call.dtype)}
+            written = {"out": self.write(req, s, "out", out, call.out_dtype or call.dtype)}
             if wants_lse:
                 written["lse"] = self.write(req, s, "lse", lse, "fp32")
         else:

@@ -285,3 +285,111 @@ TEST_CASE("FP8 P scale: only a subject declaring it is given one, and only it is
   rc::Random again(7);
   for (int i = 0; i < 100; ++i) CHECK(gen::attention_input(dom)(again.split(), i).value().p_scale == 0.0f);
 }
+
+TEST_CASE("FP8 O: each code judged against the exact O over output_scale, saturation as declared",
+          "[properties][fp8][fp8_out]") {
+  // fp8_q_case's O, derived in the first test: head 0 (4 e^0.375 + 2 e^1.125) / (e^0.375 + e^1.125)
+  // = 2.64164, head 1 (4 e^0.09375 + 2 e^0.28125) / (e^0.09375 + e^0.28125) = 2.90648.
+  AttentionInput a = fp8_q_case();
+  a.out_dtype = AC_DTYPE_E4M3;
+  a.output_scale = 0.5f;
+  REQUIRE(attention_variant_problem(a).empty());
+  detail::Conventions cv;
+  cv.saturate = true;
+  auto within = [&](std::vector<uint32_t> codes) {
+    AttentionOutput out;
+    out.out = Bits(codes.begin(), codes.end());
+    const detail::Judgement J = detail::judge_attention(a, out, cv, Budget{});
+    std::vector<bool> w;
+    for (const detail::Elem& e : J.elems) w.push_back(e.within);
+    return w;
+  };
+  // Over 0.5: 5.28328 and 5.81296. e4m3fn's step in [4, 8) is 0.5: 5.28 is nearer 5.5 (0x4b) than 5
+  // (0x4a), 5.81 nearer 6 (0x4c). The fp32 budget is far below half a step: only those codes pass.
+  CHECK(within({0x4b, 0x4c}) == std::vector<bool>{true, true});
+  CHECK(within({0x4a, 0x4c}) == std::vector<bool>{false, true});
+  CHECK(within({0x4b, 0x4d}) == std::vector<bool>{true, false});
+  // Over 2^-8: 676 and 744, past e4m3fn's largest 448: saturating, 0x7e (448) for both; declared
+  // overflowing instead, the format's NaN (0x7f) and nothing else.
+  a.output_scale = 0x1p-8f;
+  CHECK(within({0x7e, 0x7e}) == std::vector<bool>{true, true});
+  CHECK(within({0x7f, 0x7d}) == std::vector<bool>{false, false});
+  cv.saturate = false;
+  CHECK(within({0x7f, 0x7f}) == std::vector<bool>{true, true});
+  CHECK(within({0x7e, 0x7e}) == std::vector<bool>{false, false});
+}
+
+TEST_CASE(
+    "FP8 O: case files carry out_dtype and output_scale, refuse a bad one, and only a declaring "
+    "subject is given one",
+    "[properties][fp8][fp8_out]") {
+  Case c;
+  c.op = "attention";
+  AttentionInput a = fp8_q_case();
+  a.out_dtype = AC_DTYPE_E5M2;
+  a.output_scale = 0.3f;
+  c.input = a;
+  const Case back = case_from_json(case_to_json(c));
+  const auto& b = std::get<AttentionInput>(back.input);
+  CHECK(b.out_dtype == AC_DTYPE_E5M2);
+  CHECK(b.output_scale == 0.3f);
+  CHECK(b.o_dtype() == AC_DTYPE_E5M2);
+  for (const float bad : {0.0f, -2.0f, float(INFINITY), float(NAN)}) {
+    AttentionInput x = a;
+    x.output_scale = bad;
+    INFO("output_scale " << bad);
+    CHECK(attention_variant_problem(x).find("output_scale") != std::string::npos);
+  }
+  AttentionInput no_cache = a;
+  no_cache.kv_dtype = AC_DTYPE_F32;
+  no_cache.k_descale.clear();
+  no_cache.v_descale.clear();
+  no_cache.q_descale.clear();
+  CHECK(attention_variant_problem(no_cache) == "out_dtype e5m2 needs an FP8 kv_dtype");
+  AttentionInput storage;
+  ac_caps caps{};
+  caps.ops = AC_OP_ATTENTION;
+  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  caps.fp8 = AC_FP8_Q;
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
+                    Catch::Contains("s does not declare O in FP8 (AC_FP8_OUT)"));
+  caps.fp8 |= AC_FP8_OUT;
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
+                    Catch::Contains("s does not declare O in e5m2"));
+  caps.kv_dtypes |= AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  AttentionInput e5 = a;
+  e5.kv_dtype = AC_DTYPE_E5M2;  // the same codes read as e5m2: any FP8 cache will do here
+  CHECK(&input_for_subject(e5, 0, caps, "s", storage) == &e5);
+}
+
+TEST_CASE("FP8 O: the generator draws scales at, past and below the largest code",
+          "[properties][fp8][fp8_out]") {
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_BF16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_CAUSAL | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.tile_keys = 64;
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  dom.fp8 = AC_FP8_Q | AC_FP8_OUT | AC_FP8_SATURATE;
+  int past = 0, low = 0;
+  rc::Random random(3);
+  for (int i = 0; i < 200; ++i) {
+    const AttentionInput x = gen::attention_fp8_output_input(dom)(random.split(), i).value();
+    REQUIRE(attention_variant_problem(x).empty());
+    REQUIRE(x.fp8_out());
+    REQUIRE(x.out_dtype == AC_DTYPE_E4M3);
+    // max |V| (decoded, descaled) over the scale: past 448 where the rows that weight the largest V
+    // most saturate; below 448 / 64 where most codes are low.
+    double vmax = 0;
+    const std::vector<int32_t> rows = x.kv_row_sequences();
+    for (size_t e = 0; e < x.v.size(); ++e) {
+      const double v = ref::decode_fp8(ref::Fp8Format::e4m3fn, uint8_t(x.v[e])) *
+                       double(x.v_descale[x.kv_descale_slot(x.v_descale.size(), rows, e, x.dv())]);
+      if (std::isfinite(v)) vmax = std::max(vmax, std::fabs(v));
+    }
+    past += vmax / double(x.output_scale) > 448;
+    low += vmax > 0 && vmax / double(x.output_scale) < 448.0 / 64;
+  }
+  CHECK(past > 10);
+  CHECK(low > 10);
+}

@@ -28,6 +28,7 @@ class AttentionArgs {
     a_.head_size_v = head_size;
     a_.window_left = a_.window_right = -1;
     a_.kv_dtype = dtype;
+    a_.out_dtype = dtype;
   }
 
   // num_seqs sequences back to back: num_seqs + 1 offsets of each sequence's first query and key
@@ -130,6 +131,13 @@ class AttentionArgs {
   // P's scale (AC_FP8_P_SCALE): one value in the subject's memory, or NULL for the fixed 2^8.
   AttentionArgs& p_scale(const float* scale) {
     a_.p_scale = scale;
+    return *this;
+  }
+  // O in FP8 (AC_FP8_OUT): out_dtype an FP8 format with one output_scale in the subject's memory;
+  // dtype (and NULL) for out in the input type.
+  AttentionArgs& fp8_out(ac_dtype out_dtype, const float* output_scale) {
+    a_.out_dtype = out_dtype;
+    a_.output_scale = output_scale;
     return *this;
   }
   AttentionArgs& stream(void* stream) {

@@ -312,8 +312,9 @@ typedef struct {
 /* A quantiser's casts saturate (AC_OP_QUANTIZE): a value past the format's largest finite one, and an
  * infinity, give that largest value with its sign (vLLM's cache writer clamps, then casts). Without
  * it they give the format's overflow code: NaN for e4m3fn and e4m3fnuz, the signed infinity for e5m2.
- * A merge's FP8 outputs (AC_OP_MERGE with caps.kv_dtypes) saturate, and declare it. Declared only
- * with AC_OP_QUANTIZE or AC_OP_MERGE. Added within version 3. */
+ * A merge's FP8 outputs (AC_OP_MERGE with caps.kv_dtypes) saturate, and declare it; an attention's
+ * (AC_FP8_OUT) saturate where it is declared. Declared only with AC_OP_QUANTIZE, AC_OP_MERGE or
+ * AC_FP8_OUT. Added within version 3. */
 #define AC_FP8_SATURATE 16u
 /* With AC_FP8_Q: every FP8 call carries Q in FP8 too (q_descale non-NULL), never Q in dtype beside an
  * FP8 cache. FlashAttention-3's FP8 path multiplies e4m3 by e4m3 on the tensor cores and has no mixed
@@ -338,9 +339,18 @@ typedef struct {
  * weights before the rounding. A weight moves by up to 2^-4 p_j, or 2^-10 / p_scale absolutely where
  * p_j p_scale is subnormal (below 2^-6): budgets.cpp. Added within version 3. */
 #define AC_FP8_P_SCALE 128u
+/* O in FP8 (cuDNN's FP8 output with scale_o), attention and split-KV: a call may set
+ * ac_attention_args.out_dtype to one of caps.kv_dtypes' formats, with output_scale (one positive
+ * finite value, subject memory): out then holds one byte per element (its strides still in
+ * elements), the code of O / output_scale rounded to nearest even, saturating where the subject
+ * declares AC_FP8_SATURATE, else overflowing to the format's NaN (e4m3fn, e4m3fnuz) or infinity
+ * (e5m2). O before the cast is judged as an fp32 output (its budget), the division as one fp32
+ * rounding, the cast exactly: every code between the roundings of that interval's ends passes.
+ * The LSE stays fp32. Offered only to a subject declaring it, in FP8 calls. Added within version 3. */
+#define AC_FP8_OUT 256u
 #define AC_FP8_KNOWN                                                                                       \
   (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE | \
-   AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS | AC_FP8_P_SCALE)
+   AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS | AC_FP8_P_SCALE | AC_FP8_OUT)
 /* The largest p_scale (AC_FP8_P_SCALE): a weight of 1 lands on e4m3fn's largest finite value. */
 #define AC_MAX_P_SCALE 448.0f
 
@@ -502,6 +512,10 @@ typedef struct {
   /* Added within version 3 (a caller that zero-fills the struct gets the fixed 2^8): */
   const float* p_scale; /* AC_FP8_P_SCALE: P's scale, one value in (0, AC_MAX_P_SCALE], subject
                          * memory; NULL: 2^8. Always NULL for a subject not declaring it */
+  /* AC_FP8_OUT: an FP8 format makes out its codes of O / *output_scale; any other value (a
+   * zero-filled struct's included) means out in dtype. */
+  ac_dtype out_dtype;
+  const float* output_scale; /* AC_FP8_OUT calls: one positive finite value, subject memory; else NULL */
 } ac_attention_args;
 
 /* The KV-cache quantiser (AC_OP_QUANTIZE, added within version 3): y = the out_dtype code of

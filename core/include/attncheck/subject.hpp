@@ -96,6 +96,12 @@ struct AttentionInput {
   // fixed 2^8 of AC_FP8_P_E4M3 (p_scale_or_fixed).
   float p_scale = 0.0f;
   double p_scale_or_fixed() const { return p_scale > 0.0f ? double(p_scale) : 256.0; }
+  // O in FP8 (AC_FP8_OUT, cuDNN's scale_o): out_dtype an FP8 format (names.hpp is_fp8) makes out the
+  // codes of O / output_scale; any other value: out in dtype.
+  ac_dtype out_dtype = AC_DTYPE_F32;
+  float output_scale = 1.0f;
+  bool fp8_out() const { return is_fp8(out_dtype); }
+  ac_dtype o_dtype() const { return fp8_out() ? out_dtype : dtype; }  // out's storage format
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
   // A copy with q, k, v and mask empty and everything else kept: where a caller builds new tensors
@@ -221,9 +227,11 @@ inline AttentionInput AttentionInput::without_tensors() const {
   s.v_descale = v_descale;
   s.q_descale = q_descale;
   s.p_scale = p_scale;
+  s.out_dtype = out_dtype;
+  s.output_scale = output_scale;
   // A member added to AttentionInput changes its size (on 64-bit targets): copy it above too, then
   // update the size.
-  static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 344,
+  static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 352,
                 "AttentionInput gained a member: copy it in without_tensors");
   return s;
 }
@@ -233,7 +241,7 @@ struct AttentionOptions {
   ac_fold fold_order = AC_FOLD_LEFT;
 };
 struct AttentionOutput {
-  Bits out;                // [total_q, num_heads, head_size]
+  Bits out;                // [total_q, num_heads, head_size], in the input's o_dtype()
   std::vector<float> lse;  // logical [total_q, num_heads], read from the subject's declared layout
 };
 

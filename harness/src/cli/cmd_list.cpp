@@ -82,6 +82,9 @@ std::string caps_string(const Subject& s) {
         o << (c.fp8 & AC_FP8_P_SCALE ? "; P in e4m3fn (the call's p_scale, 2^8 without one)"
                                      : "; P in e4m3fn (offset 2^8)");
       if (c.fp8 & AC_FP8_TRUNCATED_SUMS) o << "; e4m3 sums on the tensor cores (13-bit, fp32 every 128)";
+      if (c.fp8 & AC_FP8_OUT)
+        o << "; O in FP8 over output_scale ("
+          << (c.fp8 & AC_FP8_SATURATE ? "saturating" : "overflow to NaN / inf") << ")";
     }
     if (c.max_call_seqs > 0) o << "; at most " << c.max_call_seqs << " sequences a call";
     if (c.max_call_tokens > 0) o << "; at most " << c.max_call_tokens << " query tokens a call";

@@ -216,6 +216,10 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
       }
       if (r.at("inputs").contains("p_scale"))
         a.p_scale = get_floats(arena, in(r, "inputs", "p_scale"), 1).at(0);
+      if (r.contains("out_dtype")) {  // O in FP8, divided by its scale
+        a.out_dtype = fp8_word(r, "out_dtype");
+        a.output_scale = get_floats(arena, in(r, "inputs", "output_scale"), 1).at(0);
+      }
     }
     // Checked before K and V are read: their sizes come from the page numbers.
     if (const std::string why = attention_variant_problem(a); !why.empty()) throw ProtocolError(why);
@@ -235,7 +239,7 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
     opt.fold_order = fold_from_word(r.at("fold_order"));
     const AttentionOutput o = s.attention(a, opt);
     const auto out = in(r, "outputs", "out");
-    put_bits(arena, out, d, o.out);
+    put_bits(arena, out, a.o_dtype(), o.out);
     written = {{"out", out.bytes}};
     if (r.at("outputs").contains("lse")) {
       const auto lse = in(r, "outputs", "lse");

@@ -211,10 +211,12 @@ class WorkerSubject final : public Subject {
     const TensorRef q_descale = L.add("fp32", {fp8_q ? int64_t(in.q_descale.size()) : 0});
     const bool has_p_scale = in.p_scale > 0.0f;
     const TensorRef p_scale = L.add("fp32", {has_p_scale ? 1 : 0});
+    const TensorRef output_scale = L.add("fp32", {in.fp8_out() ? 1 : 0});
     const TensorRef mask = L.add("u8", {has_mask ? seqs.cu_mask.back() : 0});
     const TensorRef sinks = L.add("fp32", {has_sinks ? H : 0});
     const TensorRef table = L.add("i32", {in.paged() ? int64_t(S) : 0, in.paged() ? in.max_blocks : 0});
-    const TensorRef out = L.add(dt, {TQ, H, DV});
+    const std::string od = in.fp8_out() ? kv_dtype_name(in.out_dtype) : dt;  // an FP8 output's format
+    const TensorRef out = L.add(od, {TQ, H, DV});
     const TensorRef lse = L.add("fp32", wants_lse ? lse_shape(lay, TQ, H) : std::vector<int64_t>{0});
     unsigned char* a = arena(L.size());
     put_bits(a, q, in.q_dtype(), in.q);
@@ -226,11 +228,12 @@ class WorkerSubject final : public Subject {
     }
     if (fp8_q) std::memcpy(a + q_descale.offset, in.q_descale.data(), in.q_descale.size() * sizeof(float));
     if (has_p_scale) std::memcpy(a + p_scale.offset, &in.p_scale, sizeof(float));
+    if (in.fp8_out()) std::memcpy(a + output_scale.offset, &in.output_scale, sizeof(float));
     if (has_mask) std::memcpy(a + mask.offset, in.mask.data(), in.mask.size());
     if (has_sinks) std::memcpy(a + sinks.offset, in.sinks.data(), in.sinks.size() * sizeof(float));
     if (in.paged())
       std::memcpy(a + table.offset, in.block_table.data(), in.block_table.size() * sizeof(int32_t));
-    fill_bits(a, out, in.dtype, poison_bits(in.dtype), size_t(TQ * H * DV));
+    fill_bits(a, out, in.o_dtype(), poison_bits(in.o_dtype()), size_t(TQ * H * DV));
     if (wants_lse) fill_bits(a, lse, AC_DTYPE_F32, kPoisonF32, size_t(TQ * H));
     const bool splitkv = !has_op(AC_OP_ATTENTION) || opt.num_splits > 1;
     json r = request(splitkv ? "splitkv" : "attention", dt, L.size());
@@ -289,6 +292,10 @@ class WorkerSubject final : public Subject {
       r["inputs"]["v_descale"] = tensor_json(v_descale);
       if (fp8_q) r["inputs"]["q_descale"] = tensor_json(q_descale);
       if (has_p_scale) r["inputs"]["p_scale"] = tensor_json(p_scale);
+      if (in.fp8_out()) {
+        r["out_dtype"] = od;
+        r["inputs"]["output_scale"] = tensor_json(output_scale);
+      }
     }
     if (in.paged()) r["inputs"]["block_table"] = tensor_json(table);
     r["outputs"] = {{"out", tensor_json(out)}};
@@ -299,7 +306,7 @@ class WorkerSubject final : public Subject {
     }
     a = call(r, outs);
     AttentionOutput o;
-    o.out = get_bits(a, out, in.dtype, size_t(TQ * H * DV));
+    o.out = get_bits(a, out, in.o_dtype(), size_t(TQ * H * DV));
     if (wants_lse) o.lse = get_lse(a, lse, lay, TQ, H);
     return o;
   }

@@ -148,6 +148,10 @@ rc::Gen<AttentionInput> attention_overflow_band_input(const Domain&);
 // code at most a quarter of the format's largest: doubling one twice stays exact); V = 1 (descale 1)
 // in a quarter of the cases. For fp8_descales; the subject must declare kv_dtypes.
 rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain&);
+// An FP8 call with O asked for in FP8 (AC_FP8_OUT): K, V (and Q where declared) quantised as for
+// any FP8 case, contiguous, out_dtype a declared format, output_scale drawn around max|V| / largest.
+// For fp8_output; the subject must declare kv_dtypes and AC_FP8_OUT.
+rc::Gen<AttentionInput> attention_fp8_output_input(const Domain&);
 rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, one sequence
 // K and V of at least dom.streamed_kv_bytes together: kStreamedHeads query and KV heads, d = 128
 // (else the largest size the subject takes), one non-causal sequence of kStreamedQueries queries
