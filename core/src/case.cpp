@@ -213,6 +213,27 @@ float get_float_bits(const json& obj, const char* key, const std::string& where)
   if (!std::isfinite(f)) throw CaseError(what + " is not a finite float (NaN or infinity)");
   return f;
 }
+
+// An FP8 output's fields, a merge's or an attention's (AC_FP8_OUT): the format, and the scale as its
+// bits (authoritative) and its value (for the reader).
+void write_fp8_output(json& in, ac_dtype out_dtype, float output_scale) {
+  in["out_dtype"] = kv_dtype_name(out_dtype);
+  in["output_scale_bits"] = bits_hex(float_bits(output_scale));
+  in["output_scale"] = double(output_scale);
+}
+// Reads them where out_dtype is present (else leaves both unchanged); the scale's range is the
+// caller's check.
+void read_fp8_output(const json& in, const std::string& w, ac_dtype& out_dtype, float& output_scale) {
+  if (!in.contains("out_dtype") && in.contains("output_scale_bits"))
+    throw CaseError("input.output_scale_bits without out_dtype (an FP8 output's format)");
+  if (!in.contains("out_dtype")) return;
+  const std::string name = get_string(in, "out_dtype", w);
+  const auto out = kv_dtype_from(name);
+  if (!out)
+    throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
+  out_dtype = *out;
+  output_scale = get_float_bits(in, "output_scale_bits", w);
+}
 int64_t get_int_or(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi,
                    int64_t dflt) {
   return json_fields::get_int_or<CaseError>(obj, key, where, lo, hi, dflt);
@@ -319,11 +340,7 @@ std::string case_text(const Case& c, bool splice) {
           {"suffix_out", encode_elements(m->suffix_out, w)},
           {"prefix_lse", encode_floats(m->prefix_lse)},
           {"suffix_lse", encode_floats(m->suffix_lse)}};
-    if (m->fp8_out()) {
-      in["out_dtype"] = kv_dtype_name(m->out_dtype);
-      in["output_scale_bits"] = bits_hex(float_bits(m->output_scale));
-      in["output_scale"] = double(m->output_scale);  // for the reader; the bits are authoritative
-    }
+    if (m->fp8_out()) write_fp8_output(in, m->out_dtype, m->output_scale);
   } else if (const auto* s = std::get_if<SoftmaxInput>(&c.input)) {
     in = {{"dtype", dtype_name(s->dtype)},
           {"rows", s->rows},
@@ -378,11 +395,7 @@ std::string case_text(const Case& c, bool splice) {
         in["p_scale"] = double(a.p_scale);  // for the reader; the bits are authoritative
       }
     }
-    if (a.fp8_out()) {
-      in["out_dtype"] = kv_dtype_name(a.out_dtype);
-      in["output_scale_bits"] = bits_hex(float_bits(a.output_scale));
-      in["output_scale"] = double(a.output_scale);  // for the reader; the bits are authoritative
-    }
+    if (a.fp8_out()) write_fp8_output(in, a.out_dtype, a.output_scale);
     const int wkv = dtype_bytes(a.k_dtype());
     in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
     in["q"] = tensor("q", encode_elements(a.q, dtype_bytes(a.q_dtype())));
@@ -461,15 +474,8 @@ Case case_from_json(const std::string& text) {
     expect_size(m.suffix_lse.size(), n_lse, "input.suffix_lse");
     check_half_bits(m.prefix_out, dtype, "input.prefix_out");
     check_half_bits(m.suffix_out, dtype, "input.suffix_out");
-    if (!in.contains("out_dtype") && in.contains("output_scale_bits"))
-      throw CaseError("input.output_scale_bits without out_dtype (an FP8 output's format)");
-    if (in.contains("out_dtype")) {
-      const std::string name = get_string(in, "out_dtype", w);
-      const auto out = kv_dtype_from(name);
-      if (!out)
-        throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
-      m.out_dtype = *out;
-      m.output_scale = get_float_bits(in, "output_scale_bits", w);
+    read_fp8_output(in, w, m.out_dtype, m.output_scale);
+    if (m.fp8_out()) {
       if (!(m.output_scale > 0.0f) || !std::isfinite(m.output_scale))
         throw CaseError("input.output_scale " + std::to_string(m.output_scale) +
                         " is not positive and finite");
@@ -540,16 +546,7 @@ Case case_from_json(const std::string& text) {
     if (in.contains("q_descale"))
       a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
     if (in.contains("p_scale_bits")) a.p_scale = get_float_bits(in, "p_scale_bits", w);
-    if (!in.contains("out_dtype") && in.contains("output_scale_bits"))
-      throw CaseError("input.output_scale_bits without out_dtype (an FP8 output's format)");
-    if (in.contains("out_dtype")) {
-      const std::string name = get_string(in, "out_dtype", w);
-      const auto out = kv_dtype_from(name);
-      if (!out)
-        throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
-      a.out_dtype = *out;
-      a.output_scale = get_float_bits(in, "output_scale_bits", w);
-    }
+    read_fp8_output(in, w, a.out_dtype, a.output_scale);
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));

@@ -149,6 +149,9 @@ Judgement run_once(Ctx&, const Case&, Outcome& o);
 // Rules over a judgement, shared by several properties (rules.cpp).
 // Every element within budget; finite_only: only "no NaN or Inf where the exact value is finite".
 void rule_accuracy(Outcome&, const Judgement&, bool finite_only);
+// One launch judged by rule_accuracy: the whole check of accuracy, fp8_output and
+// no_spurious_nonfinite (finite_only), which differ in their cases.
+Outcome check_accuracy(Ctx&, const Case&, bool finite_only);
 // Empty rows: O = 0 exactly and the declared LSE sentinel.
 void rule_empty(Outcome&, const Judgement&, const Conventions&);
 // Non-finite output exactly on the rows a declared naive exp overflows.

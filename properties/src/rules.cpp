@@ -190,6 +190,13 @@ void record_stats(Ctx& ctx, const Judgement& J) {
   if (ctx.counting) accumulate_stats(ctx.stats, J, ctx.samples);
 }
 
+Outcome check_accuracy(Ctx& ctx, const Case& c, bool finite_only) {
+  Outcome o;
+  const Judgement J = run_once(ctx, c, o);
+  rule_accuracy(o, J, finite_only);
+  return o;
+}
+
 Judgement run_once(Ctx& ctx, const Case& c, Outcome& o) {
   Subject& s = ctx.subject;
   Judgement J;

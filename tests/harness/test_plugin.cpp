@@ -269,14 +269,22 @@ TEST_CASE("validate_subject: a quantiser declares its function, its formats and 
   no_format.caps.fp8 = 0;
   CHECK(attncheck::validate_subject(no_format, 3) ==
         std::vector<std::string>{"declares quantize but no FP8 format to write (caps.kv_dtypes)"});
-  // Saturation is a quantiser's (or a merge's) declaration: an attention subject may not make it.
+  // Saturation is a quantiser's, a merge's or an FP8 output's declaration: an attention subject
+  // makes it only beside AC_FP8_OUT, which only an attention or split-KV subject makes.
   ac_subject attention = valid_splitkv_subject();
   attention.caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
   attention.caps.fp8 = AC_FP8_SATURATE;
-  CHECK(
-      attncheck::validate_subject(attention, 3) ==
-      std::vector<std::string>{"caps.fp8 declares AC_FP8_SATURATE (a quantiser's or a merge's casts) without "
-                               "AC_OP_QUANTIZE or AC_OP_MERGE"});
+  CHECK(attncheck::validate_subject(attention, 3) ==
+        std::vector<std::string>{
+            "caps.fp8 declares AC_FP8_SATURATE (a quantiser's, a merge's or an FP8 output's "
+            "casts) without AC_OP_QUANTIZE, AC_OP_MERGE or AC_FP8_OUT"});
+  attention.caps.fp8 = AC_FP8_SATURATE | AC_FP8_OUT;
+  CHECK(attncheck::validate_subject(attention, 3).empty());
+  ac_subject quantiser_out = q;
+  quantiser_out.caps.fp8 |= AC_FP8_OUT;
+  CHECK(attncheck::validate_subject(quantiser_out, 3) ==
+        std::vector<std::string>{
+            "caps.fp8 declares AC_FP8_OUT (an attention's FP8 output) without attention or split-KV"});
   attention.caps.fp8 = AC_FP8_Q_REQUIRED;
   CHECK(attncheck::validate_subject(attention, 3) ==
         std::vector<std::string>{

@@ -43,6 +43,18 @@ AttentionInput fp8_q_case() {
   return a;
 }
 
+// A subject's domain with an e4m3fn cache: bf16, d = 64, causal, varlen, GQA, LSE; fp8 bits set by
+// the caller.
+gen::Domain e4m3_domain() {
+  gen::Domain dom;
+  dom.dtypes = {AC_DTYPE_BF16};
+  dom.head_sizes = {64};
+  dom.features = AC_FEAT_CAUSAL | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
+  dom.tile_keys = 64;
+  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  return dom;
+}
+
 }  // namespace
 
 TEST_CASE("FP8 Q: the judge's reference is the attention of Q's codes times q_descale", "[properties][fp8]") {
@@ -135,12 +147,7 @@ TEST_CASE("FP8 Q: a subject that does not declare it is never called with one", 
 }
 
 TEST_CASE("FP8 Q: the generators quantise Q only for a subject declaring it", "[properties][fp8]") {
-  gen::Domain dom;
-  dom.dtypes = {AC_DTYPE_BF16};
-  dom.head_sizes = {64};
-  dom.features = AC_FEAT_CAUSAL | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
-  dom.tile_keys = 64;
-  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  gen::Domain dom = e4m3_domain();
   dom.fp8 = AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q;
   int fp8 = 0, with_q = 0, per_head = 0;
   rc::Random random(5);
@@ -258,12 +265,7 @@ TEST_CASE("FP8 P scale: only a subject declaring it is given one, and only it is
   caps.fp8 |= AC_FP8_P_SCALE;
   CHECK(&input_for_subject(a, 0, caps, "s", storage) == &a);
 
-  gen::Domain dom;
-  dom.dtypes = {AC_DTYPE_BF16};
-  dom.head_sizes = {64};
-  dom.features = AC_FEAT_CAUSAL | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
-  dom.tile_keys = 64;
-  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  gen::Domain dom = e4m3_domain();
   dom.fp8 = AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_P_SCALE;
   int fp8 = 0, scaled = 0, small = 0;
   rc::Random random(7);
@@ -364,12 +366,7 @@ TEST_CASE(
 
 TEST_CASE("FP8 O: the generator draws scales at, past and below the largest code",
           "[properties][fp8][fp8_out]") {
-  gen::Domain dom;
-  dom.dtypes = {AC_DTYPE_BF16};
-  dom.head_sizes = {64};
-  dom.features = AC_FEAT_CAUSAL | AC_FEAT_VARLEN | AC_FEAT_GQA | AC_FEAT_LSE;
-  dom.tile_keys = 64;
-  dom.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  gen::Domain dom = e4m3_domain();
   dom.fp8 = AC_FP8_Q | AC_FP8_OUT | AC_FP8_SATURATE;
   int past = 0, low = 0;
   rc::Random random(3);

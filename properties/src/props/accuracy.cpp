@@ -15,12 +15,7 @@ class Accuracy final : public Property {
                   "\"Verify it on numbers\", \"What has to be fp32\"",
                   AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true}) {}
 
-  Outcome check(Ctx& ctx, const Case& c) const override {
-    Outcome o;
-    const Judgement J = run_once(ctx, c, o);
-    rule_accuracy(o, J, false);
-    return o;
-  }
+  Outcome check(Ctx& ctx, const Case& c) const override { return check_accuracy(ctx, c, false); }
 };
 
 }  // namespace

@@ -15,12 +15,7 @@ class NoSpuriousNonfinite final : public Property {
              AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
             PropertyInfo::BudgetUse::none)) {}
 
-  Outcome check(Ctx& ctx, const Case& c) const override {
-    Outcome o;
-    const Judgement J = run_once(ctx, c, o);
-    rule_accuracy(o, J, true);
-    return o;
-  }
+  Outcome check(Ctx& ctx, const Case& c) const override { return check_accuracy(ctx, c, true); }
 };
 
 }  // namespace
