@@ -1019,15 +1019,22 @@ rc::Gen<AttentionInput> attention_empty_rows_input(const Domain& dom) {
     return attention_with(dom, c);
   });
 }
+namespace {
+// An FP8 property's input before its quantisation: drawn without an FP8 cache and unpaged (a
+// poisoned slot's codes neither scale nor leave the descales alone).
+AttentionInput unquantised_contiguous(const Domain& dom) {
+  gen::Domain plain = dom;
+  plain.kv_dtypes = 0;
+  plain.variants &= ~uint32_t(AC_VAR_PAGED_KV);
+  return attention_with(plain, ShapeChoice{});
+}
+}  // namespace
 rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
   return g::exec([dom] {
-    // Drawn unquantised and unpaged (the exchange needs every stored code scalable, a poisoned
-    // slot's saturated code is not), then quantised with descales of at least 4 amax / largest:
-    // the codes stay within a quarter of the largest, so that doubling them twice stays exact.
-    gen::Domain plain = dom;
-    plain.kv_dtypes = 0;
-    plain.variants &= ~uint32_t(AC_VAR_PAGED_KV);
-    AttentionInput a = attention_with(plain, ShapeChoice{});
+    // Unquantised and unpaged (the exchange needs every stored code scalable), then quantised with
+    // descales of at least 4 amax / largest: the codes stay within a quarter of the largest, so
+    // that doubling them twice stays exact.
+    AttentionInput a = unquantised_contiguous(dom);
     // V = 1 everywhere in a quarter of the cases (descale 1): every row that sees a key has O = 1,
     // whatever its weights, unless P is lost on the way (mass conservation).
     const int kind = pick_class(4);
@@ -1082,10 +1089,7 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
 rc::Gen<AttentionInput> attention_fp8_output_input(const Domain& dom) {
   return g::exec([dom] {
     // Unpaged (a poisoned slot's huge values would set the descales) and quantised in every case.
-    gen::Domain plain = dom;
-    plain.kv_dtypes = 0;
-    plain.variants &= ~uint32_t(AC_VAR_PAGED_KV);
-    AttentionInput a = attention_with(plain, ShapeChoice{});
+    AttentionInput a = unquantised_contiguous(dom);
     // |O| <= max |V| (each row a convex combination of V's rows): the scale's unit.
     double vmax = 0;
     for (const uint32_t b : a.v) {
