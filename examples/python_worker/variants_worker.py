@@ -6,7 +6,8 @@ window and attention sinks; and the same attention over an FP8 KV cache.
 
 attention-np-variants  attention forward built from attncheck.helpers: gather_pages for paged
                        K / V, softcap_scores for the cap, the varlen loop (whose visibility holds
-                       the mask, bottom-right causal and the window), GQA expansion. Sinks join
+                       the mask, bottom-right causal and the window), GQA expansion; V inside K
+                       (v_in_k: call.v is a view of K's first head_size_v columns, read as any v). Sinks join
                        each row's denominator only: O = sum e^s v / (e^sink + sum e^s),
                        LSE = log(e^sink + sum e^s); a row with no visible key has O = 0 and
                        LSE = its sink (-inf without sinks).
@@ -80,7 +81,7 @@ def attention(call, p_e4m3=False):
 attention_np_variants = ac.subject(
     name="attention-np-variants", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
     features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)],
-    variants=("paged_kv", "head_size_v", "softcap", "window", "sinks"), page_sizes=[1, 3, 16],
+    variants=("paged_kv", "head_size_v", "softcap", "window", "sinks", "v_in_k"), page_sizes=[1, 3, 16],
     head_pairs=[(64, 32), (192, 128)],
     description="numpy attention with paged K / V, softcap, window and sinks (float64, one rounding)")(attention)
 

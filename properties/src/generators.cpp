@@ -477,14 +477,6 @@ AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<fl
   return q;
 }
 
-// Codes, poison and all, so that case.cpp v_in_k_problem holds.
-void share_v_with_k(AttentionInput& a) {
-  const size_t D = size_t(a.head_size), Dv = size_t(a.dv()), rows = a.k.size() / D;
-  a.v.resize(rows * Dv);
-  for (size_t r = 0; r < rows; ++r) std::copy_n(a.k.begin() + long(r * D), Dv, a.v.begin() + long(r * Dv));
-  a.v_in_k = true;
-}
-
 AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   AttentionInput a = c;
   const size_t seqs = c.seqlens_k.size();
@@ -518,7 +510,7 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   a.page_size = P;
   a.num_pages = pages;
   a.max_blocks = max_blocks;
-  if (c.v_in_k) share_v_with_k(a);
+  if (c.v_in_k) a.share_v_with_k();
   return a;
 }
 
@@ -567,7 +559,7 @@ void quantise_fp8_kv(const Domain& dom, AttentionInput& a, const std::vector<dou
   // ones under which most weights are e4m3fn subnormals (16) or zero (1: weights below 2^-10).
   if (dom.fp8 & AC_FP8_P_SCALE) a.p_scale = *g::element(448.0f, 256.0f, 300.5f, 96.0f, 57.375f, 16.0f, 1.0f);
   if (a.v_in_k) {  // V's codes are K's, read times V's own descale (here K's)
-    share_v_with_k(a);
+    a.share_v_with_k();
     a.v_descale = a.k_descale;
   }
 }
@@ -822,7 +814,7 @@ AttentionInput attention_with(const Domain& dom, ShapeChoice choice) {
   a.v = *any_values(a.dtype, int(TK * Hkv), int(a.dv()));
   // V inside K in half of a declaring subject's cases with a V head size of its own (MLA's absorbed
   // decode as FlashMLA stores its cache).
-  if ((dom.variants & AC_VAR_V_IN_K) && a.dv() < a.head_size && pick_class(2) == 0) share_v_with_k(a);
+  if ((dom.variants & AC_VAR_V_IN_K) && a.dv() < a.head_size && pick_class(2) == 0) a.share_v_with_k();
   // A split case's window becomes a mask on one of its pieces (split_equals_whole): only for a
   // subject that takes masks.
   gen::Domain vdom = dom;

@@ -16,7 +16,7 @@ EMPTY_LSE = ("-inf", "+inf", "undefined")
 FEATURES = ("causal", "mask", "varlen", "gqa", "lse", "naive_exp", "scores_in_input_type", "flushed_exp")
 FOLDS = ("left", "right", "tree")
 # Protocol 4: the engines' variants an attention / split-KV subject accepts (the C ABI's AC_VAR_*).
-VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks")
+VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks", "v_in_k")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
 KV_DTYPES = ("e4m3fn", "e5m2", "e4m3fnuz")
 FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate", "fp8_q_required",
@@ -85,7 +85,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     drawn into its cases: "paged_kv" (K / V page pools read through a block table; page_sizes lists
     the page sizes accepted, 1 to 16 of them, each 1..4096), "head_size_v" (V and O have their own
     head size; head_pairs lists the (qk, v) pairs accepted, 1 to 16, each size 1..1024), "softcap",
-    "window" (a sliding window) and "sinks" (one logit per query head in the softmax denominator).
+    "window" (a sliding window), "sinks" (one logit per query head in the softmax denominator) and
+    "v_in_k" (with "head_size_v": V may be K's first head_size_v columns, AttentionCall.v_in_k).
     AttentionCall documents what each adds to a call. A subject declaring one must still accept
     calls that do not use it.
     max_call_seqs, max_call_tokens, max_call_keys (protocol 4): the largest call the subject takes,
@@ -212,6 +213,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
                             f"{MAX_HEAD_PAIRS}")
     elif hp:
         raise CapsError(f"subject {name!r}: head_pairs given without the head_size_v variant")
+    if "v_in_k" in variants and "head_size_v" not in variants:
+        raise CapsError(f"subject {name!r}: variant \"v_in_k\" needs \"head_size_v\" (a V head size below K's)")
     limits: Dict[str, int] = {}
     for limit, count, top in (("max_call_seqs", max_call_seqs, 2**31 - 1),
                               ("max_call_tokens", max_call_tokens, 2**31 - 1), ("max_call_keys", max_call_keys, 2**63 - 1)):

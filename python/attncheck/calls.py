@@ -132,7 +132,10 @@ class AttentionCall(_Call):
       out_dtype     None (out in dtype), or (fp8 "fp8_out", cuDNN's FP8 output) one of kv_dtypes: out is
                     then returned as that format's codes (uint8, or the torch float8 dtype) of
                     O / output_scale, saturating with fp8 "saturate".
-      output_scale  None, or with out_dtype a one-element fp32 array, positive and finite."""
+      output_scale  None, or with out_dtype a one-element fp32 array, positive and finite.
+      v_in_k        (variants "v_in_k", with "head_size_v": MLA's absorbed decode as FlashMLA stores its
+                    cache) True when V is K's first head_size_v columns: v is then a view of k
+                    (k[..., :head_size_v], K's row stride, paged alike), not a tensor of its own."""
     op = "attention"  # or "splitkv"
     num_seqs: int
     num_heads: int
@@ -172,3 +175,4 @@ class AttentionCall(_Call):
     p_scale: Optional[Array]
     out_dtype: Optional[str] = None
     output_scale: Optional[Array] = None
+    v_in_k: bool = False

@@ -256,6 +256,11 @@ class _Server:
                                              "v_descale", "q_descale", "p_scale", "output_scale")).items():
                 setattr(call, k, v)
             call.out_dtype = req.get("out_dtype")  # an FP8 output (protocol 4, fp8 "fp8_out")
+            # V inside K (protocol 4, variants "v_in_k"): no v input; v is a view of K's first
+            # head_size_v columns, at K's row stride (as FlashMLA reads its cache).
+            call.v_in_k = bool(req.get("v_in_k", False))
+            if call.v_in_k:
+                call.v = call.k[..., :call.head_size_v]
             res = s.attention(call)
             wants_lse = "lse" in req["outputs"]
             if wants_lse:

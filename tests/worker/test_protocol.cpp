@@ -61,8 +61,8 @@ TEST_CASE("caps round-trip through the handshake words for every built-in subjec
       CHECK(d.caps.head_size_min == c.head_size_min);
       CHECK(d.caps.head_size_max == c.head_size_max);
     }
-    // Protocol 4 has no V inside K: a served subject's calls carry V as its own tensor.
-    CHECK(d.caps.variants == (c.variants & ~uint32_t(AC_VAR_V_IN_K)));
+    // Every variant is carried, V inside K too (v_in_k).
+    CHECK(d.caps.variants == c.variants);
     REQUIRE(d.caps.num_page_sizes == (c.page_sizes ? c.num_page_sizes : 0));
     for (int32_t i = 0; i < d.caps.num_page_sizes; ++i) CHECK(d.caps.page_sizes[i] == c.page_sizes[i]);
     REQUIRE(d.caps.num_head_pairs == (c.head_pairs ? c.num_head_pairs : 0));
@@ -272,13 +272,11 @@ bool one_line(const std::string& s) { return s.find('\n') == std::string::npos; 
 }  // namespace
 
 TEST_CASE("protocol 4 subject fields: variants, page sizes and head pairs round-trip", "[worker]") {
-  // V inside K is not carried (a worker's V is its own tensor): never written, refused when read.
-  const uint32_t all = AC_VAR_KNOWN_V3 & ~uint32_t(AC_VAR_V_IN_K);
-  CHECK(w::caps_to_json("v", "", variant_caps(AC_VAR_KNOWN_V3))["variants"] ==
-        w::caps_to_json("v", "", variant_caps(all))["variants"]);
+  // V inside K is carried like the others (the request's v_in_k, no v input).
+  const uint32_t all = AC_VAR_KNOWN_V3;
   const auto j = w::caps_to_json("v", "", variant_caps(all));
   using L = std::vector<std::string>;
-  CHECK(j["variants"].get<L>() == L{"paged_kv", "head_size_v", "softcap", "window", "sinks"});
+  CHECK(j["variants"].get<L>() == L{"paged_kv", "head_size_v", "softcap", "window", "sinks", "v_in_k"});
   CHECK(j["page_sizes"] == nlohmann::json({1, 16, 4096}));
   CHECK(j["head_pairs"] == nlohmann::json({{192, 128}, {8, 4}}));
   auto d = std::make_unique<w::DeclaredSubject>(w::caps_from_json(j, 4));
@@ -361,7 +359,7 @@ TEST_CASE("protocol 4 subject fields are refused in older replies and out of ran
   bad = j;
   bad["variants"] = {"paged"};
   CHECK(refused(bad, 4) ==
-        "unknown word 'paged' in 'variants' (known: paged_kv, head_size_v, softcap, window, sinks)");
+        "unknown word 'paged' in 'variants' (known: paged_kv, head_size_v, softcap, window, sinks, v_in_k)");
   // Lists that disagree with the variants are validate_subject's to refuse, as for a plugin.
   bad = j;
   bad["variants"] = {"softcap"};

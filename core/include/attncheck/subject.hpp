@@ -3,6 +3,7 @@
 // this class; the harness adapts ac_subject (plugin_abi.h) to it, staging tensors to and from
 // the device where the subject lives there. Properties never see CUDA.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -104,6 +105,14 @@ struct AttentionInput {
   ac_dtype o_dtype() const { return fp8_out() ? out_dtype : dtype; }  // out's storage format
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
+  // V inside K: v set to the first head_size_v columns of K's rows (the pool's, paged), codes,
+  // poison and all, so that case.cpp v_in_k_problem holds; v_in_k set.
+  void share_v_with_k() {
+    const size_t D = size_t(head_size), Dv = size_t(dv()), rows = k.size() / D;
+    v.resize(rows * Dv);
+    for (size_t r = 0; r < rows; ++r) std::copy_n(k.begin() + long(r * D), Dv, v.begin() + long(r * Dv));
+    v_in_k = true;
+  }
   // A copy with q, k, v and mask empty and everything else kept: where a caller builds new tensors
   // of the same kind (batch_invariance's pieces of a batch), copying a batch's tensors only to
   // clear them cost more than the pieces themselves.

@@ -30,20 +30,7 @@ const WordSet<uint32_t> kOps{op_spellings(), [](uint32_t op) { return op; }, op_
 const WordSet<ac_dtype> kDtypes{dtype_spellings(), [](ac_dtype d) { return AC_DTYPE_BIT(d); }, dtype_names};
 const WordSet<uint32_t> kFeatures{feature_spellings(), [](uint32_t f) { return f; }, feature_names};
 const WordSet<ac_fold> kFolds{fold_spellings(), [](ac_fold f) { return AC_FOLD_BIT(f); }, fold_names};
-// Protocol 4 has no V inside K (AC_VAR_V_IN_K): a worker's calls carry V as its own tensor, so the
-// word is neither written (a served built-in subject declaring it is given V as a tensor) nor read.
-const std::vector<Spelling<uint32_t>> kProtocolVariants = [] {
-  std::vector<Spelling<uint32_t>> t;
-  for (const auto& s : variant_spellings())
-    if (s.value != AC_VAR_V_IN_K) t.push_back(s);
-  return t;
-}();
-std::string protocol_variant_names() {
-  std::string out;
-  for (const auto& s : kProtocolVariants) out += (out.empty() ? "" : ", ") + std::string(s.name);
-  return out;
-}
-const WordSet<uint32_t> kVariants{kProtocolVariants, [](uint32_t v) { return v; }, protocol_variant_names};
+const WordSet<uint32_t> kVariants{variant_spellings(), [](uint32_t v) { return v; }, variant_names};
 const WordSet<ac_dtype> kKvDtypes{kv_dtype_spellings(), [](ac_dtype d) { return AC_DTYPE_BIT(d); },
                                   kv_dtype_names};
 const WordSet<uint32_t> kFp8{fp8_spellings(), [](uint32_t f) { return f; }, fp8_names};

@@ -227,7 +227,12 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
     a.q = get_bits(arena, in(r, "inputs", "q"), a.q_dtype(), size_t(tq * a.num_heads * a.head_size));
     a.k = get_bits(arena, in(r, "inputs", "k"), a.k_dtype(),
                    rows * size_t(a.num_kv_heads) * size_t(a.head_size));
-    a.v = get_bits(arena, in(r, "inputs", "v"), a.k_dtype(), rows * size_t(a.num_kv_heads) * size_t(a.dv()));
+    // V inside K (protocol 4, v_in_k): no v input; V is K's first head_size_v columns.
+    if (r.value("v_in_k", false))
+      a.share_v_with_k();
+    else
+      a.v =
+          get_bits(arena, in(r, "inputs", "v"), a.k_dtype(), rows * size_t(a.num_kv_heads) * size_t(a.dv()));
     if (r.at("inputs").contains("mask")) {
       const auto m = in(r, "inputs", "mask");
       a.mask.assign(arena + m.offset, arena + m.offset + m.bytes);

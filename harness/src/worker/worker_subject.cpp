@@ -198,6 +198,8 @@ class WorkerSubject final : public Subject {
                                                     : std::vector<int64_t>{seqs.total_k(), HK, D};
     std::vector<int64_t> v_shape = k_shape;
     v_shape.back() = DV;
+    // V inside K (a worker declaring v_in_k, input_for_subject kept it): no v tensor, v_in_k true.
+    if (in.v_in_k) v_shape.front() = 0;
     // An FP8 KV cache (protocol 4, only to a worker declaring its format): K and V as one-byte
     // codes of that format, and their fp32 descales (one, or one per KV head); Q too, with its own
     // descales, for a worker declaring fp8_q.
@@ -221,7 +223,7 @@ class WorkerSubject final : public Subject {
     unsigned char* a = arena(L.size());
     put_bits(a, q, in.q_dtype(), in.q);
     put_bits(a, k, in.k_dtype(), in.k);
-    put_bits(a, v, in.k_dtype(), in.v);
+    if (!in.v_in_k) put_bits(a, v, in.k_dtype(), in.v);
     if (fp8) {
       std::memcpy(a + k_descale.offset, in.k_descale.data(), in.k_descale.size() * sizeof(float));
       std::memcpy(a + v_descale.offset, in.v_descale.data(), in.v_descale.size() * sizeof(float));
@@ -278,7 +280,11 @@ class WorkerSubject final : public Subject {
       r["num_pages"] = in.num_pages;
       r["max_blocks"] = in.max_blocks;
     }
-    r["inputs"] = {{"q", tensor_json(q)}, {"k", tensor_json(k)}, {"v", tensor_json(v)}};
+    r["inputs"] = {{"q", tensor_json(q)}, {"k", tensor_json(k)}};
+    if (in.v_in_k)
+      r["v_in_k"] = true;
+    else
+      r["inputs"]["v"] = tensor_json(v);
     if (has_mask) {
       r["inputs"]["mask"] = tensor_json(mask);
       r["cu_mask"] = seqs.cu_mask;

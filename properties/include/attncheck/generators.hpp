@@ -71,9 +71,6 @@ void with_variants(const Domain& dom, AttentionInput& a, bool sinks = true);
 // sequence's last page names (one entry more than the longest sequence needs): the plainest paged
 // layout of the same attention (the shrinker's).
 AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size);
-// V inside K (AC_VAR_V_IN_K): v set to the first head_size_v columns of K's rows (the pool's, paged),
-// v_in_k set.
-void share_v_with_k(AttentionInput& a);
 // `a` (K and V in its dtype) with K and V quantised to an FP8 cache of `format` (AC_DTYPE_E4M3 or
 // AC_DTYPE_E5M2): code = encode(x / descale), rounded once, saturating; one descale per tensor or
 // one per KV head (the vectors' sizes). The descales are the case's, the codes what the kernel reads.

@@ -73,7 +73,7 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
       if (p.v >= p.qk) continue;
       items.push_back({"V inside K (QK " + std::to_string(p.qk) + ", V " + std::to_string(p.v) + ")",
                        plain_case(plain.dtype, p.qk, p.v, plain.num_kv_heads < plain.num_heads)});
-      gen::share_v_with_k(items.back().input);
+      items.back().input.share_v_with_k();
     }
   if (caps.variants & AC_VAR_SOFTCAP) {
     items.push_back({"softcap (1)", plain});
