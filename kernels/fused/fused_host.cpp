@@ -139,8 +139,8 @@ namespace {
 // The sink (sink2 = sink log2 e, -inf without one) joins the denominator first (fused_math.h
 // join_sink).
 // V's descale (1 unless it multiplies the output, VDescale::output) after the normalisation.
-// An FP8 output (fp8_kv 3 or 4, AC_FP8_OUT): each fp32 element divided by output_scale and cast,
-// saturating, one byte per element; else the element stored in t.
+// An FP8 output (fp8_out the out_dtype 3, 4 or 5, AC_FP8_OUT): each fp32 element divided by
+// output_scale and cast, saturating, one byte per element; else the element stored in t.
 void store_row(const fused::TwinRowState& s, float sink2, float v_descale, DType t, void* out,
                int64_t out_index, float* lse, int64_t lse_index, const FusedOptions& o, int fp8_out = 0,
                float output_scale = 1.0f) {

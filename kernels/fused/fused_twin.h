@@ -7,7 +7,10 @@
 // into the softmax scale (one fp32 rounding), V's multiplied into each value (one fp32 rounding
 // each) or, for a kernel that applies it to the output, into O (VDescale). Q in FP8 (AC_FP8_Q): its
 // codes decoded exactly, its descale folded into the softmax scale before K's (one fp32 rounding
-// more); P in e4m3fn with the offset 2^8 where the subject declares it (AC_FP8_P_E4M3, p_e4m3).
+// more); P in e4m3fn with the offset 2^8 where the subject declares it (AC_FP8_P_E4M3, p_e4m3), or
+// with the call's p_scale (AC_FP8_P_SCALE): p_scale p rounded to fp32, then to e4m3fn, read back
+// times the fp32 reciprocal of p_scale. O in FP8 (AC_FP8_OUT, fused_host.cpp store_row): the fp32
+// element divided by output_scale in fp32, then one saturating cast to the format.
 // It does not match the GPU bit for bit (the tensor core sums in another order, exp2 differs), it
 // computes the same function with the same hazards. V and O have head_size_v columns (AC_VAR_HEAD_SIZE_V), K
 // and Q head_size; nothing else changes. Mutation switch: decode_args<M>, head_view<M> and twin_row_tile<M>
