@@ -214,12 +214,16 @@ float get_float_bits(const json& obj, const char* key, const std::string& where)
   return f;
 }
 
-// An FP8 output's fields, a merge's or an attention's (AC_FP8_OUT): the format, and the scale as its
-// bits (authoritative) and its value (for the reader).
+// get_float_bits' writer: `key`_bits (authoritative) and `key`, the value for the reader.
+void put_float_bits(json& obj, const std::string& key, float f) {
+  obj[key + "_bits"] = bits_hex(float_bits(f));
+  obj[key] = double(f);
+}
+
+// An FP8 output's fields, a merge's or an attention's (AC_FP8_OUT): the format and the scale.
 void write_fp8_output(json& in, ac_dtype out_dtype, float output_scale) {
   in["out_dtype"] = kv_dtype_name(out_dtype);
-  in["output_scale_bits"] = bits_hex(float_bits(output_scale));
-  in["output_scale"] = double(output_scale);
+  put_float_bits(in, "output_scale", output_scale);
 }
 // Reads them where out_dtype is present (else leaves both unchanged); the scale's range is the
 // caller's check.
@@ -370,8 +374,7 @@ std::string case_text(const Case& c, bool splice) {
     // text (and its file name's hash) is what it was before they existed.
     if (a.head_size_v > 0) in["head_size_v"] = a.head_size_v;
     if (a.softcap != 0.0f) {
-      in["softcap_bits"] = bits_hex(float_bits(a.softcap));
-      in["softcap"] = double(a.softcap);  // for the reader; the bits are authoritative
+      put_float_bits(in, "softcap", a.softcap);
     }
     if (a.window_left != -1 || a.window_right != -1) {
       in["window_left"] = a.window_left;
@@ -390,10 +393,7 @@ std::string case_text(const Case& c, bool splice) {
       in["k_descale"] = encode_floats(a.k_descale);
       in["v_descale"] = encode_floats(a.v_descale);
       if (a.fp8_q()) in["q_descale"] = encode_floats(a.q_descale);
-      if (a.p_scale != 0.0f) {
-        in["p_scale_bits"] = bits_hex(float_bits(a.p_scale));
-        in["p_scale"] = double(a.p_scale);  // for the reader; the bits are authoritative
-      }
+      if (a.p_scale != 0.0f) put_float_bits(in, "p_scale", a.p_scale);
     }
     if (a.fp8_out()) write_fp8_output(in, a.out_dtype, a.output_scale);
     const int wkv = dtype_bytes(a.k_dtype());

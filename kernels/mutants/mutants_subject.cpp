@@ -144,8 +144,7 @@ constexpr MutantInfo kMutants[] = {
      "2^8 (host twin only)",
      "fused-fp8-scaled", "split_equals_whole", false},
     {35, "mutant-fused-fp8-out-scale-ignored",
-     "fused attention in cuDNN's FP8 contract writes O in FP8 cast without dividing by output_scale (host "
-     "twin "
+     "fused attention in cuDNN's FP8 contract casts O to FP8 without dividing by output_scale (host twin "
      "only)",
      "fused-fp8-scaled", "fp8_output", false},
 };

@@ -122,9 +122,10 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
 //   - P V (P in e4m3, a fresh accumulator per 128 keys): in no known order and with P's codes the
 //     kernel's own, so every addend may move by g and |C_i| is bounded by A, the chain's sum of
 //     the fields 2^(E_P + E_v) (each at least |t|). A field is at most max(P, 2^-6) max(|v|, v_min)
-//     in code units, P = 256 p held within 2^-4 and v_min the format's smallest normal: per key, in
-//     O's units, (1 + 2^-4) p (|v| + v_min) + 2^-14 max(|v|, v_min), v_min now times V's descale.
-//     Summed over the keys and divided by l: S_fields = S + v_min + N 2^-14 max(vmax, v_min) / l
+//     in code units, P = p_scale p held within 2^-4 and v_min the format's smallest normal: per key,
+//     in O's units, (1 + 2^-4) p (|v| + v_min) + 2^-6 / p_scale max(|v|, v_min) (2^-14 at the
+//     fixed 2^8), v_min now times V's descale. Summed over the keys and divided by l:
+//     S_fields = S + v_min + N 2^-6 / p_scale max(vmax, v_min) / l
 //     (sum p / l = 1), the caller's. Four instructions then give F A (F = 4 * 34 u to first order,
 //     computed below): O moves by at most F (1 + 2^-4) (S_fields + 2^-24 cond), cond for the kernel's
 //     weights' own relative error c_j 2^-24.

@@ -112,6 +112,12 @@ void measure_bits(Elem& e, ac_dtype d, uint32_t bits, double scale_ulp_of, doubl
 // codes between it and the nearer end's. Returns the codes of lo and of hi.
 std::pair<uint32_t, uint32_t> measure_fp8(Elem& e, ac_dtype d, uint32_t code, double lo, double hi,
                                           ref::Fp8Overflow ov);
+// An FP8 output (a merge's, an attention's AC_FP8_OUT) whose fp32 value before the division by
+// `scale` lies in iv (budgets.cpp fp8_output_interval, or the caller's tighter one): e.exact becomes
+// the exact value over the scale, measure_fp8 judges `code` (NaN allows NaN alone), and e.inputs
+// gains the scale and the codes allowed.
+void measure_fp8_output(Elem& e, ac_dtype d, uint32_t code, Fp8Interval iv, double scale,
+                        ref::Fp8Overflow ov);
 // "0x39 (0x1.2p+0)": an FP8 code and its value.
 std::string fp8_code_text(ac_dtype d, uint32_t code);
 // The same for an LSE output `y` (fp32), its cancel unit the fp32 ulp scaled to max(1, |exact|).

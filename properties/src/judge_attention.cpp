@@ -449,14 +449,9 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
     e.inputs = o_inputs(r, S);
     const uint32_t got = job.out.out[size_t(row * D + c)];
     if (a.fp8_out()) {
-      const double x = to_d(e.exact), scale = double(a.output_scale);
-      const Fp8Interval iv = fp8_output_interval(x, allowed, scale);
-      e.exact = e.exact / Real(scale);
-      const auto [c_lo, c_hi] =
-          measure_fp8(e, a.out_dtype, got, std::isnan(x) ? NAN : iv.lo, std::isnan(x) ? NAN : iv.hi,
-                      job.cv.saturate ? ref::Fp8Overflow::saturate : ref::Fp8Overflow::nonfinite);
-      e.inputs += " output_scale=" + hexfloat(scale) + ": allowed " + fp8_code_text(a.out_dtype, c_lo) +
-                  (c_lo == c_hi ? "" : " to " + fp8_code_text(a.out_dtype, c_hi));
+      const double scale = double(a.output_scale);
+      measure_fp8_output(e, a.out_dtype, got, fp8_output_interval(to_d(e.exact), allowed, scale), scale,
+                         job.cv.saturate ? ref::Fp8Overflow::saturate : ref::Fp8Overflow::nonfinite);
     } else {
       measure_bits(e, a.dtype, got, S, allowed);
       if (e.exact_finite && e.out_finite && S == 0) e.within = e.out_value == 0;

@@ -80,14 +80,8 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
             const double q_real = o / s, q_fp32 = double(float(o) / float(s));
             iv = {std::min(q_real, q_fp32), std::max(q_real, q_fp32)};
           }
-          e.exact = e.exact / Real(double(m.output_scale));
-          const auto [c_lo, c_hi] = std::isnan(x) ? measure_fp8(e, m.out_dtype, out.out[size_t(row * D + c)],
-                                                                NAN, NAN, ref::Fp8Overflow::saturate)
-                                                  : measure_fp8(e, m.out_dtype, out.out[size_t(row * D + c)],
-                                                                iv.lo, iv.hi, ref::Fp8Overflow::saturate);
-          e.inputs += " output_scale=" + hexfloat(double(m.output_scale)) + ": allowed " +
-                      fp8_code_text(m.out_dtype, c_lo) +
-                      (c_lo == c_hi ? "" : " to " + fp8_code_text(m.out_dtype, c_hi));
+          measure_fp8_output(e, m.out_dtype, out.out[size_t(row * D + c)], iv, double(m.output_scale),
+                             ref::Fp8Overflow::saturate);
         } else {
           measure_bits(e, m.dtype, out.out[size_t(row * D + c)], S, allowed);
         }

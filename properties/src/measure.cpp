@@ -197,6 +197,15 @@ std::pair<uint32_t, uint32_t> measure_fp8(Elem& e, ac_dtype d, uint32_t code, do
   return {c_lo, c_hi};
 }
 
+void measure_fp8_output(Elem& e, ac_dtype d, uint32_t code, Fp8Interval iv, double scale,
+                        ref::Fp8Overflow ov) {
+  const bool nan = std::isnan(to_d(e.exact));
+  e.exact = e.exact / Real(scale);
+  const auto [c_lo, c_hi] = measure_fp8(e, d, code, nan ? NAN : iv.lo, nan ? NAN : iv.hi, ov);
+  e.inputs += " output_scale=" + hexfloat(scale) + ": allowed " + fp8_code_text(d, c_lo) +
+              (c_lo == c_hi ? "" : " to " + fp8_code_text(d, c_hi));
+}
+
 std::string fp8_code_text(ac_dtype d, uint32_t code) {
   char b[8];
   std::snprintf(b, sizeof b, "0x%02x", code);
