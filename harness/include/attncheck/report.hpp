@@ -94,7 +94,9 @@ struct Report {
   std::vector<TilingEntry> tilings;
   nlohmann::json baseline;  // null, or the comparison against --baseline (see baseline.hpp)
   // null, or {jobs, wall_seconds, devices: [{device, pairs, busy_seconds}], device_servers:
-  // [{device, calls}]} (calls: the built-in subjects' calls a device server made, -1 unknown)
+  // [{device, calls, device_seconds, redone, redone_first}]} (calls: the built-in subjects' calls
+  // a device server made, -1 unknown; redone: those of its calls that failed there and that the
+  // children then made themselves, worker::served_redone)
   nlohmann::json parallel;
 
   // pass: every entry passed (and not interrupted, baseline ok, no shard missing); fail: a

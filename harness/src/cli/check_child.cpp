@@ -44,6 +44,9 @@ int run_child(const CheckPlan& plan, const Common& common) {
   if (plan.child->first >= plan.pairs.size()) throw UsageError("internal: child pair index out of range");
   Report part = plan.report;
   part.entries.push_back(run_pair_here(plan, common, plan.child->first, [](int) {}));
+  // The parent adds these to its device server's line: a redo hides nothing from the report.
+  if (const auto redone = worker::served_redone(); redone.calls)
+    part.parallel = {{"served_redone", redone.calls}, {"served_redone_first", redone.first}};
   write_file_atomic(plan.child->second,
                     report_to_json(part).dump(1, ' ', false, nlohmann::json::error_handler_t::replace));
   return kExitOk;

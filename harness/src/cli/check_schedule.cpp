@@ -160,6 +160,7 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
   pool.cancel = plan.base_cfg.cancel;
   const auto t_start = std::chrono::steady_clock::now();
   std::map<std::string, std::pair<int, double>> device_use;  // device -> (pairs, busy seconds)
+  std::map<std::string, worker::ServedRedone> redone;        // device -> its children's redone calls
   // Pairs of --worker subjects run here, one after another on one thread (RapidCheck's state is
   // per process, and this is the only thread of this process that uses it), each worker started
   // once for the run and isolated by its own process; the other pairs run in children meanwhile.
@@ -203,6 +204,11 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
     if (out.result_written) {
       try {
         const Report part = read_report_file(out.result_path);
+        if (part.parallel.is_object() && part.parallel.contains("served_redone")) {
+          auto& r = redone[out.device.empty() ? "inherited" : out.device];
+          if (r.calls == 0) r.first = part.parallel.value("served_redone_first", std::string());
+          r.calls += part.parallel.value("served_redone", int64_t(0));
+        }
         // The child's plan index must name the same pair here: a mix-up would file one pair's
         // verdict under another's name.
         if (part.entries.size() == 1 && part.entries.front().subject == subject->name() &&
@@ -220,13 +226,24 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
     finished(out.pair, crashed_entry(plan, common, out.pair, out, mismatch, seconds));
   });
   worker_pairs.join();
-  const nlohmann::json served = servers.shut_down();
+  nlohmann::json served = servers.shut_down();
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  for (auto& sv : served) {
+    const auto r = redone.find(sv.value("device", std::string()));
+    sv["redone"] = r == redone.end() ? 0 : r->second.calls;
+    if (r != redone.end()) sv["redone_first"] = r->second.first;
+  }
   if (!o.quiet)
     for (const auto& sv : served)
-      std::fprintf(stderr, "device server (%s): %lld calls, %.1f s holding the device of %.1f s wall\n",
+      std::fprintf(stderr, "device server (%s): %lld calls, %.1f s holding the device of %.1f s wall%s\n",
                    sv.value("device", std::string()).c_str(), (long long)sv.value("calls", int64_t(-1)),
-                   sv.value("device_seconds", -1.0), wall);
+                   sv.value("device_seconds", -1.0), wall,
+                   sv.value("redone", int64_t(0)) == 0
+                       ? ""
+                       : ("; " + std::to_string(sv.value("redone", int64_t(0))) +
+                          " failed there and were redone by their child, first: " +
+                          sv.value("redone_first", std::string()))
+                             .c_str());
   fs::remove_all(scratch, scratch_ec);
   Report& report = plan.report;
   report.parallel = {{"jobs", pool.jobs},

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <string_view>
 #include <type_traits>
@@ -416,6 +417,14 @@ class WorkerSubject final : public Subject {
 // fault, a dead or hung server) the call is made again here, so every verdict, refusal and crash
 // is the in-process subject's own. A transport failure or a fault drops the server for good: its
 // context may be unusable, and the process's own context is as good.
+std::mutex redone_mutex;
+ServedRedone redone;
+
+void note_redone(const std::string& why) {
+  std::lock_guard<std::mutex> lock(redone_mutex);
+  if (redone.calls++ == 0) redone.first = json_fields::printable(why, json_fields::kMaxMessageChars);
+}
+
 class ServedSubject final : public Subject {
  public:
   ServedSubject(std::unique_ptr<Subject> local, std::unique_ptr<Subject> remote)
@@ -455,6 +464,7 @@ class ServedSubject final : public Subject {
       // the server's call has its own deadline, so the countdown stops while the server works and
       // a call redone here gets all of it.
       const unsigned left = ::alarm(0);
+      std::string failed;
       try {
         auto out = call(*remote_);
         if (left) ::alarm(left);
@@ -463,7 +473,11 @@ class ServedSubject final : public Subject {
         if (left) ::alarm(left);
         if (e.kind == SubjectError::Kind::transport_failed || e.kind == SubjectError::Kind::device_fault)
           remote_.reset();
+        failed = e.what();
       }
+      auto out = call(*local_);
+      note_redone(failed);
+      return out;
     }
     return call(*local_);
   }
@@ -599,6 +613,11 @@ std::string device_server_command(const std::string& socket_path, const std::str
   return "env" + (device.empty() ? std::string() : " CUDA_VISIBLE_DEVICES=" + shell_word(device)) + " " +
          shell_word(self_path()) + " " + kDeviceServerFlag + " " + shell_word(socket_path) + " " +
          shell_word(backend) + " " + std::to_string(call_limit_s) + " 2>>" + shell_word(log_path);
+}
+
+ServedRedone served_redone() {
+  std::lock_guard<std::mutex> lock(redone_mutex);
+  return redone;
 }
 
 std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,

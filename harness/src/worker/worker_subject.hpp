@@ -55,6 +55,15 @@ constexpr const char* kDeviceServerFlag = "--device-server";
 std::vector<std::unique_ptr<Subject>> served_subjects(std::vector<std::unique_ptr<Subject>> subjects,
                                                       const std::string& socket_path, double call_timeout_s,
                                                       const std::function<bool(const Subject&)>& which);
+// The calls of this process that its device server failed and this process then made itself
+// without failing: each is a server that died or hung, or a server-side defect (a request or reply
+// it mis-encoded) that the redo hid. A call that fails here too is the subject's own failure and is
+// not counted. `first` is the server's first such failure, in one line.
+struct ServedRedone {
+  int64_t calls = 0;
+  std::string first;
+};
+ServedRedone served_redone();
 
 // The command that starts attncheck's device server on socket_path for one backend and device
 // ("" keeps the caller's CUDA_VISIBLE_DEVICES), ending when a call runs past call_limit_s
