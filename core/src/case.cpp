@@ -396,6 +396,7 @@ std::string case_text(const Case& c, bool splice) {
       if (a.p_scale != 0.0f) put_float_bits(in, "p_scale", a.p_scale);
     }
     if (a.fp8_out()) write_fp8_output(in, a.out_dtype, a.output_scale);
+    if (a.want_amax) in["amax"] = true;
     const int wkv = dtype_bytes(a.k_dtype());
     in["mask"] = tensor("mask", a.mask.empty() ? std::string() : encode_elements(a.mask, 1));
     in["q"] = tensor("q", encode_elements(a.q, dtype_bytes(a.q_dtype())));
@@ -547,6 +548,7 @@ Case case_from_json(const std::string& text) {
       a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
     if (in.contains("p_scale_bits")) a.p_scale = get_float_bits(in, "p_scale_bits", w);
     read_fp8_output(in, w, a.out_dtype, a.output_scale);
+    a.want_amax = json_fields::get_bool_or<CaseError>(in, "amax", w, false);
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));
@@ -745,6 +747,7 @@ std::string attention_variant_problem(const AttentionInput& a) {
   } else if (!a.k_descale.empty() || !a.v_descale.empty() || !a.q_descale.empty()) {
     return "k_descale, v_descale and q_descale need an FP8 kv_dtype";
   }
+  if (a.want_amax && !a.fp8_kv()) return "amax needs an FP8 kv_dtype";
   if (a.fp8_out() && !a.fp8_kv())
     return "out_dtype " + std::string(kv_dtype_name(a.out_dtype)) + " needs an FP8 kv_dtype";
   if (a.fp8_out() && (!(a.output_scale > 0.0f) || !std::isfinite(a.output_scale)))
@@ -869,6 +872,7 @@ std::string undeclared_fp8(const AttentionInput& in, const ac_caps& caps) {
   if (in.fp8_q() && !(caps.fp8 & AC_FP8_Q)) return "Q in FP8 (AC_FP8_Q)";
   if (in.p_scale > 0.0f && !(caps.fp8 & AC_FP8_P_SCALE)) return "P's scale per call (AC_FP8_P_SCALE)";
   if (in.fp8_out() && !(caps.fp8 & AC_FP8_OUT)) return "O in FP8 (AC_FP8_OUT)";
+  if (in.want_amax && !(caps.fp8 & AC_FP8_AMAX)) return "the maxima of P and O (AC_FP8_AMAX)";
   if (in.fp8_out() && !(caps.kv_dtypes & AC_DTYPE_BIT(in.out_dtype)))
     return std::string("O in ") + kv_dtype_name(in.out_dtype) + " (caps.kv_dtypes)";
   if (!in.fp8_q() && (caps.fp8 & AC_FP8_Q_REQUIRED))

@@ -21,6 +21,8 @@ attention-np-fp8-scaled
                        fp8 "p_e4m3" and "p_scale"; 2^8 without one) and read over it; the row sum
                        adds the weights before that rounding. O in e4m3fn when a call asks for it
                        (fp8 "fp8_out", cuDNN's scale_o): the codes of O / output_scale, saturating.
+                       The maxima where asked (fp8 "amax", cuDNN's Amax_S and Amax_O): the largest
+                       normalised weight before P's rounding, the largest |O| before the cast.
 Computed in float64 and rounded once to the output format, LSE natural, layout [heads, tokens].
 """
 import numpy as np
@@ -33,6 +35,7 @@ def attention(call, p_e4m3=False):
     d = call.dtype
     tq_total, h = call.q.shape[0], call.num_heads
     out = np.zeros((tq_total, h, call.head_size_v), np.float64)
+    top_weight = 0.0  # fp8 "amax": the largest normalised weight, before P's scale
     lse = np.full((tq_total, h), -np.inf, np.float64)
     k, v = call.k, call.v
     if call.page_size > 0:
@@ -68,10 +71,14 @@ def attention(call, p_e4m3=False):
             if p_e4m3 and call.kv_dtype:  # FP8 calls: P V reads e4m3fn(p s) / s; total the unrounded weights
                 ps = 256.0 if call.p_scale is None else float(np.asarray(call.p_scale).reshape(-1)[0])
                 p = dtypes.fp8_to_float64(dtypes.float_to_fp8(p * ps, "e4m3fn", saturate=True), "e4m3fn") / ps
+            if p.size:
+                top_weight = max(top_weight, float(np.max(np.where(empty[..., None], 0.0, p / total[..., None]))))
             o = np.einsum("htk,khd->thd", p, vi) / np.where(empty, 1.0, total).T[..., None]
             out[qs] = np.where(empty.T[..., None], 0.0, o)
             lse[qs] = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, total))).T
     lse = helpers.lse_to_layout(lse.astype(np.float32), call.lse_layout)
+    if getattr(call, "amax", None) is not None:  # fp8 "amax" (cuDNN's Amax_S, Amax_O): written in place
+        call.amax[...] = np.array([top_weight, np.abs(out).max(initial=0.0)], np.float32)
     if getattr(call, "out_dtype", None):  # O in FP8 (fp8 "fp8_out"): the codes of O / output_scale, saturating
         scale = float(np.asarray(call.output_scale).reshape(-1)[0])
         return dtypes.float_to_fp8(out / scale, call.out_dtype, saturate=True), lse
@@ -105,7 +112,8 @@ attention_np_fp8_scaled = ac.subject(
     name="attention-np-fp8-scaled", ops="attention", dtypes=("fp32", "fp16", "bf16"), head_size_range=(1, 256),
     features=("causal", "mask", "varlen", "gqa", "lse"), tilings=[(64, 64)], variants=("paged_kv",),
     page_sizes=[1, 16], kv_dtypes=("e4m3fn",),
-    fp8=("descale_per_kv_head", "fp8_q", "p_e4m3", "p_scale", "fp8_out", "saturate"),
-    description="numpy attention in FP8 with P in e4m3fn times the call's p_scale (cuDNN's scale_s) and O in "
-                "e4m3fn over output_scale where asked (scale_o, saturating); float64 otherwise, one rounding")(
+    fp8=("descale_per_kv_head", "fp8_q", "p_e4m3", "p_scale", "fp8_out", "saturate", "amax"),
+    description="numpy attention in FP8 with P in e4m3fn times the call's p_scale (cuDNN's scale_s), O in "
+                "e4m3fn over output_scale where asked (scale_o, saturating) and the maxima of P and O "
+                "(Amax_S, Amax_O); float64 otherwise, one rounding")(
     lambda call: attention(call, p_e4m3=True))

@@ -224,6 +224,7 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
   const size_t out = st.add(poisoned(in.o_dtype(), n_q)),
                lse = st.add(as_bytes(poisoned_lse(wants_lse ? n_lse : 0)));
   const size_t output_scale = st.add(as_bytes(std::vector<float>{in.output_scale}));
+  const size_t amax = st.add(as_bytes(poisoned_lse(in.want_amax ? 2 : 0)));  // AC_FP8_AMAX's two values
   const size_t sinks = st.add(as_bytes(in.sinks)), table = st.add(as_bytes(in.block_table));
   st.upload();
 
@@ -251,7 +252,8 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
           .fp8_q(in.fp8_q() ? static_cast<const float*>(st.get(q_descale)) : nullptr)
           .p_scale(in.p_scale > 0.0f ? static_cast<const float*>(st.get(p_scale)) : nullptr)
           .fp8_out(in.o_dtype(), in.fp8_out() ? static_cast<const float*>(st.get(output_scale)) : nullptr)
-          .v_in_k(in.v_in_k);
+          .v_in_k(in.v_in_k)
+          .amax(in.want_amax ? static_cast<float*>(st.get(amax)) : nullptr);
 
   if (before_call_) before_call_();
   call_plugin(name_, "attention",
@@ -266,6 +268,11 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
     std::vector<float> stored(n_lse);
     if (n_lse) std::memcpy(stored.data(), bytes.data(), n_lse * 4);
     result.lse = from_layout(stored, layout, total_q, in.num_heads);
+  }
+  if (in.want_amax) {  // brought back with out, added after it
+    const auto bytes = st.read(amax);
+    result.amax.resize(2);
+    std::memcpy(result.amax.data(), bytes.data(), 2 * sizeof(float));
   }
   return result;
 }

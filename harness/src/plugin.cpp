@@ -191,6 +191,8 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
         "AC_OP_QUANTIZE, AC_OP_MERGE or AC_FP8_OUT");
   if ((c.fp8 & AC_FP8_OUT) && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
     bad("caps.fp8 declares AC_FP8_OUT (an attention's FP8 output) without attention or split-KV");
+  if ((c.fp8 & AC_FP8_AMAX) && !(c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)))
+    bad("caps.fp8 declares AC_FP8_AMAX (an attention's maxima of P and O) without attention or split-KV");
   if (c.max_call_seqs < 0)
     bad("caps.max_call_seqs " + std::to_string(c.max_call_seqs) + " is negative (0: no limit)");
   if (c.max_call_tokens < 0)

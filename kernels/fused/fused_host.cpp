@@ -141,14 +141,22 @@ namespace {
 // V's descale (1 unless it multiplies the output, VDescale::output) after the normalisation.
 // An FP8 output (fp8_out the out_dtype 3, 4 or 5, AC_FP8_OUT): each fp32 element divided by
 // output_scale and cast, saturating, one byte per element; else the element stored in t.
+// The maxima (AC_FP8_AMAX, amax non-NULL): the row's largest weight is its largest key's, e^0
+// rescaled by the sink's join and divided by l, alpha inv in fp32 (a row without keys has none);
+// its largest |O| is over the fp32 elements before output_scale and the cast. Mutant 36 (unnormalised)
+// takes the weight before the division, alpha.
 void store_row(const fused::TwinRowState& s, float sink2, float v_descale, DType t, void* out,
                int64_t out_index, float* lse, int64_t lse_index, const FusedOptions& o, int fp8_out = 0,
-               float output_scale = 1.0f) {
+               float output_scale = 1.0f, float* amax = nullptr, bool unnormalised = false) {
   float m = s.m, l = s.l;
+  const bool has_keys = s.m != neg_inf_f();
   const float alpha = fused::join_sink(m, l, sink2);
   const float inv = fused::twin_round(fused::inverse_row_sum(l), o.arithmetic);
+  if (amax && has_keys)
+    amax[0] = std::max(amax[0], unnormalised ? alpha : fused::twin_round(alpha * inv, o.arithmetic));
   for (size_t c = 0; c < s.o.size(); ++c) {
     const float x = fused::twin_round(s.o[c] * alpha * inv * v_descale, o.arithmetic);
+    if (amax) amax[1] = std::max(amax[1], std::fabs(x));
     if (fp8_out)
       static_cast<uint8_t*>(out)[out_index + int64_t(c)] = quantize_element(fp8_out, x, output_scale, true);
     else
@@ -169,6 +177,7 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
   // Mutant 35 casts O to FP8 without dividing by output_scale.
   const int fp8_out = fused::fp8_out(a);
   const float output_scale = fp8_out && M != fused::Mutation::fp8_out_scale_ignored ? *a.output_scale : 1.0f;
+  float amax[2] = {0.0f, 0.0f};  // AC_FP8_AMAX: P's and O's, written after the last row
   for (int s = 0; s < a.num_seqs; ++s) {
     const int64_t q0 = a.cu_seqlens_q_host[s];
     for (int head = 0; head < x.h; ++head) {
@@ -187,11 +196,13 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
         for (size_t r = 0; r < states.size(); ++r) {
           const int64_t tok = q0 + row0 + int64_t(r);
           store_row(states[r], view.sink2, view.v_descale, x.dtype, a.out, (tok * x.h + head) * x.dv, a.lse,
-                    int64_t(head) * x.total_q + tok, o, fp8_out, output_scale);
+                    int64_t(head) * x.total_q + tok, o, fp8_out, output_scale, a.amax ? amax : nullptr,
+                    M == fused::Mutation::fp8_amax_unnormalised);
         }
       }
     }
   }
+  if (a.amax) std::copy_n(amax, 2, a.amax);
 }
 
 }  // namespace
@@ -259,6 +270,9 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
       break;
     case Mutation::fp8_q_descale_twice:
       fused_host_rows<Mutation::fp8_q_descale_twice>(a, o, br, bc);
+      break;
+    case Mutation::fp8_amax_unnormalised:
+      fused_host_rows<Mutation::fp8_amax_unnormalised>(a, o, br, bc);
       break;
     default:
       AC_REFUSE("fused attention: mutation %d has no host twin", int(o.mutation));

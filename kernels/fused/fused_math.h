@@ -59,6 +59,8 @@ enum class Mutation : int {
   fp8_p_scale_ignored = 34,  // P stored times the call's p_scale, read over the fixed 2^8
   // cuDNN's FP8 output (AC_FP8_OUT), host twins only:
   fp8_out_scale_ignored = 35,  // O cast to FP8 without dividing by output_scale
+  // cuDNN's maxima (AC_FP8_AMAX), host twins only:
+  fp8_amax_unnormalised = 36,  // P's maximum taken before the row's division by l (so always 1)
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

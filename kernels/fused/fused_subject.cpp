@@ -107,7 +107,7 @@ namespace {
 // fused-fp8-scaled: fused-fp8's contract with P's scale per call (cuDNN's scale_s).
 ac_caps with_fp8_p_scale(ac_caps c) {
   c = with_fp8_forward(c);
-  c.fp8 |= AC_FP8_P_SCALE | AC_FP8_OUT | AC_FP8_SATURATE;
+  c.fp8 |= AC_FP8_P_SCALE | AC_FP8_OUT | AC_FP8_SATURATE | AC_FP8_AMAX;
   return c;
 }
 }  // namespace

@@ -147,6 +147,10 @@ constexpr MutantInfo kMutants[] = {
      "fused attention in cuDNN's FP8 contract casts O to FP8 without dividing by output_scale (host twin "
      "only)",
      "fused-fp8-scaled", "fp8_output", false},
+    {36, "mutant-fused-fp8-amax-unnormalised",
+     "fused attention in cuDNN's FP8 contract writes P's maximum before the row's division by its sum "
+     "(always 1) (host twin only)",
+     "fused-fp8-scaled", "fp8_amax", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
@@ -299,6 +303,7 @@ constexpr Registration kRegistrations[] = {
     {33, Family::fused, int(fused::Mutation::v_in_k_own_stride)},
     {34, Family::fused, int(fused::Mutation::fp8_p_scale_ignored)},
     {35, Family::fused, int(fused::Mutation::fp8_out_scale_ignored)},
+    {36, Family::fused, int(fused::Mutation::fp8_amax_unnormalised)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));

@@ -333,6 +333,27 @@ Fp8Interval fp8_output_interval(double exact, double allowance, double scale) {
   return {lo - kDivision * std::fabs(lo) - 0x1p-150, hi + kDivision * std::fabs(hi) + 0x1p-150};
 }
 
+// The maxima of an FP8 call (AC_FP8_AMAX, property fp8_amax).
+// P's: the kernel writes some key's weight w~_j = e^(s~_j - L~), normalised, formed in fp32 (as
+// e^(s~_j - m~) / l~ or e^(s~_j - L~) alike, L~ = m~ + ln l~). Its score is within 2^-24 c_j of s_j
+// (c_j the score's conditioning, the one O's allowance weighs each p_j by), its log-sum within the
+// LSE allowance of L (attention_lse_allowance, in natural-log units), and the fp32 steps after
+// them (the subtraction, the exp, the division or the product with 1 / l, the result) round at most
+// four times, each by a factor within 1 +- 2^-24, ln(1 + u) <= u: |ln w~_j - ln w_j| <= delta_j =
+// lse_allowance + 2^-24 (c_j + 4). The largest of the w~_j then lies in [max_j w_j e^-delta_j,
+// max_j w_j e^delta_j] (judge_attention.cpp), whichever key the kernel's maximum falls on.
+double amax_weight_log_allowance(double lse_allowance, double score_cond) {
+  return lse_allowance + 0x1p-24 * (score_cond + 4);
+}
+// O's: the largest |O| before output_scale and any cast. An FP8 output's fp32 value is within its
+// allowance (the fp32 budget, fp8_output_interval's); an output stored in F is within it after its
+// last rounding to F, so the value before that rounding is within the allowance plus half an ulp of
+// F at it: at most u_F (|x| + allowance) + sub_F / 2.
+double amax_o_allowance(ac_dtype stored, bool fp8_out, double exact_abs, double allowance) {
+  if (fp8_out) return allowance;
+  return allowance + unit_roundoff(stored) * (exact_abs + allowance) + 0.5 * min_subnormal(stored);
+}
+
 // Merge LSE: as attention's with N = 2 and no score conditioning: 2^-24 (lse_ulp max(1, |M|) + 4).
 double merge_lse_allowance(const Budget& b, double lse_scale) {
   return 0x1p-24 * (b.lse_ulp * lse_scale + 4);

@@ -1078,18 +1078,11 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
     return a;
   });
 }
-rc::Gen<AttentionInput> attention_fp8_output_input(const Domain& dom) {
-  return g::exec([dom] {
-    // Unpaged (a poisoned slot's huge values would set the descales) and quantised in every case.
-    AttentionInput a = unquantised_contiguous(dom);
-    // |O| <= max |V| (each row a convex combination of V's rows): the scale's unit.
-    double vmax = 0;
-    for (const uint32_t b : a.v) {
-      const double x = std::fabs(detail::decode(a.dtype, b));
-      if (std::isfinite(x)) vmax = std::max(vmax, x);
-    }
-    quantise_fp8_kv(dom, a, {1.0, 0.5, 4.0, 0.0}, 0);
-    a.out_dtype = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
+namespace {
+// O asked for in FP8 in a declared format, output_scale drawn around vmax / the format's largest
+// (vmax: max |V| before quantisation, |O| <= vmax since each row is a convex combination of V's).
+void ask_fp8_output(const Domain& dom, AttentionInput& a, double vmax) {
+  a.out_dtype = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
     const double largest = ref::fp8_spec(detail::fp8_format(a.out_dtype)).largest;
     const double unit = vmax > 0 ? vmax / largest : 1.0;
     // 1: the largest |O| lands at most on the largest code; 1/4: rows past it (saturated, or the
@@ -1097,6 +1090,37 @@ rc::Gen<AttentionInput> attention_fp8_output_input(const Domain& dom) {
     // the subnormals; 0: a power of two (the division exact).
     const double factor = *g::element(1.0, 0.25, 4.0, 1024.0, 0.0);
     a.output_scale = float(factor > 0 ? unit * factor : std::ldexp(1.0, std::ilogb(unit) + 1));
+}
+// max |V| over the finite values of an unquantised input.
+double max_abs_v(const AttentionInput& a) {
+  double vmax = 0;
+  for (const uint32_t b : a.v) {
+    const double x = std::fabs(detail::decode(a.dtype, b));
+    if (std::isfinite(x)) vmax = std::max(vmax, x);
+  }
+  return vmax;
+}
+}  // namespace
+rc::Gen<AttentionInput> attention_fp8_output_input(const Domain& dom) {
+  return g::exec([dom] {
+    // Unpaged (a poisoned slot's huge values would set the descales) and quantised in every case.
+    AttentionInput a = unquantised_contiguous(dom);
+    const double vmax = max_abs_v(a);
+    quantise_fp8_kv(dom, a, {1.0, 0.5, 4.0, 0.0}, 0);
+    ask_fp8_output(dom, a, vmax);
+    return a;
+  });
+}
+rc::Gen<AttentionInput> attention_fp8_amax_input(const Domain& dom) {
+  return g::exec([dom] {
+    // Every row judged (rows are sampled only far above the domain's sizes), quantised as for
+    // fp8_output; O in FP8 too in half the cases where the subject declares it (amax[1] is O's
+    // before output_scale).
+    AttentionInput a = unquantised_contiguous(dom);
+    const double vmax = max_abs_v(a);
+    quantise_fp8_kv(dom, a, {1.0, 0.5, 4.0, 0.0}, 0);
+    if ((dom.fp8 & AC_FP8_OUT) && pick_class(2) == 0) ask_fp8_output(dom, a, vmax);
+    a.want_amax = true;
     return a;
   });
 }

@@ -149,11 +149,23 @@ struct JudgeCounts {
   }
 };
 
+// The maxima an FP8 call asked for (AttentionInput::want_amax, AC_FP8_AMAX): the intervals the exact
+// path allows the subject's largest weight of P and largest |O| (judge_row_exact, budgets.cpp
+// amax_weight_log_allowance and amax_o_allowance), the exact maxima and the rows holding them.
+// complete: every row of the input was judged (a sampled judgement bounds nothing).
+struct AmaxBounds {
+  bool asked = false, complete = false;
+  double p_lo = 0, p_hi = 0, p_exact = 0, o_lo = 0, o_hi = 0, o_exact = 0;
+  int64_t p_row = -1, o_row = -1;
+  std::vector<float> got;  // the subject's two values (AttentionOutput::amax)
+};
+
 struct Judgement {
   std::vector<Elem> elems;
   std::vector<RowInfo> rows;
   int64_t num_rows = 0, num_heads = 1;
   JudgeCounts counts;
+  AmaxBounds amax;
   bool row_skipped(int64_t r) const { return rows[r].hazard || rows[r].underflow || rows[r].ambiguous; }
 };
 

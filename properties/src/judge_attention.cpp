@@ -421,6 +421,7 @@ struct RowJob {
   const Budget& b;
   double lse_unit;
   bool want_lse;
+  AmaxBounds* amax;  // non-null: the call asked for the maxima (want_amax), accumulated here
 };
 
 // The exact path of one row: exact_attention_row and MPFR measurement, appended to `elems`.
@@ -438,6 +439,7 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
   std::vector<double> scratch;  // a masked row's |v| column (RowBasis::vcol)
   for (int64_t c = 0; c < D; ++c) {
     Elem e = o_elem(row, t, h, c, ex.o[size_t(c)]);
+    const double exact_o = to_d(ex.o[size_t(c)]);  // measure_fp8_output rescales e.exact
     double S = 0, cond = 0;
     column_sums(pj, r.vcol(c, scratch), r.cj, S, cond);
     if (std::isfinite(lse_e)) r.add_sink(lse_e, S, cond);
@@ -457,7 +459,28 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
       if (e.exact_finite && e.out_finite && S == 0) e.within = e.out_value == 0;
     }
     e.allowed_lo = e.allowed_hi = allowed;
+    if (job.amax && std::isfinite(exact_o)) {
+      AmaxBounds& m = *job.amax;
+      const double x = std::fabs(exact_o);
+      const double give = amax_o_allowance(a.dtype, a.fp8_out(), x, allowed) * (1 + 0x1p-50);
+      m.o_lo = std::max(m.o_lo, x - give);
+      m.o_hi = std::max(m.o_hi, x + give);
+      if (x > m.o_exact || m.o_row < 0) m.o_exact = x, m.o_row = row;
+    }
     elems.push_back(std::move(e));
+  }
+  if (job.amax && n > 0 && std::isfinite(lse_e)) {
+    // Each key's weight e^(s_j - LSE) in double (off by a few 2^-53, within the margin), its log
+    // allowed delta_j either way (budgets.cpp amax_weight_log_allowance); the sink is in the LSE.
+    AmaxBounds& m = *job.amax;
+    const double cond = lse_conditioning(pj, r.cj) + r.sink_lse_cond(lse_e);
+    const double lse_allowed = attention_lse_allowance(job.b, r.ar, std::max(1.0, std::fabs(lse_e)), cond, 1.0);
+    for (size_t i = 0; i < n; ++i) {
+      const double delta = amax_weight_log_allowance(lse_allowed, r.cj[i]);
+      m.p_lo = std::max(m.p_lo, pj[i] * std::exp(-delta) * (1 - 0x1p-50));
+      m.p_hi = std::max(m.p_hi, pj[i] * std::exp(delta) * (1 + 0x1p-50));
+      if (pj[i] > m.p_exact) m.p_exact = pj[i], m.p_row = row;
+    }
   }
   if (job.want_lse) {
     Elem e;
@@ -820,7 +843,11 @@ struct PreparedAttention::State {
                      cv,
                      b,
                      cv.base == ref::LseBase::two ? 1.0 / kLn2 : 1.0,
-                     cv.has_lse && out.lse.size() == size_t(T * H)};
+                     cv.has_lse && out.lse.size() == size_t(T * H),
+                     a.want_amax ? &J.amax : nullptr};
+    J.amax.asked = a.want_amax;
+    J.amax.complete = a.want_amax && !only && rows.size() == size_t(T * H);
+    J.amax.got = out.amax;
     for (size_t i = 0; i < rows.size(); ++i) {
       const int64_t row = rows[i], t = row / H, h = row % H;
       if (only && !(*only)[size_t(row)]) continue;
@@ -865,7 +892,8 @@ PreparedAttention::~PreparedAttention() = default;
 
 Judgement PreparedAttention::judge(const AttentionOutput& out, JudgePath path) const {
   const AddSeconds timed(thread_time_split().judge);
-  if (s_->a.fp8_out()) path = JudgePath::exact;  // FP8 codes: the exact path's interval (judge_row_exact)
+  // FP8 codes and the maxima of P and O: the exact path's intervals (judge_row_exact).
+  if (s_->a.fp8_out() || s_->a.want_amax) path = JudgePath::exact;
   Judgement J = s_->judge_rows(out, path == JudgePath::fast);
   if (path == JudgePath::fast) {
     // Step 7: a failing LSE makes rule_lse read every row; redo the judgement exactly.

@@ -20,7 +20,7 @@ VARIANTS = ("paged_kv", "head_size_v", "softcap", "window", "sinks", "v_in_k")
 # Protocol 4: an FP8 KV cache's formats (the C ABI's ac_caps.kv_dtypes) and contract (AC_FP8_*).
 KV_DTYPES = ("e4m3fn", "e5m2", "e4m3fnuz")
 FP8 = ("descale_per_kv_head", "fp8_q", "p_e4m3", "descale_per_sequence", "saturate", "fp8_q_required",
-       "truncated_sums", "p_scale", "fp8_out")
+       "truncated_sums", "p_scale", "fp8_out", "amax")
 
 
 # The ranges of every declared number (abi/include/attncheck/plugin_abi.h, AC_MAX_*): attncheck
@@ -106,7 +106,10 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     at most 448; None for the fixed 2^8): P stored as e4m3fn(p * p_scale), read over p_scale.
     "fp8_out" declares that it may be asked for O in FP8 (cuDNN's scale_o: AttentionCall.out_dtype one
     of kv_dtypes, output_scale a one-element fp32 array): out then holds the codes of O / output_scale,
-    saturating with "saturate", else overflowing to NaN (e5m2: infinity).
+    saturating with "saturate", else overflowing to NaN (e5m2: infinity). "amax" declares that it
+    writes cuDNN's Amax_S and Amax_O when a call asks (AttentionCall.amax, a two-element fp32 array,
+    not None): [0] the largest normalised softmax weight e^(s - LSE) over every row and visible key
+    (before P's scale), [1] the largest |O| before output_scale and any cast.
     ops "quantize" (protocol 4): a KV-cache quantiser writing the kv_dtypes formats (QuantizeCall);
     fp8 "saturate" says its casts saturate (else overflow gives NaN, or e5m2's infinity), and
     "descale_per_kv_head" that it takes one scale per head. A merge declaring kv_dtypes (with
@@ -240,6 +243,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r}: fp8 \"p_scale\" needs \"p_e4m3\"")
     if "fp8_out" in fp8_words and not {"attention", "splitkv"} & set(ops):
         raise CapsError(f"subject {name!r}: fp8 \"fp8_out\" is an attention's or a split-KV's declaration")
+    if "amax" in fp8_words and not {"attention", "splitkv"} & set(ops):
+        raise CapsError(f"subject {name!r}: fp8 \"amax\" is an attention's or a split-KV's declaration")
     if "saturate" in fp8_words and not {"quantize", "merge"} & set(ops) and "fp8_out" not in fp8_words:
         raise CapsError(f"subject {name!r}: fp8 \"saturate\" is a quantiser's, a merge's or an FP8 output's "
                         "declaration")

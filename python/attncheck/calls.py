@@ -133,6 +133,11 @@ class AttentionCall(_Call):
                     then returned as that format's codes (uint8, or the torch float8 dtype) of
                     O / output_scale, saturating with fp8 "saturate".
       output_scale  None, or with out_dtype a one-element fp32 array, positive and finite.
+      amax          None, or (fp8 "amax", cuDNN's Amax_S and Amax_O) a two-element fp32 array, NaN-filled,
+                    that the subject writes in place: [0] the largest normalised softmax weight
+                    e^(s - LSE) over every row and visible key (a sink counted in the sum, not as a
+                    weight; before P's scale; 0 when no row has a key), [1] the largest |O| before
+                    output_scale and any cast.
       v_in_k        (variants "v_in_k", with "head_size_v": MLA's absorbed decode as FlashMLA stores its
                     cache) True when V is K's first head_size_v columns: v is then a view of k
                     (k[..., :head_size_v], K's row stride, paged alike), not a tensor of its own."""
@@ -176,3 +181,4 @@ class AttentionCall(_Call):
     out_dtype: Optional[str] = None
     output_scale: Optional[Array] = None
     v_in_k: bool = False
+    amax: Optional[Array] = None

@@ -261,6 +261,10 @@ class _Server:
             call.v_in_k = bool(req.get("v_in_k", False))
             if call.v_in_k:
                 call.v = call.k[..., :call.head_size_v]
+            # The maxima (protocol 4, fp8 "amax"): an output the subject writes in place, NaN until it does.
+            if "amax" in req["outputs"]:
+                amax = np.full(2, np.nan, np.float32)
+                call.amax = _to_device(amax, "fp32", _framework(s)) if cuda else amax
             res = s.attention(call)
             wants_lse = "lse" in req["outputs"]
             if wants_lse:
@@ -272,6 +276,8 @@ class _Server:
             written = {"out": self.write(req, s, "out", out, call.out_dtype or call.dtype)}
             if wants_lse:
                 written["lse"] = self.write(req, s, "lse", lse, "fp32")
+            if call.amax is not None:
+                written["amax"] = self.write(req, s, "amax", call.amax, "fp32")
         else:
             return {"status": "error", "error": f"unknown op {op!r}"}
         if cuda and _framework(s) == "torch":

@@ -140,6 +140,11 @@ class AttentionArgs {
     a_.output_scale = output_scale;
     return *this;
   }
+  // The maxima an FP8 call writes (AC_FP8_AMAX): two floats in the subject's memory, or NULL.
+  AttentionArgs& amax(float* amax) {
+    a_.amax = amax;
+    return *this;
+  }
   AttentionArgs& stream(void* stream) {
     a_.stream = stream;
     return *this;

@@ -348,9 +348,18 @@ typedef struct {
  * rounding, the cast exactly: every code between the roundings of that interval's ends passes.
  * The LSE stays fp32. Offered only to a subject declaring it, in FP8 calls. Added within version 3. */
 #define AC_FP8_OUT 256u
+/* The two maxima cuDNN's FP8 attention writes beside O (its Amax_S and Amax_O), from which an engine
+ * derives the next step's scales: in an FP8 call whose ac_attention_args.amax is non-NULL, the
+ * subject writes two fp32 values there (subject memory): amax[0] the largest softmax weight
+ * e^(s_ij - LSE_i) over every row i and visible key j (normalised by the row's sum, the sink's
+ * weight counted in that sum but not one of the weights; before P's scale and any cast; 0 when no
+ * row has a key), amax[1] the largest |O| over every element before output_scale and any cast.
+ * Judged by the property fp8_amax against the exact maxima (budgets.cpp amax_weight_log_allowance).
+ * Added within version 3. */
+#define AC_FP8_AMAX 512u
 #define AC_FP8_KNOWN                                                                                       \
   (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE | \
-   AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS | AC_FP8_P_SCALE | AC_FP8_OUT)
+   AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS | AC_FP8_P_SCALE | AC_FP8_OUT | AC_FP8_AMAX)
 /* The largest p_scale (AC_FP8_P_SCALE): a weight of 1 lands on e4m3fn's largest finite value. */
 #define AC_MAX_P_SCALE 448.0f
 
@@ -516,6 +525,7 @@ typedef struct {
    * zero-filled struct's included) means out in dtype. */
   ac_dtype out_dtype;
   const float* output_scale; /* AC_FP8_OUT calls: one positive finite value, subject memory; else NULL */
+  float* amax;               /* AC_FP8_AMAX: NULL, or two floats (subject memory) the call writes */
 } ac_attention_args;
 
 /* The KV-cache quantiser (AC_OP_QUANTIZE, added within version 3): y = the out_dtype code of

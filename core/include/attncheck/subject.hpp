@@ -103,6 +103,8 @@ struct AttentionInput {
   float output_scale = 1.0f;
   bool fp8_out() const { return is_fp8(out_dtype); }
   ac_dtype o_dtype() const { return fp8_out() ? out_dtype : dtype; }  // out's storage format
+  // The call asks for the maxima of P and O (AC_FP8_AMAX, cuDNN's Amax_S and Amax_O): FP8 calls only.
+  bool want_amax = false;
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
   // V inside K: v set to the first head_size_v columns of K's rows (the pool's, paged), codes,
@@ -238,6 +240,7 @@ inline AttentionInput AttentionInput::without_tensors() const {
   s.p_scale = p_scale;
   s.out_dtype = out_dtype;
   s.output_scale = output_scale;
+  s.want_amax = want_amax;
   // A member added to AttentionInput changes its size (on 64-bit targets): copy it above too, then
   // update the size.
   static_assert(sizeof(void*) != 8 || sizeof(AttentionInput) == 352,
@@ -252,6 +255,8 @@ struct AttentionOptions {
 struct AttentionOutput {
   Bits out;                // [total_q, num_heads, head_size], in the input's o_dtype()
   std::vector<float> lse;  // logical [total_q, num_heads], read from the subject's declared layout
+  // want_amax: the largest weight of P and the largest |O| the subject wrote (AC_FP8_AMAX); else empty.
+  std::vector<float> amax;
 };
 
 // A subject refused a case (unsupported shape, dtype...) or failed while running it.

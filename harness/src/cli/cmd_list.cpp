@@ -85,6 +85,7 @@ std::string caps_string(const Subject& s) {
       if (c.fp8 & AC_FP8_OUT)
         o << "; O in FP8 over output_scale ("
           << (c.fp8 & AC_FP8_SATURATE ? "saturating" : "overflow to NaN / inf") << ")";
+      if (c.fp8 & AC_FP8_AMAX) o << "; writes amax of P and O";
     }
     if (c.max_call_seqs > 0) o << "; at most " << c.max_call_seqs << " sequences a call";
     if (c.max_call_tokens > 0) o << "; at most " << c.max_call_tokens << " query tokens a call";

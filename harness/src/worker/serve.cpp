@@ -237,6 +237,7 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
       const auto m = in(r, "inputs", "mask");
       a.mask.assign(arena + m.offset, arena + m.offset + m.bytes);
     }
+    a.want_amax = r.at("outputs").contains("amax");
     AttentionOptions opt;
     // null: the subject declares no tilings (AbiSubject then passes the plugin -1).
     opt.tiling = r.at("tiling").is_null() ? 0 : r.at("tiling").at("index").get<int32_t>();
@@ -250,6 +251,12 @@ json serve_call(const json& r, Subject& s, unsigned char* arena) {
       const auto lse = in(r, "outputs", "lse");
       put_lse(arena, lse, lay, o.lse, tq, a.num_heads);
       written["lse"] = lse.bytes;
+    }
+    if (a.want_amax) {  // two fp32 values, written as one LSE row
+      const auto amax = in(r, "outputs", "amax");
+      if (o.amax.size() != 2) throw std::runtime_error("the subject wrote no amax");
+      put_lse(arena, amax, AC_LSE_TOKENS_HEADS, o.amax, 1, 2);
+      written["amax"] = amax.bytes;
     }
   } else if (op == "quantize") {
     QuantizeInput q;

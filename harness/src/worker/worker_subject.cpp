@@ -221,6 +221,7 @@ class WorkerSubject final : public Subject {
     const std::string od = in.fp8_out() ? kv_dtype_name(in.out_dtype) : dt;  // an FP8 output's format
     const TensorRef out = L.add(od, {TQ, H, DV});
     const TensorRef lse = L.add("fp32", wants_lse ? lse_shape(lay, TQ, H) : std::vector<int64_t>{0});
+    const TensorRef amax = L.add("fp32", {in.want_amax ? 2 : 0});  // fp8 "amax": P's and O's maxima
     unsigned char* a = arena(L.size());
     put_bits(a, q, in.q_dtype(), in.q);
     put_bits(a, k, in.k_dtype(), in.k);
@@ -238,6 +239,7 @@ class WorkerSubject final : public Subject {
       std::memcpy(a + table.offset, in.block_table.data(), in.block_table.size() * sizeof(int32_t));
     fill_bits(a, out, in.o_dtype(), poison_bits(in.o_dtype()), size_t(TQ * H * DV));
     if (wants_lse) fill_bits(a, lse, AC_DTYPE_F32, kPoisonF32, size_t(TQ * H));
+    if (in.want_amax) fill_bits(a, amax, AC_DTYPE_F32, kPoisonF32, 2);
     const bool splitkv = !has_op(AC_OP_ATTENTION) || opt.num_splits > 1;
     json r = request(splitkv ? "splitkv" : "attention", dt, L.size());
     r["num_seqs"] = S;
@@ -311,10 +313,15 @@ class WorkerSubject final : public Subject {
       r["outputs"]["lse"] = tensor_json(lse);
       outs.push_back({"lse", lse});
     }
+    if (in.want_amax) {
+      r["outputs"]["amax"] = tensor_json(amax);
+      outs.push_back({"amax", amax});
+    }
     a = call(r, outs);
     AttentionOutput o;
     o.out = get_bits(a, out, in.o_dtype(), size_t(TQ * H * DV));
     if (wants_lse) o.lse = get_lse(a, lse, lay, TQ, H);
+    if (in.want_amax) o.amax = get_lse(a, amax, AC_LSE_TOKENS_HEADS, 1, 2);  // two fp32 values, as one LSE row
     return o;
   }
 

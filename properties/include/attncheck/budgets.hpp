@@ -106,6 +106,12 @@ struct Fp8Interval {
   double lo, hi;
 };
 Fp8Interval fp8_output_interval(double exact, double allowance, double scale);
+// The maxima of an FP8 call (AC_FP8_AMAX): the log of a weight e^(s_j - LSE) the kernel forms is
+// within this of the exact one (lse_allowance in natural-log units, score_cond the score's c_j); the
+// allowance of |O| before the cast, from the element's own (fp8_out: fp32 value judged; else the
+// output stored in `stored`).
+double amax_weight_log_allowance(double lse_allowance, double score_cond);
+double amax_o_allowance(ac_dtype stored, bool fp8_out, double exact_abs, double allowance);
 // Softmax element y of x in a row of N visible entries; sum_exp = sum e^x (naive exp only).
 double softmax_allowance(const Budget&, ac_dtype, double ulp_exact, double keys, double dist_to_max,
                          double y_abs, bool naive_exp, double sum_exp);

@@ -149,6 +149,9 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain&);
 // any FP8 case, contiguous, out_dtype a declared format, output_scale drawn around max|V| / largest.
 // For fp8_output; the subject must declare kv_dtypes and AC_FP8_OUT.
 rc::Gen<AttentionInput> attention_fp8_output_input(const Domain&);
+// An FP8 call asking for the maxima of P and O (AC_FP8_AMAX), quantised as for fp8_output, with O
+// in FP8 in half the cases of a subject declaring AC_FP8_OUT. For fp8_amax.
+rc::Gen<AttentionInput> attention_fp8_amax_input(const Domain&);
 rc::Gen<AttentionInput> attention_split_input(const Domain&);  // non-causal, one sequence
 // K and V of at least dom.streamed_kv_bytes together: kStreamedHeads query and KV heads, d = 128
 // (else the largest size the subject takes), one non-causal sequence of kStreamedQueries queries
