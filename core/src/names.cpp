@@ -51,15 +51,15 @@ constexpr std::array<Spelling<uint32_t>, 6> kVariants{{{AC_VAR_PAGED_KV, "paged_
                                                        {AC_VAR_SINKS, "sinks"},
                                                        {AC_VAR_V_IN_K, "v_in_k"}}};
 constexpr std::array<Spelling<uint32_t>, 10> kFp8{{{AC_FP8_DESCALE_PER_KV_HEAD, "descale_per_kv_head"},
-                                                  {AC_FP8_Q, "fp8_q"},
-                                                  {AC_FP8_P_E4M3, "p_e4m3"},
-                                                  {AC_FP8_DESCALE_PER_SEQUENCE, "descale_per_sequence"},
-                                                  {AC_FP8_SATURATE, "saturate"},
-                                                  {AC_FP8_Q_REQUIRED, "fp8_q_required"},
-                                                  {AC_FP8_TRUNCATED_SUMS, "truncated_sums"},
-                                                  {AC_FP8_P_SCALE, "p_scale"},
-                                                  {AC_FP8_OUT, "fp8_out"},
-                                                  {AC_FP8_AMAX, "amax"}}};
+                                                   {AC_FP8_Q, "fp8_q"},
+                                                   {AC_FP8_P_E4M3, "p_e4m3"},
+                                                   {AC_FP8_DESCALE_PER_SEQUENCE, "descale_per_sequence"},
+                                                   {AC_FP8_SATURATE, "saturate"},
+                                                   {AC_FP8_Q_REQUIRED, "fp8_q_required"},
+                                                   {AC_FP8_TRUNCATED_SUMS, "truncated_sums"},
+                                                   {AC_FP8_P_SCALE, "p_scale"},
+                                                   {AC_FP8_OUT, "fp8_out"},
+                                                   {AC_FP8_AMAX, "amax"}}};
 // The contract bits the worker protocol writes as boolean fields (AC_CAP_EMPTY_LSE_UNDEFINED is
 // spelled as empty_lse "undefined" instead).
 constexpr std::array<Spelling<uint32_t>, 6> kFlagFields{

@@ -68,11 +68,11 @@ def attention(call, p_e4m3=False):
             total = p.sum(axis=-1)
             if sink is not None:
                 total = total + np.exp(sink - m)
+            if p.size:  # before P's rounding: the weights the row's sum normalises
+                top_weight = max(top_weight, float(np.max(np.where(empty[..., None], 0.0, p / total[..., None]))))
             if p_e4m3 and call.kv_dtype:  # FP8 calls: P V reads e4m3fn(p s) / s; total the unrounded weights
                 ps = 256.0 if call.p_scale is None else float(np.asarray(call.p_scale).reshape(-1)[0])
                 p = dtypes.fp8_to_float64(dtypes.float_to_fp8(p * ps, "e4m3fn", saturate=True), "e4m3fn") / ps
-            if p.size:
-                top_weight = max(top_weight, float(np.max(np.where(empty[..., None], 0.0, p / total[..., None]))))
             o = np.einsum("htk,khd->thd", p, vi) / np.where(empty, 1.0, total).T[..., None]
             out[qs] = np.where(empty.T[..., None], 0.0, o)
             lse[qs] = np.where(empty, -np.inf, m + np.log(np.where(empty, 1.0, total))).T

@@ -1083,13 +1083,13 @@ namespace {
 // (vmax: max |V| before quantisation, |O| <= vmax since each row is a convex combination of V's).
 void ask_fp8_output(const Domain& dom, AttentionInput& a, double vmax) {
   a.out_dtype = *g::elementOf(declared_fp8_formats(dom.kv_dtypes));
-    const double largest = ref::fp8_spec(detail::fp8_format(a.out_dtype)).largest;
-    const double unit = vmax > 0 ? vmax / largest : 1.0;
-    // 1: the largest |O| lands at most on the largest code; 1/4: rows past it (saturated, or the
-    // format's NaN / infinity where the subject does not saturate); 4 and 1024: the lower codes and
-    // the subnormals; 0: a power of two (the division exact).
-    const double factor = *g::element(1.0, 0.25, 4.0, 1024.0, 0.0);
-    a.output_scale = float(factor > 0 ? unit * factor : std::ldexp(1.0, std::ilogb(unit) + 1));
+  const double largest = ref::fp8_spec(detail::fp8_format(a.out_dtype)).largest;
+  const double unit = vmax > 0 ? vmax / largest : 1.0;
+  // 1: the largest |O| lands at most on the largest code; 1/4: rows past it (saturated, or the
+  // format's NaN / infinity where the subject does not saturate); 4 and 1024: the lower codes and
+  // the subnormals; 0: a power of two (the division exact).
+  const double factor = *g::element(1.0, 0.25, 4.0, 1024.0, 0.0);
+  a.output_scale = float(factor > 0 ? unit * factor : std::ldexp(1.0, std::ilogb(unit) + 1));
 }
 // max |V| over the finite values of an unquantised input.
 double max_abs_v(const AttentionInput& a) {

@@ -474,7 +474,8 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
     // allowed delta_j either way (budgets.cpp amax_weight_log_allowance); the sink is in the LSE.
     AmaxBounds& m = *job.amax;
     const double cond = lse_conditioning(pj, r.cj) + r.sink_lse_cond(lse_e);
-    const double lse_allowed = attention_lse_allowance(job.b, r.ar, std::max(1.0, std::fabs(lse_e)), cond, 1.0);
+    const double lse_allowed =
+        attention_lse_allowance(job.b, r.ar, std::max(1.0, std::fabs(lse_e)), cond, 1.0);
     for (size_t i = 0; i < n; ++i) {
       const double delta = amax_weight_log_allowance(lse_allowed, r.cj[i]);
       m.p_lo = std::max(m.p_lo, pj[i] * std::exp(-delta) * (1 - 0x1p-50));

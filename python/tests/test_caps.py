@@ -276,11 +276,12 @@ def test_fp8_kv_cache_is_declared_in_protocol_4_and_left_out_before():
     (dict(ops="attention", fp8="descale_per_kv_head"), "fp8 given without kv_dtypes"),
     (dict(ops="attention", kv_dtypes="e5m2", fp8="per_head"),
      "unknown word 'per_head' in 'fp8' (known: descale_per_kv_head, fp8_q, p_e4m3, descale_per_sequence, saturate, "
-     "fp8_q_required, truncated_sums, p_scale, fp8_out)"),
+     "fp8_q_required, truncated_sums, p_scale, fp8_out, amax)"),
     (dict(ops="attention", kv_dtypes="e4m3fn", fp8="fp8_q_required"), 'fp8 "fp8_q_required" needs "fp8_q"'),
     (dict(ops="attention", kv_dtypes="e4m3fn", fp8="truncated_sums"), 'fp8 "truncated_sums" needs "fp8_q"'),
     (dict(ops="attention", kv_dtypes="e4m3fn", fp8="p_scale"), 'fp8 "p_scale" needs "p_e4m3"'),
     (dict(ops="merge", kv_dtypes="e4m3fn", fp8=("saturate", "fp8_out")), 'fp8 "fp8_out" is an attention\'s'),
+    (dict(ops="merge", kv_dtypes="e4m3fn", fp8=("saturate", "amax")), 'fp8 "amax" is an attention\'s'),
 ])
 def test_bad_fp8_declarations_are_refused(caps, message):
     with pytest.raises(ac.CapsError) as e:

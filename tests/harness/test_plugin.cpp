@@ -285,6 +285,15 @@ TEST_CASE("validate_subject: a quantiser declares its function, its formats and 
   CHECK(attncheck::validate_subject(quantiser_out, 3) ==
         std::vector<std::string>{
             "caps.fp8 declares AC_FP8_OUT (an attention's FP8 output) without attention or split-KV"});
+  // The maxima are an attention's outputs too.
+  ac_subject quantiser_amax = q;
+  quantiser_amax.caps.fp8 |= AC_FP8_AMAX;
+  CHECK(
+      attncheck::validate_subject(quantiser_amax, 3) ==
+      std::vector<std::string>{
+          "caps.fp8 declares AC_FP8_AMAX (an attention's maxima of P and O) without attention or split-KV"});
+  attention.caps.fp8 = AC_FP8_AMAX;
+  CHECK(attncheck::validate_subject(attention, 3).empty());
   attention.caps.fp8 = AC_FP8_Q_REQUIRED;
   CHECK(attncheck::validate_subject(attention, 3) ==
         std::vector<std::string>{

@@ -390,3 +390,114 @@ TEST_CASE("FP8 O: the generator draws scales at, past and below the largest code
   CHECK(past > 10);
   CHECK(low > 10);
 }
+
+TEST_CASE("FP8 maxima: the exact largest weight and |O|, and the intervals about them",
+          "[properties][fp8][amax]") {
+  // fp8_q_case's weights, derived in the first test: head 0 e^0.375 and e^1.125, head 1 e^0.09375
+  // and e^0.28125. The largest normalised weight is head 0's second, 1 / (1 + e^-0.75) = 0.679179;
+  // the largest |O| head 1's, (4 e^0.09375 + 2 e^0.28125) / (e^0.09375 + e^0.28125) = 2.90648.
+  AttentionInput a = fp8_q_case();
+  a.want_amax = true;
+  REQUIRE(attention_variant_problem(a).empty());
+  const double w = 1 / (1 + std::exp(-0.75));
+  const double o = (4 * std::exp(0.09375) + 2 * std::exp(0.28125)) / (std::exp(0.09375) + std::exp(0.28125));
+  auto bounds = [&](const AttentionInput& in) {
+    AttentionOutput out;
+    // In-budget codes for either output format; the maxima judged do not depend on them.
+    out.out = in.fp8_out()
+                  ? Bits{0x4b, 0x4c}
+                  : Bits{detail::round_bits(AC_DTYPE_BF16, 2.64164), detail::round_bits(AC_DTYPE_BF16, o)};
+    out.lse.assign(2, 0.0f);
+    out.amax = {float(w), float(o)};
+    detail::Conventions cv;
+    cv.saturate = true;
+    return detail::judge_attention(in, out, cv, Budget{}).amax;
+  };
+  // The two allowances by hand (budgets.cpp): a weight's log within the LSE's allowance plus 2^-24
+  // (c_j + 4); |O| stored in bf16 within its allowance a plus u_bf16 (|x| + a) plus half of bf16's
+  // smallest subnormal 2^-133; an FP8 output's fp32 value within a itself.
+  CHECK(amax_weight_log_allowance(1e-6, 10.0) == Approx(1e-6 + 14 * 0x1p-24).epsilon(1e-15));
+  CHECK(amax_o_allowance(AC_DTYPE_BF16, false, 2.0, 0.01) ==
+        Approx(0.01 + 0x1p-8 * 2.01 + 0x1p-134).epsilon(1e-15));
+  CHECK(amax_o_allowance(AC_DTYPE_BF16, true, 2.0, 0.01) == 0.01);
+  const detail::AmaxBounds m = bounds(a);
+  REQUIRE(m.asked);
+  REQUIRE(m.complete);
+  CHECK(m.p_exact == Approx(w).epsilon(1e-14));
+  CHECK(m.o_exact == Approx(o).epsilon(1e-12));
+  CHECK(m.p_row == 0);  // token 0, head 0
+  CHECK(m.o_row == 1);  // token 0, head 1
+  // The weight's interval: the LSE's allowance plus 2^-24 (c_j + 4) in the log (budgets.cpp). The
+  // fp32 value of w is not w, so an interval without the term would refuse a correct kernel; the
+  // four fp32 roundings alone are 4 2^-24 relatively, and the whole stays below 2^-14.
+  CHECK(double(float(w)) != w);
+  CHECK(m.p_lo <= double(float(w)));
+  CHECK(m.p_hi >= double(float(w)));
+  CHECK(m.p_hi >= w * (1 + 4 * 0x1p-24));
+  CHECK(m.p_lo <= w * (1 - 4 * 0x1p-24));
+  CHECK(m.p_hi <= w * (1 + 0x1p-14));
+  // Neither the unnormalised maximum (1) nor head 1's weight (1 / (1 + e^-0.1875) = 0.546738) is it.
+  CHECK(m.p_hi < 1.0);
+  CHECK(m.p_lo > 1 / (1 + std::exp(-0.1875)));
+  // |O|'s interval: O stored in bf16 allows the value before that rounding half a bf16 ulp more,
+  // at least 2^-9 |O| past its own allowance; O in FP8 judges the fp32 value itself: no such term.
+  CHECK(m.o_hi - o >= o * 0x1p-9);
+  AttentionInput f = a;
+  f.out_dtype = AC_DTYPE_E4M3;
+  f.output_scale = 0.5f;
+  const detail::AmaxBounds mf = bounds(f);
+  CHECK(mf.o_exact == Approx(o).epsilon(1e-12));
+  CHECK(mf.o_hi - o < o * 0x1p-16);
+  CHECK(mf.o_lo > o * (1 - 0x1p-16));
+  CHECK(mf.o_hi - o > 0);
+}
+
+TEST_CASE("FP8 maxima: case files carry the request, only an FP8 call of a declaring subject gets it",
+          "[properties][fp8][amax]") {
+  Case c;
+  c.op = "attention";
+  AttentionInput a = fp8_q_case();
+  a.want_amax = true;
+  c.input = a;
+  CHECK(std::get<AttentionInput>(case_from_json(case_to_json(c)).input).want_amax);
+  AttentionInput not_asked = fp8_q_case();
+  c.input = not_asked;
+  CHECK(case_to_json(c).find("\"amax\"") == std::string::npos);
+  AttentionInput no_cache = a;
+  no_cache.kv_dtype = AC_DTYPE_F32;
+  no_cache.k_descale.clear();
+  no_cache.v_descale.clear();
+  no_cache.q_descale.clear();
+  CHECK(attention_variant_problem(no_cache) == "amax needs an FP8 kv_dtype");
+  AttentionInput storage;
+  ac_caps caps{};
+  caps.ops = AC_OP_ATTENTION;
+  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  caps.fp8 = AC_FP8_Q;
+  CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
+                    Catch::Contains("s does not declare the maxima of P and O (AC_FP8_AMAX)"));
+  caps.fp8 |= AC_FP8_AMAX;
+  CHECK(&input_for_subject(a, 0, caps, "s", storage) == &a);
+}
+
+TEST_CASE("FP8 maxima: the generator asks in every case, with O in FP8 only where declared",
+          "[properties][fp8][amax]") {
+  for (const uint32_t fp8 : {uint32_t(AC_FP8_Q), uint32_t(AC_FP8_Q | AC_FP8_OUT | AC_FP8_SATURATE)}) {
+    gen::Domain dom = e4m3_domain();
+    dom.fp8 = fp8 | AC_FP8_AMAX;
+    int fp8_out = 0;
+    rc::Random random(5);
+    for (int i = 0; i < 100; ++i) {
+      const AttentionInput x = gen::attention_fp8_amax_input(dom)(random.split(), i).value();
+      REQUIRE(attention_variant_problem(x).empty());
+      REQUIRE(x.want_amax);
+      REQUIRE(x.fp8_kv());
+      fp8_out += x.fp8_out();
+    }
+    INFO("fp8 bits " << fp8);
+    if (fp8 & AC_FP8_OUT)
+      CHECK((fp8_out > 25 && fp8_out < 75));
+    else
+      CHECK(fp8_out == 0);
+  }
+}

@@ -114,8 +114,8 @@ void expect_fail(const std::string& prop, Subject& s, const std::string& cls) {
 
 }  // namespace
 
-TEST_CASE("registry: sixteen named properties with seed sections", "[properties]") {
-  CHECK(all_properties().size() == 16);
+TEST_CASE("registry: seventeen named properties with seed sections", "[properties]") {
+  CHECK(all_properties().size() == 17);
   for (const auto& p : all_properties()) {
     CHECK(!p.description.empty());
     CHECK(!p.seed_section.empty());

@@ -321,7 +321,8 @@ class WorkerSubject final : public Subject {
     AttentionOutput o;
     o.out = get_bits(a, out, in.o_dtype(), size_t(TQ * H * DV));
     if (wants_lse) o.lse = get_lse(a, lse, lay, TQ, H);
-    if (in.want_amax) o.amax = get_lse(a, amax, AC_LSE_TOKENS_HEADS, 1, 2);  // two fp32 values, as one LSE row
+    if (in.want_amax)
+      o.amax = get_lse(a, amax, AC_LSE_TOKENS_HEADS, 1, 2);  // two fp32 values, as one LSE row
     return o;
   }
 

@@ -15,10 +15,11 @@ namespace {
 std::string amax_line(const char* what, float got, double lo, double hi, const char* exact_what, double exact,
                       int64_t row, int64_t heads) {
   char buf[400];
-  std::snprintf(buf, sizeof buf,
-                "%s %s (%.9g) outside the allowed [%.9g, %.9g]; the exact %s is %.9g, at token %lld head %lld",
-                what, hexfloat(double(got)).c_str(), double(got), lo, hi, exact_what, exact,
-                (long long)(row < 0 ? -1 : row / heads), (long long)(row < 0 ? -1 : row % heads));
+  std::snprintf(
+      buf, sizeof buf,
+      "%s %s (%.9g) outside the allowed [%.9g, %.9g]; the exact %s is %.9g, at token %lld head %lld", what,
+      hexfloat(double(got)).c_str(), double(got), lo, hi, exact_what, exact,
+      (long long)(row < 0 ? -1 : row / heads), (long long)(row < 0 ? -1 : row % heads));
   return buf;
 }
 
@@ -55,7 +56,8 @@ class Fp8Amax final : public Property {
     }
     if (!(m.got[0] >= m.p_lo && m.got[0] <= m.p_hi))
       fail(o, "amax",
-           amax_line("amax of P", m.got[0], m.p_lo, m.p_hi, "largest weight", m.p_exact, m.p_row, J.num_heads));
+           amax_line("amax of P", m.got[0], m.p_lo, m.p_hi, "largest weight", m.p_exact, m.p_row,
+                     J.num_heads));
     else if (!(m.got[1] >= m.o_lo && m.got[1] <= m.o_hi))
       fail(o, "amax",
            amax_line("amax of O", m.got[1], m.o_lo, m.o_hi, "largest |O|", m.o_exact, m.o_row, J.num_heads));
