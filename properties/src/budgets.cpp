@@ -345,6 +345,16 @@ Fp8Interval fp8_output_interval(double exact, double allowance, double scale) {
 double amax_weight_log_allowance(double lse_allowance, double score_cond) {
   return lse_allowance + 0x1p-24 * (score_cond + 4);
 }
+// A weight below fp32's normal range (2^-126) is a subnormal, and each of those roundings that lands
+// there is off by up to half its spacing, 2^-150, absolutely: four of them 2^-148 (a sink far above
+// every score makes every weight such a number, or 0). A kernel that declares flushing (a flushed
+// exp2, FTZ arithmetic) may write 0 for it.
+AmaxWeightInterval amax_weight_interval(double w, double log_allowance, bool may_flush) {
+  const double lo = w * std::exp(-log_allowance), hi = w * std::exp(log_allowance);
+  constexpr double kMargin = 0x1p-50;  // this double arithmetic
+  return {may_flush && lo < 0x1p-126 ? 0.0 : std::max(0.0, lo * (1 - kMargin) - 0x1p-148),
+          hi * (1 + kMargin) + 0x1p-148};
+}
 // O's: the largest |O| before output_scale and any cast. An FP8 output's fp32 value is within its
 // allowance (the fp32 budget, fp8_output_interval's); an output stored in F is within it after its
 // last rounding to F, so the value before that rounding is within the allowance plus half an ulp of

@@ -153,8 +153,10 @@ struct JudgeCounts {
 // path allows the subject's largest weight of P and largest |O| (judge_row_exact, budgets.cpp
 // amax_weight_log_allowance and amax_o_allowance), the exact maxima and the rows holding them.
 // complete: every row of the input was judged (a sampled judgement bounds nothing).
+// p_unjudged / o_unjudged: a row's exact LSE, or an element of the exact O, is not a number (a NaN
+// code in the cache): that maximum is not judged.
 struct AmaxBounds {
-  bool asked = false, complete = false;
+  bool asked = false, complete = false, p_unjudged = false, o_unjudged = false;
   double p_lo = 0, p_hi = 0, p_exact = 0, o_lo = 0, o_hi = 0, o_exact = 0;
   int64_t p_row = -1, o_row = -1;
   std::vector<float> got;  // the subject's two values (AttentionOutput::amax)

@@ -459,6 +459,7 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
       if (e.exact_finite && e.out_finite && S == 0) e.within = e.out_value == 0;
     }
     e.allowed_lo = e.allowed_hi = allowed;
+    if (job.amax && !std::isfinite(exact_o)) job.amax->o_unjudged = true;
     if (job.amax && std::isfinite(exact_o)) {
       AmaxBounds& m = *job.amax;
       const double x = std::fabs(exact_o);
@@ -476,12 +477,16 @@ void judge_row_exact(const RowJob& job, const ref::ExactRow& ex, const RowBasis&
     const double cond = lse_conditioning(pj, r.cj) + r.sink_lse_cond(lse_e);
     const double lse_allowed =
         attention_lse_allowance(job.b, r.ar, std::max(1.0, std::fabs(lse_e)), cond, 1.0);
+    const bool may_flush = r.ar.flushed_exp || r.ar.ftz;
     for (size_t i = 0; i < n; ++i) {
-      const double delta = amax_weight_log_allowance(lse_allowed, r.cj[i]);
-      m.p_lo = std::max(m.p_lo, pj[i] * std::exp(-delta) * (1 - 0x1p-50));
-      m.p_hi = std::max(m.p_hi, pj[i] * std::exp(delta) * (1 + 0x1p-50));
+      const AmaxWeightInterval w =
+          amax_weight_interval(pj[i], amax_weight_log_allowance(lse_allowed, r.cj[i]), may_flush);
+      m.p_lo = std::max(m.p_lo, w.lo);
+      m.p_hi = std::max(m.p_hi, w.hi);
       if (pj[i] > m.p_exact) m.p_exact = pj[i], m.p_row = row;
     }
+  } else if (job.amax && n > 0) {
+    job.amax->p_unjudged = true;  // a NaN score: the row's weights are not numbers
   }
   if (job.want_lse) {
     Elem e;
@@ -785,7 +790,8 @@ struct PreparedAttention::State {
     H = a.num_heads;
     kv = std::make_unique<DecodedKV>(a);
     infos.resize(size_t(T * H));
-    const std::vector<int64_t> sample = sampled_rows(T, H);
+    // The maxima (want_amax) are over every row: such a case is judged whole, whatever its size.
+    const std::vector<int64_t> sample = in.want_amax ? std::vector<int64_t>{} : sampled_rows(T, H);
     std::vector<char> judged;  // per row, when sampled
     if (!sample.empty()) {
       judged.assign(size_t(T * H), 0);

@@ -91,6 +91,7 @@ gen::AttentionShape shape_of(const AttentionInput& a) {
   sh.head_size = a.head_size;
   sh.seqlens_q.assign(a.seqlens_q.begin(), a.seqlens_q.end());
   sh.seqlens_k.assign(a.seqlens_k.begin(), a.seqlens_k.end());
+  sh.every_row = a.want_amax;
   return sh;
 }
 
@@ -110,7 +111,7 @@ double attention_judged_elements(const gen::AttentionShape& a) {
   double T = 0;
   for (const int64_t q : a.seqlens_q) T += double(q);
   const double H = double(a.heads), rows_all = T * H;
-  const bool every_row = rows_all <= double(detail::kJudgeEveryRowUpTo);
+  const bool every_row = a.every_row || rows_all <= double(detail::kJudgeEveryRowUpTo);
   const double rows = every_row ? rows_all : std::min(rows_all, 2 * H + double(detail::kSampledRows));
   return rows * (double(a.head_size) + 1);
 }
@@ -129,7 +130,7 @@ double attention_replay_bytes(const gen::AttentionShape& a, double held, bool ho
   }
   // The rows judged (judge_attention.cpp's sampled_rows): all of them up to kJudgeEveryRowUpTo,
   // else the first and last row of every head and kSampledRows more.
-  const bool every_row = T * H <= double(detail::kJudgeEveryRowUpTo);
+  const bool every_row = a.every_row || T * H <= double(detail::kJudgeEveryRowUpTo);
   const double rows = every_row ? T * H : std::min(T * H, 2 * H + double(detail::kSampledRows));
   const double basis_keys = every_row ? scores : rows * max_tk;
   const double in = (T * H + 2 * Tk * Hkv) * D, out = T * H * (D + 1);

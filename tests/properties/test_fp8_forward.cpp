@@ -501,3 +501,30 @@ TEST_CASE("FP8 maxima: the generator asks in every case, with O in FP8 only wher
       CHECK(fp8_out == 0);
   }
 }
+
+TEST_CASE("FP8 maxima: weights below fp32's normal range are allowed their absolute rounding",
+          "[properties][fp8][amax]") {
+  // A sink of 200 on both heads of fp8_q_case: every weight is about e^(1.125 - 200) = 3.7e-87, far
+  // below fp32's smallest subnormal 2^-149: an fp32 kernel writes 0 (or, rounding up, 2^-149). Four
+  // roundings in the subnormal range allow 2^-148 absolutely (budgets.cpp amax_weight_interval).
+  AttentionInput a = fp8_q_case();
+  a.want_amax = true;
+  a.sinks = {200.0f, 200.0f};
+  AttentionOutput out;
+  out.out = Bits{detail::round_bits(AC_DTYPE_BF16, 0.0), detail::round_bits(AC_DTYPE_BF16, 0.0)};
+  out.lse.assign(2, 0.0f);
+  out.amax = {0.0f, 0.0f};
+  const detail::AmaxBounds m = detail::judge_attention(a, out, detail::Conventions{}, Budget{}).amax;
+  CHECK(m.p_exact == Approx(std::exp(1.125 - 200)).epsilon(1e-12));  // the sink holds the whole sum
+  CHECK(m.p_lo == 0.0);
+  CHECK(m.p_hi >= 0x1p-149);
+  CHECK(m.p_hi < 0x1p-147);
+  // A normal weight keeps its relative interval and gains only the absolute 2^-148.
+  const AmaxWeightInterval w = amax_weight_interval(0.5, 1e-6, true);
+  CHECK(w.lo == Approx(0.5 * std::exp(-1e-6)).epsilon(1e-14));
+  CHECK(w.hi == Approx(0.5 * std::exp(1e-6)).epsilon(1e-14));
+  // A weight of 2^-130 (subnormal in fp32): 2^-148 either way, or 0 for a subject that flushes.
+  CHECK(amax_weight_interval(0x1p-130, 0, false).lo == Approx(0x1p-130 - 0x1p-148).epsilon(1e-12));
+  CHECK(amax_weight_interval(0x1p-130, 0, false).hi == Approx(0x1p-130 + 0x1p-148).epsilon(1e-12));
+  CHECK(amax_weight_interval(0x1p-130, 0, true).lo == 0.0);
+}

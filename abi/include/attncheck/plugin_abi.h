@@ -353,7 +353,8 @@ typedef struct {
  * subject writes two fp32 values there (subject memory): amax[0] the largest softmax weight
  * e^(s_ij - LSE_i) over every row i and visible key j (normalised by the row's sum, the sink's
  * weight counted in that sum but not one of the weights; before P's scale and any cast; 0 when no
- * row has a key), amax[1] the largest |O| over every element before output_scale and any cast.
+ * row has a key), amax[1] the largest |O| over every element before output_scale and any cast. Where
+ * a NaN code makes a row's LSE, or an element of O, not a number, that maximum is not judged.
  * Judged by the property fp8_amax against the exact maxima (budgets.cpp amax_weight_log_allowance).
  * Added within version 3. */
 #define AC_FP8_AMAX 512u

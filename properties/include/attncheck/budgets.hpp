@@ -111,6 +111,12 @@ Fp8Interval fp8_output_interval(double exact, double allowance, double scale);
 // allowance of |O| before the cast, from the element's own (fp8_out: fp32 value judged; else the
 // output stored in `stored`).
 double amax_weight_log_allowance(double lse_allowance, double score_cond);
+// The interval of a kernel's weight whose exact value is w and whose log is allowed log_allowance,
+// with the absolute error of fp32's subnormal range; may_flush: the subject declares flushing.
+struct AmaxWeightInterval {
+  double lo, hi;
+};
+AmaxWeightInterval amax_weight_interval(double w, double log_allowance, bool may_flush);
 double amax_o_allowance(ac_dtype stored, bool fp8_out, double exact_abs, double allowance);
 // Softmax element y of x in a row of N visible entries; sum_exp = sum e^x (naive exp only).
 double softmax_allowance(const Budget&, ac_dtype, double ulp_exact, double keys, double dist_to_max,

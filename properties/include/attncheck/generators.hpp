@@ -179,6 +179,7 @@ rc::Gen<AttentionInput> attention_prefill_input(const Domain&);
 struct AttentionShape {
   int64_t heads = 1, kv_heads = 1, head_size = 1;
   std::vector<int64_t> seqlens_q, seqlens_k;
+  bool every_row = false;  // judged whole at any size (a case asking for the maxima, AC_FP8_AMAX)
 };
 // attention_with (every attention generator but the streamed one), then the layer where drawn.
 std::vector<AttentionShape> largest_attention_shapes(const Domain&);
