@@ -55,6 +55,24 @@ gen::Domain e4m3_domain() {
   return dom;
 }
 
+// The same input without its FP8 cache: K and V read as dtype, no descales.
+AttentionInput without_cache(AttentionInput a) {
+  a.kv_dtype = AC_DTYPE_F32;
+  a.k_descale.clear();
+  a.v_descale.clear();
+  a.q_descale.clear();
+  return a;
+}
+
+// An attention subject's caps with an e4m3fn cache and Q in FP8, nothing more.
+ac_caps e4m3_q_caps() {
+  ac_caps caps{};
+  caps.ops = AC_OP_ATTENTION;
+  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
+  caps.fp8 = AC_FP8_Q;
+  return caps;
+}
+
 }  // namespace
 
 TEST_CASE("FP8 Q: the judge's reference is the attention of Q's codes times q_descale", "[properties][fp8]") {
@@ -342,17 +360,10 @@ TEST_CASE(
     INFO("output_scale " << bad);
     CHECK(attention_variant_problem(x).find("output_scale") != std::string::npos);
   }
-  AttentionInput no_cache = a;
-  no_cache.kv_dtype = AC_DTYPE_F32;
-  no_cache.k_descale.clear();
-  no_cache.v_descale.clear();
-  no_cache.q_descale.clear();
+  const AttentionInput no_cache = without_cache(a);
   CHECK(attention_variant_problem(no_cache) == "out_dtype e5m2 needs an FP8 kv_dtype");
   AttentionInput storage;
-  ac_caps caps{};
-  caps.ops = AC_OP_ATTENTION;
-  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
-  caps.fp8 = AC_FP8_Q;
+  ac_caps caps = e4m3_q_caps();
   CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
                     Catch::Contains("s does not declare O in FP8 (AC_FP8_OUT)"));
   caps.fp8 |= AC_FP8_OUT;
@@ -463,17 +474,10 @@ TEST_CASE("FP8 maxima: case files carry the request, only an FP8 call of a decla
   AttentionInput not_asked = fp8_q_case();
   c.input = not_asked;
   CHECK(case_to_json(c).find("\"amax\"") == std::string::npos);
-  AttentionInput no_cache = a;
-  no_cache.kv_dtype = AC_DTYPE_F32;
-  no_cache.k_descale.clear();
-  no_cache.v_descale.clear();
-  no_cache.q_descale.clear();
+  const AttentionInput no_cache = without_cache(a);
   CHECK(attention_variant_problem(no_cache) == "amax needs an FP8 kv_dtype");
   AttentionInput storage;
-  ac_caps caps{};
-  caps.ops = AC_OP_ATTENTION;
-  caps.kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3);
-  caps.fp8 = AC_FP8_Q;
+  ac_caps caps = e4m3_q_caps();
   CHECK_THROWS_WITH(input_for_subject(a, 0, caps, "s", storage),
                     Catch::Contains("s does not declare the maxima of P and O (AC_FP8_AMAX)"));
   caps.fp8 |= AC_FP8_AMAX;
