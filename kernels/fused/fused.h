@@ -46,6 +46,10 @@ struct FusedOptions {
   // host twin: an FP8 cache's V descale multiplies the output, not each V value (fused_twin.h
   // VDescale::output; fused-hopper-fp8's twin)
   bool v_descale_output = false;
+  // host twin: P V reads P's e4m3fn codes themselves, and O is multiplied once by the fp32 reciprocal
+  // of P's scale before the normalisation (a kernel whose tensor cores take P's codes: fused-hopper-
+  // fp8's), not each weight read back over the scale (fused_math.h p_e4m3)
+  bool p_scale_on_output = false;
 };
 
 // The compiled (Br, Bc) tilings, one list that both the kernel instantiations and the subjects'

@@ -138,7 +138,8 @@ namespace {
 // through the twin's arithmetic, fused_twin.h).
 // The sink (sink2 = sink log2 e, -inf without one) joins the denominator first (fused_math.h
 // join_sink).
-// V's descale (1 unless it multiplies the output, VDescale::output) after the normalisation.
+// V's descale (1 unless it multiplies the output, VDescale::output) after the normalisation; the
+// reciprocal of P's scale (1 unless FusedOptions::p_scale_on_output) before it.
 // An FP8 output (fp8_out the out_dtype 3, 4 or 5, AC_FP8_OUT): each fp32 element divided by
 // output_scale and cast, saturating, one byte per element; else the element stored in t.
 // The maxima (AC_FP8_AMAX, amax non-NULL): the row's largest weight is its largest key's, e^0
@@ -147,7 +148,8 @@ namespace {
 // takes the weight before the division, alpha.
 void store_row(const fused::TwinRowState& s, float sink2, float v_descale, DType t, void* out,
                int64_t out_index, float* lse, int64_t lse_index, const FusedOptions& o, int fp8_out = 0,
-               float output_scale = 1.0f, float* amax = nullptr, bool unnormalised = false) {
+               float output_scale = 1.0f, float* amax = nullptr, bool unnormalised = false,
+               float p_inv = 1.0f) {
   float m = s.m, l = s.l;
   const bool has_keys = s.m != neg_inf_f();
   const float alpha = fused::join_sink(m, l, sink2);
@@ -155,7 +157,7 @@ void store_row(const fused::TwinRowState& s, float sink2, float v_descale, DType
   if (amax && has_keys)
     amax[0] = std::max(amax[0], unnormalised ? alpha : fused::twin_round(alpha * inv, o.arithmetic));
   for (size_t c = 0; c < s.o.size(); ++c) {
-    const float x = fused::twin_round(s.o[c] * alpha * inv * v_descale, o.arithmetic);
+    const float x = fused::twin_round(s.o[c] * p_inv * alpha * inv * v_descale, o.arithmetic);
     if (amax) amax[1] = std::max(amax[1], std::fabs(x));
     if (fp8_out)
       static_cast<uint8_t*>(out)[out_index + int64_t(c)] = quantize_element(fp8_out, x, output_scale, true);
@@ -187,6 +189,12 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
         view.p_scale = *a.p_scale;
         view.p_inv = 1.0f / view.p_scale;
       }
+      // P's codes in P V, the reciprocal of the scale on O once (p_scale_on_output).
+      float p_inv_out = 1.0f;
+      if (view.p_e4m3 && o.p_scale_on_output) {
+        p_inv_out = view.p_inv;
+        view.p_inv = 1.0f;
+      }
       const int64_t k_hi = fused::walked_keys<M>(view.tk, view.table != nullptr);
       for (int64_t row0 = 0; row0 < view.tq; row0 += br) {
         const auto states =
@@ -197,7 +205,7 @@ void fused_host_rows(const ac_attention_args& a, const FusedOptions& o, int br, 
           const int64_t tok = q0 + row0 + int64_t(r);
           store_row(states[r], view.sink2, view.v_descale, x.dtype, a.out, (tok * x.h + head) * x.dv, a.lse,
                     int64_t(head) * x.total_q + tok, o, fp8_out, output_scale, a.amax ? amax : nullptr,
-                    M == fused::Mutation::fp8_amax_unnormalised);
+                    M == fused::Mutation::fp8_amax_unnormalised, p_inv_out);
         }
       }
     }

@@ -36,6 +36,7 @@
 #include "attncheck/plugin_abi.h"
 #include "fused/fused.h"
 #include "fused/fused_math.h"
+#include "quantize/quantize_math.h"
 #include "splitkv/splitkv_math.h"
 
 namespace attncheck::kern::fused {
@@ -80,6 +81,13 @@ struct KernelParams {
   const float* v_descale;
   int descale_granularity;
   const int32_t* vt_col;
+  // cuDNN's FP8 scales (fused-hopper-fp8-scaled; plugin_abi.h), device memory: P's scale (null: the
+  // fixed 2^8), O's FP8 format (0: O in the input type) with its output_scale, and the two maxima
+  // the kernel raises by atomicMax (null: not asked).
+  const float* p_scale;
+  const float* output_scale;
+  int out_fp8;
+  float* amax;
 };
 
 template <int BR, int BC, int D>
@@ -223,16 +231,37 @@ __device__ __forceinline__ void advance_max(float& m_run, float tile_max, float&
 // 8 i + 2 t4 and 8 i + 2 t4 + 1 of each group i of 8, which o_pair(i, 0) and o_pair(i, 1) name in
 // the kernel's accumulator; the row's LSE from the quad's first thread. inv and the accumulator
 // are taken by reference, so the kernel's registers are read where its own loop read them.
-template <bool BF16, int D, class OPair>
-__device__ __forceinline__ void store_row(const KernelParams& p, int64_t tok, int head, int t4,
-                                          const float& inv, float m, float l, OPair o_pair) {
-  uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
+// FP8 (fused-hopper-fp8's instantiation): where the call asks O in FP8 (p.out_fp8), each fp32
+// element O inv is divided by output_scale and cast, saturating (quantize_math.h quantize_element,
+// the twin's own function), one byte per element; and the largest |O inv| of the thread's elements
+// is returned (AC_FP8_AMAX's amax[1], NaN left out as the twin's std::max leaves it); 0 otherwise.
+template <bool BF16, int D, bool FP8 = false, class OPair>
+__device__ __forceinline__ float store_row(const KernelParams& p, int64_t tok, int head, int t4,
+                                           const float& inv, float m, float l, OPair o_pair) {
+  float largest = 0.0f;
+  if (FP8 && p.out_fp8) {
+    uint8_t* po = static_cast<uint8_t*>(p.out) + (tok * p.num_heads + head) * D;
+    const float scale = *p.output_scale;
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i)
-    *reinterpret_cast<uint32_t*>(po + i * 8 + 2 * t4) =
-        dev::pack2<BF16>(o_pair(i, 0) * inv, o_pair(i, 1) * inv);
+    for (int i = 0; i < D / 8; ++i) {
+      const float x0 = o_pair(i, 0) * inv, x1 = o_pair(i, 1) * inv;
+      largest = fmaxf(largest, fmaxf(fabsf(x0), fabsf(x1)));
+      *reinterpret_cast<uint16_t*>(po + i * 8 + 2 * t4) =
+          uint16_t(quantize_element(p.out_fp8, x0, scale, true) |
+                   (uint32_t(quantize_element(p.out_fp8, x1, scale, true)) << 8));
+    }
+  } else {
+    uint16_t* po = static_cast<uint16_t*>(p.out) + (tok * p.num_heads + head) * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      const float x0 = o_pair(i, 0) * inv, x1 = o_pair(i, 1) * inv;
+      if constexpr (FP8) largest = fmaxf(largest, fmaxf(fabsf(x0), fabsf(x1)));
+      *reinterpret_cast<uint32_t*>(po + i * 8 + 2 * t4) = dev::pack2<BF16>(x0, x1);
+    }
+  }
   if (p.lse && t4 == 0)
     p.lse[int64_t(head) * p.total_q + tok] = final_lse(m, l, p.lse_base2 != 0, p.empty_lse);
+  return largest;
 }
 
 // CTAs per SM the register allocator is asked to allow: 3 for the 4-warp tiles with at most 64

@@ -119,13 +119,39 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// hopper_fp8_check_args on the call, with its scalars in device memory (p_scale, output_scale: the
+// checks read their values) copied to the host first.
+int check_with_scalars(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
+  ac_attention_args h = a;
+  float p_scale = 0.0f, output_scale = 0.0f;
+  if (a.p_scale) {
+    AC_CUDA_TRY(cudaMemcpy(&p_scale, a.p_scale, sizeof p_scale, cudaMemcpyDefault));
+    h.p_scale = &p_scale;
+  }
+  if (fused::fp8_out(a) && a.output_scale) {
+    AC_CUDA_TRY(cudaMemcpy(&output_scale, a.output_scale, sizeof output_scale, cudaMemcpyDefault));
+    h.output_scale = &output_scale;
+  }
+  return hopper_fp8_check_args(h, o, err, err_len);
+}
+
 int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
-  if (int rc = hopper_fp8_check_args(a, o, err, err_len)) return rc;
+  if (int rc = check_with_scalars(a, o, err, err_len)) return rc;
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  // The maxima (AC_FP8_AMAX) start at 0, which is also their value where no row has a key; the
+  // kernel raises them.
+  if (a.amax && fused::fp8_kv(a)) {
+    AC_CUDA_TRY(cudaMemsetAsync(a.amax, 0, 2 * sizeof(float), stream));
+    if (a.num_seqs == 0 && o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
+  }
   if (a.num_seqs == 0) return AC_OK;
   if (!fused::fp8_kv(a)) return hopper_attention_cuda(a, o, err, err_len);  // hopper.cu's kernels
   if (int rc = device_checks(a, "fused-hopper-fp8", err, err_len)) return rc;
   const int max_tq = fused::max_seqlen_q_host(a);
-  if (max_tq == 0) return AC_OK;
+  if (max_tq == 0) {
+    if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
+    return AC_OK;
+  }
   const int64_t total_q = a.cu_seqlens_q_host[a.num_seqs], total_k = a.cu_seqlens_k_host[a.num_seqs];
   // V's copy: sequence s from column vt_col[s] (computed on the device), in whole tiles.
   int64_t cols = 0, max_tk = 0;
@@ -141,7 +167,6 @@ int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t
   const size_t vt_bytes = size_t(a.num_kv_heads) * kTile * size_t(map_cols);
   const size_t col_at = (vt_bytes + 255) / 256 * 256;
   const size_t need = col_at + (size_t(a.num_seqs) + 1) * sizeof(int32_t);
-  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   void* ws = nullptr;
   AC_CUDA_TRY(cudaMallocAsync(&ws, need, stream));
   auto* base = static_cast<unsigned char*>(ws);
@@ -172,6 +197,10 @@ int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t
     p.v_descale = a.v_descale;
     p.descale_granularity = a.descale_granularity;
     p.vt_col = d_col;
+    p.p_scale = a.p_scale;
+    p.out_fp8 = fused::fp8_out(a);
+    p.output_scale = p.out_fp8 ? a.output_scale : nullptr;
+    p.amax = a.amax;
     e = a.dtype == AC_DTYPE_BF16 ? launch<true, kTile, kTile, kTile, HopperMutation::none, false, true>(
                                        mq, mk, mv, p, max_tq, a.num_seqs, stream)
                                  : launch<false, kTile, kTile, kTile, HopperMutation::none, false, true>(

@@ -53,6 +53,7 @@ int hopper_fp8_attention_host(const ac_attention_args& a, const FusedOptions& o,
   twin.exp_form = fused::ExpForm{true, true};
   twin.p_e4m3 = true;
   twin.v_descale_output = true;
+  twin.p_scale_on_output = true;  // the kernel's P V takes P's codes (hopper_kernel.cuh)
   return fused_twin_tiles(a, twin, kHopperTilings[0].br, kHopperTilings[0].bc, err, err_len);
 }
 

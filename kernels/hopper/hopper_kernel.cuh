@@ -220,14 +220,15 @@ __device__ __forceinline__ uint32_t desc_lo(uint32_t addr, uint32_t lbo) {
 __device__ __forceinline__ uint64_t desc_sw128(uint32_t lo, uint32_t sbo) {
   return (uint64_t((sbo >> 4) | (1u << 30)) << 32) | lo;
 }
-// Four weights as one register A word of the FP8 P V (hopper_wgmma.cuh): each 256 p rounded once to
-// e4m3fn, to nearest even (fused_math.h p_e4m3; a p <= 1 gives at most 256 < 448, so the satfinite
-// mode never bites, and a NaN stays NaN), the first in the low byte.
-__device__ __forceinline__ uint32_t pack4_e4m3_offset(float a, float b, float c, float d) {
-  const uint32_t lo =
-      __nv_cvt_float2_to_fp8x2(make_float2(a * 256.0f, b * 256.0f), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi =
-      __nv_cvt_float2_to_fp8x2(make_float2(c * 256.0f, d * 256.0f), __NV_SATFINITE, __NV_E4M3);
+// Four weights as one register A word of the FP8 P V (hopper_wgmma.cuh): each fl(p scale) rounded
+// once to e4m3fn, to nearest even (fused_math.h p_e4m3; scale is 256 or the call's p_scale <= 448,
+// so a p <= 1 gives at most 448 and the satfinite mode never bites, and a NaN stays NaN), the first
+// in the low byte.
+__device__ __forceinline__ uint32_t pack4_e4m3_scaled(float a, float b, float c, float d, float scale) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(a, scale), __fmul_rn(b, scale)),
+                                               __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(c, scale), __fmul_rn(d, scale)),
+                                               __NV_SATFINITE, __NV_E4M3);
   return lo | (hi << 16);
 }
 
@@ -363,8 +364,10 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   const int row_a = warp_row0 + g, row_b = row_a + 8;
   // FP8: the descales of this (sequence, KV head) folded into the softmax scale, as the twin's
   // head_view: fl(fl(fl(scale q_descale) k_descale) log2 e); V's multiplies the output.
-  float scale_log2 = p.scale_log2, v_descale = 1.0f;
+  // P's scale: the fixed 2^8 (FlashAttention-3), or the call's p_scale (cuDNN's scale_s).
+  float scale_log2 = p.scale_log2, v_descale = 1.0f, p_mul = 256.0f;
   if constexpr (FP8) {
+    if (p.p_scale) p_mul = *p.p_scale;
     const int at = p.descale_granularity == 2   ? seq * p.num_kv_heads + kvh
                    : p.descale_granularity == 1 ? kvh
                                                 : 0;
@@ -570,10 +573,10 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
         const float* a = sacc + 16 * kk;
-        pa[kk][0] = dev::pack4_e4m3_offset(a[0], a[1], a[4], a[5]);
-        pa[kk][1] = dev::pack4_e4m3_offset(a[2], a[3], a[6], a[7]);
-        pa[kk][2] = dev::pack4_e4m3_offset(a[8], a[9], a[12], a[13]);
-        pa[kk][3] = dev::pack4_e4m3_offset(a[10], a[11], a[14], a[15]);
+        pa[kk][0] = dev::pack4_e4m3_scaled(a[0], a[1], a[4], a[5], p_mul);
+        pa[kk][1] = dev::pack4_e4m3_scaled(a[2], a[3], a[6], a[7], p_mul);
+        pa[kk][2] = dev::pack4_e4m3_scaled(a[8], a[9], a[12], a[13], p_mul);
+        pa[kk][3] = dev::pack4_e4m3_scaled(a[10], a[11], a[14], a[15], p_mul);
       }
     } else {
 #pragma unroll
@@ -637,19 +640,43 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     }
   }
   float inv[2] = {fused::inverse_row_sum(l_row[0]), fused::inverse_row_sum(l_row[1])};
+  // AC_FP8_AMAX's amax[0]: a row's largest weight is its largest key's, 2^0 = 1 over l (the FP8
+  // instantiation has no sinks), so 1 / l; a row without a key has none.
+  [[maybe_unused]] float largest_weight = 0.0f;
   if constexpr (FP8) {
-    // O holds the sum of the codes of 256 p times V's codes: over 256 (exact), times 1 / l, then
-    // times V's descale (store_row's product), the twin's fl(fl(O / l) v_descale).
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = (o[i] * 0x1p-8f) * inv[(i & 3) >> 1];
+    for (int r = 0; r < 2; ++r)
+      if ((r == 0 ? row_a : row_b) < tq && m_run[r] != neg_inf_f())
+        largest_weight = fmaxf(largest_weight, inv[r]);
+    // O holds the sums of P's codes times V's codes: times the reciprocal of P's scale (2^-8 exactly,
+    // or fl(1 / p_scale), the twin's p_inv), times 1 / l, then times V's descale (store_row's
+    // product): the twin's fl(fl(fl(O p_inv) / l) v_descale) (fused_host.cpp, p_scale_on_output).
+    const float p_div = p.p_scale ? __frcp_rn(*p.p_scale) : 0x1p-8f;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = (o[i] * p_div) * inv[(i & 3) >> 1];
     inv[0] = inv[1] = v_descale;
   }
+  [[maybe_unused]] float largest_o = 0.0f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = r == 0 ? row_a : row_b;
     if (row >= tq) continue;
-    fused::store_row<BF16, D>(p, q0 + row, head, t4, inv[r], m_run[r], l_row[r],
-                              [&](int i, int e) -> const float& { return o[4 * i + 2 * r + e]; });
+    const float x =
+        fused::store_row<BF16, D, FP8>(p, q0 + row, head, t4, inv[r], m_run[r], l_row[r],
+                                       [&](int i, int e) -> const float& { return o[4 * i + 2 * r + e]; });
+    if constexpr (FP8) largest_o = fmaxf(largest_o, x);
+  }
+  if constexpr (FP8) {
+    // The maxima of the warp's rows, one atomicMax each: non-negative floats order as their bit
+    // patterns (the launcher zeroed both before the launch).
+    if (p.amax) {
+      const uint32_t w = __reduce_max_sync(0xffffffffu, __float_as_uint(largest_weight));
+      const uint32_t x = __reduce_max_sync(0xffffffffu, __float_as_uint(largest_o));
+      if (lane == 0) {
+        atomicMax(reinterpret_cast<unsigned int*>(p.amax), w);
+        atomicMax(reinterpret_cast<unsigned int*>(p.amax) + 1, x);
+      }
+    }
   }
 #endif
 }

@@ -6,6 +6,9 @@
 //                           and V in e4m3fn, P in e4m3fn with the offset 2^8, sums on the e4m3
 //                           tensor cores, head size 128, tiling (128, 128) (CUDA where the build
 //                           targets sm_90a; the host twin always)
+//   fused-hopper-fp8-scaled the same kernel under cuDNN's FP8 scales: P in e4m3fn times the call's
+//                           p_scale (scale_s), O in e4m3fn over output_scale where asked (scale_o,
+//                           saturating), the maxima of P and O (Amax_S, Amax_O)
 //   mutant-hopper-*         its compile-time broken variants (CUDA only: each is a
 //                           synchronisation bug with no host analogue), never default subjects
 // Check: ctest --test-dir build -R kernels_hopper
@@ -22,13 +25,31 @@ struct HopperSelf {
   bool cuda;
 };
 
-int run_hopper_fp8_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+// fused-hopper-fp8-scaled's options: P's scale the call's and O in FP8 accepted (fused_check_args);
+// fused-hopper-fp8's are the defaults, which refuse both.
+FusedOptions cudnn_scales() {
+  FusedOptions o;
+  o.p_e4m3 = true;
+  o.fp8_out = true;
+  return o;
+}
+
+int run_hopper_fp8(const HopperSelf* s, const FusedOptions& o, const ac_attention_args* args, char* err,
+                   size_t err_len) {
 #if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
-  if (static_cast<const HopperSelf*>(self)->cuda) return hopper_fp8_attention_cuda(*args, {}, err, err_len);
+  if (s->cuda) return hopper_fp8_attention_cuda(*args, o, err, err_len);
 #else
-  (void)self;
+  (void)s;
 #endif
-  return hopper_fp8_attention_host(*args, FusedOptions{}, err, err_len);
+  return hopper_fp8_attention_host(*args, o, err, err_len);
+}
+
+int run_hopper_fp8_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+  return run_hopper_fp8(static_cast<const HopperSelf*>(self), FusedOptions{}, args, err, err_len);
+}
+
+int run_hopper_fp8_scaled_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
+  return run_hopper_fp8(static_cast<const HopperSelf*>(self), cudnn_scales(), args, err, err_len);
 }
 
 int run_hopper_subject(void* self, const ac_attention_args* args, char* err, size_t err_len) {
@@ -73,6 +94,15 @@ ac_caps hopper_fp8_caps(bool cuda) {
   return c;
 }
 
+// fused-hopper-fp8-scaled: cuDNN's FP8 contract on the same kernel (hopper_kernel.cuh): P in
+// e4m3fn times the call's p_scale, its codes in P V and O times fl(1 / p_scale) once; O in e4m3fn
+// over output_scale, saturating, where a call asks; the two maxima, raised by atomicMax.
+ac_caps hopper_fp8_scaled_caps(bool cuda) {
+  ac_caps c = hopper_fp8_caps(cuda);
+  c.fp8 |= AC_FP8_P_SCALE | AC_FP8_OUT | AC_FP8_SATURATE | AC_FP8_AMAX;
+  return c;
+}
+
 HopperSelf g_self[2] = {{HopperMutation::none, false}, {HopperMutation::none, true}};
 #if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
 HopperSelf g_mutants[3] = {{HopperMutation::no_full_wait, true},
@@ -103,6 +133,15 @@ void append_hopper_subjects(std::vector<ac_subject>& out, bool cuda) {
             : "Hopper attention forward in FP8, host twin (fused's twin, tile (128, 128), P in e4m3fn, V's "
               "descale on the output)",
        hopper_fp8_caps(cuda), nullptr, nullptr, run_hopper_fp8_subject, &g_self[cuda ? 1 : 0], nullptr});
+  out.push_back(
+      {"fused-hopper-fp8-scaled",
+       cuda ? "Hopper attention forward in FP8 (e4m3 wgmma) under cuDNN's scales: P in e4m3fn times the "
+              "call's p_scale (scale_s), O in e4m3fn over output_scale where asked (scale_o, saturating), "
+              "the maxima of P and O"
+            : "Hopper attention forward in FP8 under cuDNN's scales, host twin (fused-hopper-fp8's twin with "
+              "the call's p_scale, O in e4m3fn over output_scale, the maxima of P and O)",
+       hopper_fp8_scaled_caps(cuda), nullptr, nullptr, run_hopper_fp8_scaled_subject, &g_self[cuda ? 1 : 0],
+       nullptr});
   append_packed_subjects(out, cuda);
 }
 

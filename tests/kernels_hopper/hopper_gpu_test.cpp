@@ -34,8 +34,9 @@ namespace {
 struct GpuResult {
   int rc;
   std::string err;
-  std::vector<uint16_t> out;
+  std::vector<uint16_t> out;  // an FP8 output: one byte per element, from the first
   std::vector<float> lse;
+  std::vector<float> amax;  // AC_FP8_AMAX's two values where asked
 };
 
 GpuResult run_gpu(const AttnCase& c, int tiling, kern::FusedOptions opt = {},
@@ -603,18 +604,44 @@ Fp8Forward fp8_forward(const AttnCase& c, std::vector<float> qd, std::vector<flo
   return f;
 }
 
-GpuResult run_fp8_gpu(const AttnCase& c, const Fp8Forward& f) {
+// cuDNN's scales (fused-hopper-fp8-scaled): P's scale (0: none, the fixed 2^8), O's FP8 format (0:
+// the input type) and its output_scale, the maxima; none of them by default (fused-hopper-fp8).
+struct Scales {
+  float p_scale = 0.0f;
+  int out_fp8 = 0;
+  float output_scale = 1.0f;
+  bool amax = false;
+  kern::FusedOptions options() const {
+    kern::FusedOptions o;
+    o.p_e4m3 = o.fp8_out = p_scale > 0.0f || out_fp8 != 0 || amax;
+    return o;
+  }
+};
+
+// The call's scalars and maxima at `ps`, `os` and `amax` (device or host memory alike).
+void point_at_scales(ac_attention_args& a, const Scales& sc, const float* ps, const float* os, float* amax) {
+  if (sc.p_scale > 0.0f) a.p_scale = ps;
+  if (sc.out_fp8) {
+    a.out_dtype = static_cast<ac_dtype>(sc.out_fp8);
+    a.output_scale = os;
+  }
+  if (sc.amax) a.amax = amax;
+}
+
+GpuResult run_fp8_gpu(const AttnCase& c, const Fp8Forward& f, const Scales& sc = {}) {
   DeviceCase dc(c);
   DeviceArray<uint8_t> q(f.q), k(f.kv.k), v(f.kv.v);
-  DeviceArray<float> qd(f.qd), kd(f.kv.kd), vd(f.kv.vd);
+  DeviceArray<float> qd(f.qd), kd(f.kv.kd), vd(f.kv.vd),
+      scalars(std::vector<float>{sc.p_scale, sc.output_scale}), amax(std::vector<float>{NAN, NAN});
   ac_attention_args a = dc.args(c, 0);
   point_at_fp8(a, f.kv, k.ptr, v.ptr, kd.ptr, vd.ptr);
   a.q = q.ptr;
   a.q_descale = qd.ptr;
+  point_at_scales(a, sc, scalars.ptr, scalars.ptr + 1, amax.ptr);
   char err[256] = {0};
   GpuResult r;
 #if defined(ATTNCHECK_HAVE_SM90A)
-  r.rc = kern::hopper_fp8_attention_cuda(a, {}, err, sizeof err);
+  r.rc = kern::hopper_fp8_attention_cuda(a, sc.options(), err, sizeof err);
 #else
   r.rc = AC_ERR_UNSUPPORTED;
   std::snprintf(err, sizeof err, "built without sm_90a");
@@ -622,18 +649,20 @@ GpuResult run_fp8_gpu(const AttnCase& c, const Fp8Forward& f) {
   r.err = err;
   r.out = dc.out.to_host();
   r.lse = dc.lse.to_host();
+  if (sc.amax) r.amax = amax.to_host();
   return r;
 }
 
-GpuResult run_fp8_twin(const AttnCase& c, const Fp8Forward& f) {
+GpuResult run_fp8_twin(const AttnCase& c, const Fp8Forward& f, const Scales& sc = {}) {
   GpuResult r{0, "", std::vector<uint16_t>(size_t(c.total_q() * c.heads * c.dv())),
-              std::vector<float>(size_t(c.total_q() * c.heads))};
+              std::vector<float>(size_t(c.total_q() * c.heads)), std::vector<float>{NAN, NAN}};
   ac_attention_args a = host_args(c, r.out.data(), r.lse.data(), 0);
   point_at_fp8(a, f.kv, f.kv.k.data(), f.kv.v.data(), f.kv.kd.data(), f.kv.vd.data());
   a.q = f.q.data();
   a.q_descale = f.qd.data();
+  point_at_scales(a, sc, &sc.p_scale, &sc.output_scale, r.amax.data());
   char err[256] = {0};
-  r.rc = kern::hopper_fp8_attention_host(a, {}, err, sizeof err);
+  r.rc = kern::hopper_fp8_attention_host(a, sc.options(), err, sizeof err);
   r.err = err;
   return r;
 }
@@ -644,6 +673,32 @@ std::vector<float> descales(int granularity, int seqs, float base) {
   std::vector<float> d(n);
   for (size_t i = 0; i < n; ++i) d[i] = base * (1.0f + 0.37f * float(i));
   return d;
+}
+
+// The descales' index of (sequence s, KV head kvh) for the case's descale arrays.
+size_t descale_at(const AttnCase& c, const Fp8Forward& f, size_t s, int kvh) {
+  return f.qd.size() == 1                    ? size_t(0)
+         : f.qd.size() == size_t(c.kv_heads) ? size_t(kvh)
+                                             : s * c.kv_heads + kvh;
+}
+
+// delta of row (token t, head h) of sequence s: |scale| q_descale k_descale max_j
+// truncated_sum_error(q's codes, k_j's) over the row's keys (budgets.cpp), the most by which the
+// kernel's scores may differ from the twin's.
+double score_delta(const AttnCase& c, const Fp8Forward& f, size_t s, int h, int64_t t) {
+  const int d = c.head_size, kvh = h / (c.heads / c.kv_heads);
+  const size_t at = descale_at(c, f, s, kvh);
+  std::vector<double> qc(static_cast<size_t>(d)), kc(static_cast<size_t>(d));
+  for (int e = 0; e < d; ++e)
+    qc[size_t(e)] = kern::fp8_to_float(AC_DTYPE_E4M3, f.q[size_t((t * c.heads + h) * d + e)]);
+  double delta = 0;
+  for (int64_t key = c.cu_k[s]; key < c.cu_k[s + 1]; ++key) {
+    for (int e = 0; e < d; ++e)
+      kc[size_t(e)] = kern::fp8_to_float(AC_DTYPE_E4M3, f.kv.k[size_t((key * c.kv_heads + kvh) * d + e)]);
+    delta = std::max(delta, std::fabs(double(c.scale)) * f.qd[at] * f.kv.kd[at] *
+                                truncated_sum_error(qc.data(), kc.data(), qc.size(), kE4m3MinExp, kE4m3Frac));
+  }
+  return delta;
 }
 
 // "" or the first output where the kernel and its twin are further apart than the budgets allow, for
@@ -658,24 +713,18 @@ std::vector<float> descales(int granularity, int seqs, float base) {
 //     twin's differ by delta, so 256 p may round to neighbouring codes, each within 2^-4 p of its
 //     own p: 2^-3 p.
 std::string fp8_apart(const AttnCase& c, const Fp8Forward& f, const GpuResult& twin, const GpuResult& cuda) {
-  const int dv = c.dv(), d = c.head_size, group = c.heads / c.kv_heads;
+  const int dv = c.dv(), group = c.heads / c.kv_heads;
   const size_t nseq = c.seqlens_q.size();
-  auto at = [&](size_t seq, int kvh) {
-    return f.qd.size() == 1                    ? size_t(0)
-           : f.qd.size() == size_t(c.kv_heads) ? size_t(kvh)
-                                               : seq * c.kv_heads + kvh;
-  };
   const double p_codes = 0x1p-3;                         // neighbouring e4m3 codes of 256 p
   const double pv = truncated_pv_o_allowance(1.0, 0.0);  // per unit of S_fields, below
   const int mantissa = c.dtype == DType::bf16 ? 7 : 10;
   double largest = 0;
   for (uint16_t b : twin.out) largest = std::max(largest, std::fabs(in_value(c.dtype, b)));
   const double ulps2 = 2 * std::ldexp(1.0, std::ilogb(std::max(largest, 1e-30)) - mantissa);
-  std::vector<double> qc(static_cast<size_t>(d)), kc(static_cast<size_t>(d));
   for (size_t s = 0; s < nseq; ++s)
     for (int h = 0; h < c.heads; ++h) {
       const int kvh = h / group;
-      const double qd = f.qd[at(s, kvh)], kd = f.kv.kd[at(s, kvh)], vd = f.kv.vd[at(s, kvh)];
+      const double vd = f.kv.vd[descale_at(c, f, s, kvh)];
       double vmax = 0;
       for (int64_t key = c.cu_k[s]; key < c.cu_k[s + 1]; ++key)
         for (int e = 0; e < dv; ++e)
@@ -684,17 +733,7 @@ std::string fp8_apart(const AttnCase& c, const Fp8Forward& f, const GpuResult& t
               std::fabs(kern::fp8_to_float(AC_DTYPE_E4M3, f.kv.v[size_t((key * c.kv_heads + kvh) * dv + e)]) *
                         vd));
       for (int64_t t = c.cu_q[s]; t < c.cu_q[s + 1]; ++t) {
-        double delta = 0;
-        for (int64_t key = c.cu_k[s]; key < c.cu_k[s + 1]; ++key) {
-          for (int e = 0; e < d; ++e) {
-            qc[size_t(e)] = kern::fp8_to_float(AC_DTYPE_E4M3, f.q[size_t((t * c.heads + h) * d + e)]);
-            kc[size_t(e)] =
-                kern::fp8_to_float(AC_DTYPE_E4M3, f.kv.k[size_t((key * c.kv_heads + kvh) * d + e)]);
-          }
-          delta = std::max(delta,
-                           std::fabs(double(c.scale)) * qd * kd *
-                               truncated_sum_error(qc.data(), kc.data(), qc.size(), kE4m3MinExp, kE4m3Frac));
-        }
+        const double delta = score_delta(c, f, s, h, t);
         const size_t row = size_t(t * c.heads + h);  // O's [tokens, heads]; the LSE is [heads, tokens]
         const size_t lse_at = size_t(h) * size_t(c.total_q()) + size_t(t);
         const float lt = twin.lse[lse_at], lc = cuda.lse[lse_at];
@@ -766,6 +805,87 @@ TEST_CASE("hopper-fp8 gpu: bitwise reproducible, and a call without an FP8 cache
   CHECK(dc.out.to_host() == h.out);
 }
 
+// fused-hopper-fp8-scaled: the same kernel under cuDNN's scales. Expected values: the twin (which
+// rounds P at p_scale, reads its codes in P V and multiplies O once by fl(1 / p_scale), as the
+// kernel does) within fp8_apart's budget; the kernel's own outputs of the same call where one is a
+// rounding of the other; and the FA3 subject's bits where the scale is its fixed 2^8.
+TEST_CASE("hopper-fp8-scaled gpu: p_scale, O in e4m3fn over output_scale and the maxima",
+          "[hopper][gpu][fp8]") {
+  if (!kern::hopper_built()) return;
+  uint64_t seed = 9970;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (int shape = 0; shape < 2; ++shape) {
+      const AttnCase c =
+          make_case(seed++, dt, 8, 2, 128, {1, 200, 0, 130}, {1000, 300, 7, 129}, shape == 1, false);
+      const Fp8Forward f =
+          fp8_forward(c, descales(1, 4, 0.011f), descales(1, 4, 0.013f), descales(1, 4, 0.02f));
+      INFO(c.describe());
+      // p_scale = 256 explicitly is the fixed offset: fused-hopper-fp8's bits.
+      const GpuResult fa3 = run_fp8_gpu(c, f), s256 = run_fp8_gpu(c, f, Scales{256.0f});
+      REQUIRE(fa3.rc == AC_OK);
+      REQUIRE(s256.rc == AC_OK);
+      CHECK(fa3.out == s256.out);
+      CHECK(std::memcmp(fa3.lse.data(), s256.lse.data(), fa3.lse.size() * 4) == 0);
+      // Scales that are not powers of two, the largest allowed among them: against the twin.
+      for (float ps : {100.0f, 448.0f, 3.0f}) {
+        Scales sc{ps};
+        sc.amax = true;
+        const GpuResult g = run_fp8_gpu(c, f, sc), t = run_fp8_twin(c, f, sc);
+        INFO("p_scale " << ps << " " << g.err << t.err);
+        REQUIRE(g.rc == AC_OK);
+        REQUIRE(t.rc == AC_OK);
+        CHECK(fp8_apart(c, f, t, g) == "");
+        // amax[1], the largest |O| before the cast: the kernel's output is each fp32 element rounded to
+        // the input type, a monotonic rounding, so its largest magnitude is amax[1] rounded.
+        double largest = 0;
+        for (uint16_t b : g.out) largest = std::max(largest, std::fabs(in_value(c.dtype, b)));
+        CHECK(largest == in_value(c.dtype, uint16_t(kern::store_from_float(c.dtype, g.amax[1]))));
+        // amax[0], the largest weight 1 / l: the kernel's scores within delta of the twin's (the LSE's
+        // bound in fp8_apart), so its l within e^(2 delta), with the twin's fp32 roundings (2^-16).
+        double delta = 0;
+        for (size_t s = 0; s < c.seqlens_q.size(); ++s)
+          for (int h = 0; h < c.heads; ++h)
+            for (int64_t tok = c.cu_q[s]; tok < c.cu_q[s + 1]; ++tok)
+              delta = std::max(delta, score_delta(c, f, s, h, tok));
+        INFO("amax " << g.amax[0] << " " << g.amax[1] << ", twin " << t.amax[0] << " " << t.amax[1]);
+        CHECK(t.amax[0] > 0.0f);
+        CHECK(std::fabs(std::log(double(g.amax[0]) / t.amax[0])) <= 2 * delta + 0x1p-16);
+      }
+      // O in e4m3fn over an output_scale that saturates the largest elements: each code is the
+      // rounding of (the kernel's fp32 O) / output_scale, and its bf16 / fp16 output of the same call
+      // is that O rounded, so the code decodes to within half an e4m3fn ulp of O / output_scale plus
+      // the input type's half ulp over output_scale, or is +-448 where that passes 448.
+      Scales wide{100.0f};
+      wide.amax = true;
+      const GpuResult ref = run_fp8_gpu(c, f, wide);
+      REQUIRE(ref.rc == AC_OK);
+      Scales sc = wide;
+      sc.out_fp8 = AC_DTYPE_E4M3;
+      sc.output_scale = float(ref.amax[1] / 500.0);
+      const GpuResult g = run_fp8_gpu(c, f, sc);
+      REQUIRE(g.rc == AC_OK);
+      CHECK(g.amax == ref.amax);
+      const auto* codes = reinterpret_cast<const uint8_t*>(g.out.data());
+      const int mantissa = c.dtype == DType::bf16 ? 8 : 11;
+      int saturated = 0;
+      for (size_t i = 0; i < ref.out.size(); ++i) {
+        const double o = in_value(c.dtype, ref.out[i]), y = o / sc.output_scale;
+        const double x = kern::fp8_to_float(AC_DTYPE_E4M3, codes[i]);
+        INFO("element " << i << ": O " << o << ", code " << int(codes[i]) << " = " << x);
+        if (std::fabs(y) > 464.0) {  // past 448 by more than half its ulp (32): saturated
+          CHECK(x == std::copysign(448.0, o));
+          ++saturated;
+          continue;
+        }
+        const double half_code = std::ldexp(1.0, std::max(std::ilogb(std::max(std::fabs(y), 1e-30)), -6) - 4);
+        const double half_in =
+            std::ldexp(1.0, std::ilogb(std::max(std::fabs(o), 1e-30)) - mantissa) / sc.output_scale;
+        CHECK(std::fabs(x - y) <= 2 * half_code + half_in);
+      }
+      CHECK(saturated > 0);
+    }
+}
+
 TEST_CASE("hopper-fp8 gpu: small shapes for the sanitizers", "[.sanitize-fp8]") {
   if (!kern::hopper_built()) return;
   const AttnCase c = make_case(9960, DType::f16, 4, 2, 128, {70, 1, 0}, {300, 129, 5}, true, false);
@@ -773,6 +893,11 @@ TEST_CASE("hopper-fp8 gpu: small shapes for the sanitizers", "[.sanitize-fp8]") 
   const GpuResult g = run_fp8_gpu(c, f), t = run_fp8_twin(c, f);
   REQUIRE(g.rc == AC_OK);
   CHECK(fp8_apart(c, f, t, g) == "");
+  // cuDNN's scales: the maxima's atomics and O's FP8 bytes.
+  Scales sc{300.0f, AC_DTYPE_E4M3, 0.01f, true};
+  const GpuResult s = run_fp8_gpu(c, f, sc);
+  REQUIRE(s.rc == AC_OK);
+  CHECK(s.amax[0] > 0.0f);
 }
 
 // mma.sync's FP8 sums (kern::fp8_mma_probe: one m16n8k32 e4m3 instruction per trial), against
