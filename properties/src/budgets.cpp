@@ -88,7 +88,9 @@ double fp8_q_score_conditioning(double abs_dot) { return abs_dot; }
 // never saturates either. The subnormal step is 2^-10 / s in p_j: 2^-18 at s = 256, 2^-10 at s = 1,
 // where every weight below 2^-10 may be lost (a contract that declares it). The product s p_j may be
 // rounded to fp32 first and the stored value read back by a division, or by the fp32 reciprocal and
-// a product: three roundings of 2^-24 more, which need no term of their own: a normal value's cast
+// a product: three roundings of 2^-24 more (or, where P V takes the codes and O is multiplied once
+// by the reciprocal, one rounding of |sum_j code_j v_j| <= sum_j |code_j v_j|, no more than one a
+// weight, in place of the per-weight one), which need no term of their own: a normal value's cast
 // moves it by at most 2^-4 / (1 + 2^-4) relative (the nearest of 2^k and (1 + 2^-3) 2^k to a value
 // below (1 + 2^-4) 2^k), so (1 + 2^-24)^3 (1 + 2^-4 / (1 + 2^-4)) - 1 < 2^-4, and a subnormal one's
 // 2^-10 / s leaves the 2^-4 p_j term free for them (tests/kernels_attention/fp8_forward_twin_test.cpp:

@@ -335,7 +335,9 @@ typedef struct {
  * ac_attention_args.p_scale points at one positive value of at most 448 (subject memory), or is NULL
  * for the fixed 2^8: each weight p_j <= 1 is stored as the e4m3fn code of p_j * p_scale (the product
  * in fp32 or exact, then rounded to nearest even; at most 448, so it never saturates) and P V reads
- * those values over p_scale (a division, or a product with the fp32 reciprocal, in fp32). l adds the
+ * those values over p_scale (a division, or a product with the fp32 reciprocal, in fp32), or reads
+ * the codes themselves and multiplies O once by the fp32 reciprocal before the normalisation (tensor
+ * cores that take P's codes: fused-hopper-fp8-scaled; no more error than one rounding a weight). l adds the
  * weights before the rounding. A weight moves by up to 2^-4 p_j, or 2^-10 / p_scale absolutely where
  * p_j p_scale is subnormal (below 2^-6): budgets.cpp. Added within version 3. */
 #define AC_FP8_P_SCALE 128u
