@@ -430,6 +430,10 @@ Case case_from_json(const std::string& text) {
   if (version != kFormatVersion)
     throw CaseError("case format version " + std::to_string(version) +
                     " is not supported (this build reads 1)");
+  json_fields::only_fields<CaseError>(j,
+                                      {"format", "version", "op", "subject", "property", "note", "seed",
+                                       "rc_reproduce", "conventions", "options", "input"},
+                                      top);
   Case c;
   c.op = get_string(j, "op", top);
   const uint32_t op = op_from_name(c.op);
@@ -443,12 +447,14 @@ Case case_from_json(const std::string& text) {
     throw CaseError("seed \"" + json_fields::printable(seed) + "\" is not a decimal unsigned 64-bit integer");
   c.seed = *parsed_seed;
   if (auto it = j.find("conventions"); it != j.end()) {
+    json_fields::only_fields<CaseError>(*it, {"lse_base", "empty_lse_sign"}, "conventions");
     c.lse_base = int(get_int(*it, "lse_base", "conventions", 0, 2));
     if (c.lse_base == 1) throw CaseError("conventions.lse_base must be 0 (natural) or 2");
     c.empty_lse_sign = int(get_int(*it, "empty_lse_sign", "conventions", -1, 1));
     if (c.empty_lse_sign == 0) throw CaseError("conventions.empty_lse_sign must be -1 or +1");
   }
   if (auto it = j.find("options"); it != j.end()) {
+    json_fields::only_fields<CaseError>(*it, {"tiling", "num_splits", "fold_order", "fold"}, "options");
     c.options.tiling = int32_t(get_int(*it, "tiling", "options", 0, 1 << 20));
     c.options.num_splits = int32_t(get_int(*it, "num_splits", "options", 1, 1 << 20));
     c.options.fold_order = read_fold_order(*it);
@@ -457,7 +463,13 @@ Case case_from_json(const std::string& text) {
   const std::string w = "input";
   const ac_dtype dtype = dtype_from_name(get_string(in, "dtype", w));
   const int eb = dtype_bytes(dtype);
+  // Each op's fields, as case_text writes them (a float's _bits and its decimal for the reader).
+  auto only = [&](std::initializer_list<std::string_view> known) {
+    json_fields::only_fields<CaseError>(in, known, w);
+  };
   if (op == AC_OP_MERGE) {
+    only({"dtype", "num_tokens", "num_heads", "head_size", "prefix_out", "suffix_out", "prefix_lse",
+          "suffix_lse", "out_dtype", "output_scale_bits", "output_scale"});
     MergeInput m;
     m.dtype = dtype;
     m.num_tokens = int32_t(get_int(in, "num_tokens", w, 0, kMaxDim));
@@ -483,6 +495,7 @@ Case case_from_json(const std::string& text) {
     }
     c.input = std::move(m);
   } else if (op == AC_OP_SOFTMAX) {
+    only({"dtype", "rows", "cols", "x"});
     SoftmaxInput s;
     s.dtype = dtype;
     s.rows = int32_t(get_int(in, "rows", w, 0, kMaxSoftmaxRows));
@@ -492,6 +505,7 @@ Case case_from_json(const std::string& text) {
     check_half_bits(s.x, dtype, "input.x");
     c.input = std::move(s);
   } else if (op == AC_OP_QUANTIZE) {
+    only({"dtype", "out_dtype", "num_tokens", "num_heads", "head_size", "scales", "x"});
     QuantizeInput q;
     q.dtype = dtype;
     const std::string name = get_string(in, "out_dtype", w);
@@ -515,6 +529,47 @@ Case case_from_json(const std::string& text) {
     check_half_bits(q.x, dtype, "input.x");
     c.input = std::move(q);
   } else {
+    only({"dtype",
+          "num_heads",
+          "num_kv_heads",
+          "head_size",
+          "seqlens_q",
+          "seqlens_k",
+          "causal",
+          "softmax_scale_bits",
+          "softmax_scale",
+          "head_size_v",
+          "softcap_bits",
+          "softcap",
+          "window_left",
+          "window_right",
+          "sinks",
+          "v_in_k",
+          "kv_dtype",
+          "k_descale",
+          "v_descale",
+          "q_descale",
+          "p_scale_bits",
+          "p_scale",
+          "out_dtype",
+          "output_scale_bits",
+          "output_scale",
+          "amax",
+          "page_size",
+          "num_pages",
+          "max_blocks",
+          "block_table",
+          "mask",
+          "q",
+          "k",
+          "v"});
+    // A field that belongs to another one is refused without it, not left unread.
+    for (const char* f : {"k_descale", "v_descale"})
+      if (in.contains(f) && !in.contains("kv_dtype"))
+        throw CaseError("input." + std::string(f) + " without kv_dtype (an FP8 cache's format)");
+    for (const char* f : {"num_pages", "max_blocks", "block_table"})
+      if (in.contains(f) && !in.contains("page_size"))
+        throw CaseError("input." + std::string(f) + " without page_size (paged K / V)");
     AttentionInput a;
     a.dtype = dtype;
     a.num_heads = int32_t(get_int(in, "num_heads", w, 1, kMaxDim));

@@ -118,7 +118,40 @@ TEST_CASE("case files: fold_order is written, and the older fold is read", "[cas
   CHECK_THROWS_WITH(case_from_json(with("\"fold_order\": \"middle\"")),
                     Catch::Contains("options.fold_order must be one of left, right, tree"));
   CHECK_THROWS_WITH(case_from_json(with("\"folds\": \"left\"")),
-                    Catch::Contains("options: missing field \"fold_order\""));
+                    Catch::Contains("options: unknown field \"folds\""));
+}
+
+// A field a reader does not know is refused by name at every level, never read as absent: a case
+// with "amx": true would otherwise run without the maxima it asks for. Fields that belong to
+// another one are refused without it.
+TEST_CASE("case files: an unknown or orphaned field is a CaseError naming it", "[case]") {
+  const std::string text = case_to_json(attention_case(5));
+  REQUIRE_NOTHROW(case_from_json(text));
+  auto with_after = [&](const std::string& anchor, const std::string& field) {
+    std::string t = text;
+    const size_t at = t.find(anchor);
+    REQUIRE(at != std::string::npos);
+    t.insert(at + anchor.size(), field + ", ");
+    return t;
+  };
+  CHECK_THROWS_WITH(case_from_json(with_after("\"input\": {", "\"amx\": true")),
+                    Catch::Equals("input: unknown field \"amx\""));
+  CHECK_THROWS_WITH(case_from_json(with_after("{", "\"comment\": \"x\"")),
+                    Catch::Equals("case: unknown field \"comment\""));
+  CHECK_THROWS_WITH(case_from_json(with_after("\"conventions\": {", "\"lse_bse\": 2")),
+                    Catch::Equals("conventions: unknown field \"lse_bse\""));
+  CHECK_THROWS_WITH(case_from_json(with_after("\"options\": {", "\"splits\": 2")),
+                    Catch::Equals("options: unknown field \"splits\""));
+  CHECK_THROWS_WITH(case_from_json(with_after("\"input\": {", "\"k_descale\": \"hex:0000803f\"")),
+                    Catch::Equals("input.k_descale without kv_dtype (an FP8 cache's format)"));
+  CHECK_THROWS_WITH(case_from_json(with_after("\"input\": {", "\"block_table\": [0]")),
+                    Catch::Equals("input.block_table without page_size (paged K / V)"));
+  // Every field the writer puts in a case of each op is one the reader knows: the round trips of
+  // "case JSON round-trips bit-exactly" read them all back.
+  const std::string merge_text = case_to_json(merge_case());
+  std::string bad = merge_text;
+  bad.insert(bad.find("\"input\": {") + 10, "\"seqlens_q\": [1], ");
+  CHECK_THROWS_WITH(case_from_json(bad), Catch::Equals("input: unknown field \"seqlens_q\""));
 }
 
 TEST_CASE("malformed and truncated case files give a one-line CaseError", "[case]") {

@@ -9,8 +9,10 @@
 //
 // Field access throws Err (the caller's error type, e.g. CaseError) with "<where>.<key> ..." text.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -63,6 +65,16 @@ const json& field(const json& obj, const char* key, const std::string& where) {
   const auto it = obj.find(key);
   if (it == obj.end()) throw Err(where + ": missing field \"" + key + "\"");
   return *it;
+}
+
+// Throws Err naming the first field of obj that `known` does not list: a misspelt field would
+// otherwise read as absent, and the file would mean something other than what it says.
+template <class Err>
+void only_fields(const json& obj, std::initializer_list<std::string_view> known, const std::string& where) {
+  if (!obj.is_object()) throw Err(where + " must be a JSON object");
+  for (auto it = obj.begin(); it != obj.end(); ++it)
+    if (std::find(known.begin(), known.end(), std::string_view(it.key())) == known.end())
+      throw Err(where + ": unknown field \"" + printable(it.key()) + "\"");
 }
 
 template <class Err>
