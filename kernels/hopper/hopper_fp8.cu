@@ -139,14 +139,18 @@ int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t
   if (int rc = check_with_scalars(a, o, err, err_len)) return rc;
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   // The maxima (AC_FP8_AMAX) start at 0, which is also their value where no row has a key; the
-  // kernel raises them.
-  if (a.amax && fused::fp8_kv(a)) {
-    AC_CUDA_TRY(cudaMemsetAsync(a.amax, 0, 2 * sizeof(float), stream));
-    if (a.num_seqs == 0 && o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
+  // kernel raises them. Written only once the call is accepted.
+  auto zero_maxima = [&]() -> cudaError_t {
+    return a.amax && fused::fp8_kv(a) ? cudaMemsetAsync(a.amax, 0, 2 * sizeof(float), stream) : cudaSuccess;
+  };
+  if (a.num_seqs == 0) {
+    AC_CUDA_TRY(zero_maxima());
+    if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
+    return AC_OK;
   }
-  if (a.num_seqs == 0) return AC_OK;
   if (!fused::fp8_kv(a)) return hopper_attention_cuda(a, o, err, err_len);  // hopper.cu's kernels
   if (int rc = device_checks(a, "fused-hopper-fp8", err, err_len)) return rc;
+  AC_CUDA_TRY(zero_maxima());
   const int max_tq = fused::max_seqlen_q_host(a);
   if (max_tq == 0) {
     if (o.synchronize) AC_CUDA_TRY(cudaStreamSynchronize(stream));
