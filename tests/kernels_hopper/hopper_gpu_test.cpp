@@ -829,6 +829,20 @@ TEST_CASE("hopper-fp8-scaled gpu: p_scale, O in e4m3fn over output_scale and the
       REQUIRE(s256.rc == AC_OK);
       CHECK(fa3.out == s256.out);
       CHECK(std::memcmp(fa3.lse.data(), s256.lse.data(), fa3.lse.size() * 4) == 0);
+      // The largest weight 1 / l (amax[0]) against the twin's, in log: the kernel's scores within
+      // delta of the twin's (the LSE's bound in fp8_apart), so each p = e^(s - m) within e^(2 delta)
+      // and l with them; the two l add the same N terms in other orders (N - 1 roundings each), the
+      // kernel's p by ex2.approx (2^-22 relative), and 1 / l rounds once in each. The scores do not
+      // depend on P's scale: one bound for every scale below.
+      double delta = 0;
+      int64_t keys = 0;
+      for (size_t s = 0; s < c.seqlens_q.size(); ++s) {
+        keys = std::max<int64_t>(keys, c.cu_k[s + 1] - c.cu_k[s]);
+        for (int h = 0; h < c.heads; ++h)
+          for (int64_t tok = c.cu_q[s]; tok < c.cu_q[s + 1]; ++tok)
+            delta = std::max(delta, score_delta(c, f, s, h, tok));
+      }
+      const double amax_bound = 2 * delta + double(2 * keys + 2) * 0x1p-24 + 0x1p-22;
       // Scales that are not powers of two, the largest allowed among them: against the twin.
       for (float ps : {100.0f, 448.0f, 3.0f}) {
         Scales sc{ps};
@@ -843,22 +857,10 @@ TEST_CASE("hopper-fp8-scaled gpu: p_scale, O in e4m3fn over output_scale and the
         double largest = 0;
         for (uint16_t b : g.out) largest = std::max(largest, std::fabs(in_value(c.dtype, b)));
         CHECK(largest == in_value(c.dtype, uint16_t(kern::store_from_float(c.dtype, g.amax[1]))));
-        // amax[0], the largest weight 1 / l: the kernel's scores within delta of the twin's (the LSE's
-        // bound in fp8_apart), so each p = e^(s - m) within e^(2 delta) and l with them; the two l
-        // add the same N terms in other orders (N - 1 roundings each), the kernel's p by
-        // ex2.approx (2^-22 relative), and 1 / l rounds once in each.
-        double delta = 0;
-        int64_t keys = 0;
-        for (size_t s = 0; s < c.seqlens_q.size(); ++s) {
-          keys = std::max<int64_t>(keys, c.cu_k[s + 1] - c.cu_k[s]);
-          for (int h = 0; h < c.heads; ++h)
-            for (int64_t tok = c.cu_q[s]; tok < c.cu_q[s + 1]; ++tok)
-              delta = std::max(delta, score_delta(c, f, s, h, tok));
-        }
+        // amax[0], the largest weight 1 / l: within amax_bound of the twin's in log (above).
         INFO("amax " << g.amax[0] << " " << g.amax[1] << ", twin " << t.amax[0] << " " << t.amax[1]);
         CHECK(t.amax[0] > 0.0f);
-        CHECK(std::fabs(std::log(double(g.amax[0]) / t.amax[0])) <=
-              2 * delta + double(2 * keys + 2) * 0x1p-24 + 0x1p-22);
+        CHECK(std::fabs(std::log(double(g.amax[0]) / t.amax[0])) <= amax_bound);
       }
       // O in e4m3fn over an output_scale that saturates the largest elements: each code is the
       // rounding of (the kernel's fp32 O) / output_scale, and its bf16 / fp16 output of the same call
