@@ -2,6 +2,8 @@
 // enters the reference (Boost 1.74 stores it process-wide, later Boost per thread).
 #include "attncheck/reference/precision.hpp"
 
+#include <mpfr.h>
+
 #include <atomic>
 #include <string>
 
@@ -26,6 +28,13 @@ const bool g_initialised = [] {
   return true;
 }();
 
+// MPFR keeps per-thread caches (the constants log 2 and pi, mpfr_exp_2's table) that only
+// mpfr_free_cache2 in the same thread frees. A thread that enters the reference frees its own as it
+// ends, so the reference's worker threads leave nothing allocated behind them.
+struct FreeMpfrCachesAtThreadExit {
+  ~FreeMpfrCachesAtThreadExit() { mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE); }
+};
+
 }  // namespace
 
 void set_precision_bits(unsigned bits) {
@@ -44,6 +53,8 @@ unsigned precision_bits_effective() {
 
 void apply_precision_on_this_thread() {
   (void)g_initialised;
+  thread_local FreeMpfrCachesAtThreadExit free_caches;
+  (void)free_caches;
   const unsigned d = digits10_for_bits(g_bits.load());
   if (Real::default_precision() != d) Real::default_precision(d);
 }
