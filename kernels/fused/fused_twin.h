@@ -176,13 +176,16 @@ template <Mutation M = Mutation::none>
 TwinHeadView head_view(const ac_attention_args& a, const TwinArgs& x, int s, int head) {
   const int64_t q0 = a.cu_seqlens_q_host[s], k0 = a.page_size > 0 ? 0 : a.cu_seqlens_k_host[s];
   const int kvh = kv_head_of<M>(head, x.group, x.hkv), vw = v_row_elems<M>(x.d, x.dv);
+  // A sequence of a call with no queries (or no keys) still gets a view; an empty tensor has no
+  // base to offset (null plus an offset is undefined), and such a view reads nothing.
+  auto at = [](const auto& t, int64_t offset) { return t.empty() ? nullptr : t.data() + offset; };
   TwinHeadView h{x.dtype,
                  x.d,
                  a.cu_seqlens_q_host[s + 1] - q0,
                  a.cu_seqlens_k_host[s + 1] - a.cu_seqlens_k_host[s],
-                 x.q.data() + (q0 * x.h + head) * x.d,
-                 x.k.data() + (k0 * x.hkv + kvh) * x.d,
-                 x.v.data() + (k0 * x.hkv + kvh) * vw,
+                 at(x.q, (q0 * x.h + head) * x.d),
+                 at(x.k, (k0 * x.hkv + kvh) * x.d),
+                 at(x.v, (k0 * x.hkv + kvh) * vw),
                  int64_t(x.h) * x.d,
                  int64_t(x.hkv) * x.d,
                  a.mask ? a.mask + a.cu_mask_host[s] : nullptr,

@@ -226,8 +226,10 @@ PrefillReport run_prefill_text(const std::string& text, Subject& attention, Subj
         a.causal = causal;
         a.softmax_scale = float(scale);
         a.q.assign(q.begin() + int64_t(t0) * H * D, q.begin() + int64_t(t0 + tq) * H * D);
-        a.k.assign(k.begin() + k0 * Hkv * D, k.begin() + (k0 + tk) * Hkv * D);
-        a.v.assign(v.begin() + k0 * Hkv * D, v.begin() + (k0 + tk) * Hkv * D);
+        if (tk > 0) {  // an empty context chunk past an empty prefix has no base to offset
+          a.k.assign(k.begin() + k0 * Hkv * D, k.begin() + (k0 + tk) * Hkv * D);
+          a.v.assign(v.begin() + k0 * Hkv * D, v.begin() + (k0 + tk) * Hkv * D);
+        }
         AttentionOutput out = attention.attention(a, AttentionOptions{});
         // An empty chunk's LSE is declared meaningless; the caller stands in -inf before merging.
         if (tk == 0 && empty_lse_undefined) out.lse.assign(out.lse.size(), -INFINITY);
