@@ -26,6 +26,21 @@ namespace attncheck::kern {
 inline constexpr ac_tiling kHopperTilings[] = {{128, 128}, {128, 64}, {192, 64}};
 inline constexpr int kNumHopperTilings = int(sizeof(kHopperTilings) / sizeof(kHopperTilings[0]));
 
+// The page sizes of fused-hopper's paged K / V (AC_VAR_PAGED_KV): vLLM's 16, FlashMLA's 64 and a
+// large 256. The kernel copies a key tile with the tensor memory accelerator in chunks of one box
+// (hopper_kernel.cuh): a page lands whole in a tile, or a tile in a page, only where the page size
+// divides every BC or is a multiple of it, and a chunk keeps the 128-byte swizzle of one copy only
+// from 8 rows on. The host twin computes any page size and declares these.
+inline constexpr int32_t kHopperPageSizes[] = {16, 64, 256};
+inline constexpr int kNumHopperPageSizes = int(sizeof(kHopperPageSizes) / sizeof(kHopperPageSizes[0]));
+consteval bool hopper_page_sizes_fit() {
+  for (int32_t ps : kHopperPageSizes)
+    for (const ac_tiling& t : kHopperTilings)
+      if (ps % 8 != 0 || (t.bc % ps != 0 && ps % t.bc != 0)) return false;
+  return true;
+}
+static_assert(hopper_page_sizes_fit(), "a page size the chunked tile copy cannot lay out");
+
 // The deliberately broken variants of the Hopper kernel (subjects mutant-hopper-*), each one
 // compile-time instantiation; the correct kernel uses none.
 enum class HopperMutation : int {

@@ -21,10 +21,15 @@ bool hopper_built() {
 }
 
 int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
-  // Softcap, window and sinks are computed (hopper_kernel.cuh VAR); the tensor maps read K and V as
-  // contiguous tensors of one head size (fused_check_args refuses V's own head size: no pairs in
-  // its scope).
-  if (a.page_size != 0) AC_REFUSE("fused-hopper: paged K / V is not built (its copies are tensor-map tiles)");
+  // Softcap, window and sinks are computed (hopper_kernel.cuh VAR), and paged K / V at the page sizes
+  // whose pages the tensor maps' chunks lay out (kHopperPageSizes); the maps read tiles of one head
+  // size (fused_check_args refuses V's own head size: no pairs in its scope) and checks the table.
+  if (a.page_size != 0) {
+    bool declared = false;
+    for (int32_t ps : kHopperPageSizes) declared = declared || ps == a.page_size;
+    if (!declared)
+      AC_REFUSE("fused-hopper: page size %d is not one of the declared sizes (16, 64, 256)", a.page_size);
+  }
   return fused_check_args(a, o, kNumHopperTilings, err, err_len);
 }
 

@@ -15,7 +15,10 @@
 // last) is instead written after the loop by the warp with ordinary loads and stores (rows past the
 // range zeroed, as fused's cp.async zero-fill does, so masked keys meet V = 0), then each thread's
 // fence.proxy.async makes its stores visible to wgmma, __syncwarp gathers the warp and one thread
-// arrives on v_full.
+// arrives on v_full. Paged K / V (AC_VAR_PAGED_KV, kHopperPageSizes): the same tiles, each copied
+// as one box per page it spans (or one where a page holds the tile), from the slots the block table
+// names; the partial V tile's rows likewise. Where each key is read changes, not what is computed:
+// the rounding is the contiguous kernel's, bit for bit.
 // Consumer warpgroup c owns rows [row0 + 64 c, +64): S = Q K^T by D / 16 wgmma (SS, both K-major),
 // the online softmax of fused_math.h on the accumulator registers, P packed to the input type as
 // the register A operand, O += P V by BC / 16 wgmma (RS, V transposed: MN-major descriptor).
@@ -310,27 +313,51 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     // FP8: V's transposed copy holds each sequence's keys in whole tiles, zeros past the range, so
     // every tile is a copy.
     const int n_full = FP8 ? n_tiles : (k_end - k_lo) / BC;
+    // Paged K / V (AC_VAR_PAGED_KV; not in FP8): the maps' box is `chunk` rows, a whole tile where
+    // pages are at least BC keys (each tile then lies in one page: kHopperPageSizes are multiples of
+    // BC or divide it, and tiles start at multiples of BC), else one page, which lands 1024-byte
+    // aligned in the tile (a multiple of 8 rows of 128 bytes), where the swizzle pattern repeats,
+    // so a tile in chunks is laid out as one copy of BC rows would be. Only chunks that start before
+    // k_end are copied: later table entries may lie outside the pool (plugin_abi.h), and a K row
+    // not copied keeps a stage's old bytes, which only keys no row of the tile sees meet (their
+    // scores are replaced by -inf or the masked logit in scale_and_max, never added to). Contiguous:
+    // one chunk of BC rows from the sequence's first key.
+    const bool paged = !FP8 && p.page_size > 0;
+    const int32_t* table = paged ? p.block_table + int64_t(seq) * p.max_blocks : nullptr;
+    const int chunk = paged && p.page_size < BC ? p.page_size : BC;
+    auto row_of = [&](int key) {
+      return paged ? table[uint32_t(key) / uint32_t(p.page_size)] * p.page_size +
+                         int(uint32_t(key) % uint32_t(p.page_size))
+                   : int(k0) + key;
+    };
     for (int j = 0; j < n_tiles; ++j) {
       const int s = j % L::kStages;
       const uint32_t phase = uint32_t(j / L::kStages) & 1u;
       dev::mbar_wait<kGuard>(bar_e(s), phase ^ 1u);  // the consumers released this stage's previous tile
       if (wtid == 0) {
         const uint32_t dk = sK + uint32_t(s * L::kTileBytes), dv = sV + uint32_t(s * L::kTileBytes);
-        dev::mbar_expect_tx(bar_k(s), L::kTileBytes);
+        const int n0 = k_lo + j * BC, left = k_end - n0 < BC ? k_end - n0 : BC;
+        const int chunks = paged ? (left + chunk - 1) / chunk : 1;
+        dev::mbar_expect_tx(bar_k(s), uint32_t(chunks * chunk * D * E));
+        for (int ch = 0; ch < chunks; ++ch) {
+          const int row = row_of(n0 + ch * chunk);
 #pragma unroll
-        for (int cb = 0; cb < L::kColBlocks; ++cb)
-          dev::tma_load3(dk + uint32_t(cb * BC * 128), &tm_k, cb * (128 / E), kvh, int(k0) + k_lo + j * BC,
-                         bar_k(s));
+          for (int cb = 0; cb < L::kColBlocks; ++cb)
+            dev::tma_load3(dk + uint32_t((cb * BC + ch * chunk) * 128), &tm_k, cb * (128 / E), kvh, row,
+                           bar_k(s));
+        }
         if constexpr (FP8) {
           // The transposed tile: D rows (d) of BC keys, box (keys, d, KV head).
           dev::mbar_expect_tx(bar_v(s), L::kTileBytes);
           dev::tma_load3(dv, &tm_v, p.vt_col[seq] + j * BC, 0, kvh, bar_v(s));
         } else if (j < n_full) {
           dev::mbar_expect_tx(bar_v(s), L::kTileBytes);
+          for (int ch = 0; ch < BC / chunk; ++ch) {
+            const int row = row_of(n0 + ch * chunk);
 #pragma unroll
-          for (int cb = 0; cb < D / 64; ++cb)
-            dev::tma_load3(dv + uint32_t(cb * BC * 128), &tm_v, cb * 64, kvh, int(k0) + k_lo + j * BC,
-                           bar_v(s));
+            for (int cb = 0; cb < D / 64; ++cb)
+              dev::tma_load3(dv + uint32_t((cb * BC + ch * chunk) * 128), &tm_v, cb * 64, kvh, row, bar_v(s));
+          }
         }
       }
     }
@@ -341,12 +368,13 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
       // waited on the stage's kv_empty in the loop's last pass.
       const int s = n_full % L::kStages, n0 = k_lo + n_full * BC, valid = k_end - n0;
       const int64_t kv_stride = int64_t(p.num_kv_heads) * D;
-      const uint16_t* gv = static_cast<const uint16_t*>(p.v) + (k0 * p.num_kv_heads + kvh) * D;
+      const uint16_t* gv = static_cast<const uint16_t*>(p.v) + int64_t(kvh) * D;
       unsigned char* tile_v = smem + (L::kV + s * L::kTileBytes);
       for (int idx = wtid; idx < BC * D / 8; idx += 32) {
         const int r = idx / (D / 8), c = idx % (D / 8);
         uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (r < valid) val = *reinterpret_cast<const uint4*>(gv + (int64_t(n0) + r) * kv_stride + c * 8);
+        if (r < valid)
+          val = *reinterpret_cast<const uint4*>(gv + int64_t(row_of(n0 + r)) * kv_stride + c * 8);
         *reinterpret_cast<uint4*>(tile_v + (c / 8) * BC * 128 + r * 128 + (((c % 8) ^ (r & 7)) << 4)) = val;
       }
       if constexpr (HM != HopperMutation::no_proxy_fence) dev::fence_proxy_async();

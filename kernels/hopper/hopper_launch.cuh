@@ -120,10 +120,18 @@ int run_hopper(const ac_attention_args& a, const FusedOptions& o, char* err, siz
   if (max_tq == 0) return AC_OK;
   const bool bf16 = a.dtype == AC_DTYPE_BF16;
   const int br = kHopperTilings[a.tiling].br, bc = kHopperTilings[a.tiling].bc;
+  // Paged K / V: the maps cover the pools, their box a page where pages are smaller than a key
+  // tile (the kernel's producer copies a tile in chunks then).
+  const bool paged = a.page_size > 0;
+  if (paged && HM != HopperMutation::none) AC_REFUSE("fused-hopper: the mutants take no paged K / V");
+  const int64_t kv_rows = paged ? int64_t(a.num_pages) * a.page_size : total_k;
+  if (kv_rows >= (int64_t(1) << 31))
+    AC_REFUSE("fused-hopper: more than 2^31 pool slots (tensor-map coordinates are 32-bit)");
+  const int kv_box = paged && a.page_size < bc ? a.page_size : bc;
   CUtensorMap mq{}, mk{}, mv{};
   if (!make_map(&mq, a.q, bf16, a.head_size, a.num_heads, total_q, br) ||
-      !make_map(&mk, a.k, bf16, a.head_size, a.num_kv_heads, total_k, bc) ||
-      !make_map(&mv, a.v, bf16, a.head_size, a.num_kv_heads, total_k, bc)) {
+      !make_map(&mk, a.k, bf16, a.head_size, a.num_kv_heads, kv_rows, kv_box) ||
+      !make_map(&mv, a.v, bf16, a.head_size, a.num_kv_heads, kv_rows, kv_box)) {
     if (err && err_len) std::snprintf(err, err_len, "fused-hopper: cuTensorMapEncodeTiled failed");
     return AC_ERR_DEVICE;
   }

@@ -1,6 +1,6 @@
 // ac_subject adapters of the Hopper kernels:
 //   fused-hopper            the sm_90a attention forward, fused's caps with the Hopper tilings,
-//                           softcap, window and sinks (CUDA only where the build targets sm_90a;
+//                           softcap, window, sinks and paged K / V (CUDA only where the build targets sm_90a;
 //                           the host twin always)
 //   fused-hopper-fp8        its FP8 instantiation, FlashAttention-3's contract (hopper_fp8.cu): Q, K
 //                           and V in e4m3fn, P in e4m3fn with the offset 2^8, sums on the e4m3
@@ -70,10 +70,13 @@ ac_caps hopper_caps(bool cuda) {
   return c;
 }
 
-// fused-hopper's variants (hopper_kernel.cuh VAR; the mutants declare none): softcap, window and
-// sinks. Paged K / V and V's own head size are not built (tensor-map tiles of one head size).
+// fused-hopper's variants (hopper_kernel.cuh; the mutants declare none): softcap, window and sinks
+// (its VAR instantiation), paged K / V at kHopperPageSizes (its producer, any instantiation). V's own
+// head size is not built (tensor-map tiles of one head size).
 ac_caps with_hopper_variants(ac_caps c) {
-  c.variants = AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS;
+  c.variants = AC_VAR_SOFTCAP | AC_VAR_WINDOW | AC_VAR_SINKS | AC_VAR_PAGED_KV;
+  c.page_sizes = kHopperPageSizes;
+  c.num_page_sizes = kNumHopperPageSizes;
   return c;
 }
 

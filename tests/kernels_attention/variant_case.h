@@ -58,6 +58,11 @@ struct PagedKV {
   std::vector<int32_t> table;
 };
 
+// fused-hopper's page size for a variant case's (its kernel copies pages of kHopperPageSizes, 16, 64
+// and 256, hopper.h): the case's own where it is one of them, 16 for a page of one key and 64 for
+// one of 5; 0 stays contiguous.
+inline int hopper_page_size(int page) { return page == 1 ? 16 : page == 5 ? 64 : page; }
+
 inline PagedKV page_case(const AttnCase& c, int page_size, uint64_t seed) {
   PagedKV p;
   p.page_size = page_size;

@@ -8,8 +8,9 @@
 // the variants, with no NaN from a poisoned slot and the GPU within 2 ulps of its twin; the variant
 // mutants 19 to 22 (fused) and 23 (split-KV) on the GPU leave the bound where their twins do.
 // splitkv-packed's MLA kernel (kernels/hopper/packed_mla.cu) on variant_case.h's mla_cases and on
-// FP8 caches of that shape; FP8 caches in pages (GQA and MLA); fused-hopper's softcap, window and
-// sinks on the same cases without pages; each against fp64 and the twin.
+// FP8 caches of that shape; FP8 caches in pages (GQA and MLA); fused-hopper's softcap, window,
+// sinks and pages (at its page sizes) on the same cases, each against fp64 and the twin, and its
+// paged runs bit for bit its contiguous ones.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -324,20 +325,66 @@ TEST_CASE("splitkv-packed gpu: an FP8 cache read through pages (GQA and MLA) aga
     }
 }
 
-TEST_CASE("fused-hopper gpu: softcap, window and sinks against fp64 and the twin",
+TEST_CASE("fused-hopper gpu: paged K / V, softcap, window and sinks against fp64 and the twin",
           "[hopper][gpu][variants]") {
 #if !defined(ATTNCHECK_HAVE_SM90A)
   SKIP("built without sm_90a");
 #endif
-  // variant_case.h's cases without pages (the kernel reads K and V through tensor maps), each on
-  // the Hopper tiling of its fused tiling's index; the twin rounds where the kernel rounds (its sums in
-  // another order), so at most 1% of the elements may be more than 2 ulps from it.
+  // variant_case.h's cases, each on the Hopper tiling of its fused tiling's index and at the page
+  // size hopper_page_size gives (the kernel's declared sizes); the twin rounds where the kernel
+  // rounds (its sums in another order), so at most 1% of the elements may be more than 2 ulps from
+  // it. A paged case also runs contiguous: where the keys are read from does not change the sums,
+  // so O and the LSE are the same bits (a chunk landing in the wrong rows, or a stale row that a
+  // visible key meets, would not be).
   Kernel hopper;
   hopper.hopper = true;
   for (VariantCase vc : variant_cases()) {
-    vc.var.page_size = 0;
+    vc.var.page_size = hopper_page_size(vc.var.page_size);
     vc.tiling %= kern::kNumHopperTilings;
     INFO(vc.describe());
     check_with_twin(vc, hopper);
+    if (vc.var.page_size == 0) continue;
+    const Run paged = run_gpu(vc, hopper);
+    vc.var.page_size = 0;
+    const Run flat = run_gpu(vc, hopper);
+    REQUIRE(paged.rc == AC_OK);
+    REQUIRE(flat.rc == AC_OK);
+    CHECK(paged.out == flat.out);
+    CHECK(std::memcmp(paged.lse.data(), flat.lse.data(), paged.lse.size() * 4) == 0);
   }
+}
+
+TEST_CASE("fused-hopper gpu: paged K / V over many tiles, every tiling and page size, bit for bit contiguous",
+          "[hopper][gpu][variants][paged]") {
+#if !defined(ATTNCHECK_HAVE_SM90A)
+  SKIP("built without sm_90a");
+#endif
+  // Sequences of several key tiles (pages of 16 give 4 or 8 chunks a tile, 64 one chunk or a whole
+  // tile, 256 four or two tiles a page), ragged ends, a sequence without keys, causal with Tq < Tk
+  // and not, GQA, both dtypes and head sizes: paged equals contiguous bit for bit, and both are
+  // within the fp64 bound.
+  Kernel hopper;
+  hopper.hopper = true;
+  uint64_t seed = 9900;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (int page : kern::kHopperPageSizes)
+      for (bool causal : {false, true}) {
+        VariantCase vc;
+        const bool bf16 = (tiling + page / 16 + int(causal)) % 2 != 0;
+        vc.c = make_case(seed++, bf16 ? DType::bf16 : DType::f16, 8, 2, page == 64 ? 64 : 128,
+                         {200, 1, 77, 5}, {1000, 300, 77, 0}, causal, false);
+        vc.tiling = tiling;
+        vc.var.page_size = page;
+        INFO(vc.describe());
+        const Run paged = run_gpu(vc, hopper);
+        INFO(paged.err);
+        REQUIRE(paged.rc == AC_OK);
+        CHECK(nan_count(vc.c, paged.out) == 0);
+        CHECK(compare_variants(vc.c, vc.var, paged.out, paged.lse) == "");
+        vc.var.page_size = 0;
+        const Run flat = run_gpu(vc, hopper);
+        REQUIRE(flat.rc == AC_OK);
+        CHECK(paged.out == flat.out);
+        CHECK(std::memcmp(paged.lse.data(), flat.lse.data(), paged.lse.size() * 4) == 0);
+      }
 }

@@ -123,35 +123,54 @@ TEST_CASE("fused twin: mutant 25 (V rows at the QK head size) leaves the bound",
   CHECK(compare_variants(vc.c, vc.var, bad.out, bad.lse) != "");
 }
 
-TEST_CASE("fused-hopper twin: softcap, window and sinks against fp64, paged K / V refused",
-          "[hopper][twin][variants]") {
-  // The variant cases without pages (fused-hopper reads contiguous K / V through tensor maps), each
-  // on the Hopper tiling of its fused tiling's index: the twin (fused's walk with the Hopper tiles and
-  // exponent form) within the fp64 bound.
+TEST_CASE(
+    "fused-hopper twin: paged K / V, softcap, window and sinks against fp64, undeclared page sizes refused",
+    "[hopper][twin][variants]") {
+  // The variant cases at fused-hopper's page sizes (hopper_page_size), each on the Hopper tiling of
+  // its fused tiling's index: the twin (fused's walk with the Hopper tiles and exponent form) within
+  // the fp64 bound, no NaN from a poisoned slot, and a paged case the same bits as contiguous.
   for (VariantCase vc : variant_cases()) {
-    vc.var.page_size = 0;
+    vc.var.page_size = hopper_page_size(vc.var.page_size);
     vc.tiling %= kern::kNumHopperTilings;
     INFO(vc.describe());
     const AttnCase& c = vc.c;
-    std::vector<uint16_t> out(size_t(c.total_q() * c.heads * c.dv()), 0x7f7f);
-    std::vector<float> lse(size_t(c.total_q() * c.heads), 12345.0f);
-    ac_attention_args a = variant_args(host_args(c, out.data(), lse.data(), vc.tiling), vc.var, nullptr,
-                                       nullptr, nullptr, nullptr, vc.var.sinks.data());
-    char err[256] = {0};
-    REQUIRE(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_OK);
+    auto run = [&](int page_size, std::vector<uint16_t>& out, std::vector<float>& lse) {
+      out.assign(size_t(c.total_q() * c.heads * c.dv()), 0x7f7f);
+      lse.assign(size_t(c.total_q() * c.heads), 12345.0f);
+      PagedKV pk;
+      if (page_size > 0) pk = page_case(c, page_size, 77);
+      Variants var = vc.var;
+      var.page_size = page_size;
+      ac_attention_args a =
+          variant_args(host_args(c, out.data(), lse.data(), vc.tiling), var, page_size > 0 ? &pk : nullptr,
+                       pk.k.data(), pk.v.data(), pk.table.data(), vc.var.sinks.data());
+      char err[256] = {0};
+      const int rc = kern::hopper_attention_host(a, {}, err, sizeof err);
+      INFO(err);
+      REQUIRE(rc == AC_OK);
+    };
+    std::vector<uint16_t> out, flat_out;
+    std::vector<float> lse, flat_lse;
+    run(vc.var.page_size, out, lse);
     CHECK(nan_count(c, out) == 0);
     CHECK(compare_variants(c, vc.var, out, lse) == "");
+    if (vc.var.page_size == 0) continue;
+    run(0, flat_out, flat_lse);
+    CHECK(out == flat_out);
+    CHECK(std::memcmp(lse.data(), flat_lse.data(), lse.size() * 4) == 0);
   }
+  // A page size outside kHopperPageSizes (fused's twin computes 5; the kernel's copies do not) is
+  // refused by name before any work.
   VariantCase vc = variant_cases().front();
   std::vector<uint16_t> out(size_t(vc.c.total_q() * vc.c.heads * vc.c.dv()));
   std::vector<float> lse(size_t(vc.c.total_q() * vc.c.heads));
-  vc.var.page_size = 16;
-  PagedKV pk = page_case(vc.c, 16, 77);
+  vc.var.page_size = 5;
+  PagedKV pk = page_case(vc.c, 5, 77);
   ac_attention_args a = variant_args(host_args(vc.c, out.data(), lse.data(), 0), vc.var, &pk, pk.k.data(),
                                      pk.v.data(), pk.table.data(), nullptr);
   char err[256] = {0};
   CHECK(kern::hopper_attention_host(a, {}, err, sizeof err) == AC_ERR_UNSUPPORTED);
-  CHECK(std::string(err).find("paged K / V is not built") != std::string::npos);
+  CHECK(std::string(err).find("page size 5 is not one of the declared sizes") != std::string::npos);
 }
 
 // V inside K (AC_VAR_V_IN_K): a case whose V is K's first head_size_v columns, called with v == k,
