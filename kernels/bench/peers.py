@@ -12,6 +12,8 @@ the flop count does not include. Needs torch with CUDA; a script beside the benc
 part of the Python SDK.
 With --json, each measurement is one JSON object per line instead (what `attncheck bench` reads):
 {"peer", "T", "dtype", "causal", "ms", "tflops"}, or {"peer", "T", "dtype", "causal", "error"}.
+Then PyTorch's flex_attention at the variants rows (flex_rows): {"peer": "flex", "variant", "T",
+"dtype", "causal", "ms", "tflops"} or with "error".
 Last, the FP8 GEMM ceiling that fused-hopper-fp8's rows are judged against: torch._scaled_mm on
 8192^3 e4m3fn operands (A row-major, B column-major, as it requires; scales of 1, bf16 out), timed
 the same way: {"ceiling": "fp8_gemm", "ms", "tflops"} or {"ceiling": "fp8_gemm", "error"}.
@@ -38,6 +40,67 @@ def median_ms(torch, flush, repeats, launch):
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def flex_rows(torch, flush, repeats, as_json):
+    """torch.nn.attention.flex_attention, compiled, at the variants rows of `attncheck bench`
+    (kernels/bench/suite.cu variants): bf16, T in {2048, 8192}, 32 query heads over 8 KV heads
+    (enable_gqa), d = 128; the softcap of 30 as a score_mod (flex scales q.k before score_mod sees
+    it: scale, then cap), non-causal and causal, and causal with a window of 1024 keys as a
+    mask_mod. The flops are the suite's: 4 d per head for each visible (query, key) pair. One JSON
+    line each with "variant" ("softcap=30" or "window=1024"), or with "error" where flex did not
+    run."""
+    variants = (("softcap=30", False), ("softcap=30", True), ("window=1024", True))
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        flex = torch.compile(flex_attention, dynamic=False)
+    except (ImportError, RuntimeError, AttributeError) as e:
+        why = (str(e).splitlines() or ["error"])[0]
+        for t in (2048, 8192):
+            for variant, causal in variants:
+                line = {"peer": "flex", "variant": variant, "T": t, "dtype": "bf16", "causal": causal, "error": why}
+                print(json.dumps(line) if as_json else f"peer-flex {variant} T={t}: not run ({why})", flush=True)
+        return
+    dev = torch.device("cuda")
+    window = 1024
+
+    def softcap(score, b, h, q_idx, kv_idx):
+        return 30.0 * torch.tanh(score / 30.0)
+
+    def causal_mask(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def window_mask(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+
+    for t in (2048, 8192):
+        q = (torch.rand(1, 32, t, 128, device=dev) * 2 - 1).to(torch.bfloat16)
+        k = (torch.rand(1, 8, t, 128, device=dev) * 2 - 1).to(torch.bfloat16)
+        v = (torch.rand(1, 8, t, 128, device=dev) * 2 - 1).to(torch.bfloat16)
+        for variant, causal in variants:
+            if variant.startswith("window"):
+                w = min(t, window)
+                pairs = 0.5 * w * (w + 1) + (t - w) * w
+                score_mod, mask_mod = None, window_mask
+            else:
+                pairs = 0.5 * t * (t + 1) if causal else float(t) * t
+                score_mod, mask_mod = softcap, (causal_mask if causal else None)
+            flops = 4.0 * pairs * 32 * 128
+            line = {"peer": "flex", "variant": variant, "T": t, "dtype": "bf16", "causal": causal}
+            try:
+                block_mask = create_block_mask(mask_mod, None, None, t, t, device=dev) if mask_mod else None
+                ms = median_ms(torch, flush, repeats,
+                               lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask, enable_gqa=True))
+                line.update({"ms": ms, "tflops": flops / ms / 1e9})
+            except Exception as e:  # a compile or launch failure is reported as the peer's, not raised
+                line["error"] = (str(e).splitlines() or ["error"])[0]
+            if as_json:
+                print(json.dumps(line), flush=True)
+            elif "error" in line:
+                print(f"peer-flex {variant} T={t} causal={int(causal)}: not run ({line['error']})")
+            else:
+                print(f"peer-flex {variant} T={t} h=32/8 d=128 bf16 causal={int(causal)} {line['ms']:.4f} ms "
+                      f"{line['tflops']:.1f} TFLOP/s")
 
 
 def main(argv):
@@ -87,6 +150,7 @@ def main(argv):
                     else:
                         print(f"peer-{name} T={t} h=32/8 d=128 {dtype_name} causal={int(causal)} {ms:.4f} ms "
                               f"{flops / ms / 1e9:.1f} TFLOP/s")
+    flex_rows(torch, flush, repeats, as_json)
     n = 8192
     try:
         fp8 = torch.float8_e4m3fn

@@ -147,6 +147,33 @@ void emit(const SuiteOptions& o, std::vector<Measurement>& out, Measurement m) {
   if (o.on_row) o.on_row(out.back());
 }
 
+// Paged K / V (AC_VAR_PAGED_KV) over a call's contiguous buffers: `batch` sequences of tk keys in
+// pages of `page`, page b of sequence s being page s n + (b 7919 mod n) of the pool (n = tk / page
+// each), so that consecutive pages lie far apart. The table's host and device copies live in
+// `tables` (the call reads both); the call includes the launcher's host check of every entry
+// (fused_check_variants), and picks its own split count.
+struct BlockTable {
+  std::vector<int32_t> host;
+  std::unique_ptr<Device> device;
+};
+ac_attention_args paged(ac_attention_args a, int batch, int tk, int page, std::list<BlockTable>& tables) {
+  const int per_seq = tk / page;
+  BlockTable& t = tables.emplace_back();
+  t.host.resize(size_t(batch) * size_t(per_seq));
+  for (int s = 0; s < batch; ++s)
+    for (int b = 0; b < per_seq; ++b)
+      t.host[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
+  t.device = std::make_unique<Device>(t.host.size() * 4, "cudaMalloc block table");
+  check(cudaMemcpy(t.device->p, t.host.data(), t.host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  a.page_size = page;
+  a.num_pages = batch * per_seq;
+  a.max_blocks = per_seq;
+  a.block_table = t.device->as<int32_t>();
+  a.block_table_host = t.host.data();
+  a.num_splits = 0;
+  return a;
+}
+
 void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int t, bool bf16,
                bool causal) {
   Problem p(1, t, t, bf16, causal);
@@ -171,6 +198,20 @@ void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& ou
     row("fused-hopper", kHopperTilings[i], timer.median_ms([&] {
       check_kernel(hopper_attention_cuda(p.a, fo, err, sizeof err), "fused-hopper", err);
     }));
+  }
+  // Paged K / V over the same buffers (paged() above: consecutive pages far apart in the pool) at
+  // the first tiling, each page size: a tile in chunks of one page against the contiguous row.
+  std::list<BlockTable> tables;
+  for (int page : kHopperPageSizes) {
+    ac_attention_args pa = paged(p.a, 1, t, page, tables);
+    pa.tiling = 0;
+    pa.num_splits = 1;
+    const double ms = timer.median_ms(
+        [&] { check_kernel(hopper_attention_cuda(pa, fo, err, sizeof err), "fused-hopper (paged)", err); });
+    emit(o, out,
+         {"attention", "fused-hopper", shape, bf16 ? "bf16" : "fp16", causal,
+          tiling_name(kHopperTilings[0]) + " paged=" + std::to_string(page), ms, flops / ms * 1e-9, "TFLOP/s",
+          "gemm"});
   }
   if (bf16) {
     // FlashAttention-3's FP8 forward on the same shape: e4m3fn codes of uniform values in [-1, 1],
@@ -205,31 +246,43 @@ void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& ou
 #endif
 }
 
-// Paged K / V (AC_VAR_PAGED_KV) over a call's contiguous buffers: `batch` sequences of tk keys in
-// pages of `page`, page b of sequence s being page s n + (b 7919 mod n) of the pool (n = tk / page
-// each), so that consecutive pages lie far apart. The table's host and device copies live in
-// `tables` (the call reads both); the call includes the launcher's host check of every entry
-// (fused_check_variants), and picks its own split count.
-struct BlockTable {
-  std::vector<int32_t> host;
-  std::unique_ptr<Device> device;
-};
-ac_attention_args paged(ac_attention_args a, int batch, int tk, int page, std::list<BlockTable>& tables) {
-  const int per_seq = tk / page;
-  BlockTable& t = tables.emplace_back();
-  t.host.resize(size_t(batch) * size_t(per_seq));
-  for (int s = 0; s < batch; ++s)
-    for (int b = 0; b < per_seq; ++b)
-      t.host[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
-  t.device = std::make_unique<Device>(t.host.size() * 4, "cudaMalloc block table");
-  check(cudaMemcpy(t.device->p, t.host.data(), t.host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-  a.page_size = page;
-  a.num_pages = batch * per_seq;
-  a.max_blocks = per_seq;
-  a.block_table = t.device->as<int32_t>();
-  a.block_table_host = t.host.data();
-  a.num_splits = 0;
-  return a;
+// The engines' score variants on fused-hopper (its VAR instantiation), bf16, the first tiling:
+// Gemma's softcap of 30, non-causal and causal, and a sliding window of 1024 keys (each query sees
+// itself and the 1023 keys before it; causal). TFLOP/s counts 4 d flops per head for each visible
+// (query, key) pair, so a window's rate is comparable with a full row's; PyTorch's flex_attention
+// (peers.py) beside them where it runs. Row labels: "<tiling> softcap=30", "<tiling> window=1024".
+void variants(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int t, bool causal,
+              bool window) {
+#if defined(ATTNCHECK_HAVE_SM90A)
+  Problem p(1, t, t, true, causal);
+  constexpr int kWindow = 1024;
+  double pairs = causal ? 0.5 * double(t) * double(t + 1) : double(t) * double(t);
+  if (window) {
+    const double w = std::min(t, kWindow);
+    pairs = 0.5 * w * (w + 1) + (double(t) - w) * w;  // rows past the first w see w keys
+    p.a.window_left = kWindow - 1;
+  } else {
+    p.a.softcap = 30.0f;
+  }
+  const double flops = 4.0 * pairs * Problem::kHeads * Problem::kD;
+  char err[256] = {0};
+  FusedOptions fo;
+  fo.synchronize = false;
+  p.a.tiling = 0;
+  const double ms = timer.median_ms(
+      [&] { check_kernel(hopper_attention_cuda(p.a, fo, err, sizeof err), "fused-hopper (variant)", err); });
+  emit(o, out,
+       {"variants", "fused-hopper", "T=" + std::to_string(t) + " h=32/8 d=128", "bf16", causal,
+        tiling_name(kHopperTilings[0]) + (window ? " window=" + std::to_string(kWindow) : " softcap=30"), ms,
+        flops / ms * 1e-9, "TFLOP/s", "gemm"});
+#else
+  (void)o;
+  (void)timer;
+  (void)out;
+  (void)t;
+  (void)causal;
+  (void)window;
+#endif
 }
 
 void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int batch, int tk) {
@@ -483,6 +536,12 @@ Ceilings run_suite(const SuiteOptions& o, std::vector<Measurement>& out) {
     for (int t : o.attention_tokens)
       for (bool bf16 : {false, true})
         for (bool causal : {false, true}) attention(o, timer, out, t, bf16, causal);
+  if (o.attention)
+    for (int t : o.attention_tokens) {
+      variants(o, timer, out, t, false, false);
+      variants(o, timer, out, t, true, false);
+      variants(o, timer, out, t, true, true);
+    }
   // Merges before decode: decode at batch 64 allocates and frees up to 68 GB, and what is allocated
   // after that moved less on the H200 (the merge at 32768 tokens 3806 GB/s against 4209 before it,
   // and a 1 GiB copy 3807 against 4253), so a row measured there would be judged against a ceiling

@@ -72,14 +72,22 @@ std::string add_peers(BenchRun& run, int repeats) {
       }
       if (!j || !j->is_object() || !j->contains("tflops")) continue;  // a note, or a peer that did not run
       const std::string shape = "T=" + std::to_string(j->value("T", 0)) + " h=32/8 d=128";
+      // flex_attention's lines name the variant ("softcap=30"), which the variants rows' tilings end
+      // with; SDPA's go beside the attention rows (paged ones included: the same work, read from
+      // pages).
+      const std::string variant = j->contains("variant") ? " " + j->value("variant", "") : "";
       for (BenchRow& row : run.rows)
-        if (row.family == "attention" && row.shape == shape && row.dtype == j->value("dtype", "") &&
-            row.causal == j->value("causal", false)) {
+        if (row.family == (variant.empty() ? "attention" : "variants") && row.shape == shape &&
+            row.dtype == j->value("dtype", "") && row.causal == j->value("causal", false) &&
+            (variant.empty() ||
+             (row.tiling.size() > variant.size() &&
+              row.tiling.compare(row.tiling.size() - variant.size(), variant.size(), variant) == 0))) {
           row.peers[j->value("peer", "?")] = j->value("tflops", 0.0);
           ++added;
         }
     }
-    return "peers: PyTorch SDPA through " + py + " (" + std::to_string(added) + " attention rows with peers)";
+    return "peers: PyTorch SDPA and flex_attention through " + py + " (" + std::to_string(added) +
+           " attention rows with peers)";
   }
   return "peers: no python3 on PATH imports torch with CUDA";
 }
@@ -170,6 +178,35 @@ void print_fp8_goals(const BenchRun& r) {
   }
 }
 
+// Paged K / V against contiguous: per paged row ("<tiling> paged=N"), its rate over the row of the
+// same kernel, shape, dtype and causality with the tiling alone, against the goal of 0.9x, and for
+// decode at batch 64 its fraction of the copy ceiling against the goal of 80%.
+void print_paged_goals(const BenchRun& r) {
+  bool header = false;
+  for (const BenchRow& p : r.rows) {
+    const size_t at = p.tiling.find(" paged=");
+    if (at == std::string::npos || p.value <= 0) continue;
+    const std::string plain = p.tiling.substr(0, at);
+    const BenchRow* c = nullptr;
+    for (const BenchRow& x : r.rows)
+      if (x.family == p.family && x.kernel == p.kernel && x.shape == p.shape && x.dtype == p.dtype &&
+          x.causal == p.causal && x.tiling == plain)
+        c = &x;
+    if (!c || c->value <= 0) continue;
+    if (!header)
+      std::printf(
+          "paged K / V (goals: at least 0.9x contiguous; decode at batch 64, 80%% of the copy ceiling):\n");
+    header = true;
+    const double ratio = p.value / c->value;
+    const bool batch64 = p.family == "decode" && p.shape.rfind("batch=64 ", 0) == 0;
+    std::printf("  %-9s %-15s %-32s %-12s %-6s %-22s %.2fx contiguous%s%s\n", p.family.c_str(),
+                p.kernel.c_str(), p.shape.c_str(), p.dtype.c_str(), p.causal ? "causal" : "",
+                p.tiling.c_str(), ratio,
+                batch64 ? (", " + std::to_string(int(100 * p.of_ceiling)) + "% of copy").c_str() : "",
+                ratio >= 0.9 && (!batch64 || p.of_ceiling >= 0.8) ? ": met" : ": SHORT of the goal");
+  }
+}
+
 void print_table(const BenchRun& r) {
   std::printf("device %s, median of %d; ceilings: copy %.0f GB/s, fp16 GEMM %s, e4m3 GEMM %s\n",
               r.device.c_str(), r.repeats, r.copy_gbps,
@@ -177,8 +214,9 @@ void print_table(const BenchRun& r) {
               r.fp8_gemm_tflops > 0
                   ? (std::to_string(int(r.fp8_gemm_tflops)) + " TFLOP/s (torch._scaled_mm)").c_str()
                   : "-");
-  std::printf("%-9s %-15s %-32s %-5s %-6s %-20s %10s %10s %-7s %8s %8s %8s\n", "family", "kernel", "shape",
-              "dtype", "causal", "tiling", "ms", "rate", "unit", "of ceil", "vs fa2", "vs cudnn");
+  std::printf("%-9s %-15s %-32s %-5s %-6s %-20s %10s %10s %-7s %8s %8s %8s %8s\n", "family", "kernel",
+              "shape", "dtype", "causal", "tiling", "ms", "rate", "unit", "of ceil", "vs fa2", "vs cudnn",
+              "vs flex");
   for (const BenchRow& x : r.rows) {
     auto vs = [&](const char* peer) {
       const auto it = x.peers.find(peer);
@@ -186,11 +224,13 @@ void print_table(const BenchRun& r) {
       if (it != x.peers.end()) std::snprintf(b, sizeof b, "%.2fx", x.value / it->second);
       return std::string(b);
     };
-    std::printf("%-9s %-15s %-32s %-5s %-6s %-20s %10.4f %10.1f %-7s %7.0f%% %8s %8s\n", x.family.c_str(),
+    std::printf("%-9s %-15s %-32s %-5s %-6s %-20s %10.4f %10.1f %-7s %7.0f%% %8s %8s %8s\n", x.family.c_str(),
                 x.kernel.c_str(), x.shape.c_str(), x.dtype.c_str(), x.causal ? "yes" : "no", x.tiling.c_str(),
-                x.ms, x.value, x.unit.c_str(), 100 * x.of_ceiling, vs("fa2").c_str(), vs("cudnn").c_str());
+                x.ms, x.value, x.unit.c_str(), 100 * x.of_ceiling, vs("fa2").c_str(), vs("cudnn").c_str(),
+                vs("flex").c_str());
   }
   print_invariance_price(r);
+  print_paged_goals(r);
   print_fp8_goals(r);
 }
 
@@ -279,7 +319,9 @@ Command add_bench_command(CLI::App& app, Common&) {
                     "gate this existing bench.json against --baseline instead of measuring");
   c.app->add_option("--peers", o->peers, "auto (PyTorch's SDPA backends where a python3 imports torch) | off")
       ->check(CLI::IsMember({"auto", "off"}));
-  c.app->add_option("--only", o->only, "measure only these families: attention, decode, merge")
+  c.app
+      ->add_option("--only", o->only,
+                   "measure only these families: attention (with the variants rows), decode, merge")
       ->check(names_something());
   c.run = [o] {
     Options opts = *o;
