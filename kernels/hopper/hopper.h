@@ -30,14 +30,19 @@ inline constexpr int kNumHopperTilings = int(sizeof(kHopperTilings) / sizeof(kHo
 // large 256. The kernel copies a key tile with the tensor memory accelerator in chunks of one box
 // (hopper_kernel.cuh): a page lands whole in a tile, or a tile in a page, only where the page size
 // divides every BC or is a multiple of it, and a chunk keeps the 128-byte swizzle of one copy only
-// from 8 rows on. The host twin computes any page size and declares these.
+// from 8 rows on. Powers of two, so that a slot is a shift and a mask, and at least
+// kHopperMinPageSize, which bounds a tile's chunks (the producer holds their slots in registers).
+// The host twin computes any page size and declares these.
 inline constexpr int32_t kHopperPageSizes[] = {16, 64, 256};
 inline constexpr int kNumHopperPageSizes = int(sizeof(kHopperPageSizes) / sizeof(kHopperPageSizes[0]));
+inline constexpr int kHopperMinPageSize = 16;
 consteval bool hopper_page_sizes_fit() {
-  for (int32_t ps : kHopperPageSizes)
+  for (int32_t ps : kHopperPageSizes) {
+    if (ps < kHopperMinPageSize || (ps & (ps - 1)) != 0) return false;
     for (const ac_tiling& t : kHopperTilings)
-      if (ps % 8 != 0 || (t.bc % ps != 0 && ps % t.bc != 0)) return false;
-  return true;
+      if (t.bc % ps != 0 && ps % t.bc != 0) return false;
+  }
+  return kHopperMinPageSize % 8 == 0;
 }
 static_assert(hopper_page_sizes_fit(), "a page size the chunked tile copy cannot lay out");
 

@@ -135,7 +135,7 @@ void print_invariance_price(const BenchRun& r) {
     std::string line;
     double best = 0;
     for (const BenchRow& f : r.rows)
-      if (f.family == a.family && f.kernel == a.kernel && f.shape == a.shape &&
+      if (f.family == a.family && f.kernel == a.kernel && f.shape == a.shape && f.dtype == a.dtype &&
           f.tiling.rfind("fixed=", 0) == 0) {
         char b[96];
         std::snprintf(b, sizeof b, "%s %.2fx  ", f.tiling.c_str(), f.value / a.value);
@@ -150,7 +150,7 @@ void print_invariance_price(const BenchRun& r) {
           "price of batch invariance (splitkv-packed decode, a fixed split size against the adaptive "
           "split count; goal: at least 0.9x at batch >= 8, 0.7x at batch 1):\n");
     header = true;
-    std::printf("  %-32s %sbest %.2fx: %s\n", a.shape.c_str(), line.c_str(), best,
+    std::printf("  %-32s %-12s %sbest %.2fx: %s\n", a.shape.c_str(), a.dtype.c_str(), line.c_str(), best,
                 best >= goal ? "met" : "SHORT of the goal");
   }
 }
