@@ -550,16 +550,26 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     for (int r = 0; r < 2; ++r)
       mx[r] = fmaxf(fmaxf(part[0][2 * r], part[0][2 * r + 1]), fmaxf(part[1][2 * r], part[1][2 * r + 1]));
   };
+  // Whether the window (VAR) leaves every key of the tile at n0 visible to each of the warp's 16
+  // rows (fused::window_visible: the last row's left edge and the first row's right edge): such a
+  // tile takes kAll, whose scores are kMask's where every test passes, so only the time changes
+  // (a 1024-key window at T = 8192 ran at 137 TFLOP/s on the H100 with every tile on kMask).
+  auto window_covers = [&](int n0) {
+    return (p.window_left < 0 || n0 >= warp_row0 + 15 + diag - p.window_left) &&
+           (p.window_right < 0 || n0 + BC - 1 <= warp_row0 + diag + p.window_right);
+  };
   auto softmax = [&](int j) {
     const int n0 = k_lo + j * BC;
     float mx[2] = {neg_inf_f(), neg_inf_f()};
     using Raw = std::true_type;
     if (!raw_s)
       scale_and_max(std::integral_constant<Visibility, kMask>{}, std::false_type{}, n0, mx);
-    else if (VAR || mask)  // the window's test is kMask's
+    else if (mask)
       scale_and_max(std::integral_constant<Visibility, kMask>{}, Raw{}, n0, mx);
-    else if (n0 + BC <= tk && (!p.causal || n0 + BC - 1 <= warp_row0 + diag))
+    else if (n0 + BC <= tk && (!p.causal || n0 + BC - 1 <= warp_row0 + diag) && (!VAR || window_covers(n0)))
       scale_and_max(std::integral_constant<Visibility, kAll>{}, Raw{}, n0, mx);
+    else if (VAR)  // the window's test is kMask's
+      scale_and_max(std::integral_constant<Visibility, kMask>{}, Raw{}, n0, mx);
     else
       scale_and_max(std::integral_constant<Visibility, kBounds>{}, Raw{}, n0, mx);
 #pragma unroll

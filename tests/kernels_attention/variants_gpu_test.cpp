@@ -388,3 +388,30 @@ TEST_CASE("fused-hopper gpu: paged K / V over many tiles, every tiling and page 
         CHECK(std::memcmp(paged.lse.data(), flat.lse.data(), paged.lse.size() * 4) == 0);
       }
 }
+
+TEST_CASE("fused-hopper gpu: windows wider than a key tile against fp64 and the twin",
+          "[hopper][gpu][variants][window]") {
+#if !defined(ATTNCHECK_HAVE_SM90A)
+  SKIP("built without sm_90a");
+#endif
+  // Windows of 300 and 511 keys to the left (and 200 to the right, or unbounded), causal or not,
+  // over sequences of 1000, 300 and 77 keys, every tiling: whole key tiles lie inside a warp's
+  // window, which take the unmasked path (hopper_kernel.cuh window_covers), beside the tiles at its
+  // edges, which test each score.
+  Kernel hopper;
+  hopper.hopper = true;
+  uint64_t seed = 9950;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (int left : {300, 511})
+      for (int right : {-1, 200})
+        for (bool causal : {false, true}) {
+          VariantCase vc;
+          vc.c = make_case(seed++, (left + tiling) % 2 ? DType::bf16 : DType::f16, 4, 2, 128, {1000, 2, 77},
+                           {1000, 300, 77}, causal, false);
+          vc.tiling = tiling;
+          vc.var.left = left;
+          vc.var.right = right;
+          INFO(vc.describe());
+          check_with_twin(vc, hopper);
+        }
+}
