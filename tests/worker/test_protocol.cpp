@@ -705,7 +705,8 @@ TEST_CASE("built-in subjects declaring variants answer served calls exactly as d
     ac::Subject &d = find(direct), &s = find(served);
     const ac_caps& c = d.caps();
     // Two sequences of 3 x 20 and 2 x 7 keys, head size 64, two query heads on one KV head, in
-    // pages of 5 (four and two of a pool of eight) where the subject declares pages, causal,
+    // pages of 5 (four and two of a pool of eight), or of the subject's smallest page size where it
+    // does not declare 5 (fused-hopper's 16: two and one), where it declares pages; causal,
     // softcapped, windowed, with sinks (each where declared).
     ac::AttentionInput in;
     in.dtype = AC_DTYPE_F16;
@@ -723,15 +724,24 @@ TEST_CASE("built-in subjects declaring variants answer served calls exactly as d
     }
     if (c.variants & AC_VAR_SINKS) in.sinks = {0.75f, -2.5f};
     const bool paged = (c.variants & AC_VAR_PAGED_KV) != 0;
+    int page = 0;
     if (paged) {
-      in.page_size = 5;
+      const bool five =
+          std::find(c.page_sizes, c.page_sizes + c.num_page_sizes, 5) != c.page_sizes + c.num_page_sizes;
+      page = five ? 5 : *std::min_element(c.page_sizes, c.page_sizes + c.num_page_sizes);
+      const int blocks0 = (20 + page - 1) / page, blocks1 = (7 + page - 1) / page;
+      REQUIRE(blocks0 + blocks1 <= 8);
+      const int32_t order[] = {7, 2, 4, 0, 1, 5, 6, 3};  // a shuffled pool of eight pages
+      in.page_size = page;
       in.num_pages = 8;
-      in.max_blocks = 4;
-      in.block_table = {7, 2, 4, 0, 1, 5, 0, 0};
+      in.max_blocks = blocks0;
+      in.block_table.assign(size_t(2 * blocks0), 0);
+      // Sequence 0's blocks, then sequence 1's from its row (blocks1 <= blocks0).
+      for (int b = 0; b < blocks0 + blocks1; ++b) in.block_table[size_t(b)] = order[b];
     }
     in.q = pattern(5 * 2 * 64, 11);
-    in.k = pattern(paged ? 8 * 5 * 64 : 27 * 64, 12);
-    in.v = pattern(paged ? 8 * 5 * 64 : 27 * 64, 13);
+    in.k = pattern(paged ? 8 * size_t(page) * 64 : 27 * 64, 12);
+    in.v = pattern(paged ? 8 * size_t(page) * 64 : 27 * 64, 13);
     REQUIRE(ac::attention_variant_problem(in).empty());
     ac::AttentionOptions opt;
     opt.tiling = 0;
