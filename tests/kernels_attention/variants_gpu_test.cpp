@@ -192,6 +192,21 @@ void check_fp8(const VariantCase& vc, Kernel kernel, const Fp8Cache& pow2, const
   CHECK(far_apart(gh.out, th.out) * 100 <= int64_t(gh.out.size()));
 }
 
+// A paged case run again contiguous: where the keys are read from does not change the sums, so O
+// and the LSE are the same bits (a chunk landing in the wrong rows, or a stale row that a visible
+// key meets, would not be). Returns the paged run.
+Run paged_equals_contiguous(VariantCase vc, Kernel kernel) {
+  const Run paged = run_gpu(vc, kernel);
+  INFO(paged.err);
+  REQUIRE(paged.rc == AC_OK);
+  vc.var.page_size = 0;
+  const Run flat = run_gpu(vc, kernel);
+  REQUIRE(flat.rc == AC_OK);
+  CHECK(paged.out == flat.out);
+  CHECK(std::memcmp(paged.lse.data(), flat.lse.data(), paged.lse.size() * 4) == 0);
+  return paged;
+}
+
 }  // namespace
 
 TEST_CASE("fused gpu: the variants agree with the host twin", "[fused][splitkv][packed][gpu][variants]") {
@@ -333,9 +348,7 @@ TEST_CASE("fused-hopper gpu: paged K / V, softcap, window and sinks against fp64
   // variant_case.h's cases, each on the Hopper tiling of its fused tiling's index and at the page
   // size hopper_page_size gives (the kernel's declared sizes); the twin rounds where the kernel
   // rounds (its sums in another order), so at most 1% of the elements may be more than 2 ulps from
-  // it. A paged case also runs contiguous: where the keys are read from does not change the sums,
-  // so O and the LSE are the same bits (a chunk landing in the wrong rows, or a stale row that a
-  // visible key meets, would not be).
+  // it. A paged case also runs contiguous, the same bits (paged_equals_contiguous).
   Kernel hopper;
   hopper.hopper = true;
   for (VariantCase vc : variant_cases()) {
@@ -343,14 +356,7 @@ TEST_CASE("fused-hopper gpu: paged K / V, softcap, window and sinks against fp64
     vc.tiling %= kern::kNumHopperTilings;
     INFO(vc.describe());
     check_with_twin(vc, hopper);
-    if (vc.var.page_size == 0) continue;
-    const Run paged = run_gpu(vc, hopper);
-    vc.var.page_size = 0;
-    const Run flat = run_gpu(vc, hopper);
-    REQUIRE(paged.rc == AC_OK);
-    REQUIRE(flat.rc == AC_OK);
-    CHECK(paged.out == flat.out);
-    CHECK(std::memcmp(paged.lse.data(), flat.lse.data(), paged.lse.size() * 4) == 0);
+    if (vc.var.page_size > 0) paged_equals_contiguous(vc, hopper);
   }
 }
 
@@ -376,16 +382,9 @@ TEST_CASE("fused-hopper gpu: paged K / V over many tiles, every tiling and page 
         vc.tiling = tiling;
         vc.var.page_size = page;
         INFO(vc.describe());
-        const Run paged = run_gpu(vc, hopper);
-        INFO(paged.err);
-        REQUIRE(paged.rc == AC_OK);
+        const Run paged = paged_equals_contiguous(vc, hopper);
         CHECK(nan_count(vc.c, paged.out) == 0);
         CHECK(compare_variants(vc.c, vc.var, paged.out, paged.lse) == "");
-        vc.var.page_size = 0;
-        const Run flat = run_gpu(vc, hopper);
-        REQUIRE(flat.rc == AC_OK);
-        CHECK(paged.out == flat.out);
-        CHECK(std::memcmp(paged.lse.data(), flat.lse.data(), paged.lse.size() * 4) == 0);
       }
 }
 
