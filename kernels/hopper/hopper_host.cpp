@@ -7,6 +7,9 @@
 // a cap, as the twin's walk knows) and a p below 2^-126 flushed to 0 (fused::ExpForm{true, true}).
 // fused-hopper-fp8's checks and twin too (hopper.h).
 // Check: ctest --test-dir build -R kernels_hopper
+#include <cstdio>
+#include <cstring>
+
 #include "common/cuda_check.h"
 #include "hopper/hopper.h"
 
@@ -26,9 +29,14 @@ int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* e
   // size (fused_check_args refuses V's own head size: no pairs in its scope) and checks the table.
   if (a.page_size != 0) {
     bool declared = false;
-    for (int32_t ps : kHopperPageSizes) declared = declared || ps == a.page_size;
+    char sizes[64] = "";  // the declared sizes, named in the refusal
+    for (int32_t ps : kHopperPageSizes) {
+      declared = declared || ps == a.page_size;
+      const size_t at = std::strlen(sizes);
+      std::snprintf(sizes + at, sizeof sizes - at, "%s%d", at ? ", " : "", int(ps));
+    }
     if (!declared)
-      AC_REFUSE("fused-hopper: page size %d is not one of the declared sizes (16, 64, 256)", a.page_size);
+      AC_REFUSE("fused-hopper: page size %d is not one of the declared sizes (%s)", a.page_size, sizes);
   }
   return fused_check_args(a, o, kNumHopperTilings, err, err_len);
 }
