@@ -114,6 +114,10 @@ struct ArgScope {
   // Descales per (sequence, KV head) (descale_granularity 2): read where V's descale multiplies
   // the output (fused_twin.h VDescale::output), one factor per (sequence, head) view.
   bool fp8_per_sequence = false;
+  // The page sizes the caller declares (AC_VAR_PAGED_KV): the fused walk's, or a kernel's own subset
+  // (fused-hopper's kHopperPageSizes).
+  const int32_t* page_sizes = kFusedPageSizes;
+  int num_page_sizes = kNumFusedPageSizes;
 };
 inline constexpr ArgScope kTwinScope{kFusedTwinHeadPairs, kNumFusedTwinHeadPairs, true, true};
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -115,8 +116,14 @@ int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, 
     AC_REFUSE("fused attention: window (%d, %d) below -1", a.window_left, a.window_right);
   if (a.page_size == 0) return AC_OK;
   bool declared = false;
-  for (int i = 0; i < kNumFusedPageSizes; ++i) declared = declared || kFusedPageSizes[i] == a.page_size;
-  if (!declared) AC_REFUSE("fused attention: page size %d is not one of the declared sizes", a.page_size);
+  char sizes[96] = "";  // the declared sizes, named in the refusal
+  for (int i = 0; i < scope.num_page_sizes; ++i) {
+    declared = declared || scope.page_sizes[i] == a.page_size;
+    const size_t at = std::strlen(sizes);
+    std::snprintf(sizes + at, sizeof sizes - at, "%s%d", at ? ", " : "", int(scope.page_sizes[i]));
+  }
+  if (!declared)
+    AC_REFUSE("fused attention: page size %d is not one of the declared sizes (%s)", a.page_size, sizes);
   if (!a.block_table || !a.block_table_host || a.num_pages < 1)
     AC_REFUSE("fused attention: paged K / V without a block table or pages");
   for (int s = 0; s < a.num_seqs; ++s) {

@@ -7,9 +7,6 @@
 // a cap, as the twin's walk knows) and a p below 2^-126 flushed to 0 (fused::ExpForm{true, true}).
 // fused-hopper-fp8's checks and twin too (hopper.h).
 // Check: ctest --test-dir build -R kernels_hopper
-#include <cstdio>
-#include <cstring>
-
 #include "common/cuda_check.h"
 #include "hopper/hopper.h"
 
@@ -27,18 +24,10 @@ int hopper_check_args(const ac_attention_args& a, const FusedOptions& o, char* e
   // Softcap, window and sinks are computed (hopper_kernel.cuh VAR), and paged K / V at the page sizes
   // whose pages the tensor maps' chunks lay out (kHopperPageSizes); the maps read tiles of one head
   // size (fused_check_args refuses V's own head size: no pairs in its scope) and checks the table.
-  if (a.page_size != 0) {
-    bool declared = false;
-    char sizes[64] = "";  // the declared sizes, named in the refusal
-    for (int32_t ps : kHopperPageSizes) {
-      declared = declared || ps == a.page_size;
-      const size_t at = std::strlen(sizes);
-      std::snprintf(sizes + at, sizeof sizes - at, "%s%d", at ? ", " : "", int(ps));
-    }
-    if (!declared)
-      AC_REFUSE("fused-hopper: page size %d is not one of the declared sizes (%s)", a.page_size, sizes);
-  }
-  return fused_check_args(a, o, kNumHopperTilings, err, err_len);
+  ArgScope scope;
+  scope.page_sizes = kHopperPageSizes;
+  scope.num_page_sizes = kNumHopperPageSizes;
+  return fused_check_args(a, o, kNumHopperTilings, err, err_len, scope);
 }
 
 int hopper_fp8_check_args(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
