@@ -196,12 +196,17 @@ uint32_t draw_finite_bits(ac_dtype d) {
   if (kind == 1) {
     // Subnormals and tiny magnitudes, which RapidCheck's float generators never produce.
     const double min_sub = d == AC_DTYPE_F16 ? 0x1p-24 : d == AC_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
-    return round_bits(d, min_sub * (1 + draw(0, 1000)) * (draw_bool() ? -1 : 1));
+    // The magnitude's draw before the sign's, in statements of their own (here and below): the
+    // operands of one expression may be evaluated in either order, and a seed must draw the same
+    // case under any compiler.
+    const int m = draw(0, 1000);
+    return round_bits(d, min_sub * (1 + m) * (draw_bool() ? -1 : 1));
   }
   if (kind == 2) {
     // Any magnitude up to 1e4 (6e4 for fp16/bf16 stays finite in fp32 accumulation).
     const int e = draw(-20, 14);
-    return round_bits(d, std::ldexp(1.0 + draw(0, 1024) / 1024.0, e) * (draw_bool() ? -1 : 1));
+    const int m = draw(0, 1024);
+    return round_bits(d, std::ldexp(1.0 + m / 1024.0, e) * (draw_bool() ? -1 : 1));
   }
   return round_bits(d, sample_sigma(1.0));
 }
@@ -246,9 +251,10 @@ rc::Gen<Bits> near_max_values(ac_dtype d, int64_t n) {
   return g::exec([d, n] {
     const int e = d == AC_DTYPE_F16 ? 15 : 127;
     Bits b(static_cast<size_t>(n));
-    for (uint32_t& x : b)
-      x = round_bits(d,
-                     std::ldexp(1.0 + *g::inRange(0, 1001) / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
+    for (uint32_t& x : b) {
+      const int m = *g::inRange(0, 1001);
+      x = round_bits(d, std::ldexp(1.0 + m / 1024.0, e) * (*g::arbitrary<bool>() ? -1 : 1));
+    }
     return b;
   });
 }
@@ -1310,16 +1316,25 @@ namespace {
 // power of two a few fp32 ulps off: a tie times it is stored as the tie shifted, in any input dtype,
 // so its quotient lies a few fp32 ulps from the tie, where only a quotient of one correctly rounded
 // division lands on the contract's side (x times a rounded 1 / scale, for one, may not).
+// The exponent is drawn before the mantissa, each into its own variable: as two arguments of one
+// call their order would be the compiler's (g++ evaluates ldexp's right to left, clang++ left to
+// right), and a seed would draw different cases under each.
 float quantize_scale() {
   switch (pick_class(4)) {
     case 0:
       return 1.0f;
     case 1:
       return std::ldexp(1.0f, draw(-10, 11));
-    case 2:
-      return std::ldexp(1.0f + float(draw(0, 1 << 23)) * 0x1p-23f, draw(-12, 8));
-    default:
-      return std::ldexp(1.0f + float(draw(-3, 4)) * 0x1p-23f, draw(-10, 11));
+    case 2: {
+      const int e = draw(-12, 8);
+      const int m = draw(0, 1 << 23);
+      return std::ldexp(1.0f + float(m) * 0x1p-23f, e);
+    }
+    default: {
+      const int e = draw(-10, 11);
+      const int m = draw(-3, 4);
+      return std::ldexp(1.0f + float(m) * 0x1p-23f, e);
+    }
   }
 }
 
@@ -1347,7 +1362,10 @@ uint32_t quantize_element(ac_dtype d, ref::Fp8Format f, double s) {
     case 2: {  // or next to one, by 2^-k relatively
       const int c = draw(0, sp.largest_code + 1);
       target = (code_value(c) + code_value(c + 1)) / 2;
-      if (pick_class(2) == 1) target *= 1.0 + (draw_bool() ? 1 : -1) * std::ldexp(1.0, -draw(8, 13));
+      if (pick_class(2) == 1) {
+        const double side = draw_bool() ? 1 : -1;
+        target *= 1.0 + side * std::ldexp(1.0, -draw(8, 13));
+      }
       break;
     }
     case 3:  // around the largest value: saturated or overflowing, or the largest itself
