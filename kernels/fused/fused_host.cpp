@@ -116,14 +116,15 @@ int fused_check_variants(const ac_attention_args& a, char* err, size_t err_len, 
     AC_REFUSE("fused attention: window (%d, %d) below -1", a.window_left, a.window_right);
   if (a.page_size == 0) return AC_OK;
   bool declared = false;
-  char sizes[96] = "";  // the declared sizes, named in the refusal
-  for (int i = 0; i < scope.num_page_sizes; ++i) {
-    declared = declared || scope.page_sizes[i] == a.page_size;
-    const size_t at = std::strlen(sizes);
-    std::snprintf(sizes + at, sizeof sizes - at, "%s%d", at ? ", " : "", int(scope.page_sizes[i]));
-  }
-  if (!declared)
+  for (int i = 0; i < scope.num_page_sizes; ++i) declared = declared || scope.page_sizes[i] == a.page_size;
+  if (!declared) {
+    char sizes[96] = "";  // the declared sizes, named in the refusal (written only for one)
+    for (int i = 0; i < scope.num_page_sizes; ++i) {
+      const size_t at = std::strlen(sizes);
+      std::snprintf(sizes + at, sizeof sizes - at, "%s%d", at ? ", " : "", int(scope.page_sizes[i]));
+    }
     AC_REFUSE("fused attention: page size %d is not one of the declared sizes (%s)", a.page_size, sizes);
+  }
   if (!a.block_table || !a.block_table_host || a.num_pages < 1)
     AC_REFUSE("fused attention: paged K / V without a block table or pages");
   for (int s = 0; s < a.num_seqs; ++s) {
