@@ -251,9 +251,9 @@ void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& ou
 // itself and the 1023 keys before it; causal). TFLOP/s counts 4 d flops per head for each visible
 // (query, key) pair, so a window's rate is comparable with a full row's; PyTorch's flex_attention
 // (peers.py) beside them where it runs. Row labels: "<tiling> softcap=30", "<tiling> window=1024".
+#if defined(ATTNCHECK_HAVE_SM90A)
 void variants(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int t, bool causal,
               bool window) {
-#if defined(ATTNCHECK_HAVE_SM90A)
   Problem p(1, t, t, true, causal);
   constexpr int kWindow = 1024;
   double pairs = causal ? 0.5 * double(t) * double(t + 1) : double(t) * double(t);
@@ -275,15 +275,8 @@ void variants(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out
        {"variants", "fused-hopper", "T=" + std::to_string(t) + " h=32/8 d=128", "bf16", causal,
         tiling_name(kHopperTilings[0]) + (window ? " window=" + std::to_string(kWindow) : " softcap=30"), ms,
         flops / ms * 1e-9, "TFLOP/s", "gemm"});
-#else
-  (void)o;
-  (void)timer;
-  (void)out;
-  (void)t;
-  (void)causal;
-  (void)window;
-#endif
 }
+#endif
 
 void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, int batch, int tk) {
   Problem p(batch, 1, tk, false, false);
@@ -536,12 +529,14 @@ Ceilings run_suite(const SuiteOptions& o, std::vector<Measurement>& out) {
     for (int t : o.attention_tokens)
       for (bool bf16 : {false, true})
         for (bool causal : {false, true}) attention(o, timer, out, t, bf16, causal);
+#if defined(ATTNCHECK_HAVE_SM90A)
   if (o.attention)
     for (int t : o.attention_tokens) {
       variants(o, timer, out, t, false, false);
       variants(o, timer, out, t, true, false);
       variants(o, timer, out, t, true, true);
     }
+#endif
   // Merges before decode: decode at batch 64 allocates and frees up to 68 GB, and what is allocated
   // after that moved less on the H200 (the merge at 32768 tokens 3806 GB/s against 4209 before it,
   // and a 1 GiB copy 3807 against 4253), so a row measured there would be judged against a ceiling

@@ -8,7 +8,8 @@
 # metrics of $metrics that the report holds (on the H200 in 2026-12: duration, warp instructions,
 # issue activity, registers, block, grid and shared memory; the pipe metrics were absent there).
 #   bash tests/gpu/profile.sh [tiling...]   tilings as the kernel's template arguments BR, BC
-#                                           (default: 192,64 128,128); CUDNN=0 leaves cuDNN out
+#                                           (default: 192,64 128,128), or fp8: fused-hopper-fp8's
+#                                           instantiation (bf16 O, non-causal); CUDNN=0 leaves cuDNN out
 set -u
 BIN="${BIN:-gpu-bin}"
 [ -d "$BIN" ] || { [ -f gpu-pack/bin.tar.xz ] && tar xJf gpu-pack/bin.tar.xz; }
@@ -29,8 +30,10 @@ print("kernel=" + vals[head.index("Kernel Name")][:160])' "$metrics" >> "$summar
 }
 for t in ${*:-192,64 128,128}; do
   name="fused-hopper-${t/,/x}"
+  kernel="hopper_attention_kernelILb0ELi128ELi${t/,/ELi}ELNS0_14HopperMutationE0E"
+  [ "$t" = fp8 ] && kernel="hopper_attention_kernelILb1ELi128ELi128ELi128ELNS0_14HopperMutationE0ELb0ELb1E"
   timeout 150 "$ncu" --clock-control none --set full --import-source no --kernel-name-base mangled \
-    -k "regex:hopper_attention_kernelILb0ELi128ELi${t/,/ELi}ELNS0_14HopperMutationE0E" --launch-count 1 -f -o "$OUT/$name" \
+    -k "regex:$kernel" --launch-count 1 -f -o "$OUT/$name" \
     "$BIN/hopper_bench" 1 hopper8192 > "$OUT/$name.log" 2>&1
   echo "ncu $name rc=$?" >> "$summary"
   headline "$OUT/$name.ncu-rep"

@@ -125,6 +125,12 @@ BenchRun measure(const Options& o) {
 }
 #endif
 
+// Two rows of one kernel on one shape and dtype (their tilings, and causality where it matters, the
+// caller's to compare).
+bool same_kernel_case(const BenchRow& a, const BenchRow& b) {
+  return a.family == b.family && a.kernel == b.kernel && a.shape == b.shape && a.dtype == b.dtype;
+}
+
 // What batch invariance costs in decode: per shape, each fixed split size's throughput (keys per
 // split independent of the batch) over the adaptive split count's (chosen from the batch), against
 // the goal of at least 0.9 at batch 8 and more, 0.7 at batch 1; the best fixed size decides.
@@ -135,8 +141,7 @@ void print_invariance_price(const BenchRun& r) {
     std::string line;
     double best = 0;
     for (const BenchRow& f : r.rows)
-      if (f.family == a.family && f.kernel == a.kernel && f.shape == a.shape && f.dtype == a.dtype &&
-          f.tiling.rfind("fixed=", 0) == 0) {
+      if (same_kernel_case(f, a) && f.tiling.rfind("fixed=", 0) == 0) {
         char b[96];
         std::snprintf(b, sizeof b, "%s %.2fx  ", f.tiling.c_str(), f.value / a.value);
         line += b;
@@ -189,9 +194,7 @@ void print_paged_goals(const BenchRun& r) {
     const std::string plain = p.tiling.substr(0, at);
     const BenchRow* c = nullptr;
     for (const BenchRow& x : r.rows)
-      if (x.family == p.family && x.kernel == p.kernel && x.shape == p.shape && x.dtype == p.dtype &&
-          x.causal == p.causal && x.tiling == plain)
-        c = &x;
+      if (same_kernel_case(x, p) && x.causal == p.causal && x.tiling == plain) c = &x;
     if (!c || c->value <= 0) continue;
     if (!header)
       std::printf(
