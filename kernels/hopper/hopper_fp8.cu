@@ -13,7 +13,7 @@
 //   - p = 2^fl(S scale_log2 - m) by ex2.approx.ftz as in fused-hopper; l sums the unrounded p;
 //   - P held as the e4m3fn code of 256 p (cvt.rn.satfinite: nearest even; 256 p <= 256 never
 //     saturates), P V on the codes by the same wgmma, one chain of four k32 steps per 128-key tile in
-//     a fresh accumulator, added to O in fp32 registers: O = fl(fl(O + P_j V_j) alpha_(j+1));
+//     a fresh accumulator, joined to O in fp32 registers by one fma: O = fl(O alpha_j + P_j V_j);
 //   - at the end O / 256 (exact), times 1 / l (one rounding), times v_descale (one rounding), then to
 //     the output type (one rounding); the LSE from m and l as fused's.
 // The host twin (hopper_host.cpp) is fused's twin with tile (128, 128), ExpForm{fma, flush}, P in

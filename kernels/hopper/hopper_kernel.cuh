@@ -53,10 +53,10 @@
 // bulk copy); P is held as the e4m3fn code of 256 p (cvt.rn). The e4m3 wgmma's accumulator is not
 // fp32 (13 bits, truncating: plugin_abi.h AC_FP8_TRUNCATED_SUMS), so no sum stays in it past 128
 // products: S is one chain of four k32 steps, and each tile's P V goes to a fresh accumulator that
-// is added to O in fp32 registers, O = fl(fl(O + P_j V_j) alpha_(j+1)) (two roundings a tile). The
-// epilogue multiplies by 2^-8 (exact), 1 / l and V's descale, in that order. The
-// descales of the (sequence, KV head) join the softmax scale in the consumer. Softcap, window,
-// sinks and the mutants are not built in FP8.
+// joins O in fp32 registers by one fma an element, O = fl(O alpha_j + P_j V_j) (one rounding a
+// tile; fold_pv, issued under the next tile's S wgmma). The epilogue multiplies by 2^-8 (exact),
+// 1 / l and V's descale, in that order. The descales of the (sequence, KV head) join the softmax
+// scale in the consumer. Softcap, window, sinks and the mutants are not built in FP8.
 // Check: ctest --test-dir build -L gpu -R kernels_hopper
 #pragma once
 #include <cuda.h>
@@ -599,9 +599,8 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   // consumers (232 registers, BR = 128) the branch made the kernel slower (386 -> 373), so they
   // always multiply.
   auto rescale_and_pack = [&]() {
-    if constexpr (FP8) {  // the previous tile's P V joins O in fp32 (ot is 0 before the first)
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] = (o[i] + ot[i]) * alpha[(i & 3) >> 1];
+    if constexpr (FP8) {
+      // O is not touched here: fold_pv joins each tile's P V later, under the next S wgmma.
     } else if (L::kConsumers == 2 || alpha[0] != 1.0f || alpha[1] != 1.0f) {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
@@ -630,6 +629,18 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     }
   };
 
+  // FP8: O = fl(O alpha + P V) for a retired tile's P V in ot and the alpha of that tile's softmax,
+  // one fma an element (O is 0 and ot 0 before the first tile, so the first fold is 0). Issued
+  // after the next S wgmma, so the multiply-adds run while the tensor cores compute S; ot is free
+  // again once they have read it, before the next P V wgmma overwrites it.
+  [[maybe_unused]] float alpha_fold[2] = {0.0f, 0.0f};
+  auto fold_pv = [&](const float(&a)[2]) {
+    if constexpr (FP8) {
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] = fmaf(o[i], a[(i & 3) >> 1], ot[i]);
+    }
+  };
+
   if (n_tiles > 0) {
     dev::mbar_wait<kGuard>(bar_q, 0);
     // Prologue: tile 0's S and softmax alone (O *= alpha_0 multiplies zeros, kept for the order).
@@ -643,9 +654,11 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     // (O = O alpha_j + P_j V_j), in the same order.
     for (int j = 1; j < n_tiles; ++j) {
       issue_s(j);
+      fold_pv(alpha_fold);  // P_(j-2) V_(j-2) with alpha_(j-2)
       issue_pv(j - 1);
       dev::wgmma_wait<1>();  // S_j retired; P_(j-1) V_(j-1) may still run
       dev::fence_regs(sacc);
+      alpha_fold[0] = alpha[0], alpha_fold[1] = alpha[1];
       softmax(j);
       dev::wgmma_wait<0>();  // P_(j-1) V_(j-1) retired: O and pa are free, stage j - 1 is read
       fence_pv_acc();
@@ -655,14 +668,12 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
       rescale_and_pack();
     }
     // The last tile's P V.
+    fold_pv(alpha_fold);
     issue_pv(n_tiles - 1);
     dev::wgmma_wait<0>();
     fence_pv_acc();
     dev::mbar_arrive(bar_e(stage_of(n_tiles - 1)));
-    if constexpr (FP8) {
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] += ot[i];
-    }
+    fold_pv(alpha);
   }
 
   // Epilogue, fused's: reduce l over the quad, normalise, store O and LSE (accumulator element
