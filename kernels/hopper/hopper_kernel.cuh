@@ -643,7 +643,8 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
 
   if (n_tiles > 0) {
     dev::mbar_wait<kGuard>(bar_q, 0);
-    // Prologue: tile 0's S and softmax alone (O *= alpha_0 multiplies zeros, kept for the order).
+    // Prologue: tile 0's S and softmax alone (O *= alpha_0 multiplies zeros, kept for the order;
+    // FP8's first fold likewise).
     issue_s(0);
     dev::wgmma_wait<0>();
     dev::fence_regs(sacc);
@@ -651,7 +652,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     rescale_and_pack();
     // Steady state: S_j and P_(j-1) V_(j-1) in flight together; tile j's softmax runs under the
     // P V wgmma. Per tile the operations on O are those of the one-tile-at-a-time loop
-    // (O = O alpha_j + P_j V_j), in the same order.
+    // (O = O alpha_j + P_j V_j), in the same order (FP8: both in one fma, fold_pv, a tile later).
     for (int j = 1; j < n_tiles; ++j) {
       issue_s(j);
       fold_pv(alpha_fold);  // P_(j-2) V_(j-2) with alpha_(j-2)
