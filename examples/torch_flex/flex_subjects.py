@@ -16,10 +16,16 @@ What the adapter does, and why:
   says if it is not). Rows with no visible key: flex returns O = 0 and LSE = -inf itself; nothing
   is patched.
 - Compilation: flex_attention's fused kernel runs only under torch.compile (eager flex is a
-  reference implementation, not the kernel). Every case shape compiles anew (dynamic=False: with
+  reference implementation, not the kernel). Every new shape compiles anew (dynamic=False: with
   dynamic shapes, inductor failed to lower the mask_mod's captured visibility tensor on the H200,
-  "unbacked_bindings"), which takes seconds: run it with a generous --call-timeout. The cache limit
-  is raised so that no call falls back to eager. FLEX_EAGER=1 runs eager flex instead.
+  "unbacked_bindings"), which takes seconds. So a sequence is padded to a bucket, queries to the
+  next power of two (a short query block keeps flex's decoding path) and keys to the next power of
+  two of at least 128 (flex's key block), with zeros; the padding is hidden by the mask_mod, so the
+  real rows see the keys and the masked tails flex itself would see, and the padded rows are
+  dropped. The cap is a 0-d tensor read by the score_mod, not a constant, so a new cap is no new
+  program. Run it with a generous --call-timeout all the same. The cache limit is raised so that no
+  call falls back to eager. FLEX_EAGER=1 runs eager flex instead; FLEX_BUCKET=0 compiles each exact
+  shape, as before.
 - Not declared: sinks (flex has no denominator-only term), paged K / V (flex reads contiguous K and
   V here; its paged helpers are a separate API).
 """
@@ -41,31 +47,48 @@ def _bhtd(x, num_heads=None):
     return x.transpose(0, 1).unsqueeze(0)  # [T, H, D] -> [1, H, T, D]
 
 
+_BUCKET = os.environ.get("FLEX_BUCKET", "1") == "1"
+
+
+def _pow2(n, least):
+    return max(least, 1 << (n - 1).bit_length())
+
+
+def _padded(x, rows):
+    """[T, H, D] with zero rows appended up to `rows`."""
+    return x if x.shape[0] == rows else torch.cat([x, x.new_zeros((rows - x.shape[0],) + x.shape[1:])])
+
+
 def attention(call):
     out = torch.zeros_like(call.q)
     lse = torch.full((call.q.shape[0], call.num_heads), float("-inf"), device=call.q.device, dtype=torch.float32)
-    cap = float(call.softcap)
     score_mod = None
-    if cap > 0:
+    if float(call.softcap) > 0:
+        cap = torch.tensor(float(call.softcap), dtype=torch.float32, device=call.q.device)
+
         def score_mod(score, b, h, q_idx, kv_idx):
             return cap * torch.tanh(score / cap)
     for _, qs, ks, visible in helpers.sequences(call):
         tq, tk = qs.stop - qs.start, ks.stop - ks.start
         if tq == 0 or tk == 0:
             continue  # no queries, or every row empty: O = 0, LSE = -inf already
-        q, k, v = _bhtd(call.q[qs]), _bhtd(call.k[ks], call.num_heads), _bhtd(call.v[ks], call.num_heads)
+        bq, bk = (_pow2(tq, 1), _pow2(tk, 128)) if _BUCKET else (tq, tk)
+        q = _bhtd(_padded(call.q[qs], bq))
+        k = _bhtd(_padded(call.k[ks], bk), call.num_heads)
+        v = _bhtd(_padded(call.v[ks], bk), call.num_heads)
         block_mask = None
-        if visible is not None:
-            vis = torch.from_numpy(visible.copy()).to(q.device)
+        if visible is not None or (bq, bk) != (tq, tk):
+            vis = torch.zeros((bq, bk), dtype=torch.bool, device=q.device)
+            vis[:tq, :tk] = True if visible is None else torch.from_numpy(visible.copy()).to(q.device)
 
             def mask_mod(b, h, q_idx, kv_idx):
                 return vis[q_idx, kv_idx]
 
-            block_mask = create_block_mask(mask_mod, None, None, tq, tk, device=q.device)
+            block_mask = create_block_mask(mask_mod, None, None, bq, bk, device=q.device)
         o, l = _flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=float(call.softmax_scale),
                      return_lse=True)
-        out[qs] = o[0].transpose(0, 1)
-        lse[qs] = l[0].transpose(0, 1).float()
+        out[qs] = o[0, :, :tq].transpose(0, 1)
+        lse[qs] = l[0, :, :tq].transpose(0, 1).float()
     return out, helpers.lse_to_layout(lse, call.lse_layout)
 
 

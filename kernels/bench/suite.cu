@@ -149,20 +149,23 @@ void emit(const SuiteOptions& o, std::vector<Measurement>& out, Measurement m) {
 
 // Paged K / V (AC_VAR_PAGED_KV) over a call's contiguous buffers: `batch` sequences of tk keys in
 // pages of `page`, page b of sequence s being page s n + (b 7919 mod n) of the pool (n = tk / page
-// each), so that consecutive pages lie far apart. The table's host and device copies live in
-// `tables` (the call reads both); the call includes the launcher's host check of every entry
-// (fused_check_variants), and picks its own split count.
+// each), so that consecutive pages lie far apart; or page s n + b (`in_order`: the contiguous
+// buffers' own order, so that a row's cost over the contiguous row is the addressing's alone). The table's
+// host and device copies live in `tables` (the call reads both); the call includes the launcher's host check
+// of every entry (fused_check_variants), and picks its own split count.
 struct BlockTable {
   std::vector<int32_t> host;
   std::unique_ptr<Device> device;
 };
-ac_attention_args paged(ac_attention_args a, int batch, int tk, int page, std::list<BlockTable>& tables) {
+ac_attention_args paged(ac_attention_args a, int batch, int tk, int page, std::list<BlockTable>& tables,
+                        bool in_order = false) {
   const int per_seq = tk / page;
   BlockTable& t = tables.emplace_back();
   t.host.resize(size_t(batch) * size_t(per_seq));
   for (int s = 0; s < batch; ++s)
     for (int b = 0; b < per_seq; ++b)
-      t.host[size_t(s) * size_t(per_seq) + size_t(b)] = s * per_seq + int(int64_t(b) * 7919 % per_seq);
+      t.host[size_t(s) * size_t(per_seq) + size_t(b)] =
+          s * per_seq + (in_order ? b : int(int64_t(b) * 7919 % per_seq));
   t.device = std::make_unique<Device>(t.host.size() * 4, "cudaMalloc block table");
   check(cudaMemcpy(t.device->p, t.host.data(), t.host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
   a.page_size = page;
@@ -355,6 +358,15 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
   emit(o, out,
        {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto paged=16", ms8p, bytes8 / ms8p * 1e-6,
         "GB/s", "copy"});
+  // And in pages of 16 in the pool's order: the paged walk without the scatter.
+  const ac_attention_args p8o = paged(a8, batch, tk, 16, tables, true);
+  const double ms8o = timer.median_ms([&] {
+    check_kernel(packed_attention_cuda(p8o, err, sizeof err, false, 0), "splitkv-packed (e4m3 cache, paged)",
+                 err);
+  });
+  emit(o, out,
+       {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto paged=16 in-order", ms8o,
+        bytes8 / ms8o * 1e-6, "GB/s", "copy"});
 }
 
 // MLA's absorbed decode (splitkv-packed's packed_mla.cu): batch sequences of one query and tk keys,

@@ -11,7 +11,8 @@
 //   decode     1 query, T_k in {8192, 32768, 131072}, batch 1, 8 and 64, the same heads, fp16;
 //              splitkv-packed (its own split count) and splitkv (splits filling the machine);
 //              splitkv-packed on an e4m3fn cache (dtype "fp16 e4m3-kv", one byte per K / V element);
-//              splitkv-packed paged (pages of 16, 64, 256; the e4m3 cache at 16), tiling "auto paged=P".
+//              splitkv-packed paged (pages of 16, 64, 256; the e4m3 cache at 16, scattered and
+//              in the pool's order), tiling "auto paged=P" ("auto paged=16 in-order").
 //              GB/s of compulsory traffic (K and V once, Q and O once), against the copy ceiling.
 //              MLA's absorbed decode (16 query heads over 1 KV head, QK 576 / V 512) at the same
 //              batches and the shortest T_k: splitkv-packed contiguous, paged (64) and on an e4m3 cache.

@@ -598,12 +598,13 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   // which on long rows is most tiles (H200, T = 8192, (192, 64): 406 -> 422 TFLOP/s). With two
   // consumers (232 registers, BR = 128) the branch made the kernel slower (386 -> 373), so they
   // always multiply.
+  // FP8 leaves O alone here: fold_pv joins each tile's P V later, under the next S wgmma.
   auto rescale_and_pack = [&]() {
-    if constexpr (FP8) {
-      // O is not touched here: fold_pv joins each tile's P V later, under the next S wgmma.
-    } else if (L::kConsumers == 2 || alpha[0] != 1.0f || alpha[1] != 1.0f) {
+    if constexpr (!FP8) {
+      if (L::kConsumers == 2 || alpha[0] != 1.0f || alpha[1] != 1.0f) {
 #pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
+        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
+      }
     }
     if constexpr (FP8) {
       // Keys 32 kk .. + 31 are accumulator groups 4 kk .. 4 kk + 3; this thread holds columns

@@ -10,6 +10,11 @@
 #   bash tests/gpu/profile.sh [tiling...]   tilings as the kernel's template arguments BR, BC
 #                                           (default: 192,64 128,128), or fp8: fused-hopper-fp8's
 #                                           instantiation (bf16 O, non-causal); CUDNN=0 leaves cuDNN out
+#   bash tests/gpu/profile.sh decode8       splitkv-packed on the e4m3 cache at batch 8, T_k = 32768
+#                                           (hopper_bench's rows: contiguous, pages of 16 scattered,
+#                                           pages of 16 in order), every launch of the three rows (the
+#                                           timer's two warm-ups and its one timed call each, in that
+#                                           order): decode8.txt, and a summary line per launch
 set -u
 BIN="${BIN:-gpu-bin}"
 [ -d "$BIN" ] || { [ -f gpu-pack/bin.tar.xz ] && tar xJf gpu-pack/bin.tar.xz; }
@@ -28,6 +33,26 @@ head, vals = rows[0], rows[2]
 print(" ".join(f"{h}={v}" for h, v in zip(head, vals) if any(m in h for m in sys.argv[1].split(","))))
 print("kernel=" + vals[head.index("Kernel Name")][:160])' "$metrics" >> "$summary"
 }
+if [ "${1:-}" = decode8 ]; then
+  # The FP8 instantiations with fp16 Q (template arguments BF16 = false, D = 128, STAGES, FP8 = true).
+  dm=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,launch__grid_size
+  timeout 400 "$ncu" --clock-control none --set full --import-source no --kernel-name-base mangled \
+    -k "regex:packed_kernelILb0ELi128ELi[0-9]+ELb1E" --launch-count 9 -f -o "$OUT/decode8" \
+    "$BIN/hopper_bench" 1 decode8 > "$OUT/decode8.log" 2>&1
+  echo "ncu decode8 rc=$?" >> "$summary"
+  "$ncu" --import "$OUT/decode8.ncu-rep" --page raw --csv --metrics "$dm" 2>/dev/null | python3 -c '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+keys = sys.argv[1].split(",")
+head = rows[0] if rows else []
+for i, vals in enumerate(rows[2:]):
+    walk = vals[head.index("Kernel Name")].split("WalkE")[-1][:2]
+    cols = [h.split("__")[-1] + "=" + v for h, v in zip(head, vals) if h in keys]
+    print(f"launch {i} walk={walk} " + " ".join(cols))' "$dm" >> "$summary"
+  "$ncu" --import "$OUT/decode8.ncu-rep" --page details > "$OUT/decode8.txt" 2>&1
+  grep -E "^(splitkv|decode)" "$OUT/decode8.log" >> "$summary"
+  exit 0
+fi
 for t in ${*:-192,64 128,128}; do
   name="fused-hopper-${t/,/x}"
   kernel="hopper_attention_kernelILb0ELi128ELi${t/,/ELi}ELNS0_14HopperMutationE0E"

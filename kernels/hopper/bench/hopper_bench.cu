@@ -1,9 +1,9 @@
 // hopper_bench: the built-in kernels' benchmark (kernels/bench/suite.h: shapes, timing, ceilings)
 // printed as text, one line per measurement; `attncheck bench` runs the same suite and writes
 // bench.json. Not a test; run on the H200.
-// Run: build/tests/kernels_hopper/hopper_bench [repeats] [decode | decode64 | mla | hopper8192]
-//   decode      decode rows only; decode64: those at batch 64 and T_k = 32768 only (one shape to
-//   profile); mla: MLA's decode rows only; hopper8192: fused-hopper at T = 8192 only.
+// Run: build/tests/kernels_hopper/hopper_bench [repeats] [decode | decode64 | decode8 | mla | hopper8192]
+//   decode      decode rows only; decode64 and decode8: those at batch 64 or 8 and T_k = 32768 only
+//   (one shape to profile); mla: MLA's decode rows only; hopper8192: fused-hopper at T = 8192 only.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,9 +20,10 @@ int main(int argc, char** argv) {
   SuiteOptions o;
   if (argc > 1) o.repeats = std::max(1, std::atoi(argv[1]));
   const std::string_view only = argc > 2 ? argv[2] : "";
-  if (only == "decode" || only == "decode64" || only == "mla") {
+  if (only == "decode" || only == "decode64" || only == "decode8" || only == "mla") {
     o.attention = o.merge = false;
     if (only == "decode64") o.decode_batches = {64}, o.decode_tokens = {32768};
+    if (only == "decode8") o.decode_batches = {8}, o.decode_tokens = {32768};
     if (only == "mla") o.gqa_decode = false;
   } else if (only == "hopper8192") {
     o.attention_tokens = {8192};
