@@ -18,10 +18,10 @@ What the adapter does, and why:
 - Compilation: flex_attention's fused kernel runs only under torch.compile (eager flex is a
   reference implementation, not the kernel). Every new shape compiles anew (dynamic=False: with
   dynamic shapes, inductor failed to lower the mask_mod's captured visibility tensor on the H200,
-  "unbacked_bindings"), which takes seconds. So a sequence is padded to a bucket, queries to the
-  next power of two (a short query block keeps flex's decoding path) and keys to the next power of
-  two of at least 128 (flex's key block), with zeros; the padding is hidden by the mask_mod, so the
-  real rows see the keys and the masked tails flex itself would see, and the padded rows are
+  "unbacked_bindings"), which takes seconds. So a sequence is padded to a bucket with zeros,
+  queries to the next power of two (not to 128, so that a short query block stays short) and keys
+  to the next power of two of at least 128 (flex's key block); the mask_mod hides the padded keys
+  from every row, as flex hides a key block's tail past the last key, and the padded rows are
   dropped. The cap is a 0-d tensor read by the score_mod, not a constant, so a new cap is no new
   program. Run it with a generous --call-timeout all the same. The cache limit is raised so that no
   call falls back to eager. FLEX_EAGER=1 runs eager flex instead; FLEX_BUCKET=0 compiles each exact
