@@ -42,7 +42,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/host_tensor.h"
@@ -91,61 +90,24 @@ __device__ __forceinline__ int code_at(int r, int c) {
   return r * D + 16 * (D == 128 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3)));
 }
 
-// FP8: warp w stages and reads only keys 16w..16w+15 of each tile (its share of S and of P V):
-// copy i of lane l is chunk c = (l + 32 i) % CH of row r = 16 w + (l + 32 i) / CH of the tile.
-template <int D>
-struct CodeCopies {
-  static constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
-  static_assert(kRows * CH % 32 == 0, "whole chunks per lane");
-  __device__ __forceinline__ static int row(int warp, int lane, int i) {
-    return warp * kRows + (lane + 32 * i) / CH;
-  }
-  __device__ __forceinline__ static int chunk(int lane, int i) { return (lane + 32 * i) % CH; }
-};
-
-// FP8, paged K / V: the pool rows (slots) of the rows this lane copies (CodeCopies), each found by
-// the lane itself, where packed::PagedSlots has each lane form 2 of the tile's 64 slots and every
-// copy take its slot by a shuffle, though a warp copies only 16 rows (with PagedSlots the paged FP8
-// walk ran 82.4 M warp instructions against the contiguous walk's 65.9 M: Nsight Compute, H100,
-// batch 8, T_k = 32768). fetch reads the table entries a tile ahead (PagedSlots' protocol); slot
-// forms copy i's slot at the copy, so that the 64-bit slots hold no registers between tiles. A
-// row at or past `valid` reads no entry (slot 0).
-template <int D>
-struct CodeSlots {
-  using C = CodeCopies<D>;
-  int32_t page[C::PER_LANE] = {}, off[C::PER_LANE] = {};
-  __device__ __forceinline__ void fetch(const int32_t* table, int page_size, int n0, int valid, int warp,
-                                        int lane) {
-#pragma unroll
-    for (int i = 0; i < C::PER_LANE; ++i) {
-      const int r = C::row(warp, lane, i);
-      const uint32_t key = uint32_t(n0 + r), ps = uint32_t(page_size), block = key / ps;
-      const bool ok = r < valid;
-      off[i] = ok ? int32_t(key - block * ps) : 0;
-      page[i] = ok ? table[block] : 0;
-    }
-  }
-  __device__ __forceinline__ int64_t slot(int i, int page_size) const {
-    return int64_t(page[i]) * page_size + off[i];
-  }
-};
-
-// FP8: this warp's 16 rows of D codes of K and of V (row stride in bytes) into rows 16w.. of the
-// [kBC][D] code tiles sk and sv (chunks at code_at); rows at or past `valid` (counted from the
-// tile's first row) are zero-filled (code 0 is +0: masked keys meet V = 0) and read nothing (the
-// first row of gk / gv, always in range, stands in as their address). Paged (slots not null): gk
-// and gv are the pools' first rows of this KV head, copy i's row at slots->slot(i, page_size);
-// otherwise at row r.
+// FP8: warp w stages and reads only keys 16w..16w+15 of each tile (its share of S and of P V).
+// Its 16 rows of D codes of K and of V (row stride in bytes) into rows 16w.. of the [kBC][D] code
+// tiles sk and sv (chunks at code_at); rows
+// at or past `valid` (counted from the tile's first row) are zero-filled (code 0 is +0: masked keys
+// meet V = 0) and read nothing (the first row of gk / gv, always in range, stands in as their
+// address). Paged (slots not null): gk and gv are the pools' first rows of this KV head, row r at
+// slots->slot(r); otherwise at row r.
 template <int D>
 __device__ __forceinline__ void load_code_rows(uint8_t* sk, uint8_t* sv, const uint8_t* gk, const uint8_t* gv,
                                                int64_t row_stride, int valid, int warp, int lane,
-                                               const CodeSlots<D>* slots, int page_size) {
-  using C = CodeCopies<D>;
+                                               const packed::PagedSlots* slots) {
+  constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
+  static_assert(kRows * CH % 32 == 0, "whole chunks per lane");
 #pragma unroll
-  for (int i = 0; i < C::PER_LANE; ++i) {
-    const int r = C::row(warp, lane, i), c = C::chunk(lane, i);
+  for (int i = 0; i < PER_LANE; ++i) {
+    const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
     const bool ok = r < valid;
-    const int64_t off = (slots ? slots->slot(i, page_size) : r) * row_stride + c * 16;
+    const int64_t off = (slots ? slots->slot(r) : r) * row_stride + c * 16;  // every lane: the shuffle
     fused::dev::cp_async16(sk + code_at<D>(r, c), ok ? gk + off : gk, ok);
     fused::dev::cp_async16(sv + code_at<D>(r, c), ok ? gv + off : gv, ok);
   }
@@ -270,35 +232,28 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   const uint16_t* gv = p.v + (kv_row0 * p.num_kv_heads + kvh) * D;
   const uint8_t* ck = reinterpret_cast<const uint8_t*>(p.k) + (kv_row0 * p.num_kv_heads + kvh) * D;
   const uint8_t* cv = reinterpret_cast<const uint8_t*>(p.v) + (kv_row0 * p.num_kv_heads + kvh) * D;
-  // Paged: the next tile's slots, read one tile ahead (packed::PagedSlots; FP8: CodeSlots, the
-  // lane's own rows).
-  std::conditional_t<FP8, CodeSlots<D>, packed::PagedSlots> slots;
-  auto fetch_slots = [&](int n0, int valid) {
-    if constexpr (FP8)
-      slots.fetch(table, p.page_size, n0, valid, warp, lane);
-    else
-      slots.fetch(table, p.page_size, n0, valid, lane);
-  };
-  if (paged) fetch_slots(k_lo, k_end - k_lo);
+  // Paged: the next tile's slots, read one tile ahead (packed::PagedSlots).
+  packed::PagedSlots slots;
+  if (paged) slots.fetch(table, p.page_size, k_lo, k_end - k_lo, lane);
   auto load_tile = [&](int t) {  // tile t of the range into its stage; rows past k_end zero-filled
     const int n0 = k_lo + t * kBC;
     const int64_t off = paged ? 0 : int64_t(n0) * kv_stride;
     const int valid = k_end - n0;
+    if (paged) slots.ready(p.page_size);
     if constexpr (FP8) {  // codes: the row stride in bytes is the stride in elements
       uint8_t* sc = smem + S::kCodes + (t % STAGES) * 2 * S::kCodeTile;
       load_code_rows<D>(sc, sc + S::kCodeTile, ck + off, cv + off, kv_stride, valid, warp, lane,
-                        paged ? &slots : nullptr, p.page_size);
+                        paged ? &slots : nullptr);
     } else {
       uint16_t* sk = reinterpret_cast<uint16_t*>(smem + S::kKV + (t % STAGES) * 2 * S::kTile);
       if (paged) {
-        slots.ready(p.page_size);
         load_kv_paged<D>(sk, sk + kBC * D, gk, gv, kv_stride, slots, valid, tid);
       } else {
         dev::load_tile<kBC, D, kThreads>(sk, gk + off, kv_stride, valid, tid);
         dev::load_tile<kBC, D, kThreads>(sk + kBC * D, gv + off, kv_stride, valid, tid);
       }
     }
-    if (paged) fetch_slots(n0 + kBC, valid - kBC);
+    if (paged) slots.fetch(table, p.page_size, n0 + kBC, valid - kBC, lane);
   };
   float scale, scale_log2, v_descale;
   packed::descaled<FP8>(p, seq, kvh, scale, scale_log2, v_descale);
