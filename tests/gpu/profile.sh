@@ -46,7 +46,9 @@ rows = list(csv.reader(sys.stdin))
 keys = sys.argv[1].split(",")
 head = rows[0] if rows else []
 for i, vals in enumerate(rows[2:]):
-    walk = vals[head.index("Kernel Name")].split("WalkE")[-1][:2]
+    # The raw page names the kernel demangled, "...packed_kernel<0, 128, 3, 1, 0>(...)": Walk is
+    # the last template argument.
+    walk = vals[head.index("Kernel Name")].split(">(")[0].rsplit(",", 1)[-1].strip()
     cols = [h.split("__")[-1] + "=" + v for h, v in zip(head, vals) if h in keys]
     print(f"launch {i} walk={walk} " + " ".join(cols))' "$dm" >> "$summary"
   "$ncu" --import "$OUT/decode8.ncu-rep" --page details > "$OUT/decode8.txt" 2>&1
