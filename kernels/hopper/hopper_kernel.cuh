@@ -600,12 +600,6 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   // always multiply.
   // FP8 leaves O alone here: fold_pv joins each tile's P V later, under the next S wgmma.
   auto rescale_and_pack = [&]() {
-    if constexpr (!FP8) {
-      if (L::kConsumers == 2 || alpha[0] != 1.0f || alpha[1] != 1.0f) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
-      }
-    }
     if constexpr (FP8) {
       // Keys 32 kk .. + 31 are accumulator groups 4 kk .. 4 kk + 3; this thread holds columns
       // 8 i + 2 t4 + {0, 1} of each, which word w's bytes take as columns 16 (w >> 1) + 4 t4 .. + 3.
@@ -620,6 +614,10 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
         pa[kk][3] = dev::pack4_e4m3_scaled(a[10], a[11], a[14], a[15], p_mul);
       }
     } else {
+      if (L::kConsumers == 2 || alpha[0] != 1.0f || alpha[1] != 1.0f) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
+      }
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
         pa[kk][0] = fused::dev::pack2<BF16>(sacc[8 * kk + 0], sacc[8 * kk + 1]);
