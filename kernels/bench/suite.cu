@@ -343,30 +343,19 @@ void decode(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& out, 
   a8.num_splits = 0;
   const double bytes8 =
       2.0 * batch * tk * Problem::kKvHeads * Problem::kD + 2.0 * batch * Problem::kHeads * Problem::kD * 2;
-  const double ms8 = timer.median_ms([&] {
-    check_kernel(packed_attention_cuda(a8, err, sizeof err, false, 0), "splitkv-packed (e4m3 cache)", err);
-  });
-  emit(o, out,
-       {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto", ms8, bytes8 / ms8 * 1e-6, "GB/s",
-        "copy"});
-  // The same cache paged, pages of 16 keys.
-  const ac_attention_args p8 = paged(a8, batch, tk, 16, tables);
-  const double ms8p = timer.median_ms([&] {
-    check_kernel(packed_attention_cuda(p8, err, sizeof err, false, 0), "splitkv-packed (e4m3 cache, paged)",
-                 err);
-  });
-  emit(o, out,
-       {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto paged=16", ms8p, bytes8 / ms8p * 1e-6,
-        "GB/s", "copy"});
-  // And in pages of 16 in the pool's order: the paged walk without the scatter.
-  const ac_attention_args p8o = paged(a8, batch, tk, 16, tables, true);
-  const double ms8o = timer.median_ms([&] {
-    check_kernel(packed_attention_cuda(p8o, err, sizeof err, false, 0), "splitkv-packed (e4m3 cache, paged)",
-                 err);
-  });
-  emit(o, out,
-       {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, "auto paged=16 in-order", ms8o,
-        bytes8 / ms8o * 1e-6, "GB/s", "copy"});
+  // Its rows: contiguous; paged in pages of 16 keys; and in pages of 16 in the pool's order, the
+  // paged walk without the scatter.
+  auto row8 = [&](const std::string& tiling, const ac_attention_args& args, const char* what) {
+    const double ms = timer.median_ms(
+        [&] { check_kernel(packed_attention_cuda(args, err, sizeof err, false, 0), what, err); });
+    emit(o, out,
+         {"decode", "splitkv-packed", shape, "fp16 e4m3-kv", false, tiling, ms, bytes8 / ms * 1e-6, "GB/s",
+          "copy"});
+  };
+  row8("auto", a8, "splitkv-packed (e4m3 cache)");
+  row8("auto paged=16", paged(a8, batch, tk, 16, tables), "splitkv-packed (e4m3 cache, paged)");
+  row8("auto paged=16 in-order", paged(a8, batch, tk, 16, tables, true),
+       "splitkv-packed (e4m3 cache, paged)");
 }
 
 // MLA's absorbed decode (splitkv-packed's packed_mla.cu): batch sequences of one query and tk keys,
