@@ -96,18 +96,22 @@ __device__ __forceinline__ int code_at(int r, int c) {
 // at or past `valid` (counted from the tile's first row) are zero-filled (code 0 is +0: masked keys
 // meet V = 0) and read nothing (the first row of gk / gv, always in range, stands in as their
 // address). Paged (slots not null): gk and gv are the pools' first rows of this KV head, row r at
-// slots->slot(r); otherwise at row r.
+// slots->slot(r); otherwise at row r. runs: the warp's 16 keys lie in one page (pages and the
+// tile's first key at multiples of 16), so their slots follow the first one's, which one shuffle
+// brings instead of one per row.
 template <int D>
 __device__ __forceinline__ void load_code_rows(uint8_t* sk, uint8_t* sv, const uint8_t* gk, const uint8_t* gv,
                                                int64_t row_stride, int valid, int warp, int lane,
-                                               const packed::PagedSlots* slots) {
+                                               const packed::PagedSlots* slots, bool runs) {
   constexpr int CH = D / 16, PER_LANE = kRows * CH / 32;
   static_assert(kRows * CH % 32 == 0, "whole chunks per lane");
+  const int64_t first = slots && runs ? slots->slot(warp * kRows) : 0;  // every lane: the shuffle
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) {
     const int idx = lane + 32 * i, r = warp * kRows + idx / CH, c = idx % CH;
     const bool ok = r < valid;
-    const int64_t off = (slots ? slots->slot(r) : r) * row_stride + c * 16;  // every lane: the shuffle
+    const int64_t row = !slots ? r : runs ? first + idx / CH : slots->slot(r);  // every lane: the shuffle
+    const int64_t off = row * row_stride + c * 16;
     fused::dev::cp_async16(sk + code_at<D>(r, c), ok ? gk + off : gk, ok);
     fused::dev::cp_async16(sv + code_at<D>(r, c), ok ? gv + off : gv, ok);
   }
@@ -220,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   // Paged K / V (W paged or variants, page_size > 0): this sequence's block-table row and its last page; the
   // pools' rows are slots, so the sequence's keys start nowhere in particular (row 0 below).
   constexpr bool VAR = W == packed::Walk::variants;
-  const bool paged = W != packed::Walk::plain && p.page_size > 0;
+  const bool paged = packed::paged_walk<W>(p.page_size);
   const int32_t* table = paged ? p.block_table + int64_t(seq) * p.max_blocks : nullptr;
 
   int k_lo, k_hi, k_end;
@@ -235,6 +239,9 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
   // Paged: the next tile's slots, read one tile ahead (packed::PagedSlots).
   packed::PagedSlots slots;
   if (paged) slots.fetch(table, p.page_size, k_lo, k_end - k_lo, lane);
+  // FP8 copies by warp (load_code_rows): each warp's 16 keys in one page where pages and tiles
+  // start at multiples of 16 (tiles start at k_lo + 64 t).
+  const bool runs = paged && p.page_size % kRows == 0 && k_lo % kRows == 0;
   auto load_tile = [&](int t) {  // tile t of the range into its stage; rows past k_end zero-filled
     const int n0 = k_lo + t * kBC;
     const int64_t off = paged ? 0 : int64_t(n0) * kv_stride;
@@ -243,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, FP8 ? 3 : 1) packed_kernel(const Pac
     if constexpr (FP8) {  // codes: the row stride in bytes is the stride in elements
       uint8_t* sc = smem + S::kCodes + (t % STAGES) * 2 * S::kCodeTile;
       load_code_rows<D>(sc, sc + S::kCodeTile, ck + off, cv + off, kv_stride, valid, warp, lane,
-                        paged ? &slots : nullptr);
+                        paged ? &slots : nullptr, runs);
     } else {
       uint16_t* sk = reinterpret_cast<uint16_t*>(smem + S::kKV + (t % STAGES) * 2 * S::kTile);
       if (paged) {

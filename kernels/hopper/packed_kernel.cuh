@@ -32,6 +32,13 @@ inline Walk walk_of(const ac_attention_args& a) {
   if (caps_or_windows(a)) return Walk::variants;
   return a.page_size != 0 ? Walk::paged : Walk::plain;
 }
+// Whether a launch of walk W reads K / V through the block table: always in W paged (walk_of picks
+// it only with pages), so that its copies carry no contiguous branch; in W variants, where pages
+// are.
+template <Walk W>
+__host__ __device__ __forceinline__ bool paged_walk(int page_size) {
+  return W == Walk::paged || (W == Walk::variants && page_size > 0);
+}
 
 struct PackedParams {
   const uint16_t* q;
@@ -205,15 +212,19 @@ __device__ __forceinline__ float logit(const PackedParams& p, float dot, int col
 // every warp holds rows l and l + 32. fetch reads the block-table entries of a tile; the kernels
 // fetch a tile's entries at least one tile before its copies, so the entries arrive while a tile is
 // computed and a copy never waits on the table; ready forms the slots once the entries are there. A
-// row at or past `valid` reads no entry (slot 0).
+// row at or past `valid` reads no entry (slot 0). A page size that is a power of two (the engines'
+// 16, 64, 256) takes a shift where others take a division by a register, some twenty instructions.
 struct PagedSlots {
   int32_t page[2] = {0, 0}, off[2] = {0, 0};
   int64_t row[2] = {0, 0};
   __device__ __forceinline__ void fetch(const int32_t* table, int page_size, int n0, int valid, int lane) {
+    const uint32_t ps = uint32_t(page_size);
+    const bool pow2 = (ps & (ps - 1)) == 0;
+    const int shift = 31 - __clz(page_size);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = lane + 32 * h;
-      const uint32_t key = uint32_t(n0 + r), ps = uint32_t(page_size), block = key / ps;
+      const uint32_t key = uint32_t(n0 + r), block = pow2 ? key >> shift : key / ps;
       const bool ok = r < valid;
       off[h] = ok ? int32_t(key - block * ps) : 0;
       page[h] = ok ? table[block] : 0;

@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_kernel(const PackedParams p) 
   const int tq = cta.tq, tk = cta.tk, tok0 = cta.tok0;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
-  const bool paged = W != Walk::plain && p.page_size > 0;
+  const bool paged = paged_walk<W>(p.page_size);
   const int32_t* table = paged ? p.block_table + int64_t(cta.seq) * p.max_blocks : nullptr;
   int k_lo, k_hi, k_end;
   key_range<VAR>(p, tq, tk, tok0, tok0 + cta.tile_tokens - 1, cta.split, k_lo, k_hi, k_end);
