@@ -311,7 +311,10 @@ TEST_CASE("splitkv-packed gpu: an FP8 cache read through pages (GQA and MLA) aga
           "[packed][gpu][variants][fp8]") {
   // Pages of 16 (GQA, d = 128 and 64) and of 64 (MLA's 576 / 512); a case with sinks and one with a
   // window (the two paged instantiations, packed_kernel.cuh Walk). Powers of two as descales against
-  // fp64, descales per KV head that are not against the twin; spare slots hold NaN codes.
+  // fp64, descales per KV head that are not against the twin; spare slots hold NaN codes. Three
+  // splits of 700, 37 and 130 keys start at keys 0 and at 234, 467, 13, 25, 44 and 87, so the
+  // GQA shapes' copies (packed.cu load_code_rows) take both paths: a warp's 16 keys in one page
+  // (one shuffle for their slots) and a slot shuffled for each row.
   const Kernel packed{true, Mutation::none, true};
   uint64_t seed = 9780;
   struct Shape {
