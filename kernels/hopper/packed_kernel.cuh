@@ -213,7 +213,7 @@ __device__ __forceinline__ float logit(const PackedParams& p, float dot, int col
 // fetch a tile's entries at least one tile before its copies, so the entries arrive while a tile is
 // computed and a copy never waits on the table; ready forms the slots once the entries are there. A
 // row at or past `valid` reads no entry (slot 0). A page size that is a power of two (the engines'
-// 16, 64, 256) takes a shift where others take a division by a register, some twenty instructions.
+// 16, 64, 256) takes a shift where others take a division by a register.
 struct PagedSlots {
   int32_t page[2] = {0, 0}, off[2] = {0, 0};
   int64_t row[2] = {0, 0};
