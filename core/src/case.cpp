@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "attncheck/atomic_file.hpp"
@@ -219,6 +220,18 @@ void put_float_bits(json& obj, const std::string& key, float f) {
   obj[key + "_bits"] = bits_hex(float_bits(f));
   obj[key] = double(f);
 }
+// A value put_float_bits wrote, where it is optional: `key`_bits read, or nothing if absent. The
+// decimal alone is refused: read as absent, it would run the case without what it asks for.
+std::optional<float> get_optional_float_bits(const json& obj, const std::string& key,
+                                             const std::string& where) {
+  const std::string bits = key + "_bits";
+  if (obj.contains(bits)) return get_float_bits(obj, bits.c_str(), where);
+  if (obj.contains(key))
+    throw CaseError(where + "." + key + " without " + bits +
+                    " (the bits are the value; the decimal is for "
+                    "the reader)");
+  return std::nullopt;
+}
 
 // An FP8 output's fields, a merge's or an attention's (AC_FP8_OUT): the format and the scale.
 void write_fp8_output(json& in, ac_dtype out_dtype, float output_scale) {
@@ -228,15 +241,18 @@ void write_fp8_output(json& in, ac_dtype out_dtype, float output_scale) {
 // Reads them where out_dtype is present (else leaves both unchanged); the scale's range is the
 // caller's check.
 void read_fp8_output(const json& in, const std::string& w, ac_dtype& out_dtype, float& output_scale) {
-  if (!in.contains("out_dtype") && in.contains("output_scale_bits"))
-    throw CaseError("input.output_scale_bits without out_dtype (an FP8 output's format)");
+  for (const char* f : {"output_scale_bits", "output_scale"})
+    if (!in.contains("out_dtype") && in.contains(f))
+      throw CaseError("input." + std::string(f) + " without out_dtype (an FP8 output's format)");
   if (!in.contains("out_dtype")) return;
   const std::string name = get_string(in, "out_dtype", w);
   const auto out = kv_dtype_from(name);
   if (!out)
     throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
   out_dtype = *out;
-  output_scale = get_float_bits(in, "output_scale_bits", w);
+  const std::optional<float> scale = get_optional_float_bits(in, "output_scale", w);
+  if (!scale) throw CaseError(w + ".output_scale_bits is missing (the FP8 output's scale)");
+  output_scale = *scale;
 }
 int64_t get_int_or(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi,
                    int64_t dflt) {
@@ -584,11 +600,17 @@ Case case_from_json(const std::string& text) {
     // No kernel is called with a NaN or infinite scale and the exact reference has no answer for
     // one: such a file is malformed, not a case a subject fails.
     a.softmax_scale = get_float_bits(in, "softmax_scale_bits", w);
-    if (in.contains("softcap_bits")) a.softcap = get_float_bits(in, "softcap_bits", w);
+    a.softcap = get_optional_float_bits(in, "softcap", w).value_or(0.0f);
     a.head_size_v = int32_t(get_int_or(in, "head_size_v", w, 0, kMaxDim, 0));
     a.window_left = int32_t(get_int_or(in, "window_left", w, -1, kMaxDim, -1));
     a.window_right = int32_t(get_int_or(in, "window_right", w, -1, kMaxDim, -1));
-    if (in.contains("sinks")) a.sinks = decode_floats(get_string(in, "sinks", w), "input.sinks");
+    // Present, sinks and q_descale hold values (the writer leaves them out otherwise): an empty one
+    // read as absent would run the case without them.
+    if (in.contains("sinks")) {
+      a.sinks = decode_floats(get_string(in, "sinks", w), "input.sinks");
+      if (a.sinks.empty())
+        throw CaseError("input.sinks is empty: one per query head needs " + std::to_string(a.num_heads));
+    }
     a.v_in_k = json_fields::get_bool_or<CaseError>(in, "v_in_k", w, false);
     if (in.contains("kv_dtype")) {
       const std::string name = get_string(in, "kv_dtype", w);
@@ -599,15 +621,23 @@ Case case_from_json(const std::string& text) {
       a.k_descale = decode_floats(get_string(in, "k_descale", w), "input.k_descale");
       a.v_descale = decode_floats(get_string(in, "v_descale", w), "input.v_descale");
     }
-    if (in.contains("q_descale"))
+    if (in.contains("q_descale")) {
       a.q_descale = decode_floats(get_string(in, "q_descale", w), "input.q_descale");
-    if (in.contains("p_scale_bits")) a.p_scale = get_float_bits(in, "p_scale_bits", w);
+      if (a.q_descale.empty()) throw CaseError("input.q_descale is empty (Q in FP8 needs its descales)");
+    }
+    // p_scale 0 is the writer's "none", never written: a written 0 is out of range, not absent.
+    if (const auto ps = get_optional_float_bits(in, "p_scale", w)) {
+      a.p_scale = *ps;
+      if (!(a.p_scale > 0.0f))
+        throw CaseError("input.p_scale " + json_fields::printable(std::to_string(a.p_scale)) +
+                        " is not in (0, " + std::to_string(int(AC_MAX_P_SCALE)) + "]");
+    }
     read_fp8_output(in, w, a.out_dtype, a.output_scale);
     a.want_amax = json_fields::get_bool_or<CaseError>(in, "amax", w, false);
     if (in.contains("page_size")) {
       a.page_size = int32_t(get_int(in, "page_size", w, 1, kMaxDim));
       a.num_pages = int32_t(get_int(in, "num_pages", w, 1, kMaxDim));
-      a.max_blocks = int32_t(get_int(in, "max_blocks", w, 0, kMaxDim));
+      a.max_blocks = int32_t(get_int(in, "max_blocks", w, 1, kMaxDim));
       a.block_table = get_int_list(in, "block_table", w);
     }
     int64_t total_q = 0, total_k = 0, mask_elems = 0;
@@ -620,9 +650,12 @@ Case case_from_json(const std::string& text) {
     }
     // In double: mask_elems <= 2^28 and the rest <= 2^24 each, far inside its range; the shapes
     // declared here are the tensors' sizes, checked as they are decoded below.
+    // K and V hold a paged case's pool, which sequences may share page by page: the elements are
+    // the pool's rows, not the keys they serve (a table that names one page a thousand times asks
+    // for a thousand times the work its file holds).
+    const double pool_rows = a.paged() ? double(a.num_pages) * a.page_size : double(total_k);
     const double work = double(mask_elems) * a.num_heads * a.head_size,
-                 elements =
-                     (double(total_q) * a.num_heads + 2.0 * double(total_k) * a.num_kv_heads) * a.head_size;
+                 elements = (double(total_q) * a.num_heads + 2.0 * pool_rows * a.num_kv_heads) * a.head_size;
     if (work > std::max(double(kMaxAttentionWork), double(kWorkPerElement) * elements))
       throw CaseError(
           "input: attention work (sum Tq x Tk x heads x head size) beyond the bound (2^32, or 2^13 per "
@@ -646,6 +679,8 @@ Case case_from_json(const std::string& text) {
     check_half_bits(a.q, a.q_dtype(), "input.q");
     check_half_bits(a.k, a.k_dtype(), "input.k");
     check_half_bits(a.v, a.k_dtype(), "input.v");
+    // V inside K compares the tensors, so only now (attention_variant_problem above saw none).
+    if (const std::string why = v_in_k_problem(a); !why.empty()) throw CaseError("input." + why);
     c.input = std::move(a);
   }
   return c;
@@ -822,6 +857,8 @@ std::string attention_variant_problem(const AttentionInput& a) {
   }
   if (!(why = range("page_size", a.page_size, 1, AC_MAX_PAGE_SIZE)).empty()) return why;
   if (!(why = range("num_pages", a.num_pages, 1, int64_t(1) << 24)).empty()) return why;
+  // A table of no columns is no table: the built-in kernels refuse one, so it is no case.
+  if (!(why = range("max_blocks", a.max_blocks, 1, int64_t(1) << 24)).empty()) return why;
   const size_t seqs = a.seqlens_k.size();
   if (a.block_table.size() != seqs * size_t(std::max(a.max_blocks, 0)))
     return "block_table has " + std::to_string(a.block_table.size()) +

@@ -211,6 +211,89 @@ TEST_CASE("case files carry the variants and refuse them out of range, one line 
   }
 }
 
+TEST_CASE("case files: a variant's field that would read as nothing is refused, one line each",
+          "[properties][variants][case]") {
+  // Read as absent, each would run the case without the variant it names: another case, which may
+  // pass.
+  Case c;
+  c.op = "attention";
+  AttentionInput a = gen::paged_copy(two_sequences(), 2);
+  a.softcap = 30.0f;
+  a.sinks = {0.5f, -1.25f};
+  c.input = a;
+  const std::string text = case_to_json(c);
+  REQUIRE_NOTHROW(case_from_json(text));
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    return t.replace(at, from.size(), to);
+  };
+  auto refused = [](const std::string& t) -> std::string {
+    try {
+      (void)case_from_json(t);
+    } catch (const CaseError& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  const size_t s0 = text.find("\"sinks\": \"") + 10, s1 = text.find('"', s0);
+  CHECK(refused(text.substr(0, s0) + "hex:" + text.substr(s1)) ==
+        "input.sinks is empty: one per query head needs 2");
+  const size_t bits = text.find("\"softcap_bits\"");
+  const std::string no_bits = text.substr(0, bits) + text.substr(text.find('\n', bits) + 1);
+  CHECK(refused(no_bits) ==
+        "input.softcap without softcap_bits (the bits are the value; the decimal is "
+        "for the reader)");
+  const std::string blocks = "\"max_blocks\": " + std::to_string(a.max_blocks);
+  CHECK(refused(replaced(blocks, "\"max_blocks\": 0")) == "input.max_blocks = 0 out of range [1, 16777216]");
+  auto with = [&](const std::string& field) {
+    return replaced("\"input\": {", "\"input\": {" + field + ", ");
+  };
+  CHECK(refused(with("\"p_scale_bits\": \"0x00000000\"")) == "input.p_scale 0.000000 is not in (0, 448]");
+  CHECK(refused(with("\"p_scale_bits\": \"0x80000000\"")) == "input.p_scale -0.000000 is not in (0, 448]");
+  CHECK(refused(with("\"q_descale\": \"hex:\"")) == "input.q_descale is empty (Q in FP8 needs its descales)");
+  CHECK(refused(with("\"output_scale\": 0.5")) ==
+        "input.output_scale without out_dtype (an FP8 output's format)");
+
+  // V inside K: V's values are checked against K's once both are read.
+  AttentionInput inside = two_sequences();
+  inside.head_size_v = 1;
+  inside.v.clear();
+  for (size_t row = 0; row < inside.k.size() / 2; ++row) inside.v.push_back(inside.k[row * 2]);
+  inside.v_in_k = true;
+  c.input = inside;
+  REQUIRE_NOTHROW(case_from_json(case_to_json(c)));
+  inside.v[1] ^= 1u;
+  c.input = inside;
+  CHECK(refused(case_to_json(c)) ==
+        "input.v_in_k: v[1] is not K's row 1 column 0 (V inside K is the first head_size_v columns of K's "
+        "rows)");
+
+  // A paged case's work is bounded by the pool it holds, not by the keys its table serves: one page
+  // of 256 keys named 512 times serves 2^17 keys to 2048 queries, 2^34 of work at d = 64, which 2^13
+  // per element of q, k and v counted as keys would allow (about 2^37) and of q and the pool held
+  // does not (about 2^30).
+  AttentionInput bomb;
+  bomb.dtype = AC_DTYPE_F32;
+  bomb.num_heads = bomb.num_kv_heads = 1;
+  bomb.head_size = 64;
+  bomb.seqlens_q = {2048};
+  bomb.seqlens_k = {1 << 17};
+  bomb.q.assign(2048 * 64, 0x3f800000u);
+  bomb.page_size = 256;
+  bomb.num_pages = 1;
+  bomb.max_blocks = 512;
+  bomb.block_table.assign(512, 0);
+  bomb.k.assign(256 * 64, 0x3f800000u);
+  bomb.v = bomb.k;
+  REQUIRE(attention_variant_problem(bomb).empty());
+  c.input = bomb;
+  const std::string why = refused(case_to_json(c));
+  INFO(why);
+  CHECK(why.find("input: attention work") == 0);
+}
+
 TEST_CASE("shrinking a paged case keeps it paged and valid, offers smaller pages and drops variants",
           "[properties][variants][shrink]") {
   AttentionInput a = gen::paged_copy(two_sequences(), 5);

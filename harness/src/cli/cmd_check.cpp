@@ -117,7 +117,7 @@ Command add_check_command(CLI::App& app, Common& common) {
       ->add_option("--shrink-time", co->run.shrink_time,
                    "seconds each failure may spend shrinking (default 20; batch_invariance at most " +
                        std::to_string(int(kBatchShrinkSeconds)) + "); then the smallest case so far is kept")
-      ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
+      ->check(finite_range(0.0, double(Limits::kMaxShrinkSeconds)));
   check
       ->add_option(
           "--max-failures", co->run.max_failures,

@@ -652,7 +652,7 @@ Command add_mutants_command(CLI::App& app, Common& common) {
   c.app
       ->add_option("--shrink-time", o->run.shrink_time,
                    "seconds each failure may spend shrinking (default 20)")
-      ->check(CLI::Range(0.0, double(Limits::kMaxShrinkSeconds)));
+      ->check(finite_range(0.0, double(Limits::kMaxShrinkSeconds)));
   c.app
       ->add_option("--gate-property", o->gate_property,
                    "only this gate property (a device-faulted run's processes of their own)")

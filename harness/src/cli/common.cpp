@@ -44,7 +44,7 @@ void add_memory_option(CLI::App* sub, Common& common) {
   sub->add_option("--max-memory", common.max_memory_gib,
                   "GiB an input's estimated peak memory may reach; past it the run is refused before any "
                   "work (default 4, or half the machine's memory where that is more)")
-      ->check(CLI::Range(0.0625, 1048576.0));
+      ->check(finite_range(0.0625, 1048576.0));
   sub->add_flag("--estimate-memory", common.estimate_memory,
                 "print the input's estimated peak memory in bytes and stop before any work");
 }

@@ -1,6 +1,7 @@
 // Option parsing shared by the CLI's subcommands (cmd_*.cpp): exit codes, numeric limits, list options.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -60,6 +61,19 @@ inline CLI::Validator decimal_u64() {
                                                     : "must be a decimal integer in [0, 2^64 - 1]";
       },
       "UINT64");
+}
+
+// A check for CLI11: a number in [lo, hi]. CLI::Range alone lets NaN through (no comparison with
+// NaN is true), and a NaN limit turns its guard off (--max-memory nan compares false with every
+// estimate).
+inline CLI::Validator finite_range(double lo, double hi) {
+  const CLI::Validator nan_check(
+      [](std::string& text) -> std::string {
+        double v = 0.0;
+        return CLI::detail::lexical_cast(text, v) && std::isnan(v) ? "must be a number, not " + text : "";
+      },
+      "");
+  return CLI::Range(lo, hi) & nan_check;
 }
 
 // A check for CLI11: a non-empty value (an empty --subject or --report-dir is a typo).
