@@ -128,6 +128,19 @@ AttentionInput two_sequences() {
   return a;
 }
 
+// two_sequences in pages of 2 with a softcap, a window and sinks.
+Case variants_case() {
+  Case c;
+  c.op = "attention";
+  AttentionInput a = gen::paged_copy(two_sequences(), 2);
+  a.softcap = 30.0f;
+  a.window_left = 4;
+  a.window_right = 0;
+  a.sinks = {0.5f, -1.25f};
+  c.input = a;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("paged K / V: pages in key order gather back bit for bit, unused slots poisoned",
@@ -157,14 +170,8 @@ TEST_CASE("paged K / V: pages in key order gather back bit for bit, unused slots
 
 TEST_CASE("case files carry the variants and refuse them out of range, one line each",
           "[properties][variants]") {
-  Case c;
-  c.op = "attention";
-  AttentionInput a = gen::paged_copy(two_sequences(), 2);
-  a.softcap = 30.0f;
-  a.window_left = 4;
-  a.window_right = 0;
-  a.sinks = {0.5f, -1.25f};
-  c.input = a;
+  Case c = variants_case();
+  const AttentionInput a = std::get<AttentionInput>(c.input);
   const Case back = case_from_json(case_to_json(c));
   const auto& b = std::get<AttentionInput>(back.input);
   CHECK(b.head_size_v == 3);
@@ -215,12 +222,8 @@ TEST_CASE("case files: a variant's field that would read as nothing is refused, 
           "[properties][variants][case]") {
   // Read as absent, each would run the case without the variant it names: another case, which may
   // pass.
-  Case c;
-  c.op = "attention";
-  AttentionInput a = gen::paged_copy(two_sequences(), 2);
-  a.softcap = 30.0f;
-  a.sinks = {0.5f, -1.25f};
-  c.input = a;
+  Case c = variants_case();
+  const AttentionInput a = std::get<AttentionInput>(c.input);
   const std::string text = case_to_json(c);
   REQUIRE_NOTHROW(case_from_json(text));
   auto replaced = [&](const std::string& from, const std::string& to) {
