@@ -302,9 +302,10 @@ constexpr int64_t kWorkPerElement = int64_t(1) << 13;
 int64_t checked_product(std::initializer_list<int64_t> dims, const std::string& what) {
   int64_t p = 1;
   for (int64_t d : dims) {
-    if (d < 0 || d > kMaxDim) throw CaseError(what + ": dimension out of range");
+    if (d < 0 || d > kMaxDim)
+      throw CaseError(what + ": dimension " + std::to_string(d) + " is out of range 0..2^24");
     p *= d;
-    if (p > kMaxElements) throw CaseError(what + ": tensor too large");
+    if (p > kMaxElements) throw CaseError(what + ": more than 2^28 elements");
   }
   return p;
 }
@@ -644,7 +645,8 @@ Case case_from_json(const std::string& text) {
     for (size_t i = 0; i < a.seqlens_q.size(); ++i) {
       total_q += a.seqlens_q[i];
       total_k += a.seqlens_k[i];
-      mask_elems += checked_product({a.seqlens_q[i], a.seqlens_k[i]}, "input.mask");
+      mask_elems += checked_product({a.seqlens_q[i], a.seqlens_k[i]},
+                                    "input: sequence " + std::to_string(i) + "'s queries x keys");
       if (total_q > kMaxDim || total_k > kMaxDim || mask_elems > kMaxElements)
         throw CaseError("input: sequences too long");
     }
@@ -672,10 +674,11 @@ Case case_from_json(const std::string& text) {
     const int ekv = dtype_bytes(a.k_dtype());
     a.k = decode_elements(get_string(in, "k", w), ekv, "input.k");
     a.v = decode_elements(get_string(in, "v", w), ekv, "input.v");
-    const int64_t kv_rows = a.paged() ? checked_product({a.num_pages, a.page_size}, w) : total_k;
-    expect_size(a.q.size(), checked_product({total_q, a.num_heads, a.head_size}, w), "input.q");
-    expect_size(a.k.size(), checked_product({kv_rows, a.num_kv_heads, a.head_size}, w), "input.k");
-    expect_size(a.v.size(), checked_product({kv_rows, a.num_kv_heads, a.dv()}, w), "input.v");
+    const int64_t kv_rows =
+        a.paged() ? checked_product({a.num_pages, a.page_size}, "input: num_pages x page_size") : total_k;
+    expect_size(a.q.size(), checked_product({total_q, a.num_heads, a.head_size}, "input.q"), "input.q");
+    expect_size(a.k.size(), checked_product({kv_rows, a.num_kv_heads, a.head_size}, "input.k"), "input.k");
+    expect_size(a.v.size(), checked_product({kv_rows, a.num_kv_heads, a.dv()}, "input.v"), "input.v");
     check_half_bits(a.q, a.q_dtype(), "input.q");
     check_half_bits(a.k, a.k_dtype(), "input.k");
     check_half_bits(a.v, a.k_dtype(), "input.v");

@@ -259,6 +259,13 @@ TEST_CASE("case files: a variant's field that would read as nothing is refused, 
   CHECK(refused(with("\"output_scale\": 0.5")) ==
         "input.output_scale without out_dtype (an FP8 output's format)");
 
+  // Sizes past the bounds name the sizes.
+  AttentionInput wide = two_sequences();
+  wide.seqlens_k[1] = 1 << 30;
+  c.input = wide;
+  CHECK(refused(case_to_json(c)) ==
+        "input: sequence 1's queries x keys: dimension 1073741824 is out of range 0..2^24");
+
   // V inside K: V's values are checked against K's once both are read.
   AttentionInput inside = two_sequences();
   inside.head_size_v = 1;
