@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <sstream>
 
 #include "attncheck/atomic_file.hpp"
@@ -220,18 +219,16 @@ void put_float_bits(json& obj, const std::string& key, float f) {
   obj[key + "_bits"] = bits_hex(float_bits(f));
   obj[key] = double(f);
 }
-// A value put_float_bits wrote, where it is optional: `key`_bits read, or nothing if absent. The
-// decimal alone is refused: read as absent, it would run the case without what it asks for.
-std::optional<float> get_optional_float_bits(const json& obj, const std::string& key,
-                                             const std::string& where) {
-  const std::string bits = key + "_bits";
-  if (obj.contains(bits)) return get_float_bits(obj, bits.c_str(), where);
-  if (obj.contains(key))
-    throw CaseError(where + "." + key + " without " + bits +
-                    " (the bits are the value; the decimal is for "
-                    "the reader)");
-  return std::nullopt;
+// A field that belongs to another one is refused without it, not left unread (read as absent, it
+// would run another case): each of `fields` of the input needs `needs`, which `what` describes.
+void refuse_orphans(const json& in, std::initializer_list<const char*> fields, const char* needs,
+                    const char* what) {
+  for (const char* f : fields)
+    if (in.contains(f) && !in.contains(needs))
+      throw CaseError("input." + std::string(f) + " without " + needs + " (" + what + ")");
 }
+// What put_float_bits' decimal copy needs: its bits.
+constexpr const char* kDecimalCopy = "the bits are the value; the decimal is for the reader";
 
 // An FP8 output's fields, a merge's or an attention's (AC_FP8_OUT): the format and the scale.
 void write_fp8_output(json& in, ac_dtype out_dtype, float output_scale) {
@@ -241,18 +238,15 @@ void write_fp8_output(json& in, ac_dtype out_dtype, float output_scale) {
 // Reads them where out_dtype is present (else leaves both unchanged); the scale's range is the
 // caller's check.
 void read_fp8_output(const json& in, const std::string& w, ac_dtype& out_dtype, float& output_scale) {
-  for (const char* f : {"output_scale_bits", "output_scale"})
-    if (!in.contains("out_dtype") && in.contains(f))
-      throw CaseError("input." + std::string(f) + " without out_dtype (an FP8 output's format)");
+  refuse_orphans(in, {"output_scale_bits", "output_scale"}, "out_dtype", "an FP8 output's format");
+  refuse_orphans(in, {"output_scale"}, "output_scale_bits", kDecimalCopy);
   if (!in.contains("out_dtype")) return;
   const std::string name = get_string(in, "out_dtype", w);
   const auto out = kv_dtype_from(name);
   if (!out)
     throw CaseError("input.out_dtype '" + json_fields::printable(name) + "' is not " + kv_dtype_names());
   out_dtype = *out;
-  const std::optional<float> scale = get_optional_float_bits(in, "output_scale", w);
-  if (!scale) throw CaseError(w + ".output_scale_bits is missing (the FP8 output's scale)");
-  output_scale = *scale;
+  output_scale = get_float_bits(in, "output_scale_bits", w);
 }
 int64_t get_int_or(const json& obj, const char* key, const std::string& where, int64_t lo, int64_t hi,
                    int64_t dflt) {
@@ -580,13 +574,10 @@ Case case_from_json(const std::string& text) {
           "q",
           "k",
           "v"});
-    // A field that belongs to another one is refused without it, not left unread.
-    for (const char* f : {"k_descale", "v_descale"})
-      if (in.contains(f) && !in.contains("kv_dtype"))
-        throw CaseError("input." + std::string(f) + " without kv_dtype (an FP8 cache's format)");
-    for (const char* f : {"num_pages", "max_blocks", "block_table"})
-      if (in.contains(f) && !in.contains("page_size"))
-        throw CaseError("input." + std::string(f) + " without page_size (paged K / V)");
+    refuse_orphans(in, {"k_descale", "v_descale"}, "kv_dtype", "an FP8 cache's format");
+    refuse_orphans(in, {"num_pages", "max_blocks", "block_table"}, "page_size", "paged K / V");
+    refuse_orphans(in, {"softcap"}, "softcap_bits", kDecimalCopy);
+    refuse_orphans(in, {"p_scale"}, "p_scale_bits", kDecimalCopy);
     AttentionInput a;
     a.dtype = dtype;
     a.num_heads = int32_t(get_int(in, "num_heads", w, 1, kMaxDim));
@@ -601,7 +592,7 @@ Case case_from_json(const std::string& text) {
     // No kernel is called with a NaN or infinite scale and the exact reference has no answer for
     // one: such a file is malformed, not a case a subject fails.
     a.softmax_scale = get_float_bits(in, "softmax_scale_bits", w);
-    a.softcap = get_optional_float_bits(in, "softcap", w).value_or(0.0f);
+    if (in.contains("softcap_bits")) a.softcap = get_float_bits(in, "softcap_bits", w);
     a.head_size_v = int32_t(get_int_or(in, "head_size_v", w, 0, kMaxDim, 0));
     a.window_left = int32_t(get_int_or(in, "window_left", w, -1, kMaxDim, -1));
     a.window_right = int32_t(get_int_or(in, "window_right", w, -1, kMaxDim, -1));
@@ -627,8 +618,8 @@ Case case_from_json(const std::string& text) {
       if (a.q_descale.empty()) throw CaseError("input.q_descale is empty (Q in FP8 needs its descales)");
     }
     // p_scale 0 is the writer's "none", never written: a written 0 is out of range, not absent.
-    if (const auto ps = get_optional_float_bits(in, "p_scale", w)) {
-      a.p_scale = *ps;
+    if (in.contains("p_scale_bits")) {
+      a.p_scale = get_float_bits(in, "p_scale_bits", w);
       if (!(a.p_scale > 0.0f))
         throw CaseError("input.p_scale " + json_fields::printable(std::to_string(a.p_scale)) +
                         " is not in (0, " + std::to_string(int(AC_MAX_P_SCALE)) + "]");
