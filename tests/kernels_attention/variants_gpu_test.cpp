@@ -9,7 +9,8 @@
 // mutants 19 to 22 (fused) and 23 (split-KV) on the GPU leave the bound where their twins do.
 // splitkv-packed's MLA kernel (kernels/hopper/packed_mla.cu) on variant_case.h's mla_cases and on
 // FP8 caches of that shape; FP8 caches in pages (GQA and MLA); fused-hopper's softcap, window,
-// sinks and pages (at its page sizes) on the same cases, each against fp64 and the twin, and its
+// sinks and pages (at its page sizes) on the same cases, and its softcaps and windows over many key
+// tiles, each against fp64 and the twin, and its
 // paged runs bit for bit its contiguous ones.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <algorithm>
@@ -389,6 +390,33 @@ TEST_CASE("fused-hopper gpu: paged K / V over many tiles, every tiling and page 
         CHECK(nan_count(vc.c, paged.out) == 0);
         CHECK(compare_variants(vc.c, vc.var, paged.out, paged.lse) == "");
       }
+}
+
+TEST_CASE("fused-hopper gpu: softcaps over many key tiles against fp64 and the twin",
+          "[hopper][gpu][variants][softcap]") {
+#if !defined(ATTNCHECK_HAVE_SM90A)
+  SKIP("built without sm_90a");
+#endif
+  // Caps of 1 and 30 on scores of spread 2.5 (the cap bites), causal or not, alone or with a window
+  // of 300 keys, over sequences of 1000, 300 and 77 keys, every tiling: with two consumers a capped
+  // tile wholly visible to a warp takes the unmasked path (hopper_kernel.cuh by_tile), beside the
+  // causal, windowed and ragged tiles, which test each score; three consumers test every score.
+  Kernel hopper;
+  hopper.hopper = true;
+  uint64_t seed = 9980;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (float cap : {1.0f, 30.0f})
+      for (int left : {-1, 300})
+        for (bool causal : {false, true}) {
+          VariantCase vc;
+          vc.c = make_case(seed++, (tiling + int(causal)) % 2 ? DType::bf16 : DType::f16, 4, 2, 128,
+                           {1000, 2, 77}, {1000, 300, 77}, causal, false, 2.5f);
+          vc.tiling = tiling;
+          vc.var.softcap = cap;
+          vc.var.left = left;
+          INFO(vc.describe());
+          check_with_twin(vc, hopper);
+        }
 }
 
 TEST_CASE("fused-hopper gpu: windows wider than a key tile against fp64 and the twin",
