@@ -44,6 +44,20 @@ TEST_CASE("every corpus case replays clean against the correct fakes", "[corpus]
   }
 }
 
+TEST_CASE("a case's tiling past the subject's is run as tiling 0, and the verdict says so", "[corpus]") {
+  // The fake declares one tiling; the worked example asks for the third.
+  Fake attention("attention", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  REQUIRE(attention.caps().num_tilings <= 1);
+  Case c = read_case_file(kCorpus + "/attention-seed-worked-example.json");
+  c.options.tiling = 2;
+  const ReplayResult r = replay_case(c, attention);
+  INFO(r.verdict);
+  CHECK(r.passed);
+  CHECK(r.verdict == "pass (accuracy; ran tiling 0: the case's tiling 2 is past the 1 of subject attention)");
+  c.options.tiling = 0;
+  CHECK(replay_case(c, attention).verdict == "pass (accuracy)");
+}
+
 TEST_CASE("curated cases catch the bugs they were written for", "[corpus]") {
   Fake no_guard("merge-no-guard", AC_OP_MERGE, Bug::merge_no_both_empty_guard);
   const ReplayResult r1 =
