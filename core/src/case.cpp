@@ -16,7 +16,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
+#include <stdexcept>
 
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/hash.hpp"
@@ -317,6 +319,62 @@ ac_dtype dtype_from_name(const std::string& s) {
 
 namespace {
 
+// Each op's input fields: case_text writes them (a variant's only where the case has it, a float
+// as its _bits with a decimal copy for the reader), and the reader refuses any other (a misspelt
+// field would read as absent).
+constexpr std::string_view kMergeFields[] = {"dtype",      "num_tokens",        "num_heads",   "head_size",
+                                             "prefix_out", "suffix_out",        "prefix_lse",  "suffix_lse",
+                                             "out_dtype",  "output_scale_bits", "output_scale"};
+constexpr std::string_view kSoftmaxFields[] = {"dtype", "rows", "cols", "x"};
+constexpr std::string_view kQuantizeFields[] = {"dtype",     "out_dtype", "num_tokens", "num_heads",
+                                                "head_size", "scales",    "x"};
+constexpr std::string_view kAttentionFields[] = {"dtype",
+                                                 "num_heads",
+                                                 "num_kv_heads",
+                                                 "head_size",
+                                                 "seqlens_q",
+                                                 "seqlens_k",
+                                                 "causal",
+                                                 "softmax_scale_bits",
+                                                 "softmax_scale",
+                                                 "head_size_v",
+                                                 "softcap_bits",
+                                                 "softcap",
+                                                 "window_left",
+                                                 "window_right",
+                                                 "sinks",
+                                                 "v_in_k",
+                                                 "kv_dtype",
+                                                 "k_descale",
+                                                 "v_descale",
+                                                 "q_descale",
+                                                 "p_scale_bits",
+                                                 "p_scale",
+                                                 "out_dtype",
+                                                 "output_scale_bits",
+                                                 "output_scale",
+                                                 "amax",
+                                                 "page_size",
+                                                 "num_pages",
+                                                 "max_blocks",
+                                                 "block_table",
+                                                 "mask",
+                                                 "q",
+                                                 "k",
+                                                 "v"};
+std::span<const std::string_view> input_fields(uint32_t op) {
+  switch (op) {
+    case AC_OP_MERGE:
+      return kMergeFields;
+    case AC_OP_SOFTMAX:
+      return kSoftmaxFields;
+    case AC_OP_QUANTIZE:
+      return kQuantizeFields;
+    default:
+      return kAttentionFields;
+  }
+}
+
 // The JSON text of a case. With `splice`, each tensor text of at least kSpliceChars goes into the
 // tree as a placeholder and is put in the dumped text afterwards: base64 needs no escaping, and
 // the dump's scan of 10^8 characters for it was half the time a long-suite layer case took to
@@ -415,6 +473,12 @@ std::string case_text(const Case& c, bool splice) {
     in["v"] = tensor("v", encode_elements(a.v, wkv));
     if (!std::isfinite(a.softmax_scale)) in["softmax_scale"] = nullptr;
   }
+  // The reader's table is the one list: a field written here and missing from it would make every
+  // such file unreadable.
+  const auto known = input_fields(op_from_name(c.op));
+  for (auto it = in.begin(); it != in.end(); ++it)
+    if (std::find(known.begin(), known.end(), std::string_view(it.key())) == known.end())
+      throw std::logic_error("case_text: input field \"" + it.key() + "\" is not in input_fields");
   j["input"] = std::move(in);
   std::string text = j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
   for (const auto& [field, tensor_text] : spliced) {
@@ -474,13 +538,8 @@ Case case_from_json(const std::string& text) {
   const std::string w = "input";
   const ac_dtype dtype = dtype_from_name(get_string(in, "dtype", w));
   const int eb = dtype_bytes(dtype);
-  // Each op's fields, as case_text writes them (a float's _bits and its decimal for the reader).
-  auto only = [&](std::initializer_list<std::string_view> known) {
-    json_fields::only_fields<CaseError>(in, known, w);
-  };
+  json_fields::only_fields<CaseError>(in, input_fields(op), w);
   if (op == AC_OP_MERGE) {
-    only({"dtype", "num_tokens", "num_heads", "head_size", "prefix_out", "suffix_out", "prefix_lse",
-          "suffix_lse", "out_dtype", "output_scale_bits", "output_scale"});
     MergeInput m;
     m.dtype = dtype;
     m.num_tokens = int32_t(get_int(in, "num_tokens", w, 0, kMaxDim));
@@ -506,7 +565,6 @@ Case case_from_json(const std::string& text) {
     }
     c.input = std::move(m);
   } else if (op == AC_OP_SOFTMAX) {
-    only({"dtype", "rows", "cols", "x"});
     SoftmaxInput s;
     s.dtype = dtype;
     s.rows = int32_t(get_int(in, "rows", w, 0, kMaxSoftmaxRows));
@@ -516,7 +574,6 @@ Case case_from_json(const std::string& text) {
     check_half_bits(s.x, dtype, "input.x");
     c.input = std::move(s);
   } else if (op == AC_OP_QUANTIZE) {
-    only({"dtype", "out_dtype", "num_tokens", "num_heads", "head_size", "scales", "x"});
     QuantizeInput q;
     q.dtype = dtype;
     const std::string name = get_string(in, "out_dtype", w);
@@ -540,40 +597,6 @@ Case case_from_json(const std::string& text) {
     check_half_bits(q.x, dtype, "input.x");
     c.input = std::move(q);
   } else {
-    only({"dtype",
-          "num_heads",
-          "num_kv_heads",
-          "head_size",
-          "seqlens_q",
-          "seqlens_k",
-          "causal",
-          "softmax_scale_bits",
-          "softmax_scale",
-          "head_size_v",
-          "softcap_bits",
-          "softcap",
-          "window_left",
-          "window_right",
-          "sinks",
-          "v_in_k",
-          "kv_dtype",
-          "k_descale",
-          "v_descale",
-          "q_descale",
-          "p_scale_bits",
-          "p_scale",
-          "out_dtype",
-          "output_scale_bits",
-          "output_scale",
-          "amax",
-          "page_size",
-          "num_pages",
-          "max_blocks",
-          "block_table",
-          "mask",
-          "q",
-          "k",
-          "v"});
     refuse_orphans(in, {"k_descale", "v_descale"}, "kv_dtype", "an FP8 cache's format");
     refuse_orphans(in, {"num_pages", "max_blocks", "block_table"}, "page_size", "paged K / V");
     refuse_orphans(in, {"softcap"}, "softcap_bits", kDecimalCopy);

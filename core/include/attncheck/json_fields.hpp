@@ -16,6 +16,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -70,11 +71,15 @@ const json& field(const json& obj, const char* key, const std::string& where) {
 // Throws Err naming the first field of obj that `known` does not list: a misspelt field would
 // otherwise read as absent, and the file would mean something other than what it says.
 template <class Err>
-void only_fields(const json& obj, std::initializer_list<std::string_view> known, const std::string& where) {
+void only_fields(const json& obj, std::span<const std::string_view> known, const std::string& where) {
   if (!obj.is_object()) throw Err(where + " must be a JSON object");
   for (auto it = obj.begin(); it != obj.end(); ++it)
     if (std::find(known.begin(), known.end(), std::string_view(it.key())) == known.end())
       throw Err(where + ": unknown field \"" + printable(it.key()) + "\"");
+}
+template <class Err>
+void only_fields(const json& obj, std::initializer_list<std::string_view> known, const std::string& where) {
+  only_fields<Err>(obj, std::span<const std::string_view>(known.begin(), known.size()), where);
 }
 
 template <class Err>
