@@ -16,6 +16,8 @@ survive:
   hang-in-call       never answers a call (sleeps an hour in it)
   setsid-child FILE  starts a process in a session of its own, then answers like the default mode
   slow               answers like the default mode, 50 ms after each call
+  slow-start         answers like the default mode, after 1 s asleep before its first request (a
+                     worker importing a framework)
 setsid-child takes a second argument: a file where it writes that process's pid and start time.
 """
 import json
@@ -55,6 +57,9 @@ if mode == "setsid-child":
     stat = open("/proc/%d/stat" % child.pid).read()
     with open(sys.argv[2], "w") as f:
         f.write("%d %s\n" % (child.pid, stat[stat.rindex(")") + 2:].split()[19]))
+
+if mode == "slow-start":
+    time.sleep(1.0)
 
 for line in sys.stdin:
     req = json.loads(line)

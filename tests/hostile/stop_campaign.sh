@@ -98,6 +98,24 @@ if [ "$rc" -ne 130 ] || [ "$ms" -gt 1000 ] || [ -n "$left" ] || ! complete "$S/i
 else
   echo "ok    Ctrl-C with a worker in a call: exit 130 after $ms ms, report written, no process left"
 fi
+# SIGTERM while a worker still starts (the run is being planned; the worker answers its handshake
+# after 1 s): a stop, not a death, exit 143 once the worker has answered, its report written, no
+# process left.
+"$AC" check --worker "$HW slow-start" --property accuracy --cases 5 --call-timeout 30 --no-plots \
+  --report-dir "$S/early" >"$S/early.out" 2>&1 &
+pid=$!
+sleep 0.4
+tree "$pid" >"$S/tree"
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+sleep 1
+left=$(alive "$S/tree")
+if [ "$rc" -ne 143 ] || [ -n "$left" ] || ! complete "$S/early"; then
+  fail "SIGTERM while a worker starts: exit $rc, left: '$left', report: $(ls "$S/early" 2>/dev/null | tr '\n' ' ')"
+else
+  echo "ok    SIGTERM while a worker starts: exit 143, report written, no process left"
+fi
 # Two runs, one report directory: the second is refused (exit 2, one line naming the first's pid)
 # while the first runs, and touches nothing of it; the first then finishes with its own report and
 # no case "from a run that died".

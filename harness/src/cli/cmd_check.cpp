@@ -12,6 +12,7 @@
 #include "attncheck/generators.hpp"
 #include "check.hpp"
 #include "options.hpp"
+#include "pair_pool.hpp"
 #include "process.hpp"
 
 namespace attncheck::cli {
@@ -36,6 +37,11 @@ extern "C" void on_stop_child(int sig) {
 }
 
 int run_check(const CheckOptions& o, Common& common) {
+  // The handlers come before the plan: making it starts each --worker (a Python worker's start is
+  // most of a short run), and a SIGTERM meanwhile must stop the run with its report, not kill it
+  // without one. The workers' calls see the flag only once the plan is made; the run then stops
+  // before its first case.
+  for (int sig : {SIGINT, SIGTERM}) ::signal(sig, child_pair_from_env() ? on_stop_child : on_stop);
   CheckPlan plan = make_check_plan(o, common, &g_interrupted);
   if (plan.estimate_only) return kExitOk;
   const bool child = plan.child.has_value();
@@ -48,7 +54,6 @@ int run_check(const CheckOptions& o, Common& common) {
     if (builtin_runs) std::fprintf(stderr, "%s\n", plan.set.backend_note.c_str());
     for (const auto& n : plan.set.notes) std::fprintf(stderr, "%s\n", n.c_str());
   }
-  for (int sig : {SIGINT, SIGTERM}) ::signal(sig, child ? on_stop_child : on_stop);
   worker::set_cancel_flag(&g_interrupted);
   if (plan.shard_count > 1 && plan.pairs.empty() && !child) {
     write_report_dir(o.report_dir, plan.report);
