@@ -475,10 +475,7 @@ std::string case_text(const Case& c, bool splice) {
   }
   // The reader's table is the one list: a field written here and missing from it would make every
   // such file unreadable.
-  const auto known = input_fields(op_from_name(c.op));
-  for (auto it = in.begin(); it != in.end(); ++it)
-    if (std::find(known.begin(), known.end(), std::string_view(it.key())) == known.end())
-      throw std::logic_error("case_text: input field \"" + it.key() + "\" is not in input_fields");
+  json_fields::only_fields<std::logic_error>(in, input_fields(op_from_name(c.op)), "case_text: input");
   j["input"] = std::move(in);
   std::string text = j.dump(1, ' ', false, json::error_handler_t::replace) + "\n";
   for (const auto& [field, tensor_text] : spliced) {
