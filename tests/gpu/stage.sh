@@ -17,5 +17,8 @@ du -sh gpu-bin; ls gpu-bin
 # The carried tree is limited to 64 MiB: ship the binaries xz-compressed. Each binary links the
 # same device code; one stream with -9's 64 MiB window finds it again in the next binary (17 MB for
 # 281 MB; -6's 8 MiB window in two threads, 70 MB).
-mkdir -p gpu-pack && tar cf - gpu-bin | xz -T1 -9 > gpu-pack/bin.tar.xz
+# Packed in the build directory (ignored, not carried, the same file system) and moved over the old
+# pack: a device call that carries gpu-pack/ meanwhile takes a whole pack, the old or the new.
+mkdir -p gpu-pack && tar cf - gpu-bin | xz -T1 -9 > "$BUILD_DIR/bin.tar.xz.part" &&
+  mv "$BUILD_DIR/bin.tar.xz.part" gpu-pack/bin.tar.xz
 ls -la gpu-pack
