@@ -3,10 +3,10 @@
 # checks run side by side (the H200 has room for all of them; none of them is timed), then the
 # sanitizers on the small shapes, then the benchmarks alone on the idle GPU. Every step has its own
 # timeout, so a hang costs only its step. Logs under $OUT; one summary line per step.
-#   bash tests/gpu/session.sh [par] [sanitize] [bench] [timing]   (from the repo root, with gpu-pack/
+#   bash tests/gpu/session.sh [par] [sanitize] [bench] [timing] [ab]   (from the repo root, with gpu-pack/
 #   carried; default: par sanitize bench). A device call is limited to 10 minutes: run the steps in
 #   separate calls when they may not fit in one. timing: the default gate and --suite long alone on
-#   the idle machine, three and one times, wall seconds in the summary.
+#   the idle machine, three and one times, wall seconds in the summary. ab: below.
 set -u
 steps="${*:-par sanitize bench}"
 has() { [[ " $steps " == *" $1 "* ]]; }
@@ -73,6 +73,23 @@ if has sanitize && [ -n "$cs" ] && [ -x "$BIN/kernels_hopper_gpu" ]; then
     note "sanitizer memcheck $t rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san.log" | tr '\n' ' ')"
   done
   rm -f "$OUT/san.log" "$OUT/san-m.log"
+fi
+
+# ab: hopper_bench's T = 8192 rows of this tree and of gpu-bin/hopper_bench-base (stage.sh
+# BASE_REV) in turn, new, base, new, base, on the idle GPU: a change is judged against its base
+# within one lease, and the repeat shows the spread between two runs of one binary.
+if has ab; then
+  if [ -x "$BIN/hopper_bench-base" ]; then
+    rev=$(cat "$BIN/hopper_bench-base.rev" 2>/dev/null)
+    for k in new base new base; do
+      b="$BIN/hopper_bench" label=new
+      [ "$k" = base ] && b="$BIN/hopper_bench-base" label="base${rev:+ $rev}"
+      { echo "===== $label: $b"; timeout 150 "$b" 10 hopper8192; echo "rc=$?"; } >> "$OUT/ab.log" 2>&1
+    done
+    note "ab done: $(grep -c '^=====' "$OUT/ab.log") runs in ab.log"
+  else
+    note "ab: no $BIN/hopper_bench-base (tests/gpu/stage.sh with BASE_REV=<rev>)"
+  fi
 fi
 
 has bench && { echo "===== attncheck bench (the built-in kernels, ceilings and PyTorch's backends; bench.json)";

@@ -12,6 +12,19 @@ for t in $targets; do f=$(find "$BUILD_DIR" -type f -name "$t" -perm -u+x | head
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target attncheck attncheck-isolate attncheck_example_plugin worker_transport_bench
 cp "$BUILD_DIR/attncheck" "$BUILD_DIR/attncheck-isolate" "$BUILD_DIR"/worker_transport_bench gpu-bin/
 cp "$BUILD_DIR"/examples/libattncheck_example_plugin.so gpu-bin/
+# BASE_REV=<rev>: that revision's hopper_bench as well, built in a worktree under the build
+# directory, as gpu-bin/hopper_bench-base, so that `tests/gpu/session.sh ab` times a kernel change
+# beside its base in one lease (two leases of the same binary differ by up to 10%).
+if [ -n "${BASE_REV:-}" ]; then
+  wt="$(realpath -m "$BUILD_DIR")/base-src"
+  git worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
+  git worktree add --detach "$wt" "$BASE_REV" >/dev/null
+  cmake -S "$wt" -B "$BUILD_DIR/base-build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD_DIR/base-build" -j "${JOBS:-2}" --target hopper_bench
+  cp "$(find "$BUILD_DIR/base-build" -type f -name hopper_bench -perm -u+x | head -1)" gpu-bin/hopper_bench-base
+  git -C "$wt" rev-parse --short HEAD > gpu-bin/hopper_bench-base.rev
+  git worktree remove --force "$wt"
+fi
 strip gpu-bin/* 2>/dev/null || true
 du -sh gpu-bin; ls gpu-bin
 # The carried tree is limited to 64 MiB: ship the binaries xz-compressed. Each binary links the
