@@ -4,11 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR="${BUILD_DIR:-build}"
+# A base that is not a revision here would fail only after the long build: say so first.
+if [ -n "${BASE_REV:-}" ] && ! git rev-parse --verify -q "$BASE_REV^{commit}" > /dev/null; then
+  echo "stage.sh: BASE_REV '$BASE_REV' is not a git revision here" >&2
+  exit 2
+fi
+# The executable target $2 built somewhere under the build directory $1.
+built() { find "$1" -type f -name "$2" -perm -u+x | head -1; }
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets=$(cmake --build "$BUILD_DIR" --target help | sed -n 's/^\([A-Za-z0-9_]*\(_gpu\|_bench\)\|attncheck\): .*/\1/p' | sort -u)
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target $targets
 rm -rf gpu-bin && mkdir -p gpu-bin
-for t in $targets; do f=$(find "$BUILD_DIR" -type f -name "$t" -perm -u+x | head -1); [ -n "$f" ] && cp "$f" gpu-bin/; done
+for t in $targets; do f=$(built "$BUILD_DIR" "$t"); [ -n "$f" ] && cp "$f" gpu-bin/; done
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target attncheck attncheck-isolate attncheck_example_plugin worker_transport_bench
 cp "$BUILD_DIR/attncheck" "$BUILD_DIR/attncheck-isolate" "$BUILD_DIR"/worker_transport_bench gpu-bin/
 cp "$BUILD_DIR"/examples/libattncheck_example_plugin.so gpu-bin/
@@ -21,7 +28,7 @@ if [ -n "${BASE_REV:-}" ]; then
   git worktree add --detach "$wt" "$BASE_REV" >/dev/null
   cmake -S "$wt" -B "$BUILD_DIR/base-build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD_DIR/base-build" -j "${JOBS:-2}" --target hopper_bench
-  cp "$(find "$BUILD_DIR/base-build" -type f -name hopper_bench -perm -u+x | head -1)" gpu-bin/hopper_bench-base
+  cp "$(built "$BUILD_DIR/base-build" hopper_bench)" gpu-bin/hopper_bench-base
   git -C "$wt" rev-parse --short HEAD > gpu-bin/hopper_bench-base.rev
   git worktree remove --force "$wt"
 fi
