@@ -34,6 +34,18 @@ constexpr size_t kHexMaxElements = 64;
 
 const char* kB64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
+// A float as a case-file error quotes it: %g keeps a tiny or huge scale readable (2e-39, 1e+37).
+std::string quoted_float(float x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", double(x));
+  return b;
+}
+// "" or why p is not a p_scale (plugin_abi.h: AC_MIN_P_SCALE .. AC_MAX_P_SCALE).
+std::string p_scale_problem(float p) {
+  if (p >= AC_MIN_P_SCALE && p <= AC_MAX_P_SCALE) return "";
+  return "p_scale " + quoted_float(p) + " is not in [2^-126, " + std::to_string(int(AC_MAX_P_SCALE)) + "]";
+}
+
 // Appends to `out` (a prefix already there), written in place: a long-suite layer case carries
 // 10^8 bytes.
 void base64_encode(const std::vector<uint8_t>& bytes, std::string& out) {
@@ -273,6 +285,8 @@ void check_half_bits(const Bits& b, ac_dtype d, const std::string& what) {
 // The options' fold order is written as "fold_order", the worker protocol's word for it; files
 // written before that say "fold", which is read when "fold_order" is absent.
 ac_fold read_fold_order(const json& options) {
+  if (options.is_object() && options.contains("fold_order") && options.contains("fold"))
+    throw CaseError("options has both fold_order and fold (its older name): give one");
   const char* key = options.is_object() && !options.contains("fold_order") && options.contains("fold")
                         ? "fold"
                         : "fold_order";
@@ -613,7 +627,8 @@ Case case_from_json(const std::string& text) {
     // one: such a file is malformed, not a case a subject fails.
     a.softmax_scale = get_float_bits(in, "softmax_scale_bits", w);
     if (in.contains("softcap_bits")) a.softcap = get_float_bits(in, "softcap_bits", w);
-    a.head_size_v = int32_t(get_int_or(in, "head_size_v", w, 0, kMaxDim, 0));
+    // Written only where V has a head size of its own: a 0 in a file is no value, not "none".
+    if (in.contains("head_size_v")) a.head_size_v = int32_t(get_int(in, "head_size_v", w, 1, kMaxDim));
     a.window_left = int32_t(get_int_or(in, "window_left", w, -1, kMaxDim, -1));
     a.window_right = int32_t(get_int_or(in, "window_right", w, -1, kMaxDim, -1));
     // Present, sinks and q_descale hold values (the writer leaves them out otherwise): an empty one
@@ -640,9 +655,7 @@ Case case_from_json(const std::string& text) {
     // p_scale 0 is the writer's "none", never written: a written 0 is out of range, not absent.
     if (in.contains("p_scale_bits")) {
       a.p_scale = get_float_bits(in, "p_scale_bits", w);
-      if (!(a.p_scale > 0.0f))
-        throw CaseError("input.p_scale " + json_fields::printable(std::to_string(a.p_scale)) +
-                        " is not in (0, " + std::to_string(int(AC_MAX_P_SCALE)) + "]");
+      if (const std::string why = p_scale_problem(a.p_scale); !why.empty()) throw CaseError("input." + why);
     }
     read_fp8_output(in, w, a.out_dtype, a.output_scale);
     a.want_amax = json_fields::get_bool_or<CaseError>(in, "amax", w, false);
@@ -798,14 +811,15 @@ CaseSize case_size(const Case& c) {
       tq += a.seqlens_q[i];
       tk = std::max<int64_t>(tk, a.seqlens_k[i]);
     }
-    s = {tq, tk, a.num_heads, a.head_size};
+    s = {tq, tk, a.num_heads, a.head_size, a.dv() != a.head_size ? a.dv() : 0};
   }
   return s;
 }
 
 std::string describe_size(const CaseSize& s) {
   return "tokens=" + std::to_string(s.tokens) + " keys=" + std::to_string(s.keys) +
-         " heads=" + std::to_string(s.heads) + " d=" + std::to_string(s.head_size);
+         " heads=" + std::to_string(s.heads) + " d=" + std::to_string(s.head_size) +
+         (s.head_size_v > 0 ? "/" + std::to_string(s.head_size_v) : "");
 }
 
 std::string attention_variant_problem(const AttentionInput& a) {
@@ -838,9 +852,9 @@ std::string attention_variant_problem(const AttentionInput& a) {
                " values: one (per tensor), one per KV head (" + std::to_string(a.num_kv_heads) +
                ") or one per (sequence, KV head) (" + std::to_string(per_sequence) + ") needed";
       for (size_t i = 0; i < d->size(); ++i)
-        if (!std::isfinite((*d)[i]) || !((*d)[i] > 0.0f))
-          return std::string(name) + "[" + std::to_string(i) + "] " +
-                 json_fields::printable(std::to_string((*d)[i])) + " is not positive and finite";
+        if (!((*d)[i] > 0.0f && (*d)[i] <= AC_MAX_DESCALE))
+          return std::string(name) + "[" + std::to_string(i) + "] " + quoted_float((*d)[i]) +
+                 " is not in (0, 2^32] (plugin_abi.h AC_MAX_DESCALE)";
     }
     if (a.k_descale.size() != a.v_descale.size())
       return "k_descale and v_descale differ in granularity (" + std::to_string(a.k_descale.size()) +
@@ -859,9 +873,7 @@ std::string attention_variant_problem(const AttentionInput& a) {
            " is not positive and finite";
   if (a.p_scale != 0.0f) {
     if (!a.fp8_kv()) return "p_scale needs an FP8 kv_dtype";
-    if (!(a.p_scale > 0.0f) || !(a.p_scale <= AC_MAX_P_SCALE))
-      return "p_scale " + json_fields::printable(std::to_string(a.p_scale)) + " is not in (0, " +
-             std::to_string(int(AC_MAX_P_SCALE)) + "]";
+    if (const std::string why = p_scale_problem(a.p_scale); !why.empty()) return why;
   }
   if (!(why = v_in_k_problem(a)).empty()) return why;
   if (!a.paged()) {
@@ -1004,7 +1016,19 @@ const AttentionInput& input_for_subject(const AttentionInput& in_given, uint32_t
   if (const std::string past = past_call_limits(in, caps); !past.empty())
     throw SubjectError(SubjectError::Kind::unsupported,
                        "past " + subject + "'s declared call limits: " + past);
-  if (variants & AC_VAR_PAGED_KV || !in.paged()) return in;
+  if (in.paged() && (variants & AC_VAR_PAGED_KV)) {
+    // A page size the subject does not declare (a case file's, or another subject's) is refused,
+    // as its other undeclared variants are: never passed to a kernel that did not promise it.
+    std::string sizes;
+    for (int32_t i = 0; caps.page_sizes && i < caps.num_page_sizes; ++i) {
+      if (caps.page_sizes[i] == in.page_size) return in;
+      sizes += (sizes.empty() ? "" : ", ") + std::to_string(caps.page_sizes[i]);
+    }
+    throw SubjectError(SubjectError::Kind::unsupported, subject + " does not declare page size " +
+                                                            std::to_string(in.page_size) +
+                                                            " (caps.page_sizes: " + sizes + ")");
+  }
+  if (!in.paged()) return in;
   AttentionInput gathered = gather_pages(in);
   storage = std::move(gathered);
   return storage;

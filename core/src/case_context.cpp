@@ -62,6 +62,7 @@ std::string attention_context(const Case& c, const AttentionInput& a, const ac_c
   else
     s += ", " + plural(a.num_heads, "head");
   s += ", d=" + std::to_string(a.head_size);
+  if (a.dv() != a.head_size) s += " (V " + std::to_string(a.dv()) + ")";
   if (caps && caps->tilings && c.options.tiling >= 0 && c.options.tiling < caps->num_tilings)
     s += ", tiling " + std::to_string(caps->tilings[c.options.tiling].br) + "x" +
          std::to_string(caps->tilings[c.options.tiling].bc);

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <set>
@@ -204,10 +205,14 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
       bad("declares AC_VAR_PAGED_KV but caps.num_page_sizes " + std::to_string(c.num_page_sizes) +
           out_of(1, AC_MAX_PAGE_SIZES) + " or caps.page_sizes is NULL");
     else
-      for (int32_t i = 0; i < c.num_page_sizes; ++i)
+      for (int32_t i = 0; i < c.num_page_sizes; ++i) {
         if (c.page_sizes[i] < 1 || c.page_sizes[i] > AC_MAX_PAGE_SIZE)
           bad("caps.page_sizes[" + std::to_string(i) + "] " + std::to_string(c.page_sizes[i]) +
               out_of(1, AC_MAX_PAGE_SIZE));
+        if (std::find(c.page_sizes, c.page_sizes + i, c.page_sizes[i]) != c.page_sizes + i)
+          bad("caps.page_sizes[" + std::to_string(i) + "] " + std::to_string(c.page_sizes[i]) +
+              " is named twice");
+      }
   } else if (c.page_sizes || c.num_page_sizes) {
     bad("caps.page_sizes given without AC_VAR_PAGED_KV");
   }
@@ -226,6 +231,11 @@ std::vector<std::string> validate_subject(const ac_subject& s, uint32_t abi_vers
   }
   if ((c.variants & AC_VAR_V_IN_K) && !(c.variants & AC_VAR_HEAD_SIZE_V))
     bad("declares AC_VAR_V_IN_K (V inside K) without AC_VAR_HEAD_SIZE_V (a V head size below K's)");
+  // V inside K is drawn for a pair whose V is narrower than K: without one it would never run.
+  if ((c.variants & AC_VAR_V_IN_K) && (c.variants & AC_VAR_HEAD_SIZE_V) && c.head_pairs &&
+      std::none_of(c.head_pairs, c.head_pairs + std::max(0, c.num_head_pairs),
+                   [](const ac_head_pair& p) { return p.v < p.qk; }))
+    bad("declares AC_VAR_V_IN_K (V inside K) but no caps.head_pairs entry has V's head size below K's");
   if ((c.ops & AC_OP_MERGE) && !s.merge) bad("declares merge but the merge function is NULL");
   if ((c.ops & AC_OP_SOFTMAX) && !s.softmax) bad("declares softmax but the softmax function is NULL");
   const bool attention_like = (c.ops & (AC_OP_ATTENTION | AC_OP_SPLITKV)) != 0;

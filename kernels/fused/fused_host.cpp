@@ -97,8 +97,9 @@ int fused_check_args(const ac_attention_args& a, const FusedOptions& o, int num_
   if (a.p_scale) {
     if (!o.p_e4m3 || !fused::fp8_kv(a))
       AC_REFUSE("fused attention: p_scale given, but P is not held in e4m3fn in this call");
-    if (!(*a.p_scale > 0.0f && *a.p_scale <= AC_MAX_P_SCALE))
-      AC_REFUSE("fused attention: p_scale %g is not in (0, %g]", double(*a.p_scale), double(AC_MAX_P_SCALE));
+    if (!(*a.p_scale >= AC_MIN_P_SCALE && *a.p_scale <= AC_MAX_P_SCALE))
+      AC_REFUSE("fused attention: p_scale %g is not in [2^-126, %g]", double(*a.p_scale),
+                double(AC_MAX_P_SCALE));
   }
   return fused_check_variants(a, err, err_len, scope);
 }

@@ -84,7 +84,7 @@ double fp8_q_score_conditioning(double abs_dot) { return abs_dot; }
 // every weight below 2^-6 would be subnormal in e4m3fn and every one below 2^-10 zero: a row of
 // comparable scores would lose most of its mass, which this term does not allow
 // (tests/properties/test_fp8_kv.cpp: the term, and mutant 29).
-// A call's p_scale s in (0, 448] (AC_FP8_P_SCALE, cuDNN's scale_s) in place of 256: s p_j <= 448
+// A call's p_scale s in [2^-126, 448] (AC_FP8_P_SCALE, cuDNN's scale_s) in place of 256: s p_j <= 448
 // never saturates either. The subnormal step is 2^-10 / s in p_j: 2^-18 at s = 256, 2^-10 at s = 1,
 // where every weight below 2^-10 may be lost (a contract that declares it). The product s p_j may be
 // rounded to fp32 first and the stored value read back by a division, or by the fp32 reciprocal and

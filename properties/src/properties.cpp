@@ -484,7 +484,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
       last_failing && !last_outcome.crashed && !cancelled) {
     ShrinkHooks hooks;
     hooks.candidates = [&](const AttentionInput& a) {
-      return attention_shrinks(a, dom.head_sizes, dom.zero_keys, dom.page_sizes);
+      return attention_shrinks(a, dom.head_sizes, dom.zero_keys, dom.page_sizes, dom.head_pairs);
     };
     hooks.check = [&](const Case& c) {
       std::string why;

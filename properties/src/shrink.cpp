@@ -22,7 +22,7 @@ struct Keep {
   std::vector<std::vector<int32_t>> rows, keys;  // per sequence; a dropped sequence keeps neither
   std::vector<bool> sequence;                    // per sequence: kept at all
   std::vector<int32_t> kv_heads, group_heads;    // group_heads: offsets within a group, 0..ratio-1
-  int32_t dims = 0;
+  int32_t dims = 0, dims_v = 0;                  // Q's and K's head size kept, and V's
   bool mask = true, causal = true;
   bool softcap = true, window = true, sinks = true;  // the variants kept
 };
@@ -42,20 +42,23 @@ Keep keep_all(const AttentionInput& a) {
   k.group_heads.resize(size_t(a.num_heads / std::max(1, a.num_kv_heads)));
   std::iota(k.group_heads.begin(), k.group_heads.end(), 0);
   k.dims = a.head_size;
+  k.dims_v = a.dv();
   return k;
 }
 
 // `a` is contiguous (a paged case is gathered first, and paged again after: attention_shrinks).
 AttentionInput apply(const AttentionInput& a, const Keep& k) {
   const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size, ratio = H / std::max<int64_t>(1, Hkv);
-  // V keeps its own head size where it has one (the cut of dims is Q's and K's alone then).
-  const int64_t Dv = a.dv(), dims_v = a.head_size_v > 0 ? Dv : k.dims;
+  const int64_t Dv = a.dv(), dims_v = k.dims_v;
   AttentionInput b;
   b.dtype = a.dtype;
   b.num_kv_heads = int32_t(k.kv_heads.size());
   b.num_heads = int32_t(k.kv_heads.size() * k.group_heads.size());
   b.head_size = k.dims;
-  b.head_size_v = a.head_size_v;
+  // V's own head size stays where the case had one and the cut keeps the sizes apart (a plain size
+  // kept for both is the plain contract again).
+  b.head_size_v = a.head_size_v > 0 && (k.dims_v != k.dims || k.dims == a.head_size) ? k.dims_v : 0;
+  b.v_in_k = a.v_in_k && k.dims_v <= k.dims;  // V's columns stay the first of K's rows
   b.causal = a.causal && k.causal;
   b.softmax_scale = a.softmax_scale;
   b.softcap = k.softcap ? a.softcap : 0.0f;
@@ -126,7 +129,8 @@ std::vector<std::vector<int32_t>> smaller_lists(const std::vector<int32_t>& v, s
 
 std::vector<AttentionInput> attention_shrinks(const AttentionInput& paged_or_not,
                                               const std::vector<int32_t>& head_sizes, bool zero_keys,
-                                              const std::vector<int32_t>& page_sizes) {
+                                              const std::vector<int32_t>& page_sizes,
+                                              const std::vector<ac_head_pair>& head_pairs) {
   std::vector<AttentionInput> out;
   // A paged case is cut on its gathered keys and paged again in key order with its page size (the
   // plainest pool: fewest pages, no sharing); smaller declared page sizes are candidates too.
@@ -174,15 +178,25 @@ std::vector<AttentionInput> attention_shrinks(const AttentionInput& paged_or_not
       k.keys[s] = c;
       add(k);
     }
-  // Smaller head sizes the subject supports, smallest first.
-  std::vector<int32_t> sizes = head_sizes;
-  std::sort(sizes.begin(), sizes.end());
-  for (int32_t d : sizes)
-    if (d < a.head_size) {
-      Keep k = all;
-      k.dims = d;
-      add(k);
-    }
+  // Smaller head sizes the subject supports, smallest (QK + V) first: plain sizes within both of the
+  // case's (V's own size dropped) and, where V has its own, the declared (QK, V) pairs within the
+  // case's, so that a candidate is never a pair the subject did not declare.
+  std::vector<std::pair<int32_t, int32_t>> sizes;
+  const int32_t qk = a.head_size, v = a.dv();
+  for (int32_t d : head_sizes)
+    if (d <= std::min(qk, v) && !(d == qk && d == v)) sizes.emplace_back(d, d);
+  if (a.head_size_v > 0)
+    for (const ac_head_pair& p : head_pairs)
+      if (p.qk <= qk && p.v <= v && !(p.qk == qk && p.v == v) && p.qk != p.v) sizes.emplace_back(p.qk, p.v);
+  std::sort(sizes.begin(), sizes.end(), [](auto x, auto y) {
+    return std::pair{x.first + x.second, x} < std::pair{y.first + y.second, y};
+  });
+  for (const auto& [d, dv] : sizes) {
+    Keep k = all;
+    k.dims = d;
+    k.dims_v = dv;
+    add(k);
+  }
   if (!a.mask.empty()) {
     Keep k = all;
     k.mask = false;

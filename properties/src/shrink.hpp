@@ -14,11 +14,14 @@ namespace attncheck::detail {
 
 // Smaller inputs made from `a`, the largest cuts first. head_sizes: the sizes the subject accepts;
 // zero_keys: a sequence may lose every key (else each keeps one); page_sizes: the page sizes the
-// subject accepts (a paged case is also offered at each smaller one). The variants (softcap,
+// subject accepts (a paged case is also offered at each smaller one); head_pairs: the (QK, V) head
+// sizes it accepts where V has its own (a case with one shrinks to those and to plain sizes
+// within both, never to another pair). The variants (softcap,
 // window, sinks) are offered dropped one at a time. A candidate a property cannot use (a split case
 // with one key left) simply does not fail, and is passed over.
 std::vector<AttentionInput> attention_shrinks(const AttentionInput& a, const std::vector<int32_t>& head_sizes,
-                                              bool zero_keys, const std::vector<int32_t>& page_sizes = {});
+                                              bool zero_keys, const std::vector<int32_t>& page_sizes = {},
+                                              const std::vector<ac_head_pair>& head_pairs = {});
 
 struct ShrinkHooks {
   std::function<std::vector<AttentionInput>(const AttentionInput&)> candidates;

@@ -198,9 +198,11 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
             raise CapsError(f"subject {name!r} declares paged_kv with {len(ps)} page_sizes; it needs 1 to {MAX_PAGE_SIZES}")
     elif ps:
         raise CapsError(f"subject {name!r}: page_sizes given without the paged_kv variant")
-    for p in ps:
+    for i, p in enumerate(ps):
         if not 1 <= p <= MAX_PAGE_SIZE:
             raise CapsError(f"subject {name!r}: page size {p} is out of range 1..{MAX_PAGE_SIZE}")
+        if p in ps[:i]:
+            raise CapsError(f"subject {name!r}: page size {p} is named twice")
     hp = []
     for pair in head_pairs:
         try:
@@ -218,6 +220,8 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r}: head_pairs given without the head_size_v variant")
     if "v_in_k" in variants and "head_size_v" not in variants:
         raise CapsError(f"subject {name!r}: variant \"v_in_k\" needs \"head_size_v\" (a V head size below K's)")
+    if "v_in_k" in variants and not any(dv < qk for qk, dv in hp):
+        raise CapsError(f"subject {name!r}: variant \"v_in_k\" needs a head pair whose V head size is below K's")
     limits: Dict[str, int] = {}
     for limit, count, top in (("max_call_seqs", max_call_seqs, 2**31 - 1),
                               ("max_call_tokens", max_call_tokens, 2**31 - 1), ("max_call_keys", max_call_keys, 2**63 - 1)):

@@ -127,7 +127,7 @@ class AttentionCall(_Call):
       q_descale     None, or (fp8 "fp8_q") q's descales, as many as k_descale: q is then codes of
                     kv_dtype too, query head i reading its KV head's value (helpers.dequantize_q).
       p_scale       None (P's scale is the fixed 2^8 of fp8 "p_e4m3"), or (fp8 "p_scale", cuDNN's
-                    scale_s) a one-element fp32 array in (0, 448]: P is stored as the e4m3fn code of
+                    scale_s) a one-element fp32 array in [2^-126, 448]: P is stored as the e4m3fn code of
                     p * p_scale and read over p_scale.
       out_dtype     None (out in dtype), or (fp8 "fp8_out", cuDNN's FP8 output) one of kv_dtypes: out is
                     then returned as that format's codes (uint8, or the torch float8 dtype) of

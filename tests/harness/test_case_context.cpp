@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "attncheck/case.hpp"
 #include "attncheck/case_context.hpp"
 
 using namespace attncheck;
@@ -54,6 +55,14 @@ TEST_CASE("the context names dtype, causal alignment, shape, GQA, tiling and the
   c = attention_case({1, 2}, {3, 0}, 1, 1, false);
   CHECK(case_context(c) ==
         "fp16, no mask, varlen 2 sequences Tq=1,2 Tk=3,0, 1 head, d=8, rows see 0 to 3 keys (2 see none)");
+  // V with a head size of its own (MLA's pairs) is named: a replay of "d=8" alone would not say
+  // which pair the subject declared; describe_size writes the pair as d=QK/V.
+  c = attention_case({1}, {2}, 1, 1, false);
+  std::get<AttentionInput>(c.input).head_size_v = 4;
+  CHECK(case_context(c, nullptr, 0) == "fp16, no mask, Tq=1 Tk=2, 1 head, d=8 (V 4), row 0 sees 2 of 2 keys");
+  CHECK(describe_size(case_size(c)) == "tokens=1 keys=2 heads=1 d=8/4");
+  std::get<AttentionInput>(c.input).head_size_v = 8;  // equal: the plain contract, no V size named
+  CHECK(describe_size(case_size(c)) == "tokens=1 keys=2 heads=1 d=8");
 }
 
 TEST_CASE("a merge's context says which side of the failing row is empty or +inf", "[context]") {

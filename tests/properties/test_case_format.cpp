@@ -109,9 +109,10 @@ TEST_CASE("case files: fold_order is written, and the older fold is read", "[cas
   };
   CHECK(case_from_json(with("\"fold\": \"right\"")).options.fold_order == AC_FOLD_RIGHT);
   CHECK(case_from_json(with("\"fold\": \"left\"")).options.fold_order == AC_FOLD_LEFT);
-  // Both present: fold_order is the field, the older word is left unread.
-  CHECK(case_from_json(with("\"fold\": \"left\", \"fold_order\": \"right\"")).options.fold_order ==
-        AC_FOLD_RIGHT);
+  // Both present: one of them would go unread, so the file is refused (even where they agree).
+  CHECK_THROWS_WITH(case_from_json(with("\"fold\": \"left\", \"fold_order\": \"right\"")),
+                    Catch::Equals("options has both fold_order and fold (its older name): give one"));
+  CHECK_THROWS_AS(case_from_json(with("\"fold\": \"right\", \"fold_order\": \"right\"")), CaseError);
   // A wrong word names the field it was read from; neither field is a missing fold_order.
   CHECK_THROWS_WITH(case_from_json(with("\"fold\": \"middle\"")),
                     Catch::Contains("options.fold must be one of left, right, tree, not \"middle\""));

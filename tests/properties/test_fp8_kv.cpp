@@ -20,6 +20,7 @@
 #include "attncheck/reference/exact.hpp"
 #include "fakes.hpp"
 #include "internal.hpp"
+#include "property.hpp"
 
 using namespace attncheck;
 
@@ -104,6 +105,10 @@ TEST_CASE("FP8 KV: case files carry the format and the descales and refuse bad o
       {"a negative descale", [](AttentionInput& x) { x.v_descale[0] = -1.0f; }, "v_descale[0]"},
       {"a NaN descale", [](AttentionInput& x) { x.v_descale[1] = NAN; }, "v_descale[1]"},
       {"an infinite descale", [](AttentionInput& x) { x.k_descale[0] = INFINITY; }, "k_descale[0]"},
+      // Past 2^32 a code times its descale, or a head's sum of their products, can leave fp32
+      // (plugin_abi.h AC_MAX_DESCALE); 2^32 itself is the bound, kept below.
+      {"a descale past 2^32", [](AttentionInput& x) { x.k_descale[1] = 0x1.000002p32f; },
+       "k_descale[1] 4.29497e+09 is not in (0, 2^32]"},
       {"three descales for two KV heads",
        [](AttentionInput& x) {
          x.k_descale = {1, 1, 1};
@@ -113,6 +118,10 @@ TEST_CASE("FP8 KV: case files carry the format and the descales and refuse bad o
       {"granularities that differ", [](AttentionInput& x) { x.v_descale = {1.0f}; }, "differ in granularity"},
       {"descales without an FP8 cache", [](AttentionInput& x) { x.kv_dtype = AC_DTYPE_F32; }, "need an FP8"},
   };
+  AttentionInput at_bound = fp8_case();
+  at_bound.k_descale = {0x1p32f, 0x1p32f};
+  at_bound.v_descale = {0x1p-149f, 0x1p32f};  // the smallest positive float is a descale too
+  CHECK(attention_variant_problem(at_bound).empty());
   for (const auto& spoiled : bad) {
     AttentionInput x = fp8_case();
     spoiled.spoil(x);
@@ -666,4 +675,38 @@ TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchang
   INFO(item.message);
   CHECK(item.status == PropertyResult::Status::failed);
   CHECK(item.message.find("descales per (sequence, KV head)") != std::string::npos);
+}
+
+TEST_CASE("FP8 KV: an fp16 O past 65504 is correctly +inf; -inf, NaN or the largest finite fail",
+          "[properties][fp8]") {
+  // One query over one key, d = 1: K code 0x38 = 1.0, V code 0x7e = (1 + 6/8) 2^8 = 448 (e4m3fn),
+  // v_descale 256: O = 448 * 256 = 114688 exactly, past fp16's largest finite 65504 and past the
+  // midpoint 65520 where round to nearest goes to infinity; the LSE is the one score, q k = 1.
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F16;
+  a.kv_dtype = AC_DTYPE_E4M3;
+  a.head_size = 1;
+  a.seqlens_q = {1};
+  a.seqlens_k = {1};
+  a.q = {0x3c00};  // fp16 1.0
+  a.k = {0x38};
+  a.v = {0x7e};
+  a.k_descale = {1.0f};
+  a.v_descale = {256.0f};
+  REQUIRE(attention_variant_problem(a).empty());
+  auto outcome = [&](uint32_t o_bits, bool finite_only) {
+    AttentionOutput out;
+    out.out = {o_bits};
+    out.lse = {1.0f};
+    const detail::Judgement J = detail::judge_attention(a, out, detail::Conventions{}, Budget{});
+    detail::Outcome o;
+    detail::rule_accuracy(o, J, finite_only);
+    return o;
+  };
+  for (const bool finite_only : {false, true}) {                       // accuracy, no_spurious_nonfinite
+    CHECK(outcome(0x7c00, finite_only).ok);                            // +inf: the rounding of 114688
+    CHECK(outcome(0xfc00, finite_only).failure_class == "nonfinite");  // -inf
+    CHECK(outcome(0x7e00, finite_only).failure_class == "nonfinite");  // NaN
+  }
+  CHECK(!outcome(0x7bff, false).ok);  // 65504: 49184 off, far past any budget
 }

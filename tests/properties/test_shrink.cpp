@@ -2,7 +2,9 @@
 // every value names its own position, so a candidate's bits say exactly what it kept: two
 // sequences (2 and 3 queries, 4 and 1 keys), 2 KV heads of 2 query heads each, d = 2, a mask.
 // And the greedy loop: it follows the first candidate that fails the same way, ignores others.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "shrink.hpp"
 
@@ -120,4 +122,42 @@ TEST_CASE("shrink_greedily follows the first candidate that fails the same way",
   CHECK((a.q[0] % 100) / 10 == 3);
   CHECK(a.mask.size() == 1);
   CHECK(r.outcome.failure_class == "accuracy");
+}
+
+TEST_CASE("attention_shrinks: a case with V's own head size shrinks only to declared pairs and plain sizes",
+          "[shrink]") {
+  // One sequence, one head, QK head size 4 and V's 3 (k = 2000 + c, v = 3000 + c by column c). The
+  // subject takes plain sizes 1 .. 8 and the pairs (4, 3), (2, 1), (3, 4) and (1, 2). The head-size
+  // candidates must be the plain (1, 1), (2, 2) and (3, 3) (V cut with Q and K, no V size of its
+  // own) and the declared pairs within (4, 3): (2, 1) and (1, 2); never QK cut alone beside V's 3,
+  // a pair the subject did not declare, nor (3, 4) (V past the case's 3).
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F32;
+  a.head_size = 4;
+  a.head_size_v = 3;
+  a.seqlens_q = {1};
+  a.seqlens_k = {1};
+  a.q = {1000, 1001, 1002, 1003};
+  a.k = {2000, 2001, 2002, 2003};
+  a.v = {3000, 3001, 3002};
+  const std::vector<ac_head_pair> pairs = {{4, 3}, {2, 1}, {3, 4}, {1, 2}};
+  std::set<std::pair<int32_t, int32_t>> seen;
+  for (const AttentionInput& x : attention_shrinks(a, {1, 2, 3, 4, 5, 6, 7, 8}, true, {}, pairs)) {
+    if (x.head_size == 4 && x.dv() == 3) continue;  // cuts of rows, keys or heads
+    seen.insert({x.head_size, x.dv()});
+    const bool plain = x.head_size_v == 0;
+    CHECK((plain || std::count_if(pairs.begin(), pairs.end(), [&](const ac_head_pair& p) {
+                      return p.qk == x.head_size && p.v == x.head_size_v;
+                    }) == 1));
+    REQUIRE(x.v.size() == size_t(x.dv()));
+    for (int32_t c = 0; c < x.dv(); ++c) CHECK(x.v[size_t(c)] == uint32_t(3000 + c));
+    for (int32_t c = 0; c < x.head_size; ++c) CHECK(x.k[size_t(c)] == uint32_t(2000 + c));
+  }
+  CHECK(seen == std::set<std::pair<int32_t, int32_t>>{{1, 1}, {2, 2}, {3, 3}, {2, 1}, {1, 2}});
+  // V inside K survives a cut that keeps V's columns within K's.
+  AttentionInput s = a;
+  s.v = {2000, 2001, 2002};
+  s.v_in_k = true;
+  for (const AttentionInput& x : attention_shrinks(s, {1, 2}, true, {}, pairs))
+    CHECK(x.v_in_k == (x.dv() <= x.head_size));
 }

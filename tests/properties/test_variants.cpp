@@ -241,6 +241,10 @@ TEST_CASE("case files: a variant's field that would read as nothing is refused, 
       case_from_json(no_bits),
       Catch::Equals(
           "input.softcap without softcap_bits (the bits are the value; the decimal is for the reader)"));
+  // head_size_v is written only where V has a size of its own: a written 0 is refused, not "none".
+  const std::string hsv = "\"head_size_v\": " + std::to_string(a.head_size_v);
+  CHECK_THROWS_WITH(case_from_json(replaced(hsv, "\"head_size_v\": 0")),
+                    Catch::Equals("input.head_size_v = 0 out of range [1, 16777216]"));
   const std::string blocks = "\"max_blocks\": " + std::to_string(a.max_blocks);
   CHECK_THROWS_WITH(case_from_json(replaced(blocks, "\"max_blocks\": 0")),
                     Catch::Equals("input.max_blocks = 0 out of range [1, 16777216]"));
@@ -248,9 +252,14 @@ TEST_CASE("case files: a variant's field that would read as nothing is refused, 
     return replaced("\"input\": {", "\"input\": {" + field + ", ");
   };
   CHECK_THROWS_WITH(case_from_json(with("\"p_scale_bits\": \"0x00000000\"")),
-                    Catch::Equals("input.p_scale 0.000000 is not in (0, 448]"));
+                    Catch::Equals("input.p_scale 0 is not in [2^-126, 448]"));
   CHECK_THROWS_WITH(case_from_json(with("\"p_scale_bits\": \"0x80000000\"")),
-                    Catch::Equals("input.p_scale -0.000000 is not in (0, 448]"));
+                    Catch::Equals("input.p_scale -0 is not in [2^-126, 448]"));
+  // The bound is fp32's smallest normal, 2^-126 (plugin_abi.h AC_MIN_P_SCALE): 2^-128's reciprocal
+  // is 2^128, infinity in fp32, and a kernel multiplying by it writes NaN; 2^-127 (0x00400000,
+  // subnormal) is refused with every subnormal.
+  CHECK_THROWS_WITH(case_from_json(with("\"p_scale_bits\": \"0x00400000\"")),
+                    Catch::Equals("input.p_scale 5.87747e-39 is not in [2^-126, 448]"));
   CHECK_THROWS_WITH(case_from_json(with("\"q_descale\": \"hex:\"")),
                     Catch::Equals("input.q_descale is empty (Q in FP8 needs its descales)"));
   CHECK_THROWS_WITH(case_from_json(with("\"output_scale\": 0.5")),

@@ -242,7 +242,7 @@ TEST_CASE("the arena cannot be shrunk by anyone holding its descriptor", "[worke
 
 namespace {
 
-const int32_t kPageSizes[] = {1, 16, 4096};
+const int32_t kPageSizes[] = {1, 2, 16, 4096};  // 2: variant_input's
 const ac_head_pair kHeadPairs[] = {{192, 128}, {8, 4}};
 
 // An attention subject declaring every variant, its page sizes and head pairs.
@@ -258,7 +258,7 @@ ac_caps variant_caps(uint32_t variants) {
   c.variants = variants;
   if (variants & AC_VAR_PAGED_KV) {
     c.page_sizes = kPageSizes;
-    c.num_page_sizes = 3;
+    c.num_page_sizes = 4;
   }
   if (variants & AC_VAR_HEAD_SIZE_V) {
     c.head_pairs = kHeadPairs;
@@ -277,17 +277,17 @@ TEST_CASE("protocol 4 subject fields: variants, page sizes and head pairs round-
   const auto j = w::caps_to_json("v", "", variant_caps(all));
   using L = std::vector<std::string>;
   CHECK(j["variants"].get<L>() == L{"paged_kv", "head_size_v", "softcap", "window", "sinks", "v_in_k"});
-  CHECK(j["page_sizes"] == nlohmann::json({1, 16, 4096}));
+  CHECK(j["page_sizes"] == nlohmann::json({1, 2, 16, 4096}));
   CHECK(j["head_pairs"] == nlohmann::json({{192, 128}, {8, 4}}));
   auto d = std::make_unique<w::DeclaredSubject>(w::caps_from_json(j, 4));
   // A copy owns its arrays: the original's are gone when it is read.
   const w::DeclaredSubject copy = *d;
   d.reset();
   CHECK(copy.caps.variants == all);
-  REQUIRE(copy.caps.num_page_sizes == 3);
+  REQUIRE(copy.caps.num_page_sizes == 4);
   CHECK(copy.caps.page_sizes == copy.page_sizes.data());
-  CHECK(std::vector<int32_t>(copy.caps.page_sizes, copy.caps.page_sizes + 3) ==
-        std::vector<int32_t>{1, 16, 4096});
+  CHECK(std::vector<int32_t>(copy.caps.page_sizes, copy.caps.page_sizes + 4) ==
+        std::vector<int32_t>{1, 2, 16, 4096});
   REQUIRE(copy.caps.num_head_pairs == 2);
   CHECK(copy.caps.head_pairs == copy.head_pairs.data());
   CHECK((copy.caps.head_pairs[0].qk == 192 && copy.caps.head_pairs[0].v == 128));

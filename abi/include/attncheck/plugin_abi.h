@@ -289,7 +289,11 @@ typedef struct {
  * otherwise). attncheck judges O against the exact attention of the values the kernel was given (decoded and
  * descaled), so quantisation is never the kernel's error; a kernel may form k * descale and v * descale in
  * fp32 or fold the descales into the softmax scale and the output (one fp32 rounding each, budgets.cpp). Each
- * descale is positive and finite. */
+ * descale is positive and at most AC_MAX_DESCALE. */
+/* The largest descale: a code times its descale (at most 57344 2^32) and a head's sum of two such
+ * products (at most 57344^2 2^64 AC_MAX_HEAD_SIZE, below 2^106) stay finite in fp32 whichever way
+ * a kernel forms them. Added within version 3. */
+#define AC_MAX_DESCALE 0x1p32f
 #define AC_FP8_DESCALE_PER_KV_HEAD 1u
 /* Q in FP8 too (FlashAttention-3's FP8 forward): q holds codes of kv_dtype, read times q_descale (as
  * many values as k_descale; query head i reads the one of its KV head), which a kernel applies in
@@ -363,8 +367,10 @@ typedef struct {
 #define AC_FP8_KNOWN                                                                                       \
   (AC_FP8_DESCALE_PER_KV_HEAD | AC_FP8_Q | AC_FP8_P_E4M3 | AC_FP8_DESCALE_PER_SEQUENCE | AC_FP8_SATURATE | \
    AC_FP8_Q_REQUIRED | AC_FP8_TRUNCATED_SUMS | AC_FP8_P_SCALE | AC_FP8_OUT | AC_FP8_AMAX)
-/* The largest p_scale (AC_FP8_P_SCALE): a weight of 1 lands on e4m3fn's largest finite value. */
+/* The largest p_scale (AC_FP8_P_SCALE): a weight of 1 lands on e4m3fn's largest finite value. The
+ * smallest: its fp32 reciprocal, which a kernel may multiply by, is finite. */
 #define AC_MAX_P_SCALE 448.0f
+#define AC_MIN_P_SCALE 0x1p-126f
 
 /* A (QK head size, V head size) pair, AC_VAR_HEAD_SIZE_V. */
 typedef struct {
@@ -522,7 +528,7 @@ typedef struct {
                                 * KV head) */
   int32_t v_in_k;              /* AC_VAR_V_IN_K: 1 when v is k's first head_size_v columns; else 0 */
   /* Added within version 3 (a caller that zero-fills the struct gets the fixed 2^8): */
-  const float* p_scale; /* AC_FP8_P_SCALE: P's scale, one value in (0, AC_MAX_P_SCALE], subject
+  const float* p_scale; /* AC_FP8_P_SCALE: P's scale, one value in [AC_MIN_P_SCALE, AC_MAX_P_SCALE], subject
                          * memory; NULL: 2^8. Always NULL for a subject not declaring it */
   /* AC_FP8_OUT: an FP8 format makes out its codes of O / *output_scale; any other value (a
    * zero-filled struct's included) means out in dtype. */

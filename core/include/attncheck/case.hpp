@@ -118,7 +118,8 @@ const AttentionInput& contiguous_kv(const AttentionInput& in, AttentionInput& st
 // (max_call_seqs, max_call_tokens, max_call_keys) is called with: `in`, or its gathered copy in
 // `storage` when `in` is paged and the subject does not declare paged K / V. Throws SubjectError
 // (unsupported) naming `subject` and the first variant `in` uses that it does not declare (an FP8
-// KV cache counts: its format in caps.kv_dtypes, per-KV-head descales in caps.fp8), or the
+// KV cache counts: its format in caps.kv_dtypes, per-KV-head descales in caps.fp8; a paged case,
+// its page size in caps.page_sizes where the subject declares paged K / V), or the
 // first declared limit the call is past (the case is then skipped and counted with that reason,
 // never passed to the subject).
 const AttentionInput& input_for_subject(const AttentionInput& in, uint32_t variants, const ac_caps& caps,
@@ -143,8 +144,9 @@ std::string undeclared_fp8_output(const MergeInput& in, const ac_caps& caps);
 // softmax: cols; merge: 2 states), heads = query heads.
 struct CaseSize {
   int64_t tokens = 0, keys = 0, heads = 0, head_size = 0;
+  int64_t head_size_v = 0;  // V's own head size where it differs from head_size; else 0
 };
 CaseSize case_size(const Case&);
-std::string describe_size(const CaseSize&);  // "tokens=1 keys=3 heads=1 d=1"
+std::string describe_size(const CaseSize&);  // "tokens=1 keys=3 heads=1 d=1" (d=192/128: V's own)
 
 }  // namespace attncheck

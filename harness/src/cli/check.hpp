@@ -45,6 +45,7 @@ struct CheckPlan {
   bool estimate_only = false;  // --estimate-memory: the estimate was printed, nothing more to do
   // The pairs run at once: --jobs, or every core, fewer where their memory would pass --max-memory.
   int jobs = 1;
+  std::vector<std::string> devices;  // --devices: the indices children are pinned to; empty: none
 };
 
 // Everything validated, the directories made ready (by the parent), the shard's pairs chosen.

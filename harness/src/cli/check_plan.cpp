@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <numeric>
 #include <thread>
 
@@ -92,6 +93,45 @@ bool plan_memory(CheckPlan& plan, const CheckOptions& o, const Common& common) {
   return false;
 }
 
+namespace {
+
+// --devices: "all" (every visible GPU on the cuda backend; no pinning on the host backend) or a
+// list of device indices. On the host backend a list is accepted and only labels the children:
+// that is how a run across several GPUs is exercised where there is none.
+std::vector<std::string> parse_devices(const std::string& text, bool cuda) {
+  std::vector<std::string> out;
+  if (text == "all") {
+    if (cuda)
+      for (int i = 0; i < cuda_device_count(); ++i) out.push_back(std::to_string(i));
+    return out;
+  }
+  const int count = cuda ? cuda_device_count() : 1024;
+  for (const auto& d : split_csv({text})) {
+    const auto v = json_fields::parse_decimal_u64(d);
+    if (!v || *v >= uint64_t(count))
+      throw UsageError("--devices " + text + ": '" + d + "' is not a device index" +
+                       (cuda ? " (0.." + std::to_string(count - 1) + " visible)" : ""));
+    if (std::find(out.begin(), out.end(), d) != out.end())
+      throw UsageError("--devices " + text + ": '" + d + "' named twice");
+    out.push_back(d);
+  }
+  if (out.empty()) throw UsageError("--devices: give all or a list of device indices");
+  return out;
+}
+
+// A directory path that cannot become a directory (a file, or a file above it): refused before
+// either directory is touched, so that a bad --corpus-dir leaves no report directory behind.
+void refuse_non_directory(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = dir;  // its nearest existing ancestor, or itself
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  if (!p.empty() && fs::exists(p, ec) && !fs::is_directory(p, ec))
+    throw UsageError(what + " " + dir + " cannot be created: " + p.string() + " is not a directory");
+}
+
+}  // namespace
+
 CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atomic<bool>* cancel) {
   CheckPlan plan;
   // A child runs one pair of its parent's run. The subjects of --worker commands run in the parent,
@@ -113,6 +153,7 @@ CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atom
   if (o.run.cases < 1) throw UsageError("--cases must be at least 1");
   RunOptions run = o.run;
   run.dtypes = parse_dtypes(o.dtypes);
+  plan.devices = parse_devices(o.devices, plan.set.backend == Backend::cuda);
   if (!o.baseline.empty()) {
     try {
       plan.baseline = read_report_file(o.baseline);
@@ -179,6 +220,8 @@ CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atom
     plan.estimate_only = plan_memory(plan, o, common);
     // The parent prepares the directories for its children.
     if (!plan.estimate_only) {
+      refuse_non_directory(o.report_dir, "report directory");
+      refuse_non_directory(plan.corpus_dir, "corpus directory");
       prepare_report_dir(o.report_dir, o.quiet);
       prepare_corpus_dir(plan.corpus_dir, o.quiet);
     }

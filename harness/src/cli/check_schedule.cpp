@@ -54,30 +54,6 @@ class Progress {
   clock::time_point start_;
 };
 
-// --devices: "all" (every visible GPU on the cuda backend; no pinning on the host backend) or a
-// list of device indices. On the host backend a list is accepted and only labels the children:
-// that is how a run across several GPUs is exercised where there is none.
-std::vector<std::string> parse_devices(const std::string& text, bool cuda) {
-  std::vector<std::string> out;
-  if (text == "all") {
-    if (cuda)
-      for (int i = 0; i < cuda_device_count(); ++i) out.push_back(std::to_string(i));
-    return out;
-  }
-  const int count = cuda ? cuda_device_count() : 1024;
-  for (const auto& d : split_csv({text})) {
-    const auto v = json_fields::parse_decimal_u64(d);
-    if (!v || *v >= uint64_t(count))
-      throw UsageError("--devices " + text + ": '" + d + "' is not a device index" +
-                       (cuda ? " (0.." + std::to_string(count - 1) + " visible)" : ""));
-    if (std::find(out.begin(), out.end(), d) != out.end())
-      throw UsageError("--devices " + text + ": '" + d + "' named twice");
-    out.push_back(d);
-  }
-  if (out.empty()) throw UsageError("--devices: give all or a list of device indices");
-  return out;
-}
-
 std::string describe_death(const ChildOutcome& o, double call_timeout) {
   std::string why = o.signal == SIGALRM ? "hung: a subject call gave no answer within --call-timeout " +
                                               std::to_string(int(call_timeout)) + " s"
@@ -154,7 +130,7 @@ void run_scheduled(CheckPlan& plan, const CheckOptions& o, const Common& common)
   if (scratch_ec) throw UsageError("cannot create " + scratch + ": " + scratch_ec.message());
   const bool cuda = plan.set.backend == Backend::cuda;
   PoolOptions pool;
-  pool.devices = parse_devices(o.devices, cuda);
+  pool.devices = plan.devices;
   pool.jobs = plan.jobs;
   pool.scratch_dir = scratch;
   pool.cancel = plan.base_cfg.cancel;

@@ -150,6 +150,8 @@ std::vector<Subject*> pick_subjects(SubjectSet& set, const std::vector<std::stri
     return out;
   }
   for (const auto& n : names) {
+    // A subject named twice would run each of its pairs twice and count each twice.
+    if (std::count(names.begin(), names.end(), n) > 1) throw UsageError("--subject: '" + n + "' named twice");
     Subject* found = nullptr;
     for (auto& s : set.all)
       if (s->name() == n) found = s.get();
@@ -175,6 +177,8 @@ std::vector<const PropertyInfo*> pick_properties(const std::vector<std::string>&
   std::vector<const PropertyInfo*> out;
   if (!names.empty()) {
     for (const auto& n : names) {
+      if (std::count(names.begin(), names.end(), n) > 1)
+        throw UsageError("--property: '" + n + "' named twice");
       const PropertyInfo* p = find_property(n);
       if (!p) {
         std::string known;
