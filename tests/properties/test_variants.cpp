@@ -454,6 +454,24 @@ TEST_CASE("V inside K: drawn where declared, carried by case files, checked, and
   CHECK(!input_for_subject(x, AC_VAR_HEAD_SIZE_V | AC_VAR_V_IN_K, caps, "s", storage).v_in_k);
 }
 
+TEST_CASE("a paged case at a page size the subject does not declare is refused before the call",
+          "[properties][variants]") {
+  // A replayed file (or another subject's case) may carry any page size; a subject declaring paged
+  // K / V is given only those it declares. One not declaring paged K / V gets the gathered keys.
+  const AttentionInput a = gen::paged_copy(two_sequences(), 5);
+  const int32_t sizes[] = {16, 64};
+  ac_caps caps{};
+  caps.page_sizes = sizes;
+  caps.num_page_sizes = 2;
+  AttentionInput storage;
+  CHECK_THROWS_WITH(input_for_subject(a, AC_VAR_PAGED_KV | AC_VAR_HEAD_SIZE_V, caps, "s", storage),
+                    Catch::Equals("s does not declare page size 5 (caps.page_sizes: 16, 64)"));
+  CHECK(!input_for_subject(a, AC_VAR_HEAD_SIZE_V, caps, "s", storage).paged());
+  const int32_t five[] = {16, 5};
+  caps.page_sizes = five;
+  CHECK(&input_for_subject(a, AC_VAR_PAGED_KV | AC_VAR_HEAD_SIZE_V, caps, "s", storage) == &a);
+}
+
 namespace {
 
 // A correct attention fake (fakes.hpp, over the gathered keys) declaring paged K / V at page sizes 16

@@ -372,6 +372,20 @@ TEST_CASE("protocol 4 subject fields are refused in older replies and out of ran
   const auto problems = ac::validate_subject(s, 3);
   REQUIRE(!problems.empty());
   CHECK(problems.front() == "caps.page_sizes given without AC_VAR_PAGED_KV");
+  // A page size named twice, and V inside K with no pair whose V is narrower than K (V inside K is
+  // drawn only for such a pair, so the declaration would never run).
+  bad = j;
+  bad["page_sizes"] = {16, 64, 16};
+  const w::DeclaredSubject twice = w::caps_from_json(bad, 4);
+  s.caps = twice.caps;
+  CHECK(ac::validate_subject(s, 3) == std::vector<std::string>{"caps.page_sizes[2] 16 is named twice"});
+  bad = j;
+  bad["head_pairs"] = {{64, 128}, {128, 128}};
+  const w::DeclaredSubject wide_v = w::caps_from_json(bad, 4);
+  s.caps = wide_v.caps;
+  CHECK(ac::validate_subject(s, 3) ==
+        std::vector<std::string>{
+            "declares AC_VAR_V_IN_K (V inside K) but no caps.head_pairs entry has V's head size below K's"});
 }
 
 namespace {
