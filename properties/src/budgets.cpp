@@ -220,8 +220,26 @@ double naive_exp_overflow_slack(ac_dtype d, double head_size, double abs_dot, do
 // Softmax inputs are stored values: only our evaluation of the threshold is uncertain.
 double softmax_overflow_slack(double x) { return 1e-6 * std::fabs(x); }
 
+// fp32's gradual underflow: an fp32 product whose result lies below 2^-126 is rounded to a
+// multiple of 2^-149, off by up to 2^-150 absolutely, which no relative term covers (a product
+// p_j v_j of 2^-136 keeps 13 bits). Sums and differences whose result is subnormal are exact, but
+// a kernel may fuse them (fma): counted as well. Per key of a row, the unnormalised sum O~ takes
+// the product p_j v_j and its addition, and the rescale alpha O~ at most once per key; a split-KV
+// combine of at most N partial states adds a weight times a partial O and its addition per state:
+// 5 N roundings of at most 2^-150, which O = O~ / l (l >= 1) divides. Each counts in the units the
+// kernel sums in: a kernel that applies V's descale to O once (FlashAttention-3) sums codes, so its
+// roundings are multiplied by v_descale; one that sums P's e4m3 codes, p_j times p_scale, and
+// reads them over p_scale, by 1 / p_scale. Rows whose fp32 values stay normal are unaffected
+// beyond 5 N 2^-150 max(1, v_descale) max(1, 1 / p_scale) absolutely.
+double gradual_underflow_o_allowance(const AttentionRow& r) {
+  const double codes = r.fp8_kv ? std::max(1.0, r.v_descale) : 1.0;
+  const double p_codes = r.p_e4m3 ? std::max(1.0, 1.0 / r.p_scale) : 1.0;
+  return 5 * r.keys * 0x1p-150 * codes * p_codes;
+}
+
 // Attention O: |O - O_exact| <= o_ulp * ulp_F(S) + 2^-24 [(N + d + 8) S + sum_j p_j |v_j| c_j]
-//   + N max(sub_F / 2, 2^-126 when the subject declares a flushed exp2) max|v| / l.
+//   + N max(sub_F / 2, 2^-126 when the subject declares a flushed exp2) max|v| / l
+//   + gradual_underflow_o_allowance.
 // A declared naive exp (AC_FEAT_NAIVE_EXP) stores e^s rounded to F (u_F per term), sums the rounded
 // terms and rounds P again: + 3 u_F S, plus the subnormal absolute error of the stored e^s,
 // N sub_F max|v| / sum e^s. (Rows whose exp overflows, or whose largest term is subnormal, are the
@@ -231,7 +249,7 @@ double attention_o_allowance(const Budget& b, const AttentionRow& r, double ulp_
   const double N = r.keys;
   const double fp8 = r.fp8_kv ? fp8_kv_o_terms() : 0.0;
   double allowed = b.o_ulp * ulp_S + kFp32Unit * ((N + r.head_size + 8 + fp8) * S + cond) +
-                   attention_ftz_o_allowance(r, S, vmax);
+                   attention_ftz_o_allowance(r, S, vmax) + gradual_underflow_o_allowance(r);
   const double p_abs = std::max(0.5 * min_subnormal(r.dtype), r.flushed_exp ? 0x1p-126 : 0.0);
   if (N > 0) allowed += p_abs * N * vmax / std::max(r.sum_exp_scaled, 1.0);
   if (r.p_e4m3) allowed += p_e4m3_o_allowance(S, N, vmax, r.sum_exp_scaled, r.p_scale);

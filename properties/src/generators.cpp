@@ -1095,7 +1095,7 @@ void ask_fp8_output(const Domain& dom, AttentionInput& a, double vmax) {
   // format's NaN / infinity where the subject does not saturate); 4 and 1024: the lower codes and
   // the subnormals; 0: a power of two (the division exact).
   const double factor = *g::element(1.0, 0.25, 4.0, 1024.0, 0.0);
-  a.output_scale = float(factor > 0 ? unit * factor : std::ldexp(1.0, std::ilogb(unit) + 1));
+  a.output_scale = fp8_output_scale(unit, factor);
 }
 // max |V| over the finite values of an unquantised input.
 double max_abs_v(const AttentionInput& a) {
@@ -1107,6 +1107,12 @@ double max_abs_v(const AttentionInput& a) {
   return vmax;
 }
 }  // namespace
+float fp8_output_scale(double unit, double factor) {
+  const double scale = factor > 0 ? unit * factor : std::ldexp(1.0, std::ilogb(unit) + 1);
+  // An fp32 V of a few subnormal ulps gives a unit that rounds to 0 in fp32: no contract's scale
+  // (positive and finite), nor one a case file can carry. fp32's smallest normal is the floor.
+  return std::max(float(scale), 0x1p-126f);
+}
 rc::Gen<AttentionInput> attention_fp8_output_input(const Domain& dom) {
   return g::exec([dom] {
     // Unpaged (a poisoned slot's huge values would set the descales) and quantised in every case.

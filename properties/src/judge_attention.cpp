@@ -374,6 +374,7 @@ RowBasis row_basis(const AttentionInput& a, const Conventions& cv, const Decoded
   r.ar.fp8_kv = a.fp8_kv();
   r.ar.p_e4m3 = a.fp8_kv() && cv.p_e4m3;
   r.ar.p_scale = a.p_scale_or_fixed();
+  if (a.fp8_kv()) r.ar.v_descale = std::fabs(double(a.descale(a.v_descale, int32_t(rk.seq), int32_t(kvh))));
   r.ar.truncated_sums = truncated;
   if (truncated)
     r.ar.v_min = std::ldexp(std::fabs(a.descale(a.v_descale, int32_t(rk.seq), int32_t(kvh))), 1 - fp8->bias);

@@ -532,3 +532,19 @@ TEST_CASE("FP8 maxima: weights below fp32's normal range are allowed their absol
   CHECK(amax_weight_interval(0x1p-130, 0, false).hi == Approx(0x1p-130 + 0x1p-148).epsilon(1e-12));
   CHECK(amax_weight_interval(0x1p-130, 0, true).lo == 0.0);
 }
+
+TEST_CASE("fp8_output's scale: max|V| / largest times the factor, never 0 for an fp32 V near underflow",
+          "[properties][fp8]") {
+  // unit 3 / 448, factor 4: 12 / 448 rounded to fp32; factor 0: the power of two above the unit,
+  // 2^(floor(log2(3/448)) + 1) = 2^-7 (3/448 = 0.0067 lies in [2^-8, 2^-7)).
+  CHECK(gen::fp8_output_scale(3.0 / 448, 4.0) == float(12.0 / 448));
+  CHECK(gen::fp8_output_scale(3.0 / 448, 0.0) == 0x1p-7f);
+  // An fp32 V of 4 2^-149 over e4m3fn's 448, times 1/4: 2^-149 / 448, below half the smallest
+  // subnormal, rounds to 0 in fp32: a scale the contract and the case reader refuse. The floor is
+  // fp32's smallest normal.
+  CHECK(float(0x1p-147 / 448 * 0.25) == 0.0f);
+  CHECK(gen::fp8_output_scale(0x1p-147 / 448, 0.25) == 0x1p-126f);
+  AttentionInput a;
+  a.output_scale = gen::fp8_output_scale(0x1p-147 / 448, 0.25);
+  CHECK(std::isfinite(1.0f / a.output_scale));
+}

@@ -5,6 +5,7 @@
 // property runs, shrinking included, under both paths.
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -627,4 +628,115 @@ TEST_CASE("sampled_rows: all rows of small inputs, a fixed sample of layer-sized
   }
   CHECK(s.back() < 512 * 32);
   CHECK(sampled_rows(512, 32) == s);  // a function of the shape: a replay judges the same rows
+}
+
+namespace {
+// float bits of x, and the absolute rounding of the fp32 product x y in units of 2^-149 (x y is
+// exact in double: 24 + 24 significant bits).
+uint32_t f32_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return b;
+}
+double product_rounding(float x, float y) {
+  return std::fabs(double(x * y) - double(x) * double(y)) * 0x1p149;
+}
+bool all_within(const Judgement& J) {
+  return std::all_of(J.elems.begin(), J.elems.end(), [](const Elem& e) { return e.within; });
+}
+}  // namespace
+
+// budgets.cpp gradual_underflow_o_allowance. fp32, d = 1, one query (q = 1) over 64 keys: key 0 of
+// score 0 and v = 0, keys 1..63 of score s near -6.9 and v near 2^-126. An fp32 kernel (p = e^s,
+// O~ = sum fl(p v), l = sum p, O = O~ / l) forms 63 equal products near 2^-136, each rounded to a
+// multiple of 2^-149: v is picked so that each rounds by at least 0.4 2^-149, 25 2^-149 in all,
+// which l ~ 1.06 leaves above 23. O is subnormal (about 4.8e5 2^-149): its ulp is 2^-149, and the
+// rest of the budget is 4 ulps plus 2^-24 (N + d + 8) S, about 2 more: without the term the output
+// fails by over 2.5x; the term allows 5 64 2^-150 = 160 2^-149.
+TEST_CASE("fp32 gradual underflow: a kernel's subnormal products are within budget", "[judge][underflow]") {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F32;
+  a.head_size = 1;
+  a.seqlens_q = {1};
+  a.seqlens_k = {64};
+  a.q = {f32_bits(1.0f)};
+  const float s = -6.9f, p = std::exp(s);
+  float v = 0x1p-126f;
+  while (product_rounding(p, v) < 0.4) v = std::nextafter(v, 1.0f);
+  REQUIRE(v < 0x1.01p-126f);
+  a.k.assign(64, f32_bits(s));
+  a.v.assign(64, f32_bits(v));
+  a.k[0] = a.v[0] = f32_bits(0.0f);
+  float acc = 0, l = 1;
+  for (int j = 1; j < 64; ++j) {
+    acc += p * v;
+    l += p;
+  }
+  AttentionOutput out;
+  out.out = {f32_bits(acc / l)};
+  out.lse = {float(std::log(double(l)))};
+  const double exact = 63 * double(p) * double(v) / (1 + 63 * double(p));
+  CHECK(std::fabs(double(acc / l) - exact) * 0x1p149 > 23);
+  Conventions cv;
+  cv.has_lse = true;
+  const Judgement F = judge_attention(a, out, cv, Budget{}, JudgePath::fast);
+  const Judgement X = judge_attention(a, out, cv, Budget{}, JudgePath::exact);
+  std::string why;
+  CHECK(same_judgement(F, X, why));
+  INFO(why);
+  CHECK(all_within(X));
+  AttentionRow r;
+  r.keys = 64;
+  CHECK(gradual_underflow_o_allowance(r) == 160 * 0x1p-149);
+}
+
+// The same term in the units a kernel sums: V in e5m2 codes with v_descale 2^10 applied to O once
+// (FlashAttention-3). q = 1 over 64 keys: key 0 of K code 0 (score 0) and V code 0, keys 1..63 of
+// K code 0xc1 = -2.5 times k_descale near 34 (score near -85, p = e^-85 ~ 2^-122.6, normal) and V
+// code 0x01 = 2^-16 (e5m2's smallest subnormal). Each product p 2^-16 lies near 2^-138.6, where
+// fp32 keeps 11 bits: rounded to a multiple of 2^-149 in code units, by at least 0.3 (k_descale
+// picked so), 19 2^-149 in all, which the descale multiplies into 1.9e4 2^-149. O ~ 2^-122.6 is
+// normal: 4 ulps are 32 2^-149, the 2^-24 terms about 400, and 5 N 2^-150 unscaled 160: the error
+// is 30 times that; times v_descale the term allows 160 2^10 2^-149.
+TEST_CASE("fp32 gradual underflow in code units counts times V's descale", "[judge][underflow][fp8]") {
+  AttentionInput a;
+  a.dtype = AC_DTYPE_F32;
+  a.kv_dtype = AC_DTYPE_E5M2;
+  a.head_size = 1;
+  a.seqlens_q = {1};
+  a.seqlens_k = {64};
+  a.q = {f32_bits(1.0f)};
+  a.k.assign(64, 0xc1);  // -2.5: sign, exponent 16 (bias 15), mantissa 01
+  a.v.assign(64, 0x01);  // 2^-16
+  a.k[0] = a.v[0] = 0x00;
+  a.v_descale = {1024.0f};
+  float kd = 34.0f, p = 0;
+  for (;; kd = std::nextafter(kd, 100.0f)) {
+    p = std::exp(-2.5f * kd);  // the kernel's score and weight, in fp32
+    if (product_rounding(p, 0x1p-16f) >= 0.3) break;
+  }
+  REQUIRE(kd < 34.01f);
+  REQUIRE(p > 0x1p-126f);
+  a.k_descale = {kd};
+  REQUIRE(attention_variant_problem(a).empty());
+  float acc = 0, l = 1;
+  for (int j = 1; j < 64; ++j) {
+    acc += p * 0x1p-16f;
+    l += p;
+  }
+  AttentionOutput out;
+  out.out = {f32_bits(acc / l * 1024.0f)};
+  out.lse = {float(std::log1p(63 * double(p)))};
+  Conventions cv;
+  cv.has_lse = true;
+  const Judgement X = judge_attention(a, out, cv, Budget{}, JudgePath::exact);
+  CHECK(all_within(X));
+  AttentionRow r;
+  r.keys = 64;
+  r.fp8_kv = true;
+  r.v_descale = 1024;
+  CHECK(gradual_underflow_o_allowance(r) == 160 * 1024 * 0x1p-149);
+  r.p_e4m3 = true;
+  r.p_scale = 0.25;  // P's codes over p_scale: 1 / p_scale = 4 more
+  CHECK(gradual_underflow_o_allowance(r) == 4 * 160 * 1024 * 0x1p-149);
 }

@@ -80,6 +80,7 @@ struct AttentionRow {
   double p_scale = 256;         // with it: P's scale, the fixed 2^8 or the call's (AC_FP8_P_SCALE)
   bool truncated_sums = false;  // AC_FP8_TRUNCATED_SUMS in a call with Q in FP8 (truncated_pv_o_allowance)
   double v_min = 0;             // with it: the FP8 format's smallest normal times V's largest descale
+  double v_descale = 1;         // fp8_kv: the row's V descale (gradual_underflow_o_allowance)
   // |scale| (sum_c |q_c| + max_j sum_c |k_jc|): what inputs read as 0 can move a score by, per 2^-126.
   double qk_abs = 0;
   double scale_abs = 0;  // |softmax_scale|
@@ -87,6 +88,9 @@ struct AttentionRow {
 // ulp_S = ulp_F(S); cond = sum_j p_j |v_j| c_j; vmax = max_j |v_j| over the column.
 double attention_o_allowance(const Budget&, const AttentionRow&, double ulp_S, double S, double cond,
                              double vmax);
+// The part of attention_o_allowance that fp32's gradual underflow adds: the absolute roundings of
+// the row's fp32 products and sums below 2^-126 (0 for a row without keys).
+double gradual_underflow_o_allowance(const AttentionRow&);
 // The part of the two allowances above that FTZ / DAZ arithmetic adds (0 unless r.ftz): S and vmax
 // as for attention_o_allowance; the LSE's in natural-log units.
 double attention_ftz_o_allowance(const AttentionRow&, double S, double vmax);

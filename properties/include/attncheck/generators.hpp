@@ -149,6 +149,9 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain&);
 // any FP8 case, contiguous, out_dtype a declared format, output_scale drawn around max|V| / largest.
 // For fp8_output; the subject must declare kv_dtypes and AC_FP8_OUT.
 rc::Gen<AttentionInput> attention_fp8_output_input(const Domain&);
+// The output_scale drawn for a unit max|V| / largest and a factor (0: the power of two above the
+// unit): unit times factor, rounded to fp32 and never below fp32's smallest normal 2^-126.
+float fp8_output_scale(double unit, double factor);
 // An FP8 call asking for the maxima of P and O (AC_FP8_AMAX), quantised as for fp8_output, with O
 // in FP8 in half the cases of a subject declaring AC_FP8_OUT. For fp8_amax.
 rc::Gen<AttentionInput> attention_fp8_amax_input(const Domain&);
