@@ -253,7 +253,11 @@ class Fp8Fake final : public fakes::Wrapping {
     nan_k_saturated,
     fnuz_as_fn,
     nan_spread_heads,
-    descale_of_sequence_0
+    descale_of_sequence_0,
+    // After its first launch, O's last bit flipped wherever 0 < |O| < 2^-124: what fp32's gradual
+    // underflow inside a kernel can do to an element that small when the inputs are exchanged or
+    // V's descale doubled (fp8_descales.cpp underflow_floor).
+    jitter_tiny
   };
   // per_sequence: declares descales per (sequence, KV head) as well; kv_dtypes: the formats declared.
   explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32, bool per_sequence = false,
@@ -293,6 +297,11 @@ class Fp8Fake final : public fakes::Wrapping {
     values(f.v, a.v, a.v_descale, a.dv(), true);
     AttentionOutput out = inner_.attention(f, o);
     for (uint32_t& x : out.out) x = detail::round_bits(a.dtype, detail::decode(AC_DTYPE_F32, x));
+    if (bug_ == Bug::jitter_tiny && launches_++ > 0)
+      for (uint32_t& x : out.out) {
+        const double y = std::fabs(detail::decode(a.dtype, x));
+        if (y > 0 && y < 0x1p-124) x ^= 1u;
+      }
     if (bug_ == Bug::nan_spread_heads) {
       const size_t row = size_t(a.num_heads) * size_t(a.dv());
       for (size_t t = 0; t * row < out.out.size(); ++t) {
@@ -309,6 +318,7 @@ class Fp8Fake final : public fakes::Wrapping {
  private:
   Bug bug_;
   ac_dtype refuse_;
+  int launches_ = 0;
 };
 
 // 60 of the generator's cases, unshrunk.
@@ -354,6 +364,31 @@ TEST_CASE("fp8_descales: each descale bug fails bit for bit where accuracy canno
     INFO(r.verdict);
     CHECK_FALSE(r.passed);
     CHECK(r.failure_class == "fp8_descale_exchange");
+  }
+  // O elements small enough for fp32's gradual underflow to reach their last bit are not compared:
+  // V's descales of 2^-127 (a float subnormal: V is not exchanged, K is) make O fp8_case's values
+  // (0.5 to 3) times 2^-127: some normal fp32 numbers, every one below the floor max_keys 2^-125 =
+  // 2^-124 (2 keys, descales below 1/4). A launch that moves their last bit after
+  // the first passes; the same jitter on fp8_case's O of order 1 is no jitter at all (above 2^-124
+  // nothing moves), so the exchange there still fails the bugs above.
+  const Case tiny = fp8_descales_case({0.5f, 0.5f}, {0x1p-127f, 0x1p-127f});
+  {
+    Fp8Fake jitter(Fp8Fake::Bug::jitter_tiny);
+    const ReplayResult r = replay_case(tiny, jitter);
+    INFO(r.verdict);
+    CHECK(r.passed);
+    const auto& t = std::get<AttentionInput>(tiny.input);
+    AttentionOptions opt;
+    Fp8Fake probe(Fp8Fake::Bug::jitter_tiny);
+    const AttentionOutput first = probe.attention(t, opt), second = probe.attention(t, opt);
+    CHECK(first.out != second.out);  // the jitter moved bits a bitwise comparison would see
+    int normal = 0;                  // elements the comparisons would read without the floor (normal, finite)
+    for (const uint32_t x : first.out) {
+      const double y = std::fabs(detail::decode(t.dtype, x));
+      CHECK(y < 0x1p-124);
+      normal += y >= 0x1p-126;
+    }
+    CHECK(normal > 0);
   }
   // V's codes pinned at 448 on both heads, so that no exponent keeps V's codes exact and V is not
   // exchanged: the V bugs then fail the doubling alone.
