@@ -11,9 +11,8 @@ class NoSpuriousNonfinite final : public Property {
   NoSpuriousNonfinite()
       : Property(with_budget_use(
             {"no_spurious_nonfinite",
-             "No NaN or Inf where the exact result is finite and rounds to a finite output (declared "
-             "naive-exp "
-             "hazard rows excepted).",
+             "No NaN or Inf where the exact result is finite and rounds to a finite output "
+             "(declared naive-exp hazard rows excepted).",
              "\"(2) Safe softmax, and why it costs three passes\", \"The base case is a NaN factory\"",
              AC_OP_MERGE | AC_OP_SOFTMAX | AC_OP_ATTENTION | AC_OP_SPLITKV, true},
             PropertyInfo::BudgetUse::none)) {}
