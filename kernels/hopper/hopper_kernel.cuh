@@ -501,8 +501,12 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   // argument is one fma, fl(S scale_log2 - m): one multiply a score less. fl(S_max scale_log2) is
   // the max of the fl(S scale_log2), since rounding is monotonic and the scale positive, so m is
   // the same as scaling first. Not raw (scale_log2 <= 0, where the max of S is not the max of the
-  // scaled S): x = fl(S scale_log2) is stored, the general path (kMask, whose mask test is skipped
-  // without a mask) takes every tile, and the argument is fl(x - m).
+  // scaled S, or VAR's softcap): x = fl(S scale_log2) (the capped logit under VAR) is stored and the
+  // argument is fl(x - m). The plain kernel takes the general path (kMask, whose mask test is skipped
+  // without a mask) for every such tile; VAR with two consumers picks a tile's path as for raw
+  // scores, since kAll gives each score kMask's value where its tests hold (a softcap of 30 at
+  // T = 8192 on kMask alone: 82-96 TFLOP/s on the H100). Three consumers keep kMask: at 160
+  // registers the second path spilled 28 bytes (ptxas, (192, 64)).
   enum Visibility { kAll, kBounds, kMask };
   auto scale_and_max = [&](auto vis_kind, auto raw_kind, int n0, float(&mx)[2]) {
     constexpr Visibility kVis = decltype(vis_kind)::value;
@@ -561,17 +565,22 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   auto softmax = [&](int j) {
     const int n0 = k_lo + j * BC;
     float mx[2] = {neg_inf_f(), neg_inf_f()};
-    using Raw = std::true_type;
-    if (!raw_s)
-      scale_and_max(std::integral_constant<Visibility, kMask>{}, std::false_type{}, n0, mx);
-    else if (mask)
-      scale_and_max(std::integral_constant<Visibility, kMask>{}, Raw{}, n0, mx);
-    else if (n0 + BC <= tk && (!p.causal || n0 + BC - 1 <= warp_row0 + diag) && (!VAR || window_covers(n0)))
-      scale_and_max(std::integral_constant<Visibility, kAll>{}, Raw{}, n0, mx);
-    else if (VAR)  // the window's test is kMask's
-      scale_and_max(std::integral_constant<Visibility, kMask>{}, Raw{}, n0, mx);
+    auto by_tile = [&](auto raw) {
+      if (mask)
+        scale_and_max(std::integral_constant<Visibility, kMask>{}, raw, n0, mx);
+      else if (n0 + BC <= tk && (!p.causal || n0 + BC - 1 <= warp_row0 + diag) && (!VAR || window_covers(n0)))
+        scale_and_max(std::integral_constant<Visibility, kAll>{}, raw, n0, mx);
+      else if (VAR)  // the window's test is kMask's
+        scale_and_max(std::integral_constant<Visibility, kMask>{}, raw, n0, mx);
+      else
+        scale_and_max(std::integral_constant<Visibility, kBounds>{}, raw, n0, mx);
+    };
+    if (raw_s)
+      by_tile(std::true_type{});
+    else if constexpr (VAR && L::kConsumers == 2)
+      by_tile(std::false_type{});
     else
-      scale_and_max(std::integral_constant<Visibility, kBounds>{}, Raw{}, n0, mx);
+      scale_and_max(std::integral_constant<Visibility, kMask>{}, std::false_type{}, n0, mx);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = fused::dev::quad_max(mx[r]);

@@ -25,7 +25,9 @@ cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>
 tests() {
   for t in "$BIN"/*_gpu; do
     local s=$(date +%s)
-    timeout 150 "$t" > "$OUT/test-$(basename "$t").log" 2>&1; local rc=$?
+    # kernels_attention_variants_gpu (softcaps and windows over many key tiles) ran past 150 s beside
+    # the harness and worker steps.
+    timeout 240 "$t" > "$OUT/test-$(basename "$t").log" 2>&1; local rc=$?
     note "test $(basename "$t") rc=$rc $(tail -n 2 "$OUT/test-$(basename "$t").log" | tr '\n' ' ' | cut -c1-160) ($(($(date +%s) - s)) s)"
   done
 }

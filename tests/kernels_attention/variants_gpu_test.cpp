@@ -9,8 +9,8 @@
 // mutants 19 to 22 (fused) and 23 (split-KV) on the GPU leave the bound where their twins do.
 // splitkv-packed's MLA kernel (kernels/hopper/packed_mla.cu) on variant_case.h's mla_cases and on
 // FP8 caches of that shape; FP8 caches in pages (GQA and MLA); fused-hopper's softcap, window,
-// sinks and pages (at its page sizes) on the same cases, each against fp64 and the twin, and its
-// paged runs bit for bit its contiguous ones.
+// sinks and pages (at its page sizes) on the same cases, and its softcaps and windows over many key
+// tiles, each against fp64 and the twin, and its paged runs bit for bit its contiguous ones.
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -391,29 +391,39 @@ TEST_CASE("fused-hopper gpu: paged K / V over many tiles, every tiling and page 
       }
 }
 
-TEST_CASE("fused-hopper gpu: windows wider than a key tile against fp64 and the twin",
-          "[hopper][gpu][variants][window]") {
+TEST_CASE("fused-hopper gpu: windows and softcaps over many key tiles against fp64 and the twin",
+          "[hopper][gpu][variants][window][softcap]") {
 #if !defined(ATTNCHECK_HAVE_SM90A)
   SKIP("built without sm_90a");
 #endif
-  // Windows of 300 and 511 keys to the left (and 200 to the right, or unbounded), causal or not,
-  // over sequences of 1000, 300 and 77 keys, every tiling: whole key tiles lie inside a warp's
-  // window, which take the unmasked path (hopper_kernel.cuh window_covers), beside the tiles at its
-  // edges, which test each score.
+  // Over sequences of 1000, 300 and 77 keys, every tiling, causal or not: windows of 300 and 511 keys
+  // to the left (and 200 to the right, or unbounded), and caps of 1 and 30 on scores of spread 2.5
+  // (the cap bites), alone or with a window of 300. Whole key tiles lie inside a warp's window, and
+  // take the unmasked path (hopper_kernel.cuh window_covers; capped ones with two consumers, by_tile),
+  // beside the tiles at its edges and the causal and ragged ones, which test each score.
+  struct Shape {
+    int left, right;
+    float cap;
+  };
+  std::vector<Shape> shapes;
+  for (int left : {300, 511})
+    for (int right : {-1, 200}) shapes.push_back({left, right, 0.0f});
+  for (float cap : {1.0f, 30.0f})
+    for (int left : {-1, 300}) shapes.push_back({left, -1, cap});
   Kernel hopper;
   hopper.hopper = true;
   uint64_t seed = 9950;
   for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
-    for (int left : {300, 511})
-      for (int right : {-1, 200})
-        for (bool causal : {false, true}) {
-          VariantCase vc;
-          vc.c = make_case(seed++, (left + tiling) % 2 ? DType::bf16 : DType::f16, 4, 2, 128, {1000, 2, 77},
-                           {1000, 300, 77}, causal, false);
-          vc.tiling = tiling;
-          vc.var.left = left;
-          vc.var.right = right;
-          INFO(vc.describe());
-          check_with_twin(vc, hopper);
-        }
+    for (size_t i = 0; i < shapes.size(); ++i)
+      for (bool causal : {false, true}) {
+        VariantCase vc;
+        vc.c = make_case(seed++, (int(i) + tiling + int(causal)) % 2 ? DType::bf16 : DType::f16, 4, 2, 128,
+                         {1000, 2, 77}, {1000, 300, 77}, causal, false, shapes[i].cap > 0 ? 2.5f : 1.0f);
+        vc.tiling = tiling;
+        vc.var.left = shapes[i].left;
+        vc.var.right = shapes[i].right;
+        vc.var.softcap = shapes[i].cap;
+        INFO(vc.describe());
+        check_with_twin(vc, hopper);
+      }
 }
