@@ -571,8 +571,7 @@ Case case_from_json(const std::string& text) {
     read_fp8_output(in, w, m.out_dtype, m.output_scale);
     if (m.fp8_out()) {
       if (!(m.output_scale > 0.0f) || !std::isfinite(m.output_scale))
-        throw CaseError("input.output_scale " + std::to_string(m.output_scale) +
-                        " is not positive and finite");
+        throw CaseError("input.output_scale " + quoted_float(m.output_scale) + " is not positive and finite");
     }
     c.input = std::move(m);
   } else if (op == AC_OP_SOFTMAX) {
@@ -602,7 +601,7 @@ Case case_from_json(const std::string& text) {
                       " values, not 1 or num_heads (" + std::to_string(q.num_heads) + ")");
     for (float v : q.scales)
       if (!(v > 0.0f) || !std::isfinite(v))
-        throw CaseError("input.scales holds " + std::to_string(v) + ": each scale is positive and finite");
+        throw CaseError("input.scales holds " + quoted_float(v) + ": each scale is positive and finite");
     q.x = decode_elements(get_string(in, "x", w), eb, "input.x");
     expect_size(q.x.size(), checked_product({q.num_tokens, q.num_heads, q.head_size}, w), "input.x");
     check_half_bits(q.x, dtype, "input.x");
@@ -831,8 +830,7 @@ std::string attention_variant_problem(const AttentionInput& a) {
   std::string why;
   if (!(why = range("head_size_v", a.head_size_v, 0, AC_MAX_HEAD_SIZE)).empty()) return why;
   if (!std::isfinite(a.softcap) || a.softcap < 0.0f || a.softcap > AC_MAX_SOFTCAP)
-    return "softcap " + json_fields::printable(std::to_string(a.softcap)) + " is not 0 or in (0, " +
-           std::to_string(AC_MAX_SOFTCAP) + "]";
+    return "softcap " + quoted_float(a.softcap) + " is not 0 or in (0, " + quoted_float(AC_MAX_SOFTCAP) + "]";
   if (!(why = range("window_left", a.window_left, -1, AC_MAX_WINDOW)).empty()) return why;
   if (!(why = range("window_right", a.window_right, -1, AC_MAX_WINDOW)).empty()) return why;
   if (!a.sinks.empty()) {
@@ -869,8 +867,7 @@ std::string attention_variant_problem(const AttentionInput& a) {
   if (a.fp8_out() && !a.fp8_kv())
     return "out_dtype " + std::string(kv_dtype_name(a.out_dtype)) + " needs an FP8 kv_dtype";
   if (a.fp8_out() && (!(a.output_scale > 0.0f) || !std::isfinite(a.output_scale)))
-    return "output_scale " + json_fields::printable(std::to_string(a.output_scale)) +
-           " is not positive and finite";
+    return "output_scale " + quoted_float(a.output_scale) + " is not positive and finite";
   if (a.p_scale != 0.0f) {
     if (!a.fp8_kv()) return "p_scale needs an FP8 kv_dtype";
     if (const std::string why = p_scale_problem(a.p_scale); !why.empty()) return why;

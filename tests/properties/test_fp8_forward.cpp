@@ -360,6 +360,9 @@ TEST_CASE(
     INFO("output_scale " << bad);
     CHECK(attention_variant_problem(x).find("output_scale") != std::string::npos);
   }
+  AttentionInput tiny = a;  // quoted as itself, not as -0.000000
+  tiny.output_scale = -1e-30f;
+  CHECK(attention_variant_problem(tiny) == "output_scale -1e-30 is not positive and finite");
   const AttentionInput no_cache = without_cache(a);
   CHECK(attention_variant_problem(no_cache) == "out_dtype e5m2 needs an FP8 kv_dtype");
   AttentionInput storage;

@@ -290,6 +290,9 @@ TEST_CASE("quantize cases: the file's fields round-trip and bad ones are refused
   QuantizeInput inf = q;
   inf.scales = {INFINITY, 1.0f};
   refused(inf, "each scale is positive and finite");
+  QuantizeInput negative = q;  // quoted as itself, not as -0.000000
+  negative.scales = {-1e-20f, 1.0f};
+  refused(negative, "input.scales holds -1e-20: each scale is positive and finite");
   QuantizeInput three = q;
   three.scales = {1.0f, 1.0f, 1.0f};
   refused(three, "not 1 or num_heads");

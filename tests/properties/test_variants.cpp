@@ -216,6 +216,10 @@ TEST_CASE("case files carry the variants and refuse them out of range, one line 
     CHECK(why.find(spoiled.named) != std::string::npos);
     CHECK(why.find('\n') == std::string::npos);
   }
+  // A value too small for six decimals is quoted as itself, not as 0.000000.
+  AttentionInput tiny = a;
+  tiny.softcap = -1e-9f;
+  CHECK(attention_variant_problem(tiny) == "softcap -1e-09 is not 0 or in (0, 65504]");
 }
 
 TEST_CASE("case files: a variant's field that would read as nothing is refused, one line each",
