@@ -68,13 +68,15 @@ if has sanitize && [ -n "$cs" ] && [ -x "$BIN/kernels_hopper_gpu" ]; then
     note "sanitizer $tool hopper [sanitize],[.sanitize-fp8] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san.log" | tr '\n' ' ')"
     timeout 60 "$cs" --tool "$tool" --error-exitcode 99 "$BIN/kernels_hopper_gpu" "[sanitize-mutants]" > "$OUT/san-m.log" 2>&1
     note "sanitizer $tool hopper mutants rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|mutant [0-9]' "$OUT/san-m.log" | tr '\n' ' ' | cut -c1-300)"
-    cat "$OUT/san.log" "$OUT/san-m.log" >> "$OUT/sanitizer.log"
+    timeout 60 "$cs" --tool "$tool" --error-exitcode 99 "$BIN/kernels_attention_variants_gpu" "[.sanitize-var]" > "$OUT/san-v.log" 2>&1
+    note "sanitizer $tool variants [.sanitize-var] rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|All tests' "$OUT/san-v.log" | tr '\n' ' ')"
+    cat "$OUT/san.log" "$OUT/san-m.log" "$OUT/san-v.log" >> "$OUT/sanitizer.log"
   done
   for t in kernels_attention_fused_gpu mutants_gpu; do
     timeout 60 "$cs" --tool memcheck --error-exitcode 99 "$BIN/$t" "~[seed]~[large]~[race]" > "$OUT/san.log" 2>&1
     note "sanitizer memcheck $t rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san.log" | tr '\n' ' ')"
   done
-  rm -f "$OUT/san.log" "$OUT/san-m.log"
+  rm -f "$OUT/san.log" "$OUT/san-m.log" "$OUT/san-v.log"
 fi
 
 # ab: hopper_bench's T = 8192 rows of this tree and of gpu-bin/hopper_bench-base (stage.sh

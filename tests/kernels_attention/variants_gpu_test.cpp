@@ -10,7 +10,8 @@
 // splitkv-packed's MLA kernel (kernels/hopper/packed_mla.cu) on variant_case.h's mla_cases and on
 // FP8 caches of that shape; FP8 caches in pages (GQA and MLA); fused-hopper's softcap, window,
 // sinks and pages (at its page sizes) on the same cases, and its softcaps and windows over many key
-// tiles, each against fp64 and the twin, and its paged runs bit for bit its contiguous ones.
+// tiles, each against fp64 and the twin, and its paged runs bit for bit its contiguous ones; small
+// variant shapes for compute-sanitizer ("[.sanitize-var]", hidden from a plain run).
 // Skips (exit 77) without a GPU. Run: ctest --test-dir build -L gpu -R kernels_attention
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -426,4 +427,29 @@ TEST_CASE("fused-hopper gpu: windows and softcaps over many key tiles against fp
         INFO(vc.describe());
         check_with_twin(vc, hopper);
       }
+}
+
+// Small shapes for compute-sanitizer (memcheck, racecheck, synccheck; tests/gpu/session.sh): every
+// Hopper tiling on its VAR instantiation, with key tiles wholly visible to a warp (300 keys: two
+// whole tiles of 128, three of 64) and a ragged last one: a softcap alone (by_tile's unmasked
+// capped path with two consumers), a causal window with sinks, and a cap over pages of 16.
+TEST_CASE("fused-hopper gpu: variant shapes for the sanitizers", "[.sanitize-var]") {
+#if !defined(ATTNCHECK_HAVE_SM90A)
+  SKIP("built without sm_90a");
+#endif
+  Kernel hopper;
+  hopper.hopper = true;
+  uint64_t seed = 9990;
+  for (int tiling = 0; tiling < kern::kNumHopperTilings; ++tiling)
+    for (int shape = 0; shape < 3; ++shape) {
+      VariantCase vc;
+      vc.c = make_case(seed++, shape % 2 ? DType::bf16 : DType::f16, 4, 2, 128, {130, 3}, {300, 77},
+                       shape == 1, false, 2.5f);
+      vc.tiling = tiling;
+      if (shape != 1) vc.var.softcap = 30.0f;
+      if (shape == 1) vc.var.left = 100, vc.var.sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+      if (shape == 2) vc.var.page_size = 16;
+      INFO(vc.describe());
+      check_with_twin(vc, hopper);
+    }
 }
