@@ -483,17 +483,25 @@ AttentionInput fp8_copy(const AttentionInput& a, ac_dtype format, std::vector<fl
   return q;
 }
 
-AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
+AttentionInput paged_copy(const AttentionInput& c, int32_t P, uint64_t shuffle, int32_t shared) {
   AttentionInput a = c;
   const size_t seqs = c.seqlens_k.size();
   const int64_t Hkv = c.num_kv_heads, D = c.head_size, Dv = c.dv();
-  int32_t max_blocks = 1, pages = 1;  // the poison page
-  for (int32_t tk : c.seqlens_k) {
-    const int32_t blocks = int32_t((int64_t(tk) + P - 1) / P);
+  shared = seqs < 2 ? 0 : std::min({shared, c.seqlens_k[0] / P, c.seqlens_k[1] / P});  // whole pages of both
+  int32_t max_blocks = 1, pages = 1;                                                   // the poison page
+  for (size_t s = 0; s < seqs; ++s) {
+    const int32_t blocks = int32_t((int64_t(c.seqlens_k[s]) + P - 1) / P);
     max_blocks = std::max(max_blocks, blocks + 1);  // one entry past the longest, as drawn
-    pages += blocks;
+    pages += blocks - (s == 1 ? shared : 0);
   }
   const int32_t poison_page = pages - 1;
+  // The physical page of each page taken in key order: itself, or a permutation (page_kv's mix).
+  std::vector<int32_t> order(static_cast<size_t>(pages - 1));
+  for (int32_t i = 0; i < pages - 1; ++i) order[size_t(i)] = i;
+  for (int32_t i = pages - 2; shuffle && i > 0; --i) {
+    shuffle = hash::splitmix64(shuffle);
+    std::swap(order[size_t(i)], order[size_t(shuffle % uint64_t(i + 1))]);
+  }
   a.k.assign(size_t(pages) * P * Hkv * D, 0);
   a.v.assign(size_t(pages) * P * Hkv * Dv, 0);
   for (int64_t r = 0; r < int64_t(pages) * P; ++r)
@@ -506,8 +514,12 @@ AttentionInput paged_copy(const AttentionInput& c, int32_t P) {
   int64_t first = 0;
   for (size_t s = 0; s < seqs; ++s) {
     for (int64_t j = 0; j < c.seqlens_k[s]; ++j) {
-      if (j % P == 0) a.block_table[s * size_t(max_blocks) + size_t(j / P)] = next++;
-      const int64_t to = int64_t(a.block_table[s * size_t(max_blocks) + size_t(j / P)]) * P + j % P;
+      const size_t b = size_t(j / P);
+      const bool borrowed = s == 1 && b < size_t(shared);
+      if (j % P == 0)
+        a.block_table[s * size_t(max_blocks) + b] = borrowed ? a.block_table[b] : order[size_t(next++)];
+      if (borrowed) continue;  // sequence 0's page, written there
+      const int64_t to = int64_t(a.block_table[s * size_t(max_blocks) + b]) * P + j % P;
       std::copy_n(c.k.begin() + (first + j) * Hkv * D, Hkv * D, a.k.begin() + to * Hkv * D);
       std::copy_n(c.v.begin() + (first + j) * Hkv * Dv, Hkv * Dv, a.v.begin() + to * Hkv * Dv);
     }

@@ -254,22 +254,38 @@ class Fp8Fake final : public fakes::Wrapping {
     fnuz_as_fn,
     nan_spread_heads,
     descale_of_sequence_0,
+    // e4m3fn's 0xff decoded as -480 (the sign bit, then 0x7f's bits as a normal number): a decoder
+    // that knows 0x7f alone as NaN.
+    negative_nan_finite,
+    // Paged (declared with `paged`): the pool decoded page by page with the descales of the first
+    // sequence naming each page, so a page two sequences share is read with the first one's.
+    shared_page_owner_descale,
     // After its first launch, O's last bit flipped wherever 0 < |O| < 2^-124: what fp32's gradual
     // underflow inside a kernel can do to an element that small when the inputs are exchanged or
     // V's descale doubled (fp8_descales.cpp underflow_floor).
     jitter_tiny
   };
-  // per_sequence: declares descales per (sequence, KV head) as well; kv_dtypes: the formats declared.
+  // per_sequence: declares descales per (sequence, KV head) as well; kv_dtypes: the formats declared;
+  // paged: declares paged K / V in pages of 16 (gathered before decoding, but for
+  // shared_page_owner_descale).
   explicit Fp8Fake(Bug bug = Bug::none, ac_dtype refuse = AC_DTYPE_F32, bool per_sequence = false,
-                   uint32_t kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2))
+                   uint32_t kv_dtypes = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2),
+                   bool paged = false)
       : Wrapping("attn-fp8"), bug_(bug), refuse_(refuse) {
     caps_.kv_dtypes = kv_dtypes;
     caps_.fp8 = AC_FP8_DESCALE_PER_KV_HEAD | (per_sequence ? AC_FP8_DESCALE_PER_SEQUENCE : 0u);
+    if (paged) {
+      caps_.variants = AC_VAR_PAGED_KV;
+      caps_.page_sizes = kPages;
+      caps_.num_page_sizes = 1;
+    }
   }
-  AttentionOutput attention(const AttentionInput& a, const AttentionOptions& o) override {
-    if (!a.fp8_kv()) return inner_.attention(a, o);
-    if (a.kv_dtype == refuse_)
+  AttentionOutput attention(const AttentionInput& given, const AttentionOptions& o) override {
+    AttentionInput gathered, decoded;
+    if (!given.fp8_kv()) return inner_.attention(contiguous_kv(given, gathered), o);
+    if (given.kv_dtype == refuse_)
       throw SubjectError(SubjectError::Kind::unsupported, "this format is not compiled in");
+    const AttentionInput& a = bug_ == Bug::shared_page_owner_descale ? given : contiguous_kv(given, gathered);
     AttentionInput f = a;
     f.dtype = AC_DTYPE_F32;
     f.kv_dtype = AC_DTYPE_F32;
@@ -288,6 +304,7 @@ class Fp8Fake final : public fakes::Wrapping {
         if (is_v && bug_ == Bug::v_descale_ignored) d = 1;
         const bool as_fn = bug_ == Bug::fnuz_as_fn && a.kv_dtype == AC_DTYPE_E4M3FNUZ;
         double x = detail::decode(as_fn ? AC_DTYPE_E4M3 : a.kv_dtype, codes[i]);
+        if (bug_ == Bug::negative_nan_finite && a.kv_dtype == AC_DTYPE_E4M3 && codes[i] == 0xffu) x = -480.0;
         if ((bug_ == Bug::nan_saturated || (bug_ == Bug::nan_k_saturated && !is_v)) && std::isnan(x))
           x = ref::fp8_spec(detail::fp8_format(a.kv_dtype)).largest;
         t[i] = detail::round_bits(AC_DTYPE_F32, x * d);
@@ -295,7 +312,7 @@ class Fp8Fake final : public fakes::Wrapping {
     };
     values(f.k, a.k, a.k_descale, a.head_size, false);
     values(f.v, a.v, a.v_descale, a.dv(), true);
-    AttentionOutput out = inner_.attention(f, o);
+    AttentionOutput out = inner_.attention(contiguous_kv(f, decoded), o);
     for (uint32_t& x : out.out) x = detail::round_bits(a.dtype, detail::decode(AC_DTYPE_F32, x));
     if (bug_ == Bug::jitter_tiny && launches_++ > 0)
       for (uint32_t& x : out.out) {
@@ -316,6 +333,7 @@ class Fp8Fake final : public fakes::Wrapping {
   }
 
  private:
+  static constexpr int32_t kPages[] = {16};
   Bug bug_;
   ac_dtype refuse_;
   int launches_ = 0;
@@ -424,9 +442,11 @@ TEST_CASE("fp8_descales: a NaN V code shows in its column on the rows that see i
   const Case c = fp8_descales_case({0.5f, 0.5f}, {1.0f, 1.0f});
   Fp8Fake correct;
   CHECK(replay_case(c, correct).passed);
+  // The negative NaN 0xff, set after 0x7f, is a NaN the same way.
   const std::pair<Fp8Fake::Bug, const char*> bugs[] = {
       {Fp8Fake::Bug::nan_saturated, "O[token 0][head 0][0] is not NaN where it must be NaN"},
-      {Fp8Fake::Bug::nan_spread_heads, "O[token 0][head 1][0] is NaN where it must not be"}};
+      {Fp8Fake::Bug::nan_spread_heads, "O[token 0][head 1][0] is NaN where it must not be"},
+      {Fp8Fake::Bug::negative_nan_finite, "(0xff): O[token 0][head 0][0] is not NaN where it must be NaN"}};
   for (const auto& [bug, where] : bugs) {
     Fp8Fake wrong(bug);
     Case plain = c;
@@ -710,6 +730,19 @@ TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchang
   INFO(item.message);
   CHECK(item.status == PropertyResult::Status::failed);
   CHECK(item.message.find("descales per (sequence, KV head)") != std::string::npos);
+  // Paged as well: declared_variants' item of two sequences sharing their first page of 16, each
+  // reading it with its own descales (its second sequence's last KV head has a descale of its own).
+  const uint32_t formats = AC_DTYPE_BIT(AC_DTYPE_E4M3) | AC_DTYPE_BIT(AC_DTYPE_E5M2);
+  Fp8Fake paged(Fp8Fake::Bug::none, AC_DTYPE_F32, true, formats, true);
+  const PropertyResult paged_ok = run_property("declared_variants", paged, cfg);
+  INFO(paged_ok.message);
+  CHECK(paged_ok.status == PropertyResult::Status::passed);
+  Fp8Fake owner(Fp8Fake::Bug::shared_page_owner_descale, AC_DTYPE_F32, true, formats, true);
+  const PropertyResult shared = run_property("declared_variants", owner, cfg);
+  INFO(shared.message);
+  CHECK(shared.status == PropertyResult::Status::failed);
+  CHECK(shared.message.find("(descales per (sequence, KV head)) over pages of 16, the first shared by 2 "
+                            "sequences") != std::string::npos);
 }
 
 TEST_CASE("FP8 KV: an fp16 O past 65504 is correctly +inf; -inf, NaN or the largest finite fail",

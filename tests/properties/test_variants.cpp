@@ -479,11 +479,13 @@ TEST_CASE("a paged case at a page size the subject does not declare is refused b
 namespace {
 
 // A correct attention fake (fakes.hpp, over the gathered keys) declaring paged K / V at page sizes 16
-// and 64; `refuse_64` makes it refuse pages of 64, a size it declares. It records the page sizes it
-// was called with (0: contiguous).
+// and 64; `refuse_64` makes it refuse pages of 64, a size it declares; `consecutive` makes it walk a
+// sequence's pages as consecutive physical pages after its first (entry b read as entry 0 + b). It
+// records the page sizes it was called with (0: contiguous).
 class PagedFake final : public fakes::Wrapping {
  public:
-  explicit PagedFake(bool refuse_64) : Wrapping("attn-paged"), refuse_64_(refuse_64) {
+  explicit PagedFake(bool refuse_64, bool consecutive = false)
+      : Wrapping("attn-paged"), refuse_64_(refuse_64), consecutive_(consecutive) {
     caps_.variants = AC_VAR_PAGED_KV;
     caps_.page_sizes = kPages;
     caps_.num_page_sizes = 2;
@@ -492,14 +494,19 @@ class PagedFake final : public fakes::Wrapping {
     seen.insert(a.page_size);
     if (refuse_64_ && a.page_size == 64)
       throw SubjectError(SubjectError::Kind::unsupported, "pages of 64 are not compiled in");
-    AttentionInput storage;
-    return inner_.attention(contiguous_kv(a, storage), o);
+    AttentionInput walked = a, storage;
+    if (consecutive_ && a.paged())
+      for (size_t s = 0; s < a.seqlens_k.size(); ++s)
+        for (int32_t b = 1; b < a.max_blocks; ++b)
+          walked.block_table[s * size_t(a.max_blocks) + size_t(b)] =
+              (a.block_table[s * size_t(a.max_blocks)] + b) % a.num_pages;
+    return inner_.attention(contiguous_kv(walked, storage), o);
   }
   std::set<int32_t> seen;
 
  private:
   static constexpr int32_t kPages[] = {16, 64};
-  bool refuse_64_;
+  bool refuse_64_, consecutive_;
 };
 
 }  // namespace
@@ -525,4 +532,37 @@ TEST_CASE("declared_variants: a subject refusing a page size it declares fails, 
       "the subject refused its declared page size 64, which it must accept: pages of 64 are not compiled in");
   // Every other property takes the same refusal for a skipped case.
   CHECK(run_property("accuracy", refuses, cfg).status == PropertyResult::Status::passed);
+}
+
+TEST_CASE("declared_variants: every declared page size gets page boundaries, over shuffled and shared pages",
+          "[properties][variants]") {
+  // The plain case's 7 keys fit in one page of 16 or 64, where a walk of a sequence's pages as
+  // consecutive after its first reads what the table names; the item over 3 pages (2P + 3 keys, and
+  // P + 5 keys sharing the first page) does not.
+  RunConfig cfg;
+  cfg.shrink = false;
+  PagedFake walker(false, true);
+  const PropertyResult r = run_property("declared_variants", walker, cfg);
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.message.find("with its declared page size 16 over 3 pages, the first shared by 2 sequences: ") ==
+        0);
+  // The layout itself: 2 sequences of 35 and 21 keys in pages of 16 are 3 + 2 pages, one shared, in a
+  // shuffled pool with the poisoned page last; gathered, sequence 1's first 16 keys are sequence 0's.
+  AttentionInput two = two_sequences();
+  two.seqlens_k = {35, 21};
+  const int64_t row = int64_t(two.num_kv_heads) * two.head_size, vrow = int64_t(two.num_kv_heads) * two.dv();
+  two.k.resize(size_t(56 * row));
+  two.v.resize(size_t(56 * vrow));
+  for (size_t i = 0; i < two.k.size(); ++i) two.k[i] = detail::round_bits(two.dtype, double(i % 97));
+  for (size_t i = 0; i < two.v.size(); ++i) two.v[i] = detail::round_bits(two.dtype, double(i % 89));
+  std::copy_n(two.k.begin(), 16 * row, two.k.begin() + 35 * row);
+  std::copy_n(two.v.begin(), 16 * vrow, two.v.begin() + 35 * vrow);
+  const AttentionInput p = gen::paged_copy(two, 16, /*shuffle=*/7, /*shared=*/1);
+  CHECK(p.num_pages == 3 + 2 - 1 + 1);
+  CHECK(p.block_table[size_t(p.max_blocks)] == p.block_table[0]);  // the shared first page
+  CHECK(p.block_table[0] != 0);                                    // shuffled (this seed)
+  const AttentionInput g = gather_pages(p);
+  CHECK(g.k == two.k);
+  CHECK(g.v == two.v);
 }

@@ -69,8 +69,12 @@ void with_variants(const Domain& dom, AttentionInput& a, bool sinks = true);
 // A contiguous input's K / V in pages of page_size, in key order (sequence after sequence), the
 // last page of each part-filled, and one poisoned page past them that every table entry past a
 // sequence's last page names (one entry more than the longest sequence needs): the plainest paged
-// layout of the same attention (the shrinker's).
-AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size);
+// layout of the same attention (the shrinker's). A non-zero `shuffle` permutes the pages (the
+// poisoned one stays last), a fixed function of it; `shared` whole pages of sequence 1 are sequence
+// 0's first ones (prefix caching: the caller makes those keys equal, and sequence 1 reads them from
+// sequence 0's pages).
+AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size, uint64_t shuffle = 0,
+                          int32_t shared = 0);
 // `a` (K and V in its dtype) with K and V quantised to an FP8 cache of `format` (AC_DTYPE_E4M3 or
 // AC_DTYPE_E5M2): code = encode(x / descale), rounded once, saturating; one descale per tensor or
 // one per KV head (the vectors' sizes). The descales are the case's, the codes what the kernel reads.

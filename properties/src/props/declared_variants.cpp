@@ -3,7 +3,8 @@
 // it within its other declarations"; the other properties draw variants at random and take a
 // refusal for a skipped case, so a subject refusing one declared page size would pass each of them.
 // Here each declared item gets one small case of its own, the same plain case with that item alone:
-// every page size (the case's K / V paged at it, gen::paged_copy), every (QK, V) head pair, the
+// every page size (the case's K / V paged at it, gen::paged_copy, and two sequences over three
+// shuffled pages of it, the first shared: across_pages), every (QK, V) head pair, the
 // softcap, a window, sinks, and each declared FP8 KV cache format (per KV head too where declared).
 // The plain case runs first: a refusal of it is an ordinary refusal
 // (a skipped case). A refusal of an item then breaks the declaration and fails (`refused_declared`)
@@ -33,21 +34,44 @@ Bits fixed_values(ac_dtype dtype, int64_t n, uint64_t salt) {
   return x;
 }
 
-// The plain case at head sizes d (Q, K) and dv (V, O; 0: d).
-AttentionInput plain_case(ac_dtype dtype, int32_t d, int32_t dv, bool gqa) {
+// The plain case at head sizes d (Q, K) and dv (V, O; 0: d), or its sequences' lengths `tq`, `tk`.
+AttentionInput plain_case(ac_dtype dtype, int32_t d, int32_t dv, bool gqa,
+                          std::vector<int32_t> tq = {kQueries}, std::vector<int32_t> tk = {kKeys}) {
   AttentionInput a;
   a.dtype = dtype;
   a.num_heads = kHeads;
   a.num_kv_heads = gqa ? 1 : kHeads;
   a.head_size = d;
   a.head_size_v = dv;
-  a.seqlens_q = {kQueries};
-  a.seqlens_k = {kKeys};
+  a.seqlens_q = std::move(tq);
+  a.seqlens_k = std::move(tk);
   a.softmax_scale = float(1 / std::sqrt(double(d)));
-  a.q = fixed_values(dtype, int64_t(kQueries) * a.num_heads * d, 1);
-  a.k = fixed_values(dtype, int64_t(kKeys) * a.num_kv_heads * d, 2);
-  a.v = fixed_values(dtype, int64_t(kKeys) * a.num_kv_heads * a.dv(), 3);
+  int64_t queries = 0, keys = 0;
+  for (size_t s = 0; s < a.seqlens_q.size(); ++s) queries += a.seqlens_q[s], keys += a.seqlens_k[s];
+  a.q = fixed_values(dtype, queries * a.num_heads * d, 1);
+  a.k = fixed_values(dtype, keys * a.num_kv_heads * d, 2);
+  a.v = fixed_values(dtype, keys * a.num_kv_heads * a.dv(), 3);
   return a;
+}
+
+// Two sequences across pages of P: sequence 0 over two whole pages and 3 keys of a third, sequence
+// 1 over sequence 0's first page (prefix caching: its first P keys are sequence 0's) and 5 keys of
+// its own, the pages shuffled (gen::paged_copy). The plain case's 7 keys fit in one page of 7 or
+// more; here every page size has page boundaries: a kernel that takes a sequence's pages as
+// consecutive after its first, or reads past a page's end into the next physical one, fails.
+// `quantise` (or nothing) turns the contiguous case into an FP8 cache before the pages are made,
+// and sequence 1's shared codes are then sequence 0's: each sequence reads that page with its
+// own descales.
+template <typename Quantise>
+AttentionInput across_pages(const AttentionInput& plain, int32_t P, Quantise quantise) {
+  AttentionInput a =
+      quantise(plain_case(plain.dtype, plain.head_size, plain.head_size_v,
+                          plain.num_kv_heads < plain.num_heads, {kQueries, kQueries}, {2 * P + 3, P + 5}));
+  const int64_t k_row = int64_t(a.num_kv_heads) * a.head_size, v_row = int64_t(a.num_kv_heads) * a.dv();
+  const int64_t first1 = a.seqlens_k[0];
+  std::copy_n(a.k.begin(), P * k_row, a.k.begin() + first1 * k_row);
+  std::copy_n(a.v.begin(), P * v_row, a.v.begin() + first1 * v_row);
+  return gen::paged_copy(a, P, /*shuffle=*/hash::splitmix64(uint64_t(P)), /*shared=*/1);
 }
 
 // One declared item and its case.
@@ -57,10 +81,14 @@ struct Item {
 };
 std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plain) {
   std::vector<Item> items;
-  if (caps.variants & AC_VAR_PAGED_KV)
-    for (int32_t i = 0; caps.page_sizes && i < caps.num_page_sizes; ++i)
-      items.push_back(
-          {"page size " + std::to_string(caps.page_sizes[i]), gen::paged_copy(plain, caps.page_sizes[i])});
+  const auto as_is = [](AttentionInput a) { return a; };
+  const bool paged = (caps.variants & AC_VAR_PAGED_KV) && caps.page_sizes && caps.num_page_sizes > 0;
+  for (int32_t i = 0; paged && i < caps.num_page_sizes; ++i) {
+    const int32_t P = caps.page_sizes[i];
+    items.push_back({"page size " + std::to_string(P), gen::paged_copy(plain, P)});
+    items.push_back({"page size " + std::to_string(P) + " over 3 pages, the first shared by 2 sequences",
+                     across_pages(plain, P, as_is)});
+  }
   if (caps.variants & AC_VAR_HEAD_SIZE_V)
     for (int32_t i = 0; caps.head_pairs && i < caps.num_head_pairs; ++i) {
       const ac_head_pair p = caps.head_pairs[i];
@@ -128,6 +156,17 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
       items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name +
                            " (descales per (sequence, KV head))",
                        kv_alone ? gen::fp8_copy(two, f, d, d) : gen::fp8_copy(two, f, d, d, d)});
+      // Paged too: the page the two sequences share read with each one's descales (the first
+      // declared page size).
+      if (paged) {
+        const int32_t P = caps.page_sizes[0];
+        items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name +
+                             " (descales per (sequence, KV head)) over pages of " + std::to_string(P) +
+                             ", the first shared by 2 sequences",
+                         across_pages(plain, P, [&](const AttentionInput& x) {
+                           return kv_alone ? gen::fp8_copy(x, f, d, d) : gen::fp8_copy(x, f, d, d, d);
+                         })});
+      }
     }
   }
   return items;

@@ -12,7 +12,7 @@
 // - Linearity: V's descale doubled doubles O exactly (every product, sum and quotient of O scales
 //   by two with no new rounding), and leaves the LSE alone. A descale applied twice quadruples O;
 //   one ignored leaves it.
-// - A NaN code: one V code set to NaN (0x7f or 0xff in e4m3fn and in e5m2, 0x80 in e4m3fnuz) at key 0 of a
+// - A NaN code: one V code set to NaN (0x7f, then 0xff in e4m3fn and in e5m2; 0x80 in e4m3fnuz) at key 0 of a
 //   sequence whose every row sees key 0 (no mask, no window; causal only where Tq <= Tk) must make
 //   that column of O NaN on every row of the KV head's query heads, and nothing else NaN: a decode
 //   that saturates or zeroes NaN codes hides it, a kernel that spreads it to other columns, heads
@@ -281,23 +281,27 @@ class Fp8Descales final : public Property {
     NanSite site;
     if (!nan_site(a, site)) return o;
     const int64_t row = a.kv_row(site.seq, 0, site.first_k);
-    // e4m3fnuz's only NaN is 0x80 (its 0x7f and 0xff are +-240).
-    const uint32_t code = a.kv_dtype == AC_DTYPE_E4M3FNUZ ? 0x80u : site.seq % 2 ? 0xffu : 0x7fu;
-    for (const bool in_k : {false, true}) {
-      AttentionInput nan = a;
-      const int64_t width = in_k ? a.head_size : a.dv();
-      (in_k ? nan.k : nan.v)[size_t((row * a.num_kv_heads + site.kv_head) * width + site.column % width)] =
-          code;
-      before_launch(ctx, c, /*write=*/false);
-      if (const std::string p = nan_pattern(a, site, in_k, ctx.subject.attention(nan, c.options));
-          !p.empty()) {
-        fail(o, in_k ? "fp8_nan_k_code" : "fp8_nan_code",
-             std::string(in_k ? "K" : "V") + "'s code at key 0 of sequence " + std::to_string(site.seq) +
-                 ", KV head " + std::to_string(site.kv_head) + ", column " +
-                 std::to_string(site.column % width) + " set to NaN (" + hex_code(code) + "): " + p);
-        return o;
+    // e4m3fnuz's only NaN is 0x80 (its 0x7f and 0xff are +-240). e4m3fn and e5m2 have a NaN of
+    // each sign, and a decoder may know one of them only (e4m3fn's 0xff read as -480): each is set,
+    // one launch apiece.
+    const std::vector<uint32_t> codes =
+        a.kv_dtype == AC_DTYPE_E4M3FNUZ ? std::vector<uint32_t>{0x80u} : std::vector<uint32_t>{0x7fu, 0xffu};
+    for (const uint32_t code : codes)
+      for (const bool in_k : {false, true}) {
+        AttentionInput nan = a;
+        const int64_t width = in_k ? a.head_size : a.dv();
+        (in_k ? nan.k : nan.v)[size_t((row * a.num_kv_heads + site.kv_head) * width + site.column % width)] =
+            code;
+        before_launch(ctx, c, /*write=*/false);
+        if (const std::string p = nan_pattern(a, site, in_k, ctx.subject.attention(nan, c.options));
+            !p.empty()) {
+          fail(o, in_k ? "fp8_nan_k_code" : "fp8_nan_code",
+               std::string(in_k ? "K" : "V") + "'s code at key 0 of sequence " + std::to_string(site.seq) +
+                   ", KV head " + std::to_string(site.kv_head) + ", column " +
+                   std::to_string(site.column % width) + " set to NaN (" + hex_code(code) + "): " + p);
+          return o;
+        }
       }
-    }
     return o;
   }
 };
