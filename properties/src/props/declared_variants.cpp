@@ -163,8 +163,9 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
         items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name +
                              " (descales per (sequence, KV head)) over pages of " + std::to_string(P) +
                              ", the first shared by 2 sequences",
-                         across_pages(plain, P, [&](const AttentionInput& x) {
-                           return kv_alone ? gen::fp8_copy(x, f, d, d) : gen::fp8_copy(x, f, d, d, d);
+                         across_pages(plain, P, [&, format = f](const AttentionInput& x) {
+                           return kv_alone ? gen::fp8_copy(x, format, d, d)
+                                           : gen::fp8_copy(x, format, d, d, d);
                          })});
       }
     }
