@@ -71,8 +71,8 @@ void with_variants(const Domain& dom, AttentionInput& a, bool sinks = true);
 // sequence's last page names (one entry more than the longest sequence needs): the plainest paged
 // layout of the same attention (the shrinker's). A non-zero `shuffle` permutes the pages (the
 // poisoned one stays last), a fixed function of it; `shared` whole pages of sequence 1 are sequence
-// 0's first ones (prefix caching: the caller makes those keys equal, and sequence 1 reads them from
-// sequence 0's pages).
+// 0's first ones (prefix caching): sequence 1 reads sequence 0's keys there, and its own first
+// `shared` pages of keys are not copied.
 AttentionInput paged_copy(const AttentionInput& contiguous, int32_t page_size, uint64_t shuffle = 0,
                           int32_t shared = 0);
 // `a` (K and V in its dtype) with K and V quantised to an FP8 cache of `format` (AC_DTYPE_E4M3 or

@@ -4,7 +4,7 @@
 // refusal for a skipped case, so a subject refusing one declared page size would pass each of them.
 // Here each declared item gets one small case of its own, the same plain case with that item alone:
 // every page size (the case's K / V paged at it, gen::paged_copy, and two sequences over three
-// shuffled pages of it, the first shared: across_pages), every (QK, V) head pair, the
+// shuffled pages of it, the first shared: over_shared_pages), every (QK, V) head pair, the
 // softcap, a window, sinks, and each declared FP8 KV cache format (per KV head too where declared).
 // The plain case runs first: a refusal of it is an ordinary refusal
 // (a skipped case). A refusal of an item then breaks the declaration and fails (`refused_declared`)
@@ -54,23 +54,18 @@ AttentionInput plain_case(ac_dtype dtype, int32_t d, int32_t dv, bool gqa,
   return a;
 }
 
-// Two sequences across pages of P: sequence 0 over two whole pages and 3 keys of a third, sequence
-// 1 over sequence 0's first page (prefix caching: its first P keys are sequence 0's) and 5 keys of
-// its own, the pages shuffled (gen::paged_copy). The plain case's 7 keys fit in one page of 7 or
-// more; here every page size has page boundaries: a kernel that takes a sequence's pages as
-// consecutive after its first, or reads past a page's end into the next physical one, fails.
-// `quantise` (or nothing) turns the contiguous case into an FP8 cache before the pages are made,
-// and sequence 1's shared codes are then sequence 0's: each sequence reads that page with its
-// own descales.
-template <typename Quantise>
-AttentionInput across_pages(const AttentionInput& plain, int32_t P, Quantise quantise) {
-  AttentionInput a =
-      quantise(plain_case(plain.dtype, plain.head_size, plain.head_size_v,
-                          plain.num_kv_heads < plain.num_heads, {kQueries, kQueries}, {2 * P + 3, P + 5}));
-  const int64_t k_row = int64_t(a.num_kv_heads) * a.head_size, v_row = int64_t(a.num_kv_heads) * a.dv();
-  const int64_t first1 = a.seqlens_k[0];
-  std::copy_n(a.k.begin(), P * k_row, a.k.begin() + first1 * k_row);
-  std::copy_n(a.v.begin(), P * v_row, a.v.begin() + first1 * v_row);
+// Two sequences spanning pages of P (queries as the plain case's): 2P + 3 keys, two whole pages
+// and 3 keys of a third, and P + 5. The plain case's 7 keys fit in one page of 7 or more; these have
+// page boundaries at every page size.
+AttentionInput spanning_pages(const AttentionInput& plain, int32_t P) {
+  return plain_case(plain.dtype, plain.head_size, plain.head_size_v, plain.num_kv_heads < plain.num_heads,
+                    {kQueries, kQueries}, {2 * P + 3, P + 5});
+}
+// `a` (spanning_pages' case, or its FP8 copy) in pages of P shuffled over the pool, sequence 1's
+// first page sequence 0's (prefix caching, gen::paged_copy's `shared`: sequence 1 reads sequence 0's
+// first P keys, or codes, each with its own descales). A kernel that takes a sequence's pages as
+// consecutive after its first, or reads a shared page as another sequence's, fails.
+AttentionInput over_shared_pages(const AttentionInput& a, int32_t P) {
   return gen::paged_copy(a, P, /*shuffle=*/hash::splitmix64(uint64_t(P)), /*shared=*/1);
 }
 
@@ -81,13 +76,12 @@ struct Item {
 };
 std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plain) {
   std::vector<Item> items;
-  const auto as_is = [](AttentionInput a) { return a; };
   const bool paged = (caps.variants & AC_VAR_PAGED_KV) && caps.page_sizes && caps.num_page_sizes > 0;
   for (int32_t i = 0; paged && i < caps.num_page_sizes; ++i) {
     const int32_t P = caps.page_sizes[i];
     items.push_back({"page size " + std::to_string(P), gen::paged_copy(plain, P)});
     items.push_back({"page size " + std::to_string(P) + " over 3 pages, the first shared by 2 sequences",
-                     across_pages(plain, P, as_is)});
+                     over_shared_pages(spanning_pages(plain, P), P)});
   }
   if (caps.variants & AC_VAR_HEAD_SIZE_V)
     for (int32_t i = 0; caps.head_pairs && i < caps.num_head_pairs; ++i) {
@@ -163,10 +157,9 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
         items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name +
                              " (descales per (sequence, KV head)) over pages of " + std::to_string(P) +
                              ", the first shared by 2 sequences",
-                         across_pages(plain, P, [&, format = f](const AttentionInput& x) {
-                           return kv_alone ? gen::fp8_copy(x, format, d, d)
-                                           : gen::fp8_copy(x, format, d, d, d);
-                         })});
+                         over_shared_pages(kv_alone ? gen::fp8_copy(spanning_pages(plain, P), f, d, d)
+                                                    : gen::fp8_copy(spanning_pages(plain, P), f, d, d, d),
+                                           P)});
       }
     }
   }
