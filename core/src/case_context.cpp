@@ -26,17 +26,40 @@ std::string list_of(const std::vector<int32_t>& v) {
 std::string plural(int64_t n, const char* one) { return std::to_string(n) + " " + one + (n == 1 ? "" : "s"); }
 
 // Keys that query row t (0-based in its sequence of tq queries over tk keys) may attend to: the
-// reference's rule (bottom-right causal alignment, then the mask).
+// reference's rule (bottom-right causal alignment and the window, then the mask).
 int64_t visible_keys(const AttentionInput& a, size_t seq, int64_t mask_offset, int32_t t) {
   const int32_t tq = a.seqlens_q[seq], tk = a.seqlens_k[seq];
-  int64_t last = int64_t(tk) - 1;
-  if (a.causal) last = std::min<int64_t>(last, int64_t(t) + tk - tq);
-  if (a.mask.empty()) return std::max<int64_t>(0, last + 1);
+  const auto [first, last] = a.key_range(t, tq, tk);
+  if (a.mask.empty()) return std::max<int64_t>(0, last - first + 1);
   int64_t n = 0;
   const int64_t row_at = mask_offset + int64_t(t) * tk;
-  for (int64_t j = 0; j <= last; ++j)
+  for (int64_t j = std::max<int64_t>(first, 0); j <= last; ++j)
     if (row_at + j < int64_t(a.mask.size()) && a.mask[size_t(row_at + j)]) ++n;
   return n;
+}
+
+// The engines' variants the case uses, each as declared_variants names it: ", pages of 16 (12 in
+// the pool), softcap 30, window (left 4, right 0), sinks, K and V in e4m3fn (descales per KV head)".
+std::string variant_words(const AttentionInput& a) {
+  std::string s;
+  if (a.page_size > 0)
+    s += ", pages of " + std::to_string(a.page_size) + " (" + std::to_string(a.num_pages) + " in the pool)";
+  if (a.softcap > 0) {
+    char cap[32];
+    std::snprintf(cap, sizeof cap, "%g", double(a.softcap));
+    s += ", softcap " + std::string(cap);
+  }
+  auto side = [](int32_t w) { return w < 0 ? std::string("unbounded") : std::to_string(w); };
+  if (a.window_left != -1 || a.window_right != -1)
+    s += ", window (left " + side(a.window_left) + ", right " + side(a.window_right) + ")";
+  if (!a.sinks.empty()) s += ", sinks";
+  if (a.fp8_kv()) {
+    static const char* const kPer[] = {"per tensor", "per KV head", "per sequence and KV head"};
+    s += std::string(a.fp8_q() ? ", Q, K and V in " : ", K and V in ") + kv_dtype_name(a.kv_dtype) +
+         " (descales " + kPer[std::clamp(a.descale_granularity(), 0, 2)] + ")";
+  }
+  if (a.fp8_out()) s += std::string(", O in ") + kv_dtype_name(a.out_dtype);
+  return s;
 }
 
 std::string attention_context(const Case& c, const AttentionInput& a, const ac_caps* caps, int64_t row) {
@@ -62,7 +85,8 @@ std::string attention_context(const Case& c, const AttentionInput& a, const ac_c
   else
     s += ", " + plural(a.num_heads, "head");
   s += ", d=" + std::to_string(a.head_size);
-  if (a.dv() != a.head_size) s += " (V " + std::to_string(a.dv()) + ")";
+  if (a.dv() != a.head_size) s += " (V " + std::to_string(a.dv()) + (a.v_in_k ? ", inside K)" : ")");
+  s += variant_words(a);
   if (caps && caps->tilings && c.options.tiling >= 0 && c.options.tiling < caps->num_tilings)
     s += ", tiling " + std::to_string(caps->tilings[c.options.tiling].br) + "x" +
          std::to_string(caps->tilings[c.options.tiling].bc);
@@ -132,18 +156,21 @@ std::vector<const char*> attention_row_kinds(const AttentionInput& a) {
   std::vector<const char*> kinds;
   const size_t seqs = std::min(a.seqlens_q.size(), a.seqlens_k.size());
   int64_t mask_offset = 0;
-  AttentionInput unmasked;
-  unmasked.causal = a.causal;
+  // One sequence at a time, without the mask: causal alone, then with the window.
+  AttentionInput causal, windowed;
+  causal.causal = windowed.causal = a.causal;
+  windowed.window_left = a.window_left;
+  windowed.window_right = a.window_right;
   for (size_t q = 0; q < seqs; ++q) {
-    unmasked.seqlens_q = {a.seqlens_q[q]};
-    unmasked.seqlens_k = {a.seqlens_k[q]};
+    causal.seqlens_q = windowed.seqlens_q = {a.seqlens_q[q]};
+    causal.seqlens_k = windowed.seqlens_k = {a.seqlens_k[q]};
     for (int32_t t = 0; t < a.seqlens_q[q]; ++t) {
       const int64_t n = visible_keys(a, q, mask_offset, t);
-      const int64_t causal_only = visible_keys(unmasked, 0, 0, t);
-      kinds.push_back(n == 0                ? "empty row"
-                      : n == a.seqlens_k[q] ? "fully visible row"
-                      : n == causal_only    ? "causal edge row"
-                                            : "partly masked row");
+      kinds.push_back(n == 0                                 ? "empty row"
+                      : n == a.seqlens_k[q]                  ? "fully visible row"
+                      : n == visible_keys(causal, 0, 0, t)   ? "causal edge row"
+                      : n == visible_keys(windowed, 0, 0, t) ? "window edge row"
+                                                             : "partly masked row");
     }
     mask_offset += int64_t(a.seqlens_q[q]) * a.seqlens_k[q];
   }
@@ -173,7 +200,8 @@ std::string row_kind(const Case& c, int64_t row) {
 
 bool row_kind_avoidable(const std::string& kind) {
   return kind == "empty row" || kind == "partly masked row" || kind == "causal edge row" ||
-         kind == "both sides empty" || kind == "prefix empty" || kind == "suffix empty";
+         kind == "window edge row" || kind == "both sides empty" || kind == "prefix empty" ||
+         kind == "suffix empty";
 }
 
 std::vector<std::string> row_kinds(const Case& c) {

@@ -39,15 +39,10 @@ RowKeys row_keys(const AttentionInput& a, int64_t token) {
       r.key_begin = k0;
       r.num_keys = tk;
       r.visible.assign(size_t(tk), 1);
-      const int64_t diag = t + tk - tq;
-      for (int64_t j = 0; j < tk; ++j) {
-        bool vis = true;
-        if (a.causal && j > diag) vis = false;
-        if (a.window_left >= 0 && j < diag - a.window_left) vis = false;
-        if (a.window_right >= 0 && j > diag + a.window_right) vis = false;
-        if (!a.mask.empty() && a.mask[size_t(m0 + t * tk + j)] == 0) vis = false;
-        r.visible[size_t(j)] = vis ? 1 : 0;
-      }
+      const auto [first, last] = a.key_range(t, tq, tk);
+      for (int64_t j = 0; j < tk; ++j)
+        r.visible[size_t(j)] =
+            j >= first && j <= last && (a.mask.empty() || a.mask[size_t(m0 + t * tk + j)] != 0) ? 1 : 0;
       return r;
     }
     q0 += tq;

@@ -526,10 +526,11 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
                      " s: the smallest failing case found so far)";
     c.note = res.failure_class + ": " + res.message;
     if (c.note.size() > 400) c.note.resize(400);
-    res.context = case_context(c, &subject.caps(), last_outcome.quoted ? last_outcome.quoted->row : -1);
+    const Case& judged = last_outcome.judged ? *last_outcome.judged : c;
+    res.context = case_context(judged, &subject.caps(), last_outcome.quoted ? last_outcome.quoted->row : -1);
     if (last_outcome.quoted) res.quoted = worst_element(*last_outcome.quoted);
-    if (last_outcome.quoted) res.row_kind = row_kind(c, res.quoted.row);
-    res.signature = failure_signature(res.failure_class, res.row_kind, c, res.quoted);
+    if (last_outcome.quoted) res.row_kind = row_kind(judged, res.quoted.row);
+    res.signature = failure_signature(res.failure_class, res.row_kind, judged, res.quoted);
     res.counterexample_size = case_size(c);
     res.counterexample_summary = describe_size(res.counterexample_size);
     std::string file;
@@ -725,7 +726,7 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
     note_empty_state_o(o, run, ctx.cv);
     r.passed = o.ok;
     r.crashed = o.crashed;
-    r.context = case_context(run, &subject.caps(), o.quoted ? o.quoted->row : -1);
+    r.context = case_context(o.judged ? *o.judged : run, &subject.caps(), o.quoted ? o.quoted->row : -1);
     if (o.quoted) r.worst_elements.push_back(worst_element(*o.quoted));
     for (const Elem& e : o.worst)
       if (!o.quoted || e.where != o.quoted->where) r.worst_elements.push_back(worst_element(e));

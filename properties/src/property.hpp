@@ -24,6 +24,10 @@ struct Outcome {
   // The element the message quotes (fail_at), which report.json, check's line and replay then give
   // with the same numbers; none when the message quotes no element.
   std::optional<Elem> quoted;
+  // The case the message and the quoted element speak of where a check ran one built from the drawn
+  // case (declared_variants' items): the failure's words, row kind and signature read it. None: the
+  // drawn case. The corpus keeps the drawn case, from which the check builds this one again.
+  std::shared_ptr<const Case> judged;
   std::string digest;  // the output bits, for the determinism re-run
   double drift = 0;
   Spread spread;                          // run_to_run on a subject declared nondeterministic

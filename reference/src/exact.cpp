@@ -549,13 +549,7 @@ struct RowEngine {
   void row(const AttentionProblem& pb, const Query& qr, const KvSlice& kv, int32_t t, int32_t tq,
            int32_t head, const uint8_t* mask_row, LseBase base, ExactRow& out) {
     const int32_t tk = kv.tk;
-    // Keys around the bottom-right aligned diagonal: causal and window_right bound it above,
-    // window_left below.
-    const int64_t diag = int64_t{t} + tk - tq;
-    int64_t first = 0, last = tk - 1;
-    if (pb.causal) last = std::min(last, diag);
-    if (pb.window_right >= 0) last = std::min(last, diag + pb.window_right);
-    if (pb.window_left >= 0) first = std::max(first, diag - pb.window_left);
+    const auto [first, last] = pb.key_range(t, tq, tk);
     visible.clear();
     for (int64_t j = first; j <= last; ++j)
       if (!mask_row || mask_row[j]) visible.push_back(static_cast<int32_t>(j));

@@ -172,16 +172,7 @@ void compute_block(const AttentionProblem& pb, const Slice& sl, int32_t head, co
   const double cap = static_cast<double>(pb.softcap);  // 0: no cap
   const bool has_sink = !pb.sinks.empty();
   const double sink = has_sink ? static_cast<double>(pb.sinks[static_cast<size_t>(head)]) : 0.0;  // exact
-  // Keys [first, last] of query t around the bottom-right aligned diagonal (none when first > last):
-  // causal and window_right bound it above, window_left below.
-  auto key_range = [&](int32_t t) -> std::pair<int64_t, int64_t> {
-    const int64_t diag = int64_t{t} + tk - sl.tq;
-    int64_t first = 0, last = tk - 1;
-    if (pb.causal) last = std::min(last, diag);
-    if (pb.window_right >= 0) last = std::min(last, diag + pb.window_right);
-    if (pb.window_left >= 0) first = std::max(first, diag - pb.window_left);
-    return {first, last};
-  };
+  auto key_range = [&](int32_t t) { return pb.key_range(t, sl.tq, tk); };
   // Keys the block needs: [lo, n), the union of its rows' ranges (a sliding window skips the rest).
   int64_t lo = tk, n = 0;
   for (int32_t r = 0; r < count; ++r) {

@@ -84,3 +84,44 @@ TEST_CASE("a merge's context says which side of the failing row is empty or +inf
         "fp32, 2 tokens x 1 head, d=4, prefix empty (-inf) in 1 of 2 rows, suffix empty (+inf, FA2) in 2 of "
         "2 rows");
 }
+
+TEST_CASE("the context counts a sliding window's keys and names the engines' variants", "[context]") {
+  // Tq = 4 over Tk = 8, bottom-right: query t's diagonal is key t + 4; a left window of 2 lets it
+  // see keys t + 2 .. t + 4 (causal), three of eight; with right 1 and no causal limit, t + 2 .. t + 5
+  // except where that passes key 7 (query 3: keys 5 .. 7).
+  Case c = attention_case({4}, {8}, 1, 1, true);
+  auto& a = std::get<AttentionInput>(c.input);
+  a.window_left = 2;
+  CHECK(case_context(c, nullptr, 0) ==
+        "fp16, causal (bottom-right), Tq=4 Tk=8, 1 head, d=8, window (left 2, right unbounded), row 0 sees 3 "
+        "of 8 keys");
+  CHECK(row_kind(c, 0) == "window edge row");
+  CHECK(row_kind_avoidable("window edge row"));
+  a.causal = false;
+  a.window_right = 1;
+  CHECK(case_context(c, nullptr, 0).ends_with("window (left 2, right 1), row 0 sees 4 of 8 keys"));
+  CHECK(case_context(c, nullptr, 3).ends_with("row 3 sees 3 of 8 keys"));
+  // A window wider than the keys cuts nothing: query 3 of a causal Tq = Tk = 4 sees all four.
+  c = attention_case({4}, {4}, 1, 1, true);
+  std::get<AttentionInput>(c.input).window_left = 100;
+  CHECK(row_kind(c, 3) == "fully visible row");
+  CHECK(row_kind(c, 0) == "causal edge row");
+  // A mask inside the window: key 6 of query 0's 5 .. 7 hidden leaves two, a partly masked row.
+  c = attention_case({1}, {8}, 1, 1, false, {1, 1, 1, 1, 1, 1, 0, 1});
+  std::get<AttentionInput>(c.input).window_left = 2;
+  std::get<AttentionInput>(c.input).window_right = 0;
+  CHECK(case_context(c, nullptr, 0).ends_with("row 0 sees 2 of 8 keys"));
+  CHECK(row_kind(c, 0) == "partly masked row");
+  // Pages, a softcap, sinks and an FP8 cache are named; the descales' granularity read off their count.
+  c = attention_case({1}, {2}, 2, 2, false);
+  auto& v = std::get<AttentionInput>(c.input);
+  v.page_size = 16;
+  v.num_pages = 3;
+  v.softcap = 30;
+  v.sinks = {0.5f, 0.5f};
+  v.kv_dtype = AC_DTYPE_E4M3;
+  v.k_descale = v.v_descale = {0.5f, 0.25f};
+  CHECK(case_context(c, nullptr, 0) ==
+        "fp16, no mask, Tq=1 Tk=2, 2 heads, d=8, pages of 16 (3 in the pool), softcap 30, sinks, K and V in "
+        "e4m3fn (descales per KV head), row 0 sees 2 of 2 keys");
+}

@@ -547,6 +547,11 @@ TEST_CASE("declared_variants: every declared page size gets page boundaries, ove
   CHECK(r.status == PropertyResult::Status::failed);
   CHECK(r.message.find("with its declared page size 16 over 3 pages, the first shared by 2 sequences: ") ==
         0);
+  // The failure's words describe the item's case, which the quoted row indexes, not the drawn one
+  // (a sequence of 7 keys in one page).
+  INFO(r.context);
+  CHECK(r.context.find("Tk=35,21") != std::string::npos);
+  CHECK(r.context.find("pages of 16 (") != std::string::npos);
   // The layout itself: 2 sequences of 35 and 21 keys in pages of 16 are 3 + 2 pages, one shared, in a
   // shuffled pool with the poisoned page last; gathered, sequence 1's first 16 keys are sequence 0's.
   AttentionInput two = two_sequences();

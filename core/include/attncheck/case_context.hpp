@@ -24,7 +24,8 @@ std::string case_context(const Case&, const ac_caps* caps = nullptr, int64_t row
 // The kind of one row (as case_context numbers rows), the part of a failure's signature that says
 // where in the input a defect lives:
 //   attention  "empty row" (sees no key), "fully visible row" (sees every key of its sequence),
-//              "causal edge row" (fewer keys only through the causal limit), "partly masked row"
+//              "causal edge row" (fewer keys only through the causal limit), "window edge row"
+//              (fewer only through the causal limit and the sliding window), "partly masked row"
 //   merge      "both sides empty", "prefix empty", "suffix empty", "both sides finite" (an empty side
 //              is an LSE of -inf or +inf; NaN counts as finite here: it is no sentinel)
 //   softmax    "row"

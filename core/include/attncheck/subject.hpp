@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attncheck/names.hpp"
@@ -107,6 +108,17 @@ struct AttentionInput {
   bool want_amax = false;
 
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
+  // Keys [first, last] that query t of a sequence of tq queries over tk keys may see before the
+  // mask: causal and window_right bound them above, window_left below, around the bottom-right
+  // aligned diagonal; none when first > last. The judge's rows and a failure's words both read it.
+  std::pair<int64_t, int64_t> key_range(int64_t t, int64_t tq, int64_t tk) const {
+    const int64_t diag = t + tk - tq;
+    int64_t first = 0, last = tk - 1;
+    if (causal) last = std::min(last, diag);
+    if (window_right >= 0) last = std::min(last, diag + window_right);
+    if (window_left >= 0) first = std::max(first, diag - window_left);
+    return {first, last};
+  }
   // V inside K: v set to the first head_size_v columns of K's rows (the pool's, paged), codes,
   // poison and all, so that case.cpp v_in_k_problem holds; v_in_k set.
   void share_v_with_k() {

@@ -202,10 +202,12 @@ class DeclaredVariants final : public Property {
         if (e.kind != SubjectError::Kind::unsupported) throw;
         fail(o, "refused_declared",
              "the subject refused its declared " + item.name + ", which it must accept: " + e.what());
+        o.judged = std::make_shared<const Case>(std::move(one));
         return o;
       }
       if (!o.ok) {
         o.message = "with its declared " + item.name + ": " + o.message;
+        o.judged = std::make_shared<const Case>(std::move(one));
         return o;
       }
     }

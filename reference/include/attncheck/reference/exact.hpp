@@ -22,7 +22,9 @@
 //     Under softcap the rules apply to the capped scores: a NaN stays NaN (tanh(NaN)), and a +-inf
 //     scaled score caps to +-softcap (softcap * tanh(+-inf)), a finite logit like any other.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "attncheck/reference/format.hpp"
@@ -85,6 +87,17 @@ struct AttentionProblem {
   int32_t window_left = -1, window_right = -1;
   std::vector<float> sinks;
   std::vector<float> k_scale, v_scale, q_scale;
+
+  // Keys [first, last] of query t (of tq over tk keys) before the mask, by the rule above: causal and
+  // window_right bound them above, window_left below; none when first > last.
+  std::pair<int64_t, int64_t> key_range(int64_t t, int64_t tq, int64_t tk) const {
+    const int64_t diag = t + tk - tq;
+    int64_t first = 0, last = tk - 1;
+    if (causal) last = std::min(last, diag);
+    if (window_right >= 0) last = std::min(last, diag + window_right);
+    if (window_left >= 0) first = std::max(first, diag - window_left);
+    return {first, last};
+  }
 };
 
 // Sequence seq's KV head kv_head's factor in scales (k_scale, v_scale or q_scale): 1 where the
