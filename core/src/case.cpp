@@ -19,6 +19,7 @@
 #include <span>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "attncheck/atomic_file.hpp"
 #include "attncheck/hash.hpp"
@@ -69,7 +70,7 @@ void base64_encode(const std::vector<uint8_t>& bytes, std::string& out) {
   }
 }
 
-std::vector<uint8_t> base64_decode(const std::string& s, const std::string& what) {
+std::vector<uint8_t> base64_decode(std::string_view s, const std::string& what) {
   int value_of[256];
   for (int& v : value_of) v = -1;
   for (int i = 0; i < 64; ++i) value_of[static_cast<unsigned char>(kB64[i])] = i;
@@ -112,7 +113,7 @@ std::string hex_encode(const std::vector<uint8_t>& bytes) {
   return out;
 }
 
-std::vector<uint8_t> hex_decode(const std::string& s, const std::string& what) {
+std::vector<uint8_t> hex_decode(std::string_view s, const std::string& what) {
   auto nibble = [&](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -141,9 +142,9 @@ std::string encode_elements(const Elems& elems, int width) {
 std::vector<uint32_t> decode_elements(const std::string& text, int width, const std::string& what) {
   std::vector<uint8_t> bytes;
   if (text.rfind("hex:", 0) == 0)
-    bytes = hex_decode(text.substr(4), what);
+    bytes = hex_decode(std::string_view(text).substr(4), what);
   else if (text.rfind("b64:", 0) == 0)
-    bytes = base64_decode(text.substr(4), what);
+    bytes = base64_decode(std::string_view(text).substr(4), what);
   else
     throw CaseError(what + ": tensor text must start with \"hex:\" or \"b64:\"");
   if (bytes.size() % width)
@@ -210,7 +211,7 @@ std::vector<int32_t> get_int_list(const json& obj, const char* key, const std::s
   std::vector<int32_t> out;
   for (const json& e : f) {
     if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > (1 << 30))
-      throw CaseError(where + "." + key + " must hold non-negative integers");
+      throw CaseError(where + "." + key + " must hold integers in [0, 2^30]");
     out.push_back(int32_t(e.get<int64_t>()));
   }
   return out;
@@ -838,7 +839,9 @@ std::string attention_variant_problem(const AttentionInput& a) {
       return "sinks has " + std::to_string(a.sinks.size()) + " values, one per query head needs " +
              std::to_string(a.num_heads);
     for (size_t i = 0; i < a.sinks.size(); ++i)
-      if (!std::isfinite(a.sinks[i])) return "sinks[" + std::to_string(i) + "] is not finite";
+      if (!(std::fabs(a.sinks[i]) <= AC_MAX_SINK))
+        return "sinks[" + std::to_string(i) + "] " + quoted_float(a.sinks[i]) + " is not finite in [-" +
+               quoted_float(AC_MAX_SINK) + ", " + quoted_float(AC_MAX_SINK) + "]";
   }
   if (a.fp8_kv()) {
     for (const auto& [d, name] : {std::pair{&a.k_descale, "k_descale"}, std::pair{&a.v_descale, "v_descale"},

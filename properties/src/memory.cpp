@@ -77,9 +77,10 @@ double default_max_memory_gib() {
 }
 
 double case_read_peak_bytes(uint64_t file_bytes) {
-  // The text, the parsed tree's copy of it, and the decoded tensors: each element is at least 4/3
-  // characters of base64 (a mask byte) and is decoded to at most 4 B, so at most 3 B per character.
-  return kBaseBytes + double(file_bytes) * (1 + 1 + 3);
+  // The text, the parsed tree's copy of it, the copy of the one tensor field being decoded, its bytes
+  // (at most 3/4 B a character) and the decoded tensors: each element is at least 4/3 characters of
+  // base64 (a mask byte) and is decoded to at most 4 B, so at most 3 B per character.
+  return kBaseBytes + double(file_bytes) * (1 + 1 + 1 + 0.75 + 3);
 }
 
 namespace {

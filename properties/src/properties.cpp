@@ -647,6 +647,14 @@ std::string stream_flags(const RunConfig& cfg) {
   return f;
 }
 
+std::string replay_problem(const Case& c) {
+  if (c.property.empty()) return "";
+  const Property* prop = find_property_object(c.property);
+  if (!prop) return "property \"" + c.property + "\" is none of attncheck's (attncheck list names them)";
+  const std::string why = prop->case_problem(c);
+  return why.empty() ? "" : "property " + c.property + ": " + why;
+}
+
 ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path,
                          const ReproduceContext& reproduce) {
   ReplayResult r;

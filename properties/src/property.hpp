@@ -72,6 +72,9 @@ class Property {
   // A replay that passes this property's check is also held to the accuracy budget: true for the
   // claims that check one rule (a sentinel, a convention) and would otherwise pass a wrong answer.
   virtual bool replay_adds_accuracy() const { return false; }
+  // Why a case read from a file is none this property can judge (one line), or "": checked before
+  // a replay runs anything, so an inconsistent file is an input error, never a failure of a subject.
+  virtual std::string case_problem(const Case&) const { return ""; }
 
  private:
   PropertyInfo info_;

@@ -5,6 +5,7 @@ registration time rather than at the first call."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 OPS = ("merge", "softmax", "attention", "splitkv", "quantize")
@@ -148,7 +149,7 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     if head_sizes is not None and head_size_range is not None:
         raise CapsError(f"subject {name!r}: give head_sizes or head_size_range, not both")
     if head_sizes is not None:
-        hs = [int(h) for h in head_sizes]
+        hs = _int_list(name, "head_sizes", head_sizes)
         if not hs or any(h <= 0 for h in hs):
             raise CapsError(f"subject {name!r}: head_sizes must be a non-empty list of positive sizes")
         if len(hs) > MAX_HEAD_SIZES:
@@ -159,16 +160,17 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         d["head_sizes"] = hs
     else:
         lo, hi = head_size_range if head_size_range is not None else (1, 512)
-        if int(lo) < 1 or int(hi) < int(lo):
+        lo, hi = _int(name, "head_size_range", lo), _int(name, "head_size_range", hi)
+        if lo < 1 or hi < lo:
             raise CapsError(f"subject {name!r}: head_size_range ({lo}, {hi}) is empty or starts below 1")
-        if int(lo) > MAX_HEAD_SIZE or int(hi) > INT32_MAX:
+        if lo > MAX_HEAD_SIZE or hi > INT32_MAX:
             raise CapsError(f"subject {name!r}: head_size_range ({lo}, {hi}) is out of range: the minimum "
                             f"1..{MAX_HEAD_SIZE}, the maximum up to {INT32_MAX}")
-        d["head_size_min"], d["head_size_max"] = int(lo), int(hi)
+        d["head_size_min"], d["head_size_max"] = lo, hi
     tl = []
     for t in tilings:
         try:
-            br, bc = (int(x) for x in t)
+            br, bc = (_int(name, "tilings", x) for x in t)
         except (TypeError, ValueError):
             raise CapsError(f"subject {name!r}: tilings must be (br, bc) pairs, got {t!r}") from None
         if br <= 0 or bc <= 0:
@@ -180,14 +182,15 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
         raise CapsError(f"subject {name!r}: {len(tl)} tilings, more than {MAX_TILINGS}")
     # Empty for a black-box kernel: protocol 2 lets attention subjects declare no tilings.
     d["tilings"] = tl
+    max_splits = _int(name, "max_splits", max_splits)
     if "splitkv" in ops:
-        if int(max_splits) < 1:
+        if max_splits < 1:
             raise CapsError(f"subject {name!r} declares splitkv but max_splits < 1")
         if not fold_orders:
             raise CapsError(f"subject {name!r} declares splitkv but no fold_orders")
-    if not 0 <= int(max_splits) <= MAX_SPLITS:
+    if not 0 <= max_splits <= MAX_SPLITS:
         raise CapsError(f"subject {name!r}: max_splits {max_splits} is out of range 0..{MAX_SPLITS}")
-    d["max_splits"] = int(max_splits)
+    d["max_splits"] = max_splits
     d["fold_orders"] = list(fold_orders)
     variants = _words(name, "variants", variants, VARIANTS)
     if variants and "attention" not in ops and "splitkv" not in ops:
@@ -206,7 +209,7 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     hp = []
     for pair in head_pairs:
         try:
-            qk, dv = (int(x) for x in pair)
+            qk, dv = (_int(name, "head_pairs", x) for x in pair)
         except (TypeError, ValueError):
             raise CapsError(f"subject {name!r}: head_pairs must be (qk, v) pairs, got {pair!r}") from None
         if not (1 <= qk <= MAX_HEAD_SIZE and 1 <= dv <= MAX_HEAD_SIZE):
@@ -268,11 +271,23 @@ def validate_caps(name: Optional[str], *, ops: Any, dtypes: Any, memory: str = "
     return d
 
 
+def _int(name: Optional[str], field: str, x: Any) -> int:
+    """x as an integer: an int, or anything with __index__ (numpy's integers). A float, a bool or a
+    string is refused, never truncated or read as 0 or 1, as the raw protocol refuses them."""
+    if isinstance(x, bool):
+        raise CapsError(f"subject {name!r}: {field} must hold integers, got {x!r}")
+    try:
+        return operator.index(x)
+    except TypeError:
+        raise CapsError(f"subject {name!r}: {field} must hold integers, got {x!r}") from None
+
+
 def _int_list(name: Optional[str], field: str, value: Any) -> List[int]:
     try:
-        return [int(x) for x in value]
-    except (TypeError, ValueError):
+        items = list(value)
+    except TypeError:
         raise CapsError(f"subject {name!r}: {field} must be a list of integers, got {value!r}") from None
+    return [_int(name, field, x) for x in items]
 
 
 # The fields protocol 2 added; as_protocol_1() removes them.

@@ -187,6 +187,15 @@ def test_bad_call_limits_are_refused(caps, message):
     (dict(ops="attention", variants="head_size_v", head_pairs=[(192, 0)]), "head pair (192, 0): a size is out of range"),
     (dict(ops="attention", variants="head_size_v", head_pairs=[(192,)]), "head_pairs must be (qk, v) pairs"),
     (dict(ops="attention", head_pairs=[(192, 128)]), "head_pairs given without the head_size_v variant"),
+    # Read through int(), 16.5 would declare pages of 16, True pages of 1 and (64.9, 32.2) the pair
+    # (64, 32): sizes the kernel never named. The raw protocol refuses each.
+    (dict(ops="attention", variants="paged_kv", page_sizes=[16.5]), "page_sizes must hold integers, got 16.5"),
+    (dict(ops="attention", variants="paged_kv", page_sizes=[16, True]), "page_sizes must hold integers, got True"),
+    (dict(ops="attention", variants="paged_kv", page_sizes=["16"]), "page_sizes must hold integers, got '16'"),
+    (dict(ops="attention", variants="head_size_v", head_pairs=[(64.9, 32.2)]), "head_pairs must be (qk, v) pairs, got (64.9, 32.2)"),
+    (dict(ops="attention", head_sizes=[64.0]), "head_sizes must hold integers, got 64.0"),
+    (dict(ops="attention", tilings=[(64, 64.5)]), "tilings must be (br, bc) pairs, got (64, 64.5)"),
+    (dict(ops="splitkv", max_splits=8.0, fold_orders=("left",)), "max_splits must hold integers, got 8.0"),
 ])
 def test_bad_variant_declarations_are_refused(caps, message):
     with pytest.raises(ac.CapsError) as e:

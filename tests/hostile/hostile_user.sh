@@ -118,6 +118,10 @@ variant attention-gqa-3-2 'c["op"] = "attention"; c["subject"] = "fused"; c["inp
 variant mask-zero 'c["op"] = "attention"; c["subject"] = "fused"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": "0x3f800000", "mask": 0, "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-bits-short 'c["op"] = "attention"; c["subject"] = "fused"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": " 0x3f8000", "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant unknown-subject 'c["subject"] = "no-such-kernel"'
+# A misspelt property would be judged by accuracy alone, a failing reproducer passing; fp8_amax
+# judges only the maxima a case asks for.
+variant property-misspelt 'c["property"] = "acuracy"'
+variant property-needs-amax 'c["property"] = "fp8_amax"'
 attention_case='c["op"] = "attention"; c["subject"] = "textbook"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": SCALE, "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-nan "SCALE = '0x7fc00000'; $attention_case"
 variant scale-inf "SCALE = '0x7f800000'; $attention_case"
@@ -261,6 +265,8 @@ row case-seed-minus-1 2 'seed' "$AC" replay "$D/seed-minus-1.json" --backend hos
 row case-seed-space 2 'seed' "$AC" replay "$D/seed-space.json" --backend host
 row case-seed-number 2 'seed' "$AC" replay "$D/seed-number.json" --backend host
 row case-version-2 2 'version' "$AC" replay "$D/version-2.json" --backend host
+row case-property-misspelt 2 'property "acuracy" is none of attncheck' "$AC" replay "$D/property-misspelt.json" --backend host
+row case-property-needs-amax 2 'fp8_amax judges the maxima a case asks for' "$AC" replay "$D/property-needs-amax.json" --backend host
 row case-version-float 2 'version' "$AC" replay "$D/version-float.json" --backend host
 row case-odd-hex 2 'hex' "$AC" replay "$D/odd-hex.json" --backend host
 row case-bad-base64 2 'base64' "$AC" replay "$D/bad-b64.json" --backend host
@@ -327,6 +333,14 @@ row merge-same-shard-twice 2 'given twice' "$AC" report merge "$S/good" "$S/good
 row merge-report-json-dir 2 'is a directory' "$AC" report merge "$S/report-json-dir" --out "$S/merged" --no-plots
 row merge-mixed-set 2 'not one complete run' "$AC" report merge "$S/mixed" --out "$S/merged" --no-plots
 row merge-out-empty 2 'out' "$AC" report merge "$S/good" --out ''
+# Reading from the directory it is about to replace: a merge onto one of its shards, and a baseline
+# inside the run's report directory (a failing run would become the next run's baseline). Each
+# refused before the directory is touched.
+cp "$S/good/report.json" "$S/good-report-before.json"
+row merge-out-is-a-shard 2 'holds the shard report' "$AC" report merge "$S/good" --out "$S/good/" --no-plots
+row baseline-in-report-dir 2 'lies in --report-dir' "$AC" check --backend host --no-plots --cases 1 --subject merge \
+  --property accuracy --report-dir "$S/good" --baseline "$S/good/report.json"
+holds report-dir-kept 'report.json unchanged by the two refusals' cmp -s "$S/good/report.json" "$S/good-report-before.json"
 row merge-out-non-utf8 '0|2' 'merged|attncheck' "$AC" report merge "$S/good" --out "$S/$(printf 'm\xff')" --no-plots
 
 # Shards and baselines: the merged verdict is the single run's. Four pairs, three in shard 0 of 2

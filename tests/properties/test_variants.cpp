@@ -207,6 +207,8 @@ TEST_CASE("case files carry the variants and refuse them out of range, one line 
       {"a cap past the bound", [](AttentionInput& x) { x.softcap = 1e6f; }, "softcap"},
       {"a sink per KV head, not per query head", [](AttentionInput& x) { x.sinks = {1.0f}; }, "sinks"},
       {"a NaN sink", [](AttentionInput& x) { x.sinks[1] = NAN; }, "sinks[1]"},
+      // 3e38 is finite, but times log2(e) in fp32 it is not: a correct base-2 kernel writes NaN.
+      {"a sink past the bound", [](AttentionInput& x) { x.sinks[0] = -3e38f; }, "sinks[0] -3e+38"},
   };
   for (const auto& spoiled : bad) {
     AttentionInput x = a;
@@ -220,6 +222,12 @@ TEST_CASE("case files carry the variants and refuse them out of range, one line 
   AttentionInput tiny = a;
   tiny.softcap = -1e-9f;
   CHECK(attention_variant_problem(tiny) == "softcap -1e-09 is not 0 or in (0, 65504]");
+  // The sinks' bound, each side inclusive.
+  AttentionInput edge = a;
+  edge.sinks = {65504.0f, -65504.0f};
+  CHECK(attention_variant_problem(edge).empty());
+  edge.sinks[1] = -65505.0f;
+  CHECK(attention_variant_problem(edge) == "sinks[1] -65505 is not finite in [-65504, 65504]");
 }
 
 TEST_CASE("case files: a variant's field that would read as nothing is refused, one line each",

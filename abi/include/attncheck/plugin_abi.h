@@ -168,6 +168,10 @@ typedef enum { AC_FOLD_LEFT = 0, AC_FOLD_RIGHT = 1, AC_FOLD_TREE = 2 } ac_fold;
 #define AC_MAX_HEAD_PAIRS 16    /* num_head_pairs in 1 .. AC_MAX_HEAD_PAIRS with AC_VAR_HEAD_SIZE_V */
 #define AC_MAX_SOFTCAP 65504.0f /* a call's softcap: 0 (none) or in (0, AC_MAX_SOFTCAP] */
 #define AC_MAX_WINDOW (1 << 24) /* a call's window sides: -1 (unbounded) or 0 .. AC_MAX_WINDOW */
+/* A call's sinks: each finite with |sink| <= AC_MAX_SINK, fp16's largest value as for the cap. A
+ * kernel working in base 2 multiplies a sink by log2(e) in fp32, which overflows past about 2.36e38:
+ * the bound keeps every finite sink a call gives within what such a kernel can hold. */
+#define AC_MAX_SINK 65504.0f
 #define AC_MAX_HEAD_SIZE 1024
 #define AC_MAX_HEAD_SIZES 64
 #define AC_MAX_TILINGS 64

@@ -97,11 +97,10 @@ std::vector<KeptWriteAhead> keep_write_ahead_cases(const std::string& dir, const
 // The first way an attention input's variants break the rules of plugin_abi.h (version 3), as one
 // line naming the field, or "" when they hold: head_size_v 0 .. AC_MAX_HEAD_SIZE; softcap 0 or
 // finite in (0, AC_MAX_SOFTCAP]; each window side -1 .. AC_MAX_WINDOW; sinks empty or num_heads
-// finite values; paged: page_size 1 .. AC_MAX_PAGE_SIZE, num_pages 1 .. 2^24, max_blocks enough
-// for the longest sequence, block_table [num_seqs, max_blocks] with every entry inside the pool;
-// an FP8 KV cache's k_descale and v_descale one value, one per KV head or one per (sequence, KV
-// head) each, alike, positive and finite (none without an FP8 kv_dtype). The tensors' sizes are the reader's
-// check.
+// values in [-AC_MAX_SINK, AC_MAX_SINK]; paged: page_size 1 .. AC_MAX_PAGE_SIZE, num_pages 1 .. 2^24,
+// max_blocks enough for the longest sequence, block_table [num_seqs, max_blocks] with every entry inside the
+// pool; an FP8 KV cache's k_descale and v_descale one value, one per KV head or one per (sequence, KV head)
+// each, alike, positive and finite (none without an FP8 kv_dtype). The tensors' sizes are the reader's check.
 std::string attention_variant_problem(const AttentionInput&);
 // "" or why `a` is not V inside K as it says (AC_VAR_V_IN_K: v equals the first head_size_v columns
 // of K's rows, head_size_v at most head_size); "" where it does not say so.

@@ -155,6 +155,10 @@ CheckPlan make_check_plan(const CheckOptions& o, Common& common, const std::atom
   run.dtypes = parse_dtypes(o.dtypes);
   plan.devices = parse_devices(o.devices, plan.set.backend == Backend::cuda);
   if (!o.baseline.empty()) {
+    // A failing run would replace it and pass as its own baseline the next time.
+    if (!o.report_dir.empty() && path_within(o.baseline, o.report_dir))
+      throw UsageError("--baseline " + o.baseline + " lies in --report-dir " + o.report_dir +
+                       ", which this run replaces: keep the baseline outside it");
     try {
       plan.baseline = read_report_file(o.baseline);
     } catch (const ReportError& e) {

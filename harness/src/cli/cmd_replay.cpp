@@ -42,7 +42,9 @@ int run_replay(const ReplayOptions& o, const Common& common) {
       reading = std::max(reading, case_read_peak_bytes(bytes));
       refuse_past_memory_limit("replay: reading " + path, case_read_peak_bytes(bytes), common);
     }
-    return read_case_file(path);
+    Case c = read_case_file(path);
+    if (const std::string why = replay_problem(c); !why.empty()) throw CaseError(path + ": " + why);
+    return c;
   };
   for (const auto& in : o.inputs) {
     std::error_code ec;

@@ -22,6 +22,9 @@ struct MergeOptions {
 int run_report_merge(const MergeOptions& o) {
   std::vector<Report> parts;
   for (const auto& d : o.dirs) {
+    if (path_within(d, o.out))
+      throw UsageError("report merge: --out " + o.out + " holds the shard report " + d +
+                       ", which the merge would replace: write the merged report elsewhere");
     const std::string path = fs::is_directory(d) ? d + "/report.json" : d;
     try {
       parts.push_back(read_report_file(path));

@@ -236,6 +236,14 @@ void lock_dir(const std::string& dir, const std::string& what) {
   // fd stays open (close-on-exec, so no child holds it) until this process ends.
 }
 
+bool path_within(const std::string& path, const std::string& dir) {
+  std::error_code ec1, ec2;
+  const fs::path p = fs::weakly_canonical(path, ec1), d = fs::weakly_canonical(dir, ec2);
+  if (ec1 || ec2) return false;
+  const fs::path rel = p.lexically_relative(d);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 void prepare_report_dir(const std::string& dir, bool quiet) {
   try {
     ensure_writable_dir(dir);

@@ -63,6 +63,9 @@ std::vector<const PropertyInfo*> pick_properties(const std::vector<std::string>&
 // report file shadowed by a directory, temporaries of killed writers removed, and a set left mixed
 // by a killed run named.
 void prepare_report_dir(const std::string& dir, bool quiet);
+// Whether `path` (a file or directory, existing or not) is `dir` or lies under it, as weakly
+// canonical paths: an input a run reads from the directory it is about to replace.
+bool path_within(const std::string& path, const std::string& dir);
 // A corpus directory, made ready before any work and locked for this run. A write-ahead file is
 // the case a subject was running when an earlier run died: it is kept as an ordinary corpus case
 // (its name then says what it holds) and reported, never silently overwritten.

@@ -294,6 +294,11 @@ struct ReplayResult {
 };
 ReplayResult replay_case(const Case&, Subject&, const std::string& file_path = "",
                          const ReproduceContext& reproduce = {});
+// Why replay_case cannot judge a case as its file names it, known before any subject runs: a
+// property attncheck does not have (a misspelt one would otherwise be judged by accuracy alone), or
+// a case its property cannot judge (fp8_amax's without input.amax). "" when it can; a case without a
+// property is accuracy's.
+std::string replay_problem(const Case&);
 
 // Tiling and split report: the same inputs through every tiling of an attention subject and, for
 // split-KV subjects, every num_splits in 1..max_splits and every declared fold order.

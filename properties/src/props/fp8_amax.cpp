@@ -44,6 +44,11 @@ class Fp8Amax final : public Property {
     c.input = *gen::attention_fp8_amax_input(dom);
   }
 
+  std::string case_problem(const Case& c) const override {
+    const auto* a = std::get_if<AttentionInput>(&c.input);
+    return a && a->want_amax ? ""
+                             : "fp8_amax judges the maxima a case asks for, and its input.amax is not true";
+  }
   Outcome check(Ctx& ctx, const Case& c) const override {
     Outcome o;
     const Judgement J = run_once(ctx, c, o);
