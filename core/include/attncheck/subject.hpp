@@ -110,7 +110,9 @@ struct AttentionInput {
   int32_t dv() const { return head_size_v > 0 ? head_size_v : head_size; }
   // Keys [first, last] that query t of a sequence of tq queries over tk keys may see before the
   // mask: causal and window_right bound them above, window_left below, around the bottom-right
-  // aligned diagonal; none when first > last. The judge's rows and a failure's words both read it.
+  // aligned diagonal; none when first > last. The judge's rows and a failure's words both read it;
+  // the reference states the rule on its own (AttentionProblem::key_range), as it states the whole
+  // contract without the harness's types.
   std::pair<int64_t, int64_t> key_range(int64_t t, int64_t tq, int64_t tk) const {
     const int64_t diag = t + tk - tq;
     int64_t first = 0, last = tk - 1;
