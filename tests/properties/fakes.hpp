@@ -52,6 +52,9 @@ enum class Bug {
   attention_long_query_variant,  // the call's longest query range is kLongQuery or more
   attention_position_variant,    // the sequence is not the call's first
   attention_mix_variant,         // the call holds a decode row (1 query) and a prefill row (2 or more)
+  // The last bit of O flips for the call's second sequence, in a call of 5 sequences or more: no
+  // position batch_invariance fixes (the first, the middle, the last) in such a batch.
+  attention_second_of_large_batch,
 };
 
 // attention_long_query_variant's threshold: above the 2 queries of the prefill neighbour that
@@ -225,9 +228,11 @@ class Fake : public Subject {
             if (bug_ == Bug::attention_batch_variant && a.seqlens_q.size() > 1 && !empty && o != 0)
               bits ^= 1u;
             if (bug_ == Bug::attention_chunk_variant && tq < tk && !empty && o != 0) bits ^= 1u;
-            const bool flips = (bug_ == Bug::attention_long_query_variant && longest_q >= kLongQuery) ||
-                               (bug_ == Bug::attention_position_variant && s > 0) ||
-                               (bug_ == Bug::attention_mix_variant && has_decode && has_prefill);
+            const bool flips =
+                (bug_ == Bug::attention_long_query_variant && longest_q >= kLongQuery) ||
+                (bug_ == Bug::attention_position_variant && s > 0) ||
+                (bug_ == Bug::attention_mix_variant && has_decode && has_prefill) ||
+                (bug_ == Bug::attention_second_of_large_batch && s == 1 && a.seqlens_q.size() >= 5);
             if (flips && !empty && o != 0) bits ^= 1u;
             out.out[size_t(row * D + c)] = bits;
           }

@@ -815,6 +815,23 @@ TEST_CASE("batch_invariance names the one scheduling dimension a fake's bits dep
   fs::remove_all(dir);
 }
 
+TEST_CASE("batch_invariance: an inner position of a large batch is a victim in some cases",
+          "[properties][batch_invariance]") {
+  // The fake changes only the second sequence of a call of 5 or more: in such a batch the first,
+  // middle ((n - 1) / 2 >= 2) and last are not it, so only the victim the case's lengths pick finds it.
+  Fake second("attn-batch-second", AC_OP_ATTENTION, Bug::attention_second_of_large_batch, 0, -1,
+              fakes::kAttnFeatures);
+  second.set_flags(AC_CAP_BATCH_INVARIANT);
+  RunConfig cfg = small_config();
+  cfg.num_cases = 200;
+  cfg.shrink = false;
+  const PropertyResult r = run_property("batch_invariance", second, cfg);
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "batch_variant");
+  CHECK(r.message.find("sequence 1 of a batch of ") != std::string::npos);
+}
+
 TEST_CASE("batch_invariance: a shrink stops at batch_shrink_seconds, whatever --shrink-time",
           "[properties][batch_invariance]") {
   const fs::path dir = fs::temp_directory_path() / ("ac_prop_batch_cut_" + std::to_string(::getpid()));

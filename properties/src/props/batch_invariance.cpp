@@ -5,22 +5,41 @@
 // change, and with it the request's last bits. Each case is a batch (attention_batch_input); the
 // subject runs it once, then each victim sequence alone with the same options: every sequence of a
 // batch of up to kAllVictims, else the first, the middle and the last (where the generator puts
-// its deliberately odd sequence). The victims' rows, in the batch and alone, are judged. The victims' O and
-// LSE must equal their rows of the batch bit for bit when the subject declares AC_CAP_BATCH_INVARIANT;
-// undeclared, the property passes and reports the spread (outputs that changed, by how many ulps and accuracy
-// budgets). The victims' rows, in the batch and alone, are held to the accuracy budget either way.
-// Where a victim's bits changed, a few probe launches (changed_by) name the scheduling dimensions
-// that change them, in the failure's message or the reported spread.
+// its deliberately odd sequence) and one inner position the case's lengths pick (other_victim). The victims'
+// rows, in the batch and alone, are judged. The victims' O and LSE must equal their rows of the batch bit for
+// bit when the subject declares AC_CAP_BATCH_INVARIANT; undeclared, the property passes and reports the
+// spread (outputs that changed, by how many ulps and accuracy budgets). The victims' rows, in the batch and
+// alone, are held to the accuracy budget either way. Where a victim's bits changed, a few probe launches
+// (changed_by) name the scheduling dimensions that change them, in the failure's message or the reported
+// spread.
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "../property.hpp"
+#include "attncheck/hash.hpp"
 #include "attncheck/names.hpp"
 
 namespace attncheck::detail {
 namespace {
 
 constexpr int64_t kAllVictims = 4;
+
+// In a batch of more than kAllVictims, one more victim besides the first, the middle and the last:
+// an inner position picked by the hash of the sequences' lengths, so a case always picks the same
+// one and different cases different ones. A kernel that changes only another position of a large
+// batch (the second sequence's, say) is then seen in some cases; with the three fixed ones alone,
+// never.
+size_t other_victim(const AttentionInput& a) {
+  const size_t n = a.seqlens_q.size();
+  if (int64_t(n) <= kAllVictims) return 0;
+  uint64_t h = hash::kFnv1a64Offset;
+  for (const auto* lengths : {&a.seqlens_q, &a.seqlens_k})
+    h = hash::fnv1a64(
+        std::string_view(reinterpret_cast<const char*>(lengths->data()), lengths->size() * sizeof(int32_t)),
+        h);
+  return 1 + size_t(hash::splitmix64(h) % (n - 2));
+}
 // Batches of up to this many sequences are listed in a failure's message, the victim bracketed.
 constexpr size_t kNamedBatch = 8;
 
@@ -246,9 +265,11 @@ class BatchInvariance final : public Property {
     // alone are what is compared and judged (a batch of 140 sequences judged whole would cost more
     // than the rest of the gate; every other row's accuracy is the other properties' to judge).
     const size_t n = a.seqlens_q.size();
+    const size_t other = other_victim(a);
     std::vector<size_t> victims;
     for (size_t i = 0; i < n; ++i)
-      if (a.seqlens_q[i] > 0 && (int64_t(n) <= kAllVictims || i == 0 || i == (n - 1) / 2 || i + 1 == n))
+      if (a.seqlens_q[i] > 0 &&
+          (int64_t(n) <= kAllVictims || i == 0 || i == (n - 1) / 2 || i + 1 == n || i == other))
         victims.push_back(i);
     if (victims.empty()) return o;
     const AttentionInput v = sequences_of(a, victims);
