@@ -151,6 +151,8 @@ std::string merge_context(const MergeInput& m, int64_t row) {
   return s + (sides.empty() ? ", both sides finite in every row" : sides);
 }
 
+}  // namespace
+
 // Attention row kinds, per row in case_context's order (token-major; every head of a token alike).
 std::vector<const char*> attention_row_kinds(const AttentionInput& a) {
   std::vector<const char*> kinds;
@@ -181,8 +183,6 @@ const char* merge_row_kind(const MergeInput& m, size_t row) {
   const bool p = std::isinf(m.prefix_lse[row]), s = std::isinf(m.suffix_lse[row]);
   return p && s ? "both sides empty" : p ? "prefix empty" : s ? "suffix empty" : "both sides finite";
 }
-
-}  // namespace
 
 std::string row_kind(const Case& c, int64_t row) {
   if (row < 0) return "";

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 
+#include "attncheck/case_context.hpp"
 #include "attncheck/hash.hpp"
 #include "attncheck/reference/fast.hpp"
 #include "internal.hpp"
@@ -873,6 +874,7 @@ struct PreparedAttention::State {
       judge_row_exact(job, exact_row(row), r, t, h, info, J.elems);
     }
     apply_declared_contracts(J, cv);
+    drop_excused_rows(J, a);
     return J;
   }
 };
@@ -935,6 +937,39 @@ void set_default_judge_path(JudgePath p) { judge_path_setting().store(p); }
 JudgeCounts& thread_judge_counts() {
   thread_local JudgeCounts counts;
   return counts;
+}
+
+namespace {
+std::vector<std::string>& thread_excused_kinds() {
+  thread_local std::vector<std::string> kinds;
+  return kinds;
+}
+bool excused_kind(const char* kind) {
+  const auto& kinds = thread_excused_kinds();
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+}  // namespace
+
+ExcusedRows::ExcusedRows(std::vector<std::string> kinds) : before_(std::move(kinds)) {
+  std::swap(before_, thread_excused_kinds());
+}
+ExcusedRows::~ExcusedRows() { std::swap(before_, thread_excused_kinds()); }
+
+void drop_excused_rows(Judgement& J, const AttentionInput& a) {
+  if (thread_excused_kinds().empty()) return;
+  const std::vector<const char*> kinds = attention_row_kinds(a);
+  const int64_t H = std::max<int64_t>(1, J.num_heads);
+  std::erase_if(J.elems, [&](const Elem& e) {
+    const size_t token = size_t(e.row / H);
+    return token < kinds.size() && excused_kind(kinds[token]);
+  });
+}
+void drop_excused_rows(Judgement& J, const MergeInput& m) {
+  if (thread_excused_kinds().empty()) return;
+  const size_t rows = std::min(m.prefix_lse.size(), m.suffix_lse.size());
+  std::erase_if(J.elems, [&](const Elem& e) {
+    return e.row >= 0 && size_t(e.row) < rows && excused_kind(merge_row_kind(m, size_t(e.row)));
+  });
 }
 
 Judgement judge_attention(const AttentionInput& a, const AttentionOutput& out, const Conventions& cv,

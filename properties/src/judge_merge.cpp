@@ -113,6 +113,7 @@ Judgement judge_merge(const MergeInput& m, const MergeOutput& out, const Convent
       }
     }
   apply_declared_contracts(J, cv);
+  drop_excused_rows(J, m);
   return J;
 }
 

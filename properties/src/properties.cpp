@@ -316,8 +316,8 @@ std::string failure_signature(const std::string& failure_class, const std::strin
 
 // One search of a property over a subject (run_property's rounds). Round 0 is the run every
 // earlier attncheck made; a later round draws its own stream (case_seed with "#ROUND" after the
-// property's name), takes a failure whose defect_key is in `known` for a pass, and discards the
-// cases that hold a row kind in `avoid` (the avoidable row kinds of the defects found).
+// property's name), takes a failure whose defect_key is in `known` for a pass, and judges no row
+// of a kind in `avoid` (the avoidable row kinds of the defects found; ExcusedRows).
 PropertyResult run_round(const std::string& name, Subject& subject, const RunConfig& cfg, int round,
                          const std::vector<std::string>& known, const std::vector<std::string>& avoid) {
   const Property* prop = find_property_object(name);
@@ -413,7 +413,8 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     }
     // A failure already reported (an earlier round's signature) is not what this round looks for.
     if (!o.ok && !o.crashed && !known.empty()) {
-      const std::string key = defect_key(o.failure_class, o.quoted ? row_kind(c, o.quoted->row) : "");
+      const std::string key =
+          defect_key(o.failure_class, o.quoted ? row_kind(o.judged ? *o.judged : c, o.quoted->row) : "");
       if (std::find(known.begin(), known.end(), key) != known.end()) o.ok = true;
     }
     return o;
@@ -427,10 +428,6 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     }
     if (shrink_over()) return;
     Case c = *gen;
-    if (!avoid.empty())
-      for (const std::string& kind : row_kinds(c))
-        if (std::find(avoid.begin(), avoid.end(), kind) != avoid.end())
-          RC_DISCARD("steered away from a failure already found (" + kind + ")");
     std::string why;
     const std::optional<Outcome> checked = evaluate(c, why);
     if (!checked) RC_DISCARD(why);
@@ -470,6 +467,10 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     RC_FAIL(o.failure_class + ": " + o.message);
   };
 
+  // A later round judges no row of the kinds it steers away from (the avoidable kinds of the
+  // defects found): a case holding such rows is judged on its others. Leaving those cases out
+  // instead hid every defect that shows only beside such rows.
+  const ExcusedRows excused(avoid);
   RapidCheckRun run;
   run.seed = case_seed(cfg.seed, round == 0 ? name : name + "#" + std::to_string(round), subject.name());
   run.max_success = num_cases;

@@ -46,8 +46,11 @@ enum class Bug {
   attention_empty_garbage,     // a row that sees no key writes O = 7 (its LSE sentinel is right)
   attention_mask_leak,         // a row that sees a key also sees the keys its mask hides
   attention_two_defects,       // both of the above: independent defects in one kernel
-  attention_batch_variant,     // in a call of several sequences, the last bit of O flips (within budget)
-  attention_chunk_variant,     // in a sequence of fewer queries than keys, the last bit of O flips
+  // attention_empty_garbage, and O times 1 + 2^-7 in a sequence right after one of no keys: a
+  // second defect that shows only where the case holds empty rows (that sequence's queries)
+  attention_empty_and_after_empty,
+  attention_batch_variant,  // in a call of several sequences, the last bit of O flips (within budget)
+  attention_chunk_variant,  // in a sequence of fewer queries than keys, the last bit of O flips
   // The last bit of O flips where one scheduling dimension of the call says so, and only it:
   attention_long_query_variant,  // the call's longest query range is kLongQuery or more
   attention_position_variant,    // the sequence is not the call's first
@@ -216,8 +219,11 @@ class Fake : public Subject {
           for (int64_t c = 0; c < D; ++c) {
             double o = empty ? 0.0 : acc[size_t(c)] / L;
             if (bug_ == Bug::attention_off_by_one_o && c == 1) o *= 1 + 0x1p-7;
-            if (empty && (bug_ == Bug::attention_empty_garbage || bug_ == Bug::attention_two_defects))
+            if (empty && (bug_ == Bug::attention_empty_garbage || bug_ == Bug::attention_two_defects ||
+                          bug_ == Bug::attention_empty_and_after_empty))
               o = 7.0;
+            if (bug_ == Bug::attention_empty_and_after_empty && s > 0 && a.seqlens_k[s - 1] == 0 && !empty)
+              o *= 1 + 0x1p-7;
             if (bug_ == Bug::attention_flushes_outputs && o != 0 &&
                 std::fabs(o) < (a.dtype == AC_DTYPE_F16 ? 0x1p-14 : 0x1p-126)) {
               o = 0.0;

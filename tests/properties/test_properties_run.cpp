@@ -663,6 +663,26 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+TEST_CASE("several failures: a second defect that shows only beside the first's rows is found too",
+          "[properties][max_failures][batch_invariance]") {
+  // The first defect lives in empty rows; the second in the sequence after one of no keys, whose
+  // queries are those empty rows. A later round that left out every case with empty rows never
+  // drew the second; one that judges such cases on their other rows finds it.
+  // batch_invariance draws batches with sequences of no keys beside others.
+  Fake both("attn-after-empty", AC_OP_ATTENTION, Bug::attention_empty_and_after_empty, 0, -1,
+            fakes::kAttnFeatures);
+  RunConfig cfg = small_config();
+  cfg.shrink = false;
+  const PropertyResult r = run_property("batch_invariance", both, cfg);
+  INFO(r.signature << " | " << (r.other_failures.empty() ? "-" : r.other_failures[0].signature));
+  REQUIRE(r.status == PropertyResult::Status::failed);
+  CHECK(r.row_kind == "empty row");
+  REQUIRE(r.other_failures.size() == 1);
+  CHECK(r.other_failures[0].failure_class == "accuracy");
+  CHECK(r.other_failures[0].signature.find("empty row") == std::string::npos);
+  CHECK(r.other_failures[0].message.find("over budget") != std::string::npos);
+}
+
 TEST_CASE("a pair that judged no case fails (judged_no_case), never passes nor reads as not applicable",
           "[properties][refusals]") {
   // The reference side refusing every case (here raised through the subject's call, which the

@@ -25,6 +25,17 @@ namespace {
 
 constexpr int64_t kAllVictims = 4;
 
+// A failure of the victims' rows quotes a row of the victims' input, not of the batch: its words,
+// row kind and signature read that input (Outcome::judged).
+Outcome on_victims(Outcome o, const Case& c, const AttentionInput& v) {
+  auto victims = std::make_shared<Case>();
+  victims->op = c.op;
+  victims->options = c.options;
+  victims->input = v;
+  o.judged = std::move(victims);
+  return o;
+}
+
 // In a batch of more than kAllVictims, one more victim besides the first, the middle and the last:
 // an inner position picked by the hash of the sequences' lengths, so a case always picks the same
 // one and different cases different ones. A kernel that changes only another position of a large
@@ -295,14 +306,14 @@ class BatchInvariance final : public Property {
     const Judgement J = judge.judge(in_batch);
     record_stats(ctx, J);
     rule_accuracy(o, J, false);
-    if (!o.ok) return o;
+    if (!o.ok) return on_victims(std::move(o), c, v);
     // Undeclared, what was compared is reported whether or not anything changed.
     if (!ctx.cv.batch_invariant) o.spread = spread_of(v.dtype, in_batch, alone);
     if (!changed) return o;
     rule_accuracy(o, judge.judge(alone), false);
     if (!o.ok) {
       o.message = "alone: " + o.message;
-      return o;
+      return on_victims(std::move(o), c, v);
     }
     const uint32_t dims = changed_by(ctx, c, a, *changed, changed_alone, batched);
     if (ctx.cv.batch_invariant) {
