@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "attncheck/atomic_file.hpp"
+#include "attncheck/case_context.hpp"
 #include "attncheck/hash.hpp"
 #include "attncheck/json_fields.hpp"
 #include "attncheck/names.hpp"
@@ -413,6 +414,7 @@ std::string case_text(const Case& c, bool splice) {
   j["note"] = c.note;
   j["seed"] = std::to_string(c.seed);  // a string: JSON readers elsewhere lose 64-bit integers
   j["rc_reproduce"] = c.rc_reproduce;
+  if (!c.excused_rows.empty()) j["excused_rows"] = c.excused_rows;
   j["conventions"] = {{"lse_base", c.lse_base}, {"empty_lse_sign", c.empty_lse_sign}};
   j["options"] = {{"tiling", c.options.tiling},
                   {"num_splits", c.options.num_splits},
@@ -519,7 +521,7 @@ Case case_from_json(const std::string& text) {
                     " is not supported (this build reads 1)");
   json_fields::only_fields<CaseError>(j,
                                       {"format", "version", "op", "subject", "property", "note", "seed",
-                                       "rc_reproduce", "conventions", "options", "input"},
+                                       "rc_reproduce", "excused_rows", "conventions", "options", "input"},
                                       top);
   Case c;
   c.op = get_string(j, "op", top);
@@ -528,6 +530,18 @@ Case case_from_json(const std::string& text) {
   c.property = get_string_or(j, "property", top, "");
   c.note = get_string_or(j, "note", top, "");
   c.rc_reproduce = get_string_or(j, "rc_reproduce", top, "");
+  if (j.contains("excused_rows")) {
+    const json& ex = j.at("excused_rows");
+    if (!ex.is_array() || ex.empty())
+      throw CaseError("excused_rows must be a non-empty array of row kinds (left out when none)");
+    for (const json& k : ex) {
+      if (!k.is_string() || !row_kind_avoidable(k.get<std::string>()))
+        throw CaseError("excused_rows holds \"" +
+                        json_fields::printable(k.is_string() ? k.get<std::string>() : k.dump()) +
+                        "\", which is no row kind a search excuses");
+      c.excused_rows.push_back(k.get<std::string>());
+    }
+  }
   const std::string seed = get_string_or(j, "seed", top, "0");
   const auto parsed_seed = json_fields::parse_decimal_u64(seed);
   if (!parsed_seed)

@@ -522,6 +522,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     res.rc_reproduce = result.reproduce;
     Case& c = *last_failing;
     c.rc_reproduce = res.rc_reproduce;
+    c.excused_rows = avoid;
     if (res.shrink_cut)
       res.message += " (shrinking cut after " + std::to_string(int(res.shrink_seconds)) +
                      " s: the smallest failing case found so far)";
@@ -658,6 +659,8 @@ std::string replay_problem(const Case& c) {
 
 ReplayResult replay_case(const Case& c, Subject& subject, const std::string& file_path,
                          const ReproduceContext& reproduce) {
+  // A case a later round found is judged as that round judged it (Case::excused_rows).
+  const ExcusedRows excused(c.excused_rows);
   ReplayResult r;
   r.reproduce_command =
       replay_command(reproduce, file_path.empty() ? std::string("FILE") : file_path, subject.name());

@@ -122,6 +122,8 @@ variant unknown-subject 'c["subject"] = "no-such-kernel"'
 # judges only the maxima a case asks for.
 variant property-misspelt 'c["property"] = "acuracy"'
 variant property-needs-amax 'c["property"] = "fp8_amax"'
+variant excused-not-a-kind 'c["excused_rows"] = ["fully visible row"]'
+variant excused-empty 'c["excused_rows"] = []'
 attention_case='c["op"] = "attention"; c["subject"] = "textbook"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": SCALE, "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-nan "SCALE = '0x7fc00000'; $attention_case"
 variant scale-inf "SCALE = '0x7f800000'; $attention_case"
@@ -267,6 +269,8 @@ row case-seed-number 2 'seed' "$AC" replay "$D/seed-number.json" --backend host
 row case-version-2 2 'version' "$AC" replay "$D/version-2.json" --backend host
 row case-property-misspelt 2 'property "acuracy" is none of attncheck' "$AC" replay "$D/property-misspelt.json" --backend host
 row case-property-needs-amax 2 'fp8_amax judges the maxima a case asks for' "$AC" replay "$D/property-needs-amax.json" --backend host
+row case-excused-not-a-kind 2 'excused_rows holds "fully visible row"' "$AC" replay "$D/excused-not-a-kind.json" --backend host
+row case-excused-empty 2 'excused_rows must be a non-empty array' "$AC" replay "$D/excused-empty.json" --backend host
 row case-version-float 2 'version' "$AC" replay "$D/version-float.json" --backend host
 row case-odd-hex 2 'hex' "$AC" replay "$D/odd-hex.json" --backend host
 row case-bad-base64 2 'base64' "$AC" replay "$D/bad-b64.json" --backend host

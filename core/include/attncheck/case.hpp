@@ -36,6 +36,10 @@ struct Case {
   uint64_t seed = 0;         // the run's seed (0 for hand-written cases)
   std::string rc_reproduce;  // RapidCheck reproduce string of the failure, "" if none
   std::string note;          // free text: what the case exercises, why it failed
+  // Row kinds (case_context.hpp, avoidable ones) left unjudged where the case was found: a later
+  // round of a search reports a second defect with the first's rows excused, and its replay
+  // excuses them too, so that it quotes what the round quoted. Empty: every row judged.
+  std::vector<std::string> excused_rows;
 };
 
 // Names (names.hpp) read from a case file or the command line: CaseError if unknown.
