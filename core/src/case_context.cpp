@@ -204,22 +204,6 @@ bool row_kind_avoidable(const std::string& kind) {
          kind == "suffix empty";
 }
 
-std::vector<std::string> row_kinds(const Case& c) {
-  std::vector<std::string> out;
-  auto add = [&](const char* k) {
-    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
-  };
-  if (const auto* a = std::get_if<AttentionInput>(&c.input)) {
-    for (const char* k : attention_row_kinds(*a)) add(k);
-  } else if (const auto* m = std::get_if<MergeInput>(&c.input)) {
-    for (size_t r = 0; r < std::min(m->prefix_lse.size(), m->suffix_lse.size()); ++r)
-      add(merge_row_kind(*m, r));
-  } else {
-    add("row");
-  }
-  return out;
-}
-
 std::string case_context(const Case& c, const ac_caps* caps, int64_t row) {
   if (const auto* a = std::get_if<AttentionInput>(&c.input)) return attention_context(c, *a, caps, row);
   if (const auto* m = std::get_if<MergeInput>(&c.input)) return merge_context(*m, row);

@@ -414,7 +414,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
     // A failure already reported (an earlier round's signature) is not what this round looks for.
     if (!o.ok && !o.crashed && !known.empty()) {
       const std::string key =
-          defect_key(o.failure_class, o.quoted ? row_kind(o.judged ? *o.judged : c, o.quoted->row) : "");
+          defect_key(o.failure_class, o.quoted ? row_kind(o.judged_or(c), o.quoted->row) : "");
       if (std::find(known.begin(), known.end(), key) != known.end()) o.ok = true;
     }
     return o;
@@ -528,7 +528,7 @@ PropertyResult run_round(const std::string& name, Subject& subject, const RunCon
                      " s: the smallest failing case found so far)";
     c.note = res.failure_class + ": " + res.message;
     if (c.note.size() > 400) c.note.resize(400);
-    const Case& judged = last_outcome.judged ? *last_outcome.judged : c;
+    const Case& judged = last_outcome.judged_or(c);
     res.context = case_context(judged, &subject.caps(), last_outcome.quoted ? last_outcome.quoted->row : -1);
     if (last_outcome.quoted) res.quoted = worst_element(*last_outcome.quoted);
     if (last_outcome.quoted) res.row_kind = row_kind(judged, res.quoted.row);
@@ -738,7 +738,7 @@ ReplayResult replay_case(const Case& c, Subject& subject, const std::string& fil
     note_empty_state_o(o, run, ctx.cv);
     r.passed = o.ok;
     r.crashed = o.crashed;
-    r.context = case_context(o.judged ? *o.judged : run, &subject.caps(), o.quoted ? o.quoted->row : -1);
+    r.context = case_context(o.judged_or(run), &subject.caps(), o.quoted ? o.quoted->row : -1);
     if (o.quoted) r.worst_elements.push_back(worst_element(*o.quoted));
     for (const Elem& e : o.worst)
       if (!o.quoted || e.where != o.quoted->where) r.worst_elements.push_back(worst_element(e));

@@ -28,6 +28,7 @@ struct Outcome {
   // case (declared_variants' items): the failure's words, row kind and signature read it. None: the
   // drawn case. The corpus keeps the drawn case, from which the check builds this one again.
   std::shared_ptr<const Case> judged;
+  const Case& judged_or(const Case& drawn) const { return judged ? *judged : drawn; }
   std::string digest;  // the output bits, for the determinism re-run
   double drift = 0;
   Spread spread;                          // run_to_run on a subject declared nondeterministic

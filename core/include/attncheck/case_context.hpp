@@ -31,14 +31,13 @@ std::string case_context(const Case&, const ac_caps* caps = nullptr, int64_t row
 //   softmax    "row"
 // "" when the row is out of range.
 std::string row_kind(const Case&, int64_t row);
-// Every row kind the case holds.
-std::vector<std::string> row_kinds(const Case&);
 // Row kinds in one pass: an attention input's per token (every head of a token alike; a row is
 // token * heads + head), a merge's of one row.
 std::vector<const char*> attention_row_kinds(const AttentionInput&);
 const char* merge_row_kind(const MergeInput&, size_t row);
-// Whether a search can leave a row kind out of its cases: every kind but those every case holds
-// (attention rows that see keys, merge rows with both sides finite, softmax rows).
+// Whether a later round of a search may leave rows of a kind unjudged (Case::excused_rows): every
+// kind but those every case holds (attention rows that see keys, merge rows with both sides finite,
+// softmax rows).
 bool row_kind_avoidable(const std::string& kind);
 
 }  // namespace attncheck
