@@ -107,10 +107,10 @@ std::string digest_bits(const Bits& out, const std::vector<float>& lse);
 // (0 for equal bits, and for +0 against -0), +inf when either is NaN.
 double ulps_apart(ac_dtype, uint32_t a, uint32_t b);
 // How two launches' outputs on input `a` first differ bitwise: "differ at O[token=..,head=..,d=..]:
-// first <bits>, second <bits>" (O before LSE) or "returned outputs of different sizes"; "" when
-// every bit agrees.
+// first <bits>, <second_name> <bits>" (O before LSE) or "returned outputs of different sizes"; ""
+// when every bit agrees.
 std::string first_difference(const AttentionInput& a, const AttentionOutput& first,
-                             const AttentionOutput& second);
+                             const AttentionOutput& second, const char* second_name = "second");
 // Two launches' outputs compared element by element (O and LSE) into a Spread.
 Spread spread_of(ac_dtype, const AttentionOutput& first, const AttentionOutput& second);
 // The largest |first - second| / allowed over the judged elements of J_first, the judgement of

@@ -70,20 +70,20 @@ double budget_spread(const AttentionInput& a, const Judgement& J_first, const At
 }
 
 std::string first_difference(const AttentionInput& a, const AttentionOutput& first,
-                             const AttentionOutput& second) {
+                             const AttentionOutput& second, const char* second_name) {
   const int64_t H = a.num_heads, D = a.dv();  // O's rows are V's head size
   for (size_t i = 0; i < first.out.size() && i < second.out.size(); ++i)
     if (first.out[i] != second.out[i]) {
       const int64_t e = int64_t(i);
       return "differ at O[token=" + std::to_string(e / (H * D)) + ",head=" + std::to_string(e / D % H) +
-             ",d=" + std::to_string(e % D) + "]: first " + hexfloat(a.dtype, first.out[i]) + ", second " +
-             hexfloat(a.dtype, second.out[i]);
+             ",d=" + std::to_string(e % D) + "]: first " + hexfloat(a.dtype, first.out[i]) + ", " +
+             second_name + " " + hexfloat(a.dtype, second.out[i]);
     }
   for (size_t i = 0; i < first.lse.size() && i < second.lse.size(); ++i)
     if (std::memcmp(&first.lse[i], &second.lse[i], sizeof(float)) != 0)
       return "differ at LSE[token=" + std::to_string(int64_t(i) / H) +
-             ",head=" + std::to_string(int64_t(i) % H) + "]: first " + hexfloat(double(first.lse[i])) +
-             ", second " + hexfloat(double(second.lse[i]));
+             ",head=" + std::to_string(int64_t(i) % H) + "]: first " + hexfloat(double(first.lse[i])) + ", " +
+             second_name + " " + hexfloat(double(second.lse[i]));
   if (first.out.size() != second.out.size() || first.lse.size() != second.lse.size())
     return "returned outputs of different sizes";
   return "";

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ enum class Bug {
   attention_lse_layout,        // declares [tokens, heads], writes [heads, tokens]
   attention_off_by_one_o,      // O wrong by a few ulps of fp16 when d > 1 (accuracy)
   attention_nondeterministic,  // flips the last bit of O on every other call
+  attention_settles_late,      // flips the last bit of O from an input's third launch on
+  attention_zero_past_64,      // columns past the last 64-column block left at 0 (d = 80, 96, 112)
+  merge_tail_copies_prefix,    // d > 8: the last d % 8 columns copy the prefix (a vector body's tail)
   splitkv_empty_plus_inf,      // split combine returns +inf for an all-empty row
   attention_flushes_outputs,   // O below its format's smallest normal written as +0 (FTZ; counted)
   attention_empty_garbage,     // a row that sees no key writes O = 7 (its LSE sentinel is right)
@@ -127,6 +131,8 @@ class Fake : public Subject {
         out.out[size_t(r * D + c)] =
             enc(in.dtype, skew * (dec(in.dtype, in.prefix_out[size_t(r * D + c)]) * (wa / s) +
                                   dec(in.dtype, in.suffix_out[size_t(r * D + c)]) * (wb / s)));
+      if (bug_ == Bug::merge_tail_copies_prefix && D > 8)
+        for (int64_t c = D / 8 * 8; c < D; ++c) out.out[size_t(r * D + c)] = in.prefix_out[size_t(r * D + c)];
       out.lse[size_t(r)] = float((base2 ? std::log2(s) : std::log(s)) + M);
     }
     return out;
@@ -160,6 +166,14 @@ class Fake : public Subject {
 
   AttentionOutput attention(const AttentionInput& a, const AttentionOptions& opt) override {
     ++calls;
+    // An autotuner that settles after two calls on a shape and input: from the third on, other bits.
+    bool settled = false;
+    if (bug_ == Bug::attention_settles_late) {
+      uint64_t h = 1469598103934665603ull;
+      for (const auto* v : {&a.q, &a.k, &a.v})
+        for (uint32_t x : *v) h = (h ^ x) * 1099511628211ull;
+      settled = ++launches_of_[h] > 2;
+    }
     AttentionOutput out;
     const int64_t H = a.num_heads, Hkv = a.num_kv_heads, D = a.head_size;
     int64_t TQ = 0;
@@ -219,6 +233,7 @@ class Fake : public Subject {
           for (int64_t c = 0; c < D; ++c) {
             double o = empty ? 0.0 : acc[size_t(c)] / L;
             if (bug_ == Bug::attention_off_by_one_o && c == 1) o *= 1 + 0x1p-7;
+            if (bug_ == Bug::attention_zero_past_64 && D > 64 && c >= D / 64 * 64) o = 0.0;
             if (empty && (bug_ == Bug::attention_empty_garbage || bug_ == Bug::attention_two_defects ||
                           bug_ == Bug::attention_empty_and_after_empty))
               o = 7.0;
@@ -231,6 +246,7 @@ class Fake : public Subject {
             }
             uint32_t bits = enc(a.dtype, o);
             if (bug_ == Bug::attention_nondeterministic && (calls % 2) && !empty && o != 0) bits ^= 1u;
+            if (settled && !empty && o != 0) bits ^= 1u;
             if (bug_ == Bug::attention_batch_variant && a.seqlens_q.size() > 1 && !empty && o != 0)
               bits ^= 1u;
             if (bug_ == Bug::attention_chunk_variant && tq < tk && !empty && o != 0) bits ^= 1u;
@@ -266,6 +282,7 @@ class Fake : public Subject {
   }
   // Where the subject declares its tensors live (the fakes compute on the host either way).
   void set_memory(ac_memory m) { caps_.memory = m; }
+  void set_head_sizes(int32_t lo, int32_t hi) { caps_.head_size_min = lo, caps_.head_size_max = hi; }
   // Version-2 contract bits (AC_CAP_*), declared after construction.
   void set_flags(uint32_t flags) {
     caps_.flags = flags;
@@ -282,6 +299,7 @@ class Fake : public Subject {
   std::string name_, desc_;
   Bug bug_;
   ac_caps caps_;
+  std::map<uint64_t, int> launches_of_;  // attention_settles_late: launches per input
 };
 
 // A correct attention that cannot take a sequence without keys: a call with one is a crash

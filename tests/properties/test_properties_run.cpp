@@ -15,6 +15,7 @@
 
 #include "attncheck/budgets.hpp"
 #include "attncheck/case_context.hpp"
+#include "attncheck/generators.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/reference/precision.hpp"
 #include "fakes.hpp"
@@ -507,6 +508,45 @@ TEST_CASE("nondeterministic by design: run_to_run reports the spread when declar
   CHECK(d.spread.max_ulps == 1);
   CHECK(d.spread.max_budget > 0);
   CHECK(d.spread.max_budget < 1);
+}
+
+// A subject declaring a range of head sizes is drawn at sizes that reach each path of a kernel:
+// 13 (a tail of 5 after a vector body of 8) and 80, 96, 112 (a block past the last 64 columns). Each
+// fake below is right at 1, 3, 5, 8, 16, 64 and 128, the only sizes a range was once drawn at.
+TEST_CASE("head sizes: a range is drawn past the power-of-two sizes", "[properties][head_sizes]") {
+  Fake past64("attn-zero-past-64", AC_OP_ATTENTION, Bug::attention_zero_past_64, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult a = run("accuracy", past64);
+  REQUIRE(a.status == PropertyResult::Status::failed);
+  CHECK(a.failure_class == "accuracy");
+  CHECK((a.context.find("d=80") != std::string::npos || a.context.find("d=96") != std::string::npos ||
+         a.context.find("d=112") != std::string::npos));
+  Fake tail("merge-tail", AC_OP_MERGE, Bug::merge_tail_copies_prefix);
+  const PropertyResult m = run("accuracy", tail);
+  REQUIRE(m.status == PropertyResult::Status::failed);
+  CHECK(m.failure_class == "accuracy");
+  // The domain: every drawn size within the range, the seven first (a failure shrinks to them).
+  const gen::Domain d = gen::domain_for(past64, 64);
+  const std::vector<int32_t> want = {1, 3, 8, 16, 5, 64, 128, 13, 80, 96, 112, 256};
+  CHECK(d.head_sizes == want);
+  Fake narrow("attn-33-200", AC_OP_ATTENTION, Bug::none, 0, -1, fakes::kAttnFeatures);
+  narrow.set_head_sizes(33, 200);
+  const std::vector<int32_t> ends = {64, 128, 80, 96, 112, 33, 200};
+  CHECK(gen::domain_for(narrow, 64).head_sizes == ends);
+}
+
+// A kernel whose bits move only from an input's third launch on (a tuner that settles after two
+// calls): the same on the first two launches, so comparing two launches passes it.
+TEST_CASE("run_to_run: bits that move from the third launch of an input on fail",
+          "[properties][run_to_run]") {
+  Fake late("attn-settles-late", AC_OP_ATTENTION, Bug::attention_settles_late, 0, -1, fakes::kAttnFeatures);
+  const PropertyResult r = run("run_to_run", late);
+  REQUIRE(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "nondeterministic");
+  CHECK(r.message.find("the first and third launches on the same input differ at O[") != std::string::npos);
+  CHECK(r.message.find(", third ") != std::string::npos);
+  // One ulp on the third launch is within budget: accuracy, which launches each case once, passes.
+  Fake late2("attn-settles-late", AC_OP_ATTENTION, Bug::attention_settles_late, 0, -1, fakes::kAttnFeatures);
+  CHECK(run("accuracy", late2).status == PropertyResult::Status::passed);
 }
 
 // The long suite's layer cases (RunConfig::layer_tokens): 32 heads over 256 tokens is 8192 rows,
