@@ -348,7 +348,7 @@ Domain domain_for(const Subject& s, int max_keys, const std::vector<ac_dtype>& o
     // A range is drawn at sizes that reach each of a kernel's paths: small and odd sizes its scalar
     // ones; 64 and 128 the vector and tensor-core ones; 13 a scalar tail after a vector body of 8;
     // 80, 96 and 112 a block of columns past the last 64-column block; 256 and the range's two ends
-    // its widest and narrowest. The first seven come first, so a failing case shrinks towards them.
+    // its widest and narrowest. A failing case's shrinker tries each smaller one (shrink.cpp).
     for (int32_t h : {1, 3, 8, 16, 5, 64, 128, 13, 80, 96, 112, 256})
       if (s.supports_head_size(h)) d.head_sizes.push_back(h);
     for (int32_t h : {c.head_size_min, std::min<int32_t>(c.head_size_max, AC_MAX_HEAD_SIZE)})
