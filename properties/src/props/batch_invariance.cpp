@@ -28,9 +28,7 @@ constexpr int64_t kAllVictims = 4;
 // A failure of the victims' rows quotes a row of the victims' input, not of the batch: its words,
 // row kind and signature read that input (Outcome::judged).
 Outcome on_victims(Outcome o, const Case& c, const AttentionInput& v) {
-  auto victims = std::make_shared<Case>();
-  victims->op = c.op;
-  victims->options = c.options;
+  auto victims = std::make_shared<Case>(c);  // the drawn case with the victims' input, as declared_variants'
   victims->input = v;
   o.judged = std::move(victims);
   return o;
