@@ -133,14 +133,14 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
 //     weights' own relative error c_j 2^-24.
 // Without these terms a kernel with Hopper's e4m3 wgmma fails a single key's LSE by 800 ulps
 // (tests/kernels_attention/fp8_forward_twin_test.cpp: the emulated accumulator against each term).
-double truncated_sum_error(const double* a, const double* b, size_t n, int e_min, int frac) {
+double truncated_sum_error(const double* a, const double* b, size_t n, int e_min, int frac, size_t chain) {
   constexpr double u = kTruncatedSumUnit;
   auto field = [&](double x) { return std::max(std::ilogb(x), e_min); };
   double total = 0;
-  for (size_t chain = 0; chain < n; chain += kTruncatedChain) {
-    const size_t chain_end = std::min(n, chain + kTruncatedChain);
+  for (size_t start = 0; start < n; start += chain) {
+    const size_t chain_end = std::min(n, start + chain);
     double C = 0, E = 0;
-    for (size_t i = chain; i < chain_end; i += kTruncatedStep) {
+    for (size_t i = start; i < chain_end; i += kTruncatedStep) {
       const size_t end = std::min(chain_end, i + kTruncatedStep);
       const double c_abs = std::fabs(C) + E;
       int L = c_abs > 0 ? std::ilogb(c_abs) : INT_MIN;

@@ -73,12 +73,13 @@ double tc_instruction(double c, const double* a, const double* b, size_t n) {
   for (size_t i = 0; i < n; ++i) sum += truncate_to(a[i] * b[i], grid);
   return sum == 0 ? 0 : truncate_to(sum, std::ldexp(1.0, std::ilogb(sum) - 13));
 }
-// sum_k a[k] b[k] in chains of 128 (a fresh accumulator each, added in fp32), 32 an instruction.
-double tc_sum(const std::vector<double>& a, const std::vector<double>& b) {
+// sum_k a[k] b[k] in chains of 128 (a fresh accumulator each, added in fp32), or of `chain`
+// products, 32 an instruction.
+double tc_sum(const std::vector<double>& a, const std::vector<double>& b, size_t chain = 128) {
   float total = 0;
-  for (size_t chain = 0; chain < a.size(); chain += 128) {
+  for (size_t start = 0; start < a.size(); start += chain) {
     double c = 0;
-    for (size_t i = chain; i < std::min(a.size(), chain + 128); i += 32)
+    for (size_t i = start; i < std::min(a.size(), start + chain); i += 32)
       c = tc_instruction(c, a.data() + i, b.data() + i, std::min(a.size(), i + 32) - i);
     total += float(c);
   }
@@ -145,6 +146,56 @@ TEST_CASE("FP8 tensor-core sums: without their terms a kernel with the measured 
   INFO("P V: err " << o_err << " (" << o_err / S << " of S) without " << without << " with " << with);
   CHECK(o_err > without);
   CHECK(o_err <= with);
+}
+
+// FlashAttention-3's FP8 forward issues each key tile's P V wgmma into O's own accumulator, so a
+// row's every product meets the truncating alignment of the measured accumulator above, not only
+// 128 of them (AC_FP8_TRUNCATED_SUMS declares a fresh accumulator per 128 keys). Here one row of
+// N = 8192 keys (the speed goal's T), V = 1 everywhere, key 0 at the max and the others' scores
+// drawn in [-2, 0] (a fixed xorshift), P held as e4m3fn(256 p): O must be 1 (sum p v / l with
+// v = 1), whatever the weights. Key 0 leads, so the max never moves and no rescale of O between
+// tiles hides anything. Once the accumulator holds some 2^13 products' worth, each new product of
+// at most 256 lies under its grid of 2^-13 of it and is cut toward zero: the row sums low.
+TEST_CASE("FP8 tensor-core sums: one accumulator over an 8192-key row is past O's allowance",
+          "[fp8][truncated_sums][budgets]") {
+  constexpr size_t N = 8192;
+  std::vector<double> held(N), ones(N, 1.0);
+  uint64_t state = 0x2545f4914f6cdd1dull;
+  double l = 0;
+  for (size_t j = 0; j < N; ++j) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    const double s = j == 0 ? 0.0 : -2.0 * double(state >> 11) * 0x1p-53;
+    const double p = std::exp(s);
+    l += p;
+    held[j] = double(kern::round_to_e4m3(float(256 * p)));
+  }
+  double held_sum = 0;
+  for (const double h : held) held_sum += h;  // exact: multiples of 2^-9 below 2^22
+  const double chained = tc_sum(held, ones), row = tc_sum(held, ones, N);
+  const double o_chained = chained / 256 / l, o_row = row / 256 / l;
+  Budget b;
+  AttentionRow r = fp8_row(AC_DTYPE_BF16, double(N), 128, l);
+  r.p_e4m3 = r.truncated_sums = true;
+  r.v_min = 0x1p-6;                    // e4m3fn's smallest normal, V's descale 1
+  const double S = 1, ulp_S = 0x1p-7;  // bf16's ulp at 1
+  const double allowance = attention_o_allowance(b, r, ulp_S, S, 0, 1);
+  // The worst case of one accumulator over the row, the declared bound's derivation with one chain.
+  const double row_bound = truncated_sum_error(held.data(), ones.data(), N, kE4m3MinExp, kE4m3Frac, N);
+  INFO("O with chains of 128: " << o_chained << ", with one accumulator: " << o_row << " (the sum "
+                                << 1 - row / held_sum << " low); allowance " << allowance
+                                << "; one chain's bound " << row_bound / held_sum << " of the sum");
+  // Chains of 128, as declared: within O's allowance (and the truncation alone nearly exact here).
+  CHECK(std::fabs(o_chained - 1) <= allowance);
+  CHECK(std::fabs(chained - held_sum) <= 0x1p-20 * held_sum);
+  // One accumulator: 14.4% low from the accumulator's cut alone, past the allowance's 13.1% (most
+  // of which is P's 2^-4 per weight; at 2048 keys the same row loses 1.5%, inside it) ...
+  CHECK(std::fabs(o_row - 1) > allowance);
+  CHECK(1 - row / held_sum > 0.14);
+  CHECK(row < held_sum);  // cut toward zero: never high
+  // ... and the derivation, carried over the whole row as one chain, holds but allows 74% of the
+  // sum: a budget of that form would pass nearly anything at this length.
+  CHECK(held_sum - row <= row_bound);
+  CHECK(row_bound > 0.7 * held_sum);
 }
 
 TEST_CASE("round_to_e4m3: the nearest e4m3fn value, ties to even, saturating at 448", "[fp8][p_e4m3]") {

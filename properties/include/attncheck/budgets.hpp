@@ -46,8 +46,11 @@ double p_e4m3_o_allowance(double S, double keys, double vmax, double sum_exp_sca
 constexpr double kTruncatedSumUnit = 0x1p-12;
 constexpr int kTruncatedStep = 32;
 constexpr int kTruncatedChain = 128;
-// e_min: the format's smallest normal exponent (a subnormal's field); frac: its fraction bits.
-double truncated_sum_error(const double* a, const double* b, size_t n, int e_min, int frac);
+// e_min: the format's smallest normal exponent (a subnormal's field); frac: its fraction bits;
+// chain: the products one accumulator takes before fp32 does (the declared kTruncatedChain; n for
+// a kernel that keeps one accumulator over the whole sum, which no declared contract allows).
+double truncated_sum_error(const double* a, const double* b, size_t n, int e_min, int frac,
+                           size_t chain = kTruncatedChain);
 double truncated_sum_score_conditioning(double scale_abs, double dot_error);
 double truncated_pv_o_allowance(double S_fields, double cond);
 double score_conditioning(ac_dtype, double head_size, double abs_dot, double dist, double score,
