@@ -241,6 +241,14 @@ void attention(const SuiteOptions& o, Timer& timer, std::vector<Measurement>& ou
     emit(o, out,
          {"attention", "fused-hopper-fp8", shape, "e4m3", causal, tiling_name(kHopperTilings[0]), ms,
           flops / ms * 1e-9, "TFLOP/s", "fp8_gemm"});
+    if (o.fp8_row_probe) {
+      const double row_ms = timer.median_ms([&] {
+        check_kernel(hopper_fp8_row_accumulator_cuda(a8, fo, err, sizeof err), "fp8 row accumulator", err);
+      });
+      emit(o, out,
+           {"attention", "fp8-row-accumulator", shape, "e4m3", causal, tiling_name(kHopperTilings[0]), row_ms,
+            flops / row_ms * 1e-9, "TFLOP/s", "fp8_gemm"});
+    }
   }
   // A second's rest after fused-hopper, the run's heaviest kernel after the GEMM: at T = 8192
   // (about 80% of the GEMM ceiling) the first fused row after its rows measured 3.5-10% slower

@@ -52,6 +52,9 @@ struct SuiteOptions {
   std::vector<int> decode_batches{1, 8, 64}, decode_tokens{8192, 32768, 131072};
   bool gqa_decode = true, mla_decode = true;  // the decode family's two groups of rows
   bool with_fused = true;                     // the mma.sync kernel beside fused-hopper
+  // The FP8 forward with FlashAttention-3's P V (hopper.h HopperMutation::fp8_row_accumulator, not
+  // a subject) beside fused-hopper-fp8: hopper_bench hopper8192 only, never `attncheck bench`.
+  bool fp8_row_probe = false;
   // Called after each measurement (for progress), in the order measured.
   std::function<void(const Measurement&)> on_row;
 };

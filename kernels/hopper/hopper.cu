@@ -14,6 +14,8 @@ int hopper_attention_cuda(const ac_attention_args& a, const FusedOptions& o, cha
     case HopperMutation::stale_phase:
     case HopperMutation::no_proxy_fence:
       return hopper_mutant_cuda(a, o, err, err_len, m);
+    case HopperMutation::fp8_row_accumulator:
+      break;  // an FP8 instantiation (hopper_fp8.cu)
   }
   AC_REFUSE("fused-hopper: unknown mutation %d", int(m));
 }

@@ -58,6 +58,11 @@ enum class HopperMutation : int {
                        // mostly lands in time at small shapes: K/V past L2 (streamed_kv) shows it
   no_proxy_fence = 3,  // the partial V tile written by ordinary stores lacks fence.proxy.async
                        // before the barrier that hands it to wgmma
+  // Not a subject: fused-hopper-fp8 with FlashAttention-3's P V, each tile's P V wgmma added into
+  // O's own e4m3 accumulator, so a row's every product meets the tensor cores' truncation, not a
+  // chain of 128 (AC_FP8_TRUNCATED_SUMS). A probe of that arithmetic's error and speed
+  // (hopper_fp8_row_accumulator_cuda: kernels_hopper_gpu "[truncated_sums]", hopper_bench).
+  fp8_row_accumulator = 4,
 };
 
 // True when this build holds the sm_90a kernels (nvcc able to target compute_90a).
@@ -86,6 +91,10 @@ int hopper_attention_cuda(const ac_attention_args& a, const FusedOptions& o, cha
 // elements disagree). Host arrays; synchronous.
 int fp8_mma_probe(const uint8_t* a, const uint8_t* b, const float* c, float* d, int trials, char* err,
                   size_t err_len);
+// fused-hopper-fp8's kernel with HopperMutation::fp8_row_accumulator (bf16 output only; the same
+// checks, launch and epilogue as hopper_fp8_attention_cuda). Not a subject; tests and bench only.
+int hopper_fp8_row_accumulator_cuda(const ac_attention_args& a, const FusedOptions& o, char* err,
+                                    size_t err_len);
 // The mutants' instantiations (hopper_mutants.cu); m != none.
 int hopper_mutant_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len,
                        HopperMutation m);

@@ -135,8 +135,12 @@ int check_with_scalars(const ac_attention_args& a, const FusedOptions& o, char* 
   return hopper_fp8_check_args(h, o, err, err_len);
 }
 
+// HM: none, or fp8_row_accumulator (the probe; bf16 output only, one instantiation fewer to build).
+template <HopperMutation HM>
 int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
   if (int rc = check_with_scalars(a, o, err, err_len)) return rc;
+  if (HM != HopperMutation::none && a.dtype != AC_DTYPE_BF16)
+    AC_REFUSE("fused-hopper-fp8's row accumulator: bf16 output only");
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   // The maxima (AC_FP8_AMAX) start at 0, which is also their value where no row has a key; the
   // kernel raises them. Written only once the call is accepted.
@@ -205,10 +209,13 @@ int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t
     p.out_fp8 = fused::fp8_out(a);
     p.output_scale = p.out_fp8 ? a.output_scale : nullptr;
     p.amax = a.amax;
-    e = a.dtype == AC_DTYPE_BF16 ? launch<true, kTile, kTile, kTile, HopperMutation::none, false, true>(
-                                       mq, mk, mv, p, max_tq, a.num_seqs, stream)
-                                 : launch<false, kTile, kTile, kTile, HopperMutation::none, false, true>(
-                                       mq, mk, mv, p, max_tq, a.num_seqs, stream);
+    if constexpr (HM != HopperMutation::none)
+      e = launch<true, kTile, kTile, kTile, HM, false, true>(mq, mk, mv, p, max_tq, a.num_seqs, stream);
+    else
+      e = a.dtype == AC_DTYPE_BF16
+              ? launch<true, kTile, kTile, kTile, HM, false, true>(mq, mk, mv, p, max_tq, a.num_seqs, stream)
+              : launch<false, kTile, kTile, kTile, HM, false, true>(mq, mk, mv, p, max_tq, a.num_seqs,
+                                                                    stream);
   }
   const cudaError_t freed = cudaFreeAsync(ws, stream);
   if (!maps) {
@@ -225,7 +232,11 @@ int run_fp8(const ac_attention_args& a, const FusedOptions& o, char* err, size_t
 }  // namespace hopper
 
 int hopper_fp8_attention_cuda(const ac_attention_args& a, const FusedOptions& o, char* err, size_t err_len) {
-  return hopper::run_fp8(a, o, err, err_len);
+  return hopper::run_fp8<HopperMutation::none>(a, o, err, err_len);
+}
+int hopper_fp8_row_accumulator_cuda(const ac_attention_args& a, const FusedOptions& o, char* err,
+                                    size_t err_len) {
+  return hopper::run_fp8<HopperMutation::fp8_row_accumulator>(a, o, err, err_len);
 }
 
 }  // namespace attncheck::kern

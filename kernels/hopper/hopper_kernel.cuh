@@ -244,7 +244,9 @@ __device__ __forceinline__ uint32_t pack4_e4m3_scaled(float a, float b, float c,
 // sink is joined in the epilogue of either instantiation (fused_math.h join_sink), before the
 // normalisation.
 // FP8 (fused-hopper-fp8; no VAR, no mutants): Q and K are e4m3fn codes, tm_v maps V's transposed
-// copy (hopper_fp8.cu), BF16 is the output's type; see the FP8 notes at the top of this file.
+// copy (hopper_fp8.cu), BF16 is the output's type; see the FP8 notes at the top of this file. FP8
+// with HM = fp8_row_accumulator is FlashAttention-3's P V instead (hopper.h): each tile's P V wgmma
+// adds into O itself, which the consumer rescales by alpha in place, as the 16-bit path does.
 template <bool BF16, int D, int BR, int BC, HopperMutation HM = HopperMutation::none, bool VAR = false,
           bool FP8 = false>
 __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
@@ -252,10 +254,15 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
                             const __grid_constant__ CUtensorMap tm_k,
                             const __grid_constant__ CUtensorMap tm_v, const fused::KernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!FP8 || (!VAR && HM == HopperMutation::none), "the FP8 kernel has no variants or mutants");
+  constexpr bool kRowAcc = HM == HopperMutation::fp8_row_accumulator;
+  static_assert(!FP8 || (!VAR && (HM == HopperMutation::none || kRowAcc)),
+                "the FP8 kernel has no variants and no mutants but the row accumulator");
+  static_assert(FP8 || !kRowAcc, "the row accumulator is an FP8 instantiation");
+  // ot: tile j's P V in a fresh accumulator (the header: the e4m3 accumulator's 13 bits).
+  constexpr bool kFreshPv = FP8 && !kRowAcc;
   constexpr int E = FP8 ? 1 : 2;
   using L = Layout<BR, BC, D, E>;
-  constexpr bool kGuard = HM != HopperMutation::none;
+  constexpr bool kGuard = HM != HopperMutation::none && !kRowAcc;  // the probe's waits as the kernel's
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = dev::smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -411,15 +418,14 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   const int diag = tk - tq;
 
   float o[D / 2];
-  // FP8: tile j's P V, in a fresh accumulator (the header: the e4m3 accumulator's 13 bits).
-  float ot[FP8 ? D / 2 : 1];
+  float ot[kFreshPv ? D / 2 : 1];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < (FP8 ? D / 2 : 1); ++i) ot[i] = 0.0f;
+  for (int i = 0; i < (kFreshPv ? D / 2 : 1); ++i) ot[i] = 0.0f;
   // The registers the P V wgmma writes.
   auto fence_pv_acc = [&]() {
-    if constexpr (FP8)
+    if constexpr (kFreshPv)
       dev::fence_regs(ot);
     else
       dev::fence_regs(o);
@@ -472,11 +478,17 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
     dev::wgmma_fence();
     if constexpr (FP8) {
       // B = V^T [d x keys], K-major like K in issue_s: a k32 step moves 32 bytes along the row.
-      // The first step overwrites ot (scale-d 0): a chain of four steps, 128 keys.
+      // The first step overwrites ot (scale-d 0): a chain of four steps, 128 keys. The row
+      // accumulator adds every step to O (scale-d 1; O is 0 before the first tile).
       const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), 16);
 #pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk)
-        dev::wgmma_rs_n128_e4m3(ot, pa[kk], dev::desc_sw128(v_lo + uint32_t((kk * 32) >> 4), 1024), kk > 0);
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        const uint64_t vb = dev::desc_sw128(v_lo + uint32_t((kk * 32) >> 4), 1024);
+        if constexpr (kRowAcc)
+          dev::wgmma_rs_n128_e4m3(o, pa[kk], vb, 1);
+        else
+          dev::wgmma_rs_n128_e4m3(ot, pa[kk], vb, kk > 0);
+      }
     } else {
       const uint32_t v_lo = dev::desc_lo(sV + uint32_t(s * L::kTileBytes), uint32_t(BC * 128));
 #pragma unroll
@@ -607,9 +619,14 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   // which on long rows is most tiles (H200, T = 8192, (192, 64): 406 -> 422 TFLOP/s). With two
   // consumers (232 registers, BR = 128) the branch made the kernel slower (386 -> 373), so they
   // always multiply.
-  // FP8 leaves O alone here: fold_pv joins each tile's P V later, under the next S wgmma.
+  // FP8 leaves O alone here: fold_pv joins each tile's P V later, under the next S wgmma (the row
+  // accumulator multiplies O by alpha here, as the 16-bit path does).
   auto rescale_and_pack = [&]() {
     if constexpr (FP8) {
+      if constexpr (kRowAcc) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i & 3) >> 1];
+      }
       // Keys 32 kk .. + 31 are accumulator groups 4 kk .. 4 kk + 3; this thread holds columns
       // 8 i + 2 t4 + {0, 1} of each, which word w's bytes take as columns 16 (w >> 1) + 4 t4 .. + 3.
       // V's transposed copy stores its keys in that order (hopper_fp8.cu vt_position), so each
@@ -643,7 +660,7 @@ __global__ void __launch_bounds__(Layout<BR, BC, D, FP8 ? 1 : 2>::kThreads, 1)
   // again once they have read it, before the next P V wgmma overwrites it.
   [[maybe_unused]] float alpha_fold[2] = {0.0f, 0.0f};
   auto fold_pv = [&](const float(&a)[2]) {
-    if constexpr (FP8) {
+    if constexpr (kFreshPv) {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) o[i] = fmaf(o[i], a[(i & 3) >> 1], ot[i]);
     }

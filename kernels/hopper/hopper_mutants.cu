@@ -16,6 +16,7 @@ int hopper_mutant_cuda(const ac_attention_args& a, const FusedOptions& o, char* 
     case HopperMutation::no_proxy_fence:
       return hopper::run_hopper<HopperMutation::no_proxy_fence>(a, o, err, err_len);
     case HopperMutation::none:
+    case HopperMutation::fp8_row_accumulator:
       break;
   }
   AC_REFUSE("fused-hopper: mutation %d is not a mutant", int(m));

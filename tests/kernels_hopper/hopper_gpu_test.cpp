@@ -25,6 +25,7 @@
 #include "hopper/hopper.h"
 #include "splitkv/splitkv.h"
 #include "splitkv/splitkv_math.h"
+#include "tensor_core_model.h"
 
 using namespace attncheck;
 using namespace attncheck::test;
@@ -587,8 +588,6 @@ TEST_CASE("packed gpu: engine modes, a sequence alone and beside longer ones", "
 // are apart by at most the two budgets' difference terms (fp8_apart below).
 namespace {
 
-constexpr int kE4m3MinExp = -6, kE4m3Frac = 3;  // e4m3fn: smallest normal 2^-6, 3 fraction bits
-
 struct Fp8Forward {
   Fp8Cache kv;
   std::vector<uint8_t> q;
@@ -628,7 +627,9 @@ void point_at_scales(ac_attention_args& a, const Scales& sc, const float* ps, co
   if (sc.amax) a.amax = amax;
 }
 
-GpuResult run_fp8_gpu(const AttnCase& c, const Fp8Forward& f, const Scales& sc = {}) {
+// row_accumulator: the probe of FlashAttention-3's P V (hopper.h HopperMutation::fp8_row_accumulator).
+GpuResult run_fp8_gpu(const AttnCase& c, const Fp8Forward& f, const Scales& sc = {},
+                      bool row_accumulator = false) {
   DeviceCase dc(c);
   DeviceArray<uint8_t> q(f.q), k(f.kv.k), v(f.kv.v);
   DeviceArray<float> qd(f.qd), kd(f.kv.kd), vd(f.kv.vd),
@@ -641,7 +642,8 @@ GpuResult run_fp8_gpu(const AttnCase& c, const Fp8Forward& f, const Scales& sc =
   char err[256] = {0};
   GpuResult r;
 #if defined(ATTNCHECK_HAVE_SM90A)
-  r.rc = kern::hopper_fp8_attention_cuda(a, sc.options(), err, sizeof err);
+  r.rc = row_accumulator ? kern::hopper_fp8_row_accumulator_cuda(a, sc.options(), err, sizeof err)
+                         : kern::hopper_fp8_attention_cuda(a, sc.options(), err, sizeof err);
 #else
   r.rc = AC_ERR_UNSUPPORTED;
   std::snprintf(err, sizeof err, "built without sm_90a");
@@ -1089,4 +1091,66 @@ TEST_CASE("FP8 tensor cores: the kernel's wgmma sums within the declared truncat
     WARN(text);
     CHECK(std::fabs(s - exact) <= bound);
   }
+}
+
+// FlashAttention-3's P V (each tile's P V wgmma added into O itself) against the committed kernel
+// (a fresh accumulator per 128 keys, AC_FP8_TRUNCATED_SUMS) on one row of 8192 keys with V = 1
+// everywhere, so O must be 1 exactly: scale 1, descales 1, Q = e_0 (code 0x38 in column 0), K's
+// column 0 key 0's code 0 (the max, first, so no tile rescales O) and the others' codes drawn in
+// [-2, 0], K's other columns 0: each score is one code's value, exact. The host predicts both
+// kernels' O from the measured accumulator (tensor_core_model.h) on P's codes, e4m3fn(256 e^s),
+// and l = sum e^s: the model says 14% low for one accumulator (fp8_forward_twin "one accumulator
+// over an 8192-key row"). The committed kernel must meet its allowance; what the probe does is the
+// measurement, checked against the model within 2^-6 (P's codes from ex2.approx may differ from
+// the host's in a tie, and O is rounded to bf16).
+TEST_CASE("FP8 tensor cores: FlashAttention-3's P V over an 8192-key row, against the model",
+          "[hopper][gpu][fp8][truncated_sums]") {
+  if (!kern::hopper_built()) return;
+  constexpr int N = 8192, Q = 64;
+  AttnCase c = make_case(9990, DType::bf16, 1, 1, 128, {Q}, {N}, false, false);
+  c.scale = 1.0f;
+  Fp8Forward f = fp8_forward(c, {1.0f}, {1.0f}, {1.0f});
+  std::fill(f.q.begin(), f.q.end(), uint8_t(0));
+  for (int r = 0; r < Q; ++r) f.q[size_t(r) * 128] = 0x38;
+  std::fill(f.kv.k.begin(), f.kv.k.end(), uint8_t(0));
+  std::fill(f.kv.v.begin(), f.kv.v.end(), uint8_t(0x38));
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  std::vector<double> held(N), ones(N, 1.0);
+  double l = 0;
+  for (int j = 0; j < N; ++j) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    const uint8_t code = j == 0 ? uint8_t(0) : uint8_t(0x80 | (1 + state % 0x40));  // -(2^-9 .. 2)
+    f.kv.k[size_t(j) * 128] = code;
+    const double s = kern::fp8_to_float(AC_DTYPE_E4M3, code);
+    l += std::exp(s);
+    held[size_t(j)] = double(kern::round_to_e4m3(float(256 * std::exp(s))));
+  }
+  const double chained = tc_sum(held, ones) / 256 / l, row = tc_sum(held, ones, N) / 256 / l;
+  const GpuResult g = run_fp8_gpu(c, f), probe = run_fp8_gpu(c, f, {}, true);
+  REQUIRE(g.rc == AC_OK);
+  REQUIRE(probe.rc == AC_OK);
+  double g_lo = 2, g_hi = 0, p_lo = 2, p_hi = 0;
+  for (size_t i = 0; i < g.out.size(); ++i) {
+    const double x = kern::bf16_to_float(g.out[i]), y = kern::bf16_to_float(probe.out[i]);
+    g_lo = std::min(g_lo, x), g_hi = std::max(g_hi, x), p_lo = std::min(p_lo, y), p_hi = std::max(p_hi, y);
+  }
+  Budget b;
+  AttentionRow r;
+  r.dtype = AC_DTYPE_BF16;
+  r.keys = N;
+  r.head_size = 128;
+  r.sum_exp_scaled = l;
+  r.fp8_kv = r.p_e4m3 = r.truncated_sums = true;
+  r.v_min = 0x1p-6;
+  const double allowance = attention_o_allowance(b, r, 0x1p-7, 1, 0, 1);
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "V = 1, 8192 keys: committed kernel O in [%.6f, %.6f] (model %.6f); FlashAttention-3's P V "
+                "O in [%.6f, %.6f] (model %.6f); O's allowance %.4f",
+                g_lo, g_hi, chained, p_lo, p_hi, row, allowance);
+  WARN(text);
+  CHECK(std::fabs(g_lo - 1) <= allowance);
+  CHECK(std::fabs(g_hi - 1) <= allowance);
+  CHECK(std::fabs(p_lo - row) <= 0x1p-6);
+  CHECK(std::fabs(p_hi - row) <= 0x1p-6);
 }

@@ -3,7 +3,8 @@
 // bench.json. Not a test; run on the H200.
 // Run: build/tests/kernels_hopper/hopper_bench [repeats] [decode | decode64 | decode8 | mla | hopper8192]
 //   decode      decode rows only; decode64 and decode8: those at batch 64 or 8 and T_k = 32768 only
-//   (one shape to profile); mla: MLA's decode rows only; hopper8192: fused-hopper at T = 8192 only.
+//   (one shape to profile); mla: MLA's decode rows only; hopper8192: fused-hopper at T = 8192 only,
+//   with the FP8 row accumulator's probe (suite.h fp8_row_probe) beside fused-hopper-fp8.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   } else if (only == "hopper8192") {
     o.attention_tokens = {8192};
     o.with_fused = o.decode = o.merge = false;
+    o.fp8_row_probe = true;
   }
   if (!attncheck::bench::have_device("hopper_bench")) return attncheck::bench::kExitNoDevice;
   o.on_row = [](const Measurement& m) {
