@@ -9,8 +9,9 @@ if [ -n "${BASE_REV:-}" ] && ! git rev-parse --verify -q "$BASE_REV^{commit}" > 
   echo "stage.sh: BASE_REV '$BASE_REV' is not a git revision here" >&2
   exit 2
 fi
-# The executable target $2 built somewhere under the build directory $1.
-built() { find "$1" -type f -name "$2" -perm -u+x | head -1; }
+# The executable target $2 built somewhere under the build directory $1, never the base revision's
+# build below it (BASE_REV, below: its hopper_bench found first was carried as this tree's).
+built() { find "$1" \( -path "$1/base-build" -o -path "$1/base-src" \) -prune -o -type f -name "$2" -perm -u+x -print | head -1; }
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 targets=$(cmake --build "$BUILD_DIR" --target help | sed -n 's/^\([A-Za-z0-9_]*\(_gpu\|_bench\)\|attncheck\): .*/\1/p' | sort -u)
 cmake --build "$BUILD_DIR" -j "${JOBS:-2}" --target $targets
