@@ -1099,11 +1099,11 @@ TEST_CASE("FP8 tensor cores: the kernel's wgmma sums within the declared truncat
 // column 0 key 0's code 0 (the max, first, so no tile rescales O) and the others' codes drawn in
 // [-2, 0], K's other columns 0: each score is one code's value, exact. The host predicts both
 // kernels' O from the measured accumulator (tensor_core_model.h) on P's codes, e4m3fn(256 e^s),
-// and l = sum e^s: the model says 14% low for one accumulator (fp8_forward_twin "one accumulator
+// and l = sum e^s: the model says about 14% low for one accumulator (fp8_forward_twin "one accumulator
 // over an 8192-key row"). The committed kernel must meet its allowance; what the probe does is the
 // measurement, checked against the model within 2^-6 (P's codes from ex2.approx may differ from
 // the host's in a tie, and O is rounded to bf16).
-TEST_CASE("FP8 tensor cores: FlashAttention-3's P V over an 8192-key row, against the model",
+TEST_CASE("FP8 tensor cores: FlashAttention-3's P V over an 8192-key row against the model",
           "[hopper][gpu][fp8][truncated_sums]") {
   if (!kern::hopper_built()) return;
   constexpr int N = 8192, Q = 64;
