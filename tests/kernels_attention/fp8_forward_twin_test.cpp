@@ -144,12 +144,7 @@ TEST_CASE("FP8 tensor-core sums: one accumulator over an 8192-key row is past O'
   for (const double h : held) held_sum += h;  // exact: multiples of 2^-9 below 2^22
   const double chained = tc_sum(held, ones), row = tc_sum(held, ones, N);
   const double o_chained = chained / 256 / l, o_row = row / 256 / l;
-  Budget b;
-  AttentionRow r = fp8_row(AC_DTYPE_BF16, double(N), 128, l);
-  r.p_e4m3 = r.truncated_sums = true;
-  r.v_min = 0x1p-6;                    // e4m3fn's smallest normal, V's descale 1
-  const double S = 1, ulp_S = 0x1p-7;  // bf16's ulp at 1
-  const double allowance = attention_o_allowance(b, r, ulp_S, S, 0, 1);
+  const double allowance = v_one_fp8_row_allowance(double(N), l);
   // The worst case of one accumulator over the row, the declared bound's derivation with one chain.
   const double row_bound = truncated_sum_error(held.data(), ones.data(), N, kE4m3MinExp, kE4m3Frac, N);
   INFO("O with chains of 128: " << o_chained << ", with one accumulator: " << o_row << " (the sum "

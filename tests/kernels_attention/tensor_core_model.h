@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "attncheck/budgets.hpp"
+
 namespace attncheck::test {
 
 constexpr int kE4m3MinExp = -6, kE4m3Frac = 3;  // e4m3fn: smallest normal 2^-6, 3 fraction bits
@@ -40,6 +42,20 @@ inline double tc_sum(const std::vector<double>& a, const std::vector<double>& b,
     total += float(c);
   }
   return total;
+}
+
+// O's allowance (budgets.cpp attention_o_allowance) for one row of an FP8 forward with V = 1
+// everywhere and descales 1, so O = 1: `keys` keys, d = 128, l = sum e^(s - max), P in e4m3fn with
+// the offset 2^8, the sums on the tensor cores (AC_FP8_TRUNCATED_SUMS), O in bf16 (ulp 2^-7 at 1).
+inline double v_one_fp8_row_allowance(double keys, double l) {
+  AttentionRow r;
+  r.dtype = AC_DTYPE_BF16;
+  r.keys = keys;
+  r.head_size = 128;
+  r.sum_exp_scaled = l;
+  r.fp8_kv = r.p_e4m3 = r.truncated_sums = true;
+  r.v_min = 0x1p-6;  // e4m3fn's smallest normal, V's descale 1
+  return attention_o_allowance(Budget{}, r, 0x1p-7, 1, 0, 1);
 }
 
 }  // namespace attncheck::test

@@ -524,7 +524,8 @@ TEST_CASE("head sizes: a range is drawn past the power-of-two sizes", "[properti
   const PropertyResult m = run("accuracy", tail);
   REQUIRE(m.status == PropertyResult::Status::failed);
   CHECK(m.failure_class == "accuracy");
-  // The domain: the old seven, then the new sizes and the range's ends, each within the range.
+  // The domain: 1, 3, 8, 16, 5, 64 and 128 first, then 13, 80, 96, 112, 256 and the range's ends,
+  // each within the range.
   const gen::Domain d = gen::domain_for(past64, 64);
   const std::vector<int32_t> want = {1, 3, 8, 16, 5, 64, 128, 13, 80, 96, 112, 256};
   CHECK(d.head_sizes == want);
