@@ -291,6 +291,9 @@ int fused_twin_tiles(const ac_attention_args& a, const FusedOptions& o, int br, 
     case Mutation::fp8_amax_unnormalised:
       fused_host_rows<Mutation::fp8_amax_unnormalised>(a, o, br, bc);
       break;
+    case Mutation::fp8_row_accumulator:
+      fused_host_rows<Mutation::fp8_row_accumulator>(a, o, br, bc);
+      break;
     default:
       AC_REFUSE("fused attention: mutation %d has no host twin", int(o.mutation));
   }

@@ -61,6 +61,8 @@ enum class Mutation : int {
   fp8_out_scale_ignored = 35,  // O cast to FP8 without dividing by output_scale
   // cuDNN's maxima (AC_FP8_AMAX), host twins only:
   fp8_amax_unnormalised = 36,  // P's maximum taken before the row's division by l (so always 1)
+  // fused-hopper-fp8's P V (AC_FP8_TRUNCATED_SUMS), its host twin and HopperMutation::fp8_row_accumulator:
+  fp8_row_accumulator = 37,  // every tile's P V added into O in the e4m3 tensor cores' accumulator
 };
 
 constexpr float kLog2e = 1.4426950408889634f;

@@ -237,6 +237,33 @@ inline float twin_round(float x, TwinArithmetic ar) {
   return x;
 }
 
+// Hopper's e4m3 tensor-core sum as measured on fused-hopper-fp8's wgmma (kernels_hopper_gpu
+// "[truncated_sums]"; plugin_abi.h AC_FP8_TRUNCATED_SUMS without the budget's bit of margin): one
+// instruction adds c and up to 32 products a[i] b[i] of e4m3fn values. L is the largest exponent
+// field among the addends (E_a + E_b for a product of nonzero codes, a subnormal at e4m3fn's -6;
+// ilogb(c) for the accumulator); each addend is truncated toward zero to a multiple of 2^(L - 13),
+// and the sum kept to 13 bits after its leading one, toward zero. Every step is exact in double
+// (at most 33 addends on one grid, each below 2^(L + 2)). Mutant 37's walk (twin_row_tile) sums
+// P V with it; the tests emulate the device's sums with it (tests/kernels_attention/tensor_core_model.h).
+constexpr int kE4m3MinExp = -6, kE4m3Frac = 3;  // e4m3fn: smallest normal 2^-6, 3 fraction bits
+inline double tc_truncate_to(double x, double grid) { return std::trunc(x / grid) * grid; }
+inline int tc_field(double x) { return std::max(std::ilogb(x), kE4m3MinExp); }
+// A NaN addend (a NaN code's product, or c) gives NaN, as the tensor cores do.
+inline double tc_instruction(double c, const double* a, const double* b, size_t n) {
+  int L = c != 0 ? std::ilogb(c) : std::numeric_limits<int>::min();
+  bool nan = std::isnan(c);
+  for (size_t i = 0; i < n; ++i) {
+    nan = nan || std::isnan(a[i] * b[i]);
+    if (a[i] != 0 && b[i] != 0) L = std::max(L, tc_field(a[i]) + tc_field(b[i]));
+  }
+  if (nan) return std::numeric_limits<double>::quiet_NaN();
+  if (L == std::numeric_limits<int>::min()) return 0;
+  const double grid = std::ldexp(1.0, L - 13);
+  double sum = tc_truncate_to(c, grid);
+  for (size_t i = 0; i < n; ++i) sum += tc_truncate_to(a[i] * b[i], grid);
+  return sum == 0 ? 0 : tc_truncate_to(sum, std::ldexp(1.0, std::ilogb(sum) - 13));
+}
+
 // The unnormalised state of one row after the key range [k_lo, k_hi): m (base-2 scaled logits),
 // l, O~ (head_size floats).
 struct TwinRowState {
@@ -313,13 +340,28 @@ std::vector<TwinRowState> twin_row_tile(const TwinHeadView& h, int64_t row0, int
       s.l = fl(fl(s.l * alpha) + tile_sum);
       if constexpr (M != Mutation::forget_rescale_o)
         for (float& o : s.o) o = fl(o * alpha);
-      for (int64_t j = n0; j < n1; ++j) {
-        // Masked keys inside the range are multiplied by p = 0 as on the GPU (same hazard: an
-        // infinite value there gives NaN on both).
-        const float pj = fl(h.p_e4m3 ? p_e4m3<M>(p[size_t(j - n0)], h.p_scale, h.p_inv)
-                                     : round_through(h.dtype, p[size_t(j - n0)]));
-        const float* vj = h.v + slot(j) * h.v_stride;
-        for (int c = 0; c < dv; ++c) s.o[size_t(c)] = fl(s.o[size_t(c)] + fl(pj * fl(vj[c])));
+      if (M == Mutation::fp8_row_accumulator && h.p_e4m3) {
+        // Mutant 37 in an FP8 call (fused-hopper-fp8's twin: P's codes, V's codes, VDescale::output):
+        // each chunk of 32 keys from the tile's start is one instruction adding into O itself, so
+        // the truncation meets every product of the row, not a chain of 128 as declared.
+        double pc[32], vc[32];
+        for (int64_t j0 = n0; j0 < n1; j0 += 32) {
+          const size_t n = size_t(std::min<int64_t>(j0 + 32, n1) - j0);
+          for (size_t i = 0; i < n; ++i) pc[i] = p_e4m3<M>(p[size_t(j0 - n0) + i], h.p_scale, h.p_inv);
+          for (int c = 0; c < dv; ++c) {
+            for (size_t i = 0; i < n; ++i) vc[i] = h.v[slot(j0 + int64_t(i)) * h.v_stride + c];
+            s.o[size_t(c)] = float(tc_instruction(s.o[size_t(c)], pc, vc, n));
+          }
+        }
+      } else {
+        for (int64_t j = n0; j < n1; ++j) {
+          // Masked keys inside the range are multiplied by p = 0 as on the GPU (same hazard: an
+          // infinite value there gives NaN on both).
+          const float pj = fl(h.p_e4m3 ? p_e4m3<M>(p[size_t(j - n0)], h.p_scale, h.p_inv)
+                                       : round_through(h.dtype, p[size_t(j - n0)]));
+          const float* vj = h.v + slot(j) * h.v_stride;
+          for (int c = 0; c < dv; ++c) s.o[size_t(c)] = fl(s.o[size_t(c)] + fl(pj * fl(vj[c])));
+        }
       }
       s.m = m_new;
     }

@@ -58,10 +58,11 @@ enum class HopperMutation : int {
                        // mostly lands in time at small shapes: K/V past L2 (streamed_kv) shows it
   no_proxy_fence = 3,  // the partial V tile written by ordinary stores lacks fence.proxy.async
                        // before the barrier that hands it to wgmma
-  // Not a subject: fused-hopper-fp8 with FlashAttention-3's P V, each tile's P V wgmma added into
-  // O's own e4m3 accumulator, so a row's every product meets the tensor cores' truncation, not a
-  // chain of 128 (AC_FP8_TRUNCATED_SUMS). A probe of that arithmetic's error and speed
-  // (hopper_fp8_row_accumulator_cuda: kernels_hopper_gpu "[truncated_sums]", hopper_bench).
+  // fused-hopper-fp8 with FlashAttention-3's P V, each tile's P V wgmma added into O's own e4m3
+  // accumulator, so a row's every product meets the tensor cores' truncation, not a chain of 128
+  // (AC_FP8_TRUNCATED_SUMS). A probe of that arithmetic's error and speed
+  // (hopper_fp8_row_accumulator_cuda: kernels_hopper_gpu "[truncated_sums]", hopper_bench), and
+  // mutant 37 on the GPU (kernels/mutants/: the same kernel under the committed one's declaration).
   fp8_row_accumulator = 4,
 };
 

@@ -151,12 +151,29 @@ constexpr MutantInfo kMutants[] = {
      "fused attention in cuDNN's FP8 contract writes P's maximum before the row's division by its sum "
      "(always 1) (host twin only)",
      "fused-fp8-scaled", "fp8_amax", false},
+    {37, "mutant-hopper-fp8-row-accumulator",
+     "fused-hopper-fp8 adds every key tile's P V into O in the e4m3 tensor cores' accumulator "
+     "(FlashAttention-3's P V) while declaring fp32 every 128 products (AC_FP8_TRUNCATED_SUMS): a row's "
+     "later products are cut toward zero once O holds some 2^13 of them",
+     "fused-hopper-fp8", "fp8_descales (its rows of 16384 keys with V = 1)", false},
 };
 
 // batch_tile: the correct fused kernel, its tiling chosen from the call's batch (mutant 17).
 // adaptive_declared: a correct engine-style adaptive subject (its twin, called as registered), its
 // caps claiming AC_CAP_BATCH_INVARIANT (mutants 18 and 24).
-enum class Family { merge, softmax, fused, splitkv, hopper, batch_tile, adaptive_declared, quantize };
+// hopper_fp8: fused-hopper-fp8's kernel (HopperMutation::fp8_row_accumulator) or its twin with the
+// same fused::Mutation (mutant 37).
+enum class Family {
+  merge,
+  softmax,
+  fused,
+  splitkv,
+  hopper,
+  batch_tile,
+  adaptive_declared,
+  quantize,
+  hopper_fp8
+};
 
 // The tiling mutant 17 switches to, (64, 32) in kFusedTilings, and where: a longest query range
 // times the GQA group past 64 (the switch point of a tile-shape heuristic).
@@ -216,6 +233,14 @@ int attention_mutant(void* self, const ac_attention_args* args, char* err, size_
     return fused_attention_host(b, FusedOptions{}, err, err_len);
   }
   if (s->family == Family::adaptive_declared) return s->twin_attention(s->twin_self, args, err, err_len);
+  if (s->family == Family::hopper_fp8) {
+#if defined(ATTNCHECK_HAVE_CUDA) && defined(ATTNCHECK_HAVE_SM90A)
+    if (s->cuda) return hopper_fp8_row_accumulator_cuda(*args, FusedOptions{}, err, err_len);
+#endif
+    FusedOptions o;
+    o.mutation = fused::Mutation(s->mutation);
+    return hopper_fp8_attention_host(*args, o, err, err_len);
+  }
   if (s->family == Family::splitkv) {
     SplitKVOptions o;
     o.mutation = fused::Mutation(s->mutation);
@@ -241,7 +266,7 @@ constexpr int32_t kHead128[] = {128};
 // built for one tiling, (64, 64) = the first of kFusedTilings, and the GPU-only ones for fp16 at
 // head size 128 only. Everything else is the twin's, declarations included: mutant 8 runs the
 // naive softmax under softmax-safe's features, without AC_FEAT_NAIVE_EXP, which is its bug.
-ac_caps mutant_caps(const ac_caps& correct, Family family, bool gpu_only) {
+ac_caps mutant_caps(const ac_caps& correct, Family family, bool gpu_only, bool cuda) {
   ac_caps c = correct;
   if (family == Family::fused || family == Family::batch_tile) {
     c.num_tilings = 1;
@@ -253,6 +278,8 @@ ac_caps mutant_caps(const ac_caps& correct, Family family, bool gpu_only) {
     }
   }
   if (family == Family::adaptive_declared) c.flags |= AC_CAP_BATCH_INVARIANT;
+  // The CUDA row accumulator is built for bf16 output alone (hopper_fp8.cu run_fp8).
+  if (family == Family::hopper_fp8 && cuda) c.dtypes = AC_DTYPE_BIT(AC_DTYPE_BF16);
   return c;
 }
 
@@ -304,6 +331,7 @@ constexpr Registration kRegistrations[] = {
     {34, Family::fused, int(fused::Mutation::fp8_p_scale_ignored)},
     {35, Family::fused, int(fused::Mutation::fp8_out_scale_ignored)},
     {36, Family::fused, int(fused::Mutation::fp8_amax_unnormalised)},
+    {37, Family::hopper_fp8, int(fused::Mutation::fp8_row_accumulator)},
 };
 constexpr int kNumMutants = int(sizeof(kMutants) / sizeof(kMutants[0]));
 static_assert(sizeof(kRegistrations) / sizeof(kRegistrations[0]) == sizeof(kMutants) / sizeof(kMutants[0]));
@@ -360,7 +388,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
     s.name = m.name;
     s.description = g_description[b][i].c_str();
     s.self = &g_self[b][i];
-    s.caps = mutant_caps(twin->caps, r.family, m.gpu_only);
+    s.caps = mutant_caps(twin->caps, r.family, m.gpu_only, cuda);
     switch (r.family) {
       case Family::merge:
         s.merge = merge_mutant;
@@ -374,6 +402,7 @@ void append_mutant_subjects(std::vector<ac_subject>& out, bool cuda) {
       case Family::fused:
       case Family::splitkv:
       case Family::hopper:
+      case Family::hopper_fp8:
       case Family::batch_tile:
       case Family::adaptive_declared:
         s.attention = attention_mutant;

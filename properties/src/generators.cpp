@@ -1046,6 +1046,56 @@ AttentionInput unquantised_contiguous(const Domain& dom) {
   return attention_with(plain, ShapeChoice{});
 }
 }  // namespace
+namespace {
+// Whether the subject's call limits (ac_caps max_call_*) take the long row.
+bool fits_fp8_long_row(const Domain& dom) {
+  return dom.max_call_keys == 0 || dom.max_call_keys >= kFp8LongRowKeys;
+}
+// The long row, V = 1 to be set after quantisation: one query, one-hot on coordinate 0 (scale 1),
+// key 0 at logit 0 and every other key at -1/16, -2/16 or -3/16 (from one drawn seed, so that a
+// failure shrinks by that one draw); no mask, window, cap or sink. Key 0 leads, so the max never
+// moves and O is never rescaled: O = 1. Its cost is in K's and V's elements, hence one head at the
+// smallest head size. Every weight but key 0's sits just below it, so P = e4m3fn(256 p) is 240, 224
+// or 208 (exact at the cast's 2^-4 with V = 1), off the grid of 128 and 256 an accumulator reaches
+// once it holds 2^20: one that keeps a row's sum to 13 bits (the e4m3 tensor cores' across key
+// tiles, mutant 37) cuts each later product to 128 and then, past 2^21, to 0, and ends about 43%
+// low at this length, where O's budget allows about 13% (tests/kernels_attention, "one accumulator
+// over an 8192-key row").
+void fp8_long_row(const Domain& dom, AttentionInput& a) {
+  const AttentionShape shape = fp8_long_row_shape(dom);
+  uint64_t state = uint64_t(pick_in(1, 1 << 30)) * 0x9e3779b97f4a7c15ull | 1;
+  a.num_kv_heads = int32_t(shape.kv_heads);
+  a.num_heads = int32_t(shape.heads);
+  a.head_size = int32_t(shape.head_size);
+  a.head_size_v = 0;
+  a.seqlens_q = {1};
+  a.seqlens_k = {kFp8LongRowKeys};
+  a.softmax_scale = 1.0f;
+  a.softcap = 0.0f;
+  a.sinks.clear();
+  a.window_left = a.window_right = -1;
+  a.causal = false;
+  a.mask.clear();
+  a.v_in_k = false;
+  const int64_t D = a.head_size;
+  const uint32_t zero = round_bits(a.dtype, 0.0), one = round_bits(a.dtype, 1.0);
+  a.q.assign(size_t(D), zero);
+  a.q[0] = one;
+  a.k.assign(size_t(kFp8LongRowKeys * D), zero);
+  a.v.assign(size_t(kFp8LongRowKeys * D), one);
+  for (int64_t j = 1; j < kFp8LongRowKeys; ++j) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    a.k[size_t(j * D)] = round_bits(a.dtype, -double(1 + state % 3) / 16);
+  }
+}
+}  // namespace
+AttentionShape fp8_long_row_shape(const Domain& dom) {
+  AttentionShape a;
+  a.head_size = *std::min_element(dom.head_sizes.begin(), dom.head_sizes.end());
+  a.seqlens_q = {1};
+  a.seqlens_k = {kFp8LongRowKeys};
+  return a;
+}
 rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
   return g::exec([dom] {
     // Unquantised and unpaged (the exchange needs every stored code scalable), then quantised with
@@ -1056,6 +1106,7 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
     // whatever its weights, unless P is lost on the way (mass conservation).
     const int kind = pick_class(4);
     const bool ones = kind == 0;
+    if (ones && pick_class(4) != 0 && fits_fp8_long_row(dom)) fp8_long_row(dom, a);
     if (kind == 1) {
       // Small weights in another quarter: every query one-hot on coordinate 0 (scale 1), key 0 of
       // each sequence at logit 0 with V = 0, every other key at a logit in [-9.25, -7.5] with V = 1.

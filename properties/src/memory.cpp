@@ -218,8 +218,9 @@ double check_pair_peak_bytes(const Subject& subject, const PropertyInfo& propert
       largest = 3 * attention_resident_bytes(a) + configs * outputs_of(a) * kOutputElementBytes +
                 attention_replay_bytes(victims, held, host);
     } else {
-      const auto shapes = property.name == "chunked_prefill" ? std::vector{gen::largest_prefill_shape(dom)}
-                                                             : gen::largest_attention_shapes(dom);
+      auto shapes = property.name == "chunked_prefill" ? std::vector{gen::largest_prefill_shape(dom)}
+                                                       : gen::largest_attention_shapes(dom);
+      if (property.name == "fp8_descales") shapes.push_back(gen::fp8_long_row_shape(dom));
       for (const auto& a : shapes)
         largest = std::max(largest, 3 * attention_resident_bytes(a) + attention_replay_bytes(a, held, host) +
                                         configs * outputs_of(a) * kOutputElementBytes);

@@ -17,7 +17,7 @@ constexpr float kInf = INFINITY;
 
 TEST_CASE("every mutant has a description, a correct twin and an expected killer", "[mutants]") {
   const auto table = attncheck::kern::mutant_table();
-  REQUIRE(table.size() == 36);
+  REQUIRE(table.size() == 37);
   for (size_t i = 0; i < table.size(); ++i) {
     const auto& m = table[i];
     CHECK(m.number == int(i) + 1);
@@ -430,6 +430,43 @@ TEST_CASE("mutant 30: q_descale folded into the softmax scale twice", "[mutants]
   CHECK(a.o(0, 0) == Approx(0.88080).epsilon(1e-3));
   a.run(subject("mutant-fused-fp8-q-descale-twice", true));
   CHECK(a.o(0, 0) == Approx(0.98201).epsilon(1e-3));
+}
+
+TEST_CASE("mutant 37: a row's P V kept in the e4m3 tensor cores' accumulator stalls at 2^21",
+          "[mutants][hopper][fp8]") {
+  // FlashAttention-3's contract (fused-hopper-fp8, d = 128, fp16 O). One query one-hot on coordinate
+  // 0 (code 0x38, 1.0; q_descale 1); N = 16384 keys, key 0's coordinate 0 code 0x00 (logit 0), every
+  // other key's 0x98 (-2^-4); V = 1 everywhere (0x38); descales 1. p = e^-1/16 = 0.939413, P =
+  // e4m3fn(256 p) = 240 (step 16 in [128, 256)), l = 1 + (N - 1) p = 15391.14.
+  // Correct (fp32 every 128 products): O = (256 + 240 (N - 1)) / 256 / l = 0.997981.
+  // Mutant (the measured accumulator across the row: grid 2^(L - 13), L = max(ilogb(c), 8)): below
+  // 2^18 the grid is at most 16 and 240 is on it, so about 1093 keys take c to 2^18 exactly; from
+  // there until 2^21 each product adds at least 128 (240 cut to 224, 192, then 128), at most 14336
+  // keys more (with at most 128 lost at each binade's crossing), so c passes 2^21 before key 15440.
+  // From 2^21 on the grid is 256 and every 240 is cut to 0: c stops in [2^21, 2^21 + 32 240), the
+  // instruction that crossed adding at most 32 products. O = c / 256 / l in [0.532250, 0.534198].
+  constexpr int N = 16384;
+  mt::Attention a(1, 1, 1, N);
+  a.d = a.dv = 128;
+  a.q.assign(size_t(a.d), 0);
+  a.k.assign(size_t(N) * a.d, 0);
+  a.v.assign(size_t(N) * a.d, 0);
+  a.set_fp8(AC_DTYPE_E4M3, 0x00, 0x38);
+  for (int j = 1; j < N; ++j) a.k8[size_t(j) * a.d] = 0x98;
+  a.q8.assign(a.q.size(), 0x00);
+  a.q8[0] = 0x38;
+  a.q_descale = {1.0f};
+  a.k_descale = {1.0f};
+  a.v_descale = {1.0f};
+  const double l = 1 + (N - 1) * std::exp(-0.0625);
+  a.run(subject("fused-hopper-fp8", false));
+  for (int c = 0; c < a.dv; ++c)
+    CHECK(a.o(0, 0, c) == Approx((256 + 240.0 * (N - 1)) / 256 / l).epsilon(1e-3));
+  a.run(subject("mutant-hopper-fp8-row-accumulator", true));
+  for (int c = 0; c < a.dv; ++c) {
+    CHECK(a.o(0, 0, c) >= 0x1p21 / 256 / l - 0x1p-12);  // fp16's half step at 0.53
+    CHECK(a.o(0, 0, c) <= (0x1p21 + 32 * 240) / 256 / l + 0x1p-12);
+  }
 }
 
 TEST_CASE("a row without keys under a sink: O = 0 and LSE = the sink, split or not", "[mutants][variants]") {

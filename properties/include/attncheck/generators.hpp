@@ -147,7 +147,10 @@ rc::Gen<AttentionInput> attention_empty_rows_input(const Domain&);  // some rows
 rc::Gen<AttentionInput> attention_overflow_band_input(const Domain&);
 // An FP8 KV cache in a declared format, contiguous, with descales of at least 4 amax / largest (every
 // code at most a quarter of the format's largest: doubling one twice stays exact); V = 1 (descale 1)
-// in a quarter of the cases. For fp8_descales; the subject must declare kv_dtypes.
+// in a quarter of the cases, three in four of which are one long row: one query and one head over
+// kFp8LongRowKeys keys at the smallest head size the subject takes (where its call limits allow it).
+// For fp8_descales; the subject must declare kv_dtypes.
+constexpr int32_t kFp8LongRowKeys = 16384;
 rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain&);
 // An FP8 call with O asked for in FP8 (AC_FP8_OUT): K, V (and Q where declared) quantised as for
 // any FP8 case, contiguous, out_dtype a declared format, output_scale drawn around max|V| / largest.
@@ -193,6 +196,8 @@ std::vector<AttentionShape> largest_attention_shapes(const Domain&);
 AttentionShape largest_streamed_shape(const Domain&);
 AttentionShape largest_batch_shape(const Domain&);
 AttentionShape largest_prefill_shape(const Domain&);
+// attention_fp8_kv_input's long row.
+AttentionShape fp8_long_row_shape(const Domain&);
 // Rows x columns: softmax_input's (and the overflow band's), merge_input's rows (tokens x heads)
 // and head size.
 std::pair<int64_t, int64_t> largest_softmax_shape(const Domain&);

@@ -31,9 +31,11 @@
 // (underflow_floor). The inputs
 // (attention_fp8_kv_input) are contiguous, and hold V = 1 everywhere in a quarter of the cases:
 // O = 1 on every row with a key (mass conservation), held to the accuracy budget with the rest of
-// the base launch; in another quarter every key but the first has a weight between e^-9 and e^-5
-// and V = 1, the first V = 0, so O is made of weights below e4m3fn's smallest normal: what a P
-// held in e4m3fn without FlashAttention-3's offset loses (AC_FP8_P_E4M3, mutant 29).
+// the base launch (three in four of them one query over kFp8LongRowKeys keys, every weight within
+// e^-3/16 of the largest: an accumulator that keeps the row's P V to 13 bits, the e4m3 tensor cores'
+// across key tiles, ends far below 1; mutant 37); in another quarter every key but the first has a weight
+// between e^-9 and e^-5 and V = 1, the first V = 0, so O is made of weights below e4m3fn's smallest normal:
+// what a P held in e4m3fn without FlashAttention-3's offset loses (AC_FP8_P_E4M3, mutant 29).
 #include <cmath>
 #include <cstdio>
 #include <limits>
