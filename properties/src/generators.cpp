@@ -1047,6 +1047,17 @@ AttentionInput unquantised_contiguous(const Domain& dom) {
 }
 }  // namespace
 namespace {
+// The plain contract for a case whose logits the generator sets through one-hot queries: scale 1,
+// and every row sees every key with key 0 setting its max (no cap to squash the logits, no mask,
+// window or causal cut, no sink).
+void one_hot_plain(AttentionInput& a) {
+  a.softmax_scale = 1.0f;
+  a.softcap = 0.0f;
+  a.sinks.clear();
+  a.window_left = a.window_right = -1;
+  a.causal = false;
+  a.mask.clear();
+}
 // Whether the subject's call limits (ac_caps max_call_*) take the long row.
 bool fits_fp8_long_row(const Domain& dom) {
   return dom.max_call_keys == 0 || dom.max_call_keys >= kFp8LongRowKeys;
@@ -1056,11 +1067,10 @@ bool fits_fp8_long_row(const Domain& dom) {
 // failure shrinks by that one draw); no mask, window, cap or sink. Key 0 leads, so the max never
 // moves and O is never rescaled: O = 1. Its cost is in K's and V's elements, hence one head at the
 // smallest head size. Every weight but key 0's sits just below it, so P = e4m3fn(256 p) is 240, 224
-// or 208 (exact at the cast's 2^-4 with V = 1), off the grid of 128 and 256 an accumulator reaches
-// once it holds 2^20: one that keeps a row's sum to 13 bits (the e4m3 tensor cores' across key
-// tiles, mutant 37) cuts each later product to 128 and then, past 2^21, to 0, and ends about 43%
-// low at this length, where O's budget allows about 13% (tests/kernels_attention, "one accumulator
-// over an 8192-key row").
+// or 208, off the grids of 128 and 256 that an accumulator of 13 bits has from 2^20 and 2^21 on:
+// one that keeps a row's P V there (the e4m3 tensor cores' across key tiles, mutant 37) cuts each
+// later product to 128 and then, past 2^21, to 0, and ends about 43% low at this length, where O's
+// budget allows about 13% (tests/mutants "mutant 37" derives the stall by hand).
 void fp8_long_row(const Domain& dom, AttentionInput& a) {
   const AttentionShape shape = fp8_long_row_shape(dom);
   uint64_t state = uint64_t(pick_in(1, 1 << 30)) * 0x9e3779b97f4a7c15ull | 1;
@@ -1070,12 +1080,7 @@ void fp8_long_row(const Domain& dom, AttentionInput& a) {
   a.head_size_v = 0;
   a.seqlens_q = {1};
   a.seqlens_k = {kFp8LongRowKeys};
-  a.softmax_scale = 1.0f;
-  a.softcap = 0.0f;
-  a.sinks.clear();
-  a.window_left = a.window_right = -1;
-  a.causal = false;
-  a.mask.clear();
+  one_hot_plain(a);
   a.v_in_k = false;
   const int64_t D = a.head_size;
   const uint32_t zero = round_bits(a.dtype, 0.0), one = round_bits(a.dtype, 1.0);
@@ -1115,14 +1120,7 @@ rc::Gen<AttentionInput> attention_fp8_kv_input(const Domain& dom) {
       // FlashAttention-3's 2^8 offset rounds them: zero, the whole of O lost. With the offset, 256 p
       // (0.02 .. 0.14) is a normal e4m3fn number, within 2^-4 of itself.
       const int64_t Hkv = a.num_kv_heads, D = a.head_size, Dv = a.dv();
-      a.softmax_scale = 1.0f;
-      // Every row sees every key and key 0 sets its max: no cap to squash the logits, no mask,
-      // window or causal cut, no sink.
-      a.softcap = 0.0f;
-      a.sinks.clear();
-      a.window_left = a.window_right = -1;
-      a.causal = false;
-      a.mask.clear();
+      one_hot_plain(a);
       // At least one query and 8 keys a sequence (the drawn values are replaced anyway): 7 small
       // weights, so that a case fails by several budgets wherever they are lost, whatever its size.
       const uint32_t zero = round_bits(a.dtype, 0.0), one = round_bits(a.dtype, 1.0);
