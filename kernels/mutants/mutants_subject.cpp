@@ -1,7 +1,8 @@
 // ac_subject adapters (plugin ABI) of the mutants and the table that describes them. Each mutant
 // runs its correct twin's own code (merge_host / merge_cuda, softmax_host / softmax_cuda,
-// fused_attention_host, splitkv_attention_host / _cuda, or the fused kernel template through
-// fused_mutant_cuda) with one mutation switched on, and declares the capabilities and conventions
+// fused_attention_host, splitkv_attention_host / _cuda, the fused kernel template through
+// fused_mutant_cuda, hopper_fp8_attention_host / hopper_fp8_row_accumulator_cuda) with one mutation
+// switched on, and declares the capabilities and conventions
 // of its correct twin's registered subject (mutant_caps), so the properties judge it by the
 // contract the correct kernel meets. Host twins are registered for every mutant but 12 (a
 // shared-memory race has no host analogue) and 13 (it needs a tensor past 2^31 elements); a CUDA
