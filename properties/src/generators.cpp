@@ -1063,8 +1063,8 @@ bool fits_fp8_long_row(const Domain& dom) {
   return dom.max_call_keys == 0 || dom.max_call_keys >= kFp8LongRowKeys;
 }
 // The long row, V = 1 to be set after quantisation: one query, one-hot on coordinate 0 (scale 1),
-// key 0 at logit 0 and every other key at -1/16, -2/16 or -3/16 (from one drawn seed, so that a
-// failure shrinks by that one draw); no mask, window, cap or sink. Key 0 leads, so the max never
+// key 0 at logit 0 and every other key at -1/16, -2/16 or -3/16 (bulk draws from one seed, so that
+// a failure shrinks by that one draw); no mask, window, cap or sink. Key 0 leads, so the max never
 // moves and O is never rescaled: O = 1. Its cost is in K's and V's elements, hence one head at the
 // smallest head size. Every weight but key 0's sits just below it, so P = e4m3fn(256 p) is 240, 224
 // or 208, off the grids of 128 and 256 that an accumulator of 13 bits has from 2^20 and 2^21 on:
@@ -1073,7 +1073,6 @@ bool fits_fp8_long_row(const Domain& dom) {
 // budget allows about 13% (tests/mutants "mutant 37" derives the stall by hand).
 void fp8_long_row(const Domain& dom, AttentionInput& a) {
   const AttentionShape shape = fp8_long_row_shape(dom);
-  uint64_t state = uint64_t(pick_in(1, 1 << 30)) * 0x9e3779b97f4a7c15ull | 1;
   a.num_kv_heads = int32_t(shape.kv_heads);
   a.num_heads = int32_t(shape.heads);
   a.head_size = int32_t(shape.head_size);
@@ -1088,10 +1087,9 @@ void fp8_long_row(const Domain& dom, AttentionInput& a) {
   a.q[0] = one;
   a.k.assign(size_t(kFp8LongRowKeys * D), zero);
   a.v.assign(size_t(kFp8LongRowKeys * D), one);
-  for (int64_t j = 1; j < kFp8LongRowKeys; ++j) {
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-    a.k[size_t(j * D)] = round_bits(a.dtype, -double(1 + state % 3) / 16);
-  }
+  const BulkDraws bulk(true);
+  for (int64_t j = 1; j < kFp8LongRowKeys; ++j)
+    a.k[size_t(j * D)] = round_bits(a.dtype, -double(draw(1, 4)) / 16);
 }
 }  // namespace
 AttentionShape fp8_long_row_shape(const Domain& dom) {
