@@ -18,6 +18,7 @@
 // -R kernels_attention_twin
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -84,10 +85,18 @@ inline std::vector<float> decode_tensor(DType t, const void* data, int64_t n) {
 }
 
 // n FP8 codes of format kv_dtype (AC_DTYPE_E4M3 / AC_DTYPE_E5M2) decoded to floats (exact).
+// The 256 values fp8_to_float gives an FP8 cache's codes: a long row decodes by lookup.
+inline std::array<float, 256> fp8_values(int kv_dtype) {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) t[size_t(c)] = fp8_to_float(kv_dtype, uint8_t(c));
+  return t;
+}
+
 inline std::vector<float> decode_codes(int kv_dtype, const void* data, int64_t n) {
   const auto* c = static_cast<const uint8_t*>(data);
+  const std::array<float, 256> values = fp8_values(kv_dtype);
   std::vector<float> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = fp8_to_float(kv_dtype, c[i]);
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = values[c[i]];
   return out;
 }
 
@@ -142,17 +151,21 @@ TwinArgs decode_args(const ac_attention_args& a, VDescale v_descale_at = VDescal
     // rounding each); under VDescale::output left as codes (head_view carries the descale).
     const auto* vc = static_cast<const uint8_t*>(a.v);
     x.k = decode_codes(int(a.kv_dtype), a.k, kv_rows * x.hkv * x.d);
+    const std::array<float, 256> values = fp8_values(int(a.kv_dtype));
     x.v.resize(size_t(kv_rows * x.hkv * x.dv));
-    for (size_t i = 0; i < x.v.size(); ++i) {
-      const int64_t rh = int64_t(i) / x.dv;  // (row, KV head)
+    for (int64_t rh = 0; rh < kv_rows * x.hkv; ++rh) {  // (row, KV head)
       const int kvh = int(rh % x.hkv);
-      const float code = fp8_to_float(int(a.kv_dtype), vc[rh * v_width + int64_t(i) % x.dv]);
       // Under VDescale::values the granularity is 0 or 1 (per sequence needs ArgScope::fp8_per_sequence,
       // which only VDescale::output kernels set).
       const float d = v_descale_at == VDescale::output ? 1.0f : descale_of(a, a.v_descale, 0, kvh);
-      x.v[i] = M == Mutation::fp8_v_descale_ignored ? code
-               : M == Mutation::fp8_v_descale_twice ? code * d * d
-                                                    : code * d;
+      const uint8_t* codes = vc + rh * v_width;
+      float* out = x.v.data() + rh * x.dv;
+      for (int c = 0; c < x.dv; ++c) {
+        const float code = values[codes[c]];
+        out[c] = M == Mutation::fp8_v_descale_ignored ? code
+                 : M == Mutation::fp8_v_descale_twice ? code * d * d
+                                                      : code * d;
+      }
     }
   } else {
     x.k = decode_tensor(x.dtype, a.k, kv_rows * x.hkv * x.d);

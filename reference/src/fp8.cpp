@@ -9,6 +9,7 @@
 #include "attncheck/reference/fp8.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <limits>
@@ -88,7 +89,9 @@ Fp8Format parse_fp8_format(const std::string& name) {
 
 bool is_fp8_nan(Fp8Format f, uint8_t code) { return std::isnan(decode_fp8(f, code)); }
 
-double decode_fp8(Fp8Format f, uint8_t code) {
+namespace {
+
+double decode_by_fields(Fp8Format f, uint8_t code) {
   const Fp8Spec& s = fp8_spec(f);
   const bool negative = (code & 0x80) != 0;
   const unsigned field = (code >> s.mantissa_bits) & ((1u << s.exponent_bits) - 1);
@@ -104,6 +107,24 @@ double decode_fp8(Fp8Format f, uint8_t code) {
                               : std::ldexp(double(mant | (1u << s.mantissa_bits)),
                                            static_cast<int>(field) - s.bias - s.mantissa_bits);
   return negative ? -v : v;
+}
+
+using Fp8Values = std::array<double, 256>;
+Fp8Values values_of(Fp8Format f) {
+  Fp8Values t{};
+  for (unsigned c = 0; c < 256; ++c) t[c] = decode_by_fields(f, static_cast<uint8_t>(c));
+  return t;
+}
+
+}  // namespace
+
+// By lookup: the judges decode every code of a long row's K and V, several times a case.
+double decode_fp8(Fp8Format f, uint8_t code) {
+  static const std::array<Fp8Values, 3> tables{values_of(Fp8Format::e4m3fn), values_of(Fp8Format::e5m2),
+                                               values_of(Fp8Format::e4m3fnuz)};
+  const auto i = static_cast<size_t>(f);
+  if (i >= tables.size()) throw ReferenceError("unknown FP8 format enumerator");
+  return tables[i][code];
 }
 
 // Doubles: frexp's exponent is MPFR's, the power-of-two scaling is exact, nearbyint (default mode)
