@@ -22,6 +22,20 @@ unsigned digits10_for_bits(unsigned bits) {
   return d;
 }
 
+// g_bits in Boost's digits and the bits those give, recomputed on a thread only when g_bits
+// changes: the reference asks for them at every exact row, and the search above is 60 steps.
+struct Digits {
+  unsigned bits = 0, digits10 = 0, effective = 0;
+};
+const Digits& digits_now() {
+  thread_local Digits c;
+  if (const unsigned b = g_bits.load(); c.bits != b) {
+    const unsigned d = digits10_for_bits(b);
+    c = {b, d, static_cast<unsigned>(boost::multiprecision::detail::digits10_2_2(d))};
+  }
+  return c;
+}
+
 // Before main, so Reals built by hand (tests, tools) already carry the default.
 const bool g_initialised = [] {
   Real::default_precision(digits10_for_bits(200));
@@ -47,15 +61,13 @@ void set_precision_bits(unsigned bits) {
 
 unsigned precision_bits() { return g_bits.load(); }
 
-unsigned precision_bits_effective() {
-  return static_cast<unsigned>(boost::multiprecision::detail::digits10_2_2(digits10_for_bits(g_bits.load())));
-}
+unsigned precision_bits_effective() { return digits_now().effective; }
 
 void apply_precision_on_this_thread() {
   (void)g_initialised;
   thread_local FreeMpfrCachesAtThreadExit free_caches;
   (void)free_caches;
-  const unsigned d = digits10_for_bits(g_bits.load());
+  const unsigned d = digits_now().digits10;
   if (Real::default_precision() != d) Real::default_precision(d);
 }
 
