@@ -123,6 +123,15 @@ variant unknown-subject 'c["subject"] = "no-such-kernel"'
 variant property-misspelt 'c["property"] = "acuracy"'
 variant property-needs-amax 'c["property"] = "fp8_amax"'
 variant excused-not-a-kind 'c["excused_rows"] = ["fully visible row"]'
+# fp8_descales exchanges and doubles the descales and sets its own NaN codes: a file it cannot
+# judge that way (no FP8 cache, a v_descale whose double is past the ABI's bound, a NaN already in
+# the input, which the NaN checks would read as theirs) is refused, never judged or crashed on.
+fp8_case='c["op"] = "attention"; c["subject"] = "fused-fp8kv"; c["property"] = "fp8_descales"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 64, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": "0x3f800000", "mask": "", "q": "hex:" + "003c" * 64, "kv_dtype": "e4m3fn", "k": "hex:" + "38" * 64, "v": "hex:" + "38" * 64, "k_descale": "hex:0000803f", "v_descale": "hex:0000803f"}'
+variant fp8-descales-valid "$fp8_case"
+variant fp8-descales-no-cache "$fp8_case"'; [c["input"].pop(f) for f in ("kv_dtype", "k_descale", "v_descale")]; c["input"]["k"] = c["input"]["v"] = "hex:" + "003c" * 64'
+variant fp8-descales-nan-v "$fp8_case"'; c["input"]["v"] = "hex:7f" + "38" * 63'
+variant fp8-descales-nan-q "$fp8_case"'; c["input"]["q"] = "hex:007e" + "003c" * 63'
+variant fp8-descales-v-2p32 "$fp8_case"'; c["input"]["v_descale"] = "hex:0000804f"'
 variant excused-empty 'c["excused_rows"] = []'
 attention_case='c["op"] = "attention"; c["subject"] = "textbook"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": SCALE, "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-nan "SCALE = '0x7fc00000'; $attention_case"
@@ -269,6 +278,11 @@ row case-seed-number 2 'seed' "$AC" replay "$D/seed-number.json" --backend host
 row case-version-2 2 'version' "$AC" replay "$D/version-2.json" --backend host
 row case-property-misspelt 2 'property "acuracy" is none of attncheck' "$AC" replay "$D/property-misspelt.json" --backend host
 row case-property-needs-amax 2 'fp8_amax judges the maxima a case asks for' "$AC" replay "$D/property-needs-amax.json" --backend host
+row case-fp8-descales-valid 0 'fused-fp8kv: pass \(fp8_descales\)' "$AC" replay "$D/fp8-descales-valid.json" --backend host
+row case-fp8-descales-no-cache 2 'fp8_descales judges an FP8 KV cache.s descales, and the case has no kv_dtype' "$AC" replay "$D/fp8-descales-no-cache.json" --backend host
+row case-fp8-descales-nan-v 2 "takes finite inputs only: V's element 0 \(0x7f\) is not finite" "$AC" replay "$D/fp8-descales-nan-v.json" --backend host
+row case-fp8-descales-nan-q 2 "takes finite inputs only: Q's element 0 \(0x7e00\) is not finite" "$AC" replay "$D/fp8-descales-nan-q.json" --backend host
+row case-fp8-descales-v-2p32 2 'doubled is past AC_MAX_DESCALE' "$AC" replay "$D/fp8-descales-v-2p32.json" --backend host
 row case-excused-not-a-kind 2 'excused_rows holds "fully visible row"' "$AC" replay "$D/excused-not-a-kind.json" --backend host
 row case-excused-empty 2 'excused_rows must be a non-empty array' "$AC" replay "$D/excused-empty.json" --backend host
 row case-version-float 2 'version' "$AC" replay "$D/version-float.json" --backend host

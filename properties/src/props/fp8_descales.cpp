@@ -237,6 +237,35 @@ class Fp8Descales final : public Property {
     c.input = *gen::attention_fp8_kv_input(dom);
   }
 
+  // A file this property cannot judge (its drawn cases are none of these): no FP8 cache to
+  // exchange; a v_descale that the doubling would take past the ABI's bound; or a value that is
+  // not finite, where the NaN checks read every NaN of O as one the check set (a sink or a code
+  // already NaN, an infinite one times a zero weight) and would blame a correct kernel.
+  std::string case_problem(const Case& c) const override {
+    const auto* a = std::get_if<AttentionInput>(&c.input);
+    if (!a || !a->fp8_kv())
+      return "fp8_descales judges an FP8 KV cache's descales, and the case has no kv_dtype";
+    for (const float d : a->v_descale)
+      if (2 * d > AC_MAX_DESCALE) {
+        char b[80];
+        std::snprintf(b, sizeof b, "fp8_descales doubles v_descale, and %.9g doubled is past ", double(d));
+        return b + std::string("AC_MAX_DESCALE (2^32, plugin_abi.h)");
+      }
+    auto first_nonfinite = [](const Bits& t, ac_dtype dtype, const char* name) -> std::string {
+      for (size_t i = 0; i < t.size(); ++i)
+        if (!std::isfinite(decode(dtype, t[i])))
+          return std::string(name) + "'s element " + std::to_string(i) + " (" + hex_code(t[i]) +
+                 ") is not finite";
+      return "";
+    };
+    std::string why = first_nonfinite(a->q, a->q_dtype(), "Q");
+    if (why.empty()) why = first_nonfinite(a->k, a->k_dtype(), "K");
+    if (why.empty()) why = first_nonfinite(a->v, a->k_dtype(), "V");
+    for (size_t h = 0; why.empty() && h < a->sinks.size(); ++h)
+      if (!std::isfinite(a->sinks[h])) why = "the sink of query head " + std::to_string(h) + " is not finite";
+    return why.empty() ? "" : "fp8_descales sets its own NaN codes and takes finite inputs only: " + why;
+  }
+
   Outcome check(Ctx& ctx, const Case& c) const override {
     Outcome o;
     const auto& a = std::get<AttentionInput>(c.input);
