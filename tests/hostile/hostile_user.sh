@@ -236,6 +236,9 @@ row shard-negative 2 'shard' "$AC" "${C[@]}" --shard "-1/3"
 row shard-zero-count 2 'shard' "$AC" "${C[@]}" --shard "0/0"
 row shard-overflow 2 'shard' "$AC" "${C[@]}" --shard "0/99999999999"
 row round-unknown-format 2 'fp8|format' "$AC" round --to fp8 1
+# CLI11 reads -inf and -nan as options: the line says where such a value goes, and there it works.
+row round-negative-inf 2 "value such as '-inf' goes after '--'" "$AC" round --to e5m2 -inf
+row round-negative-inf-after-dashes 0 '0xfc' "$AC" round --to e5m2 -- -inf
 row round-not-a-number 2 'abc|number|value' "$AC" round --to fp16 abc
 row exact-empty-logit 2 'empty|logit' "$AC" exact lse --logits 1,,2
 row no-subcommand 2 'subcommand' "$AC"

@@ -13,7 +13,9 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -79,6 +81,17 @@ int main(int argc, char** argv) {
       for (const CLI::App* sub : app.get_subcommands([](CLI::App* a) { return !a->get_group().empty(); }))
         names += (names.empty() ? "" : ", ") + sub->get_name();
       what = "unknown command '" + ac::json_fields::printable(argv[1]) + "' (commands: " + names + ")";
+    }
+    // CLI11 reads "-inf" and "-nan" as options (its negative numbers are digits only): such a
+    // value has to follow "--", and the line says so.
+    for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+      char* end = nullptr;
+      if (argv[i][0] == '-' && std::isalpha(static_cast<unsigned char>(argv[i][1])) &&
+          (std::strtod(argv[i], &end), *end == '\0')) {
+        what += "; a value such as '" + ac::json_fields::printable(argv[i]) +
+                "' goes after '--' (attncheck round --to e5m2 -- -inf)";
+        break;
+      }
     }
     std::fprintf(stderr, "attncheck: %s (see attncheck --help)\n", what.c_str());
     return kExitUsage;
