@@ -218,6 +218,8 @@ row tiling-seed-minus-one 2 'seed' "$AC" tiling --subject fused --backend host -
 row chunk-zero 2 'chunk' "$AC" prefill --scenario "$D/scenario.json" --backend host --chunk 0
 row chunk-negative 2 'chunk' "$AC" prefill --scenario "$D/scenario.json" --backend host --chunk -3
 row chunk-huge 2 'chunk' "$AC" prefill --scenario "$D/scenario.json" --backend host --chunk 99999999999
+# A named subject that cannot run the scenario: the line says what it lacks first.
+row prefill-attention-no-op 2 "attention subject 'quantize-fp8' has no attention operation" "$AC" prefill --scenario "$D/scenario.json" --backend host --attention quantize-fp8
 row exact-base-3 2 'base' "$AC" exact lse --logits 1,2 --base 3
 
 # Names and text options.

@@ -71,8 +71,8 @@ struct Options {
   // table's), for the margins; empty: --seed alone.
   std::vector<std::string> seed_list;
   bool quiet = false, no_correct = false, first_kill = false;
-  // --gate-property (hidden): only this gate property; how a run after a device fault gives each
-  // later CUDA property a process of its own (Isolation).
+  // --gate-property: only this gate property (one property's kills); also how a run after a device fault
+  // gives each later CUDA property a process of its own (Isolation).
   std::string gate_property;
   // How a failure's case is replayed: `replay --mutants` loads these subjects again.
   ReproduceContext reproduce;
@@ -653,10 +653,8 @@ Command add_mutants_command(CLI::App& app, Common& common) {
       ->add_option("--shrink-time", o->run.shrink_time,
                    "seconds each failure may spend shrinking (default 20)")
       ->check(finite_range(0.0, double(Limits::kMaxShrinkSeconds)));
-  c.app
-      ->add_option("--gate-property", o->gate_property,
-                   "only this gate property (a device-faulted run's processes of their own)")
-      ->group("");
+  c.app->add_option("--gate-property", o->gate_property,
+                    "only this gate property (also how a device-faulted run gives each its own process)");
   c.app->add_flag("--list", *list, "list the mutants and exit");
   c.app->add_flag("--quiet", o->quiet, "print only the table");
   c.run = [o, list, &common]() -> int {

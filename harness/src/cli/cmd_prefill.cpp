@@ -60,11 +60,17 @@ int run_prefill(const PrefillOptions& o, const Common& common) {
                        std::to_string(head_size) + " (name one with --attention)");
   }
   Subject& a = find(attention);
-  if (head_size > 0 && !can_run(a))
-    throw UsageError(
-        "scenario " + o.scenario + ": attention subject '" + attention + "' cannot take head size " +
-        std::to_string(head_size) + " with an LSE" +
-        (able.empty() ? std::string(" (no loaded subject can)") : " (subjects that can: " + able + ")"));
+  if (head_size > 0 && !can_run(a)) {
+    // The first thing it lacks, in can_run's order.
+    const std::string lacks = !a.has_op(AC_OP_ATTENTION)           ? "has no attention operation"
+                              : !(a.caps().features & AC_FEAT_LSE) ? "writes no LSE"
+                              : !dtype || !a.has_dtype(*dtype)
+                                  ? "does not take the scenario's dtype"
+                                  : "cannot take head size " + std::to_string(head_size);
+    throw UsageError("scenario " + o.scenario + ": attention subject '" + attention + "' " + lacks +
+                     (able.empty() ? std::string(" (no loaded subject can run it)")
+                                   : " (subjects that can: " + able + ")"));
+  }
   Subject& m = find(o.merge);
   PrefillReport r;
   try {
