@@ -132,6 +132,9 @@ variant fp8-descales-no-cache "$fp8_case"'; [c["input"].pop(f) for f in ("kv_dty
 variant fp8-descales-nan-v "$fp8_case"'; c["input"]["v"] = "hex:7f" + "38" * 63'
 variant fp8-descales-nan-q "$fp8_case"'; c["input"]["q"] = "hex:007e" + "003c" * 63'
 variant fp8-descales-v-2p32 "$fp8_case"'; c["input"]["v_descale"] = "hex:0000804f"'
+# Calls with no output row are legal and made; a pass of one says that nothing was compared.
+variant fp8-descales-no-query "$fp8_case"'; c["input"]["seqlens_q"] = [0]; c["input"]["q"] = "hex:"'
+variant merge-no-tokens 'c["op"] = "merge"; c["subject"] = "merge-fp8"; c["input"] = {"dtype": "fp16", "num_tokens": 0, "num_heads": 3, "head_size": 96, "prefix_out": "hex:", "suffix_out": "hex:", "prefix_lse": "hex:", "suffix_lse": "hex:"}'
 variant excused-empty 'c["excused_rows"] = []'
 attention_case='c["op"] = "attention"; c["subject"] = "textbook"; c["input"] = {"dtype": "fp16", "num_heads": 1, "num_kv_heads": 1, "head_size": 1, "seqlens_q": [1], "seqlens_k": [1], "causal": False, "softmax_scale_bits": SCALE, "mask": "", "q": "hex:003c", "k": "hex:003c", "v": "hex:003c"}'
 variant scale-nan "SCALE = '0x7fc00000'; $attention_case"
@@ -288,6 +291,8 @@ row case-fp8-descales-no-cache 2 'fp8_descales judges an FP8 KV cache.s descales
 row case-fp8-descales-nan-v 2 "takes finite inputs only: V's element 0 \(0x7f\) is not finite" "$AC" replay "$D/fp8-descales-nan-v.json" --backend host
 row case-fp8-descales-nan-q 2 "takes finite inputs only: Q's element 0 \(0x7e00\) is not finite" "$AC" replay "$D/fp8-descales-nan-q.json" --backend host
 row case-fp8-descales-v-2p32 2 'doubled is past AC_MAX_DESCALE' "$AC" replay "$D/fp8-descales-v-2p32.json" --backend host
+row case-fp8-descales-no-query 0 'pass \(fp8_descales; the call has no output row: it returned, and nothing was compared\)' "$AC" replay "$D/fp8-descales-no-query.json" --backend host
+row case-merge-no-tokens 0 'merge-fp8: pass \(accuracy; the call has no output row' "$AC" replay "$D/merge-no-tokens.json" --backend host
 row case-excused-not-a-kind 2 'excused_rows holds "fully visible row"' "$AC" replay "$D/excused-not-a-kind.json" --backend host
 row case-excused-empty 2 'excused_rows must be a non-empty array' "$AC" replay "$D/excused-empty.json" --backend host
 row case-version-float 2 'version' "$AC" replay "$D/version-float.json" --backend host
