@@ -14,14 +14,11 @@
 #include "attncheck/reproduce.hpp"
 #include "command.hpp"
 
-// git describe of the source tree at configure time (CMake defines it; reports and --version carry it).
-#ifndef ATTNCHECK_GIT_DESCRIBE
-#define ATTNCHECK_GIT_DESCRIBE ""
-#endif
-
 namespace attncheck::cli {
 
-inline constexpr const char* kGitDescribe = ATTNCHECK_GIT_DESCRIBE;
+// git describe of the source tree at build time (the build writes its definition:
+// cmake/git_describe.cmake; reports and --version carry it).
+extern const char* const kGitDescribe;
 
 // An input problem: one line, exit 2.
 struct UsageError : std::runtime_error {
