@@ -280,11 +280,12 @@ class Fp8Fake final : public fakes::Wrapping {
       caps_.num_page_sizes = 1;
     }
   }
+  // How the refused format is refused: unsupported (a refusal), or internal (a crash).
+  SubjectError::Kind refusal = SubjectError::Kind::unsupported;
   AttentionOutput attention(const AttentionInput& given, const AttentionOptions& o) override {
     AttentionInput gathered, decoded;
     if (!given.fp8_kv()) return inner_.attention(contiguous_kv(given, gathered), o);
-    if (given.kv_dtype == refuse_)
-      throw SubjectError(SubjectError::Kind::unsupported, "this format is not compiled in");
+    if (given.kv_dtype == refuse_) throw SubjectError(refusal, "this format is not compiled in");
     const AttentionInput& a = bug_ == Bug::shared_page_owner_descale ? given : contiguous_kv(given, gathered);
     AttentionInput f = a;
     f.dtype = AC_DTYPE_F32;
@@ -594,6 +595,22 @@ TEST_CASE("declared_variants: a subject refusing an FP8 format it declares fails
         "compiled in");
   // Every other property takes the same refusal for a skipped case.
   CHECK(run_property("fp8_descales", refuses, cfg).status == PropertyResult::Status::passed);
+}
+
+TEST_CASE("declared_variants: a crash on a declared item's launch is a crash that names the item",
+          "[properties][fp8][refusals]") {
+  RunConfig cfg;
+  cfg.shrink = false;
+  Fp8Fake crashes(Fp8Fake::Bug::none, AC_DTYPE_E5M2);
+  crashes.refusal = SubjectError::Kind::internal;
+  const PropertyResult r = run_property("declared_variants", crashes, cfg);
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::crashed);
+  CHECK(r.failure_class == "internal");
+  // The base case is plain (no FP8 cache): without the item's name the message would not say that
+  // the e5m2 call crashed.
+  CHECK(r.message.find("with its declared FP8 KV cache e5m2: this format is not compiled in") !=
+        std::string::npos);
 }
 
 TEST_CASE("FP8 KV: descales per (sequence, KV head), judged, checked and exchanged per sequence",

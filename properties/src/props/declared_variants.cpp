@@ -199,7 +199,11 @@ class DeclaredVariants final : public Property {
       try {
         rule_accuracy(o, run_once(ctx, one, o), false);
       } catch (const SubjectError& e) {
-        if (e.kind != SubjectError::Kind::unsupported) throw;
+        // A crash on the item's launch keeps its kind and says which item it was: the case the
+        // report describes (and the file replays) is the plain one the item is made from.
+        if (e.kind == SubjectError::Kind::interrupted) throw;
+        if (e.kind != SubjectError::Kind::unsupported)
+          throw SubjectError(e.kind, "with its declared " + item.name + ": " + e.what());
         fail(o, "refused_declared",
              "the subject refused its declared " + item.name + ", which it must accept: " + e.what());
         o.judged = std::make_shared<const Case>(std::move(one));
