@@ -11,9 +11,12 @@
 // This file builds the app from the commands (cmd_*.cpp, command.hpp), runs the parsed one and
 // turns what escapes it into one line and an exit code.
 #include <malloc.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,13 +30,68 @@
 #include "attncheck/report.hpp"
 #include "common.hpp"
 #include "options.hpp"
+#include "pair_pool.hpp"
 #include "process.hpp"
 #include "serve.hpp"
 
 namespace ac = attncheck;
 using ac::cli::kExitCrashed, ac::cli::kExitUsage, ac::cli::one_line;
 
+namespace {
+
+// Code attncheck loads runs in this process where nothing isolates it: a plugin's constructors and
+// attncheck_plugin() at load time, `replay`'s calls, and every call without --jobs. If that code
+// ends the process, its status must not be read as attncheck's (exit(0) while loading read as
+// "all hold"): an exit() before main returns, and a fatal signal, give one line and exit 3. The
+// command's own processes for pairs (pair_pool.cpp) are left to their parent, which reports how
+// they died. _exit() cannot be caught in the process; only --jobs puts a call in another one.
+std::atomic<bool> g_main_returned{false};
+
+void exit_before_main_returned() {
+  if (g_main_returned.load()) return;
+  std::fflush(stdout);
+  std::fputs(
+      "attncheck: the process was ended by exit() in code it loaded (a plugin or subject) before "
+      "attncheck finished: a crash\n",
+      stderr);
+  ::_exit(kExitCrashed);
+}
+
+// Only async-signal-safe calls: write and _exit.
+void on_fatal_signal(int sig) {
+  char line[160] = "attncheck: the process received a fatal signal ";
+  size_t n = std::strlen(line);
+  char digits[8];
+  int k = 0;
+  for (int v = sig; v > 0 && k < 8; v /= 10) digits[k++] = char('0' + v % 10);
+  while (k > 0 && n < sizeof line - 1) line[n++] = digits[--k];
+  const char tail[] = " (in code it loaded, or in attncheck): a crash\n";
+  for (size_t i = 0; tail[i] && n < sizeof line - 1; ++i) line[n++] = tail[i];
+  (void)!::write(STDERR_FILENO, line, n);
+  ::_exit(kExitCrashed);
+}
+
+void guard_this_process() {
+  std::atexit(exit_before_main_returned);
+  // Under a sanitizer its own handlers report the fault: they are left in place.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) ::signal(sig, on_fatal_signal);
+#endif
+}
+
+int run(int argc, char** argv);
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  const int rc = run(argc, argv);
+  g_main_returned.store(true);
+  return rc;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   // Every case allocates and frees tensors of up to a few MiB (a batch of 140 sequences, its
   // outputs, the victims' copies). glibc's defaults hand the freed heap top back to the kernel and
   // fault it in again at the next case: half of batch_invariance's time at 140 sequences went to
@@ -43,6 +101,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (const auto rc = ac::worker::device_server_main(argc, argv, ac::load_builtin_subjects)) return *rc;
+  if (!ac::cli::child_pair_from_env()) guard_this_process();
   // What a worker starts and leaves behind is found and ended with the worker (process.hpp).
   ac::worker::adopt_orphans();
   ac::cli::Common common;
@@ -115,3 +174,5 @@ int main(int argc, char** argv) {
   }
   return kExitUsage;
 }
+
+}  // namespace
