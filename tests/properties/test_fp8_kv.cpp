@@ -282,10 +282,14 @@ class Fp8Fake final : public fakes::Wrapping {
   }
   // How the refused format is refused: unsupported (a refusal), or internal (a crash).
   SubjectError::Kind refusal = SubjectError::Kind::unsupported;
+  // Refuses descales per KV head (granularity 1) though it declares them.
+  bool refuse_per_kv_head = false;
   AttentionOutput attention(const AttentionInput& given, const AttentionOptions& o) override {
     AttentionInput gathered, decoded;
     if (!given.fp8_kv()) return inner_.attention(contiguous_kv(given, gathered), o);
     if (given.kv_dtype == refuse_) throw SubjectError(refusal, "this format is not compiled in");
+    if (refuse_per_kv_head && given.descale_granularity() == 1)
+      throw SubjectError(SubjectError::Kind::unsupported, "descales per KV head are not compiled in");
     const AttentionInput& a = bug_ == Bug::shared_page_owner_descale ? given : contiguous_kv(given, gathered);
     AttentionInput f = a;
     f.dtype = AC_DTYPE_F32;
@@ -595,6 +599,23 @@ TEST_CASE("declared_variants: a subject refusing an FP8 format it declares fails
         "compiled in");
   // Every other property takes the same refusal for a skipped case.
   CHECK(run_property("fp8_descales", refuses, cfg).status == PropertyResult::Status::passed);
+}
+
+TEST_CASE("declared_variants: a GQA subject declaring descales per KV head is called with them",
+          "[properties][fp8][refusals]") {
+  RunConfig cfg;
+  cfg.shrink = false;
+  // The fake declares GQA, so the plain case has one KV head, where one descale is per tensor: the
+  // item takes two KV heads (four query heads) to call granularity 1 at all.
+  Fp8Fake refuses;
+  refuses.refuse_per_kv_head = true;
+  const PropertyResult r = run_property("declared_variants", refuses, cfg);
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "refused_declared");
+  CHECK(r.message ==
+        "the subject refused its declared FP8 KV cache e4m3fn (descales per KV head), which it must accept: "
+        "descales per KV head are not compiled in");
 }
 
 TEST_CASE("declared_variants: a crash on a declared item's launch is a crash that names the item",

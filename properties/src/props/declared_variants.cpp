@@ -34,13 +34,15 @@ Bits fixed_values(ac_dtype dtype, int64_t n, uint64_t salt) {
   return x;
 }
 
-// The plain case at head sizes d (Q, K) and dv (V, O; 0: d), or its sequences' lengths `tq`, `tk`.
+// The plain case at head sizes d (Q, K) and dv (V, O; 0: d), or its sequences' lengths `tq`, `tk`;
+// kv_heads KV heads (0: one under GQA, else kHeads), each with kHeads query heads under GQA.
 AttentionInput plain_case(ac_dtype dtype, int32_t d, int32_t dv, bool gqa,
-                          std::vector<int32_t> tq = {kQueries}, std::vector<int32_t> tk = {kKeys}) {
+                          std::vector<int32_t> tq = {kQueries}, std::vector<int32_t> tk = {kKeys},
+                          int32_t kv_heads = 0) {
   AttentionInput a;
   a.dtype = dtype;
-  a.num_heads = kHeads;
-  a.num_kv_heads = gqa ? 1 : kHeads;
+  a.num_kv_heads = kv_heads > 0 ? kv_heads : gqa ? 1 : kHeads;
+  a.num_heads = gqa ? kHeads * a.num_kv_heads : a.num_kv_heads;
   a.head_size = d;
   a.head_size_v = dv;
   a.seqlens_q = std::move(tq);
@@ -128,14 +130,19 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
       items.back().input.p_scale = 300.5f;
     }
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
-      std::vector<float> d(size_t(plain.num_kv_heads), 0x1p-6f);
+      // Two KV heads at least: a GQA subject's plain case has one, whose one descale is per tensor.
+      const AttentionInput heads =
+          plain.num_kv_heads > 1 ? plain
+                                 : plain_case(plain.dtype, plain.head_size, plain.head_size_v,
+                                              plain.num_kv_heads < plain.num_heads, {kQueries}, {kKeys}, 2);
+      std::vector<float> d(size_t(heads.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
       if (kv_alone)
         items.push_back(
-            {std::string("FP8 KV cache ") + name + " (descales per KV head)", gen::fp8_copy(plain, f, d, d)});
+            {std::string("FP8 KV cache ") + name + " (descales per KV head)", gen::fp8_copy(heads, f, d, d)});
       if (caps.fp8 & AC_FP8_Q)
         items.push_back({std::string("Q, K and V in ") + name + " (descales per KV head)",
-                         gen::fp8_copy(plain, f, d, d, d)});
+                         gen::fp8_copy(heads, f, d, d, d)});
     }
     if (caps.fp8 & AC_FP8_DESCALE_PER_SEQUENCE) {
       // Two sequences (the plain one twice), the second's last KV head with a descale of its own.
