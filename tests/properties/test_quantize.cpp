@@ -14,6 +14,7 @@
 #include "attncheck/case.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/reference/fp8.hpp"
+#include "fakes.hpp"
 #include "internal.hpp"
 
 using namespace attncheck;
@@ -82,7 +83,14 @@ class FakeQuantizer final : public Subject {
   AttentionOutput attention(const AttentionInput&, const AttentionOptions&) override {
     throw SubjectError(SubjectError::Kind::unsupported, "no");
   }
+  // A format it refuses though it declares it (AC_DTYPE_F32: none), and scales per head refused.
+  ac_dtype refuse = AC_DTYPE_F32;
+  bool refuse_per_head = false;
   QuantizeOutput quantize(const QuantizeInput& in) override {
+    if (in.out_dtype == refuse)
+      throw SubjectError(SubjectError::Kind::unsupported, "this format is not compiled in");
+    if (refuse_per_head && in.scales.size() > 1)
+      throw SubjectError(SubjectError::Kind::unsupported, "scales per head are not compiled in");
     const ref::Fp8Format f = detail::fp8_format(in.out_dtype);
     const bool saturate = (caps_.fp8 & AC_FP8_SATURATE) && bug_ != QBug::nan_cast;
     const ref::Fp8Overflow ov = saturate ? ref::Fp8Overflow::saturate : ref::Fp8Overflow::nonfinite;
@@ -119,6 +127,46 @@ class FakeQuantizer final : public Subject {
   QBug bug_;
   std::string name_;
   ac_caps caps_{};
+};
+
+// A merge declaring saturating FP8 outputs in every format: fakes::Fake's merge in fp32, each value
+// divided by the scale and rounded once more into the format; or a format it refuses.
+class Fp8MergeFake final : public Subject {
+ public:
+  explicit Fp8MergeFake(ac_dtype refuse = AC_DTYPE_F32)
+      : inner_("fp8-merge", AC_OP_MERGE), caps_(inner_.caps()), refuse_(refuse) {
+    caps_.dtypes = AC_DTYPE_BIT(AC_DTYPE_F32);
+    caps_.kv_dtypes = kFp8DtypeBits;
+    caps_.fp8 = AC_FP8_SATURATE;
+  }
+  const std::string& name() const override { return inner_.name(); }
+  const std::string& description() const override { return inner_.description(); }
+  const ac_caps& caps() const override { return caps_; }
+  std::string backend() const override { return "host"; }
+  std::string origin() const override { return "test"; }
+  MergeOutput merge(const MergeInput& in) override {
+    if (!in.fp8_out()) return inner_.merge(in);
+    if (in.out_dtype == refuse_)
+      throw SubjectError(SubjectError::Kind::unsupported, "this output format is not compiled in");
+    MergeInput wide = in;
+    wide.out_dtype = AC_DTYPE_F32;
+    MergeOutput out = inner_.merge(wide);
+    for (uint32_t& y : out.out)
+      y = ref::encode_fp8(detail::fp8_format(in.out_dtype), detail::decode(AC_DTYPE_F32, y) / in.output_scale,
+                          ref::Fp8Overflow::saturate);
+    return out;
+  }
+  SoftmaxOutput softmax(const SoftmaxInput&) override {
+    throw SubjectError(SubjectError::Kind::unsupported, "no");
+  }
+  AttentionOutput attention(const AttentionInput&, const AttentionOptions&) override {
+    throw SubjectError(SubjectError::Kind::unsupported, "no");
+  }
+
+ private:
+  fakes::Fake inner_;
+  ac_caps caps_;
+  ac_dtype refuse_;
 };
 
 RunConfig cases(int n) {
@@ -226,6 +274,51 @@ TEST_CASE("judge_quantize: the fp64 quotient rounds to the real quotient's code"
   INFO(differ << " of " << checked << " differ");
   CHECK(differ == 0);
   CHECK(checked > 200000);
+}
+
+TEST_CASE("declared_variants: a quantiser refusing a declared format or its scales per head fails, naming it",
+          "[properties][quantize]") {
+  FakeQuantizer good(QBug::none, true);
+  const PropertyResult ok = run_property("declared_variants", good, cases(1));
+  INFO(ok.message);
+  CHECK(ok.status == PropertyResult::Status::passed);
+  // quantize_exact takes either refusal for a skipped case and passes: declared_variants calls each.
+  FakeQuantizer fnuz(QBug::none, true);
+  fnuz.refuse = AC_DTYPE_E4M3FNUZ;
+  CHECK(run_property("quantize_exact", fnuz, cases(60)).status == PropertyResult::Status::passed);
+  const PropertyResult r = run_property("declared_variants", fnuz, cases(1));
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "refused_declared");
+  CHECK(r.message ==
+        "the subject refused its declared codes in e4m3fnuz, which it must accept: this format is not "
+        "compiled in");
+  FakeQuantizer per_head(QBug::none, true);
+  per_head.refuse_per_head = true;
+  CHECK(run_property("quantize_exact", per_head, cases(60)).status == PropertyResult::Status::passed);
+  const PropertyResult h = run_property("declared_variants", per_head, cases(1));
+  CHECK(h.status == PropertyResult::Status::failed);
+  CHECK(
+      h.message ==
+      "the subject refused its declared codes in e4m3fn (a scale per head), which it must accept: scales per "
+      "head are not compiled in");
+}
+
+TEST_CASE("declared_variants: a merge refusing one of its declared FP8 outputs fails, naming it",
+          "[properties][merge][fp8]") {
+  Fp8MergeFake good;
+  const PropertyResult ok = run_property("declared_variants", good, cases(1));
+  INFO(ok.message);
+  CHECK(ok.status == PropertyResult::Status::passed);
+  // accuracy takes the refusal for a skipped case and passes: declared_variants calls each format.
+  Fp8MergeFake e5m2(AC_DTYPE_E5M2);
+  CHECK(run_property("accuracy", e5m2, cases(60)).status == PropertyResult::Status::passed);
+  const PropertyResult r = run_property("declared_variants", e5m2, cases(1));
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "refused_declared");
+  CHECK(
+      r.message ==
+      "the subject refused its declared output in e5m2 (output_scale 0.5), which it must accept: this output "
+      "format is not compiled in");
 }
 
 TEST_CASE("quantize_exact: a correct quantiser passes, each broken one fails with its class",

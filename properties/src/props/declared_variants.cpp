@@ -5,7 +5,10 @@
 // Here each declared item gets one small case of its own, the same plain case with that item alone:
 // every page size (the case's K / V paged at it, gen::paged_copy, and two sequences over three
 // shuffled pages of it, the first shared: over_shared_pages), every (QK, V) head pair, the
-// softcap, a window, sinks, and each declared FP8 KV cache format (per KV head too where declared).
+// softcap, a window, sinks, and each declared FP8 KV cache format (per KV head too where declared,
+// O in each format under AC_FP8_OUT, the maxima under AC_FP8_AMAX). A merge or a quantiser that
+// declares FP8 outputs (caps.kv_dtypes) gets a small plain merge or quantisation and one item per
+// declared format (a quantiser's also with a scale per head where declared).
 // The plain case runs first: a refusal of it is an ordinary refusal
 // (a skipped case). A refusal of an item then breaks the declaration and fails (`refused_declared`)
 // naming the item; each output is held to the accuracy budget as well. The items are enumerated,
@@ -129,6 +132,21 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
                                 : gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
       items.back().input.p_scale = 300.5f;
     }
+    if (caps.fp8 & AC_FP8_OUT) {  // O in this format too, divided by an output scale of 2^-1
+      items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name + ", O in " + name +
+                           " (output_scale 0.5)",
+                       kv_alone ? gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})
+                                : gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+      items.back().input.out_dtype = f;
+      items.back().input.output_scale = 0.5f;
+    }
+    if (caps.fp8 & AC_FP8_AMAX) {
+      items.push_back(
+          {std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name + " (the maxima asked)",
+           kv_alone ? gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})
+                    : gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+      items.back().input.want_amax = true;
+    }
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
       // Two KV heads at least: a GQA subject's plain case has one, whose one descale is per tensor.
       const AttentionInput heads =
@@ -173,26 +191,94 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
   return items;
 }
 
+// A merge's and a quantiser's plain case: 2 tokens x 2 heads x d, fixed values in [-1, 1] (a
+// merge's LSEs finite: no empty state), out in dtype (a merge) or the codes of the first
+// declared format at one scale of 2^-1 (a quantiser).
+MergeInput plain_merge(ac_dtype dtype, int32_t d) {
+  MergeInput m;
+  m.dtype = dtype;
+  m.num_tokens = 2;
+  m.num_heads = kHeads;
+  m.head_size = d;
+  m.prefix_out = fixed_values(dtype, int64_t(m.num_tokens) * m.num_heads * d, 4);
+  m.suffix_out = fixed_values(dtype, int64_t(m.num_tokens) * m.num_heads * d, 5);
+  m.prefix_lse = {0.5f, -1.0f, 2.0f, 0.25f};
+  m.suffix_lse = {1.0f, 0.75f, -0.5f, 3.0f};
+  return m;
+}
+QuantizeInput plain_quantize(ac_dtype dtype, int32_t d, ac_dtype out) {
+  QuantizeInput q;
+  q.dtype = dtype;
+  q.out_dtype = out;
+  q.num_tokens = 2;
+  q.num_heads = kHeads;
+  q.head_size = d;
+  q.x = fixed_values(dtype, int64_t(q.num_tokens) * q.num_heads * d, 6);
+  q.scales = {0.5f};
+  return q;
+}
+
+// A merge's items: its output in each declared FP8 format, divided by 2^-1. A quantiser's: each
+// declared format at one scale, and at a scale per head where declared.
+using Input = decltype(Case::input);
+std::vector<std::pair<std::string, Input>> declared_items_of(const ac_caps& caps, const Input& plain) {
+  std::vector<std::pair<std::string, Input>> items;
+  for (const auto& [f, name] : kv_dtype_spellings()) {
+    if (!(caps.kv_dtypes & AC_DTYPE_BIT(f))) continue;
+    if (const auto* m = std::get_if<MergeInput>(&plain)) {
+      MergeInput x = *m;
+      x.out_dtype = f;
+      x.output_scale = 0.5f;
+      items.emplace_back(std::string("output in ") + name + " (output_scale 0.5)", x);
+    } else if (const auto* q = std::get_if<QuantizeInput>(&plain)) {
+      QuantizeInput x = *q;
+      x.out_dtype = f;
+      items.emplace_back(std::string("codes in ") + name, x);
+      if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
+        x.scales.assign(size_t(x.num_heads), 0.5f);
+        x.scales.back() = 0.375f;
+        items.emplace_back(std::string("codes in ") + name + " (a scale per head)", x);
+      }
+    }
+  }
+  if (const auto* a = std::get_if<AttentionInput>(&plain))
+    for (Item& item : declared_items(caps, *a))
+      items.emplace_back(std::move(item.name), std::move(item.input));
+  return items;
+}
+
 class DeclaredVariants final : public Property {
  public:
   DeclaredVariants()
-      : Property(
-            {"declared_variants",
-             "A subject accepts every variant it declares: one small case per page size, (QK, V) head "
-             "pair, softcap, window, sinks and FP8 KV cache format, each within budget; a refusal of one "
-             "fails, naming it.",
-             "\"The attention the engines run\"", AC_OP_ATTENTION | AC_OP_SPLITKV, true,
-             /*relative_cost=*/1, kMaxCases, /*in_long=*/false}) {}
+      : Property({"declared_variants",
+                  "A subject accepts every variant it declares: one small case per page size, (QK, V) head "
+                  "pair, softcap, window, sinks and FP8 KV cache format, and for a merge or a quantiser each "
+                  "declared FP8 output format, each within budget; a refusal of one fails, naming it.",
+                  "\"The attention the engines run\"",
+                  AC_OP_ATTENTION | AC_OP_SPLITKV | AC_OP_MERGE | AC_OP_QUANTIZE, true,
+                  /*relative_cost=*/1, kMaxCases, /*in_long=*/false}) {}
 
-  bool applies_to(const Subject& s, uint32_t) const override {
-    return s.caps().variants != 0 || s.caps().kv_dtypes != 0;
+  // A merge or a quantiser declares its FP8 outputs in kv_dtypes.
+  bool applies_to(const Subject& s, uint32_t op) const override {
+    return op == AC_OP_MERGE || op == AC_OP_QUANTIZE ? s.caps().kv_dtypes != 0
+                                                     : s.caps().variants != 0 || s.caps().kv_dtypes != 0;
   }
-  void draw_input(Case& c, const gen::Domain& dom, uint32_t) const override {
+  void draw_input(Case& c, const gen::Domain& dom, uint32_t op) const override {
     const ac_dtype dtype = *rc::gen::elementOf(dom.dtypes);
     // A subject may declare its head sizes through its pairs alone: the first pair's QK size then.
     const int32_t d =
         dom.head_sizes.empty() ? dom.head_pairs.front().qk : *rc::gen::elementOf(dom.head_sizes);
-    c.input = plain_case(dtype, d, 0, (dom.features & AC_FEAT_GQA) != 0);
+    if (op == AC_OP_MERGE) {
+      c.input = plain_merge(dtype, d);
+    } else if (op == AC_OP_QUANTIZE) {
+      for (const auto& [f, name] : kv_dtype_spellings())
+        if (dom.kv_dtypes & AC_DTYPE_BIT(f)) {  // the first declared format
+          c.input = plain_quantize(dtype, d, f);
+          break;
+        }
+    } else {
+      c.input = plain_case(dtype, d, 0, (dom.features & AC_FEAT_GQA) != 0);
+    }
   }
   bool shrinks() const override { return false; }
 
@@ -200,9 +286,10 @@ class DeclaredVariants final : public Property {
     Outcome o;
     rule_accuracy(o, run_once(ctx, c, o), false);  // a refusal here is an ordinary one
     if (!o.ok) return o;
-    for (const Item& item : declared_items(ctx.subject.caps(), std::get<AttentionInput>(c.input))) {
+    for (auto& [item_name, input] : declared_items_of(ctx.subject.caps(), c.input)) {
+      const Item item{item_name, {}};
       Case one = c;
-      one.input = item.input;
+      one.input = std::move(input);
       try {
         rule_accuracy(o, run_once(ctx, one, o), false);
       } catch (const SubjectError& e) {
