@@ -3,7 +3,8 @@
 // reported. It wraps the built-in merge's host twin, so calls before the chosen one are correct.
 //   ATTNCHECK_DIE     segv | abort | exit0 | throw | hang | nonul (fills the error buffer without
 //                     a terminating NUL and refuses the call) | noisy (40 lines of noise on stderr,
-//                     then a last line with the cause, then abort); unset: never dies
+//                     then a last line with the cause, then abort) | overrun (a correct merge,
+//                     then one byte past the end of O changed); unset: never dies
 //   ATTNCHECK_DIE_AT  the call number (1-based, per process) that dies; default 3
 #include <unistd.h>
 
@@ -40,6 +41,18 @@ int merge_entry(void*, const ac_merge_args* args, char* err, size_t err_len) {
     if (h == "nonul") {
       std::memset(err, 'x', err_len);
       return AC_ERR_UNSUPPORTED;
+    }
+    if (h == "overrun") {
+      const int rc = attncheck::kern::merge_host(*args, attncheck::kern::MergeOptions{}, err, err_len);
+      const ac_dtype o = args->out_dtype == AC_DTYPE_E4M3 || args->out_dtype == AC_DTYPE_E5M2 ||
+                                 args->out_dtype == AC_DTYPE_E4M3FNUZ
+                             ? args->out_dtype
+                             : args->dtype;
+      const size_t elem = o == AC_DTYPE_F32 ? 4 : o == AC_DTYPE_F16 || o == AC_DTYPE_BF16 ? 2 : 1;
+      static_cast<unsigned char*>(
+          args->out)[size_t(args->num_tokens) * size_t(args->num_heads) * size_t(args->head_size) * elem] ^=
+          0xffu;
+      return rc;
     }
   }
   return attncheck::kern::merge_host(*args, attncheck::kern::MergeOptions{}, err, err_len);

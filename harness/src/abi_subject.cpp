@@ -96,7 +96,8 @@ MergeOutput AbiSubject::merge(const MergeInput& in) {
   const size_t prefix = st.add(pack(in.dtype, in.prefix_out)), suffix = st.add(pack(in.dtype, in.suffix_out));
   const size_t prefix_lse = st.add(as_bytes(to_layout(in.prefix_lse, layout, tokens, heads)));
   const size_t suffix_lse = st.add(as_bytes(to_layout(in.suffix_lse, layout, tokens, heads)));
-  const size_t out = st.add(poisoned(in.o_dtype(), n_out)), out_lse = st.add(as_bytes(poisoned_lse(n_lse)));
+  const size_t out = st.add(poisoned(in.o_dtype(), n_out), "O"),
+               out_lse = st.add(as_bytes(poisoned_lse(n_lse)), "LSE");
   const size_t scale = st.add(as_bytes(std::vector<float>{in.output_scale}));
   st.upload();
 
@@ -146,7 +147,7 @@ SoftmaxOutput AbiSubject::softmax(const SoftmaxInput& in) {
   const size_t n = size_t(int64_t(in.rows) * in.cols);
   require_tensor_size("x", in.x.size(), n);
   Staging st(mem);
-  const size_t x = st.add(pack(in.dtype, in.x)), y = st.add(poisoned(in.dtype, n));
+  const size_t x = st.add(pack(in.dtype, in.x)), y = st.add(poisoned(in.dtype, n), "y");
   st.upload();
   ac_softmax_args a{};
   a.dtype = in.dtype;
@@ -173,7 +174,7 @@ QuantizeOutput AbiSubject::quantize(const QuantizeInput& in) {
   const size_t n = size_t(int64_t(in.num_tokens) * in.num_heads * in.head_size);
   require_tensor_size("x", in.x.size(), n);
   Staging st(mem);
-  const size_t x = st.add(pack(in.dtype, in.x)), y = st.add(poisoned(in.out_dtype, n)),
+  const size_t x = st.add(pack(in.dtype, in.x)), y = st.add(poisoned(in.out_dtype, n), "y"),
                scale = st.add(as_bytes(in.scales));
   st.upload();
   ac_quantize_args a{};
@@ -221,10 +222,11 @@ AttentionOutput AbiSubject::attention(const AttentionInput& in_given, const Atte
                p_scale = st.add(as_bytes(std::vector<float>{in.p_scale}));
   const size_t cu_q_s = st.add(as_bytes(seqs.cu_q)), cu_k_s = st.add(as_bytes(seqs.cu_k));
   const size_t mask = st.add(as_bytes(in.mask)), cu_mask_s = st.add(as_bytes(seqs.cu_mask));
-  const size_t out = st.add(poisoned(in.o_dtype(), n_q)),
-               lse = st.add(as_bytes(poisoned_lse(wants_lse ? n_lse : 0)));
+  const size_t out = st.add(poisoned(in.o_dtype(), n_q), "O"),
+               lse = st.add(as_bytes(poisoned_lse(wants_lse ? n_lse : 0)), "LSE");
   const size_t output_scale = st.add(as_bytes(std::vector<float>{in.output_scale}));
-  const size_t amax = st.add(as_bytes(poisoned_lse(in.want_amax ? 2 : 0)));  // AC_FP8_AMAX's two values
+  const size_t amax =
+      st.add(as_bytes(poisoned_lse(in.want_amax ? 2 : 0)), "amax");  // AC_FP8_AMAX's two values
   const size_t sinks = st.add(as_bytes(in.sinks)), table = st.add(as_bytes(in.block_table));
   st.upload();
 

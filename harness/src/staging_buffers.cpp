@@ -151,15 +151,21 @@ Staging::~Staging() {
 #endif
 }
 
-size_t Staging::add(std::vector<unsigned char> bytes) {
+size_t Staging::add(std::vector<unsigned char> bytes, const char* name) {
   const size_t at = slots_.empty() ? 0 : end();
-  slots_.push_back({at, bytes.size(), std::move(bytes)});
+  slots_.push_back({at, bytes.size(), std::move(bytes), name});
   return slots_.size() - 1;
 }
 
+// Host buffers are followed by kGuardBytes of kGuardByte: a subject that writes a little past a
+// buffer's end (an off-by-one tile, an LSE row too many) changes them, where the heap would
+// otherwise take the bytes silently. An empty buffer's one byte is guard too.
+constexpr size_t kGuardBytes = 64;
+constexpr unsigned char kGuardByte = 0xa5;
+
 void Staging::upload() {
   if (mem_ == AC_MEMORY_HOST) {
-    for (auto& sl : slots_) sl.bytes.resize(std::max<size_t>(sl.size, 1));
+    for (auto& sl : slots_) sl.bytes.resize(sl.size + kGuardBytes, kGuardByte);
     return;
   }
 #if defined(ATTNCHECK_HAVE_CUDA)
@@ -199,7 +205,19 @@ void* Staging::get(size_t slot) {
 }
 
 void Staging::download(size_t first) {
-  if (mem_ == AC_MEMORY_HOST) return;
+  if (mem_ == AC_MEMORY_HOST) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const Slot& sl = slots_[i];
+      for (size_t b = sl.size; b < sl.bytes.size(); ++b)
+        if (sl.bytes[b] != kGuardByte)
+          throw SubjectError(SubjectError::Kind::internal,
+                             "the subject wrote past the end of its " +
+                                 (sl.name ? std::string(sl.name) : "input buffer " + std::to_string(i)) +
+                                 " buffer (" + std::to_string(sl.size) + " bytes; byte " +
+                                 std::to_string(b - sl.size) + " past it changed)");
+    }
+    return;
+  }
 #if defined(ATTNCHECK_HAVE_CUDA)
   if (separate()) {
     for (size_t i = first; i < slots_.size(); ++i)

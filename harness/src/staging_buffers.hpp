@@ -58,12 +58,16 @@ class Staging {
   Staging& operator=(const Staging&) = delete;
   ~Staging();
 
-  // Adds a buffer holding `bytes`; returns its slot. Outputs are added after every input.
-  size_t add(std::vector<unsigned char> bytes);
+  // Adds a buffer holding `bytes`; returns its slot. Outputs are added after every input. `name`
+  // (an output's: "O", "LSE") names it where a subject writes past its end.
+  size_t add(std::vector<unsigned char> bytes, const char* name = nullptr);
   // Places every buffer in the subject's memory (after the last add, before the first get).
   void upload();
   void* get(size_t slot);
-  // Brings buffer `first` and every later one back from the device, in one copy.
+  // Brings buffer `first` and every later one back from the device, in one copy. In host memory,
+  // checks the guard bytes after every buffer: a subject that wrote past one is a crash
+  // (SubjectError internal) naming it. (On the device, compute-sanitizer's memcheck with
+  // ATTNCHECK_SEPARATE_BUFFERS=1 sees each buffer's bounds.)
   void download(size_t first);
   // Buffer `slot`'s bytes as the subject left them (after download for a CUDA subject).
   std::vector<unsigned char> read(size_t slot) const;
@@ -72,6 +76,7 @@ class Staging {
   struct Slot {
     size_t offset, size;
     std::vector<unsigned char> bytes;
+    const char* name;
   };
   // Where the next buffer would start: the bytes the block must hold (at least 1).
   size_t end() const;
