@@ -581,6 +581,19 @@ TEST_CASE("fp8_descales: V = 1 cases hold O = 1 exactly on every row that sees a
   CHECK(ones < 100);
 }
 
+namespace {
+// declared_variants on `s` fails as a refusal of a declared item, with exactly `message`.
+void expect_refused_declared(Subject& s, const std::string& message) {
+  RunConfig cfg;
+  cfg.shrink = false;
+  const PropertyResult r = run_property("declared_variants", s, cfg);
+  INFO(r.message);
+  CHECK(r.status == PropertyResult::Status::failed);
+  CHECK(r.failure_class == "refused_declared");
+  CHECK(r.message == message);
+}
+}  // namespace
+
 TEST_CASE("declared_variants: a subject refusing an FP8 format it declares fails, naming it",
           "[properties][fp8][refusals]") {
   RunConfig cfg;
@@ -590,32 +603,24 @@ TEST_CASE("declared_variants: a subject refusing an FP8 format it declares fails
   INFO(ok.message);
   CHECK(ok.status == PropertyResult::Status::passed);
   Fp8Fake refuses(Fp8Fake::Bug::none, AC_DTYPE_E5M2);
-  const PropertyResult r = run_property("declared_variants", refuses, cfg);
-  INFO(r.message);
-  CHECK(r.status == PropertyResult::Status::failed);
-  CHECK(r.failure_class == "refused_declared");
-  CHECK(r.message ==
-        "the subject refused its declared FP8 KV cache e5m2, which it must accept: this format is not "
-        "compiled in");
+  expect_refused_declared(
+      refuses,
+      "the subject refused its declared FP8 KV cache e5m2, which it must accept: this format is not "
+      "compiled in");
   // Every other property takes the same refusal for a skipped case.
   CHECK(run_property("fp8_descales", refuses, cfg).status == PropertyResult::Status::passed);
 }
 
 TEST_CASE("declared_variants: a GQA subject declaring descales per KV head is called with them",
           "[properties][fp8][refusals]") {
-  RunConfig cfg;
-  cfg.shrink = false;
   // The fake declares GQA, so the plain case has one KV head, where one descale is per tensor: the
   // item takes two KV heads (four query heads) to call granularity 1 at all.
   Fp8Fake refuses;
   refuses.refuse_per_kv_head = true;
-  const PropertyResult r = run_property("declared_variants", refuses, cfg);
-  INFO(r.message);
-  CHECK(r.status == PropertyResult::Status::failed);
-  CHECK(r.failure_class == "refused_declared");
-  CHECK(r.message ==
-        "the subject refused its declared FP8 KV cache e4m3fn (descales per KV head), which it must accept: "
-        "descales per KV head are not compiled in");
+  expect_refused_declared(
+      refuses,
+      "the subject refused its declared FP8 KV cache e4m3fn (descales per KV head), which it "
+      "must accept: descales per KV head are not compiled in");
 }
 
 TEST_CASE("declared_variants: a crash on a declared item's launch is a crash that names the item",
