@@ -40,11 +40,12 @@ using ac::cli::kExitCrashed, ac::cli::kExitUsage, ac::cli::one_line;
 namespace {
 
 // Code attncheck loads runs in this process where nothing isolates it: a plugin's constructors and
-// attncheck_plugin() at load time, `replay`'s calls, and every call without --jobs. If that code
-// ends the process, its status must not be read as attncheck's (exit(0) while loading read as
-// "all hold"): an exit() before main returns, and a fatal signal, give one line and exit 3. The
-// command's own processes for pairs (pair_pool.cpp) are left to their parent, which reports how
-// they died. _exit() cannot be caught in the process; only --jobs puts a call in another one.
+// attncheck_plugin() at load time, and the calls of replay, prefill and tiling (check runs a
+// plugin's pairs in child processes). If that code ends the process, its status must not be read
+// as attncheck's (exit(0) while loading read as "all hold"): an exit() before main returns, and a
+// fatal signal, give one line and exit 3. The pairs' child processes (pair_pool.cpp) are left to
+// their parent, which reports how they died. _exit() cannot be caught in the process; --isolate
+// hosts each plugin in a worker process of its own, where it can.
 std::atomic<bool> g_main_returned{false};
 
 void exit_before_main_returned() {

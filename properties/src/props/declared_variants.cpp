@@ -126,25 +126,22 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
     if (caps.fp8 & AC_FP8_Q)
       items.push_back(
           {std::string("Q, K and V in ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+    // The items below: the cache alone where allowed, else Q, K and V, at the descales d.
+    const std::string fp8 = std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name;
+    auto in_fp8 = [&](const AttentionInput& x, const std::vector<float>& d) {
+      return kv_alone ? gen::fp8_copy(x, f, d, d) : gen::fp8_copy(x, f, d, d, d);
+    };
     if (caps.fp8 & AC_FP8_P_SCALE) {  // P's scale per call, one whose reciprocal is inexact
-      items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name + " (p_scale 300.5)",
-                       kv_alone ? gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})
-                                : gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+      items.push_back({fp8 + " (p_scale 300.5)", in_fp8(plain, {0x1p-6f})});
       items.back().input.p_scale = 300.5f;
     }
     if (caps.fp8 & AC_FP8_OUT) {  // O in this format too, divided by an output scale of 2^-1
-      items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name + ", O in " + name +
-                           " (output_scale 0.5)",
-                       kv_alone ? gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})
-                                : gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+      items.push_back({fp8 + ", O in " + name + " (output_scale 0.5)", in_fp8(plain, {0x1p-6f})});
       items.back().input.out_dtype = f;
       items.back().input.output_scale = 0.5f;
     }
     if (caps.fp8 & AC_FP8_AMAX) {
-      items.push_back(
-          {std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name + " (the maxima asked)",
-           kv_alone ? gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f})
-                    : gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
+      items.push_back({fp8 + " (the maxima asked)", in_fp8(plain, {0x1p-6f})});
       items.back().input.want_amax = true;
     }
     if (caps.fp8 & AC_FP8_DESCALE_PER_KV_HEAD) {
@@ -172,19 +169,14 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
         to->insert(to->end(), from->begin(), from->end());
       std::vector<float> d(2 * size_t(plain.num_kv_heads), 0x1p-6f);
       d.back() = 3 * 0x1p-7f;
-      items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name +
-                           " (descales per (sequence, KV head))",
-                       kv_alone ? gen::fp8_copy(two, f, d, d) : gen::fp8_copy(two, f, d, d, d)});
+      items.push_back({fp8 + " (descales per (sequence, KV head))", in_fp8(two, d)});
       // Paged too: the page the two sequences share read with each one's descales (the first
       // declared page size).
       if (paged) {
         const int32_t P = caps.page_sizes[0];
-        items.push_back({std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name +
-                             " (descales per (sequence, KV head)) over pages of " + std::to_string(P) +
+        items.push_back({fp8 + " (descales per (sequence, KV head)) over pages of " + std::to_string(P) +
                              ", the first shared by 2 sequences",
-                         over_shared_pages(kv_alone ? gen::fp8_copy(spanning_pages(plain, P), f, d, d)
-                                                    : gen::fp8_copy(spanning_pages(plain, P), f, d, d, d),
-                                           P)});
+                         over_shared_pages(in_fp8(spanning_pages(plain, P), d), P)});
       }
     }
   }
@@ -286,8 +278,7 @@ class DeclaredVariants final : public Property {
     Outcome o;
     rule_accuracy(o, run_once(ctx, c, o), false);  // a refusal here is an ordinary one
     if (!o.ok) return o;
-    for (auto& [item_name, input] : declared_items_of(ctx.subject.caps(), c.input)) {
-      const Item item{item_name, {}};
+    for (auto& [item, input] : declared_items_of(ctx.subject.caps(), c.input)) {
       Case one = c;
       one.input = std::move(input);
       try {
@@ -297,14 +288,14 @@ class DeclaredVariants final : public Property {
         // report describes (and the file replays) is the plain one the item is made from.
         if (e.kind == SubjectError::Kind::interrupted) throw;
         if (e.kind != SubjectError::Kind::unsupported)
-          throw SubjectError(e.kind, "with its declared " + item.name + ": " + e.what());
+          throw SubjectError(e.kind, "with its declared " + item + ": " + e.what());
         fail(o, "refused_declared",
-             "the subject refused its declared " + item.name + ", which it must accept: " + e.what());
+             "the subject refused its declared " + item + ", which it must accept: " + e.what());
         o.judged = std::make_shared<const Case>(std::move(one));
         return o;
       }
       if (!o.ok) {
-        o.message = "with its declared " + item.name + ": " + o.message;
+        o.message = "with its declared " + item + ": " + o.message;
         o.judged = std::make_shared<const Case>(std::move(one));
         return o;
       }
