@@ -128,8 +128,9 @@ std::vector<Item> declared_items(const ac_caps& caps, const AttentionInput& plai
           {std::string("Q, K and V in ") + name, gen::fp8_copy(plain, f, {0x1p-6f}, {0x1p-6f}, {0x1p-6f})});
     // The items below: the cache alone where allowed, else Q, K and V, at the descales d.
     const std::string fp8 = std::string(kv_alone ? "FP8 KV cache " : "Q, K and V in ") + name;
-    auto in_fp8 = [&](const AttentionInput& x, const std::vector<float>& d) {
-      return kv_alone ? gen::fp8_copy(x, f, d, d) : gen::fp8_copy(x, f, d, d, d);
+    // The format by copy: clang 14 (the sanitizer build's compiler) cannot capture a structured binding.
+    auto in_fp8 = [&, fmt = f](const AttentionInput& x, const std::vector<float>& d) {
+      return kv_alone ? gen::fp8_copy(x, fmt, d, d) : gen::fp8_copy(x, fmt, d, d, d);
     };
     if (caps.fp8 & AC_FP8_P_SCALE) {  // P's scale per call, one whose reciprocal is inexact
       items.push_back({fp8 + " (p_scale 300.5)", in_fp8(plain, {0x1p-6f})});
