@@ -44,13 +44,18 @@ int usage(const std::string& why) {
 // PyTorch's FlashAttention-2 and cuDNN at the attention rows' shapes, through
 // `python3 kernels/bench/peers.py --json` of this build's source tree with the first python3 on
 // PATH that has torch; their rates go beside every attention row of the same T, dtype and
-// causality. A binary whose source tree is gone (copied or installed) measures no peers.
+// causality. A binary copied away from its source tree (to a GPU machine, beside a checkout of the
+// same tree) reads the working directory's kernels/bench/peers.py; with neither it measures no peers.
 // Returns a note for bench.json.
 std::string add_peers(BenchRun& run, int repeats) {
-  const std::string script = ATTNCHECK_PEERS_SCRIPT;
+  std::string script = ATTNCHECK_PEERS_SCRIPT;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(script, ec))
-    return "peers: no " + script + " (the source tree is gone)";
+  if (!std::filesystem::is_regular_file(script, ec)) {
+    const std::string here = "kernels/bench/peers.py";
+    if (!std::filesystem::is_regular_file(here, ec))
+      return "peers: no " + script + " (the source tree is gone) and no ./" + here;
+    script = std::filesystem::absolute(here, ec).string();
+  }
   for (const std::string& py : pythons_on_path()) {
     if (run_captured({py, "-c", "import torch; assert torch.cuda.is_available()"}).status != 0) continue;
     const CapturedRun r = run_captured({py, script, std::to_string(repeats), "--json"});
