@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <set>
 
 #include "attncheck/json_fields.hpp"
@@ -155,6 +156,19 @@ BenchComparison compare_bench(const BenchRun& baseline, const BenchRun& now, dou
                               "%)");
   }
   return c;
+}
+
+std::string find_peers_script(const std::string& built, std::string& why) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(built, ec)) return built;
+  const std::string here = "kernels/bench/peers.py";
+  if (fs::is_regular_file(here, ec)) {
+    const fs::path abs = fs::absolute(here, ec);
+    if (!ec) return abs.string();
+  }
+  why = "peers: no " + built + " (the source tree is gone) and no ./" + here;
+  return {};
 }
 
 }  // namespace attncheck

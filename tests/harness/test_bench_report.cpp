@@ -1,6 +1,7 @@
 // bench.json and the speed gate: a written run reads back as it was, malformed files are refused
 // naming the field, and the gate flags exactly the rows slower than the tolerance (hand-computed
-// changes below), refuses runs from different devices, and lists rows no longer measured.
+// changes below), refuses runs from different devices, and lists rows no longer measured; and
+// the peers' script is found where the binary runs.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -110,4 +111,28 @@ TEST_CASE("the speed gate: slower than the tolerance fails, faster or within pas
   CHECK_THROWS_WITH(compare_bench(base, run_of({row("a", 1.0)}, "NVIDIA H100"), 0.05),
                     Catch::Contains("different devices"));
   CHECK_THROWS_WITH(compare_bench(base, now, -0.1), Catch::Contains("--tolerance"));
+}
+
+TEST_CASE("the peers' script: the build tree's, else the working directory's, else a reason", "[bench]") {
+  const fs::path dir = fs::temp_directory_path() / ("ac-peers-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "kernels/bench");
+  const fs::path was = fs::current_path();
+  fs::current_path(dir);
+  std::string why;
+  // Neither: no path, and one line naming both places.
+  CHECK(find_peers_script("/nonexistent/kernels/bench/peers.py", why).empty());
+  CHECK_THAT(why, Catch::Contains("/nonexistent/kernels/bench/peers.py") &&
+                      Catch::Contains("no ./kernels/bench/peers.py"));
+  // A binary away from its tree, run in a checkout: the checkout's script, as an absolute path.
+  std::ofstream(dir / "kernels/bench/peers.py") << "# peers\n";
+  why.clear();
+  CHECK(find_peers_script("/nonexistent/kernels/bench/peers.py", why) ==
+        (dir / "kernels/bench/peers.py").string());
+  CHECK(why.empty());
+  // The build tree's script comes first where it exists.
+  std::ofstream(dir / "built.py") << "# built\n";
+  CHECK(find_peers_script((dir / "built.py").string(), why) == (dir / "built.py").string());
+  fs::current_path(was);
+  fs::remove_all(dir);
 }

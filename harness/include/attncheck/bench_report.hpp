@@ -64,4 +64,10 @@ struct BenchComparison {
 // BenchError when the devices differ or the tolerance is not a fraction in [0, 10].
 BenchComparison compare_bench(const BenchRun& baseline, const BenchRun& now, double tolerance);
 
+// The peers' script (`kernels/bench/peers.py`): `built` (the build's source tree) where it exists,
+// else the working directory's, for a binary copied away from its tree beside a checkout of it (as
+// tests/gpu/stage.sh stages it for a GPU machine). Its absolute path; empty with `why` set to one
+// line when neither exists.
+std::string find_peers_script(const std::string& built, std::string& why);
+
 }  // namespace attncheck

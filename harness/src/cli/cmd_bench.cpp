@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -42,20 +41,14 @@ int usage(const std::string& why) {
 
 #if defined(ATTNCHECK_HAVE_CUDA)
 // PyTorch's FlashAttention-2 and cuDNN at the attention rows' shapes, through
-// `python3 kernels/bench/peers.py --json` of this build's source tree with the first python3 on
-// PATH that has torch; their rates go beside every attention row of the same T, dtype and
-// causality. A binary copied away from its source tree (to a GPU machine, beside a checkout of the
-// same tree) reads the working directory's kernels/bench/peers.py; with neither it measures no peers.
+// `python3 kernels/bench/peers.py --json` (find_peers_script: this build's source tree's, else the
+// working directory's) with the first python3 on PATH that has torch; their rates go beside every
+// attention row of the same T, dtype and causality. Without the script it measures no peers.
 // Returns a note for bench.json.
 std::string add_peers(BenchRun& run, int repeats) {
-  std::string script = ATTNCHECK_PEERS_SCRIPT;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(script, ec)) {
-    const std::string here = "kernels/bench/peers.py";
-    if (!std::filesystem::is_regular_file(here, ec))
-      return "peers: no " + script + " (the source tree is gone) and no ./" + here;
-    script = std::filesystem::absolute(here, ec).string();
-  }
+  std::string why;
+  const std::string script = find_peers_script(ATTNCHECK_PEERS_SCRIPT, why);
+  if (script.empty()) return why;
   for (const std::string& py : pythons_on_path()) {
     if (run_captured({py, "-c", "import torch; assert torch.cuda.is_available()"}).status != 0) continue;
     const CapturedRun r = run_captured({py, script, std::to_string(repeats), "--json"});
