@@ -18,6 +18,7 @@
 #include "attncheck/generators.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/reference/exact.hpp"
+#include "expect_refused.hpp"
 #include "fakes.hpp"
 #include "internal.hpp"
 #include "property.hpp"
@@ -580,19 +581,6 @@ TEST_CASE("fp8_descales: V = 1 cases hold O = 1 exactly on every row that sees a
   CHECK(ones > 20);
   CHECK(ones < 100);
 }
-
-namespace {
-// declared_variants on `s` fails as a refusal of a declared item, with exactly `message`.
-void expect_refused_declared(Subject& s, const std::string& message) {
-  RunConfig cfg;
-  cfg.shrink = false;
-  const PropertyResult r = run_property("declared_variants", s, cfg);
-  INFO(r.message);
-  CHECK(r.status == PropertyResult::Status::failed);
-  CHECK(r.failure_class == "refused_declared");
-  CHECK(r.message == message);
-}
-}  // namespace
 
 TEST_CASE("declared_variants: a subject refusing an FP8 format it declares fails, naming it",
           "[properties][fp8][refusals]") {

@@ -14,6 +14,7 @@
 #include "attncheck/case.hpp"
 #include "attncheck/properties.hpp"
 #include "attncheck/reference/fp8.hpp"
+#include "expect_refused.hpp"
 #include "fakes.hpp"
 #include "internal.hpp"
 
@@ -286,21 +287,18 @@ TEST_CASE("declared_variants: a quantiser refusing a declared format or its scal
   FakeQuantizer fnuz(QBug::none, true);
   fnuz.refuse = AC_DTYPE_E4M3FNUZ;
   CHECK(run_property("quantize_exact", fnuz, cases(60)).status == PropertyResult::Status::passed);
-  const PropertyResult r = run_property("declared_variants", fnuz, cases(1));
-  CHECK(r.status == PropertyResult::Status::failed);
-  CHECK(r.failure_class == "refused_declared");
-  CHECK(r.message ==
-        "the subject refused its declared codes in e4m3fnuz, which it must accept: this format is not "
-        "compiled in");
+  expect_refused_declared(fnuz,
+                          "the subject refused its declared codes in e4m3fnuz, which it must accept: this "
+                          "format is not compiled in",
+                          cases(1));
   FakeQuantizer per_head(QBug::none, true);
   per_head.refuse_per_head = true;
   CHECK(run_property("quantize_exact", per_head, cases(60)).status == PropertyResult::Status::passed);
-  const PropertyResult h = run_property("declared_variants", per_head, cases(1));
-  CHECK(h.status == PropertyResult::Status::failed);
-  CHECK(
-      h.message ==
-      "the subject refused its declared codes in e4m3fn (a scale per head), which it must accept: scales per "
-      "head are not compiled in");
+  expect_refused_declared(
+      per_head,
+      "the subject refused its declared codes in e4m3fn (a scale per head), which it must "
+      "accept: scales per head are not compiled in",
+      cases(1));
 }
 
 TEST_CASE("declared_variants: a merge refusing one of its declared FP8 outputs fails, naming it",
@@ -312,13 +310,10 @@ TEST_CASE("declared_variants: a merge refusing one of its declared FP8 outputs f
   // accuracy takes the refusal for a skipped case and passes: declared_variants calls each format.
   Fp8MergeFake e5m2(AC_DTYPE_E5M2);
   CHECK(run_property("accuracy", e5m2, cases(60)).status == PropertyResult::Status::passed);
-  const PropertyResult r = run_property("declared_variants", e5m2, cases(1));
-  CHECK(r.status == PropertyResult::Status::failed);
-  CHECK(r.failure_class == "refused_declared");
-  CHECK(
-      r.message ==
-      "the subject refused its declared output in e5m2 (output_scale 0.5), which it must accept: this output "
-      "format is not compiled in");
+  expect_refused_declared(e5m2,
+                          "the subject refused its declared output in e5m2 (output_scale 0.5), which it must "
+                          "accept: this output format is not compiled in",
+                          cases(1));
 }
 
 TEST_CASE("quantize_exact: a correct quantiser passes, each broken one fails with its class",

@@ -15,6 +15,7 @@
 #include "attncheck/case.hpp"
 #include "attncheck/generators.hpp"
 #include "attncheck/properties.hpp"
+#include "expect_refused.hpp"
 #include "fakes.hpp"
 #include "shrink.hpp"
 
@@ -531,13 +532,10 @@ TEST_CASE("declared_variants: a subject refusing a page size it declares fails, 
   CHECK(accepts.seen == std::set<int32_t>{0, 16, 64});
 
   PagedFake refuses(true);
-  const PropertyResult r = run_property("declared_variants", refuses, cfg);
-  INFO(r.message);
-  CHECK(r.status == PropertyResult::Status::failed);
-  CHECK(r.failure_class == "refused_declared");
-  CHECK(
-      r.message ==
-      "the subject refused its declared page size 64, which it must accept: pages of 64 are not compiled in");
+  expect_refused_declared(
+      refuses,
+      "the subject refused its declared page size 64, which it must accept: pages of 64 are not compiled in",
+      cfg);
   // Every other property takes the same refusal for a skipped case.
   CHECK(run_property("accuracy", refuses, cfg).status == PropertyResult::Status::passed);
 }
