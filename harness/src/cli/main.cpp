@@ -80,18 +80,6 @@ void guard_this_process() {
 #endif
 }
 
-int run(int argc, char** argv);
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int rc = run(argc, argv);
-  g_main_returned.store(true);
-  return rc;
-}
-
-namespace {
-
 int run(int argc, char** argv) {
   // Every case allocates and frees tensors of up to a few MiB (a batch of 140 sequences, its
   // outputs, the victims' copies). glibc's defaults hand the freed heap top back to the kernel and
@@ -177,3 +165,9 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
+
+int main(int argc, char** argv) {
+  const int rc = run(argc, argv);
+  g_main_returned.store(true);
+  return rc;
+}
